@@ -1,0 +1,37 @@
+"""Write files so that a reader never sees half of one: temp file in the same folder, then rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(destination: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to `destination`; on success rename it into place.
+
+    If the body raises (or the process dies), `destination` is untouched and the
+    temporary file is removed (or left with a name no reader mistakes for the real one).
+    """
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent)
+    os.close(fd)
+    temp_path = Path(temp_name)
+    try:
+        yield temp_path
+        os.replace(temp_path, destination)
+    finally:
+        temp_path.unlink(missing_ok=True)
+
+
+def write_text_atomic(destination: str | Path, text: str) -> None:
+    """Replace `destination` with `text` in one step."""
+    with atomic_path(destination) as temp_path:
+        with open(temp_path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())

@@ -1,0 +1,15 @@
+"""Errors the user can act on. The CLI prints them as one line, never a traceback."""
+
+from __future__ import annotations
+
+
+class LocalspecError(Exception):
+    """A runtime failure (exit code 1): the request was valid but could not be carried out."""
+
+    exit_code = 1
+
+
+class InputError(LocalspecError):
+    """Bad input from the user (exit code 2): a missing or broken file, an invalid setting."""
+
+    exit_code = 2

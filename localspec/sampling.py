@@ -1,0 +1,97 @@
+"""Turning logits into the probability vector that is sampled from.
+
+The same `logits_to_probs` serves the draft and the target, so the acceptance rule
+compares like with like. Order of the transforms: temperature, then top-k, top-p
+and min-p truncation, then renormalisation. Temperature 0 means greedy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# Before a full sort for top-p, look at this many of the most likely tokens first:
+# they almost always hold the nucleus, and partitioning is far cheaper than sorting.
+_TOP_P_PARTIAL_SORT = 256
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one next-token distribution is shaped. `top_k=0`, `top_p=1`, `min_p=0` switch a filter off."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax in float64."""
+    shifted = np.asarray(logits, dtype=np.float64) - np.max(logits)
+    exp = np.exp(shifted)
+    return exp / exp.sum()
+
+
+def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Return the processed next-token distribution (float64, zero outside the kept support)."""
+    n_vocab = logits.shape[-1]
+    probs = np.zeros(n_vocab, dtype=np.float64)
+    if params.greedy:
+        probs[int(np.argmax(logits))] = 1.0
+        return probs
+
+    scaled = np.asarray(logits, dtype=np.float64) / params.temperature
+    if 0 < params.top_k < n_vocab:
+        candidates = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
+    else:
+        candidates = np.arange(n_vocab)
+    candidate_probs = softmax(scaled[candidates])
+
+    if params.top_p < 1.0:
+        keep = _nucleus(candidate_probs, params.top_p)
+        candidates, candidate_probs = candidates[keep], candidate_probs[keep]
+    if params.min_p > 0.0:
+        keep = candidate_probs >= params.min_p * candidate_probs.max()
+        candidates, candidate_probs = candidates[keep], candidate_probs[keep]
+
+    probs[candidates] = candidate_probs / candidate_probs.sum()
+    return probs
+
+
+def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
+    """Indices of the smallest set of most likely tokens whose mass reaches `top_p`."""
+    if len(probs) > _TOP_P_PARTIAL_SORT:
+        head = np.argpartition(-probs, _TOP_P_PARTIAL_SORT - 1)[:_TOP_P_PARTIAL_SORT]
+        if probs[head].sum() >= top_p:
+            order = head[np.argsort(-probs[head], kind="stable")]
+        else:
+            order = np.argsort(-probs, kind="stable")
+    else:
+        order = np.argsort(-probs, kind="stable")
+    cumulative = np.cumsum(probs[order])
+    n_keep = int(np.searchsorted(cumulative, top_p)) + 1
+    return order[: min(n_keep, len(order))]
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token id from a (possibly unnormalised) probability vector."""
+    cumulative = np.cumsum(probs)
+    return int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))

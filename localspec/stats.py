@@ -1,0 +1,98 @@
+"""Counters of one generation: what was drafted, what the target kept, how fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SpecStats:
+    """Per-generation statistics; `to_dict()` is the `stats` object of `--json`."""
+
+    prompt_tokens: int = 0
+    tokens_generated: int = 0
+    target_passes: int = 0
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    # accepted_length_counts[n]: target passes in which exactly n draft tokens were kept.
+    accepted_length_counts: list[int] = field(default_factory=list)
+    # proposed_at[i] / accepted_at[i]: draft tokens proposed / kept at draft position i+1.
+    proposed_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    prompt_seconds: float = 0.0
+    generation_seconds: float = 0.0
+
+    def record_pass(self, n_proposed: int, n_accepted: int) -> None:
+        """Count one target pass that judged `n_proposed` draft tokens and kept `n_accepted`."""
+        self.target_passes += 1
+        self.draft_tokens_proposed += n_proposed
+        self.draft_tokens_accepted += n_accepted
+        _grow(self.accepted_length_counts, n_accepted + 1)
+        self.accepted_length_counts[n_accepted] += 1
+        _grow(self.proposed_at, n_proposed)
+        _grow(self.accepted_at, n_proposed)
+        for position in range(n_proposed):
+            self.proposed_at[position] += 1
+            if position < n_accepted:
+                self.accepted_at[position] += 1
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        if not self.draft_tokens_proposed:
+            return None
+        return self.draft_tokens_accepted / self.draft_tokens_proposed
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Draft tokens kept per target pass."""
+        return self.draft_tokens_accepted / self.target_passes if self.target_passes else None
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        return self.tokens_generated / self.target_passes if self.target_passes else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Generation speed, prompt processing excluded."""
+        if not self.generation_seconds:
+            return None
+        return self.tokens_generated / self.generation_seconds
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """Acceptance rate at draft position 1, 2, ... (of the tokens proposed there)."""
+        return [a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "tokens_generated": self.tokens_generated,
+            "target_passes": self.target_passes,
+            "draft_tokens_proposed": self.draft_tokens_proposed,
+            "draft_tokens_accepted": self.draft_tokens_accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "tokens_per_pass": self.tokens_per_pass,
+            "per_position_acceptance": self.per_position_acceptance,
+            "accepted_length_counts": list(self.accepted_length_counts),
+            "prompt_seconds": self.prompt_seconds,
+            "generation_seconds": self.generation_seconds,
+            "tokens_per_second": self.tokens_per_second,
+        }
+
+    def summary(self) -> str:
+        """One line for `--stats`."""
+        speed = f"{self.tokens_per_second:.1f} tok/s" if self.tokens_per_second else "- tok/s"
+        line = f"{self.tokens_generated} tokens, {speed}, prompt {self.prompt_tokens} tok in {self.prompt_seconds:.2f}s"
+        if self.acceptance_rate is None:
+            return line + ", no drafting"
+        return (
+            line
+            + f", acceptance {self.acceptance_rate:.1%} ({self.draft_tokens_accepted}/{self.draft_tokens_proposed}),"
+            + f" {self.tokens_per_pass:.2f} tok/target pass"
+        )
+
+
+def _grow(values: list[int], size: int) -> None:
+    values.extend([0] * (size - len(values)))

@@ -1,0 +1,65 @@
+"""Token bytes to text, streamed: never split a UTF-8 character, stop on stop strings.
+
+`TextStream.push(piece)` takes the bytes of newly accepted tokens and returns the
+text that is safe to show now. Bytes of an unfinished UTF-8 character are held
+back until the character completes, and so is any tail of the text that could be
+the start of a stop string. When a stop string appears, everything before it is
+released and the stream reports that it has stopped.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Sequence
+
+
+class TextStream:
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = [s for s in stop if s]
+        self._pending = ""
+        self.stopped = False
+        self.text = ""
+
+    def push(self, piece: bytes) -> str:
+        """Add token bytes; return the text that can be emitted now."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(piece)
+        return self._release(final=False)
+
+    def finish(self) -> str:
+        """Flush what is held back at the end of generation (incomplete bytes become U+FFFD)."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(b"", final=True)
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> str:
+        hit = self._first_stop(self._pending)
+        if hit is not None:
+            out = self._pending[:hit]
+            self._pending = ""
+            self.stopped = True
+        elif final:
+            out, self._pending = self._pending, ""
+        else:
+            held = self._held_back_length(self._pending)
+            cut = len(self._pending) - held
+            out, self._pending = self._pending[:cut], self._pending[cut:]
+        self.text += out
+        return out
+
+    def _first_stop(self, text: str) -> int | None:
+        positions = [i for i in (text.find(s) for s in self._stop) if i >= 0]
+        return min(positions) if positions else None
+
+    def _held_back_length(self, text: str) -> int:
+        """Length of the longest tail of `text` that begins some stop string."""
+        longest = 0
+        for stop in self._stop:
+            for n in range(min(len(stop) - 1, len(text)), longest, -1):
+                if stop.startswith(text[-n:]):
+                    longest = n
+                    break
+        return longest
