@@ -1,0 +1,52 @@
+"""Shared fixtures: tiny generated models, the real SmolLM2 pair, an isolated user folder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_models import write_pair  # noqa: E402
+
+from localspec.demo import demo_draft_path  # noqa: E402
+from localspec.quantize import quantize  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never touch the real user's cache or profiles."""
+    home = tmp_path_factory.getbasetemp() / "user"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("LOCALSPEC_HOME", str(home / "localspec"))
+    monkeypatch.delenv("LOCALSPEC_PROFILE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(target, draft): tiny random llama models with one vocabulary and different weights."""
+    return write_pair(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def smollm_q4_1() -> Path:
+    return demo_draft_path()
+
+
+@pytest.fixture(scope="session")
+def smollm_f32(tmp_path_factory: pytest.TempPathFactory, smollm_q4_1: Path) -> Path:
+    """SmolLM2-135M-Instruct widened to F32 by llama.cpp's quantizer (batched == single-token logits)."""
+    return quantize(smollm_q4_1, tmp_path_factory.mktemp("smollm") / "SmolLM2-135M-Instruct.F32.gguf", "f32")
+
+
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory: pytest.TempPathFactory, smollm_f32: Path) -> Path:
+    """A user cache that already holds the derived demo target (copied, not re-derived)."""
+    import shutil
+
+    cache = tmp_path_factory.getbasetemp() / "user" / "cache" / "localspec"
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.copy(smollm_f32, cache / "SmolLM2-135M-Instruct.F32.gguf")
+    return cache

@@ -1,0 +1,33 @@
+"""Chi-square goodness of fit against an exact distribution, pooling sparse cells."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Hashable, Mapping
+
+import numpy as np
+from scipy.stats import chisquare
+
+MIN_EXPECTED_COUNT = 5.0
+
+
+def chi_square_pvalue(observed: Counter, exact: Mapping[Hashable, float]) -> float:
+    """p-value of the observed outcome counts under the exact outcome probabilities.
+
+    Outcomes whose expected count is below 5 are pooled into one cell, as the
+    test's approximation requires. An observed outcome with probability 0 gives 0.
+    """
+    n = sum(observed.values())
+    if any(exact.get(outcome, 0.0) <= 0.0 for outcome in observed):
+        return 0.0
+    big = [o for o, p in exact.items() if p * n >= MIN_EXPECTED_COUNT]
+    small = [o for o, p in exact.items() if p * n < MIN_EXPECTED_COUNT]
+    observed_cells = [observed.get(o, 0) for o in big]
+    expected_cells = [exact[o] * n for o in big]
+    pooled = sum(exact[o] for o in small) * n
+    if pooled > 0:
+        observed_cells.append(sum(observed.get(o, 0) for o in small))
+        expected_cells.append(pooled)
+    expected = np.asarray(expected_cells)
+    expected *= n / expected.sum()
+    return float(chisquare(observed_cells, expected).pvalue)

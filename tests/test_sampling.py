@@ -1,0 +1,64 @@
+"""logits_to_probs: each filter keeps exactly the support it promises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from localspec.sampling import SamplingParams, _nucleus, logits_to_probs, softmax
+
+LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+
+
+def test_greedy_is_one_hot_on_argmax() -> None:
+    probs = logits_to_probs(LOGITS, SamplingParams(temperature=0))
+    assert probs[0] == 1.0 and probs.sum() == 1.0
+
+
+def test_plain_temperature_one_is_softmax() -> None:
+    probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0))
+    np.testing.assert_allclose(probs, softmax(LOGITS))
+
+
+def test_temperature_sharpens() -> None:
+    cold = logits_to_probs(LOGITS, SamplingParams(temperature=0.5, top_k=0, top_p=1.0, min_p=0.0))
+    np.testing.assert_allclose(cold, softmax(LOGITS / 0.5))
+
+
+def test_top_k_keeps_k_most_likely_and_renormalises() -> None:
+    probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
+    assert np.count_nonzero(probs) == 2
+    np.testing.assert_allclose(probs[:2], softmax(LOGITS[:2]))
+
+
+def test_top_p_keeps_smallest_set_reaching_mass() -> None:
+    full = softmax(LOGITS)
+    probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0))
+    n_kept = np.count_nonzero(probs)
+    assert full[: n_kept - 1].sum() < 0.8 <= full[:n_kept].sum()
+
+
+def test_min_p_drops_tokens_below_fraction_of_max() -> None:
+    full = softmax(LOGITS)
+    probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.2))
+    assert set(np.flatnonzero(probs)) == set(np.flatnonzero(full >= 0.2 * full.max()))
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(top_p=1.5), dict(min_p=2)])
+def test_invalid_params_are_refused(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.integers(300, 700), elements=st.floats(-20, 20)), st.floats(0.05, 0.999))
+def test_partial_sort_nucleus_equals_full_sort(logits: np.ndarray, top_p: float) -> None:
+    probs = softmax(logits)
+    kept = _nucleus(probs, top_p)
+    order = np.argsort(-probs, kind="stable")
+    n_keep = int(np.searchsorted(np.cumsum(probs[order]), top_p)) + 1
+    assert np.isclose(probs[kept].sum(), probs[order[:n_keep]].sum())
+    assert len(kept) == n_keep

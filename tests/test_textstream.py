@@ -1,0 +1,62 @@
+"""Streaming text: no split UTF-8 characters, stop strings found across token boundaries."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from localspec.textstream import TextStream
+
+
+def _feed(stream: TextStream, pieces: list[bytes]) -> str:
+    return "".join(stream.push(piece) for piece in pieces) + stream.finish()
+
+
+@given(st.text(), st.data())
+def test_any_split_of_the_bytes_streams_the_same_text(text: str, data: st.DataObject) -> None:
+    raw = text.encode("utf-8")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=8)))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+    stream = TextStream()
+    emitted = [stream.push(piece) for piece in pieces]
+    assert "".join(emitted) + stream.finish() == text
+    for chunk in emitted:
+        assert "\ufffd" not in chunk
+
+
+def test_multibyte_character_is_held_until_complete() -> None:
+    stream = TextStream()
+    snowman = "☃".encode("utf-8")
+    assert stream.push(snowman[:1]) == ""
+    assert stream.push(snowman[1:2]) == ""
+    assert stream.push(snowman[2:]) == "☃"
+
+
+def test_stop_string_across_pieces_is_cut_and_stops() -> None:
+    stream = TextStream(stop=["END"])
+    out = _feed(stream, [b"hello E", b"N", b"D and more"])
+    assert out == "hello " and stream.stopped
+
+
+def test_text_that_only_looks_like_a_stop_prefix_is_released() -> None:
+    stream = TextStream(stop=["END"])
+    assert stream.push(b"hello EN") == "hello "
+    assert stream.push(b"x") == "ENx"
+    assert not stream.stopped
+
+
+@given(st.text(max_size=40), st.text(min_size=1, max_size=4), st.data())
+def test_output_is_the_text_before_the_first_stop(text: str, stop: str, data: st.DataObject) -> None:
+    raw = text.encode("utf-8")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+    stream = TextStream(stop=[stop])
+    out = _feed(stream, pieces)
+    expected = text.split(stop)[0] if stop in text else text
+    assert out == expected
+    assert stream.stopped == (stop in text)
+
+
+def test_invalid_bytes_at_the_end_become_replacement_characters() -> None:
+    stream = TextStream()
+    assert _feed(stream, [b"ok", b"\xe2\x98"]) == "ok\ufffd"
