@@ -57,9 +57,11 @@ def _write_stdout(text: str) -> None:
 
 def _read_prompt(prompt: str | None) -> str:
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     if prompt is None:
         raise click.UsageError("give a PROMPT, or pipe one on stdin")
+    if not prompt.strip():
+        raise click.UsageError("the prompt is empty")
     return prompt
 
 

@@ -1,0 +1,67 @@
+"""GGUF headers, vocabulary compatibility and atomic derivation, on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_models import random_weights, write_model
+
+from localspec.compat import VocabInfo, check_compatible
+from localspec.errors import InputError
+from localspec.gguf_file import read_gguf_header
+from localspec.quantize import quantize
+
+
+def test_header_of_the_demo_model(smollm_q4_1: Path) -> None:
+    header = read_gguf_header(smollm_q4_1)
+    assert header.architecture == "llama"
+    assert header.context_length == 8192
+    assert len(header.get("tokenizer.ggml.tokens")) == 49152
+    assert 130e6 < header.n_parameters < 140e6
+
+
+@pytest.mark.parametrize("keep_bytes", [3, 100, 1_000_000, 50_000_000])
+def test_every_truncation_is_reported(tmp_path: Path, smollm_q4_1: Path, keep_bytes: int) -> None:
+    truncated = tmp_path / "cut.gguf"
+    with smollm_q4_1.open("rb") as source:
+        truncated.write_bytes(source.read(keep_bytes))
+    with pytest.raises(InputError, match="truncated|not a GGUF"):
+        read_gguf_header(truncated)
+
+
+def test_same_model_at_two_precisions_is_compatible(smollm_q4_1: Path, smollm_f32: Path) -> None:
+    report = check_compatible(VocabInfo.from_header(read_gguf_header(smollm_f32)), VocabInfo.from_header(read_gguf_header(smollm_q4_1)))
+    assert report.compatible and len(report.checks) == 5
+
+
+def test_different_tokenizer_fails_the_tokenizer_check(smollm_q4_1: Path, tiny_pair: tuple[Path, Path]) -> None:
+    report = check_compatible(VocabInfo.from_header(read_gguf_header(smollm_q4_1)), VocabInfo.from_header(read_gguf_header(tiny_pair[0])))
+    assert report.first_failure is not None and report.first_failure.name == "tokenizer model"
+
+
+def test_one_changed_token_text_is_found(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
+    changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab, changed_token_id=100)
+    report = check_compatible(VocabInfo.from_header(read_gguf_header(tiny_pair[0])), VocabInfo.from_header(read_gguf_header(changed)))
+    failure = report.first_failure
+    assert failure is not None and failure.name == "token texts" and "token 100 differs" in failure.detail
+
+
+def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, smollm_q4_1: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    out = quantize(smollm_q4_1, tmp_path / "q8.gguf", "q8_0", on_progress=lambda done, total: seen.append((done, total)))
+    assert read_gguf_header(out).get("general.file_type") == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert [p.name for p in tmp_path.iterdir()] == ["q8.gguf"]
+
+
+def test_failed_quantize_leaves_nothing_behind(tmp_path: Path, smollm_q4_1: Path) -> None:
+    existing = tmp_path / "out.gguf"
+    existing.write_bytes(b"user data")
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(smollm_q4_1.read_bytes()[:5_000_000])
+    with pytest.raises(InputError):
+        quantize(broken, existing, "f16")
+    assert existing.read_bytes() == b"user data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.gguf", "out.gguf"]
