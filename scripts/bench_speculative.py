@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Speculative vs target-only speed on the demo pair (or --target/--draft), side by side.
+
+    python scripts/bench_speculative.py                      # demo pair, T=0 and T=0.8
+    python scripts/bench_speculative.py --draft-max 6 --json
+
+Prints tokens/s for both, the speedup, acceptance rate and mean accepted length
+per target pass, for each temperature. Same prompts and seeds on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from localspec.bench import BENCH_PROMPTS, run_bench
+from localspec.generate import GenerationSettings, SpeculativeParams
+from localspec.model import ModelSettings
+from localspec.resolve import resolve_models
+from localspec.sampling import SamplingParams
+from localspec.session import Session
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target")
+    parser.add_argument("--draft")
+    parser.add_argument("--temperatures", default="0,0.8", help="comma-separated (default 0,0.8)")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--draft-max", type=int, default=SpeculativeParams().draft_max)
+    parser.add_argument("--p-min", type=float, default=0.0)
+    parser.add_argument("--prompts", type=int, default=len(BENCH_PROMPTS), help="how many of the built-in prompts")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    args = parser.parse_args()
+
+    choice = resolve_models(profile=None, target=args.target, draft=args.draft, settings=ModelSettings(n_threads=args.threads))
+    if choice.draft is None:
+        parser.error("a draft model is needed (--draft)")
+    results = []
+    with Session(choice.target, choice.draft) as session:
+        print(f"target {choice.target.path}\ndraft  {choice.draft.path}", file=sys.stderr)
+        for temperature in (float(t) for t in args.temperatures.split(",")):
+            settings = GenerationSettings(
+                sampling=SamplingParams(temperature=temperature),
+                speculative=SpeculativeParams(draft_max=args.draft_max, p_min=args.p_min),
+                max_tokens=args.max_tokens,
+                seed=args.seed,
+            )
+            result = run_bench(
+                session,
+                settings,
+                BENCH_PROMPTS[: args.prompts],
+                on_prompt=lambda i, spec, base: print(
+                    f"  T={temperature} prompt {i + 1}: spec {spec.stats.tokens_per_second:6.1f} tok/s,"
+                    f" base {base.stats.tokens_per_second:6.1f} tok/s, acceptance {spec.stats.acceptance_rate or 0:.1%}",
+                    file=sys.stderr,
+                ),
+            )
+            results.append(result)
+            print(
+                f"T={temperature:<4} speculative {result.speculative.tokens_per_second:6.1f} tok/s"
+                f" | target-only {result.baseline.tokens_per_second:6.1f} tok/s"
+                f" | speedup {result.speedup:.2f}x | acceptance {result.acceptance_rate:.1%}"
+                f" | mean accepted {result.mean_accepted_length:.2f}/pass"
+                f" | identical {result.identical_prompts}/{result.n_prompts}"
+            )
+    if args.json:
+        print(json.dumps({"draft_max": args.draft_max, "results": [r.to_dict() for r in results]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
