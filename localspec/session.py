@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .chat_template import render_chat
-from .compat import VocabInfo, check_compatible
+from .compat_cache import check_file, check_pair_cached
 from .drafter import ModelDrafter
 from .errors import InputError
 from .generate import Generation, GenerationSettings
-from .gguf_file import read_gguf_header
 from .model import Model, ModelSettings
 
 
@@ -30,12 +29,10 @@ class ModelSpec:
 
 def check_pair(target_path: Path, draft_path: Path | None) -> None:
     """Validate both files from their headers and refuse an incompatible draft."""
-    target_header = read_gguf_header(target_path)
     if draft_path is None:
+        check_file(target_path)
         return
-    draft_header = read_gguf_header(draft_path)
-    report = check_compatible(VocabInfo.from_header(target_header), VocabInfo.from_header(draft_header))
-    failure = report.first_failure
+    failure = check_pair_cached(target_path, draft_path).first_failure
     if failure is not None:
         raise InputError(
             f"draft {draft_path.name} cannot draft for target {target_path.name}: {failure.name} check failed ({failure.detail})"

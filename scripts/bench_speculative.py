@@ -2,6 +2,7 @@
 """Speculative vs target-only speed on the demo pair (or --target/--draft), side by side.
 
     python scripts/bench_speculative.py                      # demo pair, T=0 and T=0.8
+    python scripts/bench_speculative.py --profile qwen2.5-7b
     python scripts/bench_speculative.py --draft-max 6 --json
 
 Prints tokens/s for both, the speedup, acceptance rate and mean accepted length
@@ -16,14 +17,14 @@ import sys
 
 from localspec.bench import BENCH_PROMPTS, run_bench
 from localspec.generate import GenerationSettings, SpeculativeParams
-from localspec.model import ModelSettings
-from localspec.resolve import resolve_models
+from localspec.resolve import plan_run, resolve_models
 from localspec.sampling import SamplingParams
 from localspec.session import Session
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", help="profile to benchmark (default: the configured one, else demo)")
     parser.add_argument("--target")
     parser.add_argument("--draft")
     parser.add_argument("--temperatures", default="0,0.8", help="comma-separated (default 0,0.8)")
@@ -36,12 +37,13 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     args = parser.parse_args()
 
-    choice = resolve_models(profile=None, target=args.target, draft=args.draft, settings=ModelSettings(n_threads=args.threads))
-    if choice.draft is None:
+    flags = {"target.path": args.target, "draft.path": args.draft, "target.n_threads": args.threads, "draft.n_threads": args.threads}
+    target, draft = resolve_models(plan_run(args.profile, flags))
+    if draft is None:
         parser.error("a draft model is needed (--draft)")
     results = []
-    with Session(choice.target, choice.draft) as session:
-        print(f"target {choice.target.path}\ndraft  {choice.draft.path}", file=sys.stderr)
+    with Session(target, draft) as session:
+        print(f"target {target.path}\ndraft  {draft.path}", file=sys.stderr)
         for temperature in (float(t) for t in args.temperatures.split(",")):
             settings = GenerationSettings(
                 sampling=SamplingParams(temperature=temperature),
