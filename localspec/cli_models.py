@@ -131,6 +131,6 @@ def pull(profile_name: str) -> None:
             click.echo(f"have {repo}/{filename}", err=True)
             continue
         with status_line(stderr_console.is_terminal) as status:
-            status.start_progress(f"{repo}/{filename}")
+            status.start_progress(f"downloading {repo}/{filename}")
             path = download(repo, filename, on_progress=status.advance)
         click.echo(f"saved {path}", err=True)

