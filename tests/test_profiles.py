@@ -53,7 +53,7 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     shown = json.loads(cli("profile", "show", "mine", "--json").output)
     assert shown["sampling.temperature"] == {"value": 0.3, "source": "profile mine (user)"}
     assert shown["sampling.stop"]["value"] == ["###"]
-    assert shown["sampling.top_k"] == {"value": 40, "source": "default"}
+    assert shown["sampling.min_p"] == {"value": 0.05, "source": "default"}
     assert shown["target.path"]["value"] == str(Path(target).resolve())
 
     assert cli("profile", "set", "mine", "sampling.temperature=0.9", "speculative.draft_max=5").exit_code == 0
@@ -96,7 +96,7 @@ def test_flag_beats_profile_beats_default(pair: tuple[str, str]) -> None:
     from_profile = json.loads(cli("run", "-p", "prec", "--json", "Hi").output)
     assert from_profile["settings"]["sampling"]["temperature"] == 0
     assert len(from_profile["tokens"]) == 5 and from_profile["settings"]["seed"] == 7
-    assert from_profile["settings"]["sampling"]["top_k"] == 40  # built-in default
+    assert from_profile["settings"]["sampling"]["min_p"] == 0.05  # built-in default
     from_flags = json.loads(cli("run", "-p", "prec", "--json", "--max-tokens", "3", "--top-k", "5", "Hi").output)
     assert len(from_flags["tokens"]) == 3 and from_flags["settings"]["sampling"]["top_k"] == 5
     assert from_flags["settings"]["sampling"]["temperature"] == 0
