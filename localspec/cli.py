@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from . import __version__
 from .cli_common import LocalspecGroup, read_prompt, status_line, stderr_console, write_stdout
-from .resolve import plan_run, resolve_models
-from .session import Session
+from .resolve import RunPlan, plan_run, resolve_models
+from .session import ModelSpec, Session
 
 
 @click.group(cls=LocalspecGroup)
@@ -48,29 +48,50 @@ def run_flags(**options: Any) -> dict[str, Any]:
     return flags
 
 
+GENERATION_OPTIONS = [
+    click.option("--profile", "-p", envvar="LOCALSPEC_PROFILE", help="Profile to run (default: the configured one, else demo)."),
+    click.option("--target", type=click.Path(), help="Target model GGUF file (overrides the profile's)."),
+    click.option("--draft", type=click.Path(), help="Draft model GGUF file, same vocabulary as the target."),
+    click.option("--max-tokens", type=click.IntRange(min=0), help="Most tokens to generate [512]."),
+    click.option("--temperature", type=click.FloatRange(min=0), help="0 = greedy [0.8]."),
+    click.option("--top-k", type=click.IntRange(min=0), help="0 = off [0]."),
+    click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="1 = off [1]."),
+    click.option("--min-p", type=click.FloatRange(0, 1), help="0 = off [0.05]."),
+    click.option("--seed", type=click.IntRange(min=0), help="Random seed: same seed and settings, same output."),
+    click.option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
+    click.option("--draft-max", type=click.IntRange(1, 256), help="Most draft tokens per target pass [8]."),
+    click.option("--p-min", type=click.FloatRange(0, 1), help="Stop drafting below this draft confidence [0]."),
+    click.option("--no-speculative", is_flag=True, help="Target only: the baseline, one target pass per token."),
+    click.option("--system", help="System prompt."),
+    click.option("--n-ctx", type=click.IntRange(min=16), help="Context size in tokens [4096]."),
+    click.option("--n-gpu-layers", type=int, help="Layers to offload to the GPU (default: llama.cpp's)."),
+    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all cores)."),
+    click.option("--stats", is_flag=True, help="Print a one-line summary on stderr after each reply."),
+    click.option("--verbose", is_flag=True, help="Show llama.cpp's own log on stderr."),
+]
+
+
+def generation_options(command: Callable) -> Callable:
+    """The options `run` and `chat` share: profile, models, sampling, drafting, runtime."""
+    for option in reversed(GENERATION_OPTIONS):
+        command = option(command)
+    return command
+
+
+def open_session(plan: RunPlan, verbose: bool) -> tuple[Session, ModelSpec, ModelSpec | None]:
+    """Resolve and load the plan's models, showing progress on stderr when it is a terminal."""
+    with status_line(stderr_console.is_terminal and not verbose) as status:
+        target, draft = resolve_models(plan, status.derive_started, status.advance)
+        status.stop()
+        session = Session(target, draft, on_status=status.show, verbose=verbose)
+    return session, target, draft
+
+
 @main.command()
 @click.argument("prompt", required=False)
-@click.option("--profile", "-p", envvar="LOCALSPEC_PROFILE", help="Profile to run (default: the configured one, else demo).")
-@click.option("--target", type=click.Path(), help="Target model GGUF file (overrides the profile's).")
-@click.option("--draft", type=click.Path(), help="Draft model GGUF file, same vocabulary as the target.")
-@click.option("--max-tokens", type=click.IntRange(min=0), help="Most tokens to generate [512].")
-@click.option("--temperature", type=click.FloatRange(min=0), help="0 = greedy [0.8].")
-@click.option("--top-k", type=click.IntRange(min=0), help="0 = off [0].")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="1 = off [1].")
-@click.option("--min-p", type=click.FloatRange(0, 1), help="0 = off [0.05].")
-@click.option("--seed", type=click.IntRange(min=0), help="Random seed: same seed and settings, same output.")
-@click.option("--stop", multiple=True, help="Stop when this text appears (repeatable).")
-@click.option("--draft-max", type=click.IntRange(1, 256), help="Most draft tokens per target pass [8].")
-@click.option("--p-min", type=click.FloatRange(0, 1), help="Stop drafting below this draft confidence [0].")
-@click.option("--no-speculative", is_flag=True, help="Target only: the baseline, one target pass per token.")
+@generation_options
 @click.option("--raw", is_flag=True, help="Plain completion: no chat template.")
-@click.option("--system", help="System prompt (chat mode).")
-@click.option("--n-ctx", type=click.IntRange(min=16), help="Context size in tokens [4096].")
-@click.option("--n-gpu-layers", type=int, help="Layers to offload to the GPU (default: llama.cpp's).")
-@click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all cores).")
-@click.option("--stats", is_flag=True, help="Print a one-line summary on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
-@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log on stderr.")
 def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool, stats: bool, as_json: bool, verbose: bool, **options: Any) -> None:
     """Generate a completion for PROMPT (or stdin) and stream it to stdout.
 
@@ -87,10 +108,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     plan = plan_run(profile, run_flags(**options))
     settings = plan.generation_settings().with_seed()
 
-    with status_line(stderr_console.is_terminal and not verbose) as status:
-        target, draft = resolve_models(plan, status.derive_started, status.advance)
-        status.stop()
-        session = Session(target, draft, on_status=status.show, verbose=verbose)
+    session, target, draft = open_session(plan, verbose)
     with session:
         if raw:
             prompt_tokens = session.raw_prompt_tokens(text)
@@ -125,9 +143,11 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
 
 
 def _register_subcommands() -> None:
+    from .cli_chat import chat
     from .cli_models import draft_group, models_group, pull
     from .cli_profiles import profile_group
 
+    main.add_command(chat)
     main.add_command(profile_group)
     main.add_command(models_group)
     main.add_command(draft_group)

@@ -68,11 +68,16 @@ class GenerationSettings:
 
 @dataclass
 class Chunk:
-    """Tokens accepted in one step and their text; the first `n_drafted` came from the draft."""
+    """Tokens accepted in one step and their text.
+
+    The first `n_drafted` tokens came from the draft and the target confirmed
+    them; `drafted_text` is the part of `text` they produced (for highlighting).
+    """
 
     tokens: list[int]
     text: str
     n_drafted: int
+    drafted_text: str = ""
 
 
 class Generation:
@@ -106,6 +111,8 @@ class Generation:
         return self._stream.text
 
     def __iter__(self) -> Iterator[Chunk]:
+        if self.stop_reason is not None or self.tokens:
+            raise RuntimeError("a Generation runs once; create a new one")
         settings = self.settings
         rng = np.random.default_rng(settings.seed)
         context = list(self.prompt_tokens)
@@ -166,7 +173,7 @@ class Generation:
     def _emit(self, new_tokens: list[int], n_accepted: int, context: list[int]) -> Chunk:
         """Append accepted tokens up to an end-of-generation token or a stop string."""
         kept: list[int] = []
-        text = ""
+        text = drafted_text = ""
         for token in new_tokens:
             if self.target.is_end_of_generation(token):
                 self.stop_reason = "eos"
@@ -176,10 +183,12 @@ class Generation:
             self.tokens.append(token)
             self.stats.tokens_generated += 1
             text += self._stream.push(self.target.token_bytes(token))
+            if len(kept) <= n_accepted:
+                drafted_text = text
             if self._stream.stopped:
                 self.stop_reason = "stop"
                 break
-        return Chunk(kept, text, min(n_accepted, len(kept)))
+        return Chunk(kept, text, min(n_accepted, len(kept)), drafted_text)
 
 
 def generate_text(

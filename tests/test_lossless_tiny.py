@@ -14,7 +14,7 @@ import pytest
 from stats_helpers import chi_square_pvalue
 
 from localspec.drafter import ModelDrafter
-from localspec.generate import Generation, GenerationSettings, SpeculativeParams
+from localspec.generate import GenerationSettings, SpeculativeParams, generate_text
 from localspec.model import Model
 from localspec.sampling import SamplingParams, logits_to_probs
 
@@ -49,29 +49,31 @@ def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Pat
         proposed = accepted = full_accepts = 0
         for seed in range(N_SEEDS):
             settings = GenerationSettings(sampling, SpeculativeParams(draft_max=3), max_tokens=3, seed=seed)
-            generation = Generation(target, PROMPT, settings, ModelDrafter(draft, sampling))
-            for _ in generation:
-                pass
+            generation = generate_text(target, PROMPT, settings, ModelDrafter(draft, sampling))
             counts[tuple(generation.tokens[:2])] += 1
             proposed += generation.stats.draft_tokens_proposed
             accepted += generation.stats.draft_tokens_accepted
-            full_accepts += generation.stats.accepted_length_counts[-1] if len(generation.stats.accepted_length_counts) > 2 else 0
+            by_length = generation.stats.accepted_length_counts  # [n]: passes that kept n drafts
+            full_accepts += by_length[2] if len(by_length) > 2 else 0
     # The pair must exercise both sides of the rule, or the test proves little.
     assert 0.2 < accepted / proposed < 0.95
     assert full_accepts > 100
     assert chi_square_pvalue(counts, exact) > ALPHA
 
 
+def plain_two_token_counts(model: Model, sampling: SamplingParams, n_seeds: int) -> Counter:
+    """First two tokens sampled from `model` alone, once per seed."""
+    return Counter(
+        tuple(generate_text(model, PROMPT, GenerationSettings(sampling, max_tokens=2, seed=seed)).tokens)
+        for seed in range(n_seeds)
+    )
+
+
 def test_target_only_baseline_matches_the_same_distribution(tiny_pair: tuple[Path, Path]) -> None:
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     with Model(tiny_pair[0]) as target:
         exact = exact_two_token_distribution(target, sampling)
-        counts: Counter = Counter()
-        for seed in range(N_SEEDS // 2):
-            generation = Generation(target, PROMPT, GenerationSettings(sampling, max_tokens=2, seed=seed))
-            for _ in generation:
-                pass
-            counts[tuple(generation.tokens)] += 1
+        counts = plain_two_token_counts(target, sampling, N_SEEDS // 2)
     assert chi_square_pvalue(counts, exact) > ALPHA
 
 
@@ -80,10 +82,5 @@ def test_a_draft_used_without_correction_is_detected(tiny_pair: tuple[Path, Path
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
         exact = exact_two_token_distribution(target, sampling)
-        counts: Counter = Counter()
-        for seed in range(N_SEEDS // 2):
-            generation = Generation(draft, PROMPT, GenerationSettings(sampling, max_tokens=2, seed=seed))
-            for _ in generation:
-                pass
-            counts[tuple(generation.tokens)] += 1
+        counts = plain_two_token_counts(draft, sampling, N_SEEDS // 2)
     assert chi_square_pvalue(counts, exact) < ALPHA

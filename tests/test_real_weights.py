@@ -80,6 +80,18 @@ def test_kv_rollback_after_rejections_matches_a_fresh_model(tiny_pair: tuple[Pat
         _assert_cache_matches_fresh_model(draft, draft_path)
 
 
+def test_sync_keeps_the_common_prefix_and_evaluates_only_the_rest(tiny_pair: tuple[Path, Path]) -> None:
+    with Model(tiny_pair[0]) as model:
+        decoded: list[int] = []
+        original = model._decode
+        model._decode = lambda tokens, rows: (decoded.append(len(tokens)), original(tokens, rows))[1]
+        model.sync([1, 260, 261, 262, 263, 264])
+        model.sync([1, 260, 261, 262, 270, 271, 272])
+        assert decoded == [6, 3] and list(model.tokens) == [1, 260, 261, 262, 270, 271, 272]
+        model.keep(2)
+        assert list(model.tokens) == [1, 260]
+
+
 def test_kv_rollback_on_real_weights(demo_session: Session, smollm_f32: Path) -> None:
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": "Say something surprising."}])

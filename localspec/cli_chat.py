@@ -1,0 +1,91 @@
+"""`localspec chat`: a conversation in the terminal, on the same engine as `run`.
+
+Each turn re-renders the whole conversation with the chat template; the KV
+caches keep the longest common prefix, so earlier turns are not evaluated again.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from .cli import generation_options, open_session, run_flags
+from .cli_common import write_stdout
+from .generate import Chunk, Generation
+from .resolve import plan_run
+
+HELP_TEXT = "commands: /reset (forget the conversation), /stats (last reply's statistics), /exit (or Ctrl-D)"
+
+
+@click.command()
+@generation_options
+@click.option("--highlight/--no-highlight", default=None, help="Colour text the draft proposed and the target kept [on in a terminal].")
+def chat(profile: str | None, no_speculative: bool, stats: bool, verbose: bool, highlight: bool | None, **options: Any) -> None:
+    """Chat with the profile's model in the terminal.
+
+    \b
+    Examples:
+      localspec chat
+      localspec chat -p qwen2.5-7b --system "Answer briefly."
+    """
+    plan = plan_run(profile, run_flags(**options))
+    settings = plan.generation_settings().with_seed()
+    interactive = sys.stdin.isatty()
+    highlight = sys.stdout.isatty() if highlight is None else highlight
+    session, _, draft = open_session(plan, verbose)
+    system = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
+    messages = list(system)
+    last: Generation | None = None
+    if interactive:
+        mode = "speculative" if draft is not None and not no_speculative else "target only"
+        click.echo(f"localspec chat ({mode}); {HELP_TEXT}", err=True)
+    with session:
+        while True:
+            line = _read_line(interactive)
+            if line is None or line.strip() in ("/exit", "/quit"):
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text == "/reset":
+                messages = list(system)
+                click.echo("(conversation cleared)", err=True)
+                continue
+            if text == "/stats":
+                click.echo(last.stats.summary() if last else "no reply yet", err=True)
+                continue
+            if text.startswith("/"):
+                click.echo(f"unknown command {text.split()[0]}; {HELP_TEXT}", err=True)
+                continue
+            messages.append({"role": "user", "content": text})
+            tokens = session.chat_prompt_tokens(messages, plan.template)
+            turn_settings = replace(settings, seed=settings.seed + len(messages))
+            last = session.generation(tokens, turn_settings, speculative=not no_speculative)
+            for chunk in last:
+                write_stdout(_render(chunk, highlight))
+            write_stdout("\n")
+            messages.append({"role": "assistant", "content": last.text})
+            if stats:
+                click.echo(f"[{last.stop_reason}] {last.stats.summary()}", err=True)
+
+
+def _read_line(interactive: bool) -> str | None:
+    """One line of user input, or None at end of input."""
+    if interactive:
+        try:
+            return input(click.style("> ", fg="green", bold=True))
+        except EOFError:
+            click.echo("", err=True)
+            return None
+    line = sys.stdin.readline()
+    return line if line else None
+
+
+def _render(chunk: Chunk, highlight: bool) -> str:
+    if not highlight or not chunk.drafted_text:
+        return chunk.text
+    target_part = chunk.text[len(chunk.drafted_text) :]
+    return click.style(chunk.drafted_text, fg="cyan") + target_part
