@@ -254,4 +254,7 @@ class Model:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn down llama_cpp already
+            pass
