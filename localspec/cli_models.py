@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from .cli_common import human_size, status_line, stderr_console, stdout_console
-from .discovery import ModelInfo, describe, drafts_for, group_by_vocabulary, scan
+from .discovery import ModelInfo, describe, find_drafts, group_by_vocabulary, scan
 from .errors import InputError
 from .hub import download, hub_local_path
 from .paths import models_dir
@@ -71,10 +71,7 @@ def scan_command(folders: tuple[Path, ...], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def drafts_command(target: Path, folders: tuple[Path, ...], as_json: bool) -> None:
     """List the files that can draft for TARGET, smallest first (default folders: TARGET's and the models folder)."""
-    target_info = describe(target)
-    search = list(folders) or [target.parent] + ([models_dir()] if models_dir().is_dir() else [])
-    candidates, _ = scan(search)
-    found = drafts_for(target_info, candidates)
+    found = find_drafts(target, folders)
     if as_json:
         click.echo(json.dumps([{**m.to_dict(), "size_ratio": r} for m, r in found], indent=2))
         return

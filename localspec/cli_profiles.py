@@ -13,11 +13,12 @@ from .atomic import write_text_atomic
 from .cli_common import stdout_console
 from .compat_cache import check_pair_cached
 from .config import default_profile_name, set_default_profile
-from .discovery import describe, drafts_for, scan
+from .discovery import describe, find_drafts
 from .errors import InputError, LocalspecError
-from .paths import models_dir, user_profiles_dir
+from .paths import user_profiles_dir
 from .profile import check_name, list_profiles, load_profile, parse_assignment, profile_file, save_profile
 from .resolve import DEMO_PROFILE, model_path, plan_run
+from .session import check_pair
 
 
 @click.group("profile")
@@ -104,7 +105,7 @@ def add_command(name: str, target: str, draft: str | None, assignments: tuple[st
         key, value = parse_assignment(assignment)
         values[key] = value
     if "draft.path" in values:
-        _refuse_incompatible(Path(values["target.path"]), Path(values["draft.path"]))
+        check_pair(Path(values["target.path"]), Path(values["draft.path"]))
     elif not target_path.is_file():
         raise InputError(f"{target_path}: no such file")
     path = save_profile(name, values)
@@ -113,10 +114,7 @@ def add_command(name: str, target: str, draft: str | None, assignments: tuple[st
 
 def _auto_draft(target: Path) -> Path:
     """The smallest compatible model near the target (its folder and localspec's models folder)."""
-    target_info = describe(target)
-    folders = [target.parent] + ([models_dir()] if models_dir().is_dir() else [])
-    candidates, _ = scan(folders)
-    found = drafts_for(target_info, candidates)
+    found = find_drafts(target)
     if not found:
         raise InputError(
             f"no compatible smaller model found next to {target.name}: "
@@ -125,12 +123,6 @@ def _auto_draft(target: Path) -> Path:
     choice, ratio = found[0]
     click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
     return choice.path
-
-
-def _refuse_incompatible(target: Path, draft: Path) -> None:
-    failure = check_pair_cached(target, draft).first_failure
-    if failure is not None:
-        raise InputError(f"draft {draft.name} cannot draft for {target.name}: {failure.name} check failed ({failure.detail})")
 
 
 @profile_group.command("set")

@@ -2,8 +2,8 @@
 
 `scan` describes every .gguf file under some folders from its header alone;
 `group_by_vocabulary` puts files whose vocabularies pass the compatibility
-rule together; `drafts_for` lists the files that can draft for a target,
-smallest first.
+rule together; `drafts_for` / `find_drafts` list the files that can draft for a
+target, smallest first.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from gguf import LlamaFileType
 from .compat import VocabInfo, check_compatible
 from .errors import InputError
 from .gguf_file import read_gguf_header
+from .paths import models_dir
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,11 @@ def drafts_for(target: ModelInfo, candidates: list[ModelInfo]) -> list[tuple[Mod
         and check_compatible(target.vocab, model.vocab).compatible
     ]
     return sorted(found, key=lambda pair: pair[0].size_bytes)
+
+
+def find_drafts(target: Path, folders: Iterable[Path] = ()) -> list[tuple[ModelInfo, float]]:
+    """Drafts for the model file `target` among `folders` (default: its own folder and the models folder)."""
+    target_info = describe(target)
+    search = list(folders) or [target.parent] + ([models_dir()] if models_dir().is_dir() else [])
+    candidates, _ = scan(search)
+    return drafts_for(target_info, candidates)

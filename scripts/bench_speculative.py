@@ -55,7 +55,7 @@ def main() -> int:
                 session,
                 settings,
                 BENCH_PROMPTS[: args.prompts],
-                on_prompt=lambda i, spec, base: print(
+                on_prompt=lambda i, spec, base, temperature=temperature: print(
                     f"  T={temperature} prompt {i + 1}: spec {spec.stats.tokens_per_second:6.1f} tok/s,"
                     f" base {base.stats.tokens_per_second:6.1f} tok/s, acceptance {spec.stats.acceptance_rate or 0:.1%}",
                     file=sys.stderr,

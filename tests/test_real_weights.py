@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.drafter import ModelDrafter
-from localspec.generate import Generation, GenerationSettings, SpeculativeParams, generate_text
+from localspec.generate import GenerationSettings, SpeculativeParams, generate_text
 from localspec.model import Model
 from localspec.sampling import SamplingParams
 from localspec.session import ModelSpec, Session
