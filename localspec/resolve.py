@@ -8,6 +8,7 @@ One function serves `run`, `bench` and `profile show`, so they always agree.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -117,7 +118,7 @@ def model_path(
     """The local file for the target or draft: a path, a downloaded hub file or a built-in model."""
     values = plan.values
     if f"{role}.path" in values:
-        return Path(str(values[f"{role}.path"])).expanduser()
+        return Path(os.path.expandvars(str(values[f"{role}.path"]))).expanduser()
     if f"{role}.hf_repo" in values:
         repo, filename = values[f"{role}.hf_repo"], values[f"{role}.hf_file"]
         path = hub_local_path(repo, filename)

@@ -102,6 +102,14 @@ def test_flag_beats_profile_beats_default(pair: tuple[str, str]) -> None:
     assert from_flags["settings"]["sampling"]["temperature"] == 0
 
 
+def test_paths_expand_home_and_environment_variables(pair: tuple[str, str], monkeypatch) -> None:
+    target = Path(pair[0])
+    monkeypatch.setenv("MODELS_DIR", str(target.parent))
+    write_user_profile("vars", f'[target]\npath = "$MODELS_DIR/{target.name}"\n[sampling]\nmax_tokens = 1\n')
+    report = json.loads(cli("run", "-p", "vars", "--json", "Hi").output)
+    assert report["model"]["target"] == str(target)
+
+
 def test_environment_and_configured_default_choose_the_profile(pair: tuple[str, str]) -> None:
     target, _ = pair
     write_user_profile("solo", f'[target]\npath = "{target}"\n[sampling]\nmax_tokens = 2\ntemperature = 0\n')
