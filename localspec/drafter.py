@@ -1,9 +1,9 @@
 """Drafters: whatever proposes the tokens the target then verifies.
 
-A drafter answers three calls: `begin(prompt_tokens)` before a generation,
-`propose(context, max_tokens, rng)` returns new
-candidate tokens (never the context itself) with the distribution each was drawn
-from, and `observe(n_proposed, n_accepted)` tells it how the target judged them.
+A drafter answers three calls: `begin(prompt_tokens)` before a generation;
+`propose(context, max_tokens, rng)`, which returns new candidate tokens (never
+the context itself) with the distribution each was drawn from; and
+`observe(n_proposed, n_accepted)`, which tells it how the target judged them.
 A drafter that returns `q_draft=None` is deterministic and is verified by
 comparing with samples of the target.
 """
