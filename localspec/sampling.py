@@ -65,10 +65,9 @@ def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         return probs
 
     scaled = np.asarray(logits, dtype=np.float64) / params.temperature
-    if 0 < params.top_k < n_vocab:
-        candidates = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
-    else:
-        candidates = np.arange(n_vocab)
+    candidates = _min_p_prefilter(scaled, params)
+    if 0 < params.top_k < len(candidates):
+        candidates = candidates[np.argpartition(-scaled[candidates], params.top_k - 1)[: params.top_k]]
     candidate_probs = softmax(scaled[candidates])
 
     if params.top_p < 1.0:
@@ -80,6 +79,18 @@ def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 
     probs[candidates] = candidate_probs / candidate_probs.sum()
     return probs
+
+
+def _min_p_prefilter(scaled: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Token ids that can survive the filters, found cheaply when top-p is off.
+
+    min-p keeps p_i >= min_p * p_max, i.e. scaled_i >= max(scaled) + ln(min_p);
+    without top-p (whose cumulative sums depend on every top-k survivor) this
+    commutes with top-k, so applying it first changes nothing but the cost.
+    """
+    if params.min_p > 0.0 and params.top_p >= 1.0:
+        return np.flatnonzero(scaled >= scaled.max() + np.log(params.min_p))
+    return np.arange(len(scaled))
 
 
 def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:

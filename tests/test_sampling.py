@@ -62,3 +62,37 @@ def test_partial_sort_nucleus_equals_full_sort(logits: np.ndarray, top_p: float)
     n_keep = int(np.searchsorted(np.cumsum(probs[order]), top_p)) + 1
     assert np.isclose(probs[kept].sum(), probs[order[:n_keep]].sum())
     assert len(kept) == n_keep
+
+
+def _reference_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The filters applied literally in order, on the full vocabulary."""
+    probs = softmax(logits / params.temperature)
+    order = np.argsort(-probs, kind="stable")
+    keep = np.zeros(len(probs), dtype=bool)
+    keep[order[: params.top_k] if params.top_k else order] = True
+    probs = np.where(keep, probs, 0.0)
+    probs /= probs.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        n_keep = int(np.searchsorted(np.cumsum(probs[order]), params.top_p)) + 1
+        mask = np.zeros(len(probs), dtype=bool)
+        mask[order[:n_keep]] = True
+        probs = np.where(mask, probs, 0.0) / probs[mask].sum()
+    if params.min_p > 0.0:
+        probs = np.where(probs >= params.min_p * probs.max(), probs, 0.0)
+        probs /= probs.sum()
+    return probs
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    # Logits at least 0.5 apart: no ties, so "the k largest" is one well-defined set.
+    arrays(np.float64, st.integers(2, 120), elements=st.integers(-60, 60).map(lambda x: x / 2), unique=True),
+    st.floats(0.1, 2.0),
+    st.sampled_from([0, 1, 5, 40]),
+    st.sampled_from([1.0, 0.9, 0.5]),
+    st.sampled_from([0.0, 0.05, 0.3]),
+)
+def test_fast_paths_equal_the_literal_filter_chain(logits, temperature, top_k, top_p, min_p) -> None:
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    np.testing.assert_allclose(logits_to_probs(logits, params), _reference_probs(logits, params), atol=1e-12)
