@@ -67,7 +67,8 @@ def main() -> int:
                 f" | target-only {result.baseline.tokens_per_second:6.1f} tok/s"
                 f" | speedup {result.speedup:.2f}x | acceptance {result.acceptance_rate:.1%}"
                 f" | mean accepted {result.mean_accepted_length:.2f}/pass"
-                f" | identical {result.identical_prompts}/{result.n_prompts}"
+                f" | identical {result.identical_prompts}/{result.n_prompts}",
+                file=sys.stderr if args.json else sys.stdout,
             )
     if args.json:
         print(json.dumps({"draft_max": args.draft_max, "results": [r.to_dict() for r in results]}, indent=2))
