@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from .generate import Generation, GenerationSettings
 from .session import Session
+from .stats import SpecStats
 
 BENCH_PROMPTS: tuple[str, ...] = (
     "Why is the sky blue? Answer in a short paragraph.",
@@ -28,48 +29,17 @@ BENCH_PROMPTS: tuple[str, ...] = (
 
 
 @dataclass
-class SideTotals:
-    """Sums over all prompts for one side (speculative or baseline)."""
-
-    tokens: int = 0
-    seconds: float = 0.0
-    proposed: int = 0
-    accepted: int = 0
-    passes: int = 0
-
-    def add(self, generation: Generation) -> None:
-        stats = generation.stats
-        self.tokens += stats.tokens_generated
-        self.seconds += stats.generation_seconds
-        self.proposed += stats.draft_tokens_proposed
-        self.accepted += stats.draft_tokens_accepted
-        self.passes += stats.target_passes
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
-
-
-@dataclass
 class BenchResult:
     temperature: float
-    speculative: SideTotals = field(default_factory=SideTotals)
-    baseline: SideTotals = field(default_factory=SideTotals)
+    speculative: SpecStats = field(default_factory=SpecStats)  # totals over all prompts
+    baseline: SpecStats = field(default_factory=SpecStats)
     identical_prompts: int = 0  # prompts whose tokens matched exactly (expected at temperature 0)
     n_prompts: int = 0
 
     @property
     def speedup(self) -> float:
         base = self.baseline.tokens_per_second
-        return self.speculative.tokens_per_second / base if base else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.speculative.accepted / self.speculative.proposed if self.speculative.proposed else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        return self.speculative.accepted / self.speculative.passes if self.speculative.passes else 0.0
+        return (self.speculative.tokens_per_second or 0.0) / base if base else 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -78,9 +48,10 @@ class BenchResult:
             "speculative_tokens_per_second": self.speculative.tokens_per_second,
             "baseline_tokens_per_second": self.baseline.tokens_per_second,
             "speedup": self.speedup,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
-            "tokens_per_target_pass": self.speculative.tokens / self.speculative.passes if self.speculative.passes else 0.0,
+            "acceptance_rate": self.speculative.acceptance_rate,
+            "mean_accepted_length": self.speculative.mean_accepted_length,
+            "tokens_per_target_pass": self.speculative.tokens_per_pass,
+            "per_position_acceptance": self.speculative.per_position_acceptance,
             "identical_prompts": self.identical_prompts,
         }
 
@@ -103,8 +74,8 @@ def run_bench(
             for _ in generation:
                 pass
             runs[speculative] = generation
-        result.speculative.add(runs[True])
-        result.baseline.add(runs[False])
+        result.speculative.add(runs[True].stats)
+        result.baseline.add(runs[False].stats)
         result.identical_prompts += runs[True].tokens == runs[False].tokens
         if on_prompt is not None:
             on_prompt(index, runs[True], runs[False])

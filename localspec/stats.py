@@ -37,6 +37,17 @@ class SpecStats:
             if position < n_accepted:
                 self.accepted_at[position] += 1
 
+    def add(self, other: "SpecStats") -> None:
+        """Accumulate another generation's counters and times into these (for totals over runs)."""
+        for name in ("prompt_tokens", "tokens_generated", "target_passes", "draft_tokens_proposed",
+                     "draft_tokens_accepted", "prompt_seconds", "generation_seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.accepted_length_counts, other.accepted_length_counts),
+                             (self.proposed_at, other.proposed_at), (self.accepted_at, other.accepted_at)):
+            _grow(mine, len(theirs))
+            for i, value in enumerate(theirs):
+                mine[i] += value
+
     @property
     def acceptance_rate(self) -> float | None:
         if not self.draft_tokens_proposed:

@@ -65,8 +65,8 @@ def main() -> int:
             print(
                 f"T={temperature:<4} speculative {result.speculative.tokens_per_second:6.1f} tok/s"
                 f" | target-only {result.baseline.tokens_per_second:6.1f} tok/s"
-                f" | speedup {result.speedup:.2f}x | acceptance {result.acceptance_rate:.1%}"
-                f" | mean accepted {result.mean_accepted_length:.2f}/pass"
+                f" | speedup {result.speedup:.2f}x | acceptance {result.speculative.acceptance_rate or 0:.1%}"
+                f" | mean accepted {result.speculative.mean_accepted_length or 0:.2f}/pass"
                 f" | identical {result.identical_prompts}/{result.n_prompts}",
                 file=sys.stderr if args.json else sys.stdout,
             )

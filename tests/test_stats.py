@@ -1,0 +1,37 @@
+"""SpecStats: the counters behind --stats, --json and the benchmark."""
+
+from __future__ import annotations
+
+from localspec.stats import SpecStats
+
+
+def test_passes_are_counted_by_position_and_length() -> None:
+    stats = SpecStats()
+    stats.record_pass(4, 4)
+    stats.record_pass(4, 1)
+    stats.record_pass(2, 0)
+    assert stats.target_passes == 3
+    assert stats.acceptance_rate == 5 / 10
+    assert stats.mean_accepted_length == 5 / 3
+    assert stats.accepted_length_counts == [1, 1, 0, 0, 1]
+    assert stats.per_position_acceptance == [2 / 3, 1 / 3, 1 / 2, 1 / 2]
+
+
+def test_totals_add_up_across_generations() -> None:
+    first, second = SpecStats(tokens_generated=10, generation_seconds=1.0), SpecStats(tokens_generated=30, generation_seconds=1.0)
+    first.record_pass(2, 2)
+    second.record_pass(5, 3)
+    total = SpecStats()
+    total.add(first)
+    total.add(second)
+    assert total.tokens_per_second == 20.0
+    assert (total.draft_tokens_proposed, total.draft_tokens_accepted, total.target_passes) == (7, 5, 2)
+    assert total.accepted_length_counts == [0, 0, 1, 1]
+    assert total.per_position_acceptance == [1.0, 1.0, 1.0, 0.0, 0.0]
+
+
+def test_no_drafting_reports_no_acceptance() -> None:
+    stats = SpecStats(tokens_generated=3, generation_seconds=0.5)
+    stats.target_passes = 3
+    assert stats.acceptance_rate is None and "no drafting" in stats.summary()
+    assert stats.to_dict()["tokens_per_second"] == 6.0
