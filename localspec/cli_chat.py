@@ -14,6 +14,7 @@ import click
 
 from .cli import generation_options, open_session, run_flags
 from .cli_common import write_stdout
+from .errors import LocalspecError
 from .generate import Chunk, Generation
 from .resolve import plan_run
 
@@ -61,13 +62,26 @@ def chat(profile: str | None, no_speculative: bool, stats: bool, verbose: bool, 
                 click.echo(f"unknown command {text.split()[0]}; {HELP_TEXT}", err=True)
                 continue
             messages.append({"role": "user", "content": text})
-            tokens = session.chat_prompt_tokens(messages, plan.template)
             turn_settings = replace(settings, seed=settings.seed + len(messages))
-            last = session.generation(tokens, turn_settings, speculative=not no_speculative)
-            for chunk in last:
-                write_stdout(_render(chunk, highlight))
+            reply = None
+            try:
+                tokens = session.chat_prompt_tokens(messages, plan.template)
+                reply = session.generation(tokens, turn_settings, speculative=not no_speculative)
+                for chunk in reply:
+                    write_stdout(_render(chunk, highlight))
+            except LocalspecError as exc:  # e.g. the conversation outgrew the context
+                messages.pop()
+                click.echo(f"error: {exc} (/reset starts a new conversation)", err=True)
+                continue
+            except KeyboardInterrupt:  # Ctrl-C stops the reply, not the chat
+                session.reset_caches()
+                click.echo("\n(reply interrupted)", err=True)
+                if reply is None:
+                    messages.pop()
+                    continue
             write_stdout("\n")
-            messages.append({"role": "assistant", "content": last.text})
+            messages.append({"role": "assistant", "content": reply.text})
+            last = reply
             if stats:
                 click.echo(f"[{last.stop_reason}] {last.stats.summary()}", err=True)
 

@@ -142,6 +142,8 @@ class Generation:
                 yield Chunk([], tail, 0)
         finally:
             self.stats.generation_seconds = time.perf_counter() - started
+            if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
+                self.stop_reason = "interrupted"
 
     def _draft(self, context: list[int], limit: int, rng: np.random.Generator) -> Draft:
         speculative = self.settings.speculative

@@ -170,12 +170,16 @@ class Model:
             return
         if not llama_cpp.llama_memory_seq_rm(self._memory, SEQ_ID, n, -1):
             # Recurrent caches cannot drop a suffix: start over from an empty cache.
-            llama_cpp.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
             kept = self._tokens[:n]
-            self._tokens = []
+            self.clear()
             self.sync(kept)
             return
         del self._tokens[n:]
+
+    def clear(self) -> None:
+        """Empty the cache whatever its bookkeeping says (after an interrupted decode)."""
+        llama_cpp.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
+        self._tokens = []
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Make the cache hold exactly `tokens`, reusing the longest common prefix."""

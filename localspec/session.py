@@ -83,6 +83,12 @@ class Session:
         tokens = self.target.tokenize(text, add_special=False, parse_special=True)
         return [self.target.bos_token, *tokens] if add_bos else tokens
 
+    def reset_caches(self) -> None:
+        """Forget all cached tokens (after an interrupted reply the bookkeeping cannot be trusted)."""
+        self.target.clear()
+        if self.draft is not None:
+            self.draft.clear()
+
     def close(self) -> None:
         self.target.close()
         if self.draft is not None:

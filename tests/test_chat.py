@@ -53,3 +53,11 @@ def test_commands_and_highlighting(pair: list[str]) -> None:
     assert "\x1b[36m" in result.stdout.decode()  # drafted-and-kept text is coloured
     plain = chat("Hello\n", *pair, "--no-highlight")
     assert "\x1b[" not in plain.stdout.decode()
+
+
+def test_a_turn_too_long_for_the_context_is_refused_and_the_chat_goes_on(pair: list[str]) -> None:
+    long_turn = "word " * 400
+    result = chat(f"{long_turn}\nHello\n", *pair, "--n-ctx", "256")
+    assert result.returncode == 0
+    assert "prompt is" in result.stderr.decode() and "/reset" in result.stderr.decode()
+    assert result.stdout.decode().strip()  # the second turn was answered
