@@ -13,7 +13,7 @@ from collections import deque
 
 import llama_cpp
 
-_GGML_LOG_LEVEL_ERROR = 3
+_GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _GGML_LOG_LEVEL_CONT = 5
 
 _state = {"initialised": False, "verbose": False, "last_level": 0}
@@ -42,8 +42,17 @@ def init_backend(verbose: bool = False) -> None:
     _state["initialised"] = True
 
 
-def last_error() -> str:
-    """The most recent error llama.cpp logged, or an empty string; clears the record."""
-    message = _recent_errors[-1] if _recent_errors else ""
+def clear_errors() -> None:
+    """Forget earlier errors, so that `last_error` speaks of the next call only."""
     _recent_errors.clear()
-    return message
+
+
+def last_error() -> str:
+    """The first error llama.cpp logged since `clear_errors`, or ""; clears the record.
+
+    llama.cpp logs the cause first (e.g. "unknown model architecture") and
+    generic lines ("failed to load model") after it, so the first says most.
+    """
+    first = _recent_errors[0] if _recent_errors else ""
+    _recent_errors.clear()
+    return first.split(": ", 1)[-1]

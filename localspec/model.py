@@ -20,7 +20,7 @@ import llama_cpp
 import numpy as np
 
 from .errors import LocalspecError
-from .llama_backend import init_backend, last_error
+from .llama_backend import clear_errors, init_backend, last_error
 
 SEQ_ID = 0
 
@@ -66,6 +66,7 @@ class Model:
         model_params = llama_cpp.llama_model_default_params()
         if settings.n_gpu_layers is not None:
             model_params.n_gpu_layers = settings.n_gpu_layers
+        clear_errors()
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
@@ -230,6 +231,7 @@ class Model:
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = SEQ_ID
             batch.logits[i] = i in wanted
+        clear_errors()
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")

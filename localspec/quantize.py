@@ -18,7 +18,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from .atomic import atomic_path
 from .errors import InputError, LocalspecError
 from .gguf_file import read_gguf_header
-from .llama_backend import init_backend, last_error
+from .llama_backend import clear_errors, init_backend, last_error
 from .model import default_threads
 
 
@@ -67,6 +67,7 @@ def quantize(
         raise InputError(f"unknown type {type_name!r}; choose one of: {', '.join(OUTPUT_TYPES)}")
     expected = estimated_size(source, type_name)
     init_backend()
+    clear_errors()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = OUTPUT_TYPES[type_name].ftype
     params.allow_requantize = True

@@ -149,6 +149,18 @@ def test_incompatible_draft_is_refused_before_loading(tiny_pair: tuple[Path, Pat
     assert "'gpt2'" in line and "'llama'" in line
 
 
+def test_a_gguf_llama_cpp_cannot_load_gives_its_reason(tmp_path: Path) -> None:
+    from gguf import GGUFWriter
+
+    path = tmp_path / "odd.gguf"
+    writer = GGUFWriter(str(path), "notamodel")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert_clean_error(localspec("run", "--target", str(path), "hi"), 1, "could not load", "unknown model architecture")
+
+
 def test_prompt_longer_than_the_context(pair_args: list[str]) -> None:
     result = localspec("run", *pair_args, "--n-ctx", "256", "--raw", "word " * 400)
     assert_clean_error(result, 1, "prompt is", "context holds")

@@ -1,0 +1,46 @@
+"""Chat templates come from untrusted files: rendered in Jinja's sandbox, failures are one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.chat_template import render_chat
+from localspec.errors import LocalspecError
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+
+
+def test_a_chatml_template_renders_with_the_generation_prompt() -> None:
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    text = render_chat(template, MESSAGES)
+    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_bos_token_and_tojson_are_available() -> None:
+    assert render_chat("{{ bos_token }}{{ messages | tojson }}", MESSAGES[1:], bos_token="<s>") == '<s>[{"role": "user", "content": "Hi"}]'
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ messages.__class__.__init__.__globals__ }}",
+        "{% set x = messages.append({'role': 'user', 'content': 'injected'}) %}{{ messages }}",
+    ],
+)
+def test_escapes_from_the_sandbox_are_refused(template: str) -> None:
+    with pytest.raises(LocalspecError, match="chat template failed to render"):
+        render_chat(template, [dict(m) for m in MESSAGES])
+
+
+def test_raise_exception_in_a_template_is_a_clean_error() -> None:
+    with pytest.raises(LocalspecError, match="only user and assistant roles"):
+        render_chat("{{ raise_exception('only user and assistant roles') }}", MESSAGES)
+
+
+def test_a_broken_template_is_a_clean_error() -> None:
+    with pytest.raises(LocalspecError, match="chat template failed to render"):
+        render_chat("{% for m in messages %}", MESSAGES)
