@@ -15,7 +15,7 @@ import click
 
 from . import __version__
 from .cli_common import LocalspecGroup, read_prompt, status_line, stderr_console, write_stdout
-from .resolve import RunPlan, plan_run, resolve_models
+from .resolve import DEFAULTS, RunPlan, plan_run, resolve_models
 from .session import ModelSpec, Session
 
 
@@ -52,18 +52,18 @@ GENERATION_OPTIONS = [
     click.option("--profile", "-p", envvar="LOCALSPEC_PROFILE", help="Profile to run (default: the configured one, else demo)."),
     click.option("--target", type=click.Path(), help="Target model GGUF file (overrides the profile's)."),
     click.option("--draft", type=click.Path(), help="Draft model GGUF file, same vocabulary as the target."),
-    click.option("--max-tokens", type=click.IntRange(min=0), help="Most tokens to generate [512]."),
-    click.option("--temperature", type=click.FloatRange(min=0), help="0 = greedy [0.8]."),
-    click.option("--top-k", type=click.IntRange(min=0), help="0 = off [0]."),
-    click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help="1 = off [1]."),
-    click.option("--min-p", type=click.FloatRange(0, 1), help="0 = off [0.05]."),
+    click.option("--max-tokens", type=click.IntRange(min=0), help=f"Most tokens to generate [{DEFAULTS['sampling.max_tokens']}]."),
+    click.option("--temperature", type=click.FloatRange(min=0), help=f"0 = greedy [{DEFAULTS['sampling.temperature']}]."),
+    click.option("--top-k", type=click.IntRange(min=0), help=f"0 = off [{DEFAULTS['sampling.top_k']}]."),
+    click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), help=f"1 = off [{DEFAULTS['sampling.top_p']}]."),
+    click.option("--min-p", type=click.FloatRange(0, 1), help=f"0 = off [{DEFAULTS['sampling.min_p']}]."),
     click.option("--seed", type=click.IntRange(min=0), help="Random seed: same seed and settings, same output."),
     click.option("--stop", multiple=True, help="Stop when this text appears (repeatable)."),
-    click.option("--draft-max", type=click.IntRange(1, 256), help="Most draft tokens per target pass [8]."),
-    click.option("--p-min", type=click.FloatRange(0, 1), help="Stop drafting below this draft confidence [0]."),
+    click.option("--draft-max", type=click.IntRange(1, 256), help=f"Most draft tokens per target pass [{DEFAULTS['speculative.draft_max']}]."),
+    click.option("--p-min", type=click.FloatRange(0, 1), help=f"Stop drafting below this draft confidence [{DEFAULTS['speculative.p_min']}]."),
     click.option("--no-speculative", is_flag=True, help="Target only: the baseline, one target pass per token."),
     click.option("--system", help="System prompt."),
-    click.option("--n-ctx", type=click.IntRange(min=16), help="Context size in tokens [4096]."),
+    click.option("--n-ctx", type=click.IntRange(min=16), help=f"Context size in tokens [{DEFAULTS['target.n_ctx']}]."),
     click.option("--n-gpu-layers", type=int, help="Layers to offload to the GPU (default: llama.cpp's)."),
     click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: all cores)."),
     click.option("--stats", is_flag=True, help="Print a one-line summary on stderr after each reply."),
