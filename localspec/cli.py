@@ -143,11 +143,13 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
 
 
 def _register_subcommands() -> None:
+    from .cli_bench import bench
     from .cli_chat import chat
     from .cli_models import draft_group, models_group, pull
     from .cli_profiles import profile_group
 
     main.add_command(chat)
+    main.add_command(bench)
     main.add_command(profile_group)
     main.add_command(models_group)
     main.add_command(draft_group)

@@ -175,3 +175,22 @@ def test_no_prompt_at_all_is_a_usage_error() -> None:
 
 def test_draft_without_target_is_a_usage_error(smollm_q4_1: Path) -> None:
     assert_clean_error(localspec("run", "--draft", str(smollm_q4_1), "hi"), 2, "--draft needs --target")
+
+
+def test_bench_compares_both_sides_on_the_same_prompts(pair_args: list[str]) -> None:
+    paths = pair_args[:4]  # --target T --draft D
+    result = localspec("bench", *paths, "--prompts", "2", "--max-tokens", "16", "--temperatures", "0,1", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    greedy, sampled = report["results"]
+    assert greedy["identical_prompts"] == 2 and greedy["prompts"] == 2  # temperature 0: same tokens both ways
+    for entry in (greedy, sampled):
+        assert entry["speculative_tokens_per_second"] > 0 and entry["baseline_tokens_per_second"] > 0
+        assert entry["speedup"] == pytest.approx(entry["speculative_tokens_per_second"] / entry["baseline_tokens_per_second"])
+        assert 0 < entry["acceptance_rate"] <= 1
+    assert b"prompt 2:" in result.stderr
+
+
+def test_bench_needs_a_draft(smollm_f32: Path) -> None:
+    result = localspec("bench", "--target", str(smollm_f32), "--prompts", "1")
+    assert result.returncode == 2 and b"no draft model" in result.stderr
