@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,19 @@ from .paths import models_dir
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CHUNK_SIZE = 1 << 20
+
+
+class _DropAuthOnHostChange(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, but never send the hub token to another host (e.g. a CDN with signed URLs)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+_opener = urllib.request.build_opener(_DropAuthOnHostChange)
 
 
 def hub_url(repo: str, filename: str, revision: str = "main") -> str:
@@ -52,7 +66,7 @@ def download(repo: str, filename: str, on_progress: Callable[[int, int | None], 
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        response = urllib.request.urlopen(request, timeout=60)
+        response = _opener.open(request, timeout=60)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and already:  # nothing left to fetch: the partial file is whole
             return _finish(partial, destination)

@@ -25,7 +25,9 @@ class FakeHub:
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
         self.cut_after: int | None = None  # bytes to send before dropping the connection
+        self.redirect_to: str | None = None  # answer every GET with a redirect to this base URL
         self.range_headers: list[str | None] = []
+        self.auth_headers: list[str | None] = []
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +36,13 @@ class FakeHub:
 
             def do_GET(self) -> None:
                 hub.range_headers.append(self.headers.get("Range"))
+                hub.auth_headers.append(self.headers.get("Authorization"))
+                if hub.redirect_to is not None:
+                    self.send_response(302)
+                    self.send_header("Location", hub.redirect_to + self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 data = hub.files.get(self.path)
                 if data is None:
                     self.send_error(404, "Entry not found")
@@ -115,6 +124,21 @@ def test_interrupted_pull_resumes_with_a_range_request(hub: FakeHub, tiny_pair: 
     assert second.exit_code == 0, second.stderr
     assert "bytes=50000-" in hub.range_headers
     assert local.read_bytes() == tiny_pair[0].read_bytes() and not partial.exists()
+
+
+def test_the_token_goes_to_the_hub_but_not_to_a_redirect_host(hub: FakeHub, tiny_pair, monkeypatch) -> None:
+    cdn = FakeHub(dict(hub.files))
+    try:
+        hub.redirect_to = cdn.endpoint.replace("127.0.0.1", "localhost")  # another host name
+        monkeypatch.setenv("HF_TOKEN", "secret")
+        write_hub_profile()
+        result = cli("pull", "tinyhub")
+        assert result.exit_code == 0, result.stderr
+        assert hub.auth_headers and all(h == "Bearer secret" for h in hub.auth_headers)
+        assert cdn.auth_headers and all(h is None for h in cdn.auth_headers)
+        assert hub_local_path("org/tiny-GGUF", "tiny-draft.gguf").read_bytes() == tiny_pair[1].read_bytes()
+    finally:
+        cdn.close()
 
 
 def test_pull_of_a_missing_file_is_one_line(hub: FakeHub) -> None:
