@@ -97,10 +97,20 @@ def make_command(target: Path, type_name: str, out: Path | None, force: bool) ->
 
     For targets at F16, BF16 or Q8_0 with no small model of the same family.
     """
-    info = describe(target)
-    out = out or target.with_name(f"{target.stem}.draft-{type_name}.gguf")
+    out = out or default_draft_path(target, type_name)
     if out.exists() and not force:
         raise InputError(f"{out} exists; pass --force to overwrite")
+    make_draft_file(target, type_name, out)
+
+
+def default_draft_path(target: Path, type_name: str) -> Path:
+    return target.with_name(f"{target.stem}.draft-{type_name}.gguf")
+
+
+def make_draft_file(target: Path, type_name: str, out: Path | None = None) -> Path:
+    """Quantize `target` to `type_name` with a progress bar; report the size against the target's."""
+    info = describe(target)
+    out = out or default_draft_path(target, type_name)
     with status_line(stderr_console.is_terminal) as status:
         status.start_progress(f"writing {type_name} draft of {target.name}")
         quantize(target, out, type_name, on_progress=status.advance)
@@ -108,6 +118,7 @@ def make_command(target: Path, type_name: str, out: Path | None, force: bool) ->
     click.echo(f"wrote {out} ({human_size(made.size_bytes)}, {made.size_bytes / info.size_bytes:.0%} of the target)", err=True)
     if made.size_bytes > 0.6 * info.size_bytes:
         click.echo("note: the draft is not much smaller than the target; expect little speed-up", err=True)
+    return out
 
 
 @click.command("pull")

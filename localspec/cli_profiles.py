@@ -13,6 +13,7 @@ from .atomic import write_text_atomic
 from .cli_common import stdout_console
 from .compat_cache import check_pair_cached
 from .config import default_profile_name, set_default_profile
+from .cli_models import make_draft_file
 from .discovery import describe, find_drafts
 from .errors import InputError, LocalspecError
 from .paths import user_profiles_dir
@@ -85,9 +86,12 @@ def show_command(name: str, as_json: bool) -> None:
 @click.option("--target", required=True, help="Target GGUF path.")
 @click.option("--draft", help="Draft GGUF path, or 'auto' to pick the best compatible smaller model.")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Any profile setting, e.g. sampling.temperature=0.7.")
+@click.option("--make-draft", is_flag=True, help="With --draft auto: when nothing fits, make a Q4_0 draft of the target without asking.")
 @click.option("--description", help="One line describing the profile.")
 @click.option("--force", is_flag=True, help="Overwrite an existing user profile.")
-def add_command(name: str, target: str, draft: str | None, assignments: tuple[str, ...], description: str | None, force: bool) -> None:
+def add_command(
+    name: str, target: str, draft: str | None, assignments: tuple[str, ...], make_draft: bool, description: str | None, force: bool
+) -> None:
     """Create user profile NAME for TARGET (and a draft)."""
     check_name(name)
     existing = user_profiles_dir() / f"{name}.toml"
@@ -98,7 +102,7 @@ def add_command(name: str, target: str, draft: str | None, assignments: tuple[st
     if description:
         values["description"] = description
     if draft == "auto":
-        values["draft.path"] = str(_auto_draft(target_path))
+        values["draft.path"] = str(_auto_draft(target_path, make_draft))
     elif draft:
         values["draft.path"] = str(Path(draft).expanduser().resolve())
     for assignment in assignments:
@@ -112,17 +116,24 @@ def add_command(name: str, target: str, draft: str | None, assignments: tuple[st
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
 
 
-def _auto_draft(target: Path) -> Path:
-    """The smallest compatible model near the target (its folder and localspec's models folder)."""
+def _auto_draft(target: Path, make_without_asking: bool) -> Path:
+    """The smallest compatible model near the target (its folder and localspec's models folder).
+
+    When there is none, a Q4_0 copy of the target is proposed (made at once with
+    `make_without_asking`, else asked for on a terminal, else suggested).
+    """
     found = find_drafts(target)
-    if not found:
-        raise InputError(
-            f"no compatible smaller model found next to {target.name}: "
-            f"make one with `localspec draft make {target}` (a Q4_0 copy of the target), or pass --draft PATH"
-        )
-    choice, ratio = found[0]
-    click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
-    return choice.path
+    if found:
+        choice, ratio = found[0]
+        click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
+        return choice.path
+    question = f"no compatible smaller model found next to {target.name}; make a Q4_0 draft of it now?"
+    if make_without_asking or (sys.stdin.isatty() and click.confirm(question, err=True)):
+        return make_draft_file(target, "q4_0")
+    raise InputError(
+        f"no compatible smaller model found next to {target.name}: "
+        f"make one with `localspec draft make {target}` (a Q4_0 copy of the target), or pass --draft PATH"
+    )
 
 
 @profile_group.command("set")

@@ -169,6 +169,17 @@ def test_draft_make_then_auto_picks_it(tmp_path: Path, tiny_pair: tuple[Path, Pa
     assert cli("profile", "check", "auto1").exit_code == 0
 
 
+def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    target = tmp_path / "target.gguf"
+    target.write_bytes(tiny_pair[0].read_bytes())
+    added = cli("profile", "add", "made", "--target", str(target), "--draft", "auto", "--make-draft")
+    assert added.exit_code == 0, added.stderr
+    draft = tmp_path / "target.draft-q4_0.gguf"
+    assert draft.is_file() and "wrote" in added.stderr
+    assert json.loads(cli("profile", "show", "made", "--json").output)["draft.path"]["value"] == str(draft.resolve())
+    assert cli("profile", "check", "made").exit_code == 0
+
+
 def test_models_scan_groups_and_drafts_lists_smallest_first(tmp_path: Path, smollm_q4_1: Path, smollm_f32: Path, tiny_pair) -> None:
     folder = tmp_path / "models"
     (folder / "sub").mkdir(parents=True)
