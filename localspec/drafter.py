@@ -59,7 +59,7 @@ class ModelDrafter:
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         if max_tokens <= 0:
-            return Draft(tokens, None if self.sampling.greedy else np.empty((0, self.model.n_vocab)))
+            return self._draft(tokens, rows)
         logits = self.model.next_logits(context)
         while True:
             if self.p_min > 0 and softmax(logits).max() < self.p_min:
@@ -74,10 +74,13 @@ class ModelDrafter:
             if len(tokens) == max_tokens:
                 break
             logits = self.model.eval([token], logits="last")[0]
+        return self._draft(tokens, rows)
+
+    def _draft(self, tokens: list[int], rows: list[np.ndarray]) -> Draft:
+        """Greedy drafts are deterministic (no q_draft); sampled ones carry one q row per token."""
         if self.sampling.greedy:
             return Draft(tokens, None)
-        q_draft = np.stack(rows) if rows else np.empty((0, self.model.n_vocab))
-        return Draft(tokens, q_draft)
+        return Draft(tokens, np.stack(rows) if rows else np.empty((0, self.model.n_vocab)))
 
     def observe(self, n_proposed: int, n_accepted: int) -> None:
         """A fixed-length drafter learns nothing from feedback."""
