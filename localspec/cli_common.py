@@ -106,8 +106,6 @@ class StatusLine:
             self._status = None
 
 
-
-
 def human_size(n_bytes: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n_bytes < 1024 or unit == "GB":

@@ -37,26 +37,38 @@ def _store(entries: dict) -> None:
         pass  # a cache that cannot be written only costs time
 
 
+def _file_key(path: Path) -> str:
+    return f"file:{_fingerprint(path)}"
+
+
 def check_file(path: Path) -> None:
     """Raise InputError unless `path` is a complete GGUF file (remembered once seen whole)."""
+    if not path.is_file():
+        read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
-    key = f"file:{_fingerprint(path) if path.is_file() else path}"
-    if entries.get(key):
+    if entries.get(_file_key(path)):
         return
     read_gguf_header(path)
-    entries[key] = True
+    entries[_file_key(path)] = True
     _store(entries)
 
 
 def check_pair_cached(target: Path, draft: Path) -> CompatReport:
-    """`check_compatible` on the two files' vocabularies, remembered per file version."""
-    check_file(target)
-    check_file(draft)
+    """`check_compatible` on the two files' vocabularies, remembered per file version.
+
+    On a miss each header is read once, which both validates the file and gives
+    its vocabulary; a remembered verdict implies both files were whole.
+    """
+    for path in (target, draft):
+        if not path.is_file():
+            read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
     key = f"pair:{_fingerprint(target)}::{_fingerprint(draft)}"
     if key in entries:
         return CompatReport(tuple(Check(*item) for item in entries[key]))
-    report = check_compatible(VocabInfo.from_header(read_gguf_header(target)), VocabInfo.from_header(read_gguf_header(draft)))
+    target_header, draft_header = read_gguf_header(target), read_gguf_header(draft)
+    report = check_compatible(VocabInfo.from_header(target_header), VocabInfo.from_header(draft_header))
     entries[key] = [[c.name, c.passed, c.detail] for c in report.checks]
+    entries[_file_key(target)] = entries[_file_key(draft)] = True
     _store(entries)
     return report

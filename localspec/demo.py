@@ -12,8 +12,8 @@ import importlib.util
 from pathlib import Path
 from typing import Callable
 
+from .compat_cache import check_file
 from .errors import InputError
-from .gguf_file import read_gguf_header
 from .paths import cache_dir
 from .quantize import quantize
 
@@ -42,7 +42,7 @@ def demo_target_path(
     target = cache_dir() / DEMO_TARGET_FILE
     if target.is_file():
         try:
-            read_gguf_header(target)
+            check_file(target)  # remembered per size and mtime: no header read on later starts
             return target
         except InputError:
             pass  # damaged by something outside localspec: derive it again
