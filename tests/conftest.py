@@ -1,4 +1,9 @@
-"""Shared fixtures: tiny generated models, the real SmolLM2 pair, an isolated user folder."""
+"""Shared fixtures: tiny generated models, the real SmolLM2 pair, an isolated user folder.
+
+Tests that load real weights must be marked `slow`, so that `-m "not slow"` is
+a fast suite; collection fails for a test that asks for a real-weight fixture
+without the mark.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +16,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_models import write_pair  # noqa: E402
 
-from localspec.demo import demo_draft_path  # noqa: E402
-from localspec.quantize import quantize  # noqa: E402
+from localspec.models.demo import demo_draft_path  # noqa: E402
+from localspec.models.quantize import quantize  # noqa: E402
+
+REAL_WEIGHT_FIXTURES = {"smollm_q4_1", "smollm_f32", "gemma"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        real = REAL_WEIGHT_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if real and item.get_closest_marker("slow") is None:
+            raise pytest.UsageError(f"{item.nodeid} uses real weights ({', '.join(sorted(real))}): mark it slow")
 
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Never touch the real user's files: a fresh LOCALSPEC_HOME per test, a session-wide cache."""
+    """Never touch the real user's files: a fresh LOCALSPEC_HOME and hub cache per test, a session-wide cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "user-cache"))
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path_factory.mktemp("localspec-home")))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-hub-cache")))
     monkeypatch.delenv("LOCALSPEC_PROFILE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.chat_template import render_chat
+from localspec.runtime.chat_template import render_chat
 from localspec.errors import LocalspecError
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

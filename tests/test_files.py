@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 from tiny_models import random_weights, write_model
 
-from localspec.compat import VocabInfo, check_compatible
+from localspec.models.compat import VocabInfo, check_compatible
 from localspec.errors import InputError
-from localspec.gguf_file import read_gguf_header
-from localspec.quantize import quantize
+from localspec.models.gguf import read_gguf_header
+from localspec.models.quantize import quantize
 
 
+@pytest.mark.slow
 def test_header_of_the_demo_model(smollm_q4_1: Path) -> None:
     header = read_gguf_header(smollm_q4_1)
     assert header.architecture == "llama"
@@ -21,6 +22,7 @@ def test_header_of_the_demo_model(smollm_q4_1: Path) -> None:
     assert 130e6 < header.n_parameters < 140e6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep_bytes", [3, 100, 1_000_000, 50_000_000])
 def test_every_truncation_is_reported(tmp_path: Path, smollm_q4_1: Path, keep_bytes: int) -> None:
     truncated = tmp_path / "cut.gguf"
@@ -30,11 +32,13 @@ def test_every_truncation_is_reported(tmp_path: Path, smollm_q4_1: Path, keep_by
         read_gguf_header(truncated)
 
 
+@pytest.mark.slow
 def test_same_model_at_two_precisions_is_compatible(smollm_q4_1: Path, smollm_f32: Path) -> None:
     report = check_compatible(VocabInfo.from_header(read_gguf_header(smollm_f32)), VocabInfo.from_header(read_gguf_header(smollm_q4_1)))
     assert report.compatible and len(report.checks) == 5
 
 
+@pytest.mark.slow
 def test_different_tokenizer_fails_the_tokenizer_check(smollm_q4_1: Path, tiny_pair: tuple[Path, Path]) -> None:
     report = check_compatible(VocabInfo.from_header(read_gguf_header(smollm_q4_1)), VocabInfo.from_header(read_gguf_header(tiny_pair[0])))
     assert report.first_failure is not None and report.first_failure.name == "tokenizer model"
@@ -48,6 +52,7 @@ def test_one_changed_token_text_is_found(tmp_path: Path, tiny_pair: tuple[Path, 
     assert failure is not None and failure.name == "token texts" and "token 100 differs" in failure.detail
 
 
+@pytest.mark.slow
 def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, smollm_q4_1: Path) -> None:
     seen: list[tuple[int, int]] = []
     out = quantize(smollm_q4_1, tmp_path / "q8.gguf", "q8_0", on_progress=lambda done, total: seen.append((done, total)))
@@ -56,6 +61,7 @@ def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, sm
     assert [p.name for p in tmp_path.iterdir()] == ["q8.gguf"]
 
 
+@pytest.mark.slow
 def test_failed_quantize_leaves_nothing_behind(tmp_path: Path, smollm_q4_1: Path) -> None:
     existing = tmp_path / "out.gguf"
     existing.write_bytes(b"user data")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -11,59 +13,90 @@ import pytest
 from click.testing import CliRunner
 
 from localspec.cli import main
-from localspec.hub import hub_local_path
-from localspec.paths import user_profiles_dir
+from localspec.models.hub import hub_local_path
+from localspec.config.paths import models_dir, user_profiles_dir
 
 
 def cli(*args: str, env: dict | None = None):
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
 class FakeHub:
-    """Serves files at /<repo>/resolve/main/<file> with Range support; can cut a response short."""
+    """A Hugging Face hub endpoint on loopback: answers what huggingface_hub asks for.
+
+    HEAD /<repo>/resolve/<rev>/<file> gives the file's metadata (X-Repo-Commit, ETag,
+    Content-Length); GET serves it, honouring Range. It can redirect file requests to
+    another base URL (as the hub does to its CDN) and cut responses short.
+    """
 
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
-        self.cut_after: int | None = None  # bytes to send before dropping the connection
-        self.redirect_to: str | None = None  # answer every GET with a redirect to this base URL
+        self.cut_after: int | None = None  # bytes of the next GET body to send before dropping the connection
+        self.redirect_to: str | None = None  # answer file requests with a redirect to this base URL
         self.range_headers: list[str | None] = []
         self.auth_headers: list[str | None] = []
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args) -> None:
                 pass
 
+            def do_HEAD(self) -> None:
+                self._answer(body=False)
+
             def do_GET(self) -> None:
-                hub.range_headers.append(self.headers.get("Range"))
+                self._answer(body=True)
+
+            def _answer(self, body: bool) -> None:
                 hub.auth_headers.append(self.headers.get("Authorization"))
-                if hub.redirect_to is not None:
-                    self.send_response(302)
-                    self.send_header("Location", hub.redirect_to + self.path)
+                path = self.path.replace(f"/resolve/{COMMIT}/", "/resolve/main/")
+                data = hub.files.get(path)
+                if data is None:
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("X-Error-Message", "Entry not found")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                data = hub.files.get(self.path)
-                if data is None:
-                    self.send_error(404, "Entry not found")
+                etag = f'"{hashlib.sha256(data).hexdigest()}"'
+                if hub.redirect_to is not None:
+                    self.send_response(302)
+                    self.send_header("Location", hub.redirect_to + self.path)
+                    self.send_header("X-Repo-Commit", COMMIT)
+                    self.send_header("X-Linked-Etag", etag)
+                    self.send_header("X-Linked-Size", str(len(data)))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 start = 0
-                if self.headers.get("Range"):
+                if body:
+                    hub.range_headers.append(self.headers.get("Range"))
+                if body and self.headers.get("Range"):
                     start = int(self.headers["Range"].split("=")[1].split("-")[0])
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 else:
                     self.send_response(200)
-                body = data[start:]
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", str(len(data) - start))
                 self.end_headers()
-                if hub.cut_after is not None:
-                    self.wfile.write(body[: hub.cut_after])
-                    hub.cut_after = None
+                if not body:
+                    return
+                payload = data[start:]
+                if hub.cut_after is not None and len(payload) > hub.cut_after:
+                    cut, hub.cut_after = hub.cut_after, None
+                    self.wfile.write(payload[:cut])
                     self.wfile.flush()
+                    self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                self.wfile.write(body)
+                self.wfile.write(payload)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -101,10 +134,13 @@ def write_hub_profile() -> None:
 
 def test_pull_downloads_then_the_profile_runs(hub: FakeHub, tiny_pair: tuple[Path, Path]) -> None:
     write_hub_profile()
+    missing = cli("run", "-p", "tinyhub", "--raw", "the cat")
+    assert missing.exit_code == 2 and "localspec pull tinyhub" in missing.stderr
     result = cli("pull", "tinyhub")
     assert result.exit_code == 0, result.stderr
     local = hub_local_path("org/tiny-GGUF", "tiny-target.gguf")
-    assert local.read_bytes() == tiny_pair[0].read_bytes()
+    assert local is not None and local.read_bytes() == tiny_pair[0].read_bytes()
+    assert str(local).startswith(os.environ["HF_HUB_CACHE"])  # the shared Hugging Face cache
     assert cli("profile", "check", "tinyhub").exit_code == 0
     report = json.loads(cli("run", "-p", "tinyhub", "--raw", "--json", "--max-tokens", "4", "the cat").output)
     assert len(report["tokens"]) == 4 and report["model"]["target"] == str(local)
@@ -112,29 +148,36 @@ def test_pull_downloads_then_the_profile_runs(hub: FakeHub, tiny_pair: tuple[Pat
     assert again.exit_code == 0 and "have org/tiny-GGUF/tiny-target.gguf" in again.stderr
 
 
-def test_interrupted_pull_resumes_with_a_range_request(hub: FakeHub, tiny_pair: tuple[Path, Path]) -> None:
+def test_a_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, tiny_pair: tuple[Path, Path]) -> None:
+    # A 24 MB file (the tiny model and padding past its tensors), cut after 12 MB: the
+    # downloader keeps what it wrote (it writes in 10 MB blocks) and asks for the rest.
+    big = tiny_pair[0].read_bytes() + bytes(24_000_000)
+    hub.files["/org/tiny-GGUF/resolve/main/tiny-target.gguf"] = big
     write_hub_profile()
-    hub.cut_after = 50_000
-    first = cli("pull", "tinyhub")
-    assert first.exit_code == 1 and ("run again to resume" in first.stderr or "to resume" in first.stderr)
-    local = hub_local_path("org/tiny-GGUF", "tiny-target.gguf")
-    partial = local.with_name(local.name + ".partial")
-    assert not local.exists() and partial.stat().st_size == 50_000
-    second = cli("pull", "tinyhub")
-    assert second.exit_code == 0, second.stderr
-    assert "bytes=50000-" in hub.range_headers
-    assert local.read_bytes() == tiny_pair[0].read_bytes() and not partial.exists()
+    hub.cut_after = 12_000_000
+    result = cli("pull", "tinyhub")
+    assert result.exit_code == 0, result.stderr
+    resumed = [h for h in hub.range_headers if h and not h.startswith("bytes=0-")]
+    assert resumed and int(resumed[0].removeprefix("bytes=").rstrip("-")) >= 10_000_000
+    assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf").read_bytes() == big
+
+
+def test_files_pulled_by_earlier_versions_are_still_found(tiny_pair: tuple[Path, Path]) -> None:
+    legacy = models_dir() / "org" / "tiny-GGUF" / "tiny-target.gguf"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(tiny_pair[0].read_bytes())
+    assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf") == legacy
 
 
 def test_the_token_goes_to_the_hub_but_not_to_a_redirect_host(hub: FakeHub, tiny_pair, monkeypatch) -> None:
     cdn = FakeHub(dict(hub.files))
     try:
         hub.redirect_to = cdn.endpoint.replace("127.0.0.1", "localhost")  # another host name
-        monkeypatch.setenv("HF_TOKEN", "secret")
+        monkeypatch.setenv("HF_TOKEN", "hf_secret")
         write_hub_profile()
         result = cli("pull", "tinyhub")
         assert result.exit_code == 0, result.stderr
-        assert hub.auth_headers and all(h == "Bearer secret" for h in hub.auth_headers)
+        assert hub.auth_headers and all(h == "Bearer hf_secret" for h in hub.auth_headers)
         assert cdn.auth_headers and all(h is None for h in cdn.auth_headers)
         assert hub_local_path("org/tiny-GGUF", "tiny-draft.gguf").read_bytes() == tiny_pair[1].read_bytes()
     finally:
@@ -149,6 +192,15 @@ def test_pull_of_a_missing_file_is_one_line(hub: FakeHub) -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.exit_code == 1 and len(errors) == 1 and "HTTP 404" in errors[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # huggingface_hub retries a refused connection with back-off for about 20 s
+def test_pull_with_nothing_listening_is_one_line(monkeypatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused
+    write_hub_profile()
+    result = cli("pull", "tinyhub")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(errors) == 1 and errors[0].startswith("error: download of org/tiny-GGUF")
 
 
 def test_draft_make_then_auto_picks_it(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
@@ -180,6 +232,7 @@ def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tu
     assert cli("profile", "check", "made").exit_code == 0
 
 
+@pytest.mark.slow
 def test_models_scan_groups_and_drafts_lists_smallest_first(tmp_path: Path, smollm_q4_1: Path, smollm_f32: Path, tiny_pair) -> None:
     folder = tmp_path / "models"
     (folder / "sub").mkdir(parents=True)

@@ -13,51 +13,72 @@ import numpy as np
 import pytest
 from stats_helpers import chi_square_pvalue
 
-from localspec.drafter import ModelDrafter
-from localspec.generate import GenerationSettings, SpeculativeParams, generate_text
-from localspec.model import Model
-from localspec.sampling import SamplingParams, logits_to_probs
+from localspec.engine.drafting import ModelDrafter
+from localspec.engine.generation import generate_text
+from localspec.settings import GenerationSettings, SpeculativeParams
+from localspec.runtime.model import Model
+from localspec.engine.sampling import logits_to_probs
+from localspec.settings import SamplingParams
 
 PROMPT = [1, 260, 265, 270]
-N_SEEDS = 6000
+N_SEEDS = 4000
 ALPHA = 1e-3
 
 
-def exact_two_token_distribution(target: Model, sampling: SamplingParams) -> dict[tuple[int, int], float]:
-    first = logits_to_probs(target.next_logits(PROMPT), sampling)
+def exact_two_token_distribution(
+    target: Model, sampling: SamplingParams, prompt: list[int] = PROMPT
+) -> dict[tuple[int, int], float]:
+    first = logits_to_probs(target.next_logits(prompt), sampling)
     joint = {}
     for t1 in np.flatnonzero(first):
-        second = logits_to_probs(target.next_logits([*PROMPT, int(t1)]), sampling)
+        second = logits_to_probs(target.next_logits([*prompt, int(t1)]), sampling)
         for t2 in np.flatnonzero(second):
             joint[(int(t1), int(t2))] = float(first[t1] * second[t2])
     return joint
 
 
-@pytest.mark.parametrize(
-    "sampling",
-    [
-        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-        SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0),
-    ],
-    ids=["t1.0", "t0.7-topk8-topp0.9"],
-)
-def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Path, Path], sampling: SamplingParams) -> None:
+CASES = {
+    # name: (sampling, speculative settings, max_tokens)
+    "t1.0": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3), 3),
+    "t0.7-topk8-topp0.9": (SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0), SpeculativeParams(draft_max=3), 3),
+    # The shipped default: min-p 0.05 through its logit-threshold prefilter.
+    "default-sampling": (SamplingParams(), SpeculativeParams(draft_max=3), 3),
+    # draft_max 1 with two tokens: when the draft is kept, the second token is the bonus
+    # token from the last batched row, so it is inside the compared window.
+    "bonus-token": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=1), 2),
+    # p_min cuts drafts short where the draft is unsure (after this prompt, the second draft
+    # position falls below 0.3 about 30% of the time); draft_min drops drafts that the
+    # remaining room cuts below 2 tokens.
+    "p_min-draft_min": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, draft_min=2, p_min=0.3), 3),
+}
+CONFIDENT_PROMPT = [*PROMPT, 259]  # the draft's first next-token probability is 0.53 here
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Path, Path], case: str) -> None:
+    sampling, speculative, max_tokens = CASES[case]
+    prompt = CONFIDENT_PROMPT if speculative.p_min > 0 else PROMPT
     target_path, draft_path = tiny_pair
     with Model(target_path) as target, Model(draft_path) as draft:
-        exact = exact_two_token_distribution(target, sampling)
+        exact = exact_two_token_distribution(target, sampling, prompt)
         counts: Counter = Counter()
-        proposed = accepted = full_accepts = 0
+        proposed = accepted = full_accepts = plain_passes = 0
+        first_draft_length = min(speculative.draft_max, max_tokens - 1)
         for seed in range(N_SEEDS):
-            settings = GenerationSettings(sampling, SpeculativeParams(draft_max=3), max_tokens=3, seed=seed)
-            generation = generate_text(target, PROMPT, settings, ModelDrafter(draft, sampling))
+            settings = GenerationSettings(sampling, speculative, max_tokens=max_tokens, seed=seed)
+            generation = generate_text(target, prompt, settings, ModelDrafter(draft, sampling, speculative.p_min))
             counts[tuple(generation.tokens[:2])] += 1
-            proposed += generation.stats.draft_tokens_proposed
-            accepted += generation.stats.draft_tokens_accepted
-            by_length = generation.stats.accepted_length_counts  # [n]: passes that kept n drafts
-            full_accepts += by_length[2] if len(by_length) > 2 else 0
+            stats = generation.stats
+            proposed += stats.draft_tokens_proposed
+            accepted += stats.draft_tokens_accepted
+            by_length = stats.accepted_length_counts  # [n]: passes that kept n drafts
+            full_accepts += by_length[first_draft_length] if len(by_length) > first_draft_length else 0
+            plain_passes += stats.target_passes - sum(by_length)
     # The pair must exercise both sides of the rule, or the test proves little.
     assert 0.2 < accepted / proposed < 0.95
-    assert full_accepts > 100
+    assert full_accepts > 100  # all drafts kept: the bonus token was emitted
+    if speculative.p_min > 0:
+        assert plain_passes > 100  # p_min and draft_min really left passes undrafted
     assert chi_square_pvalue(counts, exact) > ALPHA
 
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from localspec.cli import main
 from localspec.errors import InputError
-from localspec.paths import config_file, user_profiles_dir
-from localspec.profile import SCHEMA, load_profile, save_profile, validate
+from localspec.config.paths import config_file, user_profiles_dir
+from localspec.config.profiles import load_profile, save_profile, validate
+from localspec.settings import SETTINGS
 
 
 def cli(*args: str, env: dict | None = None):
@@ -45,6 +46,7 @@ def pair(smollm_f32: Path, smollm_q4_1: Path) -> tuple[str, str]:
 # -- round trip --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     target, draft = pair
     added = cli("profile", "add", "mine", "--target", target, "--draft", draft, "--set", "sampling.temperature=0.3",
@@ -70,6 +72,7 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
 
 
+@pytest.mark.slow
 def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
     target, draft = pair
     assert cli("profile", "add", "p1", "--target", target, "--draft", draft).exit_code == 0
@@ -80,6 +83,7 @@ def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
     assert "draft.path" not in load_profile("p1").values
 
 
+@pytest.mark.slow
 def test_set_keeps_the_users_comments(pair: tuple[str, str]) -> None:
     path = write_user_profile("commented", f'# my favourite pair\n[target]\npath = "{pair[0]}"  # the big one\n\n[sampling]\ntemperature = 0.5\n')
     assert cli("profile", "set", "commented", "sampling.temperature=0.1").exit_code == 0
@@ -90,6 +94,7 @@ def test_set_keeps_the_users_comments(pair: tuple[str, str]) -> None:
 # -- precedence ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_flag_beats_profile_beats_default(pair: tuple[str, str]) -> None:
     target, draft = pair
     write_user_profile("prec", f'[target]\npath = "{target}"\n[draft]\npath = "{draft}"\n[sampling]\ntemperature = 0\nmax_tokens = 5\nseed = 7\n')
@@ -102,6 +107,7 @@ def test_flag_beats_profile_beats_default(pair: tuple[str, str]) -> None:
     assert from_flags["settings"]["sampling"]["temperature"] == 0
 
 
+@pytest.mark.slow
 def test_paths_expand_home_and_environment_variables(pair: tuple[str, str], monkeypatch) -> None:
     target = Path(pair[0])
     monkeypatch.setenv("MODELS_DIR", str(target.parent))
@@ -110,6 +116,7 @@ def test_paths_expand_home_and_environment_variables(pair: tuple[str, str], monk
     assert report["model"]["target"] == str(target)
 
 
+@pytest.mark.slow
 def test_environment_and_configured_default_choose_the_profile(pair: tuple[str, str]) -> None:
     target, _ = pair
     write_user_profile("solo", f'[target]\npath = "{target}"\n[sampling]\nmax_tokens = 2\ntemperature = 0\n')
@@ -122,6 +129,7 @@ def test_environment_and_configured_default_choose_the_profile(pair: tuple[str, 
     assert listed["solo"] and not listed["demo"]
 
 
+@pytest.mark.slow
 def test_user_profile_overrides_shipped_one(pair: tuple[str, str]) -> None:
     assert {r["name"]: r["source"] for r in json.loads(cli("profile", "list", "--json").output)}["demo"] == "shipped"
     assert cli("profile", "set", "demo", "sampling.temperature=0").exit_code == 0
@@ -149,7 +157,7 @@ def test_shipped_profiles_parse_and_reference_the_hub() -> None:
 
 @pytest.fixture(scope="module")
 def smollm_f16(tmp_path_factory, smollm_q4_1: Path) -> Path:
-    from localspec.quantize import quantize
+    from localspec.models.quantize import quantize
 
     return quantize(smollm_q4_1, tmp_path_factory.mktemp("f16") / "SmolLM2-135M-Instruct.F16.gguf", "f16")
 
@@ -161,6 +169,7 @@ def gemma(tmp_path_factory) -> Path:
     return assemble(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-q4_k_m.gguf")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_fixture", ["smollm_f32", "smollm_f16"])
 def test_check_passes_for_the_same_model_at_other_precisions(request, target_fixture: str, smollm_q4_1: Path) -> None:
     target = request.getfixturevalue(target_fixture)
@@ -169,6 +178,7 @@ def test_check_passes_for_the_same_model_at_other_precisions(request, target_fix
     assert result.exit_code == 0 and result.output.count("pass") == 5 and "compatible" in result.output
 
 
+@pytest.mark.slow
 def test_check_reports_the_tokenizer_check_for_gemma(smollm_f32: Path, gemma: Path) -> None:
     write_user_profile("mixed", f'[target]\npath = "{smollm_f32}"\n[draft]\npath = "{gemma}"\n')
     result = cli("profile", "check", "mixed")
@@ -182,7 +192,7 @@ def test_check_reports_the_tokenizer_check_for_gemma(smollm_f32: Path, gemma: Pa
 def test_check_finds_one_changed_token(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     from tiny_models import random_weights, write_model
 
-    from localspec.gguf_file import read_gguf_header
+    from localspec.models.gguf import read_gguf_header
 
     n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
     changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=9), n_vocab=n_vocab, changed_token_id=100)
@@ -193,7 +203,7 @@ def test_check_finds_one_changed_token(tmp_path: Path, tiny_pair: tuple[Path, Pa
 
 
 def test_verdicts_are_cached_per_file_version(monkeypatch, tiny_pair: tuple[Path, Path]) -> None:
-    import localspec.compat_cache as cache
+    import localspec.models.compat as cache
 
     target, draft = tiny_pair
     first = cache.check_pair_cached(target, draft)
@@ -238,6 +248,7 @@ def test_wrong_types_and_ranges(body: str, fragment: str) -> None:
     one_error_line(cli("profile", "show", "bad"), 2, fragment)
 
 
+@pytest.mark.slow
 def test_set_refuses_bad_values_and_keeps_the_file(pair: tuple[str, str]) -> None:
     path = write_user_profile("keep", f'[target]\npath = "{pair[0]}"\n')
     before = path.read_text()
@@ -251,11 +262,13 @@ def test_profile_naming_a_missing_file(tmp_path: Path) -> None:
     one_error_line(cli("run", "-p", "gone", "Hi"), 2, "missing.gguf", "no such file")
 
 
+@pytest.mark.slow
 def test_add_refuses_an_incompatible_draft(smollm_f32: Path, tiny_pair: tuple[Path, Path]) -> None:
     one_error_line(cli("profile", "add", "nope", "--target", str(smollm_f32), "--draft", str(tiny_pair[0])), 2, "tokenizer model check failed")
     assert not (user_profiles_dir() / "nope.toml").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "x\\y", ""])
 def test_names_with_path_separators_are_refused(name: str, smollm_f32: Path) -> None:
     one_error_line(cli("profile", "add", name, "--target", str(smollm_f32)), 2, "invalid profile name")
@@ -288,13 +301,11 @@ _VALUE_STRATEGIES = {
 @st.composite
 def profile_values(draw) -> dict:
     values = {"target.path": draw(_VALUE_STRATEGIES[str].filter(bool))}
-    for section, keys in SCHEMA.items():
-        for key, kind in keys.items():
-            dotted = f"{section}.{key}" if section else key
-            if dotted.startswith(("target.", "draft.")) and key in ("path", "hf_repo", "hf_file", "builtin"):
-                continue
-            if draw(st.booleans()):
-                values[dotted] = draw(_VALUE_STRATEGIES[kind])
+    for dotted, item in SETTINGS.items():
+        if item.layer == "model files":
+            continue
+        if draw(st.booleans()):
+            values[dotted] = draw(_VALUE_STRATEGIES[item.kind])
     if draw(st.booleans()):
         values["draft.hf_repo"] = "org/repo"
         values["draft.hf_file"] = draw(_VALUE_STRATEGIES[str].filter(bool))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from test_kv_cache import assert_cache_matches_fresh_model
 
-from localspec.drafter import ModelDrafter
-from localspec.generate import GenerationSettings, SpeculativeParams, generate_text
-from localspec.model import Model
-from localspec.sampling import SamplingParams
-from localspec.session import ModelSpec, Session
+from localspec.app.session import Session
+from localspec.engine.drafting import ModelDrafter
+from localspec.engine.generation import generate_text
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ GREEDY = SamplingParams(temperature=0)
 
 @pytest.fixture(scope="module")
 def demo_session(smollm_f32: Path, smollm_q4_1: Path):
-    with Session(ModelSpec(smollm_f32), ModelSpec(smollm_q4_1)) as session:
+    with Session(Model(smollm_f32), Model(smollm_q4_1)) as session:
         yield session
 
 
@@ -49,49 +49,6 @@ def test_greedy_speculative_equals_target_only_token_for_token(demo_session: Ses
     assert total_rejections > 0  # the identity held through rejections, not only easy agreement
 
 
-def _assert_cache_matches_fresh_model(model: Model, path: Path, atol: float = 1e-4) -> None:
-    """The rolled-back cache must give the logits a fresh model computes for the same tokens.
-
-    A fresh model fed the same tokens with one wrong token in the middle (what a
-    stale, un-rolled-back entry amounts to) must be far outside the tolerance.
-    """
-    cached = list(model.tokens)
-    probe = [cached[-1]]
-    continued = model.eval(probe, logits="last")[0]
-    with Model(path) as fresh:
-        fresh.sync(cached)
-        expected = fresh.eval(probe, logits="last")[0]
-        corrupted = list(cached)
-        corrupted[-3] = cached[-3] + 1
-        fresh.sync(corrupted)
-        wrong = fresh.eval(probe, logits="last")[0]
-    assert np.abs(continued - expected).max() <= atol
-    assert np.abs(wrong - expected).max() > 10 * atol
-
-
-def test_kv_rollback_after_rejections_matches_a_fresh_model(tiny_pair: tuple[Path, Path]) -> None:
-    target_path, draft_path = tiny_pair
-    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-    with Model(target_path) as target, Model(draft_path) as draft:
-        settings = GenerationSettings(sampling, SpeculativeParams(draft_max=4), max_tokens=40, seed=5)
-        generation = generate_text(target, [1, 260, 261], settings, ModelDrafter(draft, sampling))
-        assert generation.stats.draft_tokens_accepted < generation.stats.draft_tokens_proposed
-        _assert_cache_matches_fresh_model(target, target_path)
-        _assert_cache_matches_fresh_model(draft, draft_path)
-
-
-def test_sync_keeps_the_common_prefix_and_evaluates_only_the_rest(tiny_pair: tuple[Path, Path]) -> None:
-    with Model(tiny_pair[0]) as model:
-        decoded: list[int] = []
-        original = model._decode
-        model._decode = lambda tokens, rows: (decoded.append(len(tokens)), original(tokens, rows))[1]
-        model.sync([1, 260, 261, 262, 263, 264])
-        model.sync([1, 260, 261, 262, 270, 271, 272])
-        assert decoded == [6, 3] and list(model.tokens) == [1, 260, 261, 262, 270, 271, 272]
-        model.keep(2)
-        assert list(model.tokens) == [1, 260]
-
-
 def test_kv_rollback_on_real_weights(demo_session: Session, smollm_f32: Path) -> None:
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": "Say something surprising."}])
@@ -103,7 +60,7 @@ def test_kv_rollback_on_real_weights(demo_session: Session, smollm_f32: Path) ->
     assert list(demo_session.target.tokens) == context[: len(demo_session.target.tokens)]
     # Batched and incremental prefill round differently in llama.cpp's CPU kernels, so
     # real-weight logits agree to ~1e-2, not bit for bit.
-    _assert_cache_matches_fresh_model(demo_session.target, smollm_f32, atol=0.1)
+    assert_cache_matches_fresh_model(demo_session.target, smollm_f32, atol=0.1)
 
 
 def test_same_seed_same_output(demo_session: Session) -> None:
@@ -117,10 +74,10 @@ def test_same_seed_same_output(demo_session: Session) -> None:
 
 
 def test_context_full_is_a_clean_length_stop(smollm_f32: Path, smollm_q4_1: Path) -> None:
-    from localspec.model import ModelSettings
+    from localspec.settings import ModelSettings
 
     small = ModelSettings(n_ctx=64)
-    with Session(ModelSpec(smollm_f32, small), ModelSpec(smollm_q4_1, small)) as session:
+    with Session(Model(smollm_f32, small), Model(smollm_q4_1, small)) as session:
         tokens = session.raw_prompt_tokens("Once upon a time, in a land far away,")
         generation = session.generation(tokens, GenerationSettings(GREEDY, max_tokens=500, seed=0))
         for _ in generation:

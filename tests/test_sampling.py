@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from localspec.sampling import SamplingParams, _nucleus, logits_to_probs, softmax
+from localspec.engine.sampling import _nucleus, logits_to_probs, softmax
+from localspec.errors import InputError
+from localspec.settings import SamplingParams
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 
@@ -49,7 +51,7 @@ def test_min_p_drops_tokens_below_fraction_of_max() -> None:
 
 @pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(top_p=1.5), dict(min_p=2)])
 def test_invalid_params_are_refused(bad: dict) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError, match=f"sampling.{next(iter(bad))} must be"):
         SamplingParams(**bad)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.stats import SpecStats
+from localspec.engine.stats import SpecStats
 
 
 def test_passes_are_counted_by_position_and_length() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localspec.textstream import TextStream
+from localspec.engine.textstream import TextStream
 
 
 def _feed(stream: TextStream, pieces: list[bytes]) -> str:

@@ -1,0 +1,1 @@
+"""What commands run: a plan resolved once, a session of loaded models, the benchmark, draft making."""

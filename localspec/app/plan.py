@@ -1,0 +1,135 @@
+"""A command's plan, resolved once: the model files, every setting, and where each came from.
+
+`resolve(profile, flags)` does all the resolving a command needs before any
+weights load: it merges flags, profile and defaults (`localspec.config.resolve`),
+finds or derives the model files (a path, a downloaded hub file, the demo's
+derived F32 target), checks them from their headers (complete GGUF files, a
+draft whose vocabulary matches the target's), and builds the settings objects
+each layer uses. Commands consume the plan and never resolve again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..config.resolve import ResolvedSettings, resolve_settings
+from ..errors import InputError
+from ..models.compat import check_file, check_pair
+from ..models.demo import demo_draft_path, demo_target_path
+from ..models.hub import hub_local_path
+from ..settings import ChatSettings, GenerationSettings, ModelSettings
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One model to load: its file and how llama.cpp should run it."""
+
+    role: str  # "target" or "draft"
+    path: Path
+    runtime: ModelSettings
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a command needs to load models and generate, checked before any weights load."""
+
+    settings: ResolvedSettings
+    target: ModelChoice
+    draft: ModelChoice | None
+    generation: GenerationSettings
+    chat: ChatSettings
+    notes: tuple[str, ...] = ()  # adjustments made to fit the settings together, to be shown once
+
+    @property
+    def profile_name(self) -> str | None:
+        return self.settings.profile.name if self.settings.profile else None
+
+
+def resolve(
+    profile_name: str | None,
+    flags: Mapping[str, Any],
+    *,
+    on_derive_start: Callable[[str], None] | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> Plan:
+    """The plan for a command run with `flags` (dotted keys, None: not given) on `profile_name`."""
+    settings = resolve_settings(profile_name, flags)
+    target = ModelChoice("target", locate_model(settings, "target", on_derive_start, on_progress), _runtime(settings, "target"))
+    draft = None
+    if settings.has_model("draft"):
+        draft = ModelChoice("draft", locate_model(settings, "draft", on_derive_start, on_progress), _runtime(settings, "draft"))
+        check_pair(target.path, draft.path)
+    else:
+        check_file(target.path)
+    generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None)
+    return Plan(settings, target, draft, generation, ChatSettings.from_values(settings.values), notes)
+
+
+def locate_model(
+    settings: ResolvedSettings,
+    role: str,
+    on_derive_start: Callable[[str], None] | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> Path:
+    """The local file for the target or draft: a path, a downloaded hub file or a built-in model."""
+    values = settings.values
+    if f"{role}.path" in values:
+        return Path(os.path.expandvars(str(values[f"{role}.path"]))).expanduser()
+    if f"{role}.hf_repo" in values:
+        repo, filename = values[f"{role}.hf_repo"], values[f"{role}.hf_file"]
+        path = hub_local_path(repo, filename)
+        if path is None:
+            name = settings.profile.name if settings.profile else "PROFILE"
+            raise InputError(f"{repo}/{filename} is not downloaded yet: run `localspec pull {name}`")
+        return path
+    builtin = values.get(f"{role}.builtin")
+    if builtin == "smollm2-135m-instruct-q4_1":
+        return demo_draft_path()
+    if builtin == "smollm2-135m-instruct-f32":
+        return demo_target_path(on_progress=on_progress, on_start=on_derive_start)
+    raise InputError(f"no {role} model: give --{role} PATH or a profile with a [{role}] section")
+
+
+def _runtime(settings: ResolvedSettings, role: str) -> ModelSettings:
+    return _build(settings, lambda: ModelSettings.from_values(settings.values, role))
+
+
+def _generation_settings(
+    settings: ResolvedSettings, target_runtime: ModelSettings, with_draft: bool
+) -> tuple[GenerationSettings, tuple[str, ...]]:
+    """The generation settings, with the draft length fitted to what one target batch can verify."""
+    values = dict(settings.values)
+    notes: list[str] = []
+    verify_rows = target_runtime.n_batch
+    if target_runtime.n_ctx is not None:
+        verify_rows = min(verify_rows, target_runtime.n_ctx)  # llama.cpp caps a batch at the context size
+    draft_max = values["speculative.draft_max"]
+    if with_draft and draft_max + 1 > verify_rows:
+        if verify_rows < 2:
+            raise InputError(
+                f"{settings.describe('target.n_batch')} leaves no room to verify draft tokens:"
+                " raise it, or run without a draft (--no-speculative)"
+            )
+        values["speculative.draft_max"] = verify_rows - 1
+        values["speculative.draft_min"] = min(values["speculative.draft_min"], verify_rows - 1)
+        notes.append(
+            f"draft_max lowered from {draft_max} to {verify_rows - 1}:"
+            f" one target pass verifies at most {verify_rows} tokens (target.n_batch)"
+        )
+    generation = _build(settings, lambda: GenerationSettings.from_values(values))
+    return generation, tuple(notes)
+
+
+def _build(settings: ResolvedSettings, make: Callable[[], Any]) -> Any:
+    """Build a settings object; a combination it refuses is reported with where each value came from."""
+    try:
+        return make()
+    except InputError as exc:
+        keys = [key for key in settings.values if key in str(exc)]
+        raise InputError(f"{exc} [{settings.describe(*keys)}]" if keys else str(exc)) from None
+

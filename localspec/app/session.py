@@ -1,0 +1,93 @@
+"""Loaded models ready to generate: shared by `run`, `chat` and `bench`.
+
+`open_session(plan)` loads the plan's target (and draft) into llama.cpp; a
+`Session` turns messages or raw text into prompt tokens and starts generations.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ..engine.drafting import ModelDrafter
+from ..engine.generation import Generation
+from ..errors import InputError
+from ..runtime.chat_template import render_chat
+from ..runtime.model import Model
+from ..settings import ChatSettings, GenerationSettings
+from .plan import Plan
+
+
+class Session:
+    """A target and an optional draft model loaded together."""
+
+    def __init__(self, target: Model, draft: Model | None = None, chat: ChatSettings = ChatSettings()) -> None:
+        self.target = target
+        self.draft = draft
+        self.chat = chat
+
+    def generation(
+        self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, speculative: bool = True
+    ) -> Generation:
+        """A generation from `prompt_tokens`; drafting is off without a draft model or when asked."""
+        drafter = None
+        if speculative and self.draft is not None:
+            drafter = ModelDrafter(self.draft, settings.sampling, settings.speculative.p_min)
+        return Generation(self.target, prompt_tokens, settings, drafter)
+
+    def raw_prompt_tokens(self, text: str) -> list[int]:
+        """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""
+        return self.target.tokenize(text, add_special=True, parse_special=False)
+
+    def chat_prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        """Render `messages` with the chat template (the profile's, else the target's) and tokenize."""
+        template = self.chat.template or self.target.chat_template()
+        if template is None:
+            raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
+        bos = self.target.detokenize_special(self.target.bos_token)
+        eos = self.target.detokenize_special(self.target.eos_token)
+        text = render_chat(template, messages, bos_token=bos, eos_token=eos)
+        add_bos = self.target.adds_bos and not (bos and text.startswith(bos))
+        tokens = self.target.tokenize(text, add_special=False, parse_special=True)
+        return [self.target.bos_token, *tokens] if add_bos else tokens
+
+    def system_messages(self) -> list[dict[str, str]]:
+        """The conversation's opening: the system prompt, when there is one."""
+        return [{"role": "system", "content": self.chat.system_prompt}] if self.chat.system_prompt else []
+
+    def reset_caches(self) -> None:
+        """Forget all cached tokens (after an interrupted reply the bookkeeping cannot be trusted)."""
+        self.target.clear()
+        if self.draft is not None:
+            self.draft.clear()
+
+    def close(self) -> None:
+        self.target.close()
+        if self.draft is not None:
+            self.draft.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open_session(
+    plan: Plan,
+    *,
+    load_draft: bool = True,
+    on_status: Callable[[str], None] = lambda message: None,
+    verbose: bool = False,
+) -> Session:
+    """Load the plan's models (the draft only when there is one and `load_draft`)."""
+    on_status(f"loading target {plan.target.path.name}")
+    target = Model(plan.target.path, plan.target.runtime, verbose=verbose)
+    draft = None
+    if plan.draft is not None and load_draft:
+        on_status(f"loading draft {plan.draft.path.name}")
+        try:
+            draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose)
+        except BaseException:
+            target.close()
+            raise
+    return Session(target, draft, plan.chat)

@@ -1,0 +1,132 @@
+"""Pieces every command shares: the stderr console, error handling and progress display."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..app.plan import Plan, resolve
+from ..app.session import Session, open_session
+from ..errors import LocalspecError
+
+stderr_console = Console(stderr=True, highlight=False)
+# Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
+stdout_console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+class LocalspecGroup(click.Group):
+    """Turns LocalspecError into a one-line message and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except LocalspecError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
+            sys.exit(0)
+
+
+def write_stdout(text: str) -> None:
+    """Write generated text to stdout as UTF-8 whatever the locale, and flush it."""
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
+
+
+def read_prompt(prompt: str | None) -> str:
+    """The prompt argument, or stdin when it is "-" or absent and stdin is not a terminal."""
+    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
+        prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    if prompt is None:
+        raise click.UsageError("give a PROMPT, or pipe one on stdin")
+    if not prompt.strip():
+        raise click.UsageError("the prompt is empty")
+    return prompt
+
+
+@contextmanager
+def status_line(enabled: bool) -> Iterator["StatusLine"]:
+    """A status line on stderr for the duration of a block."""
+    line = StatusLine(enabled)
+    try:
+        yield line
+    finally:
+        line.stop()
+
+
+class StatusLine:
+    """A rich status spinner and progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._status = None
+        self._progress: Progress | None = None
+        self._task = None
+
+    def show(self, message: str) -> None:
+        """Show `message` beside a spinner (nothing when stderr is not a terminal)."""
+        if not self.enabled:
+            return
+        if self._status is None:
+            self._status = stderr_console.status(message)
+            self._status.start()
+        else:
+            self._status.update(message)
+
+    def start_progress(self, message: str) -> None:
+        """A byte-count progress bar (a plain line when stderr is not a terminal)."""
+        if not self.enabled:
+            click.echo(f"localspec: {message}...", err=True)
+            return
+        self.stop()
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=stderr_console
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(message, total=None)
+
+    def advance(self, done: int, total: int | None) -> None:
+        """Move the progress bar to `done` of `total` bytes."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+def human_size(n_bytes: float) -> str:
+    """1536 -> '1.5 KB'."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n_bytes < 1024 or unit == "GB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return f"{n_bytes:.1f} TB"
+
+
+def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> Plan:
+    """`app.plan.resolve` with a progress bar on stderr while a model file is derived, and its notes shown once."""
+    with status_line(stderr_console.is_terminal and not verbose) as status:
+        plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance)
+    for note in plan.notes:
+        click.echo(f"note: {note}", err=True)
+    return plan
+
+
+def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False) -> Session:
+    """`app.session.open_session` with a status spinner on stderr while the weights load."""
+    with status_line(stderr_console.is_terminal and not verbose) as status:
+        return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose)

@@ -1,0 +1,102 @@
+"""Command-line options generated from the settings table (`localspec.settings`).
+
+Each declared flag becomes one click option whose type, range and help come
+from the declaration, with the built-in default shown in brackets. An option
+left out is None ("not given"), so the profile's value or the default applies.
+A per-model flag such as `--threads` sets the target's and the draft's setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import click
+
+from ..settings import SETTINGS, Setting
+
+
+@dataclass(frozen=True)
+class SettingOption:
+    """One command-line option and the setting keys it sets."""
+
+    flag: str
+    keys: tuple[str, ...]
+
+    @property
+    def param(self) -> str:
+        """The option's Python parameter name: '--n-ctx' -> 'n_ctx'."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def setting(self) -> Setting:
+        return SETTINGS[self.keys[0]]
+
+    def click_option(self) -> Callable:
+        item = self.setting
+        default = "" if item.default in (None, []) else f" [{item.default}]"
+        kwargs: dict[str, Any] = {"help": f"{item.help}{default}", "type": _click_type(item)}
+        if item.kind is list:
+            kwargs.update(multiple=True, type=str)
+        if item.key.endswith(".path"):
+            kwargs["type"] = click.Path()
+        return click.option(self.flag, self.param, **kwargs)
+
+
+def _setting_options() -> tuple[SettingOption, ...]:
+    by_flag: dict[str, list[str]] = {}
+    for key, item in SETTINGS.items():
+        if item.flag:
+            by_flag.setdefault(item.flag, []).append(key)
+    return tuple(SettingOption(flag, tuple(keys)) for flag, keys in by_flag.items())
+
+
+SETTING_OPTIONS = _setting_options()
+
+
+def _click_type(item: Setting) -> click.ParamType | type:
+    if item.choices:
+        return click.Choice(item.choices)
+    if item.kind is int:
+        return click.IntRange(item.low, item.high) if (item.low, item.high) != (None, None) else int
+    if item.kind is float:
+        return click.FloatRange(item.low, item.high, min_open=item.low_open)
+    return str
+
+
+def setting_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """A decorator adding every setting's option to a command (except the keys in `exclude`)."""
+
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(SETTING_OPTIONS):
+            if not set(option.keys) & set(exclude):
+                command = option.click_option()(command)
+        return command
+
+    return decorate
+
+
+def setting_flags(options: dict[str, Any]) -> dict[str, Any]:
+    """The parsed options of `setting_options` as dotted setting keys (None: not given).
+
+    Removes those options from `options`, leaving the command's own.
+    """
+    flags: dict[str, Any] = {}
+    for option in SETTING_OPTIONS:
+        if option.param not in options:
+            continue
+        value = options.pop(option.param)
+        if option.setting.kind is list:
+            value = list(value) or None
+        for key in option.keys:
+            flags[key] = value
+    return flags
+
+
+# Switches of the commands themselves, not settings.
+PROFILE_OPTION = click.option(
+    "--profile", "-p", envvar="LOCALSPEC_PROFILE", help="Profile to run (default: the configured one, else demo)."
+)
+SPECULATIVE_OPTION = click.option("--no-speculative", is_flag=True, help="Target only: the baseline, one target pass per token.")
+STATS_OPTION = click.option("--stats", is_flag=True, help="Print a one-line summary on stderr after each reply.")
+VERBOSE_OPTION = click.option("--verbose", is_flag=True, help="Show llama.cpp's own log on stderr.")

@@ -1,0 +1,66 @@
+"""`localspec run`: one completion for a prompt (argument or stdin), streamed or as one JSON object."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from .common import load_session, read_prompt, resolve_plan, write_stdout
+from .options import PROFILE_OPTION, SPECULATIVE_OPTION, STATS_OPTION, VERBOSE_OPTION, setting_flags, setting_options
+
+
+@click.command()
+@click.argument("prompt", required=False)
+@PROFILE_OPTION
+@setting_options()
+@SPECULATIVE_OPTION
+@click.option("--raw", is_flag=True, help="Plain completion: no chat template.")
+@STATS_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@VERBOSE_OPTION
+def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool, stats: bool, as_json: bool, verbose: bool, **options: Any) -> None:
+    """Generate a completion for PROMPT (or stdin) and stream it to stdout.
+
+    Settings come from the command line, else the profile, else built-in defaults.
+
+    \b
+    Examples:
+      localspec run "Why is the sky blue?"
+      echo "Write a haiku" | localspec run --temperature 0 --stats
+      localspec run -p qwen2.5-7b --json "Hi"
+      localspec run --target big.gguf --draft small.gguf "Hi"
+    """
+    text = read_prompt(prompt)
+    plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
+    with load_session(plan, load_draft=not no_speculative, verbose=verbose) as session:
+        if raw:
+            prompt_tokens = session.raw_prompt_tokens(text)
+        else:
+            prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
+        generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative)
+        for chunk in generation:
+            if not as_json and chunk.text:
+                write_stdout(chunk.text)
+    if as_json:
+        report = {
+            "text": generation.text,
+            "tokens": generation.tokens,
+            "stop_reason": generation.stop_reason,
+            "model": {
+                "target": str(plan.target.path),
+                "draft": str(plan.draft.path) if plan.draft and generation.drafter is not None else None,
+            },
+            "profile": plan.profile_name,
+            "settings": {**generation.settings.to_dict(), "speculative_enabled": generation.drafter is not None},
+            "stats": generation.stats.to_dict(),
+        }
+        write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
+    elif generation.text and not generation.text.endswith("\n") and sys.stdout.isatty():
+        write_stdout("\n")
+    if stats:
+        click.echo(f"[{generation.stop_reason}] {generation.stats.summary()}", err=True)
+    if plan.draft is None and not no_speculative and not as_json:
+        click.echo("localspec: no draft model, generated with the target alone", err=True)

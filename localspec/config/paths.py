@@ -1,0 +1,50 @@
+"""Where localspec keeps the user's files.
+
+`LOCALSPEC_HOME`, when set, holds everything (profiles/, config.toml, models/);
+otherwise the platform's user config folder holds profiles and config, and the
+user data folder holds downloaded models.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "localspec"
+
+
+def _home_override() -> Path | None:
+    value = os.environ.get("LOCALSPEC_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def user_config_dir() -> Path:
+    return _home_override() or Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def user_profiles_dir() -> Path:
+    return user_config_dir() / "profiles"
+
+
+def config_file() -> Path:
+    return user_config_dir() / "config.toml"
+
+
+def models_dir() -> Path:
+    home = _home_override()
+    return (home / "models") if home else Path(platformdirs.user_data_dir(APP_NAME)) / "models"
+
+
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+def shipped_profiles_dir() -> Path:
+    """The example profiles installed with the package (the repository's `profiles/` folder)."""
+    try:
+        return Path(str(resources.files("localspec.shipped_profiles")))
+    except ModuleNotFoundError:  # running from a source tree that was not installed
+        return Path(__file__).resolve().parents[2] / "profiles"

@@ -1,0 +1,250 @@
+"""Profiles: one TOML file that pairs a target with a draft and the settings that suit them.
+
+A profile is validated against the settings table (`localspec.settings`) when
+it is read: invalid TOML is reported with its file and line, an unknown key with
+the nearest valid one, a wrong type or out-of-range value with what was
+expected. Inside localspec a profile's settings are a flat mapping of dotted
+keys ("sampling.temperature"), which makes precedence (flag > profile >
+default) a plain dictionary merge.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from ..errors import InputError
+from ..settings import ROLES, SECTIONS, SETTINGS
+from .atomic import write_text_atomic
+from .paths import shipped_profiles_dir, user_profiles_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+LOCATION_KEYS = ("path", "hf_repo", "builtin")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile: its settings as dotted keys, and where it came from."""
+
+    name: str
+    values: dict[str, Any]
+    path: Path | None = None
+    source: str = "user"  # "user" or "shipped"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def model_ref(self, role: str) -> str | None:
+        """A short description of the target or draft: path, hub file or built-in name."""
+        if f"{role}.path" in self.values:
+            return str(self.values[f"{role}.path"])
+        if f"{role}.hf_repo" in self.values:
+            return f"{self.values[f'{role}.hf_repo']}/{self.values.get(f'{role}.hf_file', '?')}"
+        if f"{role}.builtin" in self.values:
+            return f"builtin:{self.values[f'{role}.builtin']}"
+        return None
+
+
+def check_name(name: str) -> str:
+    """Refuse names that are not plain file names (no path separators, no dot-files)."""
+    if not PROFILE_NAME.match(name):
+        raise InputError(
+            f"invalid profile name {name!r}: use letters, digits, '.', '_' and '-' (no path separators)"
+        )
+    return name
+
+
+# -- parsing and validation ------------------------------------------------------------------
+
+
+def parse_profile(text: str, where: Path | str, name: str) -> Profile:
+    """Parse and validate profile TOML text (`where` names the file in error messages)."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: invalid TOML: {exc}") from None
+    values = flatten(document, text, where)
+    validate(values, text, where)
+    return Profile(name=name, values=values)
+
+
+def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str, Any]:
+    """Nested TOML tables to dotted keys, refusing unknown sections and keys."""
+    values: dict[str, Any] = {}
+    for key, value in document.items():
+        if isinstance(value, dict):
+            if key not in SECTIONS or key == "":
+                raise _unknown(key, text, where, is_section=True)
+            for subkey, subvalue in value.items():
+                dotted = f"{key}.{subkey}"
+                if dotted not in SETTINGS:
+                    raise _unknown(dotted, text, where)
+                values[dotted] = subvalue
+        else:
+            if key not in SETTINGS:
+                raise _unknown(key, text, where)
+            values[key] = value
+    return values
+
+
+def validate(values: dict[str, Any], text: str = "", where: Path | str = "profile") -> None:
+    """Check types, ranges and that each model section says where its file is."""
+    for dotted, value in values.items():
+        if dotted not in SETTINGS:
+            raise _unknown(dotted, text, where)
+        problem = SETTINGS[dotted].problem(value)
+        if problem is not None:
+            raise InputError(f"{where}{_line_of(dotted, text)}: {problem}")
+    if values.get("speculative.draft_min", 0) > values.get("speculative.draft_max", 256):
+        raise InputError(f"{where}: speculative.draft_min must not exceed speculative.draft_max")
+    if not any(k.startswith("target.") for k in values):
+        raise InputError(f"{where}: a profile needs a [target] section")
+    for role in ROLES:
+        if any(k.startswith(f"{role}.") for k in values):
+            _validate_location(values, role, where)
+
+
+def _validate_location(values: dict[str, Any], role: str, where: Path | str) -> None:
+    given = [k for k in LOCATION_KEYS if f"{role}.{k}" in values]
+    if len(given) != 1:
+        raise InputError(f"{where}: [{role}] needs exactly one of path, hf_repo (with hf_file) or builtin")
+    if given == ["hf_repo"] and f"{role}.hf_file" not in values:
+        raise InputError(f"{where}: [{role}] hf_repo needs hf_file too")
+    if f"{role}.hf_file" in values and given != ["hf_repo"]:
+        raise InputError(f"{where}: [{role}] hf_file needs hf_repo")
+
+
+def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -> InputError:
+    candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
+    leaf = key.rpartition(".")[2]
+    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6) or difflib.get_close_matches(
+        leaf, [c.rpartition(".")[2] for c in candidates], n=1, cutoff=0.6
+    )
+    if matches and "." not in matches[0] and not is_section:
+        matches = [c for c in candidates if c.rpartition(".")[2] == matches[0]][:1]
+    hint = f" (did you mean {matches[0]!r}?)" if matches else ""
+    kind = "section" if is_section else "key"
+    return InputError(f"{where}{_line_of(key, text)}: unknown {kind} {key!r}{hint}")
+
+
+def _line_of(dotted: str, text: str) -> str:
+    """':N' for the line where the key's last part is assigned (best effort), else ''."""
+    leaf = dotted.rpartition(".")[2]
+    pattern = re.compile(rf"^\s*(\[\s*{re.escape(leaf)}\s*\]|{re.escape(leaf)}\s*=)")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if pattern.match(line):
+            return f":{number}"
+    return ""
+
+
+# -- reading and writing ---------------------------------------------------------------------
+
+
+def profile_file(name: str) -> Path | None:
+    """The file a profile name resolves to: the user's first, then the shipped one."""
+    check_name(name)
+    for folder in (user_profiles_dir(), shipped_profiles_dir()):
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_profile(name: str) -> Profile:
+    """Read and validate the profile called `name`."""
+    path = profile_file(name)
+    if path is None:
+        known = ", ".join(sorted(p.name for p in list_profiles())) or "none"
+        raise InputError(f"no profile named {name!r} (known: {known})")
+    return read_profile_file(path)
+
+
+def read_profile_file(path: Path) -> Profile:
+    text = path.read_text(encoding="utf-8")
+    profile = parse_profile(text, path, path.stem)
+    source = "user" if path.parent == user_profiles_dir() else "shipped"
+    return Profile(name=path.stem, values=profile.values, path=path, source=source)
+
+
+def list_profiles() -> list[Profile]:
+    """Every profile, user profiles hiding shipped ones of the same name. Broken files are skipped."""
+    found: dict[str, Path] = {}
+    for folder in (shipped_profiles_dir(), user_profiles_dir()):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.toml")):
+                if PROFILE_NAME.match(path.stem):
+                    found[path.stem] = path
+    profiles = []
+    for path in found.values():
+        try:
+            profiles.append(read_profile_file(path))
+        except InputError:
+            continue
+    return sorted(profiles, key=lambda p: p.name)
+
+
+def render_profile(values: dict[str, Any], base_text: str = "") -> str:
+    """TOML text for `values`; edits `base_text` in place so the user's comments survive."""
+    document = tomlkit.parse(base_text) if base_text else tomlkit.document()
+    for section in SECTIONS:
+        keys = [key.rpartition(".")[2] for key in SETTINGS if key.rpartition(".")[0] == section]
+        if section:
+            present = {k: v for k, v in values.items() if k.startswith(f"{section}.")}
+            if not present and section in document:
+                del document[section]
+            if not present:
+                continue
+            if section not in document:
+                document[section] = tomlkit.table()
+            table = document[section]
+            for key in list(table.keys()):
+                if f"{section}.{key}" not in values:
+                    del table[key]
+            for key in keys:
+                if f"{section}.{key}" in values:
+                    table[key] = values[f"{section}.{key}"]
+        else:
+            for key in keys:
+                if key in values:
+                    document[key] = values[key]
+                elif key in document:
+                    del document[key]
+    return tomlkit.dumps(document)
+
+
+def save_profile(name: str, values: dict[str, Any]) -> Path:
+    """Validate and write the user profile `name` atomically, keeping comments of an existing file."""
+    check_name(name)
+    validate(values, where=f"profile {name}")
+    path = user_profiles_dir() / f"{name}.toml"
+    base = path.read_text(encoding="utf-8") if path.is_file() else ""
+    write_text_atomic(path, render_profile(values, base))
+    return path
+
+
+def parse_assignment(assignment: str) -> tuple[str, Any]:
+    """'sampling.temperature=0.7' -> ("sampling.temperature", 0.7); values are TOML, else strings."""
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise InputError(f"expected key=value, got {assignment!r}")
+    if key not in SETTINGS:
+        raise _unknown(key, "", "setting")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    if SETTINGS[key].kind is list and isinstance(value, str):
+        value = [value]
+    return key, value

@@ -1,0 +1,70 @@
+"""Which value every setting takes, and where it came from.
+
+Precedence for every setting: command-line flag > profile > built-in default.
+The profile is `--profile` / `LOCALSPEC_PROFILE`, else the configured default,
+else the shipped `demo`; a `--target` without a named profile runs no profile.
+Nothing here touches model files: `profile show` needs only this, and
+`localspec.app.plan` builds a run's plan on top of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import InputError
+from ..settings import DEFAULTS, ROLES
+from .profiles import LOCATION_KEYS, Profile, load_profile
+from .user_config import default_profile_name
+
+DEMO_PROFILE = "demo"
+DEFAULT_SOURCE = "default"
+FLAG_SOURCE = "flag"
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """The merged settings of one command and the source of each ("flag", "profile NAME (…)", "default")."""
+
+    profile: Profile | None
+    values: dict[str, Any]
+    sources: dict[str, str]
+
+    def has_model(self, role: str) -> bool:
+        """Whether the target or draft has a location (a path, a hub file or a built-in model)."""
+        return any(f"{role}.{key}" in self.values for key in LOCATION_KEYS)
+
+    def describe(self, *keys: str) -> str:
+        """'key = value (source)' for each key, for messages about combinations of settings."""
+        return ", ".join(f"{key} = {self.values.get(key)!r} ({self.sources.get(key, DEFAULT_SOURCE)})" for key in keys)
+
+
+def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
+    """The profile a command runs (None: paths given on the command line alone)."""
+    if explicit:
+        return load_profile(explicit)
+    if target_given:
+        return None
+    return load_profile(default_profile_name() or DEMO_PROFILE)
+
+
+def resolve_settings(profile_name: str | None, flags: Mapping[str, Any]) -> ResolvedSettings:
+    """Merge the built-in defaults, the chosen profile and the flags that were given (None: not given)."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    if "draft.path" in given and "target.path" not in given and not profile_name:
+        raise InputError("--draft needs --target (or --profile)")
+    profile = choose_profile(profile_name, "target.path" in given)
+    values = dict(DEFAULTS)
+    sources = {key: DEFAULT_SOURCE for key in DEFAULTS}
+    if profile is not None:
+        label = f"profile {profile.name} ({profile.source})"
+        values.update(profile.values)
+        sources.update({key: label for key in profile.values})
+    for role in ROLES:
+        if f"{role}.path" in given:  # a path on the command line replaces the profile's location
+            for key in (*LOCATION_KEYS, "hf_file"):
+                values.pop(f"{role}.{key}", None)
+                sources.pop(f"{role}.{key}", None)
+    values.update(given)
+    sources.update({key: FLAG_SOURCE for key in given})
+    return ResolvedSettings(profile, values, sources)

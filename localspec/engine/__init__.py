@@ -1,0 +1,1 @@
+"""The speculative engine: sampling, drafting, the acceptance rule and the generation loop."""

@@ -1,0 +1,85 @@
+"""The acceptance rule of speculative sampling (Leviathan et al. 2022; Chen et al. 2023).
+
+Given draft tokens d_1..d_k drawn from q_draft and the target's distributions
+p_target at the k+1 positions that one batched target pass scores, keep d_i with
+probability min(1, p_target(d_i) / q_draft(d_i)); at the first rejection draw from
+norm(max(0, p_target - q_draft)); if all k are kept, draw a bonus token from
+p_target at position k+1. The emitted tokens are distributed exactly as if they
+had been sampled from the target alone.
+
+`accept` is the one call the generation loop makes; it picks the path:
+- temperature 0: keep drafts while they equal the target's argmax, then emit the
+  target's argmax (no probabilities are computed);
+- a deterministic drafter (no q_draft, e.g. prompt lookup): q is a point mass, so
+  keeping d_i when a sample of p_target equals it is the same rule;
+- a sampled draft: rejection sampling against q_draft.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..settings import SamplingParams
+from .sampling import logits_to_probs, sample
+
+
+class Accepted(NamedTuple):
+    """The tokens to emit (kept drafts, then one token from the target) and how many drafts were kept."""
+
+    tokens: list[int]
+    n_accepted: int
+
+
+def accept(
+    draft_tokens: Sequence[int],
+    q_draft: np.ndarray | None,
+    target_logits: np.ndarray,
+    sampling: SamplingParams,
+    rng: np.random.Generator,
+) -> Accepted:
+    """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one)."""
+    if sampling.greedy:
+        return accept_greedy(draft_tokens, np.argmax(target_logits, axis=1))
+    p_target = np.stack([logits_to_probs(row, sampling) for row in target_logits])
+    if q_draft is None:
+        return accept_by_target_samples(draft_tokens, p_target, rng)
+    return rejection_sample(draft_tokens, q_draft, p_target, rng)
+
+
+def rejection_sample(
+    draft_tokens: Sequence[int], q_draft: np.ndarray, p_target: np.ndarray, rng: np.random.Generator
+) -> Accepted:
+    """Keep d_i with probability min(1, p/q); resample the first rejection from the residual; else a bonus token."""
+    k = len(draft_tokens)
+    positions = np.arange(k)
+    drafted = np.asarray(draft_tokens, dtype=np.int64)
+    kept = rng.random(k) < p_target[positions, drafted] / q_draft[positions, drafted]
+    n_accepted = k if kept.all() else int(np.argmin(kept))
+    if n_accepted == k:
+        return Accepted([*draft_tokens, sample(p_target[k], rng)], k)
+    residual = np.maximum(p_target[n_accepted] - q_draft[n_accepted], 0.0)
+    if residual.sum() <= 0.0:  # p == q up to rounding: then any sample of p is exact
+        residual = p_target[n_accepted]
+    return Accepted([*draft_tokens[:n_accepted], sample(residual, rng)], n_accepted)
+
+
+def accept_by_target_samples(draft_tokens: Sequence[int], p_target: np.ndarray, rng: np.random.Generator) -> Accepted:
+    """A deterministic draft: sample the target at each position and keep d_i while the sample equals it."""
+    emitted: list[int] = []
+    for position, drafted in enumerate(draft_tokens):
+        token = sample(p_target[position], rng)
+        emitted.append(token)
+        if token != drafted:
+            return Accepted(emitted, position)
+    emitted.append(sample(p_target[len(draft_tokens)], rng))
+    return Accepted(emitted, len(draft_tokens))
+
+
+def accept_greedy(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> Accepted:
+    """Temperature 0: keep draft tokens while they equal the target's argmax, then emit the target's argmax."""
+    n_accepted = 0
+    while n_accepted < len(draft_tokens) and draft_tokens[n_accepted] == target_argmax[n_accepted]:
+        n_accepted += 1
+    return Accepted([*draft_tokens[:n_accepted], int(target_argmax[n_accepted])], n_accepted)

@@ -1,0 +1,189 @@
+"""The generation loop: draft, verify in one target pass, keep the accepted prefix.
+
+`Generation` is iterated for the accepted chunks of text; afterwards it holds the
+tokens, the text, why it stopped and its statistics. Without a drafter it is the
+target-only baseline: one target decode per token, through the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ..errors import LocalspecError
+from ..runtime.model import Model
+from ..settings import GenerationSettings
+from .acceptance import accept
+from .drafting import Draft, Drafter
+from .stats import SpecStats
+from .textstream import TextStream
+
+NO_DRAFT = Draft([], None)
+
+
+@dataclass
+class Chunk:
+    """Tokens accepted in one step and their text.
+
+    The first `n_drafted` tokens came from the draft and the target confirmed
+    them; `drafted_text` is the part of `text` they produced (for highlighting).
+    """
+
+    tokens: list[int]
+    text: str
+    n_drafted: int
+    drafted_text: str = ""
+
+
+class Generation:
+    """One generation from `prompt_tokens`, speculative when a drafter is given."""
+
+    def __init__(
+        self,
+        target: Model,
+        prompt_tokens: Sequence[int],
+        settings: GenerationSettings,
+        drafter: Drafter | None = None,
+    ) -> None:
+        if not prompt_tokens:
+            raise LocalspecError("the prompt is empty: give at least one token of text")
+        if len(prompt_tokens) > target.n_ctx:
+            raise LocalspecError(
+                f"the prompt is {len(prompt_tokens)} tokens but the context holds {target.n_ctx}:"
+                " shorten the prompt or raise n_ctx"
+            )
+        self.target = target
+        self.prompt_tokens = list(prompt_tokens)
+        self.settings = settings.with_seed()
+        self.drafter = drafter
+        self.tokens: list[int] = []
+        self.stop_reason: str | None = None
+        self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
+        self._stream = TextStream(self.settings.stop)
+
+    @property
+    def text(self) -> str:
+        return self._stream.text
+
+    def __iter__(self) -> Iterator[Chunk]:
+        if self.stop_reason is not None or self.tokens:
+            raise RuntimeError("a Generation runs once; create a new one")
+        rng = np.random.default_rng(self.settings.seed)
+        context = list(self.prompt_tokens)
+        self._evaluate_prompt(context)
+
+        started = time.perf_counter()
+        try:
+            while self.stop_reason is None:
+                room = self._draft_room(context)
+                if room is None:
+                    self.stop_reason = "length"
+                    break
+                # 1. The drafter proposes up to `room` tokens d_1..d_k (with q_draft when sampled).
+                draft = self._propose(context, room, rng)
+                # 2. One target pass scores [last, d_1..d_k]: k+1 rows of logits.
+                target_logits = self._score(context, draft)
+                # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
+                new_tokens, n_accepted = accept(draft.tokens, draft.q_draft, target_logits, self.settings.sampling, rng)
+                # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
+                self.target.keep(len(context) + n_accepted)
+                # 5. Feedback: the statistics and the drafter learn how the draft fared.
+                self._record(draft, n_accepted)
+                # 6. Emit the new tokens, up to an end-of-generation token or a stop string.
+                chunk = self._emit(new_tokens, n_accepted, context)
+                if chunk.tokens or chunk.text:
+                    yield chunk
+            tail = self._stream.finish()
+            if tail:
+                yield Chunk([], tail, 0)
+        finally:
+            self.stats.generation_seconds = time.perf_counter() - started
+            if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
+                self.stop_reason = "interrupted"
+
+    def _evaluate_prompt(self, context: list[int]) -> None:
+        """Fill both caches with the prompt (all but its last token, which step 2 feeds)."""
+        started = time.perf_counter()
+        self.target.sync(context[:-1])
+        if self.drafter is not None:
+            self.drafter.begin(context)
+        self.stats.prompt_seconds = time.perf_counter() - started
+
+    def _draft_room(self, context: list[int]) -> int | None:
+        """How many draft tokens this step may propose; None when the generation must stop.
+
+        Every step emits at least one token, so a draft leaves room for it within
+        max_tokens; the k+1 scored tokens must fit the context and one batch.
+        """
+        remaining = self.settings.max_tokens - len(self.tokens)
+        context_room = self.target.n_ctx - len(context)
+        if remaining <= 0 or context_room < 0:
+            return None
+        return min(self.settings.speculative.draft_max, remaining - 1, context_room, self.target.n_batch - 1)
+
+    def _propose(self, context: list[int], room: int, rng: np.random.Generator) -> Draft:
+        """The drafter's proposal, or no draft when it is too short to be worth a batched pass.
+
+        A draft shorter than draft_min is dropped (the step decodes one token
+        plainly) only when dropping it cannot bias the output: a greedy or
+        deterministic draft, or a sampled draft that used all the room it had.
+        A sampled draft that p_min cut short has a length that depends on the
+        tokens drawn; dropping those drafts would keep only drafts of some
+        tokens, which are then no longer samples of q_draft, so it is verified.
+        """
+        if self.drafter is None or room <= 0:
+            return NO_DRAFT
+        draft = self.drafter.propose(context, room, rng)
+        if not draft.tokens:
+            return NO_DRAFT
+        length_depends_on_tokens = draft.q_draft is not None and len(draft.tokens) < room
+        if len(draft.tokens) < self.settings.speculative.draft_min and not length_depends_on_tokens:
+            return NO_DRAFT
+        return draft
+
+    def _score(self, context: list[int], draft: Draft) -> np.ndarray:
+        self.target.sync(context[:-1])
+        return self.target.eval([context[-1], *draft.tokens], logits="all")
+
+    def _record(self, draft: Draft, n_accepted: int) -> None:
+        if not draft.tokens:
+            self.stats.target_passes += 1
+            return
+        self.stats.record_pass(len(draft.tokens), n_accepted)
+        self.drafter.observe(len(draft.tokens), n_accepted)
+
+    def _emit(self, new_tokens: list[int], n_accepted: int, context: list[int]) -> Chunk:
+        """Append accepted tokens up to an end-of-generation token or a stop string."""
+        kept: list[int] = []
+        text = drafted_text = ""
+        for token in new_tokens:
+            if self.target.is_end_of_generation(token):
+                self.stop_reason = "eos"
+                break
+            kept.append(token)
+            context.append(token)
+            self.tokens.append(token)
+            self.stats.tokens_generated += 1
+            text += self._stream.push(self.target.token_bytes(token))
+            if len(kept) <= n_accepted:
+                drafted_text = text
+            if self._stream.stopped:
+                self.stop_reason = "stop"
+                break
+        return Chunk(kept, text, min(n_accepted, len(kept)), drafted_text)
+
+
+def generate_text(
+    target: Model,
+    prompt_tokens: Sequence[int],
+    settings: GenerationSettings,
+    drafter: Drafter | None = None,
+) -> Generation:
+    """Run a generation to the end and return it (for callers that do not stream)."""
+    generation = Generation(target, prompt_tokens, settings, drafter)
+    for _ in generation:
+        pass
+    return generation

@@ -1,0 +1,126 @@
+"""Finding GGUF models on disk and which of them can draft for which.
+
+`scan` describes every .gguf file under some folders from its header alone;
+`group_by_vocabulary` puts files whose vocabularies pass the compatibility
+rule together; `drafts_for` / `find_drafts` list the files that can draft for a
+target, smallest first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from gguf import LlamaFileType
+
+from .compat import VocabInfo, check_compatible
+from ..errors import InputError
+from .gguf import read_gguf_header
+from ..config.paths import models_dir
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a GGUF header says about a model, plus its size on disk."""
+
+    path: Path
+    architecture: str
+    n_parameters: int
+    quantization: str
+    size_bytes: int
+    context_length: int | None
+    vocab: VocabInfo
+
+    @property
+    def vocab_fingerprint(self) -> str:
+        digest = hashlib.sha256(self.vocab.tokenizer_model.encode())
+        digest.update("\0".join(self.vocab.tokens).encode("utf-8", errors="replace"))
+        return digest.hexdigest()[:12]
+
+    def to_dict(self) -> dict:
+        return {
+            "path": str(self.path),
+            "architecture": self.architecture,
+            "parameters": self.n_parameters,
+            "quantization": self.quantization,
+            "size_bytes": self.size_bytes,
+            "context_length": self.context_length,
+            "vocab_size": self.vocab.size,
+            "tokenizer": self.vocab.tokenizer_model,
+            "vocab_fingerprint": self.vocab_fingerprint,
+        }
+
+
+def describe(path: Path) -> ModelInfo:
+    """Read one model's header (raises InputError for files that are not usable GGUF)."""
+    header = read_gguf_header(path)
+    file_type = header.get("general.file_type")
+    try:
+        quantization = LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_") if file_type is not None else "?"
+    except ValueError:
+        quantization = f"type {file_type}"
+    return ModelInfo(
+        path=path,
+        architecture=header.architecture,
+        n_parameters=header.n_parameters,
+        quantization=quantization,
+        size_bytes=header.file_size,
+        context_length=header.context_length,
+        vocab=VocabInfo.from_header(header),
+    )
+
+
+def scan(folders: Iterable[Path]) -> tuple[list[ModelInfo], list[str]]:
+    """Every readable .gguf file under `folders` (recursively), and one line per unreadable one."""
+    models: list[ModelInfo] = []
+    problems: list[str] = []
+    seen: set[Path] = set()
+    for folder in folders:
+        folder = Path(folder).expanduser()
+        if not folder.is_dir():
+            raise InputError(f"{folder}: not a folder")
+        for path in sorted(folder.rglob("*.gguf")):
+            resolved = path.resolve()
+            if resolved in seen or not path.is_file():
+                continue
+            seen.add(resolved)
+            try:
+                models.append(describe(path))
+            except InputError as exc:
+                problems.append(str(exc))
+    return models, problems
+
+
+def group_by_vocabulary(models: list[ModelInfo]) -> list[list[ModelInfo]]:
+    """Groups of mutually usable models (each checked against its group's first member)."""
+    groups: list[list[ModelInfo]] = []
+    for model in models:
+        for group in groups:
+            if check_compatible(group[0].vocab, model.vocab).compatible:
+                group.append(model)
+                break
+        else:
+            groups.append([model])
+    return groups
+
+
+def drafts_for(target: ModelInfo, candidates: list[ModelInfo]) -> list[tuple[ModelInfo, float]]:
+    """Compatible models smaller on disk than `target`, smallest first, with their size ratio."""
+    found = [
+        (model, model.size_bytes / target.size_bytes)
+        for model in candidates
+        if model.path.resolve() != target.path.resolve()
+        and model.size_bytes < target.size_bytes
+        and check_compatible(target.vocab, model.vocab).compatible
+    ]
+    return sorted(found, key=lambda pair: pair[0].size_bytes)
+
+
+def find_drafts(target: Path, folders: Iterable[Path] = ()) -> list[tuple[ModelInfo, float]]:
+    """Drafts for the model file `target` among `folders` (default: its own folder and the models folder)."""
+    target_info = describe(target)
+    search = list(folders) or [target.parent] + ([models_dir()] if models_dir().is_dir() else [])
+    candidates, _ = scan(search)
+    return drafts_for(target_info, candidates)

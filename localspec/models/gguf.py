@@ -1,0 +1,193 @@
+"""Read a GGUF file's header (metadata and tensor table) without loading any weights.
+
+`gguf.GGUFReader` parses every array element into its own numpy view, which takes
+seconds on a 50k-token vocabulary; this reader walks the header once with
+`struct` and checks that the tensor data the header promises is really on disk,
+so a truncated download is caught before llama.cpp is asked to load it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from ..errors import InputError
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+
+_SCALAR_FORMATS: dict[GGUFValueType, str] = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One entry of the tensor table: name, shape, ggml type and where its data starts."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+
+    @property
+    def n_elements(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+    @property
+    def n_bytes(self) -> int:
+        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(self.ggml_type)]
+        return self.n_elements // block_size * type_size
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What a GGUF file says about itself, read without touching the weights."""
+
+    path: Path
+    version: int
+    metadata: dict[str, Any]
+    tensors: list[TensorInfo] = field(repr=False)
+    data_offset: int
+    file_size: int
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", "unknown"))
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(tensor.n_elements for tensor in self.tensors)
+
+    @property
+    def context_length(self) -> int | None:
+        value = self.metadata.get(f"{self.architecture}.context_length")
+        return int(value) if value is not None else None
+
+
+class _Cursor:
+    """Sequential little-endian reads over the header bytes."""
+
+    def __init__(self, data: bytes, path: Path) -> None:
+        self.data = data
+        self.pos = 0
+        self.path = path
+
+    def need(self, n: int) -> None:
+        if self.pos + n > len(self.data):
+            raise _ShortHeader()
+
+    def scalar(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        self.need(size)
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return value
+
+    def string(self) -> str:
+        length = self.scalar("<Q")
+        self.need(length)
+        raw = self.data[self.pos : self.pos + length]
+        self.pos += length
+        return raw.decode("utf-8", errors="replace")
+
+    def value(self, value_type: int) -> Any:
+        kind = GGUFValueType(value_type)
+        if kind == GGUFValueType.STRING:
+            return self.string()
+        if kind == GGUFValueType.ARRAY:
+            item_type = GGUFValueType(self.scalar("<I"))
+            count = self.scalar("<Q")
+            if item_type == GGUFValueType.STRING:
+                return [self.string() for _ in range(count)]
+            fmt = _SCALAR_FORMATS[item_type]
+            size = struct.calcsize(fmt) * count
+            self.need(size)
+            values = list(struct.unpack_from(f"<{count}{fmt[1:]}", self.data, self.pos))
+            self.pos += size
+            return values
+        return self.scalar(_SCALAR_FORMATS[kind])
+
+
+class _ShortHeader(Exception):
+    """The header needs more bytes than were read so far."""
+
+
+def read_gguf_header(path: str | Path) -> GGUFHeader:
+    """Parse the header of the GGUF file at `path`.
+
+    Raises InputError with a one-line reason for a missing path, a directory, a file
+    that is not GGUF, a corrupt header, or a file shorter than its tensor table says.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a GGUF model file")
+    file_size = path.stat().st_size
+    with path.open("rb") as handle:
+        if handle.read(4) != GGUF_MAGIC:
+            raise InputError(f"{path}: not a GGUF file (bad magic bytes)")
+        # Headers are usually a few MB (vocabularies); grow the window until it parses.
+        window = 8 << 20
+        while True:
+            handle.seek(0)
+            data = handle.read(window)
+            try:
+                return _parse(data, path, file_size)
+            except _ShortHeader:
+                if len(data) < window:
+                    raise InputError(f"{path}: truncated GGUF file (header ends early)") from None
+                window *= 4
+            except (ValueError, KeyError, struct.error, OverflowError, MemoryError) as exc:
+                raise InputError(f"{path}: corrupt GGUF header ({exc})") from None
+
+
+def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
+    cursor = _Cursor(data, path)
+    cursor.pos = 4
+    version = cursor.scalar("<I")
+    if version not in (2, 3):
+        raise ValueError(f"unsupported GGUF version {version}")
+    n_tensors = cursor.scalar("<Q")
+    n_kv = cursor.scalar("<Q")
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cursor.string()
+        metadata[key] = cursor.value(cursor.scalar("<I"))
+    tensors = []
+    for _ in range(n_tensors):
+        name = cursor.string()
+        n_dims = cursor.scalar("<I")
+        shape = tuple(cursor.scalar("<Q") for _ in range(n_dims))
+        ggml_type = cursor.scalar("<I")
+        offset = cursor.scalar("<Q")
+        tensors.append(TensorInfo(name, shape, ggml_type, offset))
+    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+    data_offset = -(-cursor.pos // alignment) * alignment
+    data_end = max((t.offset + t.n_bytes for t in tensors), default=0) + data_offset
+    if data_end > file_size:
+        raise InputError(
+            f"{path}: truncated GGUF file ({file_size} bytes on disk, tensor data needs {data_end})"
+        )
+    return GGUFHeader(path, version, metadata, tensors, data_offset, file_size)

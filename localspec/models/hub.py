@@ -1,0 +1,120 @@
+"""Hub-referenced model files, fetched with `huggingface_hub`.
+
+Files live in the shared Hugging Face cache, so a model another tool fetched is
+not fetched twice, and `huggingface_hub` brings resumable downloads, tokens
+(`HF_TOKEN`), mirrors (`HF_ENDPOINT`), offline mode (`HF_HUB_OFFLINE`) and the
+hub's storage changes. Files pulled into localspec's own models folder by
+earlier versions (`<models>/<org>/<repo>/<file>`) are still found there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled
+from tqdm.auto import tqdm
+
+from ..config.paths import models_dir
+from ..errors import InputError, LocalspecError
+from .gguf import read_gguf_header
+
+ProgressCallback = Callable[[int, int | None], None]
+
+
+def _check_reference(repo: str, filename: str) -> None:
+    parts = Path(repo).parts + Path(filename).parts
+    if ".." in parts or repo.startswith("/") or filename.startswith("/") or repo.count("/") != 1:
+        raise InputError(f"invalid hub reference {repo}/{filename}: expected hf_repo = 'org/name' and a file inside it")
+
+
+def _endpoint() -> str | None:
+    """HF_ENDPOINT as it is now (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def _cache_dir() -> str | None:
+    """HF_HUB_CACHE as it is now; None: huggingface_hub's default (~/.cache/huggingface/hub)."""
+    return os.environ.get("HF_HUB_CACHE") or None
+
+
+def _legacy_path(repo: str, filename: str) -> Path:
+    return models_dir() / repo / filename
+
+
+def hub_local_path(repo: str, filename: str) -> Path | None:
+    """The downloaded file for `repo`/`filename`, or None when it is not downloaded yet."""
+    _check_reference(repo, filename)
+    legacy = _legacy_path(repo, filename)
+    if legacy.is_file():
+        return legacy
+    cached = try_to_load_from_cache(repo, filename, cache_dir=_cache_dir())
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def download(repo: str, filename: str, on_progress: ProgressCallback | None = None) -> Path:
+    """Fetch `filename` from hub repo `repo` (resuming a partial download); return its local path.
+
+    Raises LocalspecError with one line for every failure: HTTP status, network,
+    offline mode, or a file that turns out not to be GGUF.
+    """
+    _check_reference(repo, filename)
+    where = f"{repo}/{filename}"
+    try:
+        path = Path(
+            hf_hub_download(
+                repo,
+                filename,
+                endpoint=_endpoint(),
+                cache_dir=_cache_dir(),
+                tqdm_class=_reporting_progress(on_progress),
+            )
+        )
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        reason = _HTTP_REASONS.get(status, _first_line(exc))
+        raise LocalspecError(f"download of {where} failed: HTTP {status or '?'} ({reason})") from None
+    except (OfflineModeIsEnabled, EntryNotFoundError) as exc:
+        raise LocalspecError(f"download of {where} failed: {_first_line(exc)}") from None
+    except Exception as exc:  # transport errors of the HTTP client (connection refused, reset, timeouts)
+        raise LocalspecError(
+            f"download of {where} failed ({type(exc).__name__}: {_first_line(exc)}); run the same command to resume"
+        ) from None
+    try:
+        read_gguf_header(path)
+    except InputError as exc:
+        raise LocalspecError(f"downloaded {where} is not a usable GGUF model ({exc})") from None
+    return path
+
+
+_HTTP_REASONS = {
+    401: "not authorised: set HF_TOKEN for a gated or private repository",
+    403: "forbidden: accept the model's licence on the hub, and set HF_TOKEN",
+    404: "no such repository or file on the hub",
+}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _reporting_progress(on_progress: ProgressCallback | None) -> type[tqdm]:
+    """A silent tqdm class that forwards (bytes done, total) to `on_progress`."""
+
+    class ReportingProgress(tqdm):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+            self.done = int(kwargs.get("initial") or 0)  # type: ignore[call-overload]
+            self.expected = kwargs.get("total")
+
+        def update(self, n: float | None = 1) -> bool | None:
+            self.done += int(n or 0)
+            if on_progress is not None:
+                on_progress(self.done, self.expected)  # type: ignore[arg-type]
+            return None
+
+    return ReportingProgress

@@ -1,0 +1,247 @@
+"""A GGUF model in llama.cpp, driven through the low-level batch API.
+
+The wrapper owns the KV-cache invariant: `self.tokens` is exactly what the cache
+holds for sequence 0, token i at position i. Callers move that state in one of two
+ways: `sync(tokens)` makes the cache hold a given sequence (keeping the longest
+common prefix, dropping the rest with `llama_memory_seq_rm`, evaluating what is
+missing), and `eval(tokens, ...)` appends tokens and returns logits only for the
+rows asked for. Logits for every position are never allocated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import LocalspecError
+from ..settings import ModelSettings
+from .library import clear_errors, default_threads, last_error, llama
+
+SEQ_ID = 0
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Model:
+    """A loaded GGUF model with one llama.cpp context and a single sequence."""
+
+    def __init__(self, path: str | Path, settings: ModelSettings = ModelSettings(), verbose: bool = False) -> None:
+        self._llama = llama_cpp = llama(verbose)
+        self.path = Path(path)
+        self.settings = settings
+        model_params = llama_cpp.llama_model_default_params()
+        # llama.cpp's "extra" CPU buffer types (AMX, repacked layouts) crash on batched
+        # decodes of Q4_0/Q4_1/Q8_0 weights on AVX-512/AMX CPUs in this llama.cpp
+        # (llama-cpp-python 0.3.36); a verify pass is always a batch, so keep them off.
+        model_params.use_extra_bufts = False
+        if settings.n_gpu_layers is not None:
+            model_params.n_gpu_layers = settings.n_gpu_layers
+        clear_errors()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+
+        n_ctx = settings.n_ctx or self.n_ctx_train
+        n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
+        n_threads = settings.n_threads or default_threads()
+        context_params = llama_cpp.llama_context_default_params()
+        context_params.n_ctx = n_ctx
+        context_params.n_batch = settings.n_batch
+        context_params.n_ubatch = settings.n_batch
+        context_params.n_seq_max = 1
+        context_params.n_threads = n_threads
+        context_params.n_threads_batch = n_threads
+        context_params.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, context_params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+            raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = llama_cpp.llama_n_batch(self._ctx)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._tokens: list[int] = []
+
+    # -- vocabulary ---------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
+        """Text to token ids. `add_special` adds BOS/EOS where the vocabulary asks for them."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (self._llama.llama_token * capacity)()
+        n = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buffer = (self._llama.llama_token * capacity)()
+            n = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, parse_special)
+        return list(buffer[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The raw bytes of one token (may be part of a multi-byte UTF-8 character)."""
+        buffer = ctypes.create_string_buffer(64)
+        n = self._llama.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        if n < 0:
+            buffer = ctypes.create_string_buffer(-n)
+            n = self._llama.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
+        return buffer.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def detokenize_special(self, token: int) -> str:
+        """The text of a special token such as BOS ("" when the id is invalid)."""
+        if token < 0 or token >= self.n_vocab:
+            return ""
+        return self.token_bytes(token, special=True).decode("utf-8", errors="replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(self._llama.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def bos_token(self) -> int:
+        return self._llama.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos_token(self) -> int:
+        return self._llama.llama_vocab_eos(self._vocab)
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(self._llama.llama_vocab_get_add_bos(self._vocab))
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None when the key is absent."""
+        buffer = ctypes.create_string_buffer(4096)
+        n = self._llama.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
+        if n < 0:
+            return None
+        if n >= len(buffer):
+            buffer = ctypes.create_string_buffer(n + 1)
+            self._llama.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        template = self._llama.llama_model_chat_template(self._model, None)
+        return template.decode("utf-8", errors="replace") if template else None
+
+    # -- KV cache -----------------------------------------------------------------
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The tokens whose keys and values the cache holds, in position order."""
+        return tuple(self._tokens)
+
+    def keep(self, n: int) -> None:
+        """Keep the first `n` cached tokens and drop the rest."""
+        if n >= len(self._tokens):
+            return
+        if not self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, n, -1):
+            # Recurrent caches cannot drop a suffix: start over from an empty cache.
+            kept = self._tokens[:n]
+            self.clear()
+            self.sync(kept)
+            return
+        del self._tokens[n:]
+
+    def clear(self) -> None:
+        """Empty the cache whatever its bookkeeping says (after an interrupted decode)."""
+        self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
+        self._tokens = []
+
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Make the cache hold exactly `tokens`, reusing the longest common prefix."""
+        self.keep(common_prefix_length(self._tokens, tokens))
+        missing = list(tokens[len(self._tokens) :])
+        if missing:
+            self.eval(missing, logits="none")
+
+    def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray:
+        """Append `tokens` to the cache and return their logits.
+
+        `logits` is "last" (one row), "all" (one row per token; at most n_batch tokens)
+        or "none". Returns an array of shape (rows, n_vocab).
+        """
+        if len(self._tokens) + len(tokens) > self.n_ctx:
+            raise LocalspecError(
+                f"context full: {len(self._tokens) + len(tokens)} tokens do not fit in n_ctx={self.n_ctx}"
+            )
+        if logits == "all" and len(tokens) > self.n_batch:
+            raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {self.n_batch}")
+        rows: list[np.ndarray] = []
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            is_final_chunk = start + self.n_batch >= len(tokens)
+            if logits == "all":
+                wanted = list(range(len(chunk)))
+            elif logits == "last" and is_final_chunk:
+                wanted = [len(chunk) - 1]
+            else:
+                wanted = []
+            self._decode(chunk, wanted)
+            rows.extend(self._logits_row(i) for i in wanted)
+        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def next_logits(self, context: Sequence[int]) -> np.ndarray:
+        """Logits for the token that follows `context` (whose last token is (re)evaluated)."""
+        self.sync(context[:-1])
+        return self.eval(context[-1:], logits="last")[0]
+
+    def _decode(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> None:
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        first_position = len(self._tokens)
+        wanted = set(logit_rows)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = first_position + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = SEQ_ID
+            batch.logits[i] = i in wanted
+        clear_errors()
+        status = self._llama.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")
+        self._tokens.extend(tokens)
+
+    def _logits_row(self, batch_index: int) -> np.ndarray:
+        pointer = self._llama.llama_get_logits_ith(self._ctx, batch_index)
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+
+    # -- lifetime -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the context, batch and weights. Safe to call twice."""
+        if getattr(self, "_ctx", None):
+            self._llama.llama_batch_free(self._batch)
+            self._llama.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            self._llama.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn down llama_cpp already
+            pass

@@ -1,0 +1,322 @@
+"""Every setting localspec has, declared once.
+
+A setting is a field of one of the frozen dataclasses below, declared with
+`setting(...)`: its default, its range, its help text and its command-line flag.
+Its profile key is the dataclass's section plus the field name
+(`sampling.temperature`); the dataclass says which layer uses it. Everything
+else is derived from these declarations: the command-line options
+(`localspec.cli.options`), profile validation (types, ranges, unknown keys),
+the built-in defaults, `profile show`'s value-and-source table and the
+settings echoed by `--json`.
+
+Adding a setting is one `setting(...)` line here plus the code that uses it.
+This module imports nothing from the rest of localspec but its errors, so
+every layer can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import typing
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, ClassVar, Iterator, Mapping, TypeVar
+
+from .errors import InputError
+
+ROLES = ("target", "draft")
+BUILTIN_MODELS = ("smollm2-135m-instruct-f32", "smollm2-135m-instruct-q4_1")
+SEED_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared setting, as the CLI, profiles and `profile show` see it."""
+
+    key: str  # "sampling.temperature", or "name" at a profile's top level
+    kind: type  # int, float, str or list (a list of strings)
+    default: Any
+    help: str
+    layer: str  # who uses it: model files, model runtime, sampling, speculative, generation, chat, profile
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # the range excludes `low` itself
+    choices: tuple[str, ...] | None = None
+    flag: str | None = None  # command-line option; None: profiles only
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not valid for this setting ("key must be ..."), or None."""
+        if value is None:
+            return None  # not set: the layer's own default applies
+        if not _has_kind(value, self.kind):
+            return f"{self.key} must be {_KIND_NAMES[self.kind]}, got {value!r}"
+        if self.choices is not None and value not in self.choices:
+            return f"{self.key} must be one of {', '.join(self.choices)}, got {value!r}"
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and value > self.high
+        if below or above:
+            return f"{self.key} must be {self.range_text()}, got {value!r}"
+        return None
+
+    def range_text(self) -> str:
+        """The valid range in words: '>= 0.0', 'between 1 and 256', '> 0 and <= 1'."""
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        if self.low_open:
+            return f"> {self.low} and <= {self.high}"
+        return f"between {self.low} and {self.high}"
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    choices: tuple[str, ...] | None = None,
+    flag: str | dict[str, str] | None = None,
+) -> Any:
+    """Declare a settings-dataclass field (see the module docstring).
+
+    `flag` is the command-line option; for per-model settings a plain string
+    sets the value for both models and a {role: flag} mapping names one per role.
+    """
+    spec = dict(help=help, low=low, high=high, low_open=low_open, choices=choices, flag=flag)
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: tuple(default), metadata={"setting": spec})
+    return field(default=default, metadata={"setting": spec})
+
+
+G = TypeVar("G", bound="SettingsGroup")
+
+
+class SettingsGroup:
+    """Base of the settings dataclasses: checks every declared field when one is created."""
+
+    SECTION: ClassVar[str]  # the profile section; "{role}" for per-model settings
+    LAYER: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        for item in declared(type(self), role=ROLES[0]):
+            message = item.problem(_as_profile_value(getattr(self, item.key.rpartition(".")[2])))
+            if message is not None:
+                raise InputError(message)
+
+    @classmethod
+    def from_values(cls: type[G], values: Mapping[str, Any], role: str | None = None) -> G:
+        """An instance from dotted-key values (keys not given keep their defaults)."""
+        kwargs = {}
+        for item in declared(cls, role):
+            if item.key in values:
+                value = values[item.key]
+                kwargs[item.key.rpartition(".")[2]] = tuple(value) if item.kind is list else value
+        return cls(**kwargs)
+
+
+# -- the settings ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileInfo(SettingsGroup):
+    """What a profile says about itself."""
+
+    SECTION = ""
+    LAYER = "profile"
+
+    name: str | None = setting(None, "The profile's name (its file name is what counts).")
+    description: str | None = setting(None, "One line describing the profile.")
+
+
+@dataclass(frozen=True)
+class ModelLocation(SettingsGroup):
+    """Where a model file comes from: exactly one of a path, a hub file or a built-in model."""
+
+    SECTION = "{role}"
+    LAYER = "model files"
+
+    path: str | None = setting(
+        None, "The {role} model's GGUF file ($VARS and ~ expand).", flag={"target": "--target", "draft": "--draft"}
+    )
+    hf_repo: str | None = setting(None, "Hugging Face repository holding the file (with hf_file).")
+    hf_file: str | None = setting(None, "File in hf_repo (fetched by `localspec pull`).")
+    builtin: str | None = setting(None, "A model that ships with localspec.", choices=BUILTIN_MODELS)
+
+
+@dataclass(frozen=True)
+class ModelSettings(SettingsGroup):
+    """How llama.cpp runs one model. None means llama.cpp's (or the model's) own default."""
+
+    SECTION = "{role}"
+    LAYER = "model runtime"
+
+    n_gpu_layers: int | None = setting(None, "Layers to offload to the GPU (default: llama.cpp's).", flag="--n-gpu-layers")
+    n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, flag="--threads")
+    n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
+    n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")
+
+
+@dataclass(frozen=True)
+class SamplingParams(SettingsGroup):
+    """How one next-token distribution is shaped, identically for draft and target.
+
+    `top_k=0`, `top_p=1` and `min_p=0` switch a filter off. The defaults use
+    min-p alone: top-k and top-p cut the draft's and the target's supports in
+    different places, which costs acceptance (measured on the demo pair at
+    temperature 0.8: 95% with min-p alone, 84% with top-k 40 and top-p 0.95 added).
+    """
+
+    SECTION = "sampling"
+    LAYER = "sampling"
+
+    temperature: float = setting(0.8, "0 = greedy.", low=0.0, flag="--temperature")
+    top_k: int = setting(0, "Keep the k most likely tokens; 0 = off.", low=0, flag="--top-k")
+    top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off.", low=0, high=1, low_open=True, flag="--top-p")
+    min_p: float = setting(0.05, "Drop tokens below this fraction of the top one's probability; 0 = off.", low=0.0, high=1.0, flag="--min-p")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class SpeculativeParams(SettingsGroup):
+    """How much to draft each target pass."""
+
+    SECTION = "speculative"
+    LAYER = "speculative"
+
+    draft_max: int = setting(8, "Most draft tokens per target pass.", low=1, high=256, flag="--draft-max")
+    draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min")
+    p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.draft_min > self.draft_max:
+            raise InputError(
+                f"speculative.draft_min ({self.draft_min}) must not exceed speculative.draft_max ({self.draft_max})"
+            )
+
+
+@dataclass(frozen=True)
+class GenerationSettings(SettingsGroup):
+    """Everything that decides what one generation produces."""
+
+    SECTION = "sampling"
+    LAYER = "generation"
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
+    max_tokens: int = setting(512, "Most tokens to generate.", low=0, flag="--max-tokens")
+    stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop")
+    seed: int | None = setting(None, "Random seed: same seed and settings, same output.", low=0, high=SEED_MAX, flag="--seed")
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], role: str | None = None) -> "GenerationSettings":
+        own = super().from_values(values)
+        return dataclasses.replace(
+            own, sampling=SamplingParams.from_values(values), speculative=SpeculativeParams.from_values(values)
+        )
+
+    def with_seed(self) -> "GenerationSettings":
+        """A copy with a concrete seed, drawn at random when none was given."""
+        return self if self.seed is not None else dataclasses.replace(self, seed=secrets.randbits(32))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ChatSettings(SettingsGroup):
+    """How a conversation becomes a prompt."""
+
+    SECTION = "chat"
+    LAYER = "chat"
+
+    system_prompt: str | None = setting(None, "System prompt.", flag="--system")
+    template: str | None = setting(None, "Jinja chat template overriding the model's own.")
+
+
+GROUPS: tuple[type[SettingsGroup], ...] = (
+    ProfileInfo, ModelLocation, ModelSettings, SamplingParams, SpeculativeParams, GenerationSettings, ChatSettings,
+)
+
+
+# -- the derived table --------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def declared(group: type[SettingsGroup], role: str | None = None) -> tuple[Setting, ...]:
+    """The settings a group declares; per-model groups need `role` (target or draft)."""
+    return tuple(_declared(group, role))
+
+
+def _declared(group: type[SettingsGroup], role: str | None) -> Iterator[Setting]:
+    hints = typing.get_type_hints(group)
+    section = group.SECTION.format(role=role) if "{role}" in group.SECTION else group.SECTION
+    for item in dataclasses.fields(group):
+        spec = item.metadata.get("setting")
+        if spec is None:
+            continue
+        flag = spec["flag"]
+        if isinstance(flag, dict):
+            flag = flag.get(role or "")
+        default = item.default if item.default is not dataclasses.MISSING else list(item.default_factory())
+        yield Setting(
+            key=f"{section}.{item.name}" if section else item.name,
+            kind=_kind_of(hints[item.name]),
+            default=default,
+            help=spec["help"].format(role=role) if role else spec["help"],
+            layer=group.LAYER,
+            low=spec["low"],
+            high=spec["high"],
+            low_open=spec["low_open"],
+            choices=spec["choices"],
+            flag=flag,
+        )
+
+
+def _all_settings() -> dict[str, Setting]:
+    table: dict[str, Setting] = {}
+    for group in GROUPS:
+        roles = ROLES if "{role}" in group.SECTION else (None,)
+        for role in roles:
+            table.update((item.key, item) for item in declared(group, role))
+    return table
+
+
+def _kind_of(hint: Any) -> type:
+    if typing.get_origin(hint) is tuple:
+        return list
+    options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    return options[0] if options else hint
+
+
+def _as_profile_value(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _has_kind(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    return isinstance(value, kind)
+
+
+_KIND_NAMES = {float: "a number", int: "an integer", str: "a string", list: "a list of strings"}
+
+
+SETTINGS: dict[str, Setting] = _all_settings()
+"""Every setting by its dotted key, in declaration order."""
+
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(key.rpartition(".")[0] for key in SETTINGS))
+"""Profile sections in declaration order ("" is the top level)."""
+
+DEFAULTS: dict[str, Any] = {
+    key: item.default for key, item in SETTINGS.items() if item.layer not in (ModelLocation.LAYER, ProfileInfo.LAYER)
+}
+"""Built-in values of everything a run uses (None: llama.cpp's or the model's own default applies)."""

@@ -1,0 +1,90 @@
+"""What the drafting settings do, on tiny models: p_min, draft_min, and drafts that must fit a batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec.engine.drafting import ModelDrafter
+from localspec.engine.generation import generate_text
+from localspec.engine.sampling import softmax
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
+
+PROMPT = [1, 260, 265, 270]
+SAMPLED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def draft_lengths(stats) -> dict[int, int]:
+    """{n: target passes that verified a draft of exactly n tokens}."""
+    at = [*stats.proposed_at, 0]
+    return {n: at[n - 1] - at[n] for n in range(1, len(at))}
+
+
+@pytest.fixture(scope="module")
+def models(tiny_pair: tuple[Path, Path]):
+    with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
+        yield target, draft
+
+
+@pytest.mark.parametrize("p_min", [0.25, 0.3, 0.4])
+def test_p_min_stops_exactly_where_the_draft_model_is_unsure(models, p_min: float) -> None:
+    _, draft = models
+    drafter = ModelDrafter(draft, SAMPLED, p_min=p_min)
+    lengths = []
+    for seed in range(40):
+        context = [*PROMPT, 259]
+        proposal = drafter.propose(context, 6, np.random.default_rng(seed))
+        # Every proposed token was drawn where the draft's top probability reached p_min,
+        # and drafting stopped at the first position where it did not (or at the limit).
+        confidences = [softmax(draft.next_logits([*context, *proposal.tokens[:i]])).max() for i in range(len(proposal.tokens) + 1)]
+        assert all(c >= p_min for c in confidences[:-1])
+        assert len(proposal.tokens) == 6 or confidences[-1] < p_min
+        lengths.append(len(proposal.tokens))
+    assert min(lengths) < 6  # the threshold really cut drafts short
+
+
+def test_without_p_min_every_draft_uses_all_its_room(models) -> None:
+    _, draft = models
+    proposal = ModelDrafter(draft, SAMPLED).propose(PROMPT, 5, np.random.default_rng(0))
+    assert len(proposal.tokens) == 5 and proposal.q_draft.shape == (5, draft.n_vocab)
+
+
+def test_draft_min_drops_drafts_the_room_cuts_short(models) -> None:
+    target, draft = models
+    # max_tokens 3 leaves room for a 2-token draft first; draft_min 3 drops it: no drafting at all.
+    for draft_min, drafted in ((3, False), (2, True)):
+        settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=8, draft_min=draft_min), max_tokens=3, seed=1)
+        stats = generate_text(target, PROMPT, settings, ModelDrafter(draft, SAMPLED)).stats
+        assert (stats.draft_tokens_proposed > 0) == drafted
+        assert all(count == 0 for n, count in draft_lengths(stats).items() if n < draft_min)
+
+
+def test_draft_min_never_drops_a_sampled_draft_that_p_min_cut(models) -> None:
+    """Dropping those would keep only drafts of confident tokens: no longer samples of q_draft."""
+    target, draft = models
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=6, draft_min=6, p_min=0.3), max_tokens=40, seed=3)
+    stats = generate_text(target, [*PROMPT, 259], settings, ModelDrafter(draft, SAMPLED, p_min=0.3)).stats
+    assert sum(count for n, count in draft_lengths(stats).items() if n < 6) > 0
+
+
+def test_greedy_drafts_below_draft_min_are_dropped(models) -> None:
+    """At temperature 0 the output is the target's argmax whatever is drafted, so short drafts can go."""
+    target, draft = models
+    greedy = SamplingParams(temperature=0)
+    lengths = {}
+    for draft_min in (0, 2):
+        settings = GenerationSettings(greedy, SpeculativeParams(draft_max=6, draft_min=draft_min, p_min=0.35), max_tokens=60, seed=3)
+        stats = generate_text(target, [*PROMPT, 259], settings, ModelDrafter(draft, greedy, p_min=0.35)).stats
+        lengths[draft_min] = draft_lengths(stats)
+    assert lengths[0].get(1, 0) > 0  # p_min leaves one-token drafts...
+    assert lengths[2].get(1, 0) == 0  # ...which draft_min 2 drops
+
+
+def test_a_draft_never_outgrows_one_target_batch(tiny_pair: tuple[Path, Path]) -> None:
+    with Model(tiny_pair[0], ModelSettings(n_batch=4)) as target, Model(tiny_pair[1]) as draft:
+        settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=8), max_tokens=30, seed=0)
+        stats = generate_text(target, PROMPT, settings, ModelDrafter(draft, SAMPLED)).stats
+    assert len(stats.proposed_at) == 3 and stats.tokens_generated == 30

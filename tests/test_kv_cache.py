@@ -1,0 +1,57 @@
+"""KV-cache bookkeeping on tiny models: rollback after rejections, prefix reuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from localspec.engine.drafting import ModelDrafter
+from localspec.engine.generation import generate_text
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+
+
+def assert_cache_matches_fresh_model(model: Model, path: Path, atol: float = 1e-4) -> None:
+    """The rolled-back cache must give the logits a fresh model computes for the same tokens.
+
+    A fresh model fed the same tokens with one wrong token in the middle (what a
+    stale, un-rolled-back entry amounts to) must be far outside the tolerance.
+    """
+    cached = list(model.tokens)
+    probe = [cached[-1]]
+    continued = model.eval(probe, logits="last")[0]
+    with Model(path) as fresh:
+        fresh.sync(cached)
+        expected = fresh.eval(probe, logits="last")[0]
+        corrupted = list(cached)
+        corrupted[-3] = cached[-3] + 1
+        fresh.sync(corrupted)
+        wrong = fresh.eval(probe, logits="last")[0]
+    assert np.abs(continued - expected).max() <= atol
+    assert np.abs(wrong - expected).max() > 10 * atol
+
+
+def test_kv_rollback_after_rejections_matches_a_fresh_model(tiny_pair: tuple[Path, Path]) -> None:
+    target_path, draft_path = tiny_pair
+    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    with Model(target_path) as target, Model(draft_path) as draft:
+        settings = GenerationSettings(sampling, SpeculativeParams(draft_max=4), max_tokens=40, seed=5)
+        generation = generate_text(target, [1, 260, 261], settings, ModelDrafter(draft, sampling))
+        assert generation.stats.draft_tokens_accepted < generation.stats.draft_tokens_proposed
+        assert_cache_matches_fresh_model(target, target_path)
+        assert_cache_matches_fresh_model(draft, draft_path)
+
+
+def test_sync_keeps_the_common_prefix_and_evaluates_only_the_rest(tiny_pair: tuple[Path, Path]) -> None:
+    with Model(tiny_pair[0]) as model:
+        decoded: list[int] = []
+        original = model._decode
+        model._decode = lambda tokens, rows: (decoded.append(len(tokens)), original(tokens, rows))[1]
+        model.sync([1, 260, 261, 262, 263, 264])
+        model.sync([1, 260, 261, 262, 270, 271, 272])
+        assert decoded == [6, 3] and list(model.tokens) == [1, 260, 261, 262, 270, 271, 272]
+        model.keep(2)
+        assert list(model.tokens) == [1, 260]
+
+
