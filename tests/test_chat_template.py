@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.runtime.chat_template import render_chat
 from localspec.errors import LocalspecError
+from localspec.runtime.chat_template import render_chat
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 

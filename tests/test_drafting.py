@@ -11,7 +11,12 @@ from localspec.engine.drafting import ModelDrafter
 from localspec.engine.generation import generate_text
 from localspec.engine.sampling import softmax
 from localspec.runtime.model import Model
-from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
+from localspec.settings import (
+    GenerationSettings,
+    ModelSettings,
+    SamplingParams,
+    SpeculativeParams,
+)
 
 PROMPT = [1, 260, 265, 270]
 SAMPLED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)

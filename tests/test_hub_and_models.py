@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from localspec.cli import main
-from localspec.models.hub import hub_local_path
 from localspec.config.paths import models_dir, user_profiles_dir
+from localspec.models.hub import hub_local_path
 
 
 def cli(*args: str, env: dict | None = None):

@@ -15,10 +15,9 @@ from stats_helpers import chi_square_pvalue
 
 from localspec.engine.drafting import ModelDrafter
 from localspec.engine.generation import generate_text
-from localspec.settings import GenerationSettings, SpeculativeParams
-from localspec.runtime.model import Model
 from localspec.engine.sampling import logits_to_probs
-from localspec.settings import SamplingParams
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 
 PROMPT = [1, 260, 265, 270]
 N_SEEDS = 4000

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from localspec.cli import main
-from localspec.errors import InputError
 from localspec.config.paths import config_file, user_profiles_dir
 from localspec.config.profiles import load_profile, save_profile, validate
+from localspec.errors import InputError
 from localspec.settings import SETTINGS
 
 

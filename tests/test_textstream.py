@@ -60,3 +60,43 @@ def test_output_is_the_text_before_the_first_stop(text: str, stop: str, data: st
 def test_invalid_bytes_at_the_end_become_replacement_characters() -> None:
     stream = TextStream()
     assert _feed(stream, [b"ok", b"\xe2\x98"]) == "ok\ufffd"
+
+
+def _reference_cut(pieces: list[bytes], stops: list[str]) -> tuple[str, bool]:
+    """What generation should show: the text up to the first piece after which some stop
+    string has appeared, cut at the earliest place any stop string then starts."""
+    seen = b""
+    for piece in pieces:
+        seen += piece
+        text = seen.decode("utf-8", errors="replace")
+        hits = [text.find(stop) for stop in stops if stop and stop in text]
+        if hits:
+            return text[: min(hits)], True
+    return seen.decode("utf-8", errors="replace"), False
+
+
+def test_a_multi_character_stop_spread_over_many_pieces() -> None:
+    stream = TextStream(stop=["</answer>"])
+    pieces = [b"42 <", b"/", b"ans", b"w", b"er", b"> trailing"]
+    emitted = [stream.push(piece) for piece in pieces]
+    assert "".join(emitted) + stream.finish() == "42 " and stream.stopped
+    assert emitted[0] == "42 "  # the possible start of the stop string is held back, nothing more
+
+
+def test_with_several_stop_strings_the_earliest_wins() -> None:
+    stream = TextStream(stop=["world", "lo w", "o"])
+    assert _feed(stream, [b"hello world"]) == "hel"  # "lo w" starts before "o" and "world"
+    stream = TextStream(stop=["END", "STOP"])
+    assert _feed(stream, [b"a STO", b"P b END"]) == "a "
+
+
+@given(
+    st.lists(st.text(alphabet="abcé", max_size=5), max_size=8),
+    st.lists(st.text(alphabet="abcé", min_size=1, max_size=3), min_size=1, max_size=3),
+)
+def test_several_stops_over_any_split_match_the_reference(parts: list[str], stops: list[str]) -> None:
+    pieces = [part.encode("utf-8") for part in parts]
+    stream = TextStream(stop=stops)
+    out = _feed(stream, pieces)
+    expected, stopped = _reference_cut(pieces, stops)
+    assert (out, stream.stopped) == (expected, stopped)

@@ -3,6 +3,10 @@
 stdout carries only generated text (or a `--json` object), so output pipes
 cleanly; progress, statistics and errors go to stderr. A user error is one line
 and a non-zero exit code (2: bad input, 1: runtime failure), never a traceback.
+
+Each command lives in its own module, imported only when that command runs
+(click's lazy-loading pattern), so `localspec profile list` does not pay for
+the engine's imports.
 """
 
 from __future__ import annotations
@@ -10,19 +14,20 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from .bench import bench
-from .chat import chat
-from .common import LocalspecGroup
-from .models import draft_group, models_group, pull
-from .profiles import profile_group
-from .run import run
+from .common import LazyCommands
+
+COMMANDS = {
+    "run": "localspec.cli.run:run",
+    "chat": "localspec.cli.chat:chat",
+    "bench": "localspec.cli.bench:bench",
+    "profile": "localspec.cli.profiles:profile_group",
+    "models": "localspec.cli.models:models_group",
+    "draft": "localspec.cli.models:draft_group",
+    "pull": "localspec.cli.models:pull",
+}
 
 
-@click.group(cls=LocalspecGroup)
+@click.group(cls=LazyCommands, lazy_commands=COMMANDS)
 @click.version_option(__version__, prog_name="localspec")
 def main() -> None:
     """Faster local LLM generation with speculative decoding, the same output as the target model alone."""
-
-
-for command in (run, chat, bench, profile_group, models_group, draft_group, pull):
-    main.add_command(command)

@@ -11,7 +11,7 @@ import click
 
 from ..app.bench import BENCH_PROMPTS, BenchResult, run_bench
 from ..engine.generation import Generation
-from .common import load_session, resolve_plan
+from .loading import load_session, resolve_plan
 from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_options
 
 BENCH_MAX_TOKENS = 128

@@ -14,8 +14,16 @@ import click
 
 from ..engine.generation import Chunk, Generation
 from ..errors import LocalspecError
-from .common import load_session, resolve_plan, write_stdout
-from .options import PROFILE_OPTION, SPECULATIVE_OPTION, STATS_OPTION, VERBOSE_OPTION, setting_flags, setting_options
+from .common import write_stdout
+from .loading import load_session, resolve_plan
+from .options import (
+    PROFILE_OPTION,
+    SPECULATIVE_OPTION,
+    STATS_OPTION,
+    VERBOSE_OPTION,
+    setting_flags,
+    setting_options,
+)
 
 HELP_TEXT = "commands: /reset (forget the conversation), /stats (last reply's statistics), /exit (or Ctrl-D)"
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
-from ..app.plan import Plan, resolve
-from ..app.session import Session, open_session
 from ..errors import LocalspecError
 
 stderr_console = Console(stderr=True, highlight=False)
@@ -34,6 +39,27 @@ class LocalspecGroup(click.Group):
         except BrokenPipeError:
             sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
             sys.exit(0)
+
+
+class LazyCommands(LocalspecGroup):
+    """A group whose subcommands are imported on first use (click's lazy-loading pattern).
+
+    `lazy_commands` maps a command name to "module:attribute"; `localspec
+    profile list` then imports only what `profile list` needs.
+    """
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy_commands:
+            module, attribute = self.lazy_commands[name].split(":")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, name)
 
 
 def write_stdout(text: str) -> None:
@@ -116,17 +142,3 @@ def human_size(n_bytes: float) -> str:
         n_bytes /= 1024
     return f"{n_bytes:.1f} TB"
 
-
-def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> Plan:
-    """`app.plan.resolve` with a progress bar on stderr while a model file is derived, and its notes shown once."""
-    with status_line(stderr_console.is_terminal and not verbose) as status:
-        plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance)
-    for note in plan.notes:
-        click.echo(f"note: {note}", err=True)
-    return plan
-
-
-def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False) -> Session:
-    """`app.session.open_session` with a status spinner on stderr while the weights load."""
-    with status_line(stderr_console.is_terminal and not verbose) as status:
-        return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose)

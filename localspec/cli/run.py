@@ -8,8 +8,16 @@ from typing import Any
 
 import click
 
-from .common import load_session, read_prompt, resolve_plan, write_stdout
-from .options import PROFILE_OPTION, SPECULATIVE_OPTION, STATS_OPTION, VERBOSE_OPTION, setting_flags, setting_options
+from .common import read_prompt, write_stdout
+from .loading import load_session, resolve_plan
+from .options import (
+    PROFILE_OPTION,
+    SPECULATIVE_OPTION,
+    STATS_OPTION,
+    VERBOSE_OPTION,
+    setting_flags,
+    setting_options,
+)
 
 
 @click.command()

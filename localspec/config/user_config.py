@@ -6,8 +6,8 @@ import sys
 
 import tomlkit
 
-from .atomic import write_text_atomic
 from ..errors import InputError
+from .atomic import write_text_atomic
 from .paths import config_file
 
 if sys.version_info >= (3, 11):

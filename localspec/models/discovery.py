@@ -15,10 +15,10 @@ from typing import Iterable
 
 from gguf import LlamaFileType
 
-from .compat import VocabInfo, check_compatible
-from ..errors import InputError
-from .gguf import read_gguf_header
 from ..config.paths import models_dir
+from ..errors import InputError
+from .compat import VocabInfo, check_compatible
+from .gguf import read_gguf_header
 
 
 @dataclass(frozen=True)

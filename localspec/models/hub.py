@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Callable
 
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
-from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+)
 from tqdm.auto import tqdm
 
 from ..config.paths import models_dir

@@ -1,0 +1,24 @@
+"""Resolving a plan and loading its models, with progress shown on stderr: shared by run, chat and bench."""
+
+from __future__ import annotations
+
+import click
+
+from ..app.plan import Plan, resolve
+from ..app.session import Session, open_session
+from .common import status_line, stderr_console
+
+
+def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> Plan:
+    """`app.plan.resolve` with a progress bar on stderr while a model file is derived, and its notes shown once."""
+    with status_line(stderr_console.is_terminal and not verbose) as status:
+        plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance)
+    for note in plan.notes:
+        click.echo(f"note: {note}", err=True)
+    return plan
+
+
+def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False) -> Session:
+    """`app.session.open_session` with a status spinner on stderr while the weights load."""
+    with status_line(stderr_console.is_terminal and not verbose) as status:
+        return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose)

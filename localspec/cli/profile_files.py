@@ -1,0 +1,97 @@
+"""`localspec profile add` and `profile check`: the profile commands that read model files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..app.plan import locate_model
+from ..config.paths import user_profiles_dir
+from ..config.profiles import check_name, parse_assignment, save_profile
+from ..config.resolve import resolve_settings
+from ..errors import InputError, LocalspecError
+from ..models.compat import check_pair, check_pair_cached
+from ..models.discovery import describe, find_drafts
+from .common import stdout_console
+from .models import make_draft_file
+
+
+@click.command("add")
+@click.argument("name")
+@click.option("--target", required=True, help="Target GGUF path.")
+@click.option("--draft", help="Draft GGUF path, or 'auto' to pick the best compatible smaller model.")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Any profile setting, e.g. sampling.temperature=0.7.")
+@click.option("--make-draft", is_flag=True, help="With --draft auto: when nothing fits, make a Q4_0 draft of the target without asking.")
+@click.option("--description", help="One line describing the profile.")
+@click.option("--force", is_flag=True, help="Overwrite an existing user profile.")
+def add_command(
+    name: str, target: str, draft: str | None, assignments: tuple[str, ...], make_draft: bool, description: str | None, force: bool
+) -> None:
+    """Create user profile NAME for TARGET (and a draft)."""
+    check_name(name)
+    existing = user_profiles_dir() / f"{name}.toml"
+    if existing.exists() and not force:
+        raise InputError(f"profile {name!r} exists ({existing}); pass --force to overwrite")
+    target_path = Path(target).expanduser().resolve()
+    values: dict = {"name": name, "target.path": str(target_path)}
+    if description:
+        values["description"] = description
+    if draft == "auto":
+        values["draft.path"] = str(_auto_draft(target_path, make_draft))
+    elif draft:
+        values["draft.path"] = str(Path(draft).expanduser().resolve())
+    for assignment in assignments:
+        key, value = parse_assignment(assignment)
+        values[key] = value
+    if "draft.path" in values:
+        check_pair(Path(values["target.path"]), Path(values["draft.path"]))
+    elif not target_path.is_file():
+        raise InputError(f"{target_path}: no such file")
+    path = save_profile(name, values)
+    click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
+
+
+def _auto_draft(target: Path, make_without_asking: bool) -> Path:
+    """The smallest compatible model near the target (its folder and localspec's models folder).
+
+    When there is none, a Q4_0 copy of the target is proposed (made at once with
+    `make_without_asking`, else asked for on a terminal, else suggested).
+    """
+    found = find_drafts(target)
+    if found:
+        choice, ratio = found[0]
+        click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
+        return choice.path
+    question = f"no compatible smaller model found next to {target.name}; make a Q4_0 draft of it now?"
+    if make_without_asking or (sys.stdin.isatty() and click.confirm(question, err=True)):
+        return make_draft_file(target, "q4_0")
+    raise InputError(
+        f"no compatible smaller model found next to {target.name}: "
+        f"make one with `localspec draft make {target}` (a Q4_0 copy of the target), or pass --draft PATH"
+    )
+
+
+@click.command("check")
+@click.argument("name")
+def check_command(name: str) -> None:
+    """Check that NAME's files exist and that its draft can draft for its target."""
+    resolved = resolve_settings(name, {})
+    target = locate_model(resolved, "target")
+    if not resolved.has_model("draft"):
+        describe(target)
+        stdout_console.print(f"[green]ok[/green] target {target} (no draft: target only)")
+        return
+    draft = locate_model(resolved, "draft")
+    report = check_pair_cached(target, draft)
+    stdout_console.print(f"target {target}\ndraft  {draft}")
+    for check in report.checks:
+        mark = "[green]pass[/green]" if check.passed else "[red]FAIL[/red]"
+        stdout_console.print(f"  {mark}  {check.name}: {check.detail}")
+    if not report.compatible:
+        failure = report.first_failure
+        raise LocalspecError(f"{name}: draft is incompatible ({failure.name}: {failure.detail})")
+    stdout_console.print("[green]compatible[/green]")
+    sys.stdout.flush()
+
