@@ -99,7 +99,7 @@ class SettingsGroup:
     LAYER: ClassVar[str]
 
     def __post_init__(self) -> None:
-        for item in declared(type(self), role=ROLES[0]):
+        for item in declared(type(self), role="model"):  # per-model settings are named model.<name> here
             message = item.problem(_as_profile_value(getattr(self, item.key.rpartition(".")[2])))
             if message is not None:
                 raise InputError(message)
