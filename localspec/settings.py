@@ -26,6 +26,9 @@ from typing import Any, ClassVar, Iterator, Mapping, TypeVar
 from .errors import InputError
 
 ROLES = ("target", "draft")
+STRATEGIES = ("model", "ngram", "hybrid")
+ADAPTIVE = "adaptive"
+ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length considers
 BUILTIN_MODELS = ("smollm2-135m-instruct-f32", "smollm2-135m-instruct-q4_1")
 SEED_MAX = 2**63 - 1
 
@@ -43,14 +46,16 @@ class Setting:
     high: float | None = None
     low_open: bool = False  # the range excludes `low` itself
     choices: tuple[str, ...] | None = None
+    words: tuple[str, ...] = ()  # strings accepted beside numbers of `kind`, e.g. "adaptive"
     flag: str | None = None  # command-line option; None: profiles only
 
     def problem(self, value: Any) -> str | None:
         """Why `value` is not valid for this setting ("key must be ..."), or None."""
-        if value is None:
-            return None  # not set: the layer's own default applies
+        if value is None or value in self.words:
+            return None  # None: not set, the layer's own default applies
         if not _has_kind(value, self.kind):
-            return f"{self.key} must be {_KIND_NAMES[self.kind]}, got {value!r}"
+            also = "".join(f" or {word!r}" for word in self.words)
+            return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {value!r}"
         if self.choices is not None and value not in self.choices:
             return f"{self.key} must be one of {', '.join(self.choices)}, got {value!r}"
         below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
@@ -76,6 +81,7 @@ def setting(
     high: float | None = None,
     low_open: bool = False,
     choices: tuple[str, ...] | None = None,
+    words: tuple[str, ...] = (),
     flag: str | dict[str, str] | None = None,
 ) -> Any:
     """Declare a settings-dataclass field (see the module docstring).
@@ -83,7 +89,7 @@ def setting(
     `flag` is the command-line option; for per-model settings a plain string
     sets the value for both models and a {role: flag} mapping names one per role.
     """
-    spec = dict(help=help, low=low, high=high, low_open=low_open, choices=choices, flag=flag)
+    spec = dict(help=help, low=low, high=high, low_open=low_open, choices=choices, words=words, flag=flag)
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata={"setting": spec})
     return field(default=default, metadata={"setting": spec})
@@ -182,21 +188,47 @@ class SamplingParams(SettingsGroup):
 
 @dataclass(frozen=True)
 class SpeculativeParams(SettingsGroup):
-    """How much to draft each target pass."""
+    """What drafts, and how much each target pass."""
 
     SECTION = "speculative"
     LAYER = "speculative"
 
-    draft_max: int = setting(8, "Most draft tokens per target pass.", low=1, high=256, flag="--draft-max")
+    strategy: str = setting(
+        "model", "What drafts: a draft model, n-gram lookup in the context, or both (lookup when it matches).",
+        choices=STRATEGIES, flag="--strategy",
+    )
+    draft_max: int | str = setting(
+        8, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",
+        low=1, high=256, words=(ADAPTIVE,), flag="--draft-max",
+    )
     draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min")
     p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min")
+    ngram_min: int = setting(2, "Shortest n-gram the lookup matches.", low=1, high=16, flag="--ngram-min")
+    ngram_max: int = setting(4, "Longest n-gram the lookup matches (hybrid uses lookup only for matches this long).", low=1, high=16, flag="--ngram-max")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.draft_min > self.draft_max:
+        if self.draft_min > self.longest_draft:
             raise InputError(
                 f"speculative.draft_min ({self.draft_min}) must not exceed speculative.draft_max ({self.draft_max})"
             )
+        if self.ngram_min > self.ngram_max:
+            raise InputError(
+                f"speculative.ngram_min ({self.ngram_min}) must not exceed speculative.ngram_max ({self.ngram_max})"
+            )
+
+    @property
+    def adaptive(self) -> bool:
+        return self.draft_max == ADAPTIVE
+
+    @property
+    def longest_draft(self) -> int:
+        """The most draft tokens a pass may hold."""
+        return ADAPTIVE_DRAFT_LIMIT if self.draft_max == ADAPTIVE else int(self.draft_max)
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.strategy != "ngram"
 
 
 @dataclass(frozen=True)
@@ -273,6 +305,7 @@ def _declared(group: type[SettingsGroup], role: str | None) -> Iterator[Setting]
             high=spec["high"],
             low_open=spec["low_open"],
             choices=spec["choices"],
+            words=spec["words"],
             flag=flag,
         )
 
@@ -289,7 +322,9 @@ def _all_settings() -> dict[str, Setting]:
 def _kind_of(hint: Any) -> type:
     if typing.get_origin(hint) is tuple:
         return list
-    options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    options = [arg for arg in typing.get_args(hint) if arg is not type(None) and arg is not str]
+    if not options and str in typing.get_args(hint):
+        return str
     return options[0] if options else hint
 
 

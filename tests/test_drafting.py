@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.engine.drafting import ModelDrafter
+from localspec.engine.drafters import (
+    Draft,
+    HybridDrafter,
+    ModelDrafter,
+    NGramDrafter,
+    build_drafter,
+)
 from localspec.engine.generation import generate_text
 from localspec.engine.sampling import softmax
 from localspec.runtime.model import Model
@@ -93,3 +99,35 @@ def test_a_draft_never_outgrows_one_target_batch(tiny_pair: tuple[Path, Path]) -
         settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=8), max_tokens=30, seed=0)
         stats = generate_text(target, PROMPT, settings, ModelDrafter(draft, SAMPLED)).stats
     assert len(stats.proposed_at) == 3 and stats.tokens_generated == 30
+
+
+def test_ngram_lookup_proposes_what_followed_the_latest_match() -> None:
+    lookup = NGramDrafter(n_min=2, n_max=3)
+    context = [1, 5, 6, 7, 8, 9, 5, 6]
+    lookup.begin(context)
+    assert lookup.propose(context, 3, np.random.default_rng(0)) == Draft([7, 8, 9], None)
+    context += [7, 3]  # (7, 3) never occurred, nor (6, 7, 3)... but (7,) alone is below n_min
+    assert lookup.propose(context, 3, np.random.default_rng(0)).tokens == []
+    context += [5, 6, 7]  # now (5, 6, 7) matched twice: the latest earlier occurrence wins
+    assert lookup.propose(context, 2, np.random.default_rng(0)).tokens == [3, 5]
+
+
+def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(models) -> None:
+    _, draft = models
+    hybrid = HybridDrafter(NGramDrafter(2, 2), ModelDrafter(draft, SAMPLED))
+    repeating = [1, 260, 265, 270, 262, 260, 265]
+    hybrid.begin(repeating)
+    looked_up = hybrid.propose(repeating, 3, np.random.default_rng(0))
+    assert looked_up == Draft([270, 262, 260], None)
+    fresh = [*repeating, 275]
+    by_model = hybrid.propose(fresh, 3, np.random.default_rng(0))
+    assert len(by_model.tokens) == 3 and by_model.q_draft.shape == (3, draft.n_vocab)
+    # The draft model's cache followed the context although the lookup drafted the pass before.
+    assert list(draft.tokens[: len(fresh)]) == fresh
+
+
+def test_ngram_strategy_needs_no_draft_model(models) -> None:
+    target, _ = models
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(strategy="ngram", draft_max=4), max_tokens=30, seed=2)
+    generation = generate_text(target, [1, 260, 265, 270, 262, 260, 265], settings, build_drafter(settings.speculative, SAMPLED, None))
+    assert generation.stats.draft_tokens_proposed > 0 and len(generation.tokens) == 30

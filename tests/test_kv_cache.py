@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.engine.drafting import ModelDrafter
+from localspec.engine.drafters import ModelDrafter
 from localspec.engine.generation import generate_text
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams

@@ -8,7 +8,7 @@ import pytest
 from test_kv_cache import assert_cache_matches_fresh_model
 
 from localspec.app.session import Session
-from localspec.engine.drafting import ModelDrafter
+from localspec.engine.drafters import ModelDrafter
 from localspec.engine.generation import generate_text
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams

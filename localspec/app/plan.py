@@ -67,6 +67,10 @@ def resolve(
     else:
         check_file(target.path)
     generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None)
+    if generation.speculative.uses_draft_model and draft is None and settings.sources["speculative.strategy"] != "default":
+        raise InputError(
+            f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
+        )
     return Plan(settings, target, draft, generation, ChatSettings.from_values(settings.values), notes)
 
 
@@ -109,12 +113,13 @@ def _generation_settings(
     if target_runtime.n_ctx is not None:
         verify_rows = min(verify_rows, target_runtime.n_ctx)  # llama.cpp caps a batch at the context size
     draft_max = values["speculative.draft_max"]
-    if with_draft and draft_max + 1 > verify_rows:
-        if verify_rows < 2:
-            raise InputError(
-                f"{settings.describe('target.n_batch')} leaves no room to verify draft tokens:"
-                " raise it, or run without a draft (--no-speculative)"
-            )
+    drafts = with_draft or values["speculative.strategy"] == "ngram"
+    if drafts and verify_rows < 2:
+        raise InputError(
+            f"{settings.describe('target.n_batch')} leaves no room to verify draft tokens:"
+            " raise it, or run without a draft (--no-speculative)"
+        )
+    if drafts and isinstance(draft_max, int) and draft_max + 1 > verify_rows:
         values["speculative.draft_max"] = verify_rows - 1
         values["speculative.draft_min"] = min(values["speculative.draft_min"], verify_rows - 1)
         notes.append(

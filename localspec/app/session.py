@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..engine.drafting import ModelDrafter
+from ..engine.drafters import build_drafter
 from ..engine.generation import Generation
 from ..errors import InputError
 from ..runtime.chat_template import render_chat
@@ -24,14 +24,16 @@ class Session:
         self.target = target
         self.draft = draft
         self.chat = chat
+        self.learned_lengths: dict = {}  # adaptive draft-length controllers, kept across generations
 
     def generation(
         self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, speculative: bool = True
     ) -> Generation:
-        """A generation from `prompt_tokens`; drafting is off without a draft model or when asked."""
+        """A generation from `prompt_tokens` with the settings' drafting strategy (target only when
+        `speculative` is off, or when the strategy needs a draft model and there is none)."""
         drafter = None
-        if speculative and self.draft is not None:
-            drafter = ModelDrafter(self.draft, settings.sampling, settings.speculative.p_min)
+        if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
+            drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths)
         return Generation(self.target, prompt_tokens, settings, drafter)
 
     def raw_prompt_tokens(self, text: str) -> list[int]:

@@ -49,9 +49,11 @@ def chat(profile: str | None, no_speculative: bool, stats: bool, verbose: bool, 
     highlight = sys.stdout.isatty() if highlight is None else highlight
     last: Generation | None = None
     if interactive:
-        mode = "speculative" if plan.draft is not None and not no_speculative else "target only"
+        drafts = plan.draft is not None or not plan.generation.speculative.uses_draft_model
+        mode = f"speculative, {plan.generation.speculative.strategy}" if drafts and not no_speculative else "target only"
         click.echo(f"localspec chat ({mode}); {HELP_TEXT}", err=True)
-    with load_session(plan, load_draft=not no_speculative, verbose=verbose) as session:
+    load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
+    with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
         system = session.system_messages()
         messages = list(system)
         while True:

@@ -54,7 +54,29 @@ def _setting_options() -> tuple[SettingOption, ...]:
 SETTING_OPTIONS = _setting_options()
 
 
+class NumberOrWord(click.ParamType):
+    """A number in the setting's range, or one of its words (e.g. `--draft-max adaptive`)."""
+
+    def __init__(self, number: click.ParamType | type, words: tuple[str, ...]) -> None:
+        self.number = number if isinstance(number, click.ParamType) else click.types.convert_type(number)
+        self.words = words
+        self.name = f"{self.number.name}|{'|'.join(words)}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in self.words:
+            return value
+        try:
+            return self.number.convert(value, param, ctx)
+        except click.BadParameter as exc:
+            self.fail(f"{exc.message} (or one of: {', '.join(self.words)})", param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return f"[{'|'.join(('N', *self.words))}]"
+
+
 def _click_type(item: Setting) -> click.ParamType | type:
+    if item.words:
+        return NumberOrWord(_click_type(Setting(**{**item.__dict__, "words": ()})), item.words)
     if item.choices:
         return click.Choice(item.choices)
     if item.kind is int:

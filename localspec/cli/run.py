@@ -43,7 +43,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     """
     text = read_prompt(prompt)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
-    with load_session(plan, load_draft=not no_speculative, verbose=verbose) as session:
+    load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
+    with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
         if raw:
             prompt_tokens = session.raw_prompt_tokens(text)
         else:
@@ -59,7 +60,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             "stop_reason": generation.stop_reason,
             "model": {
                 "target": str(plan.target.path),
-                "draft": str(plan.draft.path) if plan.draft and generation.drafter is not None else None,
+                "draft": str(plan.draft.path) if load_draft and plan.draft and generation.drafter is not None else None,
             },
             "profile": plan.profile_name,
             "settings": {**generation.settings.to_dict(), "speculative_enabled": generation.drafter is not None},
@@ -70,5 +71,5 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         write_stdout("\n")
     if stats:
         click.echo(f"[{generation.stop_reason}] {generation.stats.summary()}", err=True)
-    if plan.draft is None and not no_speculative and not as_json:
+    if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)

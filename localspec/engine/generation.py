@@ -17,11 +17,9 @@ from ..errors import LocalspecError
 from ..runtime.model import Model
 from ..settings import GenerationSettings
 from .acceptance import accept
-from .drafting import Draft, Drafter
+from .drafters import NO_DRAFT, Draft, Drafter
 from .stats import SpecStats
 from .textstream import TextStream
-
-NO_DRAFT = Draft([], None)
 
 
 @dataclass
@@ -85,13 +83,15 @@ class Generation:
                 # 1. The drafter proposes up to `room` tokens d_1..d_k (with q_draft when sampled).
                 draft = self._propose(context, room, rng)
                 # 2. One target pass scores [last, d_1..d_k]: k+1 rows of logits.
+                scored = time.perf_counter()
                 target_logits = self._score(context, draft)
+                verify_seconds = time.perf_counter() - scored
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(draft.tokens, draft.q_draft, target_logits, self.settings.sampling, rng)
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
-                self._record(draft, n_accepted)
+                self._record(draft, n_accepted, verify_seconds)
                 # 6. Emit the new tokens, up to an end-of-generation token or a stop string.
                 chunk = self._emit(new_tokens, n_accepted, context)
                 if chunk.tokens or chunk.text:
@@ -122,7 +122,7 @@ class Generation:
         context_room = self.target.n_ctx - len(context)
         if remaining <= 0 or context_room < 0:
             return None
-        return min(self.settings.speculative.draft_max, remaining - 1, context_room, self.target.n_batch - 1)
+        return min(self.settings.speculative.longest_draft, remaining - 1, context_room, self.target.n_batch - 1)
 
     def _propose(self, context: list[int], room: int, rng: np.random.Generator) -> Draft:
         """The drafter's proposal, or no draft when it is too short to be worth a batched pass.
@@ -148,12 +148,12 @@ class Generation:
         self.target.sync(context[:-1])
         return self.target.eval([context[-1], *draft.tokens], logits="all")
 
-    def _record(self, draft: Draft, n_accepted: int) -> None:
+    def _record(self, draft: Draft, n_accepted: int, verify_seconds: float) -> None:
         if not draft.tokens:
             self.stats.target_passes += 1
             return
         self.stats.record_pass(len(draft.tokens), n_accepted)
-        self.drafter.observe(len(draft.tokens), n_accepted)
+        self.drafter.observe(len(draft.tokens), n_accepted, verify_seconds)
 
     def _emit(self, new_tokens: list[int], n_accepted: int, context: list[int]) -> Chunk:
         """Append accepted tokens up to an end-of-generation token or a stop string."""

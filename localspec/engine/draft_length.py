@@ -1,0 +1,187 @@
+"""How many tokens to draft each pass: a fixed number, or chosen to maximise expected speed.
+
+`AdaptiveLength` keeps three running estimates, all from the generation in
+progress:
+- the acceptance rate α_i at each draft position i (of the drafts that reached
+  it), pooled towards the overall rate where a position has few samples;
+- the cost of drafting: the first token of a pass (which also brings the draft
+  model's cache up to date) and each further token;
+- the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent passes.
+
+Each pass it drafts the k that maximises expected tokens per second,
+
+    E[tokens](k) / (D(k) + V(k+1)),   E[tokens](k) = 1 + Σ_{i≤k} Π_{j≤i} α_j,
+    D(k) = c_first + (k − 1)·c_next for k ≥ 1, D(0) = 0
+
+(which is (1 − α^(k+1)) / (1 − α) when every α_j = α). While drafting it stops
+early once one more token is worth less than it costs at that rate: the chance
+that the tokens drafted so far are all kept is estimated from the draft's own
+probability of each of them, through an acceptance rate measured per
+probability bin (a draft model's probabilities are rarely calibrated as they
+are). Every few passes it tries k ± 1, so that the verify cost's slope stays
+measurable.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..settings import ADAPTIVE_DRAFT_LIMIT
+
+_PRIOR_ACCEPTANCE = 0.7
+_PRIOR_WEIGHT = 4.0  # position estimates lean on the overall rate until they have this many samples
+_DECAY = 0.98  # per pass: older passes count less, so the estimates follow the text
+_PRIOR_SLOPE = 0.2  # V(n) = a + b·n with b = 0.2·a until the slope is measured (CPU: a 9-token batch ≈ 2.3 single steps)
+_EXPLORE_EVERY = 8
+_CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
+
+
+class FixedLength:
+    """Always draft up to `k` tokens."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def plan(self, room: int) -> int:
+        return min(self.k, room)
+
+    def keep_going(self, n_drafted: int, confidence: float) -> bool:
+        return True
+
+    def record_draft_step(self, seconds: float, first: bool = False) -> None:
+        pass
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        pass
+
+
+def _bin(confidence: float) -> int:
+    return next((i for i, edge in enumerate(_CONFIDENCE_BINS) if confidence <= edge), len(_CONFIDENCE_BINS))
+
+
+class AdaptiveLength:
+    """Chooses each pass's draft length from measured acceptance and costs (see the module docstring)."""
+
+    def __init__(self, limit: int = ADAPTIVE_DRAFT_LIMIT) -> None:
+        self.limit = limit
+        self.reached = [0.0] * limit  # decayed count of drafts that reached position i+1
+        self.accepted = [0.0] * limit  # ... and were accepted there
+        self.first_step_cost: float | None = None  # seconds for a pass's first draft token (cache catch-up included)
+        self.draft_cost: float | None = None  # seconds for each further draft token
+        self.verify_samples: deque[tuple[int, float]] = deque(maxlen=64)  # (tokens in the batch, seconds)
+        self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
+        self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
+        self.passes = 0
+        self._rate = 0.0  # expected tokens per second of the current plan
+        self._kept_so_far = 1.0  # estimated chance that every token of the draft in progress is kept
+        self._confidences: list[float] = []  # the draft's probability of each token it drafted this pass
+
+    # -- estimates ------------------------------------------------------------------------
+
+    def overall_acceptance(self) -> float:
+        reached, accepted = sum(self.reached), sum(self.accepted)
+        return (accepted + _PRIOR_WEIGHT * _PRIOR_ACCEPTANCE) / (reached + _PRIOR_WEIGHT)
+
+    def acceptance(self, position: int) -> float:
+        """Estimated probability that the draft token at `position` (1-based) is kept, given the earlier ones were."""
+        i = position - 1
+        return (self.accepted[i] + _PRIOR_WEIGHT * self.overall_acceptance()) / (self.reached[i] + _PRIOR_WEIGHT)
+
+    def acceptance_at_confidence(self, confidence: float) -> float:
+        """Measured acceptance of draft tokens the draft gave about this probability."""
+        i = _bin(confidence)
+        return (self.bin_accepted[i] + _PRIOR_WEIGHT * self.overall_acceptance()) / (self.bin_reached[i] + _PRIOR_WEIGHT)
+
+    def expected_tokens(self, k: int) -> float:
+        """E[tokens emitted by a pass that drafts k]: 1 + Σ_{i≤k} Π_{j≤i} α_j."""
+        total, keep = 1.0, 1.0
+        for position in range(1, k + 1):
+            keep *= self.acceptance(position)
+            total += keep
+        return total
+
+    def verify_cost(self, n_tokens: int) -> float:
+        """Seconds for a target pass over `n_tokens` tokens: a + b·n fitted by least squares."""
+        samples = list(self.verify_samples)
+        if not samples:
+            return 1.0 + _PRIOR_SLOPE * n_tokens  # arbitrary unit: only ratios matter before any measurement
+        ns = [n for n, _ in samples]
+        mean_n, mean_t = sum(ns) / len(ns), sum(t for _, t in samples) / len(samples)
+        spread = sum((n - mean_n) ** 2 for n in ns)
+        if spread > 0:
+            slope = sum((n - mean_n) * (t - mean_t) for n, t in samples) / spread
+            intercept = mean_t - slope * mean_n
+            if slope > 0 and intercept > 0:
+                return intercept + slope * n_tokens
+        a = mean_t / (1 + _PRIOR_SLOPE * mean_n)
+        return a * (1 + _PRIOR_SLOPE * n_tokens)
+
+    def pass_cost(self, k: int) -> float:
+        """Seconds for a pass that drafts k tokens and verifies k+1."""
+        if k == 0:
+            return self.verify_cost(1)
+        step = self.draft_cost if self.draft_cost is not None else 0.3 * self.verify_cost(1)
+        first = self.first_step_cost if self.first_step_cost is not None else step
+        return first + (k - 1) * step + self.verify_cost(k + 1)
+
+    def rate(self, k: int) -> float:
+        return self.expected_tokens(k) / self.pass_cost(k)
+
+    def best_length(self, room: int) -> int:
+        candidates = range(0, min(room, self.limit) + 1)
+        return max(candidates, key=lambda k: (self.rate(k), -k))
+
+    # -- the drafter's calls --------------------------------------------------------------
+
+    def plan(self, room: int) -> int:
+        """The draft length for this pass (at most `room`)."""
+        k = self.best_length(room)
+        self._rate = self.rate(k)
+        self._kept_so_far = 1.0
+        self._confidences = []
+        self.passes += 1
+        if self.passes % _EXPLORE_EVERY == 0:  # measure a neighbouring length now and then
+            k = min(max(k + (1 if (self.passes // _EXPLORE_EVERY) % 2 else -1), 1), min(room, self.limit))
+        return k
+
+    def keep_going(self, n_drafted: int, confidence: float) -> bool:
+        """Whether to draft token n_drafted+1, given the draft's probability of the token it just drafted.
+
+        One more token adds P(all n_drafted kept)·α_{n+1} expected tokens and costs one
+        draft step plus one more verify row; below the plan's rate it is a loss.
+        """
+        self._confidences.append(confidence)
+        self._kept_so_far *= self.acceptance_at_confidence(confidence)
+        if n_drafted >= self.limit:
+            return False
+        gain = self._kept_so_far * self.acceptance(n_drafted + 1)
+        marginal_cost = self.pass_cost(n_drafted + 1) - self.pass_cost(n_drafted)
+        return gain >= self._rate * marginal_cost
+
+    def record_draft_step(self, seconds: float, first: bool = False) -> None:
+        """The measured cost of one draft token (`first`: a pass's first, which includes the cache catch-up)."""
+        if first:
+            self.first_step_cost = _ema(self.first_step_cost, seconds)
+        else:
+            self.draft_cost = _ema(self.draft_cost, seconds)
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self.verify_samples.append((n_proposed + 1, verify_seconds))
+        for counts in (self.reached, self.accepted, self.bin_reached, self.bin_accepted):
+            counts[:] = [count * _DECAY for count in counts]
+        for i in range(min(n_proposed, self.limit)):
+            kept = i < n_accepted
+            self.reached[i] += 1
+            self.accepted[i] += kept
+            if i < len(self._confidences):
+                self.bin_reached[_bin(self._confidences[i])] += 1
+                self.bin_accepted[_bin(self._confidences[i])] += kept
+            if not kept:
+                break  # positions after the first rejection were never judged
+
+
+def _ema(current: float | None, sample: float, weight: float = 0.1) -> float:
+    return sample if current is None else (1 - weight) * current + weight * sample
+
+
+DraftLength = FixedLength | AdaptiveLength

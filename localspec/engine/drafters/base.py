@@ -1,0 +1,36 @@
+"""What every drafter is: the `Drafter` interface and the `Draft` it returns.
+
+A drafter answers three calls: `begin(prompt_tokens)` before a generation;
+`propose(context, max_tokens, rng)`, which returns new candidate tokens (never
+the context itself) with the distribution each was drawn from; and
+`observe(n_proposed, n_accepted, verify_seconds)`, which tells it how the
+target judged them and what the verify pass cost. A drafter that returns
+`q_draft=None` is deterministic (a point-mass q) and is verified by comparing
+with samples of the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass
+class Draft:
+    """Proposed tokens and, row by row, the distribution q_draft each was sampled from (None: deterministic)."""
+
+    tokens: list[int]
+    q_draft: np.ndarray | None
+
+
+NO_DRAFT = Draft([], None)
+
+
+class Drafter(Protocol):
+    def begin(self, prompt_tokens: Sequence[int]) -> None: ...
+
+    def propose(self, context: Sequence[int], max_tokens: int, rng: np.random.Generator) -> Draft: ...
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None: ...

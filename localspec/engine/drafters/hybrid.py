@@ -1,0 +1,40 @@
+"""Hybrid drafting: n-gram lookup when the context's last n tokens occurred before, the draft model otherwise.
+
+The choice is made per pass from the context alone, before anything is drafted,
+so each pass is exactly one of the two: a deterministic lookup (verified against
+target samples) or sampled model drafts (verified by rejection sampling). The
+draft model's cache follows the context on its next pass (`Model.sync` keeps the
+common prefix and evaluates what the lookup passes added).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .base import Draft
+from .model import ModelDrafter
+from .ngram import NGramDrafter
+
+
+class HybridDrafter:
+    def __init__(self, lookup: NGramDrafter, by_model: ModelDrafter) -> None:
+        self.lookup = lookup
+        self.by_model = by_model
+        self._last: NGramDrafter | ModelDrafter = by_model  # who drafted the pass being verified
+
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
+        self.lookup.begin(prompt_tokens)
+        self.by_model.begin(prompt_tokens)
+
+    def propose(self, context: Sequence[int], max_tokens: int, rng: np.random.Generator) -> Draft:
+        draft = self.lookup.propose(context, max_tokens, rng)
+        if draft.tokens:
+            self._last = self.lookup
+            return draft
+        self._last = self.by_model
+        return self.by_model.propose(context, max_tokens, rng)
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self._last.observe(n_proposed, n_accepted, verify_seconds)

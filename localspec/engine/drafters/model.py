@@ -1,0 +1,76 @@
+"""A draft model: a smaller model with the target's vocabulary, sampled token by token."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ...runtime.model import Model
+from ...settings import SamplingParams
+from ..draft_length import DraftLength, FixedLength
+from ..sampling import logits_to_probs, sample, softmax
+from .base import Draft
+
+
+class ModelDrafter:
+    """Drafts by sampling a smaller model with the same vocabulary, token by token.
+
+    Each token is drawn from q_draft, the draft's distribution processed by the
+    same `logits_to_probs` as the target's. Drafting stops early when the draft
+    model's confidence (the largest probability of its unprocessed next-token
+    distribution) falls below `p_min`, and where the length controller says one
+    more token is not worth its cost. Both look only at the context (the drafted
+    tokens included), never at the token about to be drawn, so the drafted tokens
+    stay exact samples of q_draft.
+    """
+
+    def __init__(self, model: Model, sampling: SamplingParams, p_min: float = 0.0, length: DraftLength | None = None) -> None:
+        self.model = model
+        self.sampling = sampling
+        self.p_min = p_min
+        self.length = length or FixedLength(model.n_ctx)
+
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
+        """Evaluate the prompt ahead of the first step (counted as prompt time)."""
+        self.model.sync(prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1])
+
+    def propose(self, context: Sequence[int], max_tokens: int, rng: np.random.Generator) -> Draft:
+        # The draft's cache must hold the context plus all but the last draft token.
+        room = min(max_tokens, self.model.n_ctx - len(context) + 1)
+        k = self.length.plan(room) if room > 0 else 0
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        if k <= 0:
+            return self._draft(tokens, rows)
+        started = time.perf_counter()
+        logits = self.model.next_logits(context)
+        while True:
+            confidence = softmax(logits)
+            if self.p_min > 0 and confidence.max() < self.p_min:
+                break
+            if self.sampling.greedy:
+                token = int(np.argmax(logits))
+            else:
+                q = logits_to_probs(logits, self.sampling)
+                token = sample(q, rng)
+                rows.append(q)
+            tokens.append(token)
+            now = time.perf_counter()
+            self.length.record_draft_step(now - started, first=len(tokens) == 1)
+            started = now
+            if len(tokens) == k or not self.length.keep_going(len(tokens), float(confidence[token])):
+                break
+            logits = self.model.eval([token], logits="last")[0]
+        return self._draft(tokens, rows)
+
+    def _draft(self, tokens: list[int], rows: list[np.ndarray]) -> Draft:
+        """Greedy drafts are deterministic (no q_draft); sampled ones carry one q row per token."""
+        if self.sampling.greedy:
+            return Draft(tokens, None)
+        return Draft(tokens, np.stack(rows) if rows else np.empty((0, self.model.n_vocab)))
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        """Pass the target's verdict and the verify pass's cost to the length controller."""
+        self.length.observe(n_proposed, n_accepted, verify_seconds)
