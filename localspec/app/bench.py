@@ -1,17 +1,24 @@
-"""Side-by-side speed measurement: speculative vs target-only, same prompts, seeds and process.
+"""Side-by-side speed measurement and tuning: speculative vs target-only, same prompts, seeds and process.
 
-Runs alternate (speculative first on even prompts, baseline first on odd ones) so
-that drift in machine speed falls on both sides equally. Speed is generated
-tokens over generation time, prompt processing excluded, summed over prompts.
+For each temperature, every prompt is generated target-only once per repeat and
+with every drafting configuration (strategy × draft length) being compared, in
+an order that rotates from prompt to prompt, so that drift in machine speed
+falls on all sides alike. Speed is generated tokens over generation time,
+prompt processing excluded, summed over prompts. A configuration's speed-up is
+its speed over the target-only speed measured beside it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
+from ..errors import InputError
 from ..settings import GenerationSettings
 from .session import Session
 
@@ -28,65 +35,161 @@ BENCH_PROMPTS: tuple[str, ...] = (
     "Write a haiku about autumn, then explain its imagery.",
 )
 
+COPY_HEAVY_PROMPTS: tuple[str, ...] = (
+    "Repeat the following text exactly, word for word:\n\nThe old lighthouse stood at the edge of the cliff, its white"
+    " paint peeling in long strips. Every night for forty years the keeper climbed the spiral stairs, trimmed the"
+    " wick and watched the beam sweep across the dark water. Ships passed safely because of him, though few of"
+    " their sailors ever knew his name.",
+    "Rename the variable `x` to `total` in this code and return the whole code:\n\ndef add_all(numbers):\n    x = 0\n"
+    "    for n in numbers:\n        x = x + n\n    return x\n\nprint(add_all([1, 2, 3]))",
+    "Extract the name, email and phone number from this text as JSON with keys name, email, phone:\n\n"
+    "Please contact Maria Gonzalez at maria.gonzalez@example.com or call her on +1 555 0134 about the invoice.",
+    "Summarise this text in two sentences, reusing its wording:\n\nThe city council met on Tuesday to discuss the new"
+    " bicycle lanes. Residents said the lanes made the streets safer for children. Shop owners worried that fewer"
+    " parking spaces would keep customers away. The council agreed to test the lanes for six months.",
+)
+
+DEFAULT_PROMPTS = BENCH_PROMPTS + COPY_HEAVY_PROMPTS
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One drafting configuration being measured."""
+
+    strategy: str
+    draft_max: int | str
+    temperature: float
+
 
 @dataclass
 class BenchResult:
-    temperature: float
-    speculative: SpecStats = field(default_factory=SpecStats)  # totals over all prompts
+    case: BenchCase
+    speculative: SpecStats = field(default_factory=SpecStats)  # totals over prompts and repeats
     baseline: SpecStats = field(default_factory=SpecStats)
-    identical_prompts: int = 0  # prompts whose tokens matched exactly (expected at temperature 0)
-    n_prompts: int = 0
+    identical_prompts: int = 0  # prompt runs whose tokens matched target-only exactly (expected at temperature 0)
+    runs: int = 0
+    repeat_speedups: list[float] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
         base = self.baseline.tokens_per_second
         return (self.speculative.tokens_per_second or 0.0) / base if base else 0.0
 
-    def to_dict(self) -> dict:
+    @property
+    def spread(self) -> float:
+        """Largest minus smallest speed-up across repeats (0 with one repeat)."""
+        return max(self.repeat_speedups) - min(self.repeat_speedups) if len(self.repeat_speedups) > 1 else 0.0
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """Seconds per draft token over seconds per target-only pass: what a draft token costs."""
+        draft, target = self.speculative.seconds_per_draft_token, self.baseline.seconds_per_pass
+        return draft / target if draft is not None and target else None
+
+    def to_dict(self) -> dict[str, Any]:
         return {
-            "temperature": self.temperature,
-            "prompts": self.n_prompts,
+            "strategy": self.case.strategy,
+            "draft_max": self.case.draft_max,
+            "temperature": self.case.temperature,
             "speculative_tokens_per_second": self.speculative.tokens_per_second,
             "baseline_tokens_per_second": self.baseline.tokens_per_second,
             "speedup": self.speedup,
+            "speedup_spread": self.spread,
             "acceptance_rate": self.speculative.acceptance_rate,
             "mean_accepted_length": self.speculative.mean_accepted_length,
             "tokens_per_target_pass": self.speculative.tokens_per_pass,
             "per_position_acceptance": self.speculative.per_position_acceptance,
+            "cost_ratio": self.cost_ratio,
             "identical_prompts": self.identical_prompts,
+            "runs": self.runs,
         }
+
+
+def read_prompts(path: Path) -> tuple[str, ...]:
+    """Prompts from a file, one per line (blank lines skipped; "\\n" inside a line is a newline)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the prompts file ({exc.strerror or exc})") from None
+    prompts = tuple(line.replace("\\n", "\n") for line in lines if line.strip())
+    if not prompts:
+        raise InputError(f"{path}: no prompts in the file (one per line)")
+    return prompts
 
 
 def run_bench(
     session: Session,
     settings: GenerationSettings,
-    prompts: Sequence[str] = BENCH_PROMPTS,
-    on_prompt: Callable[[int, Generation, Generation], None] | None = None,
-) -> BenchResult:
-    """Generate every prompt with and without drafting; return the side-by-side totals."""
-    result = BenchResult(settings.sampling.temperature, n_prompts=len(prompts))
-    _warm_up(session, settings)
-    for index, prompt in enumerate(prompts):
-        tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
-        order = (True, False) if index % 2 == 0 else (False, True)
-        runs = {}
-        for speculative in order:
-            generation = session.generation(tokens, settings, speculative=speculative)
-            for _ in generation:
-                pass
-            runs[speculative] = generation
-        result.speculative.add(runs[True].stats)
-        result.baseline.add(runs[False].stats)
-        result.identical_prompts += runs[True].tokens == runs[False].tokens
-        if on_prompt is not None:
-            on_prompt(index, runs[True], runs[False])
-    return result
+    cases: Sequence[BenchCase],
+    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    repeat: int = 1,
+    on_run: Callable[[BenchCase | None, Generation], None] | None = None,
+) -> list[BenchResult]:
+    """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order."""
+    results = {case: BenchResult(case) for case in cases}
+    for temperature in dict.fromkeys(case.temperature for case in cases):
+        same_temperature = [case for case in cases if case.temperature == temperature]
+        base = dataclasses.replace(settings, sampling=dataclasses.replace(settings.sampling, temperature=temperature))
+        _warm_up(session, base, same_temperature)
+        for round_number in range(repeat):
+            per_round = {case: BenchResult(case) for case in same_temperature}
+            for index, prompt in enumerate(prompts):
+                tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+                order: list[BenchCase | None] = [None, *same_temperature]
+                shift = (index + round_number) % len(order)
+                runs: dict[BenchCase | None, Generation] = {}
+                for case in order[shift:] + order[:shift]:
+                    runs[case] = _generate(session, tokens, _case_settings(base, case), speculative=case is not None)
+                    if on_run is not None:
+                        on_run(case, runs[case])
+                for case in same_temperature:
+                    for result in (results[case], per_round[case]):
+                        result.speculative.add(runs[case].stats)
+                        result.baseline.add(runs[None].stats)
+                        result.identical_prompts += runs[case].tokens == runs[None].tokens
+                        result.runs += 1
+            for case in same_temperature:
+                results[case].repeat_speedups.append(per_round[case].speedup)
+    return [results[case] for case in cases]
 
 
-def _warm_up(session: Session, settings: GenerationSettings) -> None:
+def best_by_temperature(results: Sequence[BenchResult]) -> dict[float, BenchResult]:
+    """The fastest configuration at each temperature."""
+    best: dict[float, BenchResult] = {}
+    for result in results:
+        current = best.get(result.case.temperature)
+        if current is None or result.speedup > current.speedup:
+            best[result.case.temperature] = result
+    return best
+
+
+def best_overall(results: Sequence[BenchResult]) -> tuple[str, int | str, float]:
+    """(strategy, draft_max, geometric-mean speed-up) of the configuration fastest across all temperatures."""
+    by_config: dict[tuple[str, int | str], list[float]] = {}
+    for result in results:
+        by_config.setdefault((result.case.strategy, result.case.draft_max), []).append(max(result.speedup, 1e-9))
+    (strategy, draft_max), speedups = max(by_config.items(), key=lambda item: statistics.geometric_mean(item[1]))
+    return strategy, draft_max, statistics.geometric_mean(speedups)
+
+
+def _case_settings(base: GenerationSettings, case: BenchCase | None) -> GenerationSettings:
+    if case is None:
+        return base
+    speculative = dataclasses.replace(base.speculative, strategy=case.strategy, draft_max=case.draft_max)
+    return dataclasses.replace(base, speculative=speculative)
+
+
+def _generate(session: Session, tokens: list[int], settings: GenerationSettings, *, speculative: bool) -> Generation:
+    generation = session.generation(tokens, settings, speculative=speculative)
+    for _ in generation:
+        pass
+    return generation
+
+
+def _warm_up(session: Session, settings: GenerationSettings, cases: Sequence[BenchCase]) -> None:
     """One short generation each way, so first-call costs (page faults, allocations) are not timed."""
     tokens = session.chat_prompt_tokens([{"role": "user", "content": "Hello"}])
-    warm = GenerationSettings(settings.sampling, settings.speculative, max_tokens=8, seed=0)
-    for speculative in (True, False):
-        for _ in session.generation(tokens, warm, speculative=speculative):
-            pass
+    warm = dataclasses.replace(settings, max_tokens=8, seed=0)
+    _generate(session, tokens, warm, speculative=False)
+    for case in cases:
+        _generate(session, tokens, _case_settings(warm, case), speculative=True)

@@ -1,92 +1,203 @@
-"""`localspec bench`: speculative vs target-only on the same prompts and seeds, side by side."""
+"""`localspec bench`: measure and tune drafting on this machine, side by side with the target alone."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import sys
+from pathlib import Path
 from typing import Any
 
 import click
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
 
-from ..app.bench import BENCH_PROMPTS, BenchResult, run_bench
-from ..engine.generation import Generation
+from ..app.bench import (
+    DEFAULT_PROMPTS,
+    BenchCase,
+    BenchResult,
+    best_by_temperature,
+    best_overall,
+    read_prompts,
+    run_bench,
+)
+from ..config.profiles import update_profile
+from ..settings import SETTINGS, STRATEGIES
+from .common import stderr_console, stdout_console
 from .loading import load_session, resolve_plan
-from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_options
+from .options import (
+    PROFILE_OPTION,
+    VERBOSE_OPTION,
+    NumberOrWord,
+    setting_flags,
+    setting_options,
+)
 
 BENCH_MAX_TOKENS = 128
 BENCH_SEED = 1234
+SWEPT = ("sampling.temperature", "speculative.strategy", "speculative.draft_max")
+
+
+def _comma_list(value: str, convert, option: str) -> list:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise click.BadParameter("give at least one value", param_hint=option)
+    try:
+        return list(dict.fromkeys(convert(item) for item in items))
+    except (click.BadParameter, ValueError) as exc:
+        message = exc.format_message() if isinstance(exc, click.BadParameter) else str(exc)
+        raise click.BadParameter(message, param_hint=option) from None
+
+
+def _temperature(item: str) -> float:
+    value = float(item)
+    if value < 0:
+        raise click.BadParameter(f"{item} is below 0")
+    return value
+
+
+def _strategy(item: str) -> str:
+    if item not in STRATEGIES:
+        raise click.BadParameter(f"{item!r} is not one of {', '.join(STRATEGIES)}")
+    return item
+
+
+_DRAFT_MAX = NumberOrWord(click.IntRange(SETTINGS["speculative.draft_max"].low, SETTINGS["speculative.draft_max"].high),
+                          SETTINGS["speculative.draft_max"].words)
+
+
+def _draft_max(item: str) -> int | str:
+    return _DRAFT_MAX.convert(item, None, None)
 
 
 @click.command()
 @PROFILE_OPTION
-@setting_options(exclude=("sampling.temperature",))
-@click.option("--temperatures", default="0,0.8", show_default=True, help="Comma-separated temperatures to measure.")
-@click.option("--prompts", "n_prompts", type=click.IntRange(1, len(BENCH_PROMPTS)), default=len(BENCH_PROMPTS), show_default=True,
-              help="How many of the built-in prompts (chat, code, lists, prose).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (per-temperature results) on stdout.")
+@setting_options(exclude=SWEPT)
+@click.option("--temperatures", default="0,0.8", show_default=True, help="Temperatures to measure, comma-separated.")
+@click.option("--strategy", "strategies", help="Strategies to compare, comma-separated: model,ngram,hybrid [the profile's].")
+@click.option("--draft-max", "draft_maxes", help="Draft lengths to compare, comma-separated, e.g. 2,4,8,adaptive [the profile's].")
+@click.option("--prompts", "prompts_spec", help="A FILE of prompts (one per line), or N: the first N built-in prompts"
+              f" ({len(DEFAULT_PROMPTS)}: chat, code, lists, prose and copy-heavy tasks) [all].")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure every prompt this many times.")
+@click.option("--save", is_flag=True, help="Write the fastest strategy and draft length into the profile.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @VERBOSE_OPTION
-def bench(profile: str | None, temperatures: str, n_prompts: int, as_json: bool, verbose: bool, **options: Any) -> None:
-    """Measure what drafting buys on this machine: tokens/s with and without it, in one process.
+def bench(
+    profile: str | None, temperatures: str, strategies: str | None, draft_maxes: str | None, prompts_spec: str | None,
+    repeat: int, save: bool, as_json: bool, verbose: bool, **options: Any,
+) -> None:
+    """Measure what drafting buys on this machine, and which strategy and draft length buy most.
 
-    Takes every setting `run` takes; unless given, --max-tokens is 128 and --seed 1234 here.
+    Every configuration runs beside the target alone, in one process, on the same
+    prompts and seeds. Takes every setting `run` takes; unless given, --max-tokens
+    is 128 and --seed 1234 here.
 
     \b
     Examples:
       localspec bench
-      localspec bench -p qwen2.5-7b --temperatures 0 --draft-max 12
+      localspec bench --draft-max 2,4,8,adaptive --strategy model,hybrid --save
+      localspec bench -p qwen2.5-7b --temperatures 0 --prompts my-prompts.txt --repeat 3
     """
-    try:
-        temps = [float(t) for t in temperatures.split(",")]
-    except ValueError:
-        raise click.BadParameter(f"expected numbers separated by commas, got {temperatures!r}", param_hint="--temperatures") from None
-    if any(t < 0 for t in temps):
-        raise click.BadParameter("temperatures must be >= 0", param_hint="--temperatures")
+    temps = _comma_list(temperatures, _temperature, "--temperatures")
+    prompts = _prompts(prompts_spec)
     flags = setting_flags(options)
     for key, bench_default in (("sampling.max_tokens", BENCH_MAX_TOKENS), ("sampling.seed", BENCH_SEED)):
         if flags.get(key) is None:
             flags[key] = bench_default
+    if save and not (profile or not flags.get("target.path")):
+        raise click.UsageError("--save writes into a profile: name one with --profile")
     plan = resolve_plan(profile, flags, verbose=verbose)
-    if plan.draft is None:
-        raise click.UsageError("this profile has no draft model: nothing to compare")
-    out = sys.stderr if as_json else sys.stdout
-    results: list[BenchResult] = []
-    with load_session(plan, verbose=verbose) as session:
-        click.echo(f"target {plan.target.path}\ndraft  {plan.draft.path}", err=True)
-        for temperature in temps:
-            sampling = dataclasses.replace(plan.generation.sampling, temperature=temperature)
-            settings = dataclasses.replace(plan.generation, sampling=sampling, stop=())
-            result = run_bench(session, settings, BENCH_PROMPTS[:n_prompts], on_prompt=_progress(temperature))
-            results.append(result)
-            click.echo(_summary(result), file=out)
-            if result.speedup < 1.0:
-                click.echo(
-                    f"warning: at T={temperature} drafting is slower than the target alone on this pair;"
-                    " try a smaller --draft-max, or run without a draft",
-                    err=True,
-                )
+    speculative = plan.generation.speculative
+    chosen_strategies = _comma_list(strategies, _strategy, "--strategy") if strategies else [speculative.strategy]
+    chosen_lengths = _comma_list(draft_maxes, _draft_max, "--draft-max") if draft_maxes else [speculative.draft_max]
+    needs_draft = [s for s in chosen_strategies if s != "ngram"]
+    if needs_draft and plan.draft is None:
+        raise click.UsageError(f"strategy {needs_draft[0]} needs a draft model, and this run has none: give --draft, or --strategy ngram")
+    cases = [BenchCase(s, d, t) for t in temps for s in chosen_strategies for d in chosen_lengths]
+
+    with load_session(plan, load_draft=bool(needs_draft), verbose=verbose) as session:
+        click.echo(f"target {plan.target.path}" + (f"\ndraft  {plan.draft.path}" if session.draft else ""), err=True)
+        total = len(prompts) * repeat * sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
+        with _progress(total) as advance:
+            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=lambda case, generation: advance())
+    best = best_by_temperature(results)
     if as_json:
-        click.echo(json.dumps({"target": str(plan.target.path), "draft": str(plan.draft.path), "results": [r.to_dict() for r in results]}, indent=2))
+        click.echo(json.dumps({
+            "target": str(plan.target.path),
+            "draft": str(plan.draft.path) if plan.draft else None,
+            "prompts": len(prompts),
+            "repeat": repeat,
+            "results": [r.to_dict() for r in results],
+            "best": {str(t): r.to_dict() for t, r in best.items()},
+        }, indent=2))
+    else:
+        stdout_console.print(_table(results, best))
+    _advise(results, best)
+    if save:
+        strategy, draft_max, speedup = best_overall(results)
+        if speedup < 1.0:
+            click.echo(f"nothing saved: the fastest setting ({strategy}, draft_max {draft_max}) is {speedup:.2f}x the target alone", err=True)
+            return
+        path = update_profile(plan.profile_name, {"speculative.strategy": strategy, "speculative.draft_max": draft_max})
+        click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x across temperatures) to {path}", err=True)
 
 
-def _progress(temperature: float):
-    def report(index: int, speculative: Generation, baseline: Generation) -> None:
-        click.echo(
-            f"  T={temperature} prompt {index + 1}: speculative {speculative.stats.tokens_per_second or 0:6.1f} tok/s,"
-            f" target-only {baseline.stats.tokens_per_second or 0:6.1f} tok/s,"
-            f" acceptance {speculative.stats.acceptance_rate or 0:.1%}",
-            err=True,
+def _prompts(spec: str | None) -> tuple[str, ...]:
+    if spec is None:
+        return DEFAULT_PROMPTS
+    if spec.isdigit():
+        count = int(spec)
+        if not 1 <= count <= len(DEFAULT_PROMPTS):
+            raise click.BadParameter(f"between 1 and {len(DEFAULT_PROMPTS)} built-in prompts", param_hint="--prompts")
+        return DEFAULT_PROMPTS[:count]
+    return read_prompts(Path(spec).expanduser())
+
+
+class _progress:
+    """A progress bar over all runs on a terminal; nothing otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._bar: Progress | None = None
+
+    def __enter__(self):
+        if not stderr_console.is_terminal:
+            return lambda: None
+        self._bar = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr_console)
+        self._bar.start()
+        task = self._bar.add_task("runs", total=self.total)
+        return lambda: self._bar.advance(task)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
+    table = Table("T", "strategy", "draft_max", "speculative", "target-only", "speed-up", "spread", "acceptance",
+                  "kept/pass", "draft cost", "identical", box=None)
+    for r in results:
+        mark = " *" if best.get(r.case.temperature) is r else ""
+        table.add_row(
+            f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max),
+            f"{r.speculative.tokens_per_second or 0:.1f} tok/s", f"{r.baseline.tokens_per_second or 0:.1f} tok/s",
+            f"{r.speedup:.2f}x{mark}", f"±{r.spread / 2:.2f}" if r.spread else "-",
+            f"{r.speculative.acceptance_rate or 0:.1%}", f"{r.speculative.mean_accepted_length or 0:.2f}",
+            f"{r.cost_ratio:.2f}" if r.cost_ratio is not None else "-", f"{r.identical_prompts}/{r.runs}",
         )
+    return table
 
-    return report
 
-
-def _summary(result: BenchResult) -> str:
-    spec = result.speculative
-    return (
-        f"T={result.temperature:<4} speculative {spec.tokens_per_second or 0:6.1f} tok/s"
-        f" | target-only {result.baseline.tokens_per_second or 0:6.1f} tok/s"
-        f" | speedup {result.speedup:.2f}x | acceptance {spec.acceptance_rate or 0:.1%}"
-        f" | mean accepted {spec.mean_accepted_length or 0:.2f}/pass"
-        f" | identical {result.identical_prompts}/{result.n_prompts}"
-    )
+def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
+    for temperature, result in best.items():
+        if result.speedup < 1.0:
+            click.echo(
+                f"warning: at T={temperature:g} even the fastest setting ({result.case.strategy}, draft_max"
+                f" {result.case.draft_max}) is slower than the target alone ({result.speedup:.2f}x):"
+                " run without a draft (--no-speculative) on this machine",
+                err=True,
+            )

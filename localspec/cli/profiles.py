@@ -10,7 +10,6 @@ import json
 import click
 from rich.table import Table
 
-from ..config.atomic import write_text_atomic
 from ..config.paths import user_profiles_dir
 from ..config.profiles import (
     check_name,
@@ -18,7 +17,7 @@ from ..config.profiles import (
     load_profile,
     parse_assignment,
     profile_file,
-    save_profile,
+    update_profile,
 )
 from ..config.resolve import DEMO_PROFILE, resolve_settings
 from ..config.user_config import default_profile_name, set_default_profile
@@ -104,18 +103,7 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
       localspec profile set demo sampling.temperature=0 speculative.draft_max=6
       localspec profile set mine 'sampling.stop=["###", "</s>"]'
     """
-    profile = load_profile(name)
-    values = dict(profile.values)
-    for assignment in assignments:
-        key, value = parse_assignment(assignment)
-        values[key] = value
-    if profile.source == "shipped" and profile.path is not None:
-        # Start the user copy from the shipped file's text so its comments come along.
-        destination = user_profiles_dir() / f"{name}.toml"
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        if not destination.exists():
-            write_text_atomic(destination, profile.path.read_text(encoding="utf-8"))
-    path = save_profile(name, values)
+    path = update_profile(name, dict(parse_assignment(assignment) for assignment in assignments))
     click.echo(f"saved {path}", err=True)
 
 

@@ -233,6 +233,16 @@ def save_profile(name: str, values: dict[str, Any]) -> Path:
     return path
 
 
+def update_profile(name: str, changes: dict[str, Any]) -> Path:
+    """Set `changes` in profile `name`; a shipped profile is first copied to the user's folder, comments and all."""
+    profile = load_profile(name)
+    if profile.source == "shipped" and profile.path is not None:
+        destination = user_profiles_dir() / f"{name}.toml"
+        if not destination.exists():
+            write_text_atomic(destination, profile.path.read_text(encoding="utf-8"))
+    return save_profile(name, {**profile.values, **changes})
+
+
 def parse_assignment(assignment: str) -> tuple[str, Any]:
     """'sampling.temperature=0.7' -> ("sampling.temperature", 0.7); values are TOML, else strings."""
     key, sep, raw = assignment.partition("=")

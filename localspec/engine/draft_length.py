@@ -24,12 +24,10 @@ measurable.
 
 from __future__ import annotations
 
-from collections import deque
-
 from ..settings import ADAPTIVE_DRAFT_LIMIT
 
-_PRIOR_ACCEPTANCE = 0.7
-_PRIOR_WEIGHT = 4.0  # position estimates lean on the overall rate until they have this many samples
+_PRIOR_ACCEPTANCE = 0.8
+_PRIOR_WEIGHT = 2.0  # position estimates lean on the overall rate until they have this many samples
 _DECAY = 0.98  # per pass: older passes count less, so the estimates follow the text
 _PRIOR_SLOPE = 0.2  # V(n) = a + b·n with b = 0.2·a until the slope is measured (CPU: a 9-token batch ≈ 2.3 single steps)
 _EXPLORE_EVERY = 8
@@ -68,7 +66,7 @@ class AdaptiveLength:
         self.accepted = [0.0] * limit  # ... and were accepted there
         self.first_step_cost: float | None = None  # seconds for a pass's first draft token (cache catch-up included)
         self.draft_cost: float | None = None  # seconds for each further draft token
-        self.verify_samples: deque[tuple[int, float]] = deque(maxlen=64)  # (tokens in the batch, seconds)
+        self.verify_by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
         self.passes = 0
@@ -101,15 +99,16 @@ class AdaptiveLength:
         return total
 
     def verify_cost(self, n_tokens: int) -> float:
-        """Seconds for a target pass over `n_tokens` tokens: a + b·n fitted by least squares."""
-        samples = list(self.verify_samples)
-        if not samples:
+        """Seconds for a target pass over `n_tokens` tokens: a + b·n fitted to the running mean cost of each batch size."""
+        points = [(n, mean, weight) for n, (mean, weight) in self.verify_by_size.items()]
+        if not points:
             return 1.0 + _PRIOR_SLOPE * n_tokens  # arbitrary unit: only ratios matter before any measurement
-        ns = [n for n, _ in samples]
-        mean_n, mean_t = sum(ns) / len(ns), sum(t for _, t in samples) / len(samples)
-        spread = sum((n - mean_n) ** 2 for n in ns)
+        total = sum(w for _, _, w in points)
+        mean_n = sum(n * w for n, _, w in points) / total
+        mean_t = sum(t * w for _, t, w in points) / total
+        spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
         if spread > 0:
-            slope = sum((n - mean_n) * (t - mean_t) for n, t in samples) / spread
+            slope = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points) / spread
             intercept = mean_t - slope * mean_n
             if slope > 0 and intercept > 0:
                 return intercept + slope * n_tokens
@@ -166,7 +165,11 @@ class AdaptiveLength:
             self.draft_cost = _ema(self.draft_cost, seconds)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
-        self.verify_samples.append((n_proposed + 1, verify_seconds))
+        size = self.verify_by_size.setdefault(n_proposed + 1, [verify_seconds, 0.0])
+        size[0] += (verify_seconds - size[0]) * max(0.1, 1 / (size[1] + 1))  # a plain mean at first, then a running one
+        size[1] += 1
+        for other in self.verify_by_size.values():
+            other[1] *= _DECAY
         for counts in (self.reached, self.accepted, self.bin_reached, self.bin_accepted):
             counts[:] = [count * _DECAY for count in counts]
         for i in range(min(n_proposed, self.limit)):

@@ -81,7 +81,9 @@ class Generation:
                     self.stop_reason = "length"
                     break
                 # 1. The drafter proposes up to `room` tokens d_1..d_k (with q_draft when sampled).
+                drafting = time.perf_counter()
                 draft = self._propose(context, room, rng)
+                self.stats.draft_seconds += time.perf_counter() - drafting
                 # 2. One target pass scores [last, d_1..d_k]: k+1 rows of logits.
                 scored = time.perf_counter()
                 target_logits = self._score(context, draft)

@@ -22,6 +22,7 @@ class SpecStats:
     accepted_at: list[int] = field(default_factory=list)
     prompt_seconds: float = 0.0
     generation_seconds: float = 0.0
+    draft_seconds: float = 0.0  # part of generation_seconds spent drafting
 
     def record_pass(self, n_proposed: int, n_accepted: int) -> None:
         """Count one target pass that judged `n_proposed` draft tokens and kept `n_accepted`."""
@@ -40,7 +41,7 @@ class SpecStats:
     def add(self, other: "SpecStats") -> None:
         """Accumulate another generation's counters and times into these (for totals over runs)."""
         for name in ("prompt_tokens", "tokens_generated", "target_passes", "draft_tokens_proposed",
-                     "draft_tokens_accepted", "prompt_seconds", "generation_seconds"):
+                     "draft_tokens_accepted", "prompt_seconds", "generation_seconds", "draft_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in ((self.accepted_length_counts, other.accepted_length_counts),
                              (self.proposed_at, other.proposed_at), (self.accepted_at, other.accepted_at)):
@@ -71,6 +72,14 @@ class SpecStats:
         return self.tokens_generated / self.generation_seconds
 
     @property
+    def seconds_per_draft_token(self) -> float | None:
+        return self.draft_seconds / self.draft_tokens_proposed if self.draft_tokens_proposed else None
+
+    @property
+    def seconds_per_pass(self) -> float | None:
+        return self.generation_seconds / self.target_passes if self.target_passes else None
+
+    @property
     def per_position_acceptance(self) -> list[float]:
         """Acceptance rate at draft position 1, 2, ... (of the tokens proposed there)."""
         return [a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at)]
@@ -89,6 +98,7 @@ class SpecStats:
             "accepted_length_counts": list(self.accepted_length_counts),
             "prompt_seconds": self.prompt_seconds,
             "generation_seconds": self.generation_seconds,
+            "draft_seconds": self.draft_seconds,
             "tokens_per_second": self.tokens_per_second,
         }
 

@@ -22,19 +22,20 @@ def build_drafter(
     speculative: SpeculativeParams,
     sampling: SamplingParams,
     draft_model: Model | None,
-    learned: dict[str, AdaptiveLength] | None = None,
+    learned: dict[tuple[str, float], AdaptiveLength] | None = None,
 ) -> Drafter:
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
     With an adaptive draft length, `learned` keeps one controller per drafting side
-    ("model", "ngram") across generations, so a chat or a benchmark keeps what it measured.
+    ("model", "ngram") and temperature across generations, so a chat or a benchmark
+    keeps what it measured.
     """
     learned = {} if learned is None else learned
 
     def length(side: str) -> DraftLength:
         if not speculative.adaptive:
             return FixedLength(speculative.longest_draft)
-        return learned.setdefault(side, AdaptiveLength())
+        return learned.setdefault((side, sampling.temperature), AdaptiveLength())
 
     if speculative.strategy == "ngram":
         return NGramDrafter(speculative.ngram_min, speculative.ngram_max, length("ngram"))
