@@ -1,15 +1,42 @@
-"""Making a draft model from its own target: a lower-precision copy, compatible by construction."""
+"""Making a draft model from its own target: a lower-precision copy, compatible by construction.
+
+With `--type auto` several precisions are made and measured against the target
+on a few short prompts: what a draft token costs, how often the target keeps
+it, and from those the speed-up each would give at its best draft length. The
+fastest is kept; the others are removed. Cheap is not the same as fast: a
+precision whose kernels are quick but which agrees less with the target can
+lose to a slower one.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..config.atomic import atomic_path
+from ..engine.drafters import ModelDrafter
+from ..engine.generation import generate_text
+from ..engine.stats import SpecStats
+from ..errors import InputError
 from ..models.discovery import describe
 from ..models.quantize import quantize
+from ..runtime.chat_template import render_chat
+from ..runtime.model import Model
+from ..settings import GenerationSettings, SamplingParams, SpeculativeParams
 
+AUTO = "auto"
+CANDIDATE_TYPES = ("q8_0", "q6_k", "q4_k_m", "q4_1", "q4_0")
 MUCH_SMALLER = 0.6  # a draft above this fraction of the target's size leaves little to gain
+MEASURE_PROMPTS = (
+    "Explain how a refrigerator keeps food cold.",
+    "Write a Python function that reverses the words in a sentence.",
+    "List five tips for learning a new language.",
+)
+MEASURE_TOKENS = 48
+MEASURE_TEMPERATURES = (0.0, 0.8)
 
 
 @dataclass(frozen=True)
@@ -27,6 +54,21 @@ class MadeDraft:
         return self.size_ratio <= MUCH_SMALLER
 
 
+@dataclass(frozen=True)
+class CandidateReport:
+    """One measured precision."""
+
+    type_name: str
+    size_bytes: int
+    cost_ratio: float  # seconds per draft token over seconds per target-only token
+    acceptance: float  # draft tokens the target kept, over the measuring temperatures
+    best_draft_length: int
+    expected_speedup: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def default_draft_path(target: Path, type_name: str) -> Path:
     """Where `draft make` writes: next to the target, as NAME.draft-TYPE.gguf."""
     return target.with_name(f"{target.stem}.draft-{type_name}.gguf")
@@ -40,3 +82,90 @@ def make_draft(
     out = out or default_draft_path(target, type_name)
     quantize(target, out, type_name, on_progress=on_progress)
     return MadeDraft(out, describe(out).size_bytes, target_info.size_bytes)
+
+
+def make_fastest_draft(
+    target: Path,
+    out: Path | None = None,
+    types: tuple[str, ...] = CANDIDATE_TYPES,
+    overwrite: bool = False,
+    on_status: Callable[[str], None] = lambda message: None,
+) -> tuple[MadeDraft, list[CandidateReport]]:
+    """Make a draft at each of `types`, measure each against the target, keep the fastest.
+
+    The winner is written to `out` (default: next to the target, named after its
+    type); every other candidate is removed, also when something fails.
+    """
+    target_info = describe(target)
+    folder = (out or target).parent
+    reports: list[CandidateReport] = []
+    candidates: dict[str, Path] = {}
+    try:
+        with Model(target) as target_model:
+            baseline = _target_speed(target_model)
+            for type_name in types:
+                on_status(f"making and measuring a {type_name} draft")
+                path = folder / f".{target.stem}.candidate-{type_name}.gguf"
+                candidates[type_name] = quantize(target, path, type_name)
+                reports.append(_measure(target_model, path, type_name, baseline))
+        winner = max(reports, key=lambda report: report.expected_speedup)
+        destination = out or default_draft_path(target, winner.type_name)
+        if destination.exists() and not overwrite:
+            raise InputError(f"{destination} exists; pass --force to overwrite")
+        with atomic_path(destination) as temp_path:
+            candidates.pop(winner.type_name).replace(temp_path)
+    finally:
+        for path in candidates.values():
+            path.unlink(missing_ok=True)
+    return MadeDraft(destination, describe(destination).size_bytes, target_info.size_bytes), reports
+
+
+def _prompt_tokens(model: Model, text: str) -> list[int]:
+    template = model.chat_template()
+    if template is None:
+        return model.tokenize(text, add_special=True, parse_special=False)
+    rendered = render_chat(template, [{"role": "user", "content": text}])
+    return model.tokenize(rendered, add_special=False, parse_special=True)
+
+
+def _settings(temperature: float, draft_max: int = 8) -> GenerationSettings:
+    return GenerationSettings(SamplingParams(temperature=temperature), SpeculativeParams(draft_max=draft_max),
+                              max_tokens=MEASURE_TOKENS, seed=7)
+
+
+def _target_speed(target: Model) -> tuple[float, float]:
+    """(seconds for one target-only token, seconds per extra token in a 9-token verify batch)."""
+    stats = SpecStats()
+    for text in MEASURE_PROMPTS:
+        stats.add(generate_text(target, _prompt_tokens(target, text), _settings(0.0)).stats)
+    single = stats.seconds_per_pass or 1.0
+    context = _prompt_tokens(target, MEASURE_PROMPTS[0])
+    target.sync(context)
+    started = time.perf_counter()
+    for _ in range(3):
+        target.eval(context[-9:], logits="all")
+        target.keep(len(context))
+    batch_of_nine = (time.perf_counter() - started) / 3
+    return single, max(batch_of_nine - single, 0.0) / 8
+
+
+def _measure(target: Model, path: Path, type_name: str, baseline: tuple[float, float]) -> CandidateReport:
+    single, per_extra_token = baseline
+    stats = SpecStats()
+    with Model(path) as draft:
+        for temperature in MEASURE_TEMPERATURES:
+            sampling = SamplingParams(temperature=temperature)
+            for text in MEASURE_PROMPTS:
+                generation = generate_text(target, _prompt_tokens(target, text), _settings(temperature), ModelDrafter(draft, sampling))
+                stats.add(generation.stats)
+    # E[tokens](k): one target token, plus each draft position's share of passes that kept it and all before it.
+    passes = stats.proposed_at[0] if stats.proposed_at else 0
+    kept_through = [accepted / passes for accepted in stats.accepted_at] if passes else []
+    draft_cost = stats.seconds_per_draft_token or single
+    rates = {
+        k: (1 + sum(kept_through[:k])) / ((k * draft_cost if k else 0.0) + single + per_extra_token * k)
+        for k in range(0, len(kept_through) + 1)
+    }
+    best_k = max(rates, key=rates.get)
+    acceptance = stats.acceptance_rate or 0.0
+    return CandidateReport(type_name, path.stat().st_size, draft_cost / single, acceptance, best_k, rates[best_k] * single)

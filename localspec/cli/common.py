@@ -25,7 +25,23 @@ stdout_console = Console(highlight=False, width=None if sys.stdout.isatty() else
 
 
 class LocalspecGroup(click.Group):
-    """Turns LocalspecError into a one-line message and its exit code."""
+    """Every failure as one line on stderr and an exit code: 2 for bad input, 1 for runtime failures."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # `localspec` alone: the help text
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:  # bad options or arguments: one line instead of usage + error
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("", err=True)
+            sys.exit(130)
+        sys.exit(result if isinstance(result, int) else 0)
 
     def invoke(self, ctx: click.Context) -> object:
         try:

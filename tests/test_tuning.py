@@ -1,0 +1,134 @@
+"""`bench` as the tuner and `draft make --type auto`, on tiny generated models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from localspec.app.bench import (
+    BenchCase,
+    BenchResult,
+    best_by_temperature,
+    best_overall,
+)
+from localspec.cli import main
+from localspec.config.paths import user_profiles_dir
+from localspec.config.profiles import load_profile
+from localspec.engine.stats import SpecStats
+
+TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def one_error_line(result, code: int, *fragments: str) -> str:
+    assert result.exit_code == code, (result.output, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
+    path = user_profiles_dir() / "tiny.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n[chat]\ntemplate = "{TEMPLATE}"\n')
+    return "tiny"
+
+
+def test_bench_json_holds_every_configuration_and_the_best(tiny_profile: str) -> None:
+    result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "12", "--temperatures", "0,1",
+                 "--strategy", "model,ngram,hybrid", "--draft-max", "2,adaptive", "--repeat", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows = report["results"]
+    assert len(rows) == 2 * 3 * 2
+    assert {(r["strategy"], r["draft_max"], r["temperature"]) for r in rows} == {
+        (s, d, t) for s in ("model", "ngram", "hybrid") for d in (2, "adaptive") for t in (0.0, 1.0)
+    }
+    for row in rows:
+        assert {"strategy", "draft_max", "temperature", "speculative_tokens_per_second", "baseline_tokens_per_second",
+                "speedup", "acceptance_rate", "mean_accepted_length", "cost_ratio"} <= set(row)
+        assert row["speedup"] == pytest.approx(row["speculative_tokens_per_second"] / row["baseline_tokens_per_second"])
+        assert row["runs"] == 4  # 2 prompts x 2 repeats
+        if row["temperature"] == 0:
+            assert row["identical_prompts"] == row["runs"]  # greedy: every strategy gives the target's tokens
+    for temperature, best in report["best"].items():
+        same = [r for r in rows if r["temperature"] == float(temperature)]
+        assert best["speedup"] == max(r["speedup"] for r in same)
+
+
+def test_bench_save_writes_the_fastest_setting_into_the_profile(tiny_profile: str) -> None:
+    result = cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0",
+                 "--strategy", "model,ngram", "--draft-max", "1,3", "--save")
+    assert result.exit_code == 0, result.stderr
+    profile = load_profile(tiny_profile)
+    if "saved strategy" in result.stderr:
+        assert profile.get("speculative.strategy") in ("model", "ngram") and profile.get("speculative.draft_max") in (1, 3)
+    else:  # on a tiny model drafting may not pay: then nothing is written, and the user is told so
+        assert "nothing saved" in result.stderr and "speculative.strategy" not in profile.values
+        assert "run without a draft" in result.stderr
+
+
+def test_the_best_overall_setting_is_the_geometric_mean_winner() -> None:
+    def result(strategy: str, draft_max, temperature: float, speed: float) -> BenchResult:
+        r = BenchResult(BenchCase(strategy, draft_max, temperature))
+        r.speculative = SpecStats(tokens_generated=int(speed * 100), generation_seconds=100.0)
+        r.baseline = SpecStats(tokens_generated=100, generation_seconds=100.0)
+        return r
+
+    results = [result("model", 4, 0, 1.6), result("model", 4, 0.8, 1.1), result("hybrid", 8, 0, 1.4), result("hybrid", 8, 0.8, 1.4)]
+    assert best_overall(results)[:2] == ("hybrid", 8)
+    assert best_by_temperature(results)[0].case.strategy == "model"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--strategy", "nonsense"], "'nonsense' is not one of model, ngram, hybrid"),
+        (["--draft-max", "0,4"], "--draft-max"),
+        (["--temperatures", "0,-1"], "--temperatures"),
+        (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),
+    ],
+)
+def test_bench_bad_input_is_one_line(tiny_profile: str, args: list[str], fragment: str) -> None:
+    one_error_line(cli("bench", "-p", tiny_profile, *args), 2, fragment)
+
+
+def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path]) -> None:
+    one_error_line(cli("bench", "--target", str(tiny_pair[0]), "--strategy", "model"), 2, "needs a draft model")
+    one_error_line(cli("run", "--target", str(tiny_pair[0]), "--strategy", "model", "--raw", "the cat"), 2, "needs a draft model")
+    ngram = cli("run", "--target", str(tiny_pair[0]), "--strategy", "ngram", "--raw", "--json", "--max-tokens", "6", "the cat")
+    assert ngram.exit_code == 0 and json.loads(ngram.stdout)["settings"]["speculative"]["strategy"] == "ngram"
+
+
+def test_draft_make_auto_keeps_only_the_winner(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    target = tmp_path / "target.gguf"
+    target.write_bytes(tiny_pair[0].read_bytes())
+    made = cli("draft", "make", str(target))
+    assert made.exit_code == 0, made.stderr
+    assert "expected speed-up" in made.stderr and all(t in made.stderr for t in ("q8_0", "q4_1", "q4_0"))
+    drafts = sorted(p.name for p in tmp_path.iterdir() if p.name != "target.gguf")
+    assert len(drafts) == 1 and drafts[0].startswith("target.draft-") and "*" in made.stderr
+    assert cli("draft", "make", str(target)).exit_code == 2  # the winner's file exists: --force to overwrite
+
+
+def test_draft_make_auto_leaves_nothing_when_it_fails(tmp_path: Path) -> None:
+    from gguf import GGUFWriter
+
+    target = tmp_path / "odd.gguf"
+    writer = GGUFWriter(str(target), "notamodel")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result = cli("draft", "make", str(target))
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["odd.gguf"]
