@@ -194,11 +194,11 @@ class SpeculativeParams(SettingsGroup):
     LAYER = "speculative"
 
     strategy: str = setting(
-        "model", "What drafts: a draft model, n-gram lookup in the context, or both (lookup when it matches).",
+        "hybrid", "What drafts: a draft model, n-gram lookup in the context, or both (lookup when it matches).",
         choices=STRATEGIES, flag="--strategy",
     )
     draft_max: int | str = setting(
-        8, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",
+        ADAPTIVE, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",
         low=1, high=256, words=(ADAPTIVE,), flag="--draft-max",
     )
     draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min")

@@ -20,7 +20,7 @@ from localspec.engine.sampling import sample
 from localspec.settings import SamplingParams
 
 ALPHA = 1e-3  # seeds are fixed, so each test is deterministic; this is the test's size
-N_SAMPLES = 12_000
+N_SAMPLES = 10_000
 VOCAB = 6
 
 

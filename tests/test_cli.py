@@ -183,7 +183,7 @@ def test_bench_compares_both_sides_on_the_same_prompts(pair_args: list[str]) -> 
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     greedy, sampled = report["results"]
-    assert greedy["identical_prompts"] == 2 and greedy["prompts"] == 2  # temperature 0: same tokens both ways
+    assert greedy["identical_prompts"] == 2 and greedy["runs"] == 2  # temperature 0: same tokens both ways
     for entry in (greedy, sampled):
         assert entry["speculative_tokens_per_second"] > 0 and entry["baseline_tokens_per_second"] > 0
         assert entry["speedup"] == pytest.approx(entry["speculative_tokens_per_second"] / entry["baseline_tokens_per_second"])

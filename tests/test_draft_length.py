@@ -37,7 +37,7 @@ def simulate(controller: AdaptiveLength, alpha: float, draft_cost: float, a: flo
 )
 def test_the_controller_converges_to_the_analytic_optimum(alpha: float, draft_cost: float, a: float, b: float) -> None:
     controller = AdaptiveLength()
-    simulate(controller, alpha, draft_cost, a, b, passes=400)
+    simulate(controller, alpha, draft_cost, a, b, passes=300)
     best_k, best_rate = analytic_best(alpha, draft_cost, a, b)
     chosen = controller.best_length(32)
     true_rate = (1 - alpha ** (chosen + 1)) / (1 - alpha) / (chosen * draft_cost + a + b * (chosen + 1))

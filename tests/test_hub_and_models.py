@@ -226,9 +226,9 @@ def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tu
     target.write_bytes(tiny_pair[0].read_bytes())
     added = cli("profile", "add", "made", "--target", str(target), "--draft", "auto", "--make-draft")
     assert added.exit_code == 0, added.stderr
-    draft = tmp_path / "target.draft-q4_0.gguf"
-    assert draft.is_file() and "wrote" in added.stderr
-    assert json.loads(cli("profile", "show", "made", "--json").output)["draft.path"]["value"] == str(draft.resolve())
+    drafts = list(tmp_path.glob("target.draft-*.gguf"))
+    assert len(drafts) == 1 and "wrote" in added.stderr and "expected speed-up" in added.stderr
+    assert json.loads(cli("profile", "show", "made", "--json").output)["draft.path"]["value"] == str(drafts[0].resolve())
     assert cli("profile", "check", "made").exit_code == 0
 
 

@@ -94,3 +94,21 @@ def test_end_of_generation_token_stops_with_eos(demo_session: Session) -> None:
     )
     assert generation.stop_reason == "eos"
     assert not any(demo_session.target.is_end_of_generation(t) for t in generation.tokens)
+
+
+@pytest.mark.parametrize("strategy", ["ngram", "hybrid"])
+@pytest.mark.parametrize("draft_max", [4, "adaptive"])
+def test_greedy_lookup_strategies_equal_target_only_token_for_token(demo_session: Session, strategy: str, draft_max) -> None:
+    from localspec.app.bench import COPY_HEAVY_PROMPTS
+
+    looked_up = 0
+    for prompt in [*PROMPTS[:3], *COPY_HEAVY_PROMPTS[:2]]:
+        tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+        settings = GenerationSettings(GREEDY, SpeculativeParams(strategy=strategy, draft_max=draft_max), max_tokens=64, seed=0)
+        baseline = generate_text(demo_session.target, tokens, settings)
+        drafted = demo_session.generation(tokens, settings)
+        for _ in drafted:
+            pass
+        assert drafted.tokens == baseline.tokens, prompt
+        looked_up += drafted.stats.draft_tokens_accepted
+    assert looked_up > 50  # the copy-heavy prompts really were drafted by lookup

@@ -23,7 +23,7 @@ from .models import make_draft_file
 @click.option("--target", required=True, help="Target GGUF path.")
 @click.option("--draft", help="Draft GGUF path, or 'auto' to pick the best compatible smaller model.")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Any profile setting, e.g. sampling.temperature=0.7.")
-@click.option("--make-draft", is_flag=True, help="With --draft auto: when nothing fits, make a Q4_0 draft of the target without asking.")
+@click.option("--make-draft", is_flag=True, help="With --draft auto: when nothing fits, make a draft of the target (the fastest precision, measured) without asking.")
 @click.option("--description", help="One line describing the profile.")
 @click.option("--force", is_flag=True, help="Overwrite an existing user profile.")
 def add_command(
@@ -56,7 +56,8 @@ def add_command(
 def _auto_draft(target: Path, make_without_asking: bool) -> Path:
     """The smallest compatible model near the target (its folder and localspec's models folder).
 
-    When there is none, a Q4_0 copy of the target is proposed (made at once with
+    When there is none, a lower-precision copy of the target is proposed, its precision
+    chosen by measurement as `draft make` does (made at once with
     `make_without_asking`, else asked for on a terminal, else suggested).
     """
     found = find_drafts(target)
@@ -64,12 +65,12 @@ def _auto_draft(target: Path, make_without_asking: bool) -> Path:
         choice, ratio = found[0]
         click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
         return choice.path
-    question = f"no compatible smaller model found next to {target.name}; make a Q4_0 draft of it now?"
+    question = f"no compatible smaller model found next to {target.name}; make a draft of it now (a few minutes: several precisions are measured)?"
     if make_without_asking or (sys.stdin.isatty() and click.confirm(question, err=True)):
-        return make_draft_file(target, "q4_0")
+        return make_draft_file(target)
     raise InputError(
         f"no compatible smaller model found next to {target.name}: "
-        f"make one with `localspec draft make {target}` (a Q4_0 copy of the target), or pass --draft PATH"
+        f"make one with `localspec draft make {target}` (a lower-precision copy of the target), or pass --draft PATH"
     )
 
 

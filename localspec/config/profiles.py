@@ -20,7 +20,7 @@ from typing import Any
 import tomlkit
 
 from ..errors import InputError
-from ..settings import ROLES, SECTIONS, SETTINGS
+from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, ROLES, SECTIONS, SETTINGS
 from .atomic import write_text_atomic
 from .paths import shipped_profiles_dir, user_profiles_dir
 
@@ -106,8 +106,11 @@ def validate(values: dict[str, Any], text: str = "", where: Path | str = "profil
         problem = SETTINGS[dotted].problem(value)
         if problem is not None:
             raise InputError(f"{where}{_line_of(dotted, text)}: {problem}")
-    if values.get("speculative.draft_min", 0) > values.get("speculative.draft_max", 256):
+    draft_max = values.get("speculative.draft_max", ADAPTIVE)
+    if values.get("speculative.draft_min", 0) > (ADAPTIVE_DRAFT_LIMIT if draft_max == ADAPTIVE else draft_max):
         raise InputError(f"{where}: speculative.draft_min must not exceed speculative.draft_max")
+    if values.get("speculative.ngram_min", 1) > values.get("speculative.ngram_max", 16):
+        raise InputError(f"{where}: speculative.ngram_min must not exceed speculative.ngram_max")
     if not any(k.startswith("target.") for k in values):
         raise InputError(f"{where}: a profile needs a [target] section")
     for role in ROLES:
