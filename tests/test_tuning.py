@@ -103,7 +103,7 @@ def test_bench_bad_input_is_one_line(tiny_profile: str, args: list[str], fragmen
 
 
 def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path]) -> None:
-    one_error_line(cli("bench", "--target", str(tiny_pair[0]), "--strategy", "model"), 2, "needs a draft model")
+    one_error_line(cli("bench", "--target", str(tiny_pair[0]), "--strategy", "model"), 2, "no draft model", "strategy model")
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--strategy", "model", "--raw", "the cat"), 2, "needs a draft model")
     ngram = cli("run", "--target", str(tiny_pair[0]), "--strategy", "ngram", "--raw", "--json", "--max-tokens", "6", "the cat")
     assert ngram.exit_code == 0 and json.loads(ngram.stdout)["settings"]["speculative"]["strategy"] == "ngram"

@@ -123,7 +123,7 @@ def run_bench(
     cases: Sequence[BenchCase],
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     repeat: int = 1,
-    on_run: Callable[[BenchCase | None, Generation], None] | None = None,
+    on_run: Callable[[BenchCase | None, int, Generation], None] | None = None,
 ) -> list[BenchResult]:
     """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order."""
     results = {case: BenchResult(case) for case in cases}
@@ -141,7 +141,7 @@ def run_bench(
                 for case in order[shift:] + order[:shift]:
                     runs[case] = _generate(session, tokens, _case_settings(base, case), speculative=case is not None)
                     if on_run is not None:
-                        on_run(case, runs[case])
+                        on_run(case, index, runs[case])
                 for case in same_temperature:
                     for result in (results[case], per_round[case]):
                         result.speculative.add(runs[case].stats)

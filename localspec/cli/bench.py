@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 from rich.progress import (
@@ -26,6 +26,7 @@ from ..app.bench import (
     run_bench,
 )
 from ..config.profiles import update_profile
+from ..engine.generation import Generation
 from ..settings import SETTINGS, STRATEGIES
 from .common import stderr_console, stdout_console
 from .loading import load_session, resolve_plan
@@ -116,14 +117,14 @@ def bench(
     chosen_lengths = _comma_list(draft_maxes, _draft_max, "--draft-max") if draft_maxes else [speculative.draft_max]
     needs_draft = [s for s in chosen_strategies if s != "ngram"]
     if needs_draft and plan.draft is None:
-        raise click.UsageError(f"strategy {needs_draft[0]} needs a draft model, and this run has none: give --draft, or --strategy ngram")
+        raise click.UsageError(f"this run has no draft model, which strategy {needs_draft[0]} needs: give --draft, or --strategy ngram")
     cases = [BenchCase(s, d, t) for t in temps for s in chosen_strategies for d in chosen_lengths]
 
     with load_session(plan, load_draft=bool(needs_draft), verbose=verbose) as session:
         click.echo(f"target {plan.target.path}" + (f"\ndraft  {plan.draft.path}" if session.draft else ""), err=True)
         total = len(prompts) * repeat * sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
         with _progress(total) as advance:
-            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=lambda case, generation: advance())
+            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance)
     best = best_by_temperature(results)
     if as_json:
         click.echo(json.dumps({
@@ -157,20 +158,26 @@ def _prompts(spec: str | None) -> tuple[str, ...]:
     return read_prompts(Path(spec).expanduser())
 
 
+def _log_run(case: BenchCase | None, index: int, generation: Generation) -> None:
+    label = f"{case.strategy}, draft_max {case.draft_max}" if case else "target-only"
+    temperature = generation.settings.sampling.temperature
+    click.echo(f"  T={temperature:g} prompt {index + 1}: {label}: {generation.stats.tokens_per_second or 0:.1f} tok/s", err=True)
+
+
 class _progress:
-    """A progress bar over all runs on a terminal; nothing otherwise."""
+    """A progress bar over all runs on a terminal; a line per run otherwise."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self._bar: Progress | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[BenchCase | None, int, Generation], None]:
         if not stderr_console.is_terminal:
-            return lambda: None
+            return _log_run
         self._bar = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr_console)
         self._bar.start()
         task = self._bar.add_task("runs", total=self.total)
-        return lambda: self._bar.advance(task)
+        return lambda case, index, generation: self._bar.advance(task)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._bar is not None:
