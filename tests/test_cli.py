@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_models import write_unloadable_model
 
 pytestmark = pytest.mark.slow
 
@@ -150,14 +151,7 @@ def test_incompatible_draft_is_refused_before_loading(tiny_pair: tuple[Path, Pat
 
 
 def test_a_gguf_llama_cpp_cannot_load_gives_its_reason(tmp_path: Path) -> None:
-    from gguf import GGUFWriter
-
-    path = tmp_path / "odd.gguf"
-    writer = GGUFWriter(str(path), "notamodel")
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    path = write_unloadable_model(tmp_path / "odd.gguf")
     assert_clean_error(localspec("run", "--target", str(path), "hi"), 1, "could not load", "unknown model architecture")
 
 

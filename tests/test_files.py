@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_models import random_weights, write_model
+from tiny_models import random_weights, write_model, write_unloadable_model
 
 from localspec.errors import InputError, LocalspecError
 from localspec.models.compat import VocabInfo, check_compatible
@@ -63,14 +63,7 @@ def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, sm
 
 def test_failed_quantize_leaves_nothing_behind(tmp_path: Path) -> None:
     """A complete GGUF file that llama.cpp's quantizer itself refuses (an unknown architecture)."""
-    from gguf import GGUFWriter
-
-    source = tmp_path / "odd.gguf"
-    writer = GGUFWriter(str(source), "notamodel")
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    source = write_unloadable_model(tmp_path / "odd.gguf")
     read_gguf_header(source)  # the header is fine: the failure must come from the quantizer
     existing = tmp_path / "out.gguf"
     existing.write_bytes(b"user data")

@@ -10,16 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_helpers import cli
 
-from localspec.cli import main
 from localspec.config.paths import models_dir, user_profiles_dir
 from localspec.models.hub import hub_local_path
-
-
-def cli(*args: str, env: dict | None = None):
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

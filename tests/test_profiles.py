@@ -7,28 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_helpers import cli, one_error_line
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from localspec.cli import main
 from localspec.config.paths import config_file, user_profiles_dir
 from localspec.config.profiles import load_profile, save_profile, validate
 from localspec.errors import InputError
 from localspec.settings import SETTINGS
-
-
-def cli(*args: str, env: dict | None = None):
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-
-
-def one_error_line(result, code: int, *fragments: str) -> str:
-    assert result.exit_code == code, (result.output, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def write_user_profile(name: str, text: str) -> Path:

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_helpers import cli, one_error_line
+from tiny_models import write_unloadable_model
 
 from localspec.app.bench import (
     BenchCase,
@@ -14,25 +15,11 @@ from localspec.app.bench import (
     best_by_temperature,
     best_overall,
 )
-from localspec.cli import main
 from localspec.config.paths import user_profiles_dir
 from localspec.config.profiles import load_profile
 from localspec.engine.stats import SpecStats
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-
-
-def cli(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def one_error_line(result, code: int, *fragments: str) -> str:
-    assert result.exit_code == code, (result.output, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -121,14 +108,7 @@ def test_draft_make_auto_keeps_only_the_winner(tmp_path: Path, tiny_pair: tuple[
 
 
 def test_draft_make_auto_leaves_nothing_when_it_fails(tmp_path: Path) -> None:
-    from gguf import GGUFWriter
-
-    target = tmp_path / "odd.gguf"
-    writer = GGUFWriter(str(target), "notamodel")
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    target = write_unloadable_model(tmp_path / "odd.gguf")
     result = cli("draft", "make", str(target))
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["odd.gguf"]

@@ -141,3 +141,13 @@ def write_pair(folder: Path, n_vocab: int = N_SPECIAL_AND_BYTE_TOKENS + 24, draf
     target = write_model(folder / "tiny-target.gguf", target_weights, n_vocab=n_vocab)
     draft = write_model(folder / "tiny-draft.gguf", draft_weights, n_vocab=n_vocab)
     return target, draft
+
+
+def write_unloadable_model(path: Path) -> Path:
+    """A complete, valid GGUF file that llama.cpp refuses: its architecture is unknown, and it has no tensors."""
+    writer = GGUFWriter(str(path), "notamodel")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -37,6 +37,8 @@ _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # 
 class FixedLength:
     """Always draft up to `k` tokens."""
 
+    uses_confidence = False  # keep_going ignores the draft's probabilities: the drafter need not compute them
+
     def __init__(self, k: int) -> None:
         self.k = k
 
@@ -59,6 +61,8 @@ def _bin(confidence: float) -> int:
 
 class AdaptiveLength:
     """Chooses each pass's draft length from measured acceptance and costs (see the module docstring)."""
+
+    uses_confidence = True
 
     def __init__(self, limit: int = ADAPTIVE_DRAFT_LIMIT) -> None:
         self.limit = limit

@@ -81,13 +81,9 @@ class Generation:
                     self.stop_reason = "length"
                     break
                 # 1. The drafter proposes up to `room` tokens d_1..d_k (with q_draft when sampled).
-                drafting = time.perf_counter()
                 draft = self._propose(context, room, rng)
-                self.stats.draft_seconds += time.perf_counter() - drafting
                 # 2. One target pass scores [last, d_1..d_k]: k+1 rows of logits.
-                scored = time.perf_counter()
-                target_logits = self._score(context, draft)
-                verify_seconds = time.perf_counter() - scored
+                target_logits, verify_seconds = self._score(context, draft)
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(draft.tokens, draft.q_draft, target_logits, self.settings.sampling, rng)
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
@@ -138,7 +134,9 @@ class Generation:
         """
         if self.drafter is None or room <= 0:
             return NO_DRAFT
+        started = time.perf_counter()
         draft = self.drafter.propose(context, room, rng)
+        self.stats.draft_seconds += time.perf_counter() - started
         if not draft.tokens:
             return NO_DRAFT
         length_depends_on_tokens = draft.q_draft is not None and len(draft.tokens) < room
@@ -146,9 +144,12 @@ class Generation:
             return NO_DRAFT
         return draft
 
-    def _score(self, context: list[int], draft: Draft) -> np.ndarray:
+    def _score(self, context: list[int], draft: Draft) -> tuple[np.ndarray, float]:
+        """The target's logits at the k+1 positions, and the seconds the pass took."""
+        started = time.perf_counter()
         self.target.sync(context[:-1])
-        return self.target.eval([context[-1], *draft.tokens], logits="all")
+        logits = self.target.eval([context[-1], *draft.tokens], logits="all")
+        return logits, time.perf_counter() - started
 
     def _record(self, draft: Draft, n_accepted: int, verify_seconds: float) -> None:
         if not draft.tokens:

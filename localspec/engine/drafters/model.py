@@ -46,8 +46,9 @@ class ModelDrafter:
             return self._draft(tokens, rows)
         started = time.perf_counter()
         logits = self.model.next_logits(context)
+        needs_confidence = self.p_min > 0 or self.length.uses_confidence
         while True:
-            confidence = softmax(logits)
+            confidence = softmax(logits) if needs_confidence else None
             if self.p_min > 0 and confidence.max() < self.p_min:
                 break
             if self.sampling.greedy:
@@ -60,7 +61,7 @@ class ModelDrafter:
             now = time.perf_counter()
             self.length.record_draft_step(now - started, first=len(tokens) == 1)
             started = now
-            if len(tokens) == k or not self.length.keep_going(len(tokens), float(confidence[token])):
+            if len(tokens) == k or (needs_confidence and not self.length.keep_going(len(tokens), float(confidence[token]))):
                 break
             logits = self.model.eval([token], logits="last")[0]
         return self._draft(tokens, rows)
