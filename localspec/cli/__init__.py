@@ -22,8 +22,8 @@ COMMANDS = {
     "bench": "localspec.cli.bench:bench",
     "profile": "localspec.cli.profiles:profile_group",
     "models": "localspec.cli.models:models_group",
-    "draft": "localspec.cli.models:draft_group",
-    "pull": "localspec.cli.models:pull",
+    "draft": "localspec.cli.drafts:draft_group",
+    "pull": "localspec.cli.pull:pull",
 }
 
 

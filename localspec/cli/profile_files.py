@@ -15,7 +15,7 @@ from ..errors import InputError, LocalspecError
 from ..models.compat import check_pair, check_pair_cached
 from ..models.discovery import describe, find_drafts
 from .common import stdout_console
-from .models import make_draft_file
+from .drafts import make_draft_file
 
 
 @click.command("add")

@@ -13,13 +13,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from huggingface_hub import hf_hub_download, try_to_load_from_cache
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    HfHubHTTPError,
-    OfflineModeIsEnabled,
-)
-from tqdm.auto import tqdm
+import huggingface_hub  # its functions load on first use (the package's own lazy imports), so this is cheap
+import tqdm
 
 from ..config.paths import models_dir
 from ..errors import InputError, LocalspecError
@@ -54,7 +49,7 @@ def hub_local_path(repo: str, filename: str) -> Path | None:
     legacy = _legacy_path(repo, filename)
     if legacy.is_file():
         return legacy
-    cached = try_to_load_from_cache(repo, filename, cache_dir=_cache_dir())
+    cached = huggingface_hub.try_to_load_from_cache(repo, filename, cache_dir=_cache_dir())
     return Path(cached) if isinstance(cached, str) else None
 
 
@@ -68,7 +63,7 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     where = f"{repo}/{filename}"
     try:
         path = Path(
-            hf_hub_download(
+            huggingface_hub.hf_hub_download(
                 repo,
                 filename,
                 endpoint=_endpoint(),
@@ -76,11 +71,11 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
                 tqdm_class=_reporting_progress(on_progress),
             )
         )
-    except HfHubHTTPError as exc:
+    except huggingface_hub.errors.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         reason = _HTTP_REASONS.get(status, _first_line(exc))
         raise LocalspecError(f"download of {where} failed: HTTP {status or '?'} ({reason})") from None
-    except (OfflineModeIsEnabled, EntryNotFoundError) as exc:
+    except (huggingface_hub.errors.OfflineModeIsEnabled, huggingface_hub.errors.EntryNotFoundError) as exc:
         raise LocalspecError(f"download of {where} failed: {_first_line(exc)}") from None
     except Exception as exc:  # transport errors of the HTTP client (connection refused, reset, timeouts)
         raise LocalspecError(
@@ -105,10 +100,10 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _reporting_progress(on_progress: ProgressCallback | None) -> type[tqdm]:
+def _reporting_progress(on_progress: ProgressCallback | None) -> type[tqdm.tqdm]:
     """A silent tqdm class that forwards (bytes done, total) to `on_progress`."""
 
-    class ReportingProgress(tqdm):
+    class ReportingProgress(tqdm.tqdm):
         def __init__(self, *args: object, **kwargs: object) -> None:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

@@ -1,0 +1,75 @@
+"""`localspec draft make`: a draft model made from its own target, its precision chosen by measurement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ..app.drafts import (
+    AUTO,
+    CANDIDATE_TYPES,
+    CandidateReport,
+    default_draft_path,
+    make_draft,
+    make_fastest_draft,
+)
+from ..errors import InputError
+from ..models.quantize import OUTPUT_TYPES
+from .common import human_size, status_line, stderr_console
+
+
+@click.group("draft")
+def draft_group() -> None:
+    """Make draft models."""
+
+
+@draft_group.command("make")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--type", "type_name", type=click.Choice([AUTO, *sorted(OUTPUT_TYPES)]), default=AUTO, show_default=True,
+              help=f"Precision of the draft; {AUTO}: make {', '.join(CANDIDATE_TYPES)}, measure each against TARGET, keep the fastest.")
+@click.option("--out", type=click.Path(path_type=Path), help="Output file [next to TARGET: NAME.draft-TYPE.gguf].")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+def make_command(target: Path, type_name: str, out: Path | None, force: bool) -> None:
+    """Write a lower-precision copy of TARGET to draft for it (vocabulary-compatible by construction).
+
+    For targets at F16, BF16 or Q8_0 with no small model of the same family.
+    """
+    if type_name != AUTO:
+        out = out or default_draft_path(target, type_name)
+        if out.exists() and not force:
+            raise InputError(f"{out} exists; pass --force to overwrite")
+    elif out is not None and out.exists() and not force:
+        raise InputError(f"{out} exists; pass --force to overwrite")
+    make_draft_file(target, type_name, out, force=force)
+
+
+def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None, force: bool = False) -> Path:
+    """Make a draft of `target` (measuring candidates for `auto`) with progress on stderr; report what was made."""
+    if type_name == AUTO:
+        with status_line(stderr_console.is_terminal) as status:
+            made, reports = make_fastest_draft(target, out, overwrite=force, on_status=status.show)
+        _print_candidates(reports)
+    else:
+        with status_line(stderr_console.is_terminal) as status:
+            status.start_progress(f"writing {type_name} draft of {target.name}")
+            made = make_draft(target, type_name, out, on_progress=status.advance)
+    click.echo(f"wrote {made.path} ({human_size(made.size_bytes)}, {made.size_ratio:.0%} of the target)", err=True)
+    if not made.much_smaller:
+        click.echo("note: the draft is not much smaller than the target; expect little speed-up", err=True)
+    return made.path
+
+
+def _print_candidates(reports: list[CandidateReport]) -> None:
+    table = Table("type", "size", "draft cost", "acceptance", "best draft_max", "expected speed-up", box=None)
+    best = max(reports, key=lambda report: report.expected_speedup)
+    for report in reports:
+        mark = " *" if report is best else ""
+        table.add_row(report.type_name, human_size(report.size_bytes), f"{report.cost_ratio:.2f}", f"{report.acceptance:.1%}",
+                      str(report.best_draft_length), f"{report.expected_speedup:.2f}x{mark}")
+    stderr_console.print(table)
+    if best.expected_speedup < 1.0:
+        click.echo(f"warning: even the best precision ({best.type_name}) is expected to be slower than the target alone", err=True)
+
+

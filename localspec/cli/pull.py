@@ -1,0 +1,32 @@
+"""`localspec pull`: download the hub files a profile references."""
+
+from __future__ import annotations
+
+import click
+
+from ..config.profiles import load_profile
+from ..models.hub import download, hub_local_path
+from .common import status_line, stderr_console
+
+
+@click.command("pull")
+@click.argument("profile_name", metavar="PROFILE")
+def pull(profile_name: str) -> None:
+    """Download the hub-referenced models of PROFILE (resumable: run again after an interruption)."""
+    profile = load_profile(profile_name)
+    wanted = [
+        (profile.values[f"{role}.hf_repo"], profile.values[f"{role}.hf_file"])
+        for role in ("target", "draft")
+        if f"{role}.hf_repo" in profile.values
+    ]
+    if not wanted:
+        click.echo(f"profile {profile_name} references no hub files; nothing to pull", err=True)
+        return
+    for repo, filename in wanted:
+        if hub_local_path(repo, filename) is not None:
+            click.echo(f"have {repo}/{filename}", err=True)
+            continue
+        with status_line(stderr_console.is_terminal) as status:
+            status.start_progress(f"downloading {repo}/{filename}")
+            path = download(repo, filename, on_progress=status.advance)
+        click.echo(f"saved {path}", err=True)
