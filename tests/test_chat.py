@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_commands_and_highlighting(pair: list[str]) -> None:
     result = chat("Hello\n/stats\n/reset\n/nonsense\nHello\n", *pair, "--highlight")
     stderr = result.stderr.decode()
     assert result.returncode == 0
-    assert "acceptance" in stderr and "(conversation cleared)" in stderr and "unknown command /nonsense" in stderr
+    assert "acceptance" in stderr and "(new conversation)" in stderr and "unknown command /nonsense" in stderr
     assert "\x1b[36m" in result.stdout.decode()  # drafted-and-kept text is coloured
     plain = chat("Hello\n", *pair, "--no-highlight")
     assert "\x1b[" not in plain.stdout.decode()
@@ -59,5 +60,124 @@ def test_a_turn_too_long_for_the_context_is_refused_and_the_chat_goes_on(pair: l
     long_turn = "word " * 400
     result = chat(f"{long_turn}\nHello\n", *pair, "--n-ctx", "256")
     assert result.returncode == 0
-    assert "prompt is" in result.stderr.decode() and "/reset" in result.stderr.decode()
+    assert "does not fit the context" in result.stderr.decode()
     assert result.stdout.decode().strip()  # the second turn was answered
+
+
+# -- in a pseudo-terminal, as a person types ---------------------------------------------------
+
+PROMPT = "> "
+
+
+def terminal_chat(pair: list[str], *args: str, env: dict | None = None):
+    import pexpect
+
+    child = pexpect.spawn(
+        sys.executable, ["-m", "localspec", "chat", "--temperature", "0", "--max-tokens", "40", *pair, *args],
+        env={**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}, encoding="utf-8", timeout=120, dimensions=(40, 200),
+    )
+    child.expect_exact("Ctrl-D to leave")
+    if (env or {}).get("TERM", "dumb") == "dumb":
+        child.expect_exact(PROMPT)
+    return child
+
+
+def say(child, text: str) -> str:
+    """Type a line and return everything printed until the next prompt."""
+    child.sendline(text)
+    child.expect_exact(PROMPT)
+    return child.before
+
+
+def test_two_turns_reuse_the_cache_and_the_first_equals_run(pair: list[str]) -> None:
+    child = terminal_chat(pair)
+    first = say(child, "Why is the sky blue?")
+    say(child, "Say that again in five words.")
+    stats = say(child, "/stats")
+    evaluated, history = [int(x) for x in stats.split("evaluated this turn: ")[1].split(" in the history")[0].split(" of ")]
+    assert evaluated < history / 2  # the first turn and its reply came from the cache
+    child.sendline("/exit")
+    child.expect(pexpect_eof())
+    child.close()
+    assert child.exitstatus == 0
+    via_run = subprocess.run(
+        [sys.executable, "-m", "localspec", "run", "--temperature", "0", "--max-tokens", "40", *pair, "Why is the sky blue?"],
+        capture_output=True, timeout=300,
+    ).stdout.decode().strip()
+    assert via_run and via_run in first.replace("\r\n", "\n")
+
+
+def reply_of(output: str, typed: str) -> str:
+    """The reply in what the terminal showed after typing `typed`: the echo and the statistics line left out."""
+    lines = output.split(typed, 1)[-1].replace("\r", "").strip().splitlines()
+    return "\n".join(line for line in lines if not line.startswith("[")).strip()
+
+
+def pexpect_eof():
+    import pexpect
+
+    return pexpect.EOF
+
+
+def test_ctrl_c_stops_a_reply_and_the_chat_goes_on(pair: list[str], tmp_path: Path) -> None:
+    child = terminal_chat(pair)
+    say(child, "/set max_tokens 400")
+    child.sendline("Write a very long story about a dragon and a knight.")
+    time.sleep(2)  # two seconds into a reply of up to 400 tokens
+    child.sendintr()
+    child.expect_exact("interrupted")
+    child.expect_exact(PROMPT)
+    answer = say(child, "Name one colour.")
+    assert answer.strip()
+    refused = say(child, "/save /dev/null")
+    assert "not a regular file" in refused
+    say(child, f"/save {tmp_path / 'chat.json'}")
+    assert '"interrupted": true' in (tmp_path / "chat.json").read_text()
+    child.sendline("/exit")
+    child.expect(pexpect_eof())
+
+
+def test_retry_at_temperature_0_gives_the_same_reply(pair: list[str]) -> None:
+    child = terminal_chat(pair, "--temperature", "0.9")
+    say(child, "/set temperature 0")
+    first = reply_of(say(child, "Name three fruits."), "Name three fruits.")
+    again = reply_of(say(child, "/retry"), "/retry")
+    assert first and first == again
+    child.sendline("/exit")
+    child.expect(pexpect_eof())
+
+
+def test_save_load_continue_and_input_history(pair: list[str], tmp_path: Path) -> None:
+    saved = tmp_path / "conversation.json"
+    child = terminal_chat(pair)
+    say(child, "My favourite animal is the otter.")
+    say(child, f"/save {saved}")
+    child.sendline("/exit")
+    child.expect(pexpect_eof())
+    assert '"otter' in saved.read_text() or "otter" in saved.read_text()
+
+    child = terminal_chat(pair)
+    loaded = say(child, f"/load {saved}")
+    assert "loaded 2 messages" in loaded
+    child.sendline("/exit")
+    child.expect(pexpect_eof())
+
+    child = terminal_chat(pair, "--continue", env={"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"})
+    time.sleep(1)
+    child.send("\x1b[A")  # Up arrow: the last line typed, from an earlier session
+    child.expect_exact("/exit")
+    child.send("\r")  # and it runs
+    child.expect(pexpect_eof())
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_a_small_context_drops_old_turns_and_keeps_going(pair: list[str]) -> None:
+    child = terminal_chat(pair, "--n-ctx", "256", "--max-tokens", "60")
+    dropped = ""
+    for question in ("Tell me about rivers.", "Tell me about mountains.", "Tell me about forests.", "Tell me about deserts."):
+        dropped += say(child, question)
+    assert "oldest exchange" in dropped
+    assert say(child, "Thanks!").strip()
+    child.sendline("/exit")
+    child.expect(pexpect_eof())

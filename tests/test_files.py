@@ -71,3 +71,17 @@ def test_failed_quantize_leaves_nothing_behind(tmp_path: Path) -> None:
         quantize(source, existing, "f16")
     assert existing.read_bytes() == b"user data"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.gguf", "out.gguf"]
+
+
+def test_atomic_writes_follow_links_and_refuse_devices(tmp_path: Path) -> None:
+    from localspec.config.atomic import write_text_atomic
+
+    real = tmp_path / "real.toml"
+    real.write_text("old")
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    with pytest.raises(InputError, match="not a regular file"):
+        write_text_atomic(Path("/dev/null"), "x")
+    assert Path("/dev/null").is_char_device()

@@ -91,7 +91,7 @@ RUNTIME_VALUES = {
 }
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flags=st.dictionaries(st.sampled_from(sorted(RUNTIME_VALUES)), st.none(), max_size=6).flatmap(
     lambda chosen: st.fixed_dictionaries({flag: RUNTIME_VALUES[flag] for flag in chosen})
 ), in_profile=st.booleans(), speculative=st.booleans())

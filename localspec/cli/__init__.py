@@ -24,6 +24,7 @@ COMMANDS = {
     "models": "localspec.cli.models:models_group",
     "draft": "localspec.cli.drafts:draft_group",
     "pull": "localspec.cli.pull:pull",
+    "history": "localspec.cli.history:history_group",
 }
 
 

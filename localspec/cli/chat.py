@@ -2,116 +2,384 @@
 
 Each turn re-renders the whole conversation with the chat template; the KV
 caches keep the longest common prefix, so earlier turns are not evaluated again.
+Input has line editing and a history kept across sessions (prompt_toolkit)
+when stdin is a terminal; conversations are stored as they go (`history`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import json
+import os
 import sys
-from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import click
 
+from ..app.conversation import Conversation, chat_keys, settings_values
+from ..app.history import HistoryStore, HistoryUnavailable
+from ..app.session import Session
+from ..config.atomic import write_text_atomic
+from ..config.paths import history_file, input_history_file
 from ..engine.generation import Chunk, Generation
-from ..errors import LocalspecError
+from ..engine.stats import SpecStats
+from ..errors import InputError, LocalspecError
 from .common import write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
     SPECULATIVE_OPTION,
-    STATS_OPTION,
     VERBOSE_OPTION,
     setting_flags,
     setting_options,
 )
 
-HELP_TEXT = "commands: /reset (forget the conversation), /stats (last reply's statistics), /exit (or Ctrl-D)"
+COMMANDS = {
+    "/help": "this list",
+    "/set": "KEY VALUE: change a setting (/set alone lists them; /set stats on|off)",
+    "/system": "TEXT: set the system prompt",
+    "/speculative": "on|off: draft, or generate with the target alone",
+    "/stats": "the last reply's statistics and the session's totals",
+    "/undo": "drop the last exchange",
+    "/retry": "generate the last reply again",
+    "/reset": "start a new conversation",
+    "/save": "FILE: write the conversation as JSON",
+    "/load": "FILE: continue a conversation saved with /save",
+    "/exit": "leave (or Ctrl-D)",
+}
+MULTILINE = '"""'
 
 
 @click.command()
 @PROFILE_OPTION
 @setting_options()
 @SPECULATIVE_OPTION
-@STATS_OPTION
-@VERBOSE_OPTION
+@click.option("--quiet", is_flag=True, help="No statistics line after each reply.")
+@click.option("--stats", is_flag=True, hidden=True, help="Kept for older scripts: the statistics line is shown unless --quiet.")
 @click.option("--highlight/--no-highlight", default=None, help="Colour text the draft proposed and the target kept [on in a terminal].")
-def chat(profile: str | None, no_speculative: bool, stats: bool, verbose: bool, highlight: bool | None, **options: Any) -> None:
+@click.option("--continue", "continue_latest", is_flag=True, help="Resume the latest conversation.")
+@click.option("--resume", "resume_id", type=int, metavar="ID", help="Resume conversation ID (see `localspec history list`).")
+@VERBOSE_OPTION
+def chat(
+    profile: str | None, no_speculative: bool, quiet: bool, stats: bool, highlight: bool | None, continue_latest: bool,
+    resume_id: int | None, verbose: bool, **options: Any,
+) -> None:
     """Chat with the profile's model in the terminal.
+
+    Type /help for the commands. Paste several lines at once, or type \"\"\" on its
+    own line to start and end a multi-line message.
 
     \b
     Examples:
       localspec chat
       localspec chat -p qwen2.5-7b --system "Answer briefly."
+      localspec chat --continue
     """
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
-    settings = plan.generation.with_seed()
-    interactive = sys.stdin.isatty()
-    highlight = sys.stdout.isatty() if highlight is None else highlight
-    last: Generation | None = None
-    if interactive:
-        drafts = plan.draft is not None or not plan.generation.speculative.uses_draft_model
-        mode = f"speculative, {plan.generation.speculative.strategy}" if drafts and not no_speculative else "target only"
-        click.echo(f"localspec chat ({mode}); {HELP_TEXT}", err=True)
-    load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
+    store = _open_store()
+    conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
+                                                           store, continue_latest, resume_id)
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    load_draft = plan.generation.speculative.uses_draft_model
     with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
-        system = session.system_messages()
-        messages = list(system)
+        loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
+                        speculative=not no_speculative, stats=not quiet,
+                        highlight=colour if highlight is None else highlight, colour=colour)
+        loop.run()
+    if store is not None:
+        store.close()
+
+
+class ChatLoop:
+    """Reads a line, runs a command or generates a reply, until /exit or end of input."""
+
+    def __init__(
+        self, session: Session, conversation: Conversation, store: HistoryStore | None, conversation_id: int | None,
+        *, read_line: Callable[[], str | None], speculative: bool, stats: bool, highlight: bool, colour: bool,
+    ) -> None:
+        self.session = session
+        self.conversation = conversation
+        self.store = store
+        self.conversation_id = conversation_id
+        self.read_line = read_line
+        self.speculative = speculative and (session.draft is not None or not conversation.settings.speculative.uses_draft_model)
+        self.show_stats = stats
+        self.highlight = highlight
+        self.colour = colour
+        self.last: Generation | None = None
+        self.totals = SpecStats()
+        self.turns = 0
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        if sys.stdin.isatty():
+            mode = f"speculative, {self.conversation.settings.speculative.strategy}" if self.speculative else "target only"
+            resumed = f", conversation {self.conversation_id} resumed" if self.conversation.messages else ""
+            click.echo(f"localspec chat ({mode}{resumed}); /help for commands, /exit or Ctrl-D to leave", err=True)
         while True:
-            line = _read_line(interactive)
-            if line is None or line.strip() in ("/exit", "/quit"):
-                break
+            line = self.read_line()
+            if line is None:
+                return
             text = line.strip()
             if not text:
                 continue
-            if text == "/reset":
-                messages = list(system)
-                click.echo("(conversation cleared)", err=True)
-                continue
-            if text == "/stats":
-                click.echo(last.stats.summary() if last else "no reply yet", err=True)
-                continue
             if text.startswith("/"):
-                click.echo(f"unknown command {text.split()[0]}; {HELP_TEXT}", err=True)
+                if not self.command(text):
+                    return
                 continue
-            messages.append({"role": "user", "content": text})
-            turn_settings = replace(settings, seed=settings.seed + len(messages))
-            reply = None
-            try:
-                tokens = session.chat_prompt_tokens(messages)
-                reply = session.generation(tokens, turn_settings, speculative=not no_speculative)
-                for chunk in reply:
-                    write_stdout(_render(chunk, highlight))
-            except LocalspecError as exc:  # e.g. the conversation outgrew the context
-                messages.pop()
-                click.echo(f"error: {exc} (/reset starts a new conversation)", err=True)
-                continue
-            except KeyboardInterrupt:  # Ctrl-C stops the reply, not the chat
-                session.reset_caches()
-                click.echo("\n(reply interrupted)", err=True)
-                if reply is None:
-                    messages.pop()
-                    continue
-            write_stdout("\n")
-            messages.append({"role": "assistant", "content": reply.text})
-            last = reply
-            if stats:
-                click.echo(f"[{last.stop_reason}] {last.stats.summary()}", err=True)
+            self.conversation.add("user", line.strip("\n"))
+            self._save_last()
+            self.reply()
 
-
-def _read_line(interactive: bool) -> str | None:
-    """One line of user input, or None at end of input."""
-    if interactive:
+    def command(self, text: str) -> bool:
+        """Run a slash command; False means leave the chat."""
+        name, _, argument = text.partition(" ")
+        argument = argument.strip()
+        if name in ("/exit", "/quit"):
+            return False
+        handler = getattr(self, f"cmd_{name[1:]}", None)
+        if name not in COMMANDS or handler is None:
+            near = difflib.get_close_matches(name, list(COMMANDS), n=1)
+            self.say(f"unknown command {name}" + (f": did you mean {near[0]}?" if near else "") + " (/help lists them)")
+            return True
         try:
-            return input(click.style("> ", fg="green", bold=True))
-        except EOFError:
-            click.echo("", err=True)
-            return None
-    line = sys.stdin.readline()
-    return line if line else None
+            handler(argument)
+        except InputError as exc:
+            self.say(f"error: {exc}")
+        return True
+
+    # -- replies -------------------------------------------------------------------------
+
+    def reply(self) -> None:
+        session, conversation = self.session, self.conversation
+        reserve = min(conversation.settings.max_tokens, session.target.n_ctx // 4)
+        try:
+            dropped = conversation.trim_to_fit(lambda messages: len(session.chat_prompt_tokens(messages)),
+                                               session.target.n_ctx - reserve)
+        except InputError as exc:
+            conversation.undo()
+            self._save_all()
+            self.say(f"error: {exc}")
+            return
+        if dropped:
+            self.say(f"(dropped the {dropped} oldest exchange{'s' if dropped > 1 else ''} to fit the context)")
+            self._save_all()
+        self.turns += 1
+        settings = dataclasses.replace(conversation.settings, seed=(conversation.settings.seed or 0) + self.turns)
+        generation = None
+        interrupted = False
+        try:
+            tokens = session.chat_prompt_tokens(conversation.prompt_messages())
+            generation = session.generation(tokens, settings, speculative=self.speculative)
+            for chunk in generation:
+                write_stdout(self._render(chunk))
+        except KeyboardInterrupt:  # Ctrl-C ends the reply, not the chat
+            session.reset_caches()  # a decode may have been cut short: start the caches afresh
+            interrupted = True
+        except LocalspecError as exc:
+            conversation.undo()
+            self._save_all()
+            self.say(f"error: {exc}")
+            return
+        text = generation.text if generation is not None else ""
+        write_stdout("\n")
+        conversation.add("assistant", text, interrupted)
+        self._save_last()
+        if interrupted:
+            self.say("(reply interrupted; kept as far as it got)")
+        if generation is not None:
+            self.last = generation
+            self.totals.add(generation.stats)
+            if self.show_stats:
+                self.say(self._dim(f"[{generation.stop_reason}] {generation.stats.summary()}"))
+
+    def _render(self, chunk: Chunk) -> str:
+        if not self.highlight or not chunk.drafted_text:
+            return chunk.text
+        return click.style(chunk.drafted_text, fg="cyan") + chunk.text[len(chunk.drafted_text):]
+
+    # -- commands ------------------------------------------------------------------------
+
+    def cmd_help(self, argument: str) -> None:
+        for name, what in COMMANDS.items():
+            self.say(f"  {name:<13} {what}")
+
+    def cmd_set(self, argument: str) -> None:
+        if not argument:
+            values = settings_values(self.conversation.settings)
+            for key in chat_keys():
+                self.say(f"  {key.rpartition('.')[2]:<12} {values.get(key)!r}")
+            self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
+            return
+        key, _, value = argument.partition(" ")
+        if key == "stats":
+            if value.strip() not in ("on", "off"):
+                raise InputError("/set stats on|off")
+            self.show_stats = value.strip() == "on"
+            return
+        if not value.strip():
+            raise InputError(f"/set {key} VALUE")
+        dotted = self.conversation.set(key, value)
+        self._save_all()
+        self.say(f"{dotted} = {settings_values(self.conversation.settings)[dotted]!r}")
+
+    def cmd_system(self, argument: str) -> None:
+        self.conversation.system = argument or None
+        self._save_all()
+        self.say("(system prompt " + ("set)" if argument else "cleared)"))
+
+    def cmd_speculative(self, argument: str) -> None:
+        if argument not in ("on", "off"):
+            raise InputError("/speculative on|off")
+        if argument == "on" and self.session.draft is None and self.conversation.settings.speculative.uses_draft_model:
+            raise InputError("no draft model is loaded: restart the chat with one, or /set strategy ngram")
+        self.speculative = argument == "on"
+        self.say(f"(speculative decoding {argument})")
+
+    def cmd_stats(self, argument: str) -> None:
+        if self.last is None:
+            self.say("no reply yet")
+            return
+        stats = self.last.stats
+        self.say(f"last reply: {stats.summary()}")
+        self.say(f"  prompt tokens evaluated this turn: {stats.prompt_tokens_evaluated} of {stats.prompt_tokens} in the history")
+        if stats.acceptance_rate is not None:
+            per_position = " ".join(f"{rate:.0%}" for rate in stats.per_position_acceptance)
+            self.say(f"  mean accepted length {stats.mean_accepted_length:.2f}; acceptance by draft position: {per_position}")
+        self.say(f"session: {self.totals.summary()}")
+
+    def cmd_undo(self, argument: str) -> None:
+        dropped = self.conversation.undo()
+        self._save_all()
+        self.say("(last exchange dropped)" if dropped else "(nothing to undo)")
+
+    def cmd_retry(self, argument: str) -> None:
+        if self.conversation.drop_last_reply() is None:
+            self.say("(no reply to retry)")
+            return
+        self._save_all()
+        self.turns -= 1  # the same seed as the reply it replaces
+        self.reply()
+
+    def cmd_reset(self, argument: str) -> None:
+        self.conversation = Conversation(self.conversation.settings, self.conversation.system)
+        self.conversation_id = None
+        self.session.reset_caches()
+        self.say("(new conversation)")
+
+    def cmd_save(self, argument: str) -> None:
+        if not argument:
+            raise InputError("/save FILE")
+        path = Path(argument).expanduser()
+        try:
+            write_text_atomic(path, json.dumps(self.conversation.to_json(), indent=2, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write ({exc.strerror})") from None
+        self.say(f"(saved to {path})")
+
+    def cmd_load(self, argument: str) -> None:
+        if not argument:
+            raise InputError("/load FILE")
+        path = Path(argument).expanduser()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: not a saved conversation ({getattr(exc, 'strerror', None) or exc})") from None
+        self.conversation = Conversation.from_json(data, self.conversation.settings)
+        self.conversation_id = None
+        self._save_all()
+        self.say(f"(loaded {len(self.conversation.messages)} messages from {path})")
+
+    # -- output and storage --------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        click.echo(text, err=True)
+
+    def _dim(self, text: str) -> str:
+        return click.style(text, dim=True) if self.colour else text
+
+    def _save_last(self) -> None:
+        """Store the newest message (one transaction), starting the stored conversation if needed."""
+        self._store(lambda store: store.add(self.conversation_id, self.conversation.messages[-1])
+                    if self.conversation_id is not None else self._start(store))
+
+    def _save_all(self) -> None:
+        self._store(lambda store: store.update(self.conversation_id, self.conversation)
+                    if self.conversation_id is not None else self._start(store))
+
+    def _start(self, store: HistoryStore) -> None:
+        self.conversation_id = store.start(self.conversation)
+
+    def _store(self, action: Callable[[HistoryStore], None]) -> None:
+        if self.store is None:
+            return
+        try:
+            action(self.store)
+        except HistoryUnavailable as exc:
+            self.say(f"warning: {exc}; this chat is no longer saved")
+            self.store = None
 
 
-def _render(chunk: Chunk, highlight: bool) -> str:
-    if not highlight or not chunk.drafted_text:
-        return chunk.text
-    target_part = chunk.text[len(chunk.drafted_text) :]
-    return click.style(chunk.drafted_text, fg="cyan") + target_part
+def _open_store() -> HistoryStore | None:
+    try:
+        return HistoryStore(history_file())
+    except HistoryUnavailable as exc:
+        click.echo(f"warning: {exc}; this chat is not saved", err=True)
+        return None
+
+
+def _starting_conversation(
+    settings, system: str | None, store: HistoryStore | None, continue_latest: bool, resume_id: int | None
+) -> tuple[Conversation, int | None]:
+    if not (continue_latest or resume_id is not None):
+        return Conversation(settings, system), None
+    if store is None:
+        raise InputError("the chat history cannot be read, so there is nothing to resume")
+    try:
+        conversation_id = resume_id if resume_id is not None else store.latest()
+        data = store.get(conversation_id) if conversation_id is not None else None
+    except HistoryUnavailable as exc:
+        raise InputError(str(exc)) from None
+    if data is None:
+        raise InputError("no conversation to continue yet" if resume_id is None else f"no conversation {resume_id}")
+    return Conversation.from_json(data, settings), conversation_id
+
+
+def _line_reader() -> Callable[[], str | None]:
+    """One message at a time: prompt_toolkit on a terminal (editing, history), plain lines otherwise.
+
+    A line holding only \"\"\" starts a multi-line message that ends at the next such line.
+    """
+    if sys.stdin.isatty():
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+
+        input_history_file().parent.mkdir(parents=True, exist_ok=True)
+        prompt = PromptSession(history=FileHistory(str(input_history_file())))
+
+        def read_one() -> str | None:
+            while True:
+                try:
+                    return prompt.prompt("> ")
+                except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line
+                    continue
+                except EOFError:
+                    return None
+    else:
+        def read_one() -> str | None:
+            line = sys.stdin.readline()
+            return line.rstrip("\n") if line else None
+
+    def read_message() -> str | None:
+        line = read_one()
+        if line is None or line.strip() != MULTILINE:
+            return line
+        lines: list[str] = []
+        while (line := read_one()) is not None and line.strip() != MULTILINE:
+            lines.append(line)
+        return "\n".join(lines)
+
+    return read_message

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import InputError
+
 
 @contextlib.contextmanager
 def atomic_path(destination: str | Path) -> Iterator[Path]:
@@ -15,8 +17,11 @@ def atomic_path(destination: str | Path) -> Iterator[Path]:
 
     If the body raises (or the process dies), `destination` is untouched and the
     temporary file is removed (or left with a name no reader mistakes for the real one).
+    A destination that exists but is not a regular file (a device, a folder) is refused.
     """
-    destination = Path(destination)
+    destination = Path(destination).resolve()  # through symlinks: replace the file a link points to, not the link
+    if destination.exists() and not destination.is_file():
+        raise InputError(f"{destination}: not a regular file, so it is not replaced")
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, temp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent)
     os.close(fd)

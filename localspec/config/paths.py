@@ -33,9 +33,23 @@ def config_file() -> Path:
     return user_config_dir() / "config.toml"
 
 
+def data_dir() -> Path:
+    """Where localspec keeps what it makes for the user: downloaded models, chat history."""
+    return _home_override() or Path(platformdirs.user_data_dir(APP_NAME))
+
+
 def models_dir() -> Path:
-    home = _home_override()
-    return (home / "models") if home else Path(platformdirs.user_data_dir(APP_NAME)) / "models"
+    return data_dir() / "models"
+
+
+def history_file() -> Path:
+    """The SQLite database of chat conversations."""
+    return data_dir() / "history.sqlite3"
+
+
+def input_history_file() -> Path:
+    """Lines typed at the chat prompt, for Up-arrow recall across sessions."""
+    return data_dir() / "chat-input-history"
 
 
 def cache_dir() -> Path:

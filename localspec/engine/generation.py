@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import LocalspecError
-from ..runtime.model import Model
+from ..runtime.model import Model, common_prefix_length
 from ..settings import GenerationSettings
 from .acceptance import accept
 from .drafters import NO_DRAFT, Draft, Drafter
@@ -105,6 +105,7 @@ class Generation:
     def _evaluate_prompt(self, context: list[int]) -> None:
         """Fill both caches with the prompt (all but its last token, which step 2 feeds)."""
         started = time.perf_counter()
+        self.stats.prompt_tokens_evaluated = len(context) - common_prefix_length(self.target.tokens, context[:-1])
         self.target.sync(context[:-1])
         if self.drafter is not None:
             self.drafter.begin(context)

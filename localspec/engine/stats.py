@@ -11,6 +11,7 @@ class SpecStats:
     """Per-generation statistics; `to_dict()` is the `stats` object of `--json`."""
 
     prompt_tokens: int = 0
+    prompt_tokens_evaluated: int = 0  # of the prompt tokens, those the target's cache did not already hold
     tokens_generated: int = 0
     target_passes: int = 0
     draft_tokens_proposed: int = 0
@@ -40,7 +41,7 @@ class SpecStats:
 
     def add(self, other: "SpecStats") -> None:
         """Accumulate another generation's counters and times into these (for totals over runs)."""
-        for name in ("prompt_tokens", "tokens_generated", "target_passes", "draft_tokens_proposed",
+        for name in ("prompt_tokens", "prompt_tokens_evaluated", "tokens_generated", "target_passes", "draft_tokens_proposed",
                      "draft_tokens_accepted", "prompt_seconds", "generation_seconds", "draft_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for mine, theirs in ((self.accepted_length_counts, other.accepted_length_counts),
@@ -87,6 +88,7 @@ class SpecStats:
     def to_dict(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
             "tokens_generated": self.tokens_generated,
             "target_passes": self.target_passes,
             "draft_tokens_proposed": self.draft_tokens_proposed,

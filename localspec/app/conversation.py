@@ -1,0 +1,167 @@
+"""A chat conversation: its messages, its generation settings, and the edits a chat makes to them.
+
+Messages use OpenAI-style roles ("system", "user", "assistant"). The system
+prompt is kept apart so that trimming a long conversation never drops it. The
+JSON form (`to_json`) is what `/save` writes and `history show --json` prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import InputError
+from ..settings import SETTINGS, GenerationSettings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CHAT_LAYERS = ("sampling", "speculative", "generation")
+
+
+@dataclass
+class Message:
+    role: str
+    content: str
+    interrupted: bool = False  # a reply stopped with Ctrl-C: kept as far as it got
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.interrupted:
+            data["interrupted"] = True
+        return data
+
+
+@dataclass
+class Conversation:
+    """The messages of one chat and the settings its replies are generated with."""
+
+    settings: GenerationSettings
+    system: str | None = None
+    messages: list[Message] = field(default_factory=list)
+
+    def prompt_messages(self) -> list[dict[str, str]]:
+        """What the chat template renders: the system prompt, then every message."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + [{"role": m.role, "content": m.content} for m in self.messages]
+
+    def add(self, role: str, content: str, interrupted: bool = False) -> Message:
+        message = Message(role, content, interrupted)
+        self.messages.append(message)
+        return message
+
+    def undo(self) -> int:
+        """Drop the last exchange (the last user message and what followed it); return how many messages went."""
+        last_user = max((i for i, m in enumerate(self.messages) if m.role == "user"), default=None)
+        if last_user is None:
+            return 0
+        dropped = len(self.messages) - last_user
+        del self.messages[last_user:]
+        return dropped
+
+    def drop_last_reply(self) -> str | None:
+        """For /retry: remove the last assistant reply; return the user message it answered (None if there is none)."""
+        if not self.messages or self.messages[-1].role != "assistant":
+            return None
+        self.messages.pop()
+        return self.messages[-1].content if self.messages and self.messages[-1].role == "user" else None
+
+    def trim_to_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int) -> int:
+        """Drop the oldest exchanges until the rendered prompt is at most `limit` tokens; return how many went.
+
+        The system prompt and the last user message are never dropped; if even they do
+        not fit, the conversation is left as it is and InputError says so.
+        """
+        dropped = 0
+        while prompt_length(self.prompt_messages()) > limit:
+            first_reply = next((i for i, m in enumerate(self.messages) if m.role == "assistant"), None)
+            if first_reply is None or first_reply >= len(self.messages) - 1:
+                raise InputError("this message alone does not fit the context: shorten it or raise --n-ctx")
+            del self.messages[: first_reply + 1]
+            dropped += 1
+        return dropped
+
+    def set(self, key: str, raw: str) -> str:
+        """`/set KEY VALUE` for any sampling, speculative or generation setting; returns the dotted key set."""
+        dotted = resolve_key(key)
+        item = SETTINGS[dotted]
+        value = parse_value(raw, item.kind)
+        problem = item.problem(value)
+        if problem is not None:
+            raise InputError(problem)
+        values = settings_values(self.settings)
+        values[dotted] = value
+        self.settings = GenerationSettings.from_values(values)
+        return dotted
+
+    def to_json(self) -> dict[str, Any]:
+        messages = self.prompt_messages()[:1] if self.system else []
+        return {
+            "messages": messages + [m.to_dict() for m in self.messages],
+            "settings": {key: value for key, value in settings_values(self.settings).items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, defaults: GenerationSettings) -> "Conversation":
+        """A conversation from `to_json`'s form; settings not given keep `defaults`."""
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise InputError('expected {"messages": [...], "settings": {...}}')
+        values = settings_values(defaults)
+        for key, value in (data.get("settings") or {}).items():
+            if key in values and SETTINGS[key].problem(value) is None:
+                values[key] = value
+        conversation = cls(GenerationSettings.from_values(values))
+        for message in data["messages"]:
+            if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
+                raise InputError(f"not a chat message: {message!r}")
+            if not isinstance(message.get("content"), str):
+                raise InputError(f"a message's content must be text: {message!r}")
+            if message["role"] == "system":
+                conversation.system = message["content"]
+            else:
+                conversation.add(message["role"], message["content"], bool(message.get("interrupted")))
+        return conversation
+
+
+def chat_keys() -> list[str]:
+    """The settings `/set` accepts (dotted keys)."""
+    return [key for key, item in SETTINGS.items() if item.layer in CHAT_LAYERS]
+
+
+def resolve_key(key: str) -> str:
+    """'temperature' or 'sampling.temperature' -> 'sampling.temperature' (the nearest valid name when unknown)."""
+    keys = chat_keys()
+    matches = [k for k in keys if k == key or k.rpartition(".")[2] == key]
+    if len(matches) == 1:
+        return matches[0]
+    near = difflib.get_close_matches(key, [k.rpartition(".")[2] for k in keys], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise InputError(f"unknown setting {key!r}{hint}; /set lists them")
+
+
+def parse_value(raw: str, kind: type) -> Any:
+    """A /set value: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself."""
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    if kind is list and isinstance(value, str):
+        value = [value] if value else []
+    return value
+
+
+def settings_values(settings: GenerationSettings) -> dict[str, Any]:
+    """The dotted-key values of generation settings (the inverse of GenerationSettings.from_values)."""
+    values: dict[str, Any] = {}
+    for group, section in ((settings.sampling, "sampling"), (settings.speculative, "speculative"), (settings, "sampling")):
+        for item in dataclasses.fields(group):
+            key = f"{section}.{item.name}"
+            if key in SETTINGS:
+                value = getattr(group, item.name)
+                values[key] = list(value) if isinstance(value, tuple) else value
+    return values

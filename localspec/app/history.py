@@ -1,0 +1,135 @@
+"""Chat conversations kept in SQLite as they happen (standard library `sqlite3`).
+
+One transaction per message, so a crash or kill loses at most the reply in
+progress. A database that is corrupt or locked by another process raises
+`HistoryUnavailable` with one line; the chat then runs unsaved.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from .conversation import Conversation, Message
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    started REAL NOT NULL,
+    updated REAL NOT NULL,
+    system TEXT,
+    settings TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    interrupted INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+class HistoryUnavailable(Exception):
+    """The history database cannot be used (corrupt, locked, unwritable)."""
+
+
+class HistoryStore:
+    """Conversations and their messages, written one message per transaction."""
+
+    def __init__(self, path: Path, timeout: float = 1.0) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, timeout=timeout)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            with self._db:
+                self._db.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise HistoryUnavailable(f"chat history {path} cannot be used ({exc})") from None
+
+    def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            with self._db:
+                return self._db.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise HistoryUnavailable(f"chat history {self.path} cannot be written ({exc})") from None
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise HistoryUnavailable(f"chat history {self.path} cannot be read ({exc})") from None
+
+    def start(self, conversation: Conversation) -> int:
+        """Store a new conversation (with any messages it already has); return its id."""
+        now = time.time()
+        settings = json.dumps(conversation.to_json()["settings"])
+        conversation_id = self._write(
+            "INSERT INTO conversations (started, updated, system, settings) VALUES (?, ?, ?, ?)",
+            (now, now, conversation.system, settings),
+        ).lastrowid
+        for message in conversation.messages:
+            self.add(conversation_id, message)
+        return int(conversation_id)
+
+    def add(self, conversation_id: int, message: Message) -> None:
+        self._write(
+            "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
+            (conversation_id, message.role, message.content, int(message.interrupted)),
+        )
+        self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+
+    def update(self, conversation_id: int, conversation: Conversation) -> None:
+        """Rewrite the system prompt, the settings and the messages (after /undo, /retry, /system, /set)."""
+        try:
+            with self._db:
+                self._db.execute(
+                    "UPDATE conversations SET updated = ?, system = ?, settings = ? WHERE id = ?",
+                    (time.time(), conversation.system, json.dumps(conversation.to_json()["settings"]), conversation_id),
+                )
+                self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
+                self._db.executemany(
+                    "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
+                    [(conversation_id, m.role, m.content, int(m.interrupted)) for m in conversation.messages],
+                )
+        except sqlite3.Error as exc:
+            raise HistoryUnavailable(f"chat history {self.path} cannot be written ({exc})") from None
+
+    def latest(self) -> int | None:
+        rows = self._read("SELECT id FROM conversations ORDER BY updated DESC, id DESC LIMIT 1")
+        return rows[0][0] if rows else None
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every conversation, newest first: id, times, message count and its first user message."""
+        rows = self._read(
+            "SELECT c.id, c.started, c.updated, COUNT(m.id),"
+            " (SELECT content FROM messages WHERE conversation = c.id AND role = 'user' ORDER BY id LIMIT 1)"
+            " FROM conversations c LEFT JOIN messages m ON m.conversation = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
+        )
+        return [
+            {"id": cid, "started": started, "updated": updated, "messages": count, "first_message": first or ""}
+            for cid, started, updated, count, first in rows
+        ]
+
+    def get(self, conversation_id: int) -> dict[str, Any] | None:
+        """The conversation in `/save`'s JSON form, or None."""
+        found = self._read("SELECT system, settings FROM conversations WHERE id = ?", (conversation_id,))
+        if not found:
+            return None
+        system, settings = found[0]
+        messages = [{"role": "system", "content": system}] if system else []
+        for role, content, interrupted in self._read(
+            "SELECT role, content, interrupted FROM messages WHERE conversation = ? ORDER BY id", (conversation_id,)
+        ):
+            messages.append({"role": role, "content": content, **({"interrupted": True} if interrupted else {})})
+        return {"messages": messages, "settings": json.loads(settings)}
+
+    def remove(self, conversation_id: int) -> bool:
+        return self._write("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,77 @@
+"""`localspec history list|show|remove`: the conversations `chat` stored."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import click
+from rich.table import Table
+
+from ..app.history import HistoryStore, HistoryUnavailable
+from ..config.paths import history_file
+from ..errors import InputError, LocalspecError
+from .common import stdout_console
+
+
+def _store() -> HistoryStore:
+    try:
+        return HistoryStore(history_file())
+    except HistoryUnavailable as exc:
+        raise LocalspecError(str(exc)) from None
+
+
+@click.group("history")
+def history_group() -> None:
+    """Conversations kept by `localspec chat` (resume one with `chat --resume ID`)."""
+
+
+@history_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_command(as_json: bool) -> None:
+    """List stored conversations, newest first."""
+    try:
+        rows = _store().list()
+    except HistoryUnavailable as exc:
+        raise LocalspecError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    table = Table("id", "updated", "messages", "first message", box=None)
+    for row in rows:
+        when = datetime.fromtimestamp(row["updated"]).strftime("%Y-%m-%d %H:%M")
+        first = row["first_message"].splitlines()[0][:60] if row["first_message"] else ""
+        table.add_row(str(row["id"]), when, str(row["messages"]), first)
+    stdout_console.print(table)
+
+
+@history_group.command("show")
+@click.argument("conversation_id", type=int, metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the conversation as JSON (the form /save writes).")
+def show_command(conversation_id: int, as_json: bool) -> None:
+    """Print conversation ID."""
+    try:
+        data = _store().get(conversation_id)
+    except HistoryUnavailable as exc:
+        raise LocalspecError(str(exc)) from None
+    if data is None:
+        raise InputError(f"no conversation {conversation_id}")
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    for message in data["messages"]:
+        mark = " (interrupted)" if message.get("interrupted") else ""
+        stdout_console.print(f"[bold]{message['role']}[/bold]{mark}: {message['content']}", markup=True, highlight=False)
+
+
+@history_group.command("remove")
+@click.argument("conversation_id", type=int, metavar="ID")
+def remove_command(conversation_id: int) -> None:
+    """Delete conversation ID."""
+    try:
+        removed = _store().remove(conversation_id)
+    except HistoryUnavailable as exc:
+        raise LocalspecError(str(exc)) from None
+    if not removed:
+        raise InputError(f"no conversation {conversation_id}")
+    click.echo(f"removed conversation {conversation_id}", err=True)

@@ -1,0 +1,100 @@
+"""Chat state without a model: editing a conversation, trimming it to the context, and the SQLite store."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from localspec.app.conversation import Conversation
+from localspec.app.history import HistoryStore, HistoryUnavailable
+from localspec.errors import InputError
+from localspec.settings import GenerationSettings
+
+
+def conversation(*turns: str, system: str | None = "Be brief.") -> Conversation:
+    chat = Conversation(GenerationSettings(), system)
+    for i, text in enumerate(turns):
+        chat.add("user" if i % 2 == 0 else "assistant", text)
+    return chat
+
+
+def words(messages: list[dict[str, str]]) -> int:
+    """A stand-in tokenizer: one token per word."""
+    return sum(len(m["content"].split()) for m in messages)
+
+
+def test_undo_drops_the_last_exchange_and_retry_the_last_reply() -> None:
+    chat = conversation("hi", "hello", "how are you", "fine")
+    assert chat.drop_last_reply() == "how are you" and chat.messages[-1].content == "how are you"
+    assert chat.undo() == 1 and [m.content for m in chat.messages] == ["hi", "hello"]
+    assert chat.undo() == 2 and chat.messages == [] and chat.undo() == 0
+    assert chat.drop_last_reply() is None
+
+
+def test_trimming_drops_the_oldest_exchanges_but_never_the_system_prompt() -> None:
+    chat = conversation("one two three", "four five", "six seven", "eight", "nine ten eleven twelve")
+    assert chat.trim_to_fit(words, limit=9) == 1  # 2 (system) + 2 + 1 + 4 = 9 after dropping the first exchange
+    assert chat.system == "Be brief." and [m.content for m in chat.messages][0] == "six seven"
+    assert chat.trim_to_fit(words, limit=6) == 1 and [m.content for m in chat.messages] == ["nine ten eleven twelve"]
+    with pytest.raises(InputError, match="does not fit the context"):
+        chat.trim_to_fit(words, limit=3)
+
+
+def test_set_takes_short_or_dotted_names_and_checks_ranges() -> None:
+    chat = conversation()
+    assert chat.set("temperature", "0") == "sampling.temperature" and chat.settings.sampling.temperature == 0
+    assert chat.set("speculative.draft_max", "adaptive") and chat.settings.speculative.draft_max == "adaptive"
+    assert chat.set("stop", '["###", "END"]') and chat.settings.stop == ("###", "END")
+    with pytest.raises(InputError, match="must be >= 0"):
+        chat.set("temperature", "-1")
+    with pytest.raises(InputError, match="did you mean 'temperature'"):
+        chat.set("temprature", "1")
+
+
+def test_the_json_form_round_trips() -> None:
+    chat = conversation("hi", "hel")
+    chat.messages[-1].interrupted = True
+    chat.set("top_k", "5")
+    data = chat.to_json()
+    assert data["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert data["messages"][-1] == {"role": "assistant", "content": "hel", "interrupted": True}
+    again = Conversation.from_json(data, GenerationSettings())
+    assert again.to_json() == data
+    with pytest.raises(InputError):
+        Conversation.from_json({"messages": [{"role": "robot", "content": "x"}]}, GenerationSettings())
+
+
+def test_the_store_keeps_conversations_message_by_message(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    chat = conversation("first question", "first answer")
+    first = store.start(chat)
+    second = store.start(conversation("another"))
+    store.add(first, chat.add("user", "second question"))
+    assert store.latest() == first  # updated last
+    assert [row["id"] for row in store.list()] == [first, second]
+    assert store.get(first) == chat.to_json()
+    chat.undo()
+    store.update(first, chat)
+    assert store.get(first)["messages"][-1]["content"] == "first answer"
+    assert store.remove(second) and not store.remove(second) and store.get(second) is None
+
+
+def test_a_corrupt_or_locked_database_is_one_clear_error(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.sqlite3"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(HistoryUnavailable, match="cannot be used"):
+        HistoryStore(corrupt)
+
+    path = tmp_path / "locked.sqlite3"
+    store = HistoryStore(path, timeout=0.1)
+    other = sqlite3.connect(path)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the database
+    try:
+        with pytest.raises(HistoryUnavailable, match="cannot be written"):
+            store.start(conversation("hi"))
+    finally:
+        other.rollback()
+        other.close()
+    assert store.start(conversation("hi")) > 0  # usable again once released
