@@ -181,3 +181,16 @@ def test_a_small_context_drops_old_turns_and_keeps_going(pair: list[str]) -> Non
     assert say(child, "Thanks!").strip()
     child.sendline("/exit")
     child.expect(pexpect_eof())
+
+
+def test_multi_line_messages_and_a_broken_history_database(pair: list[str]) -> None:
+    from localspec.config.paths import history_file
+
+    history_file().parent.mkdir(parents=True, exist_ok=True)
+    history_file().write_bytes(b"not a database" * 100)
+    result = chat('"""\nRepeat these two lines:\nred apple\n"""\n/save /dev/null\nBye\n', *pair)
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr
+    assert stderr.count("is not saved") == 1  # said once, and the chat went on
+    assert "not a regular file" in stderr
+    assert len([line for line in stderr.splitlines() if line.startswith("[")]) == 2  # two replies: the multi-line message was one

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -98,3 +99,20 @@ def test_a_corrupt_or_locked_database_is_one_clear_error(tmp_path: Path) -> None
         other.rollback()
         other.close()
     assert store.start(conversation("hi")) > 0  # usable again once released
+
+
+def test_history_commands_list_show_and_remove() -> None:
+    from cli_helpers import cli, one_error_line
+
+    from localspec.config.paths import history_file
+
+    store = HistoryStore(history_file())
+    kept = store.start(conversation("What is an otter?", "A river mammal."))
+    store.close()
+    listed = json.loads(cli("history", "list", "--json").output)
+    assert [row["id"] for row in listed] == [kept] and listed[0]["first_message"] == "What is an otter?"
+    shown = json.loads(cli("history", "show", str(kept), "--json").output)
+    assert shown == conversation("What is an otter?", "A river mammal.").to_json()
+    assert "A river mammal." in cli("history", "show", str(kept)).output
+    assert cli("history", "remove", str(kept)).exit_code == 0
+    one_error_line(cli("history", "show", str(kept)), 2, f"no conversation {kept}")
