@@ -26,6 +26,7 @@ from ..config.paths import history_file, input_history_file
 from ..engine.generation import Chunk, Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
+from ..settings import GenerationSettings
 from .common import write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -261,8 +262,7 @@ class ChatLoop:
             self.say("(no reply to retry)")
             return
         self._save_all()
-        self.turns -= 1  # the same seed as the reply it replaces
-        self.reply()
+        self.reply()  # a new seed: at temperature > 0 another sample, at 0 the same reply
 
     def cmd_reset(self, argument: str) -> None:
         self.conversation = Conversation(self.conversation.settings, self.conversation.system)
@@ -332,7 +332,7 @@ def _open_store() -> HistoryStore | None:
 
 
 def _starting_conversation(
-    settings, system: str | None, store: HistoryStore | None, continue_latest: bool, resume_id: int | None
+    settings: GenerationSettings, system: str | None, store: HistoryStore | None, continue_latest: bool, resume_id: int | None
 ) -> tuple[Conversation, int | None]:
     if not (continue_latest or resume_id is not None):
         return Conversation(settings, system), None
