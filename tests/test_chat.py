@@ -163,6 +163,7 @@ def test_save_load_continue_and_input_history(pair: list[str], tmp_path: Path) -
     child.expect(pexpect_eof())
 
     child = terminal_chat(pair, "--continue", env={"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"})
+    assert "resumed" in child.before  # the latest conversation: the one /load started
     time.sleep(1)
     child.send("\x1b[A")  # Up arrow: the last line typed, from an earlier session
     child.expect_exact("/exit")
