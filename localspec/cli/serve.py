@@ -1,0 +1,52 @@
+"""`localspec serve`: the speculative engine behind an OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import click
+import uvicorn
+
+from ..app.serving import Engine, create_app
+from .loading import load_session, resolve_plan
+from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_options
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@PROFILE_OPTION
+@setting_options()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told otherwise).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
+@click.option("--api-key", envvar="LOCALSPEC_API_KEY", help="Require `Authorization: Bearer KEY` on every endpoint but /health.")
+@click.option("--queue", "queue_size", type=click.IntRange(0, 1000), default=8, show_default=True,
+              help="Requests that may wait while one generates; more get 429.")
+@VERBOSE_OPTION
+def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_size: int, verbose: bool, **options: Any) -> None:
+    """Serve the profile's models over an OpenAI-compatible API (/v1/chat/completions, /v1/completions).
+
+    Settings in a request (temperature, top_p, max_tokens, stop, seed, draft_max,
+    strategy, ...) override the profile's for that request.
+
+    \b
+    Examples:
+      localspec serve
+      localspec serve -p qwen2.5-7b --port 8000 --api-key secret
+    """
+    plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
+    if not _is_loopback(host) and api_key is None:
+        click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
+    model_id = plan.profile_name or plan.target.path.stem
+    with load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose) as session:
+        app = create_app(Engine(session, plan.generation, model_id, queue_size), api_key)
+        click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
+        uvicorn.run(app, host=host, port=port, log_level="warning" if not verbose else "info", timeout_graceful_shutdown=5)
