@@ -163,5 +163,22 @@ def test_demo_pair_matches_run_frees_the_engine_on_disconnect_and_queues(smollm_
             next(stream.iter_lines())
             busy = httpx.post(f"{server.base}/v1/chat/completions", json={**body, "stream": False}, timeout=30)
         assert busy.status_code == 429 and busy.headers["Retry-After"] and busy.json()["error"]["code"] == "queue_full"
+
+        # SIGTERM during a stream: the stream ends with an error event, the server exits and frees the port.
+        deadline = time.time() + 10
+        while httpx.post(f"{server.base}/v1/chat/completions", json={**body, "stream": False, "max_tokens": 1}).status_code == 429:
+            assert time.time() < deadline, "the dropped stream never freed the engine"
+            time.sleep(0.2)
+        with httpx.stream("POST", f"{server.base}/v1/chat/completions", json=body, timeout=60) as stream:
+            lines = stream.iter_lines()
+            next(lines)
+            server.process.terminate()
+            rest = list(lines)
+        assert any('"code": "shutting_down"' in line for line in rest)
+        server.process.wait(timeout=15)
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a restarted server would
+            sock.bind(("127.0.0.1", server.port))  # nothing listens there any more
+            sock.listen()
     finally:
         server.stop()

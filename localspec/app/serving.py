@@ -93,6 +93,7 @@ class Engine:
         self.queue_size = queue_size
         self.waiting = 0
         self.metrics = Metrics()
+        self.shutting_down: Callable[[], bool] = lambda: False  # set by whoever runs the HTTP server
         self._lock = asyncio.Lock()
 
     # -- requests to generations ---------------------------------------------------------
@@ -318,8 +319,22 @@ async def _stream(engine: Engine, tokens: list[int], settings: GenerationSetting
     try:
         if chat:
             yield event({"role": "assistant", "content": ""})
-        while (text := await pieces.get()) is not None:
+        next_piece: asyncio.Task = asyncio.ensure_future(pieces.get())
+        while True:
+            done, _ = await asyncio.wait({next_piece}, timeout=0.25)
+            if engine.shutting_down():  # end the stream with an error event rather than cut it
+                next_piece.cancel()
+                cancelled.set()
+                yield json.dumps({"error": {"message": "the server is shutting down", "type": "server_error",
+                                            "param": None, "code": "shutting_down"}})
+                return
+            if not done:
+                continue
+            text = next_piece.result()
+            if text is None:
+                break
             yield event({"content": text})
+            next_piece = asyncio.ensure_future(pieces.get())
         try:
             generation = await task
         except LocalspecError as exc:

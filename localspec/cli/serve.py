@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 import uvicorn
+from sse_starlette.sse import AppStatus
 
 from ..app.serving import Engine, create_app
 from .loading import load_session, resolve_plan
@@ -46,7 +47,12 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
     if not _is_loopback(host) and api_key is None:
         click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     model_id = plan.profile_name or plan.target.path.stem
+    AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown
     with load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose) as session:
-        app = create_app(Engine(session, plan.generation, model_id, queue_size), api_key)
+        engine = Engine(session, plan.generation, model_id, queue_size)
+        config = uvicorn.Config(create_app(engine, api_key), host=host, port=port,
+                                log_level="info" if verbose else "warning", timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        engine.shutting_down = lambda: server.should_exit
         click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="warning" if not verbose else "info", timeout_graceful_shutdown=5)
+        server.run()
