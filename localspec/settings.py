@@ -157,7 +157,10 @@ class ModelSettings(SettingsGroup):
     SECTION = "{role}"
     LAYER = "model runtime"
 
-    n_gpu_layers: int | None = setting(None, "Layers to offload to the GPU (default: llama.cpp's).", flag="--n-gpu-layers")
+    n_gpu_layers: int | None = setting(
+        None, "Layers of the {role} model to offload to the GPU (default: all of them where a GPU exists; 0: none).",
+        flag={"target": "--n-gpu-layers", "draft": "--draft-n-gpu-layers"},
+    )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
     n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")

@@ -26,6 +26,7 @@ COMMANDS = {
     "pull": "localspec.cli.pull:pull",
     "history": "localspec.cli.history:history_group",
     "serve": "localspec.cli.serve:serve",
+    "info": "localspec.cli.info:info",
 }
 
 
