@@ -37,7 +37,7 @@ def simulate(controller: AdaptiveLength, alpha: float, draft_cost: float, a: flo
 )
 def test_the_controller_converges_to_the_analytic_optimum(alpha: float, draft_cost: float, a: float, b: float) -> None:
     controller = AdaptiveLength()
-    simulate(controller, alpha, draft_cost, a, b, passes=300)
+    simulate(controller, alpha, draft_cost, a, b, passes=250)
     best_k, best_rate = analytic_best(alpha, draft_cost, a, b)
     chosen = controller.best_length(32)
     true_rate = (1 - alpha ** (chosen + 1)) / (1 - alpha) / (chosen * draft_cost + a + b * (chosen + 1))
@@ -55,7 +55,7 @@ def test_estimates_match_the_synthetic_truth() -> None:
 
 def test_early_stop_when_the_draft_is_unsure() -> None:
     controller = AdaptiveLength()
-    simulate(controller, alpha=0.9, draft_cost=0.008, a=0.021, b=0.005, passes=300)
+    simulate(controller, alpha=0.9, draft_cost=0.008, a=0.021, b=0.005, passes=250)
     controller.plan(32)
     assert controller.keep_going(1, confidence=0.9)
     controller.plan(32)
