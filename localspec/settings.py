@@ -110,6 +110,12 @@ class SettingsGroup:
             if message is not None:
                 raise InputError(message)
 
+    def to_values(self, role: str | None = None) -> dict[str, Any]:
+        """The declared settings as dotted-key values (the inverse of `from_values`; lists for tuples)."""
+        return {
+            item.key: _as_profile_value(getattr(self, item.key.rpartition(".")[2])) for item in declared(type(self), role)
+        }
+
     @classmethod
     def from_values(cls: type[G], values: Mapping[str, Any], role: str | None = None) -> G:
         """An instance from dotted-key values (keys not given keep their defaults)."""
@@ -253,6 +259,9 @@ class GenerationSettings(SettingsGroup):
         return dataclasses.replace(
             own, sampling=SamplingParams.from_values(values), speculative=SpeculativeParams.from_values(values)
         )
+
+    def to_values(self, role: str | None = None) -> dict[str, Any]:
+        return {**self.sampling.to_values(), **self.speculative.to_values(), **super().to_values()}
 
     def with_seed(self) -> "GenerationSettings":
         """A copy with a concrete seed, drawn at random when none was given."""

@@ -7,19 +7,13 @@ JSON form (`to_json`) is what `/save` writes and `history show --json` prints.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..config.profiles import parse_value
 from ..errors import InputError
 from ..settings import SETTINGS, GenerationSettings
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 CHAT_LAYERS = ("sampling", "speculative", "generation")
 
@@ -94,7 +88,7 @@ class Conversation:
         problem = item.problem(value)
         if problem is not None:
             raise InputError(problem)
-        values = settings_values(self.settings)
+        values = self.settings.to_values()
         values[dotted] = value
         self.settings = GenerationSettings.from_values(values)
         return dotted
@@ -103,7 +97,7 @@ class Conversation:
         messages = self.prompt_messages()[:1] if self.system else []
         return {
             "messages": messages + [m.to_dict() for m in self.messages],
-            "settings": {key: value for key, value in settings_values(self.settings).items()},
+            "settings": self.settings.to_values(),
         }
 
     @classmethod
@@ -111,7 +105,7 @@ class Conversation:
         """A conversation from `to_json`'s form; settings not given keep `defaults`."""
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise InputError('expected {"messages": [...], "settings": {...}}')
-        values = settings_values(defaults)
+        values = defaults.to_values()
         for key, value in (data.get("settings") or {}).items():
             if key in values and SETTINGS[key].problem(value) is None:
                 values[key] = value
@@ -143,25 +137,3 @@ def resolve_key(key: str) -> str:
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     raise InputError(f"unknown setting {key!r}{hint}; /set lists them")
 
-
-def parse_value(raw: str, kind: type) -> Any:
-    """A /set value: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself."""
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    if kind is list and isinstance(value, str):
-        value = [value] if value else []
-    return value
-
-
-def settings_values(settings: GenerationSettings) -> dict[str, Any]:
-    """The dotted-key values of generation settings (the inverse of GenerationSettings.from_values)."""
-    values: dict[str, Any] = {}
-    for group, section in ((settings.sampling, "sampling"), (settings.speculative, "speculative"), (settings, "sampling")):
-        for item in dataclasses.fields(group):
-            key = f"{section}.{item.name}"
-            if key in SETTINGS:
-                value = getattr(group, item.name)
-                values[key] = list(value) if isinstance(value, tuple) else value
-    return values

@@ -28,7 +28,6 @@ from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..errors import LocalspecError
 from ..settings import SETTINGS, GenerationSettings
-from .conversation import settings_values
 from .session import Session
 
 # OpenAI request field -> localspec setting key.
@@ -99,7 +98,7 @@ class Engine:
     # -- requests to generations ---------------------------------------------------------
 
     def settings_for(self, body: dict[str, Any]) -> GenerationSettings:
-        values = settings_values(self.defaults)
+        values = self.defaults.to_values()
         for name, key in REQUEST_FIELDS.items():
             if body.get(name) is None:
                 continue

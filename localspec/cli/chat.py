@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import click
 
-from ..app.conversation import Conversation, chat_keys, settings_values
+from ..app.conversation import Conversation, chat_keys
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
@@ -210,7 +210,7 @@ class ChatLoop:
 
     def cmd_set(self, argument: str) -> None:
         if not argument:
-            values = settings_values(self.conversation.settings)
+            values = self.conversation.settings.to_values()
             for key in chat_keys():
                 self.say(f"  {key.rpartition('.')[2]:<12} {values.get(key)!r}")
             self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
@@ -225,7 +225,7 @@ class ChatLoop:
             raise InputError(f"/set {key} VALUE")
         dotted = self.conversation.set(key, value)
         self._save_all()
-        self.say(f"{dotted} = {settings_values(self.conversation.settings)[dotted]!r}")
+        self.say(f"{dotted} = {self.conversation.settings.to_values()[dotted]!r}")
 
     def cmd_system(self, argument: str) -> None:
         self.conversation.system = argument or None

@@ -254,10 +254,16 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
         raise InputError(f"expected key=value, got {assignment!r}")
     if key not in SETTINGS:
         raise _unknown(key, "", "setting")
+    return key, parse_value(raw, SETTINGS[key].kind)
+
+
+def parse_value(raw: str, kind: type) -> Any:
+    """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself;
+    a single string where a list is expected becomes a one-item list."""
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw.strip()
-    if SETTINGS[key].kind is list and isinstance(value, str):
+    if kind is list and isinstance(value, str):
         value = [value]
-    return key, value
+    return value
