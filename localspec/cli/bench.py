@@ -33,7 +33,7 @@ from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
     VERBOSE_OPTION,
-    NumberOrWord,
+    click_type,
     setting_flags,
     setting_options,
 )
@@ -67,8 +67,7 @@ def _strategy(item: str) -> str:
     return item
 
 
-_DRAFT_MAX = NumberOrWord(click.IntRange(SETTINGS["speculative.draft_max"].low, SETTINGS["speculative.draft_max"].high),
-                          SETTINGS["speculative.draft_max"].words)
+_DRAFT_MAX = click_type(SETTINGS["speculative.draft_max"])
 
 
 def _draft_max(item: str) -> int | str:

@@ -35,7 +35,7 @@ class SettingOption:
     def click_option(self) -> Callable:
         item = self.setting
         default = "" if item.default in (None, []) else f" [{item.default}]"
-        kwargs: dict[str, Any] = {"help": f"{item.help}{default}", "type": _click_type(item)}
+        kwargs: dict[str, Any] = {"help": f"{item.help}{default}", "type": click_type(item)}
         if item.kind is list:
             kwargs.update(multiple=True, type=str)
         if item.key.endswith(".path"):
@@ -74,9 +74,10 @@ class NumberOrWord(click.ParamType):
         return f"[{'|'.join(('N', *self.words))}]"
 
 
-def _click_type(item: Setting) -> click.ParamType | type:
+def click_type(item: Setting) -> click.ParamType | type:
+    """The click type for a setting: its range, its choices, or a number-or-word such as `adaptive`."""
     if item.words:
-        return NumberOrWord(_click_type(Setting(**{**item.__dict__, "words": ()})), item.words)
+        return NumberOrWord(click_type(Setting(**{**item.__dict__, "words": ()})), item.words)
     if item.choices:
         return click.Choice(item.choices)
     if item.kind is int:
