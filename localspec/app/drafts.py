@@ -23,9 +23,9 @@ from ..engine.stats import SpecStats
 from ..errors import InputError
 from ..models.discovery import describe
 from ..models.quantize import quantize
-from ..runtime.chat_template import render_chat
 from ..runtime.model import Model
 from ..settings import GenerationSettings, SamplingParams, SpeculativeParams
+from .session import Session
 
 AUTO = "auto"
 CANDIDATE_TYPES = ("q8_0", "q6_k", "q4_k_m", "q4_1", "q4_0")
@@ -102,12 +102,13 @@ def make_fastest_draft(
     candidates: dict[str, Path] = {}
     try:
         with Model(target) as target_model:
-            baseline = _target_speed(target_model)
+            prompts = _measuring_prompts(target_model)
+            baseline = _target_speed(target_model, prompts)
             for type_name in types:
                 on_status(f"making and measuring a {type_name} draft")
                 path = folder / f".{target.stem}.candidate-{type_name}.gguf"
                 candidates[type_name] = quantize(target, path, type_name)
-                reports.append(_measure(target_model, path, type_name, baseline))
+                reports.append(_measure(target_model, prompts, path, type_name, baseline))
         winner = max(reports, key=lambda report: report.expected_speedup)
         destination = out or default_draft_path(target, winner.type_name)
         if destination.exists() and not overwrite:
@@ -120,26 +121,27 @@ def make_fastest_draft(
     return MadeDraft(destination, describe(destination).size_bytes, target_info.size_bytes), reports
 
 
-def _prompt_tokens(model: Model, text: str) -> list[int]:
-    template = model.chat_template()
-    if template is None:
-        return model.tokenize(text, add_special=True, parse_special=False)
-    rendered = render_chat(template, [{"role": "user", "content": text}])
-    return model.tokenize(rendered, add_special=False, parse_special=True)
+def _measuring_prompts(target: Model) -> list[list[int]]:
+    """The measuring prompts as `run` would send them: with the chat template, else as plain text."""
+    session = Session(target)
+    try:
+        return [session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in MEASURE_PROMPTS]
+    except InputError:  # no chat template
+        return [session.raw_prompt_tokens(text) for text in MEASURE_PROMPTS]
 
 
-def _settings(temperature: float, draft_max: int = 8) -> GenerationSettings:
-    return GenerationSettings(SamplingParams(temperature=temperature), SpeculativeParams(draft_max=draft_max),
+def _settings(temperature: float) -> GenerationSettings:
+    return GenerationSettings(SamplingParams(temperature=temperature), SpeculativeParams(draft_max=8),
                               max_tokens=MEASURE_TOKENS, seed=7)
 
 
-def _target_speed(target: Model) -> tuple[float, float]:
+def _target_speed(target: Model, prompts: list[list[int]]) -> tuple[float, float]:
     """(seconds for one target-only token, seconds per extra token in a 9-token verify batch)."""
     stats = SpecStats()
-    for text in MEASURE_PROMPTS:
-        stats.add(generate_text(target, _prompt_tokens(target, text), _settings(0.0)).stats)
+    for tokens in prompts:
+        stats.add(generate_text(target, tokens, _settings(0.0)).stats)
     single = stats.seconds_per_pass or 1.0
-    context = _prompt_tokens(target, MEASURE_PROMPTS[0])
+    context = prompts[0]
     target.sync(context)
     started = time.perf_counter()
     for _ in range(3):
@@ -149,14 +151,16 @@ def _target_speed(target: Model) -> tuple[float, float]:
     return single, max(batch_of_nine - single, 0.0) / 8
 
 
-def _measure(target: Model, path: Path, type_name: str, baseline: tuple[float, float]) -> CandidateReport:
+def _measure(
+    target: Model, prompts: list[list[int]], path: Path, type_name: str, baseline: tuple[float, float]
+) -> CandidateReport:
     single, per_extra_token = baseline
     stats = SpecStats()
     with Model(path) as draft:
         for temperature in MEASURE_TEMPERATURES:
             sampling = SamplingParams(temperature=temperature)
-            for text in MEASURE_PROMPTS:
-                generation = generate_text(target, _prompt_tokens(target, text), _settings(temperature), ModelDrafter(draft, sampling))
+            for tokens in prompts:
+                generation = generate_text(target, tokens, _settings(temperature), ModelDrafter(draft, sampling))
                 stats.add(generation.stats)
     # E[tokens](k): one target token, plus each draft position's share of passes that kept it and all before it.
     passes = stats.proposed_at[0] if stats.proposed_at else 0
