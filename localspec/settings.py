@@ -28,6 +28,7 @@ from .errors import InputError
 ROLES = ("target", "draft")
 STRATEGIES = ("model", "ngram", "hybrid")
 ADAPTIVE = "adaptive"
+ALL_LAYERS = "all"  # n_gpu_layers: offload every layer
 ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length considers
 BUILTIN_MODELS = ("smollm2-135m-instruct-f32", "smollm2-135m-instruct-q4_1")
 SEED_MAX = 2**63 - 1
@@ -163,9 +164,9 @@ class ModelSettings(SettingsGroup):
     SECTION = "{role}"
     LAYER = "model runtime"
 
-    n_gpu_layers: int | None = setting(
-        None, "Layers of the {role} model to offload to the GPU (default: all of them where a GPU exists; 0: none).",
-        flag={"target": "--n-gpu-layers", "draft": "--draft-n-gpu-layers"},
+    n_gpu_layers: int | str | None = setting(
+        None, "Layers of the {role} model to offload to the GPU, or 'all' (the default, where a GPU exists); 0: none.",
+        low=0, words=(ALL_LAYERS,), flag={"target": "--n-gpu-layers", "draft": "--draft-n-gpu-layers"},
     )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")

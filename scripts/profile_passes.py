@@ -1,104 +1,146 @@
 #!/usr/bin/env python3
-"""Where the time of one target pass goes, on the demo pair (or any profile): llama.cpp or Python.
+"""Where the time of one target pass goes, on the demo pair (or any pair): llama.cpp or Python.
 
-    python scripts/profile_passes.py                     # demo pair, 4 prompts x 96 tokens, T=0 and T=0.8
+    python scripts/profile_passes.py                           # demo pair, 4 prompts x 96 tokens, T=0 and T=0.8
     python scripts/profile_passes.py -p mine --tokens 128
+    python scripts/profile_passes.py --target t.gguf --draft d.gguf --raw --json
 
 For speculative and target-only generation it reports, per target pass, the
-milliseconds spent inside `llama_decode` (target and draft apart), copying
-logits rows out of llama.cpp, in sampling and verification (`accept`), in the
-drafter's own Python (sampling the draft, the length controller), and in the
-rest of the loop. The timers wrap the functions in place; nothing else changes.
+milliseconds spent inside `llama_decode` (target and draft apart), in the
+Python around it (filling batches, fetching logits: `Model.eval` minus its
+`llama_decode`), in sampling and verification (`accept`), in the drafter's own
+Python (sampling the draft, the length controller) and in the rest of the loop.
+The timers wrap the functions in place; nothing else changes.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 
 from localspec.app.bench import BENCH_PROMPTS
 from localspec.app.plan import resolve
-from localspec.app.session import open_session
+from localspec.app.session import Session, open_session
 from localspec.engine import generation as generation_module
+from localspec.runtime.library import llama
 from localspec.runtime.model import Model
 
-TOTALS: dict[str, float] = defaultdict(float)
-
-
-def timed(name: str, function):
-    def wrapper(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            TOTALS[name] += time.perf_counter() - started
-
-    return wrapper
+DECODE_TARGET, DECODE_DRAFT = "llama_decode (target)", "llama_decode (draft)"
+AROUND_DECODE = "batches and logits (Python)"
+ACCEPT = "sampling and verification"
 
 
 @contextmanager
-def instrumented(target: Model):
-    """Time llama_decode per model, logits copies, and acceptance."""
-    original_decode, original_row, original_accept = Model._decode, Model._logits_row, generation_module.accept
+def instrumented(session: Session, totals: dict[str, float]):
+    """Time llama_decode per model, Model.eval around it, and acceptance."""
+    library = llama()
+    original_decode, original_eval, original_accept = library.llama_decode, Model.eval, generation_module.accept
+    target_context = session.target._ctx
 
-    def decode(self, tokens, rows):
+    def llama_decode(context, batch):
         started = time.perf_counter()
         try:
-            return original_decode(self, tokens, rows)
+            return original_decode(context, batch)
         finally:
-            TOTALS["decode (target)" if self is target else "decode (draft)"] += time.perf_counter() - started
+            totals[DECODE_TARGET if context == target_context else DECODE_DRAFT] += time.perf_counter() - started
 
-    Model._decode = decode
-    Model._logits_row = timed("logits copies", original_row)
-    generation_module.accept = timed("sampling and verification", original_accept)
+    def model_eval(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original_eval(self, *args, **kwargs)
+        finally:
+            totals["eval (target)" if self is session.target else "eval (draft)"] += time.perf_counter() - started
+
+    def accept(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original_accept(*args, **kwargs)
+        finally:
+            totals[ACCEPT] += time.perf_counter() - started
+
+    library.llama_decode, Model.eval, generation_module.accept = llama_decode, model_eval, accept
     try:
         yield
     finally:
-        Model._decode, Model._logits_row, generation_module.accept = original_decode, original_row, original_accept
+        library.llama_decode, Model.eval, generation_module.accept = original_decode, original_eval, original_accept
+
+
+def profile(session: Session, prompts: list[list[int]], settings, *, speculative: bool) -> dict:
+    """Run the prompts and split each target pass's time into its parts (milliseconds per pass)."""
+    totals: dict[str, float] = defaultdict(float)
+    passes = tokens = 0
+    elapsed = draft_seconds = 0.0
+    for prompt_tokens in prompts:
+        # Evaluate the prompt before timing: what follows is target passes only.
+        for model in (session.target, session.draft):
+            if model is not None:
+                model.sync(prompt_tokens[:-1])
+        generation = session.generation(prompt_tokens, settings, speculative=speculative)
+        with instrumented(session, totals):
+            for _ in generation:
+                pass
+        passes += generation.stats.target_passes
+        tokens += generation.stats.tokens_generated
+        elapsed += generation.stats.generation_seconds
+        draft_seconds += generation.stats.draft_seconds
+    decode = totals[DECODE_TARGET] + totals[DECODE_DRAFT]
+    parts = {
+        DECODE_TARGET: totals[DECODE_TARGET],
+        DECODE_DRAFT: totals[DECODE_DRAFT],
+        AROUND_DECODE: max(totals["eval (target)"] + totals["eval (draft)"] - decode, 0.0),
+        ACCEPT: totals[ACCEPT],
+        # The drafter's own Python: its time minus the draft model's evals (counted above).
+        "drafter Python": max(draft_seconds - totals["eval (draft)"], 0.0),
+    }
+    parts["rest of the loop"] = max(elapsed - sum(parts.values()), 0.0)
+    return {
+        "tokens_per_second": tokens / elapsed if elapsed else 0.0,
+        "target_passes": passes,
+        "ms_per_pass": elapsed / passes * 1000 if passes else 0.0,
+        "python_share": 1 - decode / elapsed if elapsed else 0.0,
+        "ms_per_pass_by_part": {name: seconds / passes * 1000 for name, seconds in parts.items()} if passes else {},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-p", "--profile", default=None)
+    parser.add_argument("--target", default=None, help="Target GGUF (instead of a profile's).")
+    parser.add_argument("--draft", default=None, help="Draft GGUF (instead of a profile's).")
+    parser.add_argument("--strategy", default=None, help="model, ngram or hybrid (default: the profile's).")
+    parser.add_argument("--draft-max", default=None, help="A number or 'adaptive' (default: the profile's).")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--temperatures", default="0,0.8")
+    parser.add_argument("--raw", action="store_true", help="Plain completion (for models without a chat template).")
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args()
-    plan = resolve(args.profile, {"sampling.max_tokens": args.tokens, "sampling.seed": 1})
+    flags = {"sampling.max_tokens": args.tokens, "sampling.seed": 1, "target.path": args.target, "draft.path": args.draft,
+             "speculative.strategy": args.strategy,
+             "speculative.draft_max": args.draft_max if args.draft_max in (None, "adaptive") else int(args.draft_max)}
+    plan = resolve(args.profile, flags)
+    report = []
     with open_session(plan) as session:
-        for temperature in (0.0, 0.8):
+        prompts = [session.raw_prompt_tokens(text) if args.raw else
+                   session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in BENCH_PROMPTS[: args.prompts]]
+        for temperature in (float(t) for t in args.temperatures.split(",")):
             for speculative in (True, False):
-                TOTALS.clear()
-                passes = tokens = 0
-                elapsed = draft_seconds = 0.0
                 sampling = dataclasses.replace(plan.generation.sampling, temperature=temperature)
                 settings = dataclasses.replace(plan.generation, sampling=sampling)
-                for prompt in BENCH_PROMPTS[: args.prompts]:
-                    prompt_tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
-                    # Evaluate the prompt before timing: what follows is target passes only.
-                    for model in (session.target, session.draft):
-                        if model is not None:
-                            model.sync(prompt_tokens[:-1])
-                    generation = session.generation(prompt_tokens, settings, speculative=speculative)
-                    with instrumented(session.target):
-                        for _ in generation:
-                            pass
-                        passes += generation.stats.target_passes
-                    tokens += generation.stats.tokens_generated
-                    elapsed += generation.stats.generation_seconds
-                    draft_seconds += generation.stats.draft_seconds
-                measured = sum(TOTALS.values())
-                per_pass = {name: seconds / passes * 1000 for name, seconds in sorted(TOTALS.items())}
-                drafter_python = max(draft_seconds - TOTALS.get("decode (draft)", 0.0), 0.0)
-                rest = max(elapsed - measured - drafter_python, 0.0)
-                label = "speculative" if speculative else "target-only"
-                print(f"T={temperature} {label}: {tokens / elapsed:.1f} tok/s, {passes} passes, {elapsed / passes * 1000:.1f} ms a pass")
-                for name, ms in per_pass.items():
-                    print(f"    {name:<28} {ms:6.2f} ms/pass")
-                print(f"    {'drafter Python':<28} {drafter_python / passes * 1000:6.2f} ms/pass")
-                print(f"    {'rest of the loop':<28} {rest / passes * 1000:6.2f} ms/pass")
+                row = {"temperature": temperature, "mode": "speculative" if speculative else "target-only",
+                       **profile(session, prompts, settings, speculative=speculative)}
+                report.append(row)
+                if not args.json:
+                    print(f"T={temperature} {row['mode']}: {row['tokens_per_second']:.1f} tok/s, {row['target_passes']} passes, "
+                          f"{row['ms_per_pass']:.2f} ms a pass, {row['python_share']:.1%} outside llama_decode")
+                    for name, ms in row["ms_per_pass_by_part"].items():
+                        print(f"    {name:<30} {ms:7.3f} ms/pass")
+    if args.json:
+        print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

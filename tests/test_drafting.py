@@ -60,7 +60,10 @@ def test_p_min_stops_exactly_where_the_draft_model_is_unsure(models, p_min: floa
 def test_without_p_min_every_draft_uses_all_its_room(models) -> None:
     _, draft = models
     proposal = ModelDrafter(draft, SAMPLED).propose(PROMPT, 5, np.random.default_rng(0))
-    assert len(proposal.tokens) == 5 and proposal.q_draft.shape == (5, draft.n_vocab)
+    assert len(proposal.tokens) == 5 and len(proposal.q_draft) == 5
+    # Each token was drawn from its q, which is a distribution over the draft's vocabulary.
+    for token, q in zip(proposal.tokens, proposal.q_draft):
+        assert q[token] > 0 and abs(q.values.sum() - 1) < 1e-9 and q.ids.max() < draft.n_vocab
 
 
 def test_draft_min_drops_drafts_the_room_cuts_short(models) -> None:
@@ -121,7 +124,7 @@ def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(mode
     assert looked_up == Draft([270, 262, 260], None)
     fresh = [*repeating, 275]
     by_model = hybrid.propose(fresh, 3, np.random.default_rng(0))
-    assert len(by_model.tokens) == 3 and by_model.q_draft.shape == (3, draft.n_vocab)
+    assert len(by_model.tokens) == 3 and len(by_model.q_draft) == 3
     # The draft model's cache followed the context although the lookup drafted the pass before.
     assert list(draft.tokens[: len(fresh)]) == fresh
 

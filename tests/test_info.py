@@ -1,10 +1,22 @@
-"""`localspec info`: what llama.cpp was built with and what it sees, as one JSON object."""
+"""`localspec info`, per-model offload settings, and where llama.cpp put each model."""
 
 from __future__ import annotations
 
 import json
 
-from cli_helpers import cli
+import pytest
+from cli_helpers import cli, one_error_line
+
+from localspec.app.plan import resolve
+from localspec.config.paths import user_profiles_dir
+from localspec.config.resolve import resolve_settings
+from localspec.runtime.placement import parse_load_log
+
+
+def write_profile(name: str, text: str) -> None:
+    path = user_profiles_dir() / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def test_info_reports_versions_devices_features_and_folders() -> None:
@@ -27,3 +39,49 @@ def test_each_model_has_its_own_gpu_layers_flag() -> None:
     by_flag = {option.flag: option.keys for option in SETTING_OPTIONS}
     assert by_flag["--n-gpu-layers"] == ("target.n_gpu_layers",)
     assert by_flag["--draft-n-gpu-layers"] == ("draft.n_gpu_layers",)
+
+
+def test_offload_layers_resolve_per_model_through_profile_and_flags(tiny_pair) -> None:
+    target, draft = tiny_pair
+    write_profile("gpus", f'[target]\npath = "{target}"\nn_gpu_layers = 0\n[draft]\npath = "{draft}"\nn_gpu_layers = "all"\n')
+    from_profile = resolve_settings("gpus", {})
+    assert from_profile.values["target.n_gpu_layers"] == 0 and from_profile.values["draft.n_gpu_layers"] == "all"
+    assert from_profile.sources["target.n_gpu_layers"] == from_profile.sources["draft.n_gpu_layers"] == "profile gpus (user)"
+    flagged = resolve_settings("gpus", {"draft.n_gpu_layers": 3})
+    assert flagged.values["draft.n_gpu_layers"] == 3 and flagged.sources["draft.n_gpu_layers"] == "flag"
+    assert flagged.values["target.n_gpu_layers"] == 0
+    plan = resolve("gpus", {"draft.n_gpu_layers": 3})
+    assert plan.target.runtime.n_gpu_layers == 0 and plan.draft.runtime.n_gpu_layers == 3
+
+
+@pytest.mark.parametrize("flag, value", [("--draft-n-gpu-layers", "-5"), ("--n-gpu-layers", "many")])
+def test_a_bad_offload_value_is_one_line(tiny_pair, flag: str, value: str) -> None:
+    target, draft = tiny_pair
+    one_error_line(cli("run", "--target", str(target), "--draft", str(draft), flag, value, "hi"), 2, flag)
+
+
+def test_a_bad_offload_value_in_a_profile_names_the_key(tiny_pair) -> None:
+    write_profile("neg", f'[target]\npath = "{tiny_pair[0]}"\nn_gpu_layers = -5\n')
+    one_error_line(cli("run", "-p", "neg", "hi"), 2, "target.n_gpu_layers")
+
+
+def test_run_reports_where_each_model_runs(tiny_pair) -> None:
+    target, draft = tiny_pair
+    args = ("run", "--target", str(target), "--draft", str(draft), "--raw", "--max-tokens", "4", "--temperature", "0")
+    report = json.loads(cli(*args, "--json", "hi").output)
+    for role in ("target", "draft"):
+        placement = report["placement"][role]
+        assert placement["layers"] == {"CPU": placement["total_layers"]} and placement["total_layers"] >= 2
+        assert placement["offloaded_layers"] == 0 and sum(placement["weights_bytes"].values()) > 0
+    stderr = cli(*args, "--stats", "hi").stderr
+    assert f"target: {report['placement']['target']['total_layers']} layers on CPU" in stderr
+
+
+def test_placement_parses_an_offloaded_load_log() -> None:
+    """What a CUDA build logs (llama.cpp's own wording), layers split between a GPU and the CPU."""
+    log = "".join(f"load_tensors: layer {i:3d} assigned to device {'CUDA0' if i >= 2 else 'CPU'}, is_swa = 0\n" for i in range(5))
+    log += "load_tensors:        CUDA0 model buffer size =   100.50 MiB\nload_tensors:   CPU_Mapped model buffer size =    20.00 MiB\n"
+    placement = parse_load_log(log)
+    assert placement.layers == {"CUDA0": 3, "CPU": 2} and placement.offloaded_layers == 3
+    assert placement.weights == {"CUDA0": int(100.5 * 2**20), "CPU_Mapped": 20 * 2**20}
+    assert placement.summary() == "3/5 layers offloaded (3 on CUDA0, 2 on CPU)"

@@ -55,3 +55,31 @@ def test_sync_keeps_the_common_prefix_and_evaluates_only_the_rest(tiny_pair: tup
         assert list(model.tokens) == [1, 260]
 
 
+
+
+def test_logits_come_back_in_batch_order_as_a_copy_or_a_view(tiny_pair: tuple[Path, Path]) -> None:
+    """One block of rows from llama.cpp's output buffer equals asking row by row (llama_get_logits_ith)."""
+    with Model(tiny_pair[0]) as model:
+        model.sync([1, 260])
+        view = model.eval([261, 262, 263], logits="all", copy=False)
+        by_row = np.stack([np.ctypeslib.as_array(model._llama.llama_get_logits_ith(model._ctx, i), shape=(model.n_vocab,)) for i in range(3)])
+        np.testing.assert_array_equal(view, by_row)
+        assert not view.flags.writeable
+        copied = view.copy()
+        model.keep(2)
+        again = model.eval([261, 262, 263], logits="all")
+        np.testing.assert_array_equal(again, copied)
+        assert not np.shares_memory(again, view)
+        # "last" over several chunks of a small batch: the row is the final token's.
+        last = model.eval([264], logits="last")
+        model.keep(2)
+        np.testing.assert_allclose(model.eval([261, 262, 263, 264], logits="all")[-1], last[0], atol=1e-5)
+
+
+def test_placement_is_read_back_from_llama_cpp(tiny_pair: tuple[Path, Path]) -> None:
+    with Model(tiny_pair[0]) as model:
+        n_layer = int(model.metadata("llama.block_count"))
+        # Every layer and the output layer sit on the CPU of this build; the weights' buffer is named.
+        assert model.placement.layers == {"CPU": n_layer + 1}
+        assert model.placement.offloaded_layers == 0 and model.placement.weights
+        assert model.placement.summary() == f"{n_layer + 1} layers on CPU"

@@ -1,4 +1,4 @@
-"""logits_to_probs: each filter keeps exactly the support it promises."""
+"""logits_to_probs: each filter keeps exactly the support it promises; the sparse form agrees with the dense one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from localspec.engine.sampling import _nucleus, logits_to_probs, softmax
+from localspec.engine.sampling import Confidence, Probs, _nucleus, logits_to_probs, sample, softmax
 from localspec.errors import InputError
 from localspec.settings import SamplingParams
 
@@ -98,3 +98,45 @@ def _reference_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 def test_fast_paths_equal_the_literal_filter_chain(logits, temperature, top_k, top_p, min_p) -> None:
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     np.testing.assert_allclose(logits_to_probs(logits, params), _reference_probs(logits, params), atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float32, st.integers(2, 300), elements=st.floats(-30, 30, width=32)),
+    st.floats(0.1, 2.0),
+    st.sampled_from([0.01, 0.05, 0.3]),
+)
+def test_min_p_on_float32_logits_keeps_what_float64_keeps(logits, temperature, min_p) -> None:
+    """The prefilter compares llama.cpp's float32 logits with a float64 threshold: nothing on the edge is lost."""
+    params = SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=min_p)
+    reference = _reference_probs(logits.astype(np.float64), params)
+    np.testing.assert_allclose(logits_to_probs(logits, params), reference, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.integers(2, 80), elements=st.floats(0, 1)), arrays(np.float64, 80, elements=st.floats(0, 1)), st.integers(0, 2**32))
+def test_sparse_distribution_agrees_with_the_dense_vector(p_dense, q_dense, seed) -> None:
+    """Sampling (one rng draw, the same token), lookups and the residual max(0, p - q), sparse vs dense."""
+    if p_dense.sum() == 0:
+        p_dense[0] = 1.0
+    q_dense = q_dense[: len(p_dense)]
+    p, q = Probs.from_dense(p_dense), Probs.from_dense(q_dense)
+    assert p.sample(np.random.default_rng(seed)) == sample(p_dense, np.random.default_rng(seed))
+    tokens = np.arange(len(p_dense))
+    np.testing.assert_array_equal(p.at(tokens), p_dense)
+    assert [p[int(t)] for t in tokens] == list(p_dense)
+    np.testing.assert_array_equal(p.dense(len(p_dense)), p_dense)
+    residual = np.maximum(p_dense - q_dense, 0.0)
+    difference = p.minus(q)
+    if residual.sum() > 0:
+        np.testing.assert_allclose(difference.dense(len(p_dense)), residual / residual.sum(), rtol=1e-12)
+    else:
+        assert difference is None
+
+
+def test_confidence_is_the_plain_softmax() -> None:
+    logits = (np.random.default_rng(0).standard_normal(5000) * 4).astype(np.float32)
+    confidence, exact = Confidence(logits), softmax(logits)
+    assert confidence.max() == pytest.approx(exact.max(), rel=1e-5)
+    for token in (0, int(np.argmax(logits)), 4999):
+        assert confidence[token] == pytest.approx(exact[token], rel=1e-5)

@@ -56,6 +56,12 @@ class Session:
         """The conversation's opening: the system prompt, when there is one."""
         return [{"role": "system", "content": self.chat.system_prompt}] if self.chat.system_prompt else []
 
+    def placement(self) -> dict[str, dict]:
+        """Where llama.cpp put each loaded model (devices and layers, read back from its load log)."""
+        loaded = {"target": self.target, "draft": self.draft}
+        return {role: {**model.placement.to_dict(), "summary": model.placement.summary()}
+                for role, model in loaded.items() if model is not None}
+
     def reset_caches(self) -> None:
         """Forget all cached tokens (after an interrupted reply the bookkeeping cannot be trusted)."""
         self.target.clear()

@@ -120,7 +120,9 @@ def bench(
     cases = [BenchCase(s, d, t) for t in temps for s in chosen_strategies for d in chosen_lengths]
 
     with load_session(plan, load_draft=bool(needs_draft), verbose=verbose) as session:
-        click.echo(f"target {plan.target.path}" + (f"\ndraft  {plan.draft.path}" if session.draft else ""), err=True)
+        placement = session.placement()
+        for role, where in placement.items():
+            click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)
         total = len(prompts) * repeat * sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
         with _progress(total) as advance:
             results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance)
@@ -129,6 +131,7 @@ def bench(
         click.echo(json.dumps({
             "target": str(plan.target.path),
             "draft": str(plan.draft.path) if plan.draft else None,
+            "placement": placement,
             "prompts": len(prompts),
             "repeat": repeat,
             "results": [r.to_dict() for r in results],

@@ -251,6 +251,8 @@ class ChatLoop:
             per_position = " ".join(f"{rate:.0%}" for rate in stats.per_position_acceptance)
             self.say(f"  mean accepted length {stats.mean_accepted_length:.2f}; acceptance by draft position: {per_position}")
         self.say(f"session: {self.totals.summary()}")
+        for role, where in self.session.placement().items():
+            self.say(f"{role}: {where['summary']}")
 
     def cmd_undo(self, argument: str) -> None:
         dropped = self.conversation.undo()

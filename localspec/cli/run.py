@@ -53,6 +53,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         for chunk in generation:
             if not as_json and chunk.text:
                 write_stdout(chunk.text)
+        session_placement = session.placement()
     if as_json:
         report = {
             "text": generation.text,
@@ -63,6 +64,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
                 "draft": str(plan.draft.path) if load_draft and plan.draft and generation.drafter is not None else None,
             },
             "profile": plan.profile_name,
+            "placement": session_placement,
             "settings": {**generation.settings.to_dict(), "speculative_enabled": generation.drafter is not None},
             "stats": generation.stats.to_dict(),
         }
@@ -71,5 +73,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         write_stdout("\n")
     if stats:
         click.echo(f"[{generation.stop_reason}] {generation.stats.summary()}", err=True)
+        for role, placement in session_placement.items():
+            click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)

@@ -22,7 +22,9 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..settings import SamplingParams
-from .sampling import logits_to_probs, sample
+from .sampling import Probs, as_probs, next_token_probs
+
+Distributions = Sequence["Probs | np.ndarray"]  # one distribution per position, sparse or dense
 
 
 class Accepted(NamedTuple):
@@ -34,7 +36,7 @@ class Accepted(NamedTuple):
 
 def accept(
     draft_tokens: Sequence[int],
-    q_draft: np.ndarray | None,
+    q_draft: Distributions | None,
     target_logits: np.ndarray,
     sampling: SamplingParams,
     rng: np.random.Generator,
@@ -42,38 +44,37 @@ def accept(
     """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one)."""
     if sampling.greedy:
         return accept_greedy(draft_tokens, np.argmax(target_logits, axis=1))
-    p_target = np.stack([logits_to_probs(row, sampling) for row in target_logits])
+    p_target = [next_token_probs(row, sampling) for row in target_logits]
     if q_draft is None:
         return accept_by_target_samples(draft_tokens, p_target, rng)
     return rejection_sample(draft_tokens, q_draft, p_target, rng)
 
 
 def rejection_sample(
-    draft_tokens: Sequence[int], q_draft: np.ndarray, p_target: np.ndarray, rng: np.random.Generator
+    draft_tokens: Sequence[int], q_draft: Distributions, p_target: Distributions, rng: np.random.Generator
 ) -> Accepted:
     """Keep d_i with probability min(1, p/q); resample the first rejection from the residual; else a bonus token."""
     k = len(draft_tokens)
-    positions = np.arange(k)
-    drafted = np.asarray(draft_tokens, dtype=np.int64)
-    kept = rng.random(k) < p_target[positions, drafted] / q_draft[positions, drafted]
+    p = [as_probs(row) for row in p_target]
+    q = [as_probs(row) for row in q_draft[:k]]
+    ratios = np.array([p[i][d] / q[i][d] for i, d in enumerate(draft_tokens)])
+    kept = rng.random(k) < ratios
     n_accepted = k if kept.all() else int(np.argmin(kept))
     if n_accepted == k:
-        return Accepted([*draft_tokens, sample(p_target[k], rng)], k)
-    residual = np.maximum(p_target[n_accepted] - q_draft[n_accepted], 0.0)
-    if residual.sum() <= 0.0:  # p == q up to rounding: then any sample of p is exact
-        residual = p_target[n_accepted]
-    return Accepted([*draft_tokens[:n_accepted], sample(residual, rng)], n_accepted)
+        return Accepted([*draft_tokens, p[k].sample(rng)], k)
+    residual = p[n_accepted].minus(q[n_accepted]) or p[n_accepted]  # None when p == q up to rounding: sample p
+    return Accepted([*draft_tokens[:n_accepted], residual.sample(rng)], n_accepted)
 
 
-def accept_by_target_samples(draft_tokens: Sequence[int], p_target: np.ndarray, rng: np.random.Generator) -> Accepted:
+def accept_by_target_samples(draft_tokens: Sequence[int], p_target: Distributions, rng: np.random.Generator) -> Accepted:
     """A deterministic draft: sample the target at each position and keep d_i while the sample equals it."""
     emitted: list[int] = []
     for position, drafted in enumerate(draft_tokens):
-        token = sample(p_target[position], rng)
+        token = as_probs(p_target[position]).sample(rng)
         emitted.append(token)
         if token != drafted:
             return Accepted(emitted, position)
-    emitted.append(sample(p_target[len(draft_tokens)], rng))
+    emitted.append(as_probs(p_target[len(draft_tokens)]).sample(rng))
     return Accepted(emitted, len(draft_tokens))
 
 

@@ -149,7 +149,8 @@ class Generation:
         """The target's logits at the k+1 positions, and the seconds the pass took."""
         started = time.perf_counter()
         self.target.sync(context[:-1])
-        logits = self.target.eval([context[-1], *draft.tokens], logits="all")
+        # A view of llama.cpp's buffer: `accept` uses it up before the target decodes again.
+        logits = self.target.eval([context[-1], *draft.tokens], logits="all", copy=False)
         return logits, time.perf_counter() - started
 
     def _record(self, draft: Draft, n_accepted: int, verify_seconds: float) -> None:

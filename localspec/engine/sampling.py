@@ -1,8 +1,14 @@
-"""Turning logits into the probability vector that is sampled from.
+"""Turning logits into the distribution that is sampled from.
 
-The same `logits_to_probs` serves the draft and the target, so the acceptance rule
-compares like with like. Order of the transforms: temperature, then top-k, top-p
-and min-p truncation, then renormalisation. Temperature 0 means greedy.
+The same `next_token_probs` serves the draft and the target, so the acceptance
+rule compares like with like. Order of the transforms: temperature, then top-k,
+top-p and min-p truncation, then renormalisation. Temperature 0 means greedy.
+
+A distribution is kept as `Probs`: the token ids it gives mass to and their
+probabilities, nothing for the rest of the vocabulary. With min-p (the default)
+that is a few dozen tokens out of tens of thousands, so sampling, the acceptance
+ratio p/q and the residual max(0, p - q) touch only those. `logits_to_probs` is
+the same distribution as a dense vector.
 """
 
 from __future__ import annotations
@@ -10,6 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..settings import SamplingParams
+
+# Float32 logits are compared with a threshold computed in float64: prefilter with
+# this much slack, then apply the exact min-p rule to the few candidates in float64.
+_PREFILTER_SLACK = 1e-3
 
 # Before a full sort for top-p, look at this many of the most likely tokens first:
 # they almost always hold the nucleus, and partitioning is far cheaper than sorting.
@@ -23,19 +33,100 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum()
 
 
-def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """Return the processed next-token distribution (float64, zero outside the kept support)."""
-    n_vocab = logits.shape[-1]
-    probs = np.zeros(n_vocab, dtype=np.float64)
-    if params.greedy:
-        probs[int(np.argmax(logits))] = 1.0
+class Probs:
+    """A next-token distribution over its support: sorted token `ids` and their probabilities `values`."""
+
+    __slots__ = ("ids", "values")
+
+    def __init__(self, ids: np.ndarray, values: np.ndarray) -> None:
+        self.ids = ids
+        self.values = values
+
+    @classmethod
+    def from_dense(cls, probs: np.ndarray) -> "Probs":
+        ids = np.flatnonzero(probs)
+        return cls(ids, np.asarray(probs, dtype=np.float64)[ids])
+
+    def __getitem__(self, token: int) -> float:
+        """The probability of one token (0 outside the support)."""
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.values[i]) if i < len(self.ids) and self.ids[i] == token else 0.0
+
+    def at(self, tokens: np.ndarray) -> np.ndarray:
+        """The probabilities of several tokens (0 outside the support)."""
+        if len(self.ids) == 0:
+            return np.zeros(len(tokens))
+        i = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
+        return np.where(self.ids[i] == tokens, self.values[i], 0.0)
+
+    def max(self) -> float:
+        return float(self.values.max())
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """Draw one token id (the values need not sum to 1). Uses one `rng.random()`, as `sample` does."""
+        cumulative = np.cumsum(self.values)
+        i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+        return int(self.ids[min(i, len(self.ids) - 1)])
+
+    def minus(self, other: "Probs") -> "Probs | None":
+        """norm(max(0, self - other)), or None where self <= other everywhere (p == q up to rounding)."""
+        residual = np.maximum(self.values - other.at(self.ids), 0.0)
+        total = residual.sum()
+        return Probs(self.ids, residual / total) if total > 0.0 else None
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        probs = np.zeros(n_vocab, dtype=np.float64)
+        probs[self.ids] = self.values
         return probs
 
-    scaled = np.asarray(logits, dtype=np.float64) / params.temperature
-    candidates = _min_p_prefilter(scaled, params)
+
+def as_probs(row: "Probs | np.ndarray") -> Probs:
+    """A distribution given either way: as `Probs`, or as a dense probability vector."""
+    return row if isinstance(row, Probs) else Probs.from_dense(row)
+
+
+def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The processed next-token distribution as a dense vector (float64, zero outside the kept support)."""
+    return next_token_probs(logits, params).dense(logits.shape[-1])
+
+
+class Confidence:
+    """The model's own next-token probabilities (temperature 1, no filter), for p_min and the draft length.
+
+    A heuristic, not part of what is sampled, so it is computed in float32 over
+    the whole vocabulary: one pass of exp, no float64 copy of the row.
+    """
+
+    __slots__ = ("_logits", "_top_logit", "_normalizer")
+
+    def __init__(self, logits: np.ndarray) -> None:
+        self._logits = logits
+        self._top_logit = np.float32(np.max(logits))
+        self._normalizer = float(np.exp(np.asarray(logits, dtype=np.float32) - self._top_logit).sum())
+
+    def max(self) -> float:
+        """The largest probability."""
+        return 1.0 / self._normalizer
+
+    def __getitem__(self, token: int) -> float:
+        """One token's probability (read while `logits` is still valid)."""
+        return float(np.exp(np.float32(self._logits[token]) - self._top_logit)) / self._normalizer
+
+
+def next_token_probs(logits: np.ndarray, params: SamplingParams) -> Probs:
+    """The processed next-token distribution over its support.
+
+    `logits` is read, never written or copied whole (a view of llama.cpp's buffer will do).
+    """
+    if params.greedy:
+        return Probs(np.array([int(np.argmax(logits))]), np.ones(1))
+
+    candidates = _min_p_prefilter(logits, params)
+    scaled = np.asarray(logits[candidates], dtype=np.float64) / params.temperature
     if 0 < params.top_k < len(candidates):
-        candidates = candidates[np.argpartition(-scaled[candidates], params.top_k - 1)[: params.top_k]]
-    candidate_probs = softmax(scaled[candidates])
+        best = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
+        candidates, scaled = candidates[best], scaled[best]
+    candidate_probs = softmax(scaled)
 
     if params.top_p < 1.0:
         keep = _nucleus(candidate_probs, params.top_p)
@@ -44,20 +135,23 @@ def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         keep = candidate_probs >= params.min_p * candidate_probs.max()
         candidates, candidate_probs = candidates[keep], candidate_probs[keep]
 
-    probs[candidates] = candidate_probs / candidate_probs.sum()
-    return probs
+    order = np.argsort(candidates)
+    return Probs(candidates[order], candidate_probs[order] / candidate_probs.sum())
 
 
-def _min_p_prefilter(scaled: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """Token ids that can survive the filters, found cheaply when top-p is off.
+def _min_p_prefilter(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Token ids that can survive the filters (sorted), found cheaply when top-p is off.
 
-    min-p keeps p_i >= min_p * p_max, i.e. scaled_i >= max(scaled) + ln(min_p);
+    min-p keeps p_i >= min_p * p_max, i.e. logit_i >= max(logits) + T ln(min_p);
     without top-p (whose cumulative sums depend on every top-k survivor) this
-    commutes with top-k, so applying it first changes nothing but the cost.
+    commutes with top-k, so applying it first changes nothing but the cost. The
+    comparison runs on the raw logits with a little slack; the exact rule is
+    applied afterwards to the survivors.
     """
     if params.min_p > 0.0 and params.top_p >= 1.0:
-        return np.flatnonzero(scaled >= scaled.max() + np.log(params.min_p))
-    return np.arange(len(scaled))
+        threshold = float(np.max(logits)) + params.temperature * np.log(params.min_p) - _PREFILTER_SLACK
+        return np.flatnonzero(logits >= threshold)
+    return np.arange(logits.shape[-1])
 
 
 def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:

@@ -16,12 +16,14 @@ import ctypes
 import os
 import sys
 from collections import deque
+from contextlib import contextmanager
 from types import ModuleType
+from typing import Iterator
 
 _GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _GGML_LOG_LEVEL_CONT = 5
 
-_state: dict = {"library": None, "callback": None, "verbose": False, "last_level": 0}
+_state: dict = {"library": None, "callback": None, "verbose": False, "last_level": 0, "captures": []}
 _recent_errors: deque[str] = deque(maxlen=8)
 
 
@@ -50,8 +52,21 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     message = text.decode("utf-8", errors="replace")
     if level == _GGML_LOG_LEVEL_ERROR and message.strip():
         _recent_errors.append(message.strip())
+    for capture in _state["captures"]:
+        capture.append(message)
     if _state["verbose"]:
         sys.stderr.write(message)
+
+
+@contextmanager
+def captured_log() -> Iterator[list[str]]:
+    """Collect every piece of llama.cpp's log (all levels) written while the block runs."""
+    pieces: list[str] = []
+    _state["captures"].append(pieces)
+    try:
+        yield pieces
+    finally:
+        _state["captures"].remove(pieces)
 
 
 def clear_errors() -> None:

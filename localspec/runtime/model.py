@@ -6,6 +6,11 @@ ways: `sync(tokens)` makes the cache hold a given sequence (keeping the longest
 common prefix, dropping the rest with `llama_memory_seq_rm`, evaluating what is
 missing), and `eval(tokens, ...)` appends tokens and returns logits only for the
 rows asked for. Logits for every position are never allocated.
+
+The hot path stays out of Python loops: the batch's token, position and
+logits-flag arrays are numpy views filled by slice, the sequence ids are written
+once, logits come back as one block (or, with `copy=False`, as a view of
+llama.cpp's own buffer), and token pieces are cached.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import LocalspecError
-from ..settings import ModelSettings
-from .library import clear_errors, default_threads, last_error, llama
+from ..settings import ALL_LAYERS, ModelSettings
+from .library import captured_log, clear_errors, default_threads, last_error, llama
+from .placement import Placement, parse_load_log
 
 SEQ_ID = 0
 
@@ -45,12 +51,14 @@ class Model:
         # decodes of Q4_0/Q4_1/Q8_0 weights on AVX-512/AMX CPUs in this llama.cpp
         # (llama-cpp-python 0.3.36); a verify pass is always a batch, so keep them off.
         model_params.use_extra_bufts = False
-        if settings.n_gpu_layers is not None:
+        if settings.n_gpu_layers not in (None, ALL_LAYERS):  # llama.cpp's default (-1) offloads every layer
             model_params.n_gpu_layers = settings.n_gpu_layers
         clear_errors()
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+        with captured_log() as load_log:
+            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
+        self.placement: Placement = parse_load_log("".join(load_log))
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -75,7 +83,15 @@ class Model:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
+        self._batch_positions = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
+        self._batch_wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
+        for i in range(self.n_batch):  # every row belongs to sequence 0, once and for all
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = SEQ_ID
         self._tokens: list[int] = []
+        self._pieces: dict[int, bytes] = {}
+        self._end_of_generation: dict[int, bool] = {}
 
     # -- vocabulary ---------------------------------------------------------------
 
@@ -93,6 +109,14 @@ class Model:
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a multi-byte UTF-8 character)."""
+        if not special:
+            piece = self._pieces.get(token)
+            if piece is None:
+                piece = self._pieces[token] = self._token_bytes(token, special=False)
+            return piece
+        return self._token_bytes(token, special=True)
+
+    def _token_bytes(self, token: int, *, special: bool) -> bytes:
         buffer = ctypes.create_string_buffer(64)
         n = self._llama.llama_token_to_piece(self._vocab, token, buffer, len(buffer), 0, special)
         if n < 0:
@@ -110,7 +134,10 @@ class Model:
         return self.token_bytes(token, special=True).decode("utf-8", errors="replace")
 
     def is_end_of_generation(self, token: int) -> bool:
-        return bool(self._llama.llama_vocab_is_eog(self._vocab, token))
+        verdict = self._end_of_generation.get(token)
+        if verdict is None:
+            verdict = self._end_of_generation[token] = bool(self._llama.llama_vocab_is_eog(self._vocab, token))
+        return verdict
 
     @property
     def bos_token(self) -> int:
@@ -170,11 +197,12 @@ class Model:
         if missing:
             self.eval(missing, logits="none")
 
-    def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray:
+    def eval(self, tokens: Sequence[int], *, logits: str = "last", copy: bool = True) -> np.ndarray:
         """Append `tokens` to the cache and return their logits.
 
         `logits` is "last" (one row), "all" (one row per token; at most n_batch tokens)
-        or "none". Returns an array of shape (rows, n_vocab).
+        or "none". Returns an array of shape (rows, n_vocab). With `copy=False` it is a
+        read-only view of llama.cpp's buffer, valid until this model's next decode.
         """
         if len(self._tokens) + len(tokens) > self.n_ctx:
             raise LocalspecError(
@@ -182,45 +210,50 @@ class Model:
             )
         if logits == "all" and len(tokens) > self.n_batch:
             raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {self.n_batch}")
-        rows: list[np.ndarray] = []
+        n_rows = 0
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             is_final_chunk = start + self.n_batch >= len(tokens)
             if logits == "all":
-                wanted = list(range(len(chunk)))
+                n_rows = len(chunk)
+                self._decode(chunk, rows=slice(None))
             elif logits == "last" and is_final_chunk:
-                wanted = [len(chunk) - 1]
+                n_rows = 1
+                self._decode(chunk, rows=slice(-1, None))
             else:
-                wanted = []
-            self._decode(chunk, wanted)
-            rows.extend(self._logits_row(i) for i in wanted)
-        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+                self._decode(chunk, rows=None)
+        if n_rows == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        rows = self._output_logits(n_rows)
+        return rows.copy() if copy else rows
 
-    def next_logits(self, context: Sequence[int]) -> np.ndarray:
+    def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
         """Logits for the token that follows `context` (whose last token is (re)evaluated)."""
         self.sync(context[:-1])
-        return self.eval(context[-1:], logits="last")[0]
+        return self.eval(context[-1:], logits="last", copy=copy)[0]
 
-    def _decode(self, tokens: Sequence[int], logit_rows: Sequence[int]) -> None:
-        batch = self._batch
-        batch.n_tokens = len(tokens)
+    def _decode(self, tokens: Sequence[int], rows: slice | None) -> None:
+        """Decode `tokens` at the next positions, asking for logits on `rows` of the batch (None: none)."""
+        n = len(tokens)
         first_position = len(self._tokens)
-        wanted = set(logit_rows)
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = first_position + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = SEQ_ID
-            batch.logits[i] = i in wanted
+        self._batch.n_tokens = n
+        self._batch_tokens[:n] = tokens
+        self._batch_positions[:n] = np.arange(first_position, first_position + n)
+        self._batch_wants_logits[:n] = 0
+        if rows is not None:
+            self._batch_wants_logits[:n][rows] = 1
         clear_errors()
-        status = self._llama.llama_decode(self._ctx, batch)
+        status = self._llama.llama_decode(self._ctx, self._batch)
         if status != 0:
             raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")
         self._tokens.extend(tokens)
 
-    def _logits_row(self, batch_index: int) -> np.ndarray:
-        pointer = self._llama.llama_get_logits_ith(self._ctx, batch_index)
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+    def _output_logits(self, n_rows: int) -> np.ndarray:
+        """The last decode's logits rows, in batch order, as a read-only view of llama.cpp's buffer."""
+        pointer = self._llama.llama_get_logits(self._ctx)
+        rows = np.ctypeslib.as_array(pointer, shape=(n_rows, self.n_vocab))
+        rows.flags.writeable = False
+        return rows
 
     # -- lifetime -----------------------------------------------------------------
 

@@ -16,13 +16,14 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from ..sampling import Probs
 
 @dataclass
 class Draft:
-    """Proposed tokens and, row by row, the distribution q_draft each was sampled from (None: deterministic)."""
+    """Proposed tokens and, token by token, the distribution q_draft each was sampled from (None: deterministic)."""
 
     tokens: list[int]
-    q_draft: np.ndarray | None
+    q_draft: list[Probs] | None
 
 
 NO_DRAFT = Draft([], None)

@@ -10,7 +10,7 @@ import numpy as np
 from ...runtime.model import Model
 from ...settings import SamplingParams
 from ..draft_length import DraftLength, FixedLength
-from ..sampling import logits_to_probs, sample, softmax
+from ..sampling import Confidence, Probs, next_token_probs
 from .base import Draft
 
 
@@ -18,7 +18,7 @@ class ModelDrafter:
     """Drafts by sampling a smaller model with the same vocabulary, token by token.
 
     Each token is drawn from q_draft, the draft's distribution processed by the
-    same `logits_to_probs` as the target's. Drafting stops early when the draft
+    same `next_token_probs` as the target's. Drafting stops early when the draft
     model's confidence (the largest probability of its unprocessed next-token
     distribution) falls below `p_min`, and where the length controller says one
     more token is not worth its cost. Both look only at the context (the drafted
@@ -41,36 +41,35 @@ class ModelDrafter:
         room = min(max_tokens, self.model.n_ctx - len(context) + 1)
         k = self.length.plan(room) if room > 0 else 0
         tokens: list[int] = []
-        rows: list[np.ndarray] = []
+        rows: list[Probs] = []
         if k <= 0:
             return self._draft(tokens, rows)
         started = time.perf_counter()
-        logits = self.model.next_logits(context)
+        # Views of llama.cpp's logits buffer: each is used up before the next decode.
+        logits = self.model.next_logits(context, copy=False)
         needs_confidence = self.p_min > 0 or self.length.uses_confidence
         while True:
-            confidence = softmax(logits) if needs_confidence else None
+            confidence = Confidence(logits) if needs_confidence else None
             if self.p_min > 0 and confidence.max() < self.p_min:
                 break
             if self.sampling.greedy:
                 token = int(np.argmax(logits))
             else:
-                q = logits_to_probs(logits, self.sampling)
-                token = sample(q, rng)
+                q = next_token_probs(logits, self.sampling)
+                token = q.sample(rng)
                 rows.append(q)
             tokens.append(token)
             now = time.perf_counter()
             self.length.record_draft_step(now - started, first=len(tokens) == 1)
             started = now
-            if len(tokens) == k or (needs_confidence and not self.length.keep_going(len(tokens), float(confidence[token]))):
+            if len(tokens) == k or (needs_confidence and not self.length.keep_going(len(tokens), confidence[token])):
                 break
-            logits = self.model.eval([token], logits="last")[0]
+            logits = self.model.eval([token], logits="last", copy=False)[0]
         return self._draft(tokens, rows)
 
-    def _draft(self, tokens: list[int], rows: list[np.ndarray]) -> Draft:
-        """Greedy drafts are deterministic (no q_draft); sampled ones carry one q row per token."""
-        if self.sampling.greedy:
-            return Draft(tokens, None)
-        return Draft(tokens, np.stack(rows) if rows else np.empty((0, self.model.n_vocab)))
+    def _draft(self, tokens: list[int], rows: list[Probs]) -> Draft:
+        """Greedy drafts are deterministic (no q_draft); sampled ones carry one q per token."""
+        return Draft(tokens, None if self.sampling.greedy else rows)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         """Pass the target's verdict and the verify pass's cost to the length controller."""

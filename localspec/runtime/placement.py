@@ -1,0 +1,60 @@
+"""Where llama.cpp put a model: its layers per device and its weight buffers, read back from the load log.
+
+llama.cpp's C API has no call that says which device holds a layer, but its
+loader logs each decision ("layer 12 assigned to device CUDA0") and the size of
+every weight buffer ("CUDA0 model buffer size = 512.00 MiB"). Parsing those lines
+reports what llama.cpp did, not what was asked of it (a CPU-only build ignores
+`n_gpu_layers`, for one).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_LAYER_LINE = re.compile(r"layer\s+(\d+) assigned to device ([^,\n]+)")
+_BUFFER_LINE = re.compile(r"^\S*:\s+(\S+) model buffer size =\s+([\d.]+) MiB", re.MULTILINE)
+CPU_DEVICE = "CPU"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Layers per device (the output layer counts as one, as llama.cpp counts) and weight bytes per buffer."""
+
+    layers: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_layers(self) -> int:
+        return sum(self.layers.values())
+
+    @property
+    def offloaded_layers(self) -> int:
+        """Layers on any device but the host CPU (a GPU, or an RPC worker)."""
+        return sum(n for device, n in self.layers.items() if device != CPU_DEVICE)
+
+    def summary(self) -> str:
+        """E.g. "31 layers on CPU" or "31/31 layers offloaded (20 on RPC0, 11 on CUDA0)"."""
+        if not self.layers:
+            return "placement unknown"
+        if self.offloaded_layers == 0:
+            return f"{self.total_layers} layers on CPU"
+        parts = [f"{n} on {device}" for device, n in sorted(self.layers.items(), key=lambda item: -item[1])]
+        return f"{self.offloaded_layers}/{self.total_layers} layers offloaded ({', '.join(parts)})"
+
+    def to_dict(self) -> dict:
+        return {
+            "layers": dict(self.layers),
+            "total_layers": self.total_layers,
+            "offloaded_layers": self.offloaded_layers,
+            "weights_bytes": dict(self.weights),
+        }
+
+
+def parse_load_log(log: str) -> Placement:
+    """The placement llama.cpp logged while loading one model."""
+    layers: dict[str, int] = {}
+    for _index, device in _LAYER_LINE.findall(log):
+        layers[device.strip()] = layers.get(device.strip(), 0) + 1
+    weights = {name: int(float(mib) * 2**20) for name, mib in _BUFFER_LINE.findall(log)}
+    return Placement(layers, weights)
