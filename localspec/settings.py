@@ -168,6 +168,10 @@ class ModelSettings(SettingsGroup):
         None, "Layers of the {role} model to offload to the GPU, or 'all' (the default, where a GPU exists); 0: none.",
         low=0, words=(ALL_LAYERS,), flag={"target": "--n-gpu-layers", "draft": "--draft-n-gpu-layers"},
     )
+    rpc: tuple[str, ...] = setting(
+        (), "RPC workers (HOST:PORT, comma-separated or repeated) to spread the {role} model's layers over (`localspec worker`).",
+        flag={"target": "--rpc", "draft": "--draft-rpc"},
+    )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
     n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")

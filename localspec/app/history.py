@@ -44,7 +44,8 @@ class HistoryStore:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, timeout=timeout)
+            # Used from one thread at a time; the fatal-abort hook may write from llama.cpp's thread.
+            self._db = sqlite3.connect(path, timeout=timeout, check_same_thread=False)
             self._db.execute("PRAGMA foreign_keys = ON")
             with self._db:
                 self._db.executescript(SCHEMA)

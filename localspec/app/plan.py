@@ -10,6 +10,7 @@ each layer uses. Commands consume the plan and never resolve again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..errors import InputError
 from ..models.compat import check_file, check_pair
 from ..models.demo import demo_draft_path, demo_target_path
 from ..models.hub import hub_local_path
+from ..runtime.rpc import parse_endpoints
 from ..settings import ChatSettings, GenerationSettings, ModelSettings
 
 ProgressCallback = Callable[[int, int], None]
@@ -100,7 +102,8 @@ def locate_model(
 
 
 def _runtime(settings: ResolvedSettings, role: str) -> ModelSettings:
-    return _build(settings, lambda: ModelSettings.from_values(settings.values, role))
+    runtime = _build(settings, lambda: ModelSettings.from_values(settings.values, role))
+    return dataclasses.replace(runtime, rpc=parse_endpoints(runtime.rpc)) if runtime.rpc else runtime
 
 
 def _generation_settings(

@@ -27,6 +27,7 @@ COMMANDS = {
     "history": "localspec.cli.history:history_group",
     "serve": "localspec.cli.serve:serve",
     "info": "localspec.cli.info:info",
+    "worker": "localspec.cli.worker:worker",
 }
 
 

@@ -23,6 +23,7 @@ from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.paths import history_file, input_history_file
+from ..runtime.fatal import on_fatal
 from ..engine.generation import Chunk, Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
@@ -172,6 +173,14 @@ class ChatLoop:
         settings = dataclasses.replace(conversation.settings, seed=(conversation.settings.seed or 0) + self.turns)
         generation = None
         interrupted = False
+
+        def keep_partial_reply() -> str:
+            """If llama.cpp aborts mid-reply (an RPC worker gone), keep the reply so far as interrupted."""
+            conversation.add("assistant", generation.text if generation is not None else "", True)
+            self._save_last()
+            return "the conversation is kept: `localspec chat --continue` resumes it"
+
+        forget_hook = on_fatal(keep_partial_reply)
         try:
             tokens = session.chat_prompt_tokens(conversation.prompt_messages())
             generation = session.generation(tokens, settings, speculative=self.speculative)
@@ -185,6 +194,8 @@ class ChatLoop:
             self._save_all()
             self.say(f"error: {exc}")
             return
+        finally:
+            forget_hook()
         text = generation.text if generation is not None else ""
         write_stdout("\n")
         conversation.add("assistant", text, interrupted)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -158,3 +159,12 @@ def human_size(n_bytes: float) -> str:
         n_bytes /= 1024
     return f"{n_bytes:.1f} TB"
 
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost): what `serve` and `worker` warn about."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import click
@@ -10,17 +9,9 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from ..app.serving import Engine, create_app
+from .common import is_loopback
 from .loading import load_session, resolve_plan
 from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_options
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @click.command()
@@ -44,7 +35,7 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
       localspec serve -p qwen2.5-7b --port 8000 --api-key secret
     """
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
-    if not _is_loopback(host) and api_key is None:
+    if not is_loopback(host) and api_key is None:
         click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     model_id = plan.profile_name or plan.target.path.stem
     AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown

@@ -1,7 +1,8 @@
 """What llama.cpp can run on: its backend devices (ggml's device API), its build features, its version.
 
 llama-cpp-python has no binding for ggml's device registry, so the few functions
-needed are bound here with ctypes, from the libggml that sits beside libllama.
+needed are bound here with ctypes, from the libggml that sits beside libllama
+(its handle also finds what libggml links: ggml-base, the backends).
 """
 
 from __future__ import annotations
@@ -28,38 +29,61 @@ class Device:
         return asdict(self)
 
 
+def _bind(function, restype, *argtypes) -> None:
+    function.restype = restype
+    function.argtypes = list(argtypes)
+
+
 @lru_cache(maxsize=1)
-def _ggml() -> ctypes.CDLL:
-    library = Path(llama().llama_cpp._lib._name).parent / "libggml.so"
-    ggml = ctypes.CDLL(str(library))
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(ggml, name).restype = ctypes.c_char_p
-        getattr(ggml, name).argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_type.restype = ctypes.c_int
-    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    return ggml
+def ggml() -> ctypes.CDLL:
+    """libggml, with the device and backend-registry functions localspec calls bound."""
+    library = ctypes.CDLL(str(Path(llama().llama_cpp._lib._name).parent / "libggml.so"))
+    pointer, text, size = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+    _bind(library.ggml_backend_dev_count, size)
+    _bind(library.ggml_backend_dev_get, pointer, size)
+    _bind(library.ggml_backend_dev_name, text, pointer)
+    _bind(library.ggml_backend_dev_description, text, pointer)
+    _bind(library.ggml_backend_dev_type, ctypes.c_int, pointer)
+    _bind(library.ggml_backend_dev_memory, None, pointer, ctypes.POINTER(size), ctypes.POINTER(size))
+    _bind(library.ggml_backend_dev_backend_reg, pointer, pointer)
+    _bind(library.ggml_backend_reg_by_name, pointer, text)
+    _bind(library.ggml_backend_reg_name, text, pointer)
+    _bind(library.ggml_backend_reg_get_proc_address, pointer, pointer, text)
+    _bind(library.ggml_backend_reg_dev_count, size, pointer)
+    _bind(library.ggml_backend_reg_dev_get, pointer, pointer, size)
+    _bind(library.ggml_backend_register, None, pointer)
+    return library
+
+
+def device_handles() -> list[int]:
+    """Every backend device llama.cpp has registered (RPC workers included once added)."""
+    library = ggml()
+    return [library.ggml_backend_dev_get(index) for index in range(library.ggml_backend_dev_count())]
+
+
+def describe_device(handle: int) -> Device:
+    """A device's name, description, type and memory (free and total, in bytes)."""
+    library = ggml()
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    library.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
+    return Device(
+        name=(library.ggml_backend_dev_name(handle) or b"").decode(errors="replace"),
+        description=(library.ggml_backend_dev_description(handle) or b"").decode(errors="replace"),
+        type=DEVICE_TYPES.get(library.ggml_backend_dev_type(handle), "other"),
+        memory_free=free.value,
+        memory_total=total.value,
+    )
+
+
+def backend_name(handle: int) -> str:
+    """The backend a device belongs to: "CPU", "CUDA", "RPC", ..."""
+    library = ggml()
+    return (library.ggml_backend_reg_name(library.ggml_backend_dev_backend_reg(handle)) or b"").decode()
 
 
 def devices() -> list[Device]:
     """Every backend device llama.cpp sees, with its free and total memory in bytes."""
-    ggml = _ggml()
-    found = []
-    for index in range(ggml.ggml_backend_dev_count()):
-        device = ggml.ggml_backend_dev_get(index)
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
-        found.append(Device(
-            name=(ggml.ggml_backend_dev_name(device) or b"").decode(errors="replace"),
-            description=(ggml.ggml_backend_dev_description(device) or b"").decode(errors="replace"),
-            type=DEVICE_TYPES.get(ggml.ggml_backend_dev_type(device), "other"),
-            memory_free=free.value,
-            memory_total=total.value,
-        ))
-    return found
+    return [describe_device(handle) for handle in device_handles()]
 
 
 def build_info() -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
 from .library import captured_log, clear_errors, default_threads, last_error, llama
+from . import rpc
 from .placement import Placement, parse_load_log
 
 SEQ_ID = 0
@@ -37,6 +38,20 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def _devices_for(settings: ModelSettings) -> ctypes.Array | None:
+    """The devices a model may use, as llama.cpp's NULL-terminated list; None: llama.cpp's own choice.
+
+    Once any model has RPC workers, every model gets an explicit list: its own
+    workers first (as llama.cpp orders them), then the local GPUs, so that a
+    draft without workers stays local.
+    """
+    workers = rpc.worker_devices(settings.rpc)
+    if not workers and not rpc.registered_workers():
+        return None
+    chosen = [*workers, *rpc.local_accelerators()]
+    return (ctypes.c_void_p * (len(chosen) + 1))(*chosen, None)
 
 
 class Model:
@@ -53,12 +68,15 @@ class Model:
         model_params.use_extra_bufts = False
         if settings.n_gpu_layers not in (None, ALL_LAYERS):  # llama.cpp's default (-1) offloads every layer
             model_params.n_gpu_layers = settings.n_gpu_layers
+        devices = _devices_for(settings)
+        if devices is not None:  # NULL-terminated; kept alive until the load returns
+            model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         clear_errors()
         with captured_log() as load_log:
             self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
-        self.placement: Placement = parse_load_log("".join(load_log))
+        self.placement: Placement = parse_load_log("".join(load_log), rpc.registered_workers())
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)

@@ -23,6 +23,7 @@ class Placement:
 
     layers: dict[str, int] = field(default_factory=dict)
     weights: dict[str, int] = field(default_factory=dict)
+    workers: dict[str, str] = field(default_factory=dict)  # RPC device name -> the worker's HOST:PORT
 
     @property
     def total_layers(self) -> int:
@@ -34,12 +35,13 @@ class Placement:
         return sum(n for device, n in self.layers.items() if device != CPU_DEVICE)
 
     def summary(self) -> str:
-        """E.g. "31 layers on CPU" or "31/31 layers offloaded (20 on RPC0, 11 on CUDA0)"."""
+        """E.g. "31 layers on CPU" or "31/31 layers offloaded (20 on RPC0 (10.0.0.2:50052), 11 on CUDA0)"."""
         if not self.layers:
             return "placement unknown"
         if self.offloaded_layers == 0:
             return f"{self.total_layers} layers on CPU"
-        parts = [f"{n} on {device}" for device, n in sorted(self.layers.items(), key=lambda item: -item[1])]
+        parts = [f"{n} on {device}" + (f" ({self.workers[device]})" if device in self.workers else "")
+                 for device, n in sorted(self.layers.items(), key=lambda item: -item[1])]
         return f"{self.offloaded_layers}/{self.total_layers} layers offloaded ({', '.join(parts)})"
 
     def to_dict(self) -> dict:
@@ -48,13 +50,14 @@ class Placement:
             "total_layers": self.total_layers,
             "offloaded_layers": self.offloaded_layers,
             "weights_bytes": dict(self.weights),
+            "workers": {device: self.workers[device] for device in self.layers if device in self.workers},
         }
 
 
-def parse_load_log(log: str) -> Placement:
-    """The placement llama.cpp logged while loading one model."""
+def parse_load_log(log: str, workers: dict[str, str] | None = None) -> Placement:
+    """The placement llama.cpp logged while loading one model (`workers`: RPC device name -> address)."""
     layers: dict[str, int] = {}
     for _index, device in _LAYER_LINE.findall(log):
         layers[device.strip()] = layers.get(device.strip(), 0) + 1
     weights = {name: int(float(mib) * 2**20) for name, mib in _BUFFER_LINE.findall(log)}
-    return Placement(layers, weights)
+    return Placement(layers, weights, dict(workers or {}))

@@ -1,0 +1,63 @@
+"""`localspec worker`: lend this machine's devices to other machines' runs (llama.cpp's RPC server)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import click
+
+from ..errors import LocalspecError
+from ..runtime.library import default_threads
+from ..runtime.rpc import DEFAULT_PORT, require_rpc, serve, serving_devices
+from .common import is_loopback
+
+START_SECONDS = 0.5  # the server binds at once; one that has not failed by then is listening
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads when lending the CPU [all cores].")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+              help="Keep received tensors in DIR, so the next load of the same model reads them from disk.")
+def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> None:
+    """Lend this machine's GPUs (else its CPU) to runs elsewhere given `--rpc HOST:PORT`.
+
+    Runs llama.cpp's own RPC server until Ctrl-C. The protocol has no
+    authentication and no encryption: use it on a trusted network only.
+
+    \b
+    Examples:
+      localspec worker                               # this machine only (127.0.0.1:50052)
+      localspec worker --host 0.0.0.0 --port 50052   # reachable from the network
+      localspec run --rpc 192.168.1.20:50052 "Hi"    # on the machine that runs the model
+    """
+    require_rpc()
+    _check_can_listen(host, port)
+    if not is_loopback(host):
+        click.echo(f"warning: listening on {host}: the RPC protocol has no authentication or encryption; "
+                   "anyone who reaches this port can use this machine's devices. Use it on a trusted network only.", err=True)
+    server = threading.Thread(target=serve, args=(host, port, threads or default_threads(), cache_dir), daemon=True)
+    server.start()
+    server.join(START_SECONDS)
+    if not server.is_alive():
+        raise LocalspecError(f"llama.cpp's RPC server could not start on {host}:{port}")
+    click.echo(f"localspec worker listening on {host}:{port}, lending {', '.join(serving_devices())}; Ctrl-C stops it")
+    try:
+        while server.is_alive():
+            server.join(0.5)
+    except KeyboardInterrupt:
+        click.echo("worker stopped", err=True)
+        return
+    raise LocalspecError("llama.cpp's RPC server stopped")
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Refuse an address this machine cannot listen on (taken, or not its own) before llama.cpp tries."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise LocalspecError(f"cannot listen on {host}:{port} ({(exc.strerror or str(exc)).lower()})") from None

@@ -1,0 +1,59 @@
+"""When llama.cpp aborts (GGML_ABORT, e.g. an RPC worker gone): one line, last-chance hooks, exit 1.
+
+ggml calls its abort callback and then `abort()`, which no Python code survives.
+The callback installed here writes the error as one line (explained by the
+function given to `install`, when it knows the message), runs the hooks
+registered with `on_fatal` (chat saves the reply so far; what a hook returns is
+added to the line), and ends the process with exit code 1 itself, so there is
+neither a backtrace nor a core dump.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Callable
+
+from .devices import ggml
+
+_ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+_state: dict = {"callback": None, "explain": None}
+_hooks: list[Callable[[], str | None]] = []
+
+
+def install(explain: Callable[[str], str | None]) -> None:
+    """Route ggml's aborts through `_on_abort`; `explain` turns a known message into one clear line."""
+    _state["explain"] = explain
+    if _state["callback"] is None:
+        library = ggml()
+        library.ggml_set_abort_callback.restype = ctypes.c_void_p
+        library.ggml_set_abort_callback.argtypes = [_ABORT_CALLBACK]
+        _state["callback"] = _ABORT_CALLBACK(_on_abort)  # kept alive: ggml holds only the pointer
+        library.ggml_set_abort_callback(_state["callback"])
+
+
+def on_fatal(hook: Callable[[], str | None]) -> Callable[[], None]:
+    """Run `hook` if llama.cpp aborts (its answer, if any, ends the error line); returns the unregister function."""
+    _hooks.append(hook)
+    return lambda: _hooks.remove(hook) if hook in _hooks else None
+
+
+def _on_abort(raw: bytes) -> None:
+    message = (raw or b"").decode(errors="replace").strip()
+    explain = _state["explain"]
+    line = (explain(message) if explain else None) or f"llama.cpp aborted: {message.split(': ', 1)[-1]}"
+    for hook in list(_hooks):
+        try:
+            said = hook()
+        except Exception:  # the process is ending: a failing hook must not hide the error
+            said = None
+        if said:
+            line += f"; {said}"
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    os._exit(1)
