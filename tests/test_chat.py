@@ -123,7 +123,11 @@ def test_ctrl_c_stops_a_reply_and_the_chat_goes_on(pair: list[str], tmp_path: Pa
     child = terminal_chat(pair)
     say(child, "/set max_tokens 400")
     child.sendline("Write a very long story about a dragon and a knight.")
-    time.sleep(2)  # two seconds into a reply of up to 400 tokens
+    # Ctrl-C once the reply is streaming: sent earlier, prompt_toolkit may still hold the
+    # terminal in raw mode and read it as a key (typeahead) instead of a signal.
+    child.expect_exact("knight.")  # the echo of the typed line
+    child.expect(r"[A-Za-z]{2,}")  # the reply's first word
+    time.sleep(0.5)
     child.sendintr()
     child.expect_exact("interrupted")
     child.expect_exact(PROMPT)

@@ -9,7 +9,8 @@ import click
 
 from ..errors import LocalspecError
 from ..runtime.library import default_threads
-from ..runtime.rpc import DEFAULT_PORT, require_rpc, serve, serving_devices
+from ..runtime.devices import describe_device
+from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
 from .common import is_loopback
 
 START_SECONDS = 0.5  # the server binds at once; one that has not failed by then is listening
@@ -43,7 +44,8 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
     server.join(START_SECONDS)
     if not server.is_alive():
         raise LocalspecError(f"llama.cpp's RPC server could not start on {host}:{port}")
-    click.echo(f"localspec worker listening on {host}:{port}, lending {', '.join(serving_devices())}; Ctrl-C stops it")
+    lent = ", ".join(f"{device.name} ({device.description})" for device in map(describe_device, lent_devices()))
+    click.echo(f"localspec worker listening on {host}:{port}, lending {lent}; Ctrl-C stops it")
     try:
         while server.is_alive():
             server.join(0.5)

@@ -59,9 +59,6 @@ class Probs:
         i = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
         return np.where(self.ids[i] == tokens, self.values[i], 0.0)
 
-    def max(self) -> float:
-        return float(self.values.max())
-
     def sample(self, rng: np.random.Generator) -> int:
         """Draw one token id (the values need not sum to 1). Uses one `rng.random()`, as `sample` does."""
         cumulative = np.cumsum(self.values)

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
-from .library import captured_log, clear_errors, default_threads, last_error, llama
 from . import rpc
+from .library import captured_log, clear_errors, default_threads, last_error, llama
 from .placement import Placement, parse_load_log
 
 SEQ_ID = 0

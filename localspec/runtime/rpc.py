@@ -50,11 +50,6 @@ def _rpc_registry() -> int | None:
     return ggml().ggml_backend_reg_by_name(b"RPC")
 
 
-def supports_rpc() -> bool:
-    """Whether this llama.cpp build has the RPC backend (built with -DGGML_RPC=on)."""
-    return bool(_rpc_registry())
-
-
 def require_rpc() -> int:
     """The RPC backend's registry, or an error saying how to reinstall llama-cpp-python with it."""
     registry = _rpc_registry()
@@ -133,17 +128,15 @@ def explain_abort(message: str) -> str | None:
     return f"an RPC worker failed ({reason}; workers: {', '.join(_workers) or 'none'})"
 
 
+def lent_devices() -> list[int]:
+    """What a worker lends: this machine's GPUs as llama.cpp would use them, else its CPU."""
+    cpus = [handle for handle in device_handles() if describe_device(handle).type == "CPU"]
+    return local_accelerators() or cpus[:1]
+
+
 def serve(host: str, port: int, threads: int, cache_dir: str | None) -> None:
-    """Run llama.cpp's RPC server over this machine's devices (GPUs, else the CPU). Blocks for good."""
+    """Run llama.cpp's RPC server over `lent_devices()`. Blocks for good."""
     start = _function("ggml_backend_rpc_start_server", _START_SERVER)
-    local = [handle for handle in device_handles() if backend_name(handle) != "RPC"]
-    chosen = local_accelerators() or [h for h in local if describe_device(h).type == "CPU"][:1]
+    chosen = lent_devices()
     array = (ctypes.c_void_p * len(chosen))(*chosen)
     start(f"{host}:{port}".encode(), cache_dir.encode() if cache_dir else None, threads, len(chosen), array)
-
-
-def serving_devices() -> list[str]:
-    """What `serve` lends, in words (for the worker's banner)."""
-    local = [handle for handle in device_handles() if backend_name(handle) != "RPC"]
-    chosen = local_accelerators() or [h for h in local if describe_device(h).type == "CPU"][:1]
-    return [f"{describe_device(h).name} ({describe_device(h).description})" for h in chosen]

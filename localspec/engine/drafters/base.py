@@ -18,6 +18,7 @@ import numpy as np
 
 from ..sampling import Probs
 
+
 @dataclass
 class Draft:
     """Proposed tokens and, token by token, the distribution q_draft each was sampled from (None: deterministic)."""
