@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -79,6 +80,9 @@ def chat(
       localspec chat -p qwen2.5-7b --system "Answer briefly."
       localspec chat --continue
     """
+    # Ctrl-C stops a reply, whatever SIGINT disposition this process inherited
+    # (a shell's background job starts with it ignored, and Python then installs no handler).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     store = _open_store()
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
