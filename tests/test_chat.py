@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -133,6 +134,9 @@ def test_ctrl_c_stops_a_reply_and_the_chat_goes_on(pair: list[str], tmp_path: Pa
     child.expect_exact(PROMPT)
     answer = say(child, "Name one colour.")
     assert answer.strip()
+    # The next turn evaluated only what was new: the history before the interrupt stayed cached.
+    evaluated, in_history = map(int, re.search(r"evaluated this turn: (\d+) of (\d+)", say(child, "/stats")).groups())
+    assert 0 < evaluated < in_history / 2
     refused = say(child, "/save /dev/null")
     assert "not a regular file" in refused
     say(child, f"/save {tmp_path / 'chat.json'}")

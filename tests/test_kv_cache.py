@@ -83,3 +83,21 @@ def test_placement_is_read_back_from_llama_cpp(tiny_pair: tuple[Path, Path]) -> 
         assert model.placement.layers == {"CPU": n_layer + 1}
         assert model.placement.offloaded_layers == 0 and model.placement.weights
         assert model.placement.summary() == f"{n_layer + 1} layers on CPU"
+
+
+def test_a_decode_cut_short_before_its_bookkeeping_is_dropped_and_the_rest_kept(tiny_pair: tuple[Path, Path]) -> None:
+    """Ctrl-C can land after llama_decode stored tokens but before `tokens` recorded them."""
+    with Model(tiny_pair[0]) as model:
+        model.sync([1, 260, 261, 262, 263])
+        recorded = list(model.tokens)
+        model.eval([264, 265], logits="none")
+        del model._tokens[len(recorded):]  # what an interrupt between the two leaves behind
+        model.drop_unrecorded()
+        assert list(model.tokens) == recorded
+        decoded: list[int] = []
+        original = model._decode
+        model._decode = lambda tokens, rows: (decoded.append(len(tokens)), original(tokens, rows))[1]
+        model.sync([*recorded, 270, 271])
+        assert decoded == [2]  # the recorded prefix stayed cached
+        model._decode = original
+        assert_cache_matches_fresh_model(model, tiny_pair[0])

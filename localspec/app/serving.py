@@ -174,7 +174,7 @@ class Engine:
                 if cancelled.is_set():
                     break
             if generation.stop_reason == "interrupted":
-                self.session.reset_caches()
+                self.session.recover_caches()
             return generation
 
         generation = await asyncio.to_thread(work)

@@ -63,10 +63,16 @@ class Session:
                 for role, model in loaded.items() if model is not None}
 
     def reset_caches(self) -> None:
-        """Forget all cached tokens (after an interrupted reply the bookkeeping cannot be trusted)."""
+        """Forget all cached tokens."""
         self.target.clear()
         if self.draft is not None:
             self.draft.clear()
+
+    def recover_caches(self) -> None:
+        """After an interrupted generation: drop what a cut-short decode left unrecorded, keep the rest."""
+        self.target.drop_unrecorded()
+        if self.draft is not None:
+            self.draft.drop_unrecorded()
 
     def close(self) -> None:
         self.target.close()

@@ -191,7 +191,7 @@ class ChatLoop:
             for chunk in generation:
                 write_stdout(self._render(chunk))
         except KeyboardInterrupt:  # Ctrl-C ends the reply, not the chat
-            session.reset_caches()  # a decode may have been cut short: start the caches afresh
+            session.recover_caches()  # a decode may have been cut short before its bookkeeping
             interrupted = True
         except LocalspecError as exc:
             conversation.undo()

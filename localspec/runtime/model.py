@@ -203,6 +203,12 @@ class Model:
             return
         del self._tokens[n:]
 
+    def drop_unrecorded(self) -> None:
+        """Drop what the cache holds past `tokens`: a decode interrupted (Ctrl-C) after llama.cpp
+        stored its tokens but before they were recorded. The recorded prefix stays cached."""
+        if not self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, len(self._tokens), -1):
+            self.clear()
+
     def clear(self) -> None:
         """Empty the cache whatever its bookkeeping says (after an interrupted decode)."""
         self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
