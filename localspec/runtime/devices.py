@@ -67,12 +67,17 @@ def describe_device(handle: int) -> Device:
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     library.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
     return Device(
-        name=(library.ggml_backend_dev_name(handle) or b"").decode(errors="replace"),
+        name=device_name(handle),
         description=(library.ggml_backend_dev_description(handle) or b"").decode(errors="replace"),
         type=DEVICE_TYPES.get(library.ggml_backend_dev_type(handle), "other"),
         memory_free=free.value,
         memory_total=total.value,
     )
+
+
+def device_name(handle: int) -> str:
+    """A device's name alone (no memory query: for an RPC device that would be a network round trip)."""
+    return (ggml().ggml_backend_dev_name(handle) or b"").decode(errors="replace")
 
 
 def backend_name(handle: int) -> str:

@@ -20,7 +20,7 @@ from typing import Iterable
 
 from ..errors import InputError, LocalspecError
 from . import fatal
-from .devices import backend_name, describe_device, device_handles, ggml
+from .devices import backend_name, describe_device, device_handles, device_name, ggml
 
 REINSTALL = 'CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 DEFAULT_PORT = 50052
@@ -102,7 +102,7 @@ def _register(endpoint: str) -> None:
 
 def registered_workers() -> dict[str, str]:
     """Device name -> the worker's address, for every device of the workers registered so far."""
-    return {describe_device(handle).name: endpoint for endpoint, handles in _workers.items() for handle in handles}
+    return {device_name(handle): endpoint for endpoint, handles in _workers.items() for handle in handles}
 
 
 def local_accelerators() -> list[int]:
