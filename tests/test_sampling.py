@@ -140,3 +140,11 @@ def test_confidence_is_the_plain_softmax() -> None:
     assert confidence.max() == pytest.approx(exact.max(), rel=1e-5)
     for token in (0, int(np.argmax(logits)), 4999):
         assert confidence[token] == pytest.approx(exact[token], rel=1e-5)
+
+
+def test_a_draw_rounded_up_to_the_total_lands_on_the_last_token_with_mass() -> None:
+    """With a denormal total, u * total rounds to the total for u >= 0.5: never an index past the support."""
+    p_dense = np.array([5e-324, 0.0])
+    draws = {sample(p_dense, np.random.default_rng(seed)) for seed in range(20)}
+    assert draws == {0}
+    assert {Probs.from_dense(p_dense).sample(np.random.default_rng(seed)) for seed in range(20)} == {0}

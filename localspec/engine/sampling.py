@@ -63,7 +63,7 @@ class Probs:
         """Draw one token id (the values need not sum to 1). Uses one `rng.random()`, as `sample` does."""
         cumulative = np.cumsum(self.values)
         i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-        return int(self.ids[min(i, len(self.ids) - 1)])
+        return int(self.ids[min(i, len(self.ids) - 1)])  # a rounded-up draw: the last token with mass
 
     def minus(self, other: "Probs") -> "Probs | None":
         """norm(max(0, self - other)), or None where self <= other everywhere (p == q up to rounding)."""
@@ -167,6 +167,8 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a (possibly unnormalised) probability vector."""
+    """Draw one token id from a (possibly unnormalised) dense probability vector (`Probs.sample` for sparse ones)."""
     cumulative = np.cumsum(probs)
-    return int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+    i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+    # u * total can round up to the total itself: that draw belongs to the last token with mass.
+    return i if i < len(cumulative) else int(np.flatnonzero(probs)[-1])
