@@ -24,7 +24,8 @@ import numpy as np
 from ..settings import SamplingParams
 from .sampling import Probs, as_probs, next_token_probs
 
-Distributions = Sequence["Probs | np.ndarray"]  # one distribution per position, sparse or dense
+# One distribution per position, sparse (`Probs`) or dense; `row[token]` reads either.
+Distributions = Sequence["Probs | np.ndarray"]
 
 
 class Accepted(NamedTuple):
@@ -55,14 +56,13 @@ def rejection_sample(
 ) -> Accepted:
     """Keep d_i with probability min(1, p/q); resample the first rejection from the residual; else a bonus token."""
     k = len(draft_tokens)
-    p = [as_probs(row) for row in p_target]
-    q = [as_probs(row) for row in q_draft[:k]]
-    ratios = np.array([p[i][d] / q[i][d] for i, d in enumerate(draft_tokens)])
+    ratios = np.array([p_target[i][d] / q_draft[i][d] for i, d in enumerate(draft_tokens)])
     kept = rng.random(k) < ratios
     n_accepted = k if kept.all() else int(np.argmin(kept))
     if n_accepted == k:
-        return Accepted([*draft_tokens, p[k].sample(rng)], k)
-    residual = p[n_accepted].minus(q[n_accepted]) or p[n_accepted]  # None when p == q up to rounding: sample p
+        return Accepted([*draft_tokens, as_probs(p_target[k]).sample(rng)], k)
+    p, q = as_probs(p_target[n_accepted]), as_probs(q_draft[n_accepted])
+    residual = p.minus(q) or p  # None when p == q up to rounding: then any sample of p is exact
     return Accepted([*draft_tokens[:n_accepted], residual.sample(rng)], n_accepted)
 
 
