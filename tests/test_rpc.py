@@ -145,7 +145,7 @@ def test_a_worker_nothing_listens_on_is_refused_at_start_up(tiny_pair) -> None:
 
 
 @requires_rpc
-def test_worker_refuses_a_taken_port_and_warns_off_loopback() -> None:
+def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -153,6 +153,9 @@ def test_worker_refuses_a_taken_port_and_warns_off_loopback() -> None:
         refused = localspec("worker", "--port", str(port))
         _, errors = refused.communicate(timeout=60)
     assert refused.returncode == 1 and errors.strip() == f"error: cannot listen on 127.0.0.1:{port} (address already in use)"
+    blocked = localspec("worker", "--port", str(free_port()), "--cache", "/proc/version/cache")
+    _, errors = blocked.communicate(timeout=60)
+    assert blocked.returncode == 1 and errors.startswith("error: cannot use /proc/version/cache for the tensor cache")
     exposed = localspec("worker", "--host", "0.0.0.0", "--port", str(free_port()))
     try:
         warning = exposed.stderr.readline()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 import click
 
@@ -36,6 +37,11 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
     """
     require_rpc()
     _check_can_listen(host, port)
+    if cache_dir:  # llama.cpp writes into it but does not create it
+        try:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LocalspecError(f"cannot use {cache_dir} for the tensor cache ({(exc.strerror or str(exc)).lower()})") from None
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}: the RPC protocol has no authentication or encryption; "
                    "anyone who reaches this port can use this machine's devices. Use it on a trusted network only.", err=True)
