@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def _ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, or None when there is nothing to divide by."""
+    return numerator / denominator if denominator else None
+
+
 @dataclass
 class SpecStats:
     """Per-generation statistics; `to_dict()` is the `stats` object of `--json`."""
@@ -52,33 +57,29 @@ class SpecStats:
 
     @property
     def acceptance_rate(self) -> float | None:
-        if not self.draft_tokens_proposed:
-            return None
-        return self.draft_tokens_accepted / self.draft_tokens_proposed
+        return _ratio(self.draft_tokens_accepted, self.draft_tokens_proposed)
 
     @property
     def mean_accepted_length(self) -> float | None:
         """Draft tokens kept per target pass."""
-        return self.draft_tokens_accepted / self.target_passes if self.target_passes else None
+        return _ratio(self.draft_tokens_accepted, self.target_passes)
 
     @property
     def tokens_per_pass(self) -> float | None:
-        return self.tokens_generated / self.target_passes if self.target_passes else None
+        return _ratio(self.tokens_generated, self.target_passes)
 
     @property
     def tokens_per_second(self) -> float | None:
         """Generation speed, prompt processing excluded."""
-        if not self.generation_seconds:
-            return None
-        return self.tokens_generated / self.generation_seconds
+        return _ratio(self.tokens_generated, self.generation_seconds)
 
     @property
     def seconds_per_draft_token(self) -> float | None:
-        return self.draft_seconds / self.draft_tokens_proposed if self.draft_tokens_proposed else None
+        return _ratio(self.draft_seconds, self.draft_tokens_proposed)
 
     @property
     def seconds_per_pass(self) -> float | None:
-        return self.generation_seconds / self.target_passes if self.target_passes else None
+        return _ratio(self.generation_seconds, self.target_passes)
 
     @property
     def per_position_acceptance(self) -> list[float]:

@@ -69,7 +69,7 @@ def describe_device(handle: int) -> Device:
     return Device(
         name=device_name(handle),
         description=(library.ggml_backend_dev_description(handle) or b"").decode(errors="replace"),
-        type=DEVICE_TYPES.get(library.ggml_backend_dev_type(handle), "other"),
+        type=device_type(handle),
         memory_free=free.value,
         memory_total=total.value,
     )
@@ -78,6 +78,11 @@ def describe_device(handle: int) -> Device:
 def device_name(handle: int) -> str:
     """A device's name alone (no memory query: for an RPC device that would be a network round trip)."""
     return (ggml().ggml_backend_dev_name(handle) or b"").decode(errors="replace")
+
+
+def device_type(handle: int) -> str:
+    """A device's type ("CPU", "GPU", ...) alone, without a memory query."""
+    return DEVICE_TYPES.get(ggml().ggml_backend_dev_type(handle), "other")
 
 
 def backend_name(handle: int) -> str:

@@ -20,7 +20,7 @@ from typing import Iterable
 
 from ..errors import InputError, LocalspecError
 from . import fatal
-from .devices import backend_name, describe_device, device_handles, device_name, ggml
+from .devices import backend_name, device_handles, device_name, device_type, ggml
 
 REINSTALL = 'CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 DEFAULT_PORT = 50052
@@ -108,7 +108,7 @@ def registered_workers() -> dict[str, str]:
 def local_accelerators() -> list[int]:
     """The local GPUs llama.cpp would offload to (discrete ones, else integrated ones); no RPC device."""
     local = [handle for handle in device_handles() if backend_name(handle) != "RPC"]
-    by_type = {kind: [h for h in local if describe_device(h).type == kind] for kind in ("GPU", "integrated GPU")}
+    by_type = {kind: [h for h in local if device_type(h) == kind] for kind in ("GPU", "integrated GPU")}
     return by_type["GPU"] or by_type["integrated GPU"]
 
 
@@ -130,7 +130,7 @@ def explain_abort(message: str) -> str | None:
 
 def lent_devices() -> list[int]:
     """What a worker lends: this machine's GPUs as llama.cpp would use them, else its CPU."""
-    cpus = [handle for handle in device_handles() if describe_device(handle).type == "CPU"]
+    cpus = [handle for handle in device_handles() if device_type(handle) == "CPU"]
     return local_accelerators() or cpus[:1]
 
 
