@@ -103,7 +103,12 @@ def locate_model(
 
 def _runtime(settings: ResolvedSettings, role: str) -> ModelSettings:
     runtime = _build(settings, lambda: ModelSettings.from_values(settings.values, role))
-    return dataclasses.replace(runtime, rpc=parse_endpoints(runtime.rpc)) if runtime.rpc else runtime
+    if not runtime.rpc:
+        return runtime
+    try:
+        return dataclasses.replace(runtime, rpc=parse_endpoints(runtime.rpc))
+    except InputError as exc:
+        raise InputError(f"{exc} [{settings.describe(f'{role}.rpc')}]") from None
 
 
 def _generation_settings(
