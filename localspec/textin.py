@@ -1,0 +1,68 @@
+"""Text from outside (arguments, stdin, files, requests), decoded one way everywhere.
+
+Python hands invalid UTF-8 on the command line to us as lone surrogates
+(surrogateescape: byte 0xE9 becomes '\\udce9'), and a JSON client that cut a
+string inside an emoji sends one too. Neither can be encoded as UTF-8, so
+tokenizing, printing or storing such text fails. The policy: every invalid
+byte and every lone surrogate becomes U+FFFD (the replacement character), and
+the caller warns once that something was replaced.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> tuple[str, bool]:
+    """`text` with lone surrogates replaced by U+FFFD, and whether anything was replaced.
+
+    A well-formed surrogate pair (a high then a low surrogate, as some decoders
+    leave them) is joined into the one character it stands for.
+    """
+    if not _SURROGATE.search(text):
+        return text, False
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return joined, joined.count(REPLACEMENT) > text.count(REPLACEMENT)
+
+
+def decode_bytes(data: bytes) -> tuple[str, bool]:
+    """`data` decoded as UTF-8 with invalid bytes replaced by U+FFFD, and whether any were.
+
+    A UTF-8 byte-order mark at the start is dropped.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace"), True
+
+
+def replaced_warning(where: str) -> str:
+    """The one warning line for text from `where` (e.g. "the prompt", "stdin") that needed replacing."""
+    return f"warning: {where} is not valid UTF-8 text; invalid parts were replaced with \N{REPLACEMENT CHARACTER}"
+
+
+def warn_replaced(where: str) -> None:
+    """Print `replaced_warning(where)` on stderr."""
+    print(replaced_warning(where), file=sys.stderr, flush=True)
+
+
+def clean_input(text: str, where: str) -> str:
+    """`clean_text(text)`, warning on stderr (naming `where`) when something was replaced."""
+    cleaned, replaced = clean_text(text)
+    if replaced:
+        warn_replaced(where)
+    return cleaned
+
+
+def decode_input(data: bytes, where: str) -> str:
+    """`decode_bytes(data)`, warning on stderr (naming `where`) when something was replaced."""
+    text, replaced = decode_bytes(data)
+    if replaced:
+        warn_replaced(where)
+    return text
