@@ -19,6 +19,7 @@ from rich.progress import (
 )
 
 from ..errors import LocalspecError
+from ..textin import clean_input, decode_input
 
 stderr_console = Console(stderr=True, highlight=False)
 # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
@@ -88,7 +89,9 @@ def write_stdout(text: str) -> None:
 def read_prompt(prompt: str | None) -> str:
     """The prompt argument, or stdin when it is "-" or absent and stdin is not a terminal."""
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        prompt = decode_input(sys.stdin.buffer.read(), "stdin")
+    elif prompt is not None:
+        prompt = clean_input(prompt, "the prompt")
     if prompt is None:
         raise click.UsageError("give a PROMPT, or pipe one on stdin")
     if not prompt.strip():

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import click
 
 from ..settings import SETTINGS, Setting
+from ..textin import clean_input
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ def setting_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Ca
 def setting_flags(options: dict[str, Any]) -> dict[str, Any]:
     """The parsed options of `setting_options` as dotted setting keys (None: not given).
 
-    Removes those options from `options`, leaving the command's own.
+    Removes those options from `options`, leaving the command's own. Text that
+    is not valid UTF-8 (`--system`, `--stop`) is cleaned, with one warning.
     """
     flags: dict[str, Any] = {}
     for option in SETTING_OPTIONS:
@@ -110,7 +112,9 @@ def setting_flags(options: dict[str, Any]) -> dict[str, Any]:
             continue
         value = options.pop(option.param)
         if option.setting.kind is list:
-            value = list(value) or None
+            value = [clean_input(item, option.flag) for item in value] or None
+        elif isinstance(value, str) and not option.keys[0].endswith(".path"):  # a path names a file as the bytes were
+            value = clean_input(value, option.flag)
         for key in option.keys:
             flags[key] = value
     return flags
