@@ -57,9 +57,13 @@ def test_output_is_the_text_before_the_first_stop(text: str, stop: str, data: st
     assert stream.stopped == (stop in text)
 
 
-def test_invalid_bytes_at_the_end_become_replacement_characters() -> None:
+def test_a_character_cut_off_at_the_end_is_dropped_not_shown_as_a_replacement() -> None:
     stream = TextStream()
-    assert _feed(stream, [b"ok", b"\xe2\x98"]) == "ok\ufffd"
+    assert _feed(stream, [b"ok", b"\xe2\x98"]) == "ok" and stream.text == "ok"
+
+
+def test_invalid_bytes_inside_the_text_still_become_replacement_characters() -> None:
+    assert _feed(TextStream(), [b"a\xff", b"b\xe2\x98"]) == "a\ufffdb"
 
 
 def _reference_cut(pieces: list[bytes], stops: list[str]) -> tuple[str, bool]:

@@ -2,9 +2,10 @@
 
 `TextStream.push(piece)` takes the bytes of newly accepted tokens and returns the
 text that is safe to show now. Bytes of an unfinished UTF-8 character are held
-back until the character completes, and so is any tail of the text that could be
-the start of a stop string. When a stop string appears, everything before it is
-released and the stream reports that it has stopped.
+back until the character completes (and dropped if it never does), and so is
+any tail of the text that could be the start of a stop string. When a stop
+string appears, everything before it is released and the stream reports that
+it has stopped.
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ class TextStream:
         return self._release(final=False)
 
     def finish(self) -> str:
-        """Flush what is held back at the end of generation (incomplete bytes become U+FFFD)."""
+        """Flush what is held back at the end of generation.
+
+        The bytes of a character that never completed (a generation cut by its
+        token limit inside a multi-byte character) are dropped, not shown as U+FFFD.
+        """
         if self.stopped:
             return ""
-        self._pending += self._decoder.decode(b"", final=True)
+        self._decoder.reset()  # it holds only the start of an unfinished character; bytes that can never be valid were replaced already
         return self._release(final=True)
 
     def _release(self, final: bool) -> str:
