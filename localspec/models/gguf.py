@@ -136,7 +136,7 @@ class _ShortHeader(Exception):
 def read_gguf_header(path: str | Path) -> GGUFHeader:
     """Parse the header of the GGUF file at `path`.
 
-    Raises InputError with a one-line reason for a missing path, a directory, a file
+    Raises InputError with a one-line reason for a missing path, a directory, a pipe or device, a file
     that is not GGUF, a corrupt header, or a file shorter than its tensor table says.
     """
     path = Path(path).expanduser()
@@ -144,6 +144,8 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a GGUF model file")
+    if not path.is_file():  # a FIFO or a device: reading it could wait forever
+        raise InputError(f"{path}: not a regular file (a pipe or a device), not a GGUF model file")
     file_size = path.stat().st_size
     with path.open("rb") as handle:
         if handle.read(4) != GGUF_MAGIC:
