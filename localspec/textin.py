@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -40,6 +41,20 @@ def decode_bytes(data: bytes) -> tuple[str, bool]:
         return data.decode("utf-8"), False
     except UnicodeDecodeError:
         return data.decode("utf-8", "replace"), True
+
+
+def clean_data(value: Any) -> tuple[Any, bool]:
+    """Parsed JSON with `clean_text` applied to every string in it (keys too), and whether anything was replaced."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        items = [clean_data(item) for item in value]
+        return [item for item, _ in items], any(replaced for _, replaced in items)
+    if isinstance(value, dict):
+        pairs = [(clean_text(key), clean_data(item)) for key, item in value.items()]
+        cleaned = {key: item for (key, _), (item, _) in pairs}
+        return cleaned, any(key_replaced or item_replaced for (_, key_replaced), (_, item_replaced) in pairs)
+    return value, False
 
 
 def replaced_warning(where: str) -> str:

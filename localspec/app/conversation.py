@@ -8,12 +8,15 @@ JSON form (`to_json`) is what `/save` writes and `history show --json` prints.
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from ..config.profiles import parse_value
 from ..errors import InputError
 from ..settings import SETTINGS, GenerationSettings
+from ..textin import clean_data, decode_bytes
 
 CHAT_LAYERS = ("sampling", "speculative", "generation")
 
@@ -102,24 +105,62 @@ class Conversation:
 
     @classmethod
     def from_json(cls, data: Any, defaults: GenerationSettings) -> "Conversation":
-        """A conversation from `to_json`'s form; settings not given keep `defaults`."""
+        """A conversation from `to_json`'s form; settings not given keep `defaults`.
+
+        Anything malformed (a wrong type anywhere, an invalid setting value) raises
+        InputError with one line; settings this version does not know are ignored.
+        """
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise InputError('expected {"messages": [...], "settings": {...}}')
-        values = defaults.to_values()
-        for key, value in (data.get("settings") or {}).items():
-            if key in values and SETTINGS[key].problem(value) is None:
-                values[key] = value
-        conversation = cls(GenerationSettings.from_values(values))
+        conversation = cls(_settings_from_json(data.get("settings"), defaults))
         for message in data["messages"]:
             if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
                 raise InputError(f"not a chat message: {message!r}")
             if not isinstance(message.get("content"), str):
                 raise InputError(f"a message's content must be text: {message!r}")
+            if not isinstance(message.get("interrupted", False), bool):
+                raise InputError(f"a message's \"interrupted\" must be true or false: {message!r}")
             if message["role"] == "system":
                 conversation.system = message["content"]
             else:
-                conversation.add(message["role"], message["content"], bool(message.get("interrupted")))
+                conversation.add(message["role"], message["content"], message.get("interrupted", False))
         return conversation
+
+    @classmethod
+    def read(cls, path: Path, defaults: GenerationSettings) -> tuple["Conversation", bool]:
+        """The conversation `/save` wrote to `path`, and whether text in it needed replacing (see `textin`).
+
+        Every problem (missing, not a regular file, not JSON, malformed) is one InputError naming the file.
+        """
+        if path.exists() and not path.is_file():
+            raise InputError(f"{path}: {'is a directory' if path.is_dir() else 'not a regular file'}, not a saved conversation")
+        try:
+            text, replaced = decode_bytes(path.read_bytes())
+            data, replaced_in_json = clean_data(json.loads(text))
+            return cls.from_json(data, defaults), replaced or replaced_in_json
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        except (ValueError, RecursionError) as exc:  # not JSON, or nested too deep to read
+            raise InputError(f"{path}: not a saved conversation ({exc})") from None
+        except InputError as exc:
+            raise InputError(f"{path}: not a saved conversation: {exc}") from None
+
+
+def _settings_from_json(settings: Any, defaults: GenerationSettings) -> GenerationSettings:
+    """`defaults` with the saved setting values laid over them, each checked against its declaration."""
+    if settings is None:
+        return defaults
+    if not isinstance(settings, dict):
+        raise InputError(f'"settings" must be an object of setting values, got {settings!r}')
+    values = defaults.to_values()
+    for key, value in settings.items():
+        if key not in values:
+            continue  # a setting this version does not know
+        problem = SETTINGS[key].problem(value)
+        if problem is not None:
+            raise InputError(problem)
+        values[key] = value
+    return GenerationSettings.from_values(values)  # the cross-field rules raise InputError
 
 
 def chat_keys() -> list[str]:

@@ -57,13 +57,22 @@ class HistoryStore:
             with self._db:
                 return self._db.execute(sql, args)
         except sqlite3.Error as exc:
-            raise HistoryUnavailable(f"chat history {self.path} cannot be written ({exc})") from None
+            raise self._unavailable("written", exc) from None
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         try:
             return self._db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise HistoryUnavailable(f"chat history {self.path} cannot be read ({exc})") from None
+            raise self._unavailable("read", exc) from None
+
+    def _unavailable(self, verb: str, exc: sqlite3.Error) -> HistoryUnavailable:
+        """The one-line reason a read or write failed; a file or folder removed while open is named as such
+        (SQLite itself says "readonly database")."""
+        if not self.path.parent.is_dir():
+            return HistoryUnavailable(f"chat history cannot be {verb}: its folder {self.path.parent} is gone")
+        if not self.path.exists():
+            return HistoryUnavailable(f"chat history cannot be {verb}: {self.path} is gone")
+        return HistoryUnavailable(f"chat history {self.path} cannot be {verb} ({exc})")
 
     def start(self, conversation: Conversation) -> int:
         """Store a new conversation (with any messages it already has); return its id."""
@@ -98,7 +107,7 @@ class HistoryStore:
                     [(conversation_id, m.role, m.content, int(m.interrupted)) for m in conversation.messages],
                 )
         except sqlite3.Error as exc:
-            raise HistoryUnavailable(f"chat history {self.path} cannot be written ({exc})") from None
+            raise self._unavailable("written", exc) from None
 
     def latest(self) -> int | None:
         rows = self._read("SELECT id FROM conversations ORDER BY updated DESC, id DESC LIMIT 1")

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
@@ -29,6 +29,7 @@ from ..engine.generation import Chunk, Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
+from ..textin import clean_input, clean_text, decode_input, warn_replaced
 from .common import write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -38,6 +39,9 @@ from .options import (
     setting_flags,
     setting_options,
 )
+
+if TYPE_CHECKING:
+    from prompt_toolkit.history import FileHistory
 
 COMMANDS = {
     "/help": "this list",
@@ -291,6 +295,8 @@ class ChatLoop:
         if not argument:
             raise InputError("/save FILE")
         path = Path(argument).expanduser()
+        if not path.parent.is_dir():
+            raise InputError(f"{path}: the folder {path.parent} does not exist")
         try:
             write_text_atomic(path, json.dumps(self.conversation.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
@@ -301,11 +307,10 @@ class ChatLoop:
         if not argument:
             raise InputError("/load FILE")
         path = Path(argument).expanduser()
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{path}: not a saved conversation ({getattr(exc, 'strerror', None) or exc})") from None
-        self.conversation = Conversation.from_json(data, self.conversation.settings)
+        conversation, replaced = Conversation.read(path, self.conversation.settings)
+        if replaced:
+            warn_replaced(str(path))
+        self.conversation = conversation
         self.conversation_id = None
         self._save_all()
         self.say(f"(loaded {len(self.conversation.messages)} messages from {path})")
@@ -372,23 +377,26 @@ def _line_reader() -> Callable[[], str | None]:
     """
     if sys.stdin.isatty():
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
 
-        input_history_file().parent.mkdir(parents=True, exist_ok=True)
-        prompt = PromptSession(history=FileHistory(str(input_history_file())))
+        history = _input_history()
+        prompt = PromptSession(history=history)
 
         def read_one() -> str | None:
             while True:
                 try:
-                    return prompt.prompt("> ")
+                    line = prompt.prompt("> ")
+                    if history.problem:  # said once, after the line, when prompt_toolkit no longer draws
+                        click.echo(history.problem, err=True)
+                        history.problem = None
+                    return clean_input(line, "the typed line")
                 except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line
                     continue
                 except EOFError:
                     return None
     else:
         def read_one() -> str | None:
-            line = sys.stdin.readline()
-            return line.rstrip("\n") if line else None
+            line = sys.stdin.buffer.readline()  # bytes: invalid UTF-8 is replaced, not a crash
+            return decode_input(line, "a line of input").rstrip("\r\n") if line else None
 
     def read_message() -> str | None:
         line = read_one()
@@ -400,3 +408,42 @@ def _line_reader() -> Callable[[], str | None]:
         return "\n".join(lines)
 
     return read_message
+
+
+def _input_history() -> "FileHistory":
+    """The lines typed in earlier chats (Up arrow), kept in a file; in memory alone once the file cannot be written."""
+    from prompt_toolkit.history import FileHistory
+
+    class InputHistory(FileHistory):
+        """A FileHistory that, when its file cannot be written (its folder removed mid-chat), keeps lines in
+        memory and leaves one warning in `problem` for the caller to show (printing inside prompt_toolkit garbles
+        the line being edited)."""
+
+        problem: str | None = None
+        in_memory = False
+
+        def store_string(self, string: str) -> None:
+            if self.in_memory:
+                return
+            try:
+                super().store_string(clean_text(string)[0])
+            except OSError as exc:
+                self.in_memory = True
+                self.problem = f"warning: {_input_history_problem(exc)}; lines typed from now on are remembered for this chat only"
+
+    path = input_history_file()
+    history = InputHistory(str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        history.in_memory = True
+        click.echo(f"warning: the input history folder {path.parent} cannot be created ({exc.strerror or exc}); "
+                   "typed lines are remembered for this chat only", err=True)
+    return history
+
+
+def _input_history_problem(exc: OSError) -> str:
+    path = input_history_file()
+    if not path.parent.is_dir():
+        return f"the input history cannot be written: its folder {path.parent} is gone"
+    return f"the input history {path} cannot be written ({exc.strerror or exc})"

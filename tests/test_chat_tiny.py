@@ -1,0 +1,154 @@
+"""`localspec chat` on the tiny models, in this process: piped input, commands, and what reaches the stored history."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from localspec.app.history import HistoryStore, HistoryUnavailable
+from localspec.cli import main
+from localspec.config.paths import history_file, user_profiles_dir
+
+TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+
+
+@pytest.fixture
+def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
+    """A profile on the tiny pair with a chat template (the tiny models have none)."""
+    path = user_profiles_dir() / "tiny.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n[chat]\ntemplate = "{TEMPLATE}"\n')
+    return "tiny"
+
+
+def chat(stdin: bytes, *args: str) -> Result:
+    """Pipe `stdin` into `localspec chat` on the tiny profile (greedy, 4-token replies)."""
+    command = ["chat", "-p", "tiny", "--temperature", "0", "--max-tokens", "4", *args]
+    return CliRunner().invoke(main, command, input=stdin, catch_exceptions=False)
+
+
+def stored() -> dict:
+    store = HistoryStore(history_file())
+    try:
+        return store.get(store.latest())
+    finally:
+        store.close()
+
+
+def replies(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("[")]
+
+
+def test_invalid_utf8_in_piped_input_is_replaced_with_one_warning(tiny_profile: str) -> None:
+    result = chat(b"caf\xe9 the cat\n")
+    assert result.exit_code == 0, result.stderr
+    assert "Traceback" not in result.stderr and len(replies(result.stderr)) == 1
+    assert result.stderr.count("not valid UTF-8") == 1
+    assert stored()["messages"][0] == {"role": "user", "content": "caf\ufffd the cat"}
+
+
+def test_a_lone_surrogate_in_system_is_replaced(tiny_profile: str) -> None:
+    result = chat(b"the cat\n", "--system", "be \udce9 brief")
+    assert result.exit_code == 0, result.stderr
+    assert "--system is not valid UTF-8" in result.stderr and len(replies(result.stderr)) == 1
+    assert stored()["messages"][0] == {"role": "system", "content": "be \ufffd brief"}
+
+
+def test_undo_and_system_change_the_stored_history(tiny_profile: str) -> None:
+    result = chat(b"the cat\nthe dog\n/undo\n/system Be brief.\n")
+    assert result.exit_code == 0, result.stderr
+    assert "(last exchange dropped)" in result.stderr and "(system prompt set)" in result.stderr
+    messages = stored()["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert messages[0]["content"] == "Be brief." and messages[1]["content"] == "the cat"
+
+
+def test_speculative_off_and_on(tiny_profile: str) -> None:
+    result = chat(b"/speculative off\nthe cat\n/speculative on\nthe dog\n/speculative maybe\n")
+    assert result.exit_code == 0, result.stderr
+    off, on = replies(result.stderr)
+    assert off.endswith("no drafting") and "acceptance" in on
+    assert "/speculative on|off" in result.stderr
+
+
+def bad_conversation_files(folder: Path) -> dict[str, Path]:
+    files = {
+        "settings not an object": ('{"messages": [{"role": "user", "content": "hi"}], "settings": "x"}', "settings"),
+        "setting of the wrong type": ('{"messages": [], "settings": {"sampling.temperature": "hot"}}', "temperature"),
+        "content not text": ('{"messages": [{"role": "user", "content": 5}]}', "content"),
+        "interrupted not a flag": ('{"messages": [{"role": "assistant", "content": "x", "interrupted": "no"}]}', "interrupted"),
+        "not JSON": ("[[[", "not a saved conversation"),
+        "nested too deep": ("[" * 100_000, "not a saved conversation"),
+    }
+    paths = {}
+    for i, (name, (text, fragment)) in enumerate(files.items()):
+        paths[fragment + f"#{i}"] = folder / f"bad{i}.json"
+        paths[fragment + f"#{i}"].write_text(text)
+    paths["is a directory#d"] = folder
+    paths["No such file#m"] = folder / "missing.json"
+    fifo = folder / "fifo.json"
+    os.mkfifo(fifo)
+    paths["not a regular file#f"] = fifo
+    return paths
+
+
+def test_every_malformed_load_is_one_line_naming_the_file_and_the_chat_goes_on(tiny_profile: str, tmp_path: Path) -> None:
+    files = bad_conversation_files(tmp_path)
+    script = "".join(f"/load {path}\n" for path in files.values()) + "the cat\n"
+    result = chat(script.encode())
+    assert result.exit_code == 0, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == len(files), result.stderr
+    for (fragment, path), line in zip(files.items(), errors):
+        assert str(path) in line and fragment.split("#")[0] in line, line
+    assert len(replies(result.stderr)) == 1  # the chat went on
+
+
+def test_a_load_with_invalid_utf8_and_escaped_surrogates_is_replaced(tiny_profile: str, tmp_path: Path) -> None:
+    saved = tmp_path / "latin1.json"
+    saved.write_bytes(b'{"messages": [{"role": "user", "content": "caf\xe9"}, {"role": "assistant", "content": "\\ud800 ok"}],'
+                      b' "settings": {"sampling.temperature": 0.5}}')
+    result = chat(f"/load {saved}\n/set\n".encode())
+    assert result.exit_code == 0, result.stderr
+    assert f"{saved} is not valid UTF-8" in result.stderr and "loaded 2 messages" in result.stderr
+    assert "temperature  0.5" in result.stderr
+    assert [m["content"] for m in stored()["messages"]] == ["caf\ufffd", "\ufffd ok"]
+
+
+def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile: str, tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "chat.json"
+    result = chat(f"the cat\n/save {target}\n".encode())
+    assert result.exit_code == 0, result.stderr
+    assert f"error: {target}: the folder {target.parent} does not exist" in result.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def test_the_history_store_says_its_folder_is_gone(tmp_path: Path) -> None:
+    from localspec.app.conversation import Conversation
+    from localspec.settings import GenerationSettings
+
+    store = HistoryStore(tmp_path / "data" / "history.db")
+    conversation = Conversation(GenerationSettings())
+    conversation_id = store.start(conversation)
+    shutil.rmtree(tmp_path / "data")
+    with pytest.raises(HistoryUnavailable, match="its folder .*data is gone"):
+        store.add(conversation_id, conversation.add("user", "hi"))
+    store.close()
+
+
+def test_input_history_falls_back_to_memory_when_its_folder_goes(tmp_path: Path) -> None:
+    from localspec.cli.chat import _input_history
+    from localspec.config.paths import input_history_file
+
+    history = _input_history()
+    history.append_string("first")
+    assert input_history_file().read_text().endswith("+first\n")
+    shutil.rmtree(input_history_file().parent)
+    history.append_string("second")
+    history.append_string("third")
+    assert history.problem is not None and "is gone" in history.problem and "this chat only" in history.problem
+    assert history.get_strings() == ["first", "second", "third"]

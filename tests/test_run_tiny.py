@@ -1,0 +1,87 @@
+"""`localspec run` on the tiny models: text from outside, files that are not files, Ctrl-C and a closed pipe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli, one_error_line
+from click.testing import CliRunner
+
+from localspec.cli import main
+
+
+@pytest.fixture
+def tiny_args(tiny_pair: tuple[Path, Path]) -> list[str]:
+    return ["run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--temperature", "0"]
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("warning:")]
+
+
+def test_invalid_utf8_in_the_prompt_argument_stop_and_system_is_replaced(tiny_args: list[str]) -> None:
+    # Python hands an invalid byte on the command line over as a lone surrogate ('\xe9' -> '\udce9').
+    result = cli(*tiny_args, "--max-tokens", "4", "--stop", "x\udce9", "--system", "\ud800", "caf\udce9 the cat")
+    assert result.exit_code == 0, result.stderr
+    assert sorted(line.split(" is not")[0] for line in warnings(result.stderr)) == \
+        ["warning: --stop", "warning: --system", "warning: the prompt"]
+    assert result.stdout_bytes.decode("utf-8")
+
+
+def test_invalid_utf8_on_stdin_is_replaced_with_one_warning(tiny_args: list[str]) -> None:
+    result = CliRunner().invoke(main, [*tiny_args, "--max-tokens", "4", "--json"], input=b"caf\xe9 the cat", catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert warnings(result.stderr) == [line for line in result.stderr.splitlines() if line] and len(warnings(result.stderr)) == 1
+    assert "stdin is not valid UTF-8" in result.stderr
+
+
+def test_a_fifo_as_a_model_is_refused_instead_of_waited_on(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+
+    def unblock() -> None:  # were the FIFO opened for reading, this ends the wait (and the test fails on the message)
+        descriptor = os.open(fifo, os.O_WRONLY)
+        try:
+            os.write(descriptor, b"nope")
+        except BrokenPipeError:
+            pass  # the reader below opened and left at once
+        os.close(descriptor)
+
+    threading.Thread(target=unblock, daemon=True).start()
+    for flag in ("--target", "--draft"):
+        paths = {"--target": str(tiny_pair[0]), "--draft": str(tiny_pair[1]), flag: str(fifo)}
+        result = cli("run", "--target", paths["--target"], "--draft", paths["--draft"], "hi")
+        one_error_line(result, 2, str(fifo), "not a regular file")
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the helper thread finish
+
+
+def test_ctrl_c_during_generation_exits_130_without_a_traceback(tiny_args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import localspec.cli.run as run_module
+
+    real_write = run_module.write_stdout
+
+    def write_then_interrupt(text: str) -> None:  # a real SIGINT, once the reply streams
+        real_write(text)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(run_module, "write_stdout", write_then_interrupt)
+    result = cli(*tiny_args, "--max-tokens", "64", "the cat")
+    assert result.exit_code == 130
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 1
+
+
+def test_a_closed_stdout_pipe_ends_quietly(tiny_args: list[str]) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `localspec run ... | head -c 1` once head has gone
+    try:
+        result = subprocess.run([sys.executable, "-m", "localspec", *tiny_args, "--max-tokens", "16", "the cat"],
+                                stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
