@@ -49,6 +49,7 @@ class Setting:
     choices: tuple[str, ...] | None = None
     words: tuple[str, ...] = ()  # strings accepted beside numbers of `kind`, e.g. "adaptive"
     flag: str | None = None  # command-line option; None: profiles only
+    request: tuple[str, ...] = ()  # the field names an API request (`serve`) sets it with
 
     def problem(self, value: Any) -> str | None:
         """Why `value` is not valid for this setting ("key must be ..."), or None."""
@@ -84,13 +85,16 @@ def setting(
     choices: tuple[str, ...] | None = None,
     words: tuple[str, ...] = (),
     flag: str | dict[str, str] | None = None,
+    request: str | tuple[str, ...] = (),
 ) -> Any:
     """Declare a settings-dataclass field (see the module docstring).
 
     `flag` is the command-line option; for per-model settings a plain string
     sets the value for both models and a {role: flag} mapping names one per role.
+    `request` names the field(s) of an API request that set it (`localspec serve`).
     """
-    spec = dict(help=help, low=low, high=high, low_open=low_open, choices=choices, words=words, flag=flag)
+    request = (request,) if isinstance(request, str) else tuple(request)
+    spec = dict(help=help, low=low, high=high, low_open=low_open, choices=choices, words=words, flag=flag, request=request)
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata={"setting": spec})
     return field(default=default, metadata={"setting": spec})
@@ -190,10 +194,10 @@ class SamplingParams(SettingsGroup):
     SECTION = "sampling"
     LAYER = "sampling"
 
-    temperature: float = setting(0.8, "0 = greedy.", low=0.0, flag="--temperature")
-    top_k: int = setting(0, "Keep the k most likely tokens; 0 = off.", low=0, flag="--top-k")
-    top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off.", low=0, high=1, low_open=True, flag="--top-p")
-    min_p: float = setting(0.05, "Drop tokens below this fraction of the top one's probability; 0 = off.", low=0.0, high=1.0, flag="--min-p")
+    temperature: float = setting(0.8, "0 = greedy.", low=0.0, flag="--temperature", request="temperature")
+    top_k: int = setting(0, "Keep the k most likely tokens; 0 = off.", low=0, flag="--top-k", request="top_k")
+    top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off.", low=0, high=1, low_open=True, flag="--top-p", request="top_p")
+    min_p: float = setting(0.05, "Drop tokens below this fraction of the top one's probability; 0 = off.", low=0.0, high=1.0, flag="--min-p", request="min_p")
 
     @property
     def greedy(self) -> bool:
@@ -209,11 +213,11 @@ class SpeculativeParams(SettingsGroup):
 
     strategy: str = setting(
         "hybrid", "What drafts: a draft model, n-gram lookup in the context, or both (lookup when it matches).",
-        choices=STRATEGIES, flag="--strategy",
+        choices=STRATEGIES, flag="--strategy", request="strategy",
     )
     draft_max: int | str = setting(
         ADAPTIVE, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",
-        low=1, high=256, words=(ADAPTIVE,), flag="--draft-max",
+        low=1, high=256, words=(ADAPTIVE,), flag="--draft-max", request="draft_max",
     )
     draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min")
     p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min")
@@ -254,9 +258,11 @@ class GenerationSettings(SettingsGroup):
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
-    max_tokens: int = setting(512, "Most tokens to generate.", low=0, flag="--max-tokens")
-    stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop")
-    seed: int | None = setting(None, "Random seed: same seed and settings, same output.", low=0, high=SEED_MAX, flag="--seed")
+    max_tokens: int = setting(
+        512, "Most tokens to generate.", low=0, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
+    )
+    stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop", request="stop")
+    seed: int | None = setting(None, "Random seed: same seed and settings, same output.", low=0, high=SEED_MAX, flag="--seed", request="seed")
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], role: str | None = None) -> "GenerationSettings":
@@ -324,6 +330,7 @@ def _declared(group: type[SettingsGroup], role: str | None) -> Iterator[Setting]
             choices=spec["choices"],
             words=spec["words"],
             flag=flag,
+            request=spec["request"],
         )
 
 

@@ -1,12 +1,13 @@
-"""The speculative engine behind an OpenAI-compatible HTTP API (FastAPI, served by uvicorn).
+"""The OpenAI-compatible HTTP API (FastAPI, served by uvicorn) in front of a generation queue.
 
-One model pair serves one generation at a time (a llama.cpp context holds a
-single sequence): requests wait in a bounded queue, and past it get 429. A
-generation runs in a worker thread and hands its chunks to the response; when a
-streaming client goes away the generation stops after the target pass in
-progress. Request fields are checked against the same setting declarations as
-the command line; errors use OpenAI's body, `{"error": {"message", "type",
-"param", "code"}}`, and never carry a traceback or a file path.
+Requests are checked by `openai_request`, wait their turn in the
+`GenerationQueue`, and generate in its worker thread. A client that goes away
+stops its generation after the target pass in progress, streaming or not, and a
+client that left while queued is never admitted. Every answer is JSON (or
+server-sent events): errors use OpenAI's body, `{"error": {"message", "type",
+"param", "code"}}`, 404 and 405 included; an unforeseen failure is logged with
+its traceback for the operator and answered with a 500 that carries neither a
+traceback nor a file path, and the server goes on serving.
 """
 
 from __future__ import annotations
@@ -14,50 +15,31 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import threading
+import logging
 import time
 import uuid
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sse_starlette.sse import EventSourceResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..errors import LocalspecError
-from ..settings import SETTINGS, GenerationSettings
-from .session import Session
+from ..settings import GenerationSettings
+from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
+from .openai_request import ApiError, CompletionRequest, parse_body, parse_request
 
-# OpenAI request field -> localspec setting key.
-REQUEST_FIELDS = {
-    "temperature": "sampling.temperature",
-    "top_p": "sampling.top_p",
-    "top_k": "sampling.top_k",
-    "min_p": "sampling.min_p",
-    "max_tokens": "sampling.max_tokens",
-    "max_completion_tokens": "sampling.max_tokens",
-    "stop": "sampling.stop",
-    "seed": "sampling.seed",
-    "draft_max": "speculative.draft_max",
-    "strategy": "speculative.strategy",
-}
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "interrupted": "length"}
 MAX_BODY_BYTES = 1 << 20
-
-
-class ApiError(Exception):
-    """A request the server refuses, with its HTTP status and OpenAI-style error fields."""
-
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.kind, self.param, self.code, self.headers = status, kind, param, code, headers or {}
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer
+log = logging.getLogger("localspec.serve")
 
 
 @dataclass
@@ -82,104 +64,268 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-class Engine:
-    """The loaded models, used by one generation at a time, with a bounded queue in front."""
+@dataclass
+class ServedModel:
+    """What the API serves: the queue in front of the models, their defaults and name, and the counters."""
 
-    def __init__(self, session: Session, defaults: GenerationSettings, model_id: str, queue_size: int) -> None:
-        self.session = session
-        self.defaults = defaults
-        self.model_id = model_id
-        self.queue_size = queue_size
-        self.waiting = 0
-        self.metrics = Metrics()
-        self.shutting_down: Callable[[], bool] = lambda: False  # set by whoever runs the HTTP server
-        self._lock = asyncio.Lock()
+    queue: GenerationQueue
+    defaults: GenerationSettings
+    model_id: str
+    metrics: Metrics = field(default_factory=Metrics)
+    shutting_down: Callable[[], bool] = lambda: False  # set by whoever runs the HTTP server
 
-    # -- requests to generations ---------------------------------------------------------
+    @property
+    def has_draft(self) -> bool:
+        return self.queue.session.draft is not None
 
-    def settings_for(self, body: dict[str, Any]) -> GenerationSettings:
-        values = self.defaults.to_values()
-        for name, key in REQUEST_FIELDS.items():
-            if body.get(name) is None:
-                continue
-            value = body[name]
-            if key == "sampling.stop" and isinstance(value, str):
-                value = [value]
-            problem = SETTINGS[key].problem(value)
-            if problem is not None:
-                raise ApiError(400, problem.replace(key, name), param=name)
-            values[key] = value
-        settings = GenerationSettings.from_values(values)
-        if settings.speculative.uses_draft_model and self.session.draft is None and body.get("strategy"):
-            raise ApiError(400, f"strategy {settings.speculative.strategy!r} needs a draft model, and none is loaded", param="strategy")
-        return settings.with_seed()
 
-    def prompt_tokens(self, body: dict[str, Any], chat: bool) -> list[int]:
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise ApiError(400, "messages must be a non-empty list", param="messages")
-            clean = []
-            for message in messages:
-                if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
-                    raise ApiError(400, "each message needs a role: system, user or assistant", param="messages")
-                content = message.get("content")
-                if isinstance(content, list):  # content parts: keep the text ones
-                    content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-                if not isinstance(content, str):
-                    raise ApiError(400, "message content must be text", param="messages")
-                clean.append({"role": message["role"], "content": content})
-            try:
-                tokens = self.session.chat_prompt_tokens(clean)
-            except LocalspecError as exc:
-                raise ApiError(400, str(exc).split(": ", 1)[-1], param="messages") from None
+class Guard:
+    """ASGI middleware: the API key (every path but /health) and the body size, checked before anything runs."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int) -> None:
+        self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self.refusal(scope) if scope["type"] == "http" else None
+        if refusal is not None:
+            await refusal.response()(scope, receive, send)
         else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str) or not prompt:
-                raise ApiError(400, "prompt must be a non-empty string", param="prompt")
-            tokens = self.session.raw_prompt_tokens(prompt)
-        if len(tokens) >= self.session.target.n_ctx:
-            raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {self.session.target.n_ctx}",
-                           param="messages" if chat else "prompt", code="context_length_exceeded")
-        return tokens
+            await self.app(scope, receive, send)
 
-    # -- one generation at a time --------------------------------------------------------
+    def refusal(self, scope: Scope) -> ApiError | None:
+        headers = Headers(scope=scope)
+        if self.api_key is not None and scope["path"] != "/health" and not self.authorized(headers.get("authorization", "")):
+            return ApiError(401, "missing or wrong API key", kind="authentication_error", code="invalid_api_key")
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return ApiError(413, f"request body larger than {self.max_body_bytes} bytes")
+        return None
 
-    async def admitted(self) -> None:
-        """Wait for the engine; refuse with 429 when the queue is full."""
-        if self._lock.locked() and self.waiting >= self.queue_size:
-            self.metrics.count("rejected")
-            raise ApiError(429, "the server is busy: too many requests waiting", kind="rate_limit_error",
-                           code="queue_full", headers={"Retry-After": "1"})
-        self.waiting += 1
+    def authorized(self, header: str) -> bool:
+        """`Authorization: Bearer KEY`, the scheme in any case (RFC 7235)."""
+        scheme, _, token = header.strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"),
+                                                                  self.api_key.encode("latin-1"))  # type: ignore[union-attr]
+
+
+def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The FastAPI application serving `served`."""
+    app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """404, 405 and the like as OpenAI error bodies."""
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return ApiError(exc.status_code, message, code=code, headers=dict(exc.headers or {})).response()
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(served.metrics.text(served.queue.waiting))
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": served.model_id, "object": "model", "created": 0, "owned_by": "localspec"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await answer(served, request, chat=True, max_body_bytes=max_body_bytes)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await answer(served, request, chat=False, max_body_bytes=max_body_bytes)
+
+    return app
+
+
+async def answer(served: ServedModel, request: Request, *, chat: bool, max_body_bytes: int) -> Response:
+    """A completion request's response, whatever happens: refusals as OpenAI errors, failures as a logged 500."""
+    try:
+        return await _complete(served, request, chat, max_body_bytes)
+    except ApiError as exc:
+        served.metrics.count("rejected" if exc.status == 429 else "error")
+        return exc.response()
+    except QueueFull:
+        served.metrics.count("rejected")
+        return ApiError(429, "the server is busy: too many requests waiting", kind="rate_limit_error",
+                        code="queue_full", headers={"Retry-After": "1"}).response()
+    except ClientGone:
+        served.metrics.count("disconnected")
+        return Response(status_code=CLIENT_CLOSED)
+    except Exception:
+        log.exception("error: %s %s failed (the server goes on)", request.method, request.url.path)
+        served.metrics.count("error")
+        return ApiError(500, "internal error", kind="server_error").response()
+
+
+async def _complete(served: ServedModel, request: Request, chat: bool, max_body_bytes: int) -> Response:
+    body = parse_body(await _read_body(request, max_body_bytes))
+    model = body.get("model")
+    if model is not None and model != served.model_id:
+        raise ApiError(404, f"the model {json.dumps(model)} does not exist; this server has {served.model_id!r}",
+                       param="model", code="model_not_found")
+    parsed = parse_request(body, chat=chat, defaults=served.defaults, has_draft=served.has_draft)
+    async with AsyncExitStack() as hold:
+        slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
+        tokens = _prompt_tokens(served, parsed)
+        settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
+        reply = Reply(served, chat)
+        if parsed.stream:
+            events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage)
+            # The stream holds the models until it ends, however it ends.
+            return HeldEventSource(events, hold.pop_all(), on_close=reply.closed, ping=15)
+        return await reply.whole(slot, tokens, settings, parsed.speculative, request)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` (a chunked body has no Content-Length)."""
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise ApiError(413, f"request body larger than {limit} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _prompt_tokens(served: ServedModel, parsed: CompletionRequest) -> list[int]:
+    session = served.queue.session
+    try:
+        if parsed.messages is not None:
+            tokens = session.chat_prompt_tokens(parsed.messages)
+        else:
+            tokens = session.raw_prompt_tokens(parsed.prompt or "")
+    except LocalspecError as exc:  # e.g. a chat template that fails on these messages
+        raise ApiError(400, str(exc).split(": ", 1)[-1], param="messages" if parsed.chat else "prompt") from None
+    if len(tokens) >= session.target.n_ctx:
+        raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {session.target.n_ctx}",
+                       param="messages" if parsed.chat else "prompt", code="context_length_exceeded")
+    return tokens
+
+
+class HeldEventSource(EventSourceResponse):
+    """Server-sent events that keep `hold` (the request's admission) until the response ends, however it ends,
+    then call `on_close`."""
+
+    def __init__(self, content: AsyncIterator[str], hold: AsyncExitStack, on_close: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.hold, self.on_close = hold, on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self._lock.acquire()
+            async with self.hold:
+                await super().__call__(scope, receive, send)
         finally:
-            self.waiting -= 1
+            self.on_close()
 
-    def release(self) -> None:
-        self._lock.release()
 
-    async def run(self, tokens: list[int], settings: GenerationSettings, speculative: bool,
-                  on_chunk: Callable[[str], None] | None, cancelled: threading.Event) -> Generation:
-        """Generate in a worker thread; `on_chunk` gets text as it is accepted; `cancelled` stops it between passes."""
+class Reply:
+    """The response bodies of one completion request, whole or as server-sent events."""
 
-        def work() -> Generation:
-            generation = self.session.generation(tokens, settings, speculative=speculative)
-            for chunk in generation:
-                if chunk.text and on_chunk is not None:
-                    on_chunk(chunk.text)
-                if cancelled.is_set():
-                    break
-            if generation.stop_reason == "interrupted":
-                self.session.recover_caches()
-            return generation
+    def __init__(self, served: ServedModel, chat: bool) -> None:
+        self.served, self.chat = served, chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.ended = False  # the stream sent its last event
 
-        generation = await asyncio.to_thread(work)
-        self.metrics.totals.add(generation.stats)
+    def closed(self) -> None:
+        """The stream's response is over: a stream that had not ended lost its client."""
+        if not self.ended:
+            self.served.metrics.count("disconnected")
+
+    async def whole(self, slot: Slot, tokens: list[int], settings: GenerationSettings, speculative: bool,
+                    request: Request) -> Response:
+        """Generate while watching the connection: a client that leaves stops its generation."""
+        work = asyncio.ensure_future(slot.generate(tokens, settings, speculative))
+        while not (await asyncio.wait({work}, timeout=POLL_SECONDS))[0]:
+            if await request.is_disconnected():
+                slot.cancelled.set()  # the models are handed on once the worker stops (admission's exit)
+                work.cancel()
+                self.served.metrics.count("disconnected")
+                return Response(status_code=CLIENT_CLOSED)
+        generation = self._finished(work.result())
+        finish = FINISH_REASONS[generation.stop_reason or "length"]
+        choice = ({"index": 0, "message": {"role": "assistant", "content": generation.text}, "finish_reason": finish}
+                  if self.chat else {"index": 0, "text": generation.text, "finish_reason": finish, "logprobs": None})
+        return JSONResponse({"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                             "created": self.created, "model": self.served.model_id, "choices": [choice],
+                             "usage": _usage(generation), "speculative": _speculative(generation)})
+
+    def _finished(self, generation: Generation) -> Generation:
+        self.served.metrics.totals.add(generation.stats)
+        self.served.metrics.count("ok")
         return generation
+
+    async def events(self, slot: Slot, tokens: list[int], settings: GenerationSettings, speculative: bool,
+                     include_usage: bool) -> AsyncIterator[str]:
+        """The stream's events; a failure ends it with an error event rather than a cut connection."""
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[str] = asyncio.Queue()
+        work = asyncio.ensure_future(slot.generate(tokens, settings, speculative,
+                                                   lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text)))
+        try:
+            if self.chat:
+                yield self._event({"role": "assistant", "content": ""})
+            async for text in self._pieces(pieces, work, slot):
+                yield self._event({"content": text})
+            if self.served.shutting_down():  # end the stream with an error event rather than cut it
+                self.ended = True
+                yield _error_event("the server is shutting down", "shutting_down")
+                return
+            generation = self._finished(work.result())
+            yield self._event({}, FINISH_REASONS[generation.stop_reason or "length"], speculative=_speculative(generation))
+            if include_usage:
+                yield self._event(None, usage=_usage(generation))
+            self.ended = True
+            yield "[DONE]"
+        except LocalspecError as exc:
+            self.served.metrics.count("error")
+            self.ended = True
+            yield _error_event(str(exc), None)
+        except Exception:
+            log.exception("error: a stream failed (the server goes on)")
+            self.served.metrics.count("error")
+            self.ended = True
+            yield _error_event("internal error", None)
+        finally:
+            slot.cancelled.set()  # the worker stops after the target pass in progress
+            work.cancel()  # only the wait for it: the admission hands the models on once the worker is done
+
+    async def _pieces(self, pieces: asyncio.Queue[str], work: asyncio.Future, slot: Slot) -> AsyncIterator[str]:
+        """Text as the worker accepts it, until it finishes (or the server starts shutting down)."""
+        while True:
+            while not pieces.empty():
+                yield pieces.get_nowait()
+            if work.done():
+                return
+            if self.served.shutting_down():
+                slot.cancelled.set()
+                return
+            getting = asyncio.ensure_future(pieces.get())
+            await asyncio.wait({getting, work}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            if getting.done():
+                yield getting.result()
+            else:
+                getting.cancel()
+
+    def _event(self, delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
+        choices = [] if delta is None else [
+            {"index": 0, "delta": delta, "finish_reason": finish} if self.chat
+            else {"index": 0, "text": delta.get("content", ""), "finish_reason": finish}
+        ]
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return json.dumps({"id": self.id, "object": kind, "created": self.created, "model": self.served.model_id,
+                           "choices": choices, **extra})
+
+
+def _error_event(message: str, code: str | None) -> str:
+    return json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
 
 
 def _usage(generation: Generation) -> dict[str, int]:
@@ -198,155 +344,3 @@ def _speculative(generation: Generation) -> dict[str, Any]:
         "draft_tokens_proposed": stats.draft_tokens_proposed,
         "draft_tokens_accepted": stats.draft_tokens_accepted,
     }
-
-
-def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The FastAPI application serving `engine`."""
-    app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):  # type: ignore[no-untyped-def]
-        if api_key is not None and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return ApiError(401, "missing or wrong API key", kind="authentication_error", code="invalid_api_key").response()
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return ApiError(413, f"request body larger than {max_body_bytes} bytes").response()
-        try:
-            return await call_next(request)
-        except Exception:  # never a traceback or a path to the client
-            engine.metrics.count("error")
-            return ApiError(500, "internal error", kind="server_error").response()
-
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        if exc.status != 429:
-            engine.metrics.count("error")
-        return exc.response()
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(engine.metrics.text(engine.waiting))
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": engine.model_id, "object": "model", "created": 0, "owned_by": "localspec"}]}
-
-    async def read_body(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            raise ApiError(413, f"request body larger than {max_body_bytes} bytes")
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise ApiError(400, "the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        model = body.get("model")
-        if model is not None and model != engine.model_id:
-            raise ApiError(404, f"the model {model!r} does not exist; this server has {engine.model_id!r}",
-                           param="model", code="model_not_found")
-        return body
-
-    async def complete(request: Request, chat: bool) -> Any:
-        body = await read_body(request)
-        settings = engine.settings_for(body)
-        speculative = body.get("speculative", True) is not False
-        stream = body.get("stream") is True
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        await engine.admitted()
-        try:
-            tokens = engine.prompt_tokens(body, chat)
-        except ApiError:
-            engine.release()
-            raise
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        if not stream:
-            try:
-                generation = await engine.run(tokens, settings, speculative, None, threading.Event())
-            except LocalspecError as exc:
-                raise ApiError(500, str(exc), kind="server_error") from None
-            finally:
-                engine.release()
-            engine.metrics.count("ok")
-            finish = FINISH_REASONS[generation.stop_reason or "length"]
-            choice = ({"index": 0, "message": {"role": "assistant", "content": generation.text}, "finish_reason": finish}
-                      if chat else {"index": 0, "text": generation.text, "finish_reason": finish, "logprobs": None})
-            return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
-                    "model": engine.model_id, "choices": [choice], "usage": _usage(generation),
-                    "speculative": _speculative(generation)}
-        return EventSourceResponse(_stream(engine, tokens, settings, speculative, chat, include_usage, request_id, created),
-                                   ping=15)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        return await complete(request, chat=True)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
-        return await complete(request, chat=False)
-
-    return app
-
-
-async def _stream(engine: Engine, tokens: list[int], settings: GenerationSettings, speculative: bool, chat: bool,
-                  include_usage: bool, request_id: str, created: int) -> AsyncIterator[str]:
-    """Server-sent events for one generation; the engine is released however the stream ends."""
-    loop = asyncio.get_running_loop()
-    pieces: asyncio.Queue[str | None] = asyncio.Queue()
-    cancelled = threading.Event()
-    kind = "chat.completion.chunk" if chat else "text_completion"
-
-    def event(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
-        choices = [] if delta is None else [
-            {"index": 0, "delta": delta, "finish_reason": finish} if chat else {"index": 0, "text": delta.get("content", ""), "finish_reason": finish}
-        ]
-        return json.dumps({"id": request_id, "object": kind, "created": created, "model": engine.model_id, "choices": choices, **extra})
-
-    def on_chunk(text: str) -> None:
-        loop.call_soon_threadsafe(pieces.put_nowait, text)
-
-    task = asyncio.create_task(engine.run(tokens, settings, speculative, on_chunk, cancelled))
-    task.add_done_callback(lambda _: pieces.put_nowait(None))
-    task.add_done_callback(lambda _: engine.release())  # only once the worker has really finished
-    try:
-        if chat:
-            yield event({"role": "assistant", "content": ""})
-        next_piece: asyncio.Task = asyncio.ensure_future(pieces.get())
-        while True:
-            done, _ = await asyncio.wait({next_piece}, timeout=0.25)
-            if engine.shutting_down():  # end the stream with an error event rather than cut it
-                next_piece.cancel()
-                cancelled.set()
-                yield json.dumps({"error": {"message": "the server is shutting down", "type": "server_error",
-                                            "param": None, "code": "shutting_down"}})
-                return
-            if not done:
-                continue
-            text = next_piece.result()
-            if text is None:
-                break
-            yield event({"content": text})
-            next_piece = asyncio.ensure_future(pieces.get())
-        try:
-            generation = await task
-        except LocalspecError as exc:
-            engine.metrics.count("error")
-            yield json.dumps({"error": {"message": str(exc), "type": "server_error", "param": None, "code": None}})
-            return
-        yield event({}, FINISH_REASONS[generation.stop_reason or "length"], speculative=_speculative(generation))
-        if include_usage:
-            yield event(None, usage=_usage(generation))
-        yield "[DONE]"
-        engine.metrics.count("ok")
-    except asyncio.CancelledError:  # the client went away, or the server is shutting down
-        engine.metrics.count("disconnected")
-        raise
-    finally:
-        cancelled.set()  # the worker stops after the target pass in progress

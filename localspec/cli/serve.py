@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import click
 import uvicorn
 from sse_starlette.sse import AppStatus
 
-from ..app.serving import Engine, create_app
+from ..app.generation_queue import GenerationQueue
+from ..app.serving import ServedModel, create_app
+from ..errors import InputError, LocalspecError
 from .common import is_loopback
 from .loading import load_session, resolve_plan
 from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_options
@@ -19,7 +23,8 @@ from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_opti
 @setting_options()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
-@click.option("--api-key", envvar="LOCALSPEC_API_KEY", help="Require `Authorization: Bearer KEY` on every endpoint but /health.")
+@click.option("--api-key", envvar="LOCALSPEC_API_KEY",
+              help="Require `Authorization: Bearer KEY` on every endpoint but /health (empty: no key).")
 @click.option("--queue", "queue_size", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Requests that may wait while one generates; more get 429.")
 @VERBOSE_OPTION
@@ -34,16 +39,46 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
       localspec serve
       localspec serve -p qwen2.5-7b --port 8000 --api-key secret
     """
+    api_key = _checked_api_key(api_key)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     if not is_loopback(host) and api_key is None:
         click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     model_id = plan.profile_name or plan.target.path.stem
+    listener = _bind(host, port)  # before loading: a taken port is one line, not a load and then uvicorn's error
+    port = listener.getsockname()[1]
     AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown
-    with load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose) as session:
-        engine = Engine(session, plan.generation, model_id, queue_size)
-        config = uvicorn.Config(create_app(engine, api_key), host=host, port=port,
-                                log_level="info" if verbose else "warning", timeout_graceful_shutdown=5)
+    with listener, load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose) as session:
+        served = ServedModel(GenerationQueue(session, queue_size), plan.generation, model_id)
+        config = uvicorn.Config(create_app(served, api_key), log_level="info" if verbose else "warning",
+                                timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)
-        engine.shutting_down = lambda: server.should_exit
+        served.shutting_down = lambda: server.should_exit
         click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
-        server.run()
+        server.run(sockets=[listener])
+
+
+def _checked_api_key(api_key: str | None) -> str | None:
+    """The key clients must send, or None. An empty key (flag or LOCALSPEC_API_KEY) means no key, with a warning."""
+    if not api_key:
+        if api_key == "" or os.environ.get("LOCALSPEC_API_KEY") == "":
+            click.echo("warning: the API key is empty: serving without one (every client is let in)", err=True)
+        return None
+    if not api_key.isascii() or not api_key.isprintable() or " " in api_key:
+        raise InputError("--api-key must be printable ASCII without spaces (it travels in an HTTP header)")
+    return api_key
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, ready for uvicorn to listen on; a one-line error when that is impossible."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise InputError(f"cannot listen on {host}: {exc.strerror}") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart without waiting
+        listener.bind(address)
+    except OSError as exc:
+        listener.close()
+        raise LocalspecError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return listener

@@ -1,0 +1,233 @@
+"""An OpenAI completion request body, checked and turned into what a generation needs.
+
+Every field a client sends is understood, harmless, or refused with a 400 that
+names it: a client asking for something localspec does not do (several choices,
+log-probabilities, JSON mode, tools) must not get plain text as if it had been
+honoured. Settings fields (`temperature`, `max_tokens`, `draft_max`, ...) are
+the ones whose declaration names them (`setting(..., request=...)`) and go
+through the same checks as flags and profiles. Text is cleaned the one way text
+from outside is: lone surrogates (a JavaScript client cutting a string inside an
+emoji) become U+FFFD.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastapi.responses import JSONResponse
+
+from ..errors import InputError
+from ..settings import SETTINGS, GenerationSettings
+from ..textin import clean_text
+
+# API field -> setting key, from the declarations.
+REQUEST_FIELDS: dict[str, str] = {name: key for key, item in SETTINGS.items() for name in item.request}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+MAX_MESSAGE_CHARS = 300  # error messages quote at most this much of what the client sent
+
+
+def _absent_or(*harmless: Any) -> Callable[[Any], bool]:
+    """A check that accepts the field's absence and `harmless` values (same type and value)."""
+    return lambda value: value is None or any(type(value) is type(h) and value == h for h in harmless)
+
+
+# Fields that change what the client gets, and the values localspec can honour (by ignoring them).
+UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n": (_absent_or(1), "one choice per request"),
+    "best_of": (_absent_or(1), "one choice per request"),
+    "logprobs": (_absent_or(False), "no log-probabilities"),
+    "top_logprobs": (_absent_or(0), "no log-probabilities"),
+    "echo": (_absent_or(False), "the prompt is not echoed"),
+    "suffix": (_absent_or(""), "no insertion after a suffix"),
+    "response_format": (lambda v: v is None or v == {"type": "text"}, "text replies only, no JSON mode or schema"),
+    "tools": (_absent_or([]), "no tool calls"),
+    "tool_choice": (_absent_or("none"), "no tool calls"),
+    "functions": (_absent_or([]), "no function calls"),
+    "function_call": (_absent_or("none"), "no function calls"),
+    "logit_bias": (_absent_or({}), "no logit bias"),
+    "presence_penalty": (_absent_or(0, 0.0), "no repetition penalties"),
+    "frequency_penalty": (_absent_or(0, 0.0), "no repetition penalties"),
+}
+
+
+class ApiError(Exception):
+    """A request the server refuses, with its HTTP status and OpenAI-style error fields."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.param, self.code, self.headers = status, kind, param, code, headers or {}
+
+    def body(self) -> dict[str, Any]:
+        message = clean_text(_shorten(str(self)))[0]
+        param = None if self.param is None else clean_text(_shorten(self.param))[0]
+        return {"error": {"message": message, "type": self.kind, "param": param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """What one request asks for: the prompt (chat messages or raw text) and how to generate."""
+
+    messages: list[dict[str, str]] | None  # chat completions
+    prompt: str | None  # completions
+    settings: GenerationSettings
+    speculative: bool
+    stream: bool
+    include_usage: bool
+
+    @property
+    def chat(self) -> bool:
+        return self.messages is not None
+
+    def fitted(self, prompt_tokens: int, n_ctx: int) -> GenerationSettings:
+        """The settings with `max_tokens` lowered to the room the context leaves after the prompt."""
+        room = n_ctx - prompt_tokens
+        if self.settings.max_tokens <= room:
+            return self.settings
+        return dataclasses.replace(self.settings, max_tokens=room)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The JSON object a request body holds, or a 400."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to parse
+        raise ApiError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSettings, has_draft: bool) -> CompletionRequest:
+    """Check every field of `body` that matters; raise ApiError(400) naming the first wrong one."""
+    _refuse_unsupported(body)
+    return CompletionRequest(
+        messages=_messages(body.get("messages")) if chat else None,
+        prompt=None if chat else _prompt(body.get("prompt")),
+        settings=_settings(body, defaults, has_draft),
+        speculative=_boolean(body, "speculative", default=True),
+        stream=_boolean(body, "stream", default=False),
+        include_usage=_include_usage(body.get("stream_options")),
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for name, (harmless, instead) in UNSUPPORTED.items():
+        if not harmless(body.get(name)):
+            raise ApiError(400, f"{name}={_quote(body[name])} is not supported (yet): {instead}", param=name)
+
+
+def _boolean(body: dict[str, Any], name: str, *, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false, got {_quote(value)}", param=name)
+    return value
+
+
+def _include_usage(options: Any) -> bool:
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise ApiError(400, f"stream_options must be an object, got {_quote(options)}", param="stream_options")
+    return _boolean(options, "include_usage", default=False)
+
+
+def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: bool) -> GenerationSettings:
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for name, key in REQUEST_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        value = _setting_value(key, value)
+        problem = SETTINGS[key].problem(value)
+        if problem is not None:
+            raise ApiError(400, _shorten(problem.replace(key, name)), param=name)
+        values[key], names[key] = value, name
+    try:
+        settings = defaults.with_values(values)
+    except InputError as exc:  # a rule between settings, e.g. draft_min above draft_max
+        message = str(exc)
+        for key, name in names.items():
+            message = message.replace(key, name)
+        raise ApiError(400, message, param=next((n for k, n in names.items() if k in str(exc)), None)) from None
+    if settings.speculative.uses_draft_model and not has_draft and "speculative.strategy" in values:
+        raise ApiError(400, f"strategy {settings.speculative.strategy!r} needs a draft model, and none is loaded",
+                       param="strategy")
+    return settings
+
+
+def _setting_value(key: str, value: Any) -> Any:
+    """A request value as the declaration checks it: one stop string as a list, text cleaned, numbers finite."""
+    if key == "sampling.stop" and isinstance(value, str):
+        value = [value]
+    if isinstance(value, str):
+        return clean_text(value)[0]
+    if isinstance(value, list):
+        return [clean_text(item)[0] if isinstance(item, str) else item for item in value]
+    if SETTINGS[key].kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            value = float(value)  # an integer too large for a float would fail later, in the sampler
+        except OverflowError:
+            value = math.inf  # refused by the declaration check as not finite
+    return value
+
+
+def _messages(messages: Any) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list of {role, content} objects", param="messages")
+    return [_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
+
+
+def _message(message: Any, where: str) -> dict[str, str]:
+    if not isinstance(message, dict):
+        raise ApiError(400, f"{where} must be an object with role and content", param=where)
+    role = message.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {_quote(role)}", param=f"{where}.role")
+    return {"role": ROLES[role], "content": _content(message.get("content"), f"{where}.content")}
+
+
+def _content(content: Any, where: str) -> str:
+    """A message's text: a string, or a list of text parts ({"type": "text", "text": "..."})."""
+    if isinstance(content, str):
+        return clean_text(content)[0]
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where} must be a string or a list of text parts, got {_quote(content)}", param=where)
+    texts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise ApiError(400, f"{where}[{i}] must be a text part, {{\"type\": \"text\", \"text\": \"...\"}}"
+                           f" (other kinds are not supported), got {_quote(part)}", param=f"{where}[{i}]")
+        texts.append(clean_text(part["text"])[0])
+    return "".join(texts)
+
+
+def _prompt(prompt: Any) -> str:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise ApiError(400, f"prompt must be a non-empty string, got {_quote(prompt)}", param="prompt")
+    return clean_text(prompt)[0]
+
+
+def _quote(value: Any) -> str:
+    """`value` as JSON for an error message, cut short when long."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True)
+    except (ValueError, RecursionError):
+        text = "(a value nested too deeply to show)"
+    return _shorten(text)
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
