@@ -27,6 +27,7 @@ from .errors import InputError
 
 ROLES = ("target", "draft")
 STRATEGIES = ("model", "ngram", "hybrid")
+VERIFY_MODES = ("coupled", "rejection")
 ADAPTIVE = "adaptive"
 ALL_LAYERS = "all"  # n_gpu_layers: offload every layer
 ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length considers
@@ -214,6 +215,11 @@ class SpeculativeParams(SettingsGroup):
     strategy: str = setting(
         "hybrid", "What drafts: a draft model, n-gram lookup in the context, or both (lookup when it matches).",
         choices=STRATEGIES, flag="--strategy", request="strategy",
+    )
+    verify: str = setting(
+        "coupled", "How drafts are verified: 'coupled' (the same seed gives the same text with or without"
+        " speculation) or 'rejection' (rejection sampling: the same distribution, slightly more accepted).",
+        choices=VERIFY_MODES, flag="--verify",
     )
     draft_max: int | str = setting(
         ADAPTIVE, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",

@@ -16,7 +16,7 @@ from localspec.engine.acceptance import (
     accept_greedy,
     rejection_sample,
 )
-from localspec.engine.sampling import sample
+from localspec.engine.sampling import StreamSampler, sample
 from localspec.settings import SamplingParams
 
 ALPHA = 1e-3  # seeds are fixed, so each test is deterministic; this is the test's size
@@ -39,7 +39,7 @@ def _speculative_stream(p_rows, q_rows, n_tokens, k, rng, rule: Callable = rejec
         draft = [sample(q_rows[i], rng) for i in rows]
         p = np.stack([p_rows[i] for i in range(start, start + k + 1)])
         if deterministic:
-            tokens, _ = accept_by_target_samples(draft, p, rng)
+            tokens, _ = accept_by_target_samples(draft, p, StreamSampler(rng), start)
         else:
             tokens, _ = rule(draft, np.stack([q_rows[i] for i in rows]), p, rng)
         out.extend(tokens)
@@ -158,10 +158,10 @@ def test_greedy_keeps_matching_prefix_then_emits_target_argmax() -> None:
 def test_accept_picks_the_path_from_the_sampling_and_the_draft() -> None:
     logits = np.log(np.stack([_dist([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])] * 3))
     rng = np.random.default_rng(0)
-    assert accept([0, 1], None, logits, SamplingParams(temperature=0), rng) == ([0, 0], 1)
+    assert accept([0, 1], None, logits, SamplingParams(temperature=0), StreamSampler(rng), 0) == ([0, 0], 1)
     sampled = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     q = np.stack([_dist([1, 0, 0, 0, 0, 0])] * 2)
-    kept = accept([0, 0], q, logits, sampled, np.random.default_rng(1))
+    kept = accept([0, 0], q, logits, sampled, StreamSampler(np.random.default_rng(1)), 0)
     assert kept.tokens[: kept.n_accepted] == [0] * kept.n_accepted and len(kept.tokens) == kept.n_accepted + 1
-    counts = Counter(accept([3], None, logits[:2], sampled, np.random.default_rng(s)).tokens[0] for s in range(4000))
+    counts = Counter(accept([3], None, logits[:2], sampled, StreamSampler(np.random.default_rng(s)), 0).tokens[0] for s in range(4000))
     assert chi_square_pvalue(counts, dict(enumerate(_dist([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])))) > ALPHA

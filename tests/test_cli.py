@@ -188,3 +188,12 @@ def test_bench_compares_both_sides_on_the_same_prompts(pair_args: list[str]) -> 
 def test_bench_needs_a_draft(smollm_f32: Path) -> None:
     result = localspec("bench", "--target", str(smollm_f32), "--prompts", "1")
     assert result.returncode == 2 and b"no draft model" in result.stderr
+
+
+def test_same_seed_same_text_with_and_without_speculation(pair_args: list[str]) -> None:
+    """The README's promise on the defaults (hybrid, adaptive length, coupled verification), at T=0.8."""
+    args = [*pair_args, "--seed", "42", "--temperature", "0.8", "--max-tokens", "40", "Write a short poem about the sea."]
+    texts = [localspec(*args).stdout for _ in range(2)] + [localspec(*args, "--no-speculative").stdout]
+    assert texts[0] and texts[0] == texts[1] == texts[2]
+    rejection = localspec(*args, "--verify", "rejection", "--json")
+    assert json.loads(rejection.stdout)["settings"]["speculative"]["verify"] == "rejection"

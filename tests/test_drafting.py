@@ -15,7 +15,7 @@ from localspec.engine.drafters import (
     build_drafter,
 )
 from localspec.engine.generation import generate_text
-from localspec.engine.sampling import softmax
+from localspec.engine.sampling import StreamSampler, softmax
 from localspec.runtime.model import Model
 from localspec.settings import (
     GenerationSettings,
@@ -47,7 +47,7 @@ def test_p_min_stops_exactly_where_the_draft_model_is_unsure(models, p_min: floa
     lengths = []
     for seed in range(40):
         context = [*PROMPT, 259]
-        proposal = drafter.propose(context, 6, np.random.default_rng(seed))
+        proposal = drafter.propose(context, 6, StreamSampler(np.random.default_rng(seed)), 0)
         # Every proposed token was drawn where the draft's top probability reached p_min,
         # and drafting stopped at the first position where it did not (or at the limit).
         confidences = [softmax(draft.next_logits([*context, *proposal.tokens[:i]])).max() for i in range(len(proposal.tokens) + 1)]
@@ -59,7 +59,7 @@ def test_p_min_stops_exactly_where_the_draft_model_is_unsure(models, p_min: floa
 
 def test_without_p_min_every_draft_uses_all_its_room(models) -> None:
     _, draft = models
-    proposal = ModelDrafter(draft, SAMPLED).propose(PROMPT, 5, np.random.default_rng(0))
+    proposal = ModelDrafter(draft, SAMPLED).propose(PROMPT, 5, StreamSampler(np.random.default_rng(0)), 0)
     assert len(proposal.tokens) == 5 and len(proposal.q_draft) == 5
     # Each token was drawn from its q, which is a distribution over the draft's vocabulary.
     for token, q in zip(proposal.tokens, proposal.q_draft):
@@ -79,7 +79,7 @@ def test_draft_min_drops_drafts_the_room_cuts_short(models) -> None:
 def test_draft_min_never_drops_a_sampled_draft_that_p_min_cut(models) -> None:
     """Dropping those would keep only drafts of confident tokens: no longer samples of q_draft."""
     target, draft = models
-    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=6, draft_min=6, p_min=0.3), max_tokens=40, seed=3)
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=6, draft_min=6, p_min=0.3, verify="rejection"), max_tokens=40, seed=3)
     stats = generate_text(target, [*PROMPT, 259], settings, ModelDrafter(draft, SAMPLED, p_min=0.3)).stats
     assert sum(count for n, count in draft_lengths(stats).items() if n < 6) > 0
 
@@ -108,11 +108,11 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match() -> None:
     lookup = NGramDrafter(n_min=2, n_max=3)
     context = [1, 5, 6, 7, 8, 9, 5, 6]
     lookup.begin(context)
-    assert lookup.propose(context, 3, np.random.default_rng(0)) == Draft([7, 8, 9], None)
+    assert lookup.propose(context, 3, StreamSampler(np.random.default_rng(0)), 0) == Draft([7, 8, 9], None)
     context += [7, 3]  # (7, 3) never occurred, nor (6, 7, 3)... but (7,) alone is below n_min
-    assert lookup.propose(context, 3, np.random.default_rng(0)).tokens == []
+    assert lookup.propose(context, 3, StreamSampler(np.random.default_rng(0)), 0).tokens == []
     context += [5, 6, 7]  # now (5, 6, 7) matched twice: the latest earlier occurrence wins
-    assert lookup.propose(context, 2, np.random.default_rng(0)).tokens == [3, 5]
+    assert lookup.propose(context, 2, StreamSampler(np.random.default_rng(0)), 0).tokens == [3, 5]
 
 
 def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(models) -> None:
@@ -120,10 +120,10 @@ def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(mode
     hybrid = HybridDrafter(NGramDrafter(2, 2), ModelDrafter(draft, SAMPLED))
     repeating = [1, 260, 265, 270, 262, 260, 265]
     hybrid.begin(repeating)
-    looked_up = hybrid.propose(repeating, 3, np.random.default_rng(0))
+    looked_up = hybrid.propose(repeating, 3, StreamSampler(np.random.default_rng(0)), 0)
     assert looked_up == Draft([270, 262, 260], None)
     fresh = [*repeating, 275]
-    by_model = hybrid.propose(fresh, 3, np.random.default_rng(0))
+    by_model = hybrid.propose(fresh, 3, StreamSampler(np.random.default_rng(0)), 0)
     assert len(by_model.tokens) == 3 and len(by_model.q_draft) == 3
     # The draft model's cache followed the context although the lookup drafted the pass before.
     assert list(draft.tokens[: len(fresh)]) == fresh

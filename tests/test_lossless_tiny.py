@@ -42,23 +42,29 @@ REPEATING_PROMPT = [1, 260, 265, 270, 262, 260, 265]  # ends in a 2-gram seen be
 
 CASES = {
     # name: (sampling, speculative settings, max_tokens)
-    "t1.0": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3), 3),
-    "t0.7-topk8-topp0.9": (SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0), SpeculativeParams(draft_max=3), 3),
+    # Rejection verification (`--verify rejection`): exact in distribution only.
+    "t1.0": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, verify="rejection"), 3),
+    "t0.7-topk8-topp0.9": (SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0), SpeculativeParams(draft_max=3, verify="rejection"), 3),
     # The shipped default: min-p 0.05 through its logit-threshold prefilter.
-    "default-sampling": (SamplingParams(), SpeculativeParams(draft_max=3), 3),
+    "default-sampling": (SamplingParams(), SpeculativeParams(draft_max=3, verify="rejection"), 3),
     # draft_max 1 with two tokens: when the draft is kept, the second token is the bonus
     # token from the last batched row, so it is inside the compared window.
-    "bonus-token": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=1), 2),
+    "bonus-token": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=1, verify="rejection"), 2),
     # p_min cuts drafts short where the draft is unsure (after this prompt, the second draft
     # position falls below 0.3 about 30% of the time); draft_min drops drafts that the
     # remaining room cuts below 2 tokens.
-    "p_min-draft_min": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, draft_min=2, p_min=0.3), 3),
+    "p_min-draft_min": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, draft_min=2, p_min=0.3, verify="rejection"), 3),
     # Lookup drafts are deterministic (a point-mass q); hybrid passes are lookup or model, per pass
     # (after a rejected lookup token the context's last 2-gram is new, so the model drafts next).
-    "ngram-t1.0": (T1, SpeculativeParams(strategy="ngram", draft_max=3), 3),
-    "ngram-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="ngram", draft_max=3), 3),
-    "hybrid-t1.0": (T1, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2), 3),
-    "hybrid-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2), 3),
+    "ngram-t1.0": (T1, SpeculativeParams(strategy="ngram", draft_max=3, verify="rejection"), 3),
+    "ngram-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="ngram", draft_max=3, verify="rejection"), 3),
+    "hybrid-t1.0": (T1, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), 3),
+    "hybrid-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), 3),
+    # Coupled verification (the default): the shipped defaults (hybrid, adaptive length, min-p 0.05)
+    # and a model draft at T=1. The identity tests (test_coupled_identity.py) prove more; these
+    # check the coupled sampler itself draws from the target's distribution.
+    "coupled-shipped-defaults": (SamplingParams(), SpeculativeParams(), 3),
+    "coupled-model-t1.0": (T1, SpeculativeParams(strategy="model", draft_max=3), 3),
 }
 CONFIDENT_PROMPT = [*PROMPT, 259]  # the draft's first next-token probability is 0.53 here
 
@@ -72,7 +78,7 @@ def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Pat
         exact = exact_two_token_distribution(target, sampling, prompt)
         counts: Counter = Counter()
         proposed = accepted = full_accepts = plain_passes = 0
-        first_draft_length = min(speculative.draft_max, max_tokens - 1)
+        first_draft_length = min(speculative.longest_draft, max_tokens - 1)
         for seed in range(N_SEEDS):
             settings = GenerationSettings(sampling, speculative, max_tokens=max_tokens, seed=seed)
             generation = generate_text(target, prompt, settings, build_drafter(speculative, sampling, draft))

@@ -112,3 +112,29 @@ def test_greedy_lookup_strategies_equal_target_only_token_for_token(demo_session
         assert drafted.tokens == baseline.tokens, prompt
         looked_up += drafted.stats.draft_tokens_accepted
     assert looked_up > 15  # the copy-heavy prompts really were drafted by lookup (adaptive lengths vary with timing)
+
+
+@pytest.mark.parametrize("temperature", [0.8, 1.0])
+@pytest.mark.parametrize(
+    "speculative",
+    [SpeculativeParams(), SpeculativeParams(strategy="model", draft_max=8), SpeculativeParams(strategy="ngram", draft_max=3)],
+    ids=["shipped-hybrid-adaptive", "model-8", "ngram-3"],
+)
+def test_coupled_speculative_text_equals_target_only_at_temperature(
+    demo_session: Session, temperature: float, speculative: SpeculativeParams
+) -> None:
+    """Coupled verification on the F32 target: the same seed gives the same tokens with or without drafting."""
+    from localspec.app.bench import COPY_HEAVY_PROMPTS
+
+    rejected = 0
+    for seed, prompt in enumerate([*PROMPTS[:3], COPY_HEAVY_PROMPTS[0]]):
+        tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+        settings = GenerationSettings(SamplingParams(temperature=temperature), speculative, max_tokens=48, seed=100 + seed)
+        baseline = generate_text(demo_session.target, tokens, settings)
+        drafted = demo_session.generation(tokens, settings)
+        for _ in drafted:
+            pass
+        assert drafted.tokens == baseline.tokens, prompt
+        assert drafted.stats.target_passes < baseline.stats.target_passes or speculative.strategy == "ngram"
+        rejected += drafted.stats.draft_tokens_proposed - drafted.stats.draft_tokens_accepted
+    assert rejected > 0

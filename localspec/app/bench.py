@@ -1,7 +1,7 @@
 """Side-by-side speed measurement and tuning: speculative vs target-only, same prompts, seeds and process.
 
 For each temperature, every prompt is generated target-only once per repeat and
-with every drafting configuration (strategy × draft length) being compared, in
+with every drafting configuration (strategy × draft length × verification) being compared, in
 an order that rotates from prompt to prompt, so that drift in machine speed
 falls on all sides alike. Speed is generated tokens over generation time,
 prompt processing excluded, summed over prompts. A configuration's speed-up is
@@ -59,6 +59,7 @@ class BenchCase:
     strategy: str
     draft_max: int | str
     temperature: float
+    verify: str = "coupled"
 
 
 @dataclass
@@ -66,7 +67,7 @@ class BenchResult:
     case: BenchCase
     speculative: SpecStats = field(default_factory=SpecStats)  # totals over prompts and repeats
     baseline: SpecStats = field(default_factory=SpecStats)
-    identical_prompts: int = 0  # prompt runs whose tokens matched target-only exactly (expected at temperature 0)
+    identical_prompts: int = 0  # prompt runs whose tokens matched target-only exactly (expected with coupled verification)
     runs: int = 0
     repeat_speedups: list[float] = field(default_factory=list)
 
@@ -90,6 +91,7 @@ class BenchResult:
         return {
             "strategy": self.case.strategy,
             "draft_max": self.case.draft_max,
+            "verify": self.case.verify,
             "temperature": self.case.temperature,
             "speculative_tokens_per_second": self.speculative.tokens_per_second,
             "baseline_tokens_per_second": self.baseline.tokens_per_second,
@@ -175,7 +177,9 @@ def best_overall(results: Sequence[BenchResult]) -> tuple[str, int | str, float]
 def _case_settings(base: GenerationSettings, case: BenchCase | None) -> GenerationSettings:
     if case is None:
         return base
-    speculative = dataclasses.replace(base.speculative, strategy=case.strategy, draft_max=case.draft_max)
+    speculative = dataclasses.replace(
+        base.speculative, strategy=case.strategy, draft_max=case.draft_max, verify=case.verify
+    )
     return dataclasses.replace(base, speculative=speculative)
 
 

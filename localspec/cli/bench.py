@@ -27,7 +27,7 @@ from ..app.bench import (
 )
 from ..config.profiles import update_profile
 from ..engine.generation import Generation
-from ..settings import SETTINGS, STRATEGIES
+from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
 from .common import stderr_console, stdout_console
 from .loading import load_session, resolve_plan
 from .options import (
@@ -40,7 +40,7 @@ from .options import (
 
 BENCH_MAX_TOKENS = 128
 BENCH_SEED = 1234
-SWEPT = ("sampling.temperature", "speculative.strategy", "speculative.draft_max")
+SWEPT = ("sampling.temperature", "speculative.strategy", "speculative.draft_max", "speculative.verify")
 
 
 def _comma_list(value: str, convert, option: str) -> list:
@@ -67,6 +67,12 @@ def _strategy(item: str) -> str:
     return item
 
 
+def _verify(item: str) -> str:
+    if item not in VERIFY_MODES:
+        raise click.BadParameter(f"{item!r} is not one of {', '.join(VERIFY_MODES)}")
+    return item
+
+
 _DRAFT_MAX = click_type(SETTINGS["speculative.draft_max"])
 
 
@@ -79,6 +85,7 @@ def _draft_max(item: str) -> int | str:
 @setting_options(exclude=SWEPT)
 @click.option("--temperatures", default="0,0.8", show_default=True, help="Temperatures to measure, comma-separated.")
 @click.option("--strategy", "strategies", help="Strategies to compare, comma-separated: model,ngram,hybrid [the profile's].")
+@click.option("--verify", "verify_modes", help="Verification modes to compare, comma-separated: coupled,rejection [the profile's].")
 @click.option("--draft-max", "draft_maxes", help="Draft lengths to compare, comma-separated, e.g. 2,4,8,adaptive [the profile's].")
 @click.option("--prompts", "prompts_spec", help="A FILE of prompts (one per line), or N: the first N built-in prompts"
               f" ({len(DEFAULT_PROMPTS)}: chat, code, lists, prose and copy-heavy tasks) [all].")
@@ -87,7 +94,8 @@ def _draft_max(item: str) -> int | str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @VERBOSE_OPTION
 def bench(
-    profile: str | None, temperatures: str, strategies: str | None, draft_maxes: str | None, prompts_spec: str | None,
+    profile: str | None, temperatures: str, strategies: str | None, verify_modes: str | None, draft_maxes: str | None,
+    prompts_spec: str | None,
     repeat: int, save: bool, as_json: bool, verbose: bool, **options: Any,
 ) -> None:
     """Measure what drafting buys on this machine, and which strategy and draft length buy most.
@@ -100,6 +108,7 @@ def bench(
     Examples:
       localspec bench
       localspec bench --draft-max 2,4,8,adaptive --strategy model,hybrid --save
+      localspec bench --verify coupled,rejection --temperatures 0.8
       localspec bench -p qwen2.5-7b --temperatures 0 --prompts my-prompts.txt --repeat 3
     """
     temps = _comma_list(temperatures, _temperature, "--temperatures")
@@ -117,7 +126,8 @@ def bench(
     needs_draft = [s for s in chosen_strategies if s != "ngram"]
     if needs_draft and plan.draft is None:
         raise click.UsageError(f"this run has no draft model, which strategy {needs_draft[0]} needs: give --draft, or --strategy ngram")
-    cases = [BenchCase(s, d, t) for t in temps for s in chosen_strategies for d in chosen_lengths]
+    chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes else [speculative.verify]
+    cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
 
     with load_session(plan, load_draft=bool(needs_draft), verbose=verbose) as session:
         placement = session.placement()
@@ -161,7 +171,7 @@ def _prompts(spec: str | None) -> tuple[str, ...]:
 
 
 def _log_run(case: BenchCase | None, index: int, generation: Generation) -> None:
-    label = f"{case.strategy}, draft_max {case.draft_max}" if case else "target-only"
+    label = f"{case.strategy}, draft_max {case.draft_max}, {case.verify}" if case else "target-only"
     temperature = generation.settings.sampling.temperature
     click.echo(f"  T={temperature:g} prompt {index + 1}: {label}: {generation.stats.tokens_per_second or 0:.1f} tok/s", err=True)
 
@@ -187,12 +197,12 @@ class _progress:
 
 
 def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
-    table = Table("T", "strategy", "draft_max", "speculative", "target-only", "speed-up", "spread", "acceptance",
+    table = Table("T", "strategy", "draft_max", "verify", "speculative", "target-only", "speed-up", "spread", "acceptance",
                   "kept/pass", "draft cost", "identical", box=None)
     for r in results:
         mark = " *" if best.get(r.case.temperature) is r else ""
         table.add_row(
-            f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max),
+            f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max), r.case.verify,
             f"{r.speculative.tokens_per_second or 0:.1f} tok/s", f"{r.baseline.tokens_per_second or 0:.1f} tok/s",
             f"{r.speedup:.2f}x{mark}", f"±{r.spread / 2:.2f}" if r.spread else "-",
             f"{r.speculative.acceptance_rate or 0:.1%}", f"{r.speculative.mean_accepted_length or 0:.2f}",

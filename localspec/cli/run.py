@@ -72,7 +72,11 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     elif generation.text and not generation.text.endswith("\n") and sys.stdout.isatty():
         write_stdout("\n")
     if stats:
-        click.echo(f"[{generation.stop_reason}] {generation.stats.summary()}", err=True)
+        settings = generation.settings
+        click.echo(
+            f"[{generation.stop_reason}] {generation.stats.summary()}, seed {settings.seed} ({settings.speculative.verify})",
+            err=True,
+        )
         for role, placement in session_placement.items():
             click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:

@@ -1,18 +1,19 @@
-"""The acceptance rule of speculative sampling (Leviathan et al. 2022; Chen et al. 2023).
+"""Which drafted tokens the target keeps: the verification step of speculative decoding.
 
-Given draft tokens d_1..d_k drawn from q_draft and the target's distributions
-p_target at the k+1 positions that one batched target pass scores, keep d_i with
-probability min(1, p_target(d_i) / q_draft(d_i)); at the first rejection draw from
-norm(max(0, p_target - q_draft)); if all k are kept, draw a bonus token from
-p_target at position k+1. The emitted tokens are distributed exactly as if they
-had been sampled from the target alone.
-
-`accept` is the one call the generation loop makes; it picks the path:
+One batched target pass scores the k drafted tokens d_1..d_k and gives p_target
+at their k+1 positions. `accept` is the one call the generation loop makes; it
+keeps a prefix of the draft and adds one token of the target's own:
 - temperature 0: keep drafts while they equal the target's argmax, then emit the
   target's argmax (no probabilities are computed);
-- a deterministic drafter (no q_draft, e.g. prompt lookup): q is a point mass, so
-  keeping d_i when a sample of p_target equals it is the same rule;
-- a sampled draft: rejection sampling against q_draft.
+- coupled verification, and any draft without q_draft (a deterministic lookup):
+  the target draws its own token at each position with the `Sampler`; drafts are
+  kept while they equal it, and the first that does not is replaced by it (or,
+  all kept, the target's token at position k+1 is the bonus). With coupled
+  noise the emitted tokens are exactly those target-only decoding draws;
+- rejection verification of a sampled draft (Leviathan et al. 2022; Chen et al.
+  2023): keep d_i with probability min(1, p_target(d_i) / q_draft(d_i)); at the
+  first rejection draw from norm(max(0, p_target - q_draft)); if all are kept,
+  draw a bonus token from p_target at position k+1. Exact in distribution.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..settings import SamplingParams
-from .sampling import Probs, as_probs, next_token_probs
+from .sampling import Probs, Sampler, as_probs, next_token_probs
 
 # One distribution per position, sparse (`Probs`) or dense; `row[token]` reads either.
 Distributions = Sequence["Probs | np.ndarray"]
@@ -40,15 +41,20 @@ def accept(
     q_draft: Distributions | None,
     target_logits: np.ndarray,
     sampling: SamplingParams,
-    rng: np.random.Generator,
+    sampler: Sampler,
+    position: int,
 ) -> Accepted:
-    """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one)."""
+    """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one).
+
+    Row i scores the token at `position + i` of the generation. A draft with
+    q_draft is verified by rejection sampling, which needs a `StreamSampler`.
+    """
     if sampling.greedy:
         return accept_greedy(draft_tokens, np.argmax(target_logits, axis=1))
     p_target = [next_token_probs(row, sampling) for row in target_logits]
     if q_draft is None:
-        return accept_by_target_samples(draft_tokens, p_target, rng)
-    return rejection_sample(draft_tokens, q_draft, p_target, rng)
+        return accept_by_target_samples(draft_tokens, p_target, sampler, position)
+    return rejection_sample(draft_tokens, q_draft, p_target, sampler.rng)  # type: ignore[attr-defined]
 
 
 def rejection_sample(
@@ -66,16 +72,19 @@ def rejection_sample(
     return Accepted([*draft_tokens[:n_accepted], residual.sample(rng)], n_accepted)
 
 
-def accept_by_target_samples(draft_tokens: Sequence[int], p_target: Distributions, rng: np.random.Generator) -> Accepted:
-    """A deterministic draft: sample the target at each position and keep d_i while the sample equals it."""
+def accept_by_target_samples(
+    draft_tokens: Sequence[int], p_target: Distributions, sampler: Sampler, position: int
+) -> Accepted:
+    """Draw the target's own token at each position; keep d_i while it equals that token."""
     emitted: list[int] = []
-    for position, drafted in enumerate(draft_tokens):
-        token = as_probs(p_target[position]).sample(rng)
+    for i, drafted in enumerate(draft_tokens):
+        token = sampler.draw(as_probs(p_target[i]), position + i)
         emitted.append(token)
         if token != drafted:
-            return Accepted(emitted, position)
-    emitted.append(as_probs(p_target[len(draft_tokens)]).sample(rng))
-    return Accepted(emitted, len(draft_tokens))
+            return Accepted(emitted, i)
+    k = len(draft_tokens)
+    emitted.append(sampler.draw(as_probs(p_target[k]), position + k))
+    return Accepted(emitted, k)
 
 
 def accept_greedy(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> Accepted:

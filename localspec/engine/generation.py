@@ -18,6 +18,7 @@ from ..runtime.model import Model, common_prefix_length
 from ..settings import GenerationSettings
 from .acceptance import accept
 from .drafters import NO_DRAFT, Draft, Drafter
+from .sampling import Sampler, make_sampler
 from .stats import SpecStats
 from .textstream import TextStream
 
@@ -69,7 +70,7 @@ class Generation:
     def __iter__(self) -> Iterator[Chunk]:
         if self.stop_reason is not None or self.tokens:
             raise RuntimeError("a Generation runs once; create a new one")
-        rng = np.random.default_rng(self.settings.seed)
+        sampler = make_sampler(self.settings.speculative.verify, self.settings.seed)
         context = list(self.prompt_tokens)
         self._evaluate_prompt(context)
 
@@ -80,12 +81,15 @@ class Generation:
                 if room is None:
                     self.stop_reason = "length"
                     break
-                # 1. The drafter proposes up to `room` tokens d_1..d_k (with q_draft when sampled).
-                draft = self._propose(context, room, rng)
+                # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).
+                position = len(self.tokens)
+                draft = self._propose(context, room, sampler, position)
                 # 2. One target pass scores [last, d_1..d_k]: k+1 rows of logits.
                 target_logits, verify_seconds = self._score(context, draft)
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
-                new_tokens, n_accepted = accept(draft.tokens, draft.q_draft, target_logits, self.settings.sampling, rng)
+                new_tokens, n_accepted = accept(
+                    draft.tokens, draft.q_draft, target_logits, self.settings.sampling, sampler, position
+                )
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
@@ -123,12 +127,14 @@ class Generation:
             return None
         return min(self.settings.speculative.longest_draft, remaining - 1, context_room, self.target.n_batch - 1)
 
-    def _propose(self, context: list[int], room: int, rng: np.random.Generator) -> Draft:
+    def _propose(self, context: list[int], room: int, sampler: Sampler, position: int) -> Draft:
         """The drafter's proposal, or no draft when it is too short to be worth a batched pass.
 
         A draft shorter than draft_min is dropped (the step decodes one token
-        plainly) only when dropping it cannot bias the output: a greedy or
-        deterministic draft, or a sampled draft that used all the room it had.
+        plainly) only when dropping it cannot bias the output: a draft without
+        q_draft (greedy, a lookup, or coupled verification, where the output does
+        not depend on the draft at all), or a sampled draft that used all the
+        room it had.
         A sampled draft that p_min cut short has a length that depends on the
         tokens drawn; dropping those drafts would keep only drafts of some
         tokens, which are then no longer samples of q_draft, so it is verified.
@@ -136,7 +142,7 @@ class Generation:
         if self.drafter is None or room <= 0:
             return NO_DRAFT
         started = time.perf_counter()
-        draft = self.drafter.propose(context, room, rng)
+        draft = self.drafter.propose(context, room, sampler, position)
         self.stats.draft_seconds += time.perf_counter() - started
         if not draft.tokens:
             return NO_DRAFT

@@ -9,13 +9,25 @@ probabilities, nothing for the rest of the vocabulary. With min-p (the default)
 that is a few dozen tokens out of tens of thousands, so sampling, the acceptance
 ratio p/q and the residual max(0, p - q) touch only those. `logits_to_probs` is
 the same distribution as a dense vector.
+
+A `Sampler` draws one token from such a distribution at a position of the
+generation. How it draws is `speculative.verify`:
+- `CoupledSampler` ("coupled", the default): the Gumbel-max trick with noise
+  keyed by (seed, position, token id) (`noise.py`). Draft and target draw with
+  the same noise, and target-only decoding draws exactly what speculative
+  decoding emits: same seed, same text.
+- `StreamSampler` ("rejection"): draws from one random stream in order; drafts
+  are then verified by rejection sampling, exact in distribution.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from ..settings import SamplingParams
+from .noise import gumbel
 
 # Float32 logits are compared with a threshold computed in float64: prefilter with
 # this much slack, then apply the exact min-p rule to the few candidates in float64.
@@ -75,6 +87,50 @@ class Probs:
         probs = np.zeros(n_vocab, dtype=np.float64)
         probs[self.ids] = self.values
         return probs
+
+
+class Sampler(Protocol):
+    """Draws a token from a distribution at a position of the generation (0 = its first token)."""
+
+    verifies_by_rejection: bool  # drafts carry q_draft and are verified by rejection sampling
+
+    def draw(self, probs: Probs, position: int) -> int: ...
+
+
+class CoupledSampler:
+    """Gumbel-max sampling: argmax over the support of log p(t) + g(seed, position, t).
+
+    An exact sample of `probs`, and a function of (seed, position, distribution)
+    alone: whoever draws at a position with the same seed uses the same noise.
+    Ties go to the lowest token id (the support is sorted).
+    """
+
+    verifies_by_rejection = False
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def draw(self, probs: Probs, position: int) -> int:
+        with np.errstate(divide="ignore"):  # a probability that underflowed to 0 scores -inf
+            scores = np.log(probs.values) + gumbel(self.seed, position, probs.ids)
+        return int(probs.ids[int(np.argmax(scores))])
+
+
+class StreamSampler:
+    """Draws from one random stream in order, whatever the position (rejection verification)."""
+
+    verifies_by_rejection = True
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def draw(self, probs: Probs, position: int) -> int:
+        return probs.sample(self.rng)
+
+
+def make_sampler(verify: str, seed: int) -> CoupledSampler | StreamSampler:
+    """The sampler for `speculative.verify` ("coupled" or "rejection") and a generation's seed."""
+    return CoupledSampler(seed) if verify == "coupled" else StreamSampler(np.random.default_rng(seed))
 
 
 def as_probs(row: "Probs | np.ndarray") -> Probs:

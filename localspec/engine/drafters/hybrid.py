@@ -2,7 +2,7 @@
 
 The choice is made per pass from the context alone, before anything is drafted,
 so each pass is exactly one of the two: a deterministic lookup (verified against
-target samples) or sampled model drafts (verified by rejection sampling). The
+target samples) or model drafts (verified as `speculative.verify` says). The
 draft model's cache follows the context on its next pass (`Model.sync` keeps the
 common prefix and evaluates what the lookup passes added).
 """
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
+from ..sampling import Sampler
 from .base import Draft
 from .model import ModelDrafter
 from .ngram import NGramDrafter
@@ -28,13 +27,13 @@ class HybridDrafter:
         self.lookup.begin(prompt_tokens)
         self.by_model.begin(prompt_tokens)
 
-    def propose(self, context: Sequence[int], max_tokens: int, rng: np.random.Generator) -> Draft:
-        draft = self.lookup.propose(context, max_tokens, rng)
+    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft:
+        draft = self.lookup.propose(context, max_tokens, sampler, position)
         if draft.tokens:
             self._last = self.lookup
             return draft
         self._last = self.by_model
-        return self.by_model.propose(context, max_tokens, rng)
+        return self.by_model.propose(context, max_tokens, sampler, position)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         self._last.observe(n_proposed, n_accepted, verify_seconds)

@@ -10,7 +10,7 @@ import numpy as np
 from ...runtime.model import Model
 from ...settings import SamplingParams
 from ..draft_length import DraftLength, FixedLength
-from ..sampling import Confidence, Probs, next_token_probs
+from ..sampling import Confidence, Probs, Sampler, next_token_probs
 from .base import Draft
 
 
@@ -18,12 +18,15 @@ class ModelDrafter:
     """Drafts by sampling a smaller model with the same vocabulary, token by token.
 
     Each token is drawn from q_draft, the draft's distribution processed by the
-    same `next_token_probs` as the target's. Drafting stops early when the draft
-    model's confidence (the largest probability of its unprocessed next-token
-    distribution) falls below `p_min`, and where the length controller says one
-    more token is not worth its cost. Both look only at the context (the drafted
-    tokens included), never at the token about to be drawn, so the drafted tokens
-    stay exact samples of q_draft.
+    same `next_token_probs` as the target's, with the generation's sampler: under
+    coupled verification with the noise the target draws its own token with at
+    that position, so the draft proposes the target's token wherever q_draft and
+    p_target are close. Drafting stops early when the draft model's confidence
+    (the largest probability of its unprocessed next-token distribution) falls
+    below `p_min`, and where the length controller says one more token is not
+    worth its cost. Both look only at the context (the drafted tokens included),
+    never at the token about to be drawn, so under rejection verification the
+    drafted tokens stay exact samples of q_draft.
     """
 
     def __init__(self, model: Model, sampling: SamplingParams, p_min: float = 0.0, length: DraftLength | None = None) -> None:
@@ -36,14 +39,14 @@ class ModelDrafter:
         """Evaluate the prompt ahead of the first step (counted as prompt time)."""
         self.model.sync(prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1])
 
-    def propose(self, context: Sequence[int], max_tokens: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft:
         # The draft's cache must hold the context plus all but the last draft token.
         room = min(max_tokens, self.model.n_ctx - len(context) + 1)
         k = self.length.plan(room) if room > 0 else 0
         tokens: list[int] = []
         rows: list[Probs] = []
         if k <= 0:
-            return self._draft(tokens, rows)
+            return self._draft(tokens, rows, sampler)
         started = time.perf_counter()
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
         logits = self.model.next_logits(context, copy=False)
@@ -56,7 +59,7 @@ class ModelDrafter:
                 token = int(np.argmax(logits))
             else:
                 q = next_token_probs(logits, self.sampling)
-                token = q.sample(rng)
+                token = sampler.draw(q, position + len(tokens))
                 rows.append(q)
             tokens.append(token)
             now = time.perf_counter()
@@ -65,11 +68,11 @@ class ModelDrafter:
             if len(tokens) == k or (needs_confidence and not self.length.keep_going(len(tokens), confidence[token])):
                 break
             logits = self.model.eval([token], logits="last", copy=False)[0]
-        return self._draft(tokens, rows)
+        return self._draft(tokens, rows, sampler)
 
-    def _draft(self, tokens: list[int], rows: list[Probs]) -> Draft:
-        """Greedy drafts are deterministic (no q_draft); sampled ones carry one q per token."""
-        return Draft(tokens, None if self.sampling.greedy else rows)
+    def _draft(self, tokens: list[int], rows: list[Probs], sampler: Sampler) -> Draft:
+        """Drafts to be verified by rejection sampling carry one q per token; greedy and coupled ones need none."""
+        return Draft(tokens, rows if sampler.verifies_by_rejection and not self.sampling.greedy else None)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         """Pass the target's verdict and the verify pass's cost to the length controller."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-import numpy as np
-
 from ..draft_length import DraftLength, FixedLength
+from ..sampling import Sampler
 from .base import NO_DRAFT, Draft
 
 
@@ -78,7 +77,7 @@ class NGramDrafter:
         n, start = found
         return n, self.index.continuation(start, max_tokens)
 
-    def propose(self, context: Sequence[int], max_tokens: int, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft:
         started = time.perf_counter()
         _, tokens = self.lookup(context, self.length.plan(max_tokens))
         if not tokens:

@@ -1,0 +1,132 @@
+"""Coupled verification: speculative output equals target-only output, token for token, at any temperature.
+
+The strongest lossless test there is: for each seed the speculative loop must emit
+exactly the tokens target-only decoding draws with the same seed, whatever drafts
+(model, lookup, hybrid), however long the drafts (fixed or adaptive), and with
+draft_min/p_min cutting them. Every token is compared, so bonus tokens and
+positions past the first draft are covered. A deliberately wrong coupling must
+fail the same comparison.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec.engine import generation as generation_module
+from localspec.engine.drafters import build_drafter
+from localspec.engine.generation import generate_text
+from localspec.engine.noise import gumbel
+from localspec.engine.sampling import CoupledSampler, Probs
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+
+PROMPT = [1, 260, 265, 270, 262, 260, 265]  # ends in a 2-gram seen before, so lookups draft from the start
+N_SEEDS = 12
+MAX_TOKENS = 20
+
+SAMPLINGS = {
+    "t0.7": SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0),
+    "t1.0": SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+    "t1.0-topk8-topp0.9": SamplingParams(temperature=1.0, top_k=8, top_p=0.9, min_p=0.0),
+    "shipped-min-p": SamplingParams(),
+}
+SPECULATIVE = {
+    "model-1": SpeculativeParams(strategy="model", draft_max=1),
+    "model-3": SpeculativeParams(strategy="model", draft_max=3),
+    "model-8": SpeculativeParams(strategy="model", draft_max=8),
+    "model-adaptive": SpeculativeParams(strategy="model"),
+    "model-draft_min-p_min": SpeculativeParams(strategy="model", draft_max=4, draft_min=2, p_min=0.3),
+    "ngram-3": SpeculativeParams(strategy="ngram", draft_max=3, ngram_min=1, ngram_max=2),
+    "hybrid-8": SpeculativeParams(strategy="hybrid", draft_max=8, ngram_min=2, ngram_max=2),
+    "hybrid-adaptive": SpeculativeParams(strategy="hybrid", ngram_min=2, ngram_max=2),
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_pair: tuple[Path, Path]):
+    with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
+        yield target, draft
+
+
+class _CountingDrafter:
+    """A drafter that counts the target's verdicts: passes with a rejection, passes that kept every draft."""
+
+    def __init__(self, drafter) -> None:
+        self.drafter = drafter
+        self.rejecting_passes = self.fully_kept_passes = 0
+
+    def begin(self, prompt_tokens) -> None:
+        self.drafter.begin(prompt_tokens)
+
+    def propose(self, context, max_tokens, sampler, position):
+        return self.drafter.propose(context, max_tokens, sampler, position)
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self.rejecting_passes += n_accepted < n_proposed
+        self.fully_kept_passes += n_accepted == n_proposed
+        self.drafter.observe(n_proposed, n_accepted, verify_seconds)
+
+
+def _compare(target: Model, draft: Model, sampling: SamplingParams, speculative: SpeculativeParams) -> dict[str, int]:
+    """Generate with and without speculation for each seed: how many seeds differed, and the verdicts seen."""
+    totals = {"differing_seeds": 0, "rejecting_passes": 0, "fully_kept_passes": 0, "kept_past_position_3": 0}
+    for seed in range(N_SEEDS):
+        settings = GenerationSettings(sampling, speculative, max_tokens=MAX_TOKENS, seed=seed)
+        alone = generate_text(target, PROMPT, settings)
+        drafter = _CountingDrafter(build_drafter(speculative, sampling, draft))
+        drafted = generate_text(target, PROMPT, settings, drafter)
+        totals["differing_seeds"] += drafted.tokens != alone.tokens
+        totals["rejecting_passes"] += drafter.rejecting_passes
+        totals["fully_kept_passes"] += drafter.fully_kept_passes
+        totals["kept_past_position_3"] += sum(drafted.stats.accepted_at[3:])
+    return totals
+
+
+# Every drafting configuration with one sampling each (rotating) in the fast suite; all pairs in the slow one.
+FAST_CASES = [(speculative, list(SAMPLINGS)[i % len(SAMPLINGS)]) for i, speculative in enumerate(SPECULATIVE)]
+ALL_CASES = [
+    pytest.param(speculative, sampling, marks=[] if (speculative, sampling) in FAST_CASES else [pytest.mark.slow])
+    for speculative in SPECULATIVE
+    for sampling in SAMPLINGS
+]
+
+
+@pytest.mark.parametrize(("speculative_name", "sampling_name"), ALL_CASES)
+def test_speculative_tokens_equal_target_only_tokens(pair, speculative_name: str, sampling_name: str) -> None:
+    target, draft = pair
+    totals = _compare(target, draft, SAMPLINGS[sampling_name], SPECULATIVE[speculative_name])
+    assert totals["differing_seeds"] == 0
+    # The identity held through rejections and through fully kept drafts (then the target's token is a bonus).
+    assert totals["rejecting_passes"] > 0 and totals["fully_kept_passes"] > 0
+
+
+class _NoiseKeyedByDrawOrder(CoupledSampler):
+    """A wrong coupling: noise keyed by how many draws came before instead of the position."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.draws = 0
+
+    def draw(self, probs: Probs, position: int) -> int:
+        self.draws += 1
+        with np.errstate(divide="ignore"):
+            scores = np.log(probs.values) + gumbel(self.seed, self.draws, probs.ids)
+        return int(probs.ids[int(np.argmax(scores))])
+
+
+def test_a_wrong_coupling_fails_the_identity_test(pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generation_module, "make_sampler", lambda verify, seed: _NoiseKeyedByDrawOrder(seed))
+    target, draft = pair
+    totals = _compare(target, draft, SAMPLINGS["t1.0"], SPECULATIVE["model-3"])
+    assert totals["differing_seeds"] > N_SEEDS // 2
+
+
+def test_rejection_verification_does_not_promise_identity(pair) -> None:
+    """With `verify = rejection` the text is only equally distributed: most seeds differ from target-only."""
+    target, draft = pair
+    speculative = SpeculativeParams(strategy="model", draft_max=3, verify="rejection")
+    totals = _compare(target, draft, SAMPLINGS["t1.0"], speculative)
+    assert totals["differing_seeds"] > N_SEEDS // 2
