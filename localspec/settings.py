@@ -17,6 +17,7 @@ every layer can use it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import typing
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ ALL_LAYERS = "all"  # n_gpu_layers: offload every layer
 ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length considers
 BUILTIN_MODELS = ("smollm2-135m-instruct-f32", "smollm2-135m-instruct-q4_1")
 SEED_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1  # an integer setting without a declared maximum: llama.cpp's C ints would wrap above this
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,16 @@ class Setting:
         if not _has_kind(value, self.kind):
             also = "".join(f" or {word!r}" for word in self.words)
             return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {value!r}"
+        if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison, inf every lower bound
+            return f"{self.key} must be a finite number, got {value!r}"
         if self.choices is not None and value not in self.choices:
             return f"{self.key} must be one of {', '.join(self.choices)}, got {value!r}"
         below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
         above = self.high is not None and value > self.high
         if below or above:
             return f"{self.key} must be {self.range_text()}, got {value!r}"
+        if self.kind is int and self.high is None and value > INT_MAX:
+            return f"{self.key} must be at most {INT_MAX}, got {value!r}"
         return None
 
     def range_text(self) -> str:
@@ -124,11 +130,14 @@ class SettingsGroup:
 
     @classmethod
     def from_values(cls: type[G], values: Mapping[str, Any], role: str | None = None) -> G:
-        """An instance from dotted-key values (keys not given keep their defaults)."""
+        """An instance from dotted-key values (keys not given keep their defaults), each checked under its own key."""
         kwargs = {}
         for item in declared(cls, role):
             if item.key in values:
                 value = values[item.key]
+                problem = item.problem(value)
+                if problem is not None:
+                    raise InputError(problem)  # "target.n_ctx must be …", where the dataclass would say "model.n_ctx"
                 kwargs[item.key.rpartition(".")[2]] = tuple(value) if item.kind is list else value
         return cls(**kwargs)
 
@@ -279,6 +288,34 @@ class GenerationSettings(SettingsGroup):
 
     def to_values(self, role: str | None = None) -> dict[str, Any]:
         return {**self.sampling.to_values(), **self.speculative.to_values(), **super().to_values()}
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The dotted keys these settings hold: sampling, speculative and generation settings."""
+        return tuple(item.key for group in (SamplingParams, SpeculativeParams, cls) for item in declared(group))
+
+    def with_values(self, values: Mapping[str, Any], source: str = "") -> "GenerationSettings":
+        """A copy with `values` (dotted keys) replacing these settings: each value checked, then the rules between them.
+
+        The one check for generation settings from outside (profiles, the plan, chat `/set`, requests):
+        an InputError, prefixed with `source` ("profile demo", "/set"), names what is wrong. When a rule
+        fails because of a value that `values` does not give, the message says to set that one too.
+        """
+        prefix = f"{source}: " if source else ""
+        own_keys = self.keys()
+        for key, value in values.items():
+            if key not in own_keys:
+                raise InputError(f"{prefix}{key!r} is not a generation setting")
+            problem = SETTINGS[key].problem(value)
+            if problem is not None:
+                raise InputError(prefix + problem)
+        current = self.to_values()
+        try:
+            return self.from_values({**current, **values})
+        except InputError as exc:
+            unset = [key for key in own_keys if key in str(exc) and key not in values]
+            advice = "".join(f" ({key} is {current[key]!r} when not given: set it too)" for key in unset)
+            raise InputError(f"{prefix}{exc}{advice}") from None
 
     def with_seed(self) -> "GenerationSettings":
         """A copy with a concrete seed, drawn at random when none was given."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pytest
+from cli_helpers import cli, one_error_line
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,12 +15,12 @@ from localspec.cli import main
 from localspec.cli.options import SETTING_OPTIONS
 from localspec.config.paths import user_profiles_dir
 from localspec.config.resolve import resolve_settings
+from localspec.errors import InputError
 from localspec.settings import (
     DEFAULTS,
     SETTINGS,
     GenerationSettings,
     ModelSettings,
-    SamplingParams,
     SpeculativeParams,
 )
 
@@ -36,14 +38,30 @@ def test_every_flag_of_run_comes_from_the_table_with_its_range_and_default() -> 
             assert (cli_option.type.min, cli_option.type.max) == (item.low, item.high)
 
 
-def test_the_dataclass_defaults_are_the_declared_defaults() -> None:
-    built = {**GenerationSettings().to_dict()["sampling"], **GenerationSettings().to_dict()["speculative"]}
-    for key, value in DEFAULTS.items():
-        section, _, name = key.rpartition(".")
-        if section in ("sampling", "speculative") and name in built:
-            assert built[name] == value, key
-    assert ModelSettings().n_ctx == DEFAULTS["target.n_ctx"] == DEFAULTS["draft.n_ctx"]
-    assert SamplingParams().min_p == SETTINGS["sampling.min_p"].default
+def test_the_readme_states_the_declared_defaults() -> None:
+    """The option table in the README documents the defaults the declarations hold."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+
+    def shown(key: str, off: object) -> str:
+        return "off" if DEFAULTS[key] == off else str(DEFAULTS[key])
+
+    sampling = [str(DEFAULTS["sampling.temperature"]), shown("sampling.top_k", 0), shown("sampling.top_p", 1.0), str(DEFAULTS["sampling.min_p"])]
+    assert f"temperature 0 is greedy (defaults {', '.join(sampling)})" in readme
+    assert f"most tokens to generate (default {DEFAULTS['sampling.max_tokens']})" in readme
+    assert f"(default {DEFAULTS['speculative.ngram_min']} to {DEFAULTS['speculative.ngram_max']};" in readme
+    assert (DEFAULTS["speculative.strategy"], DEFAULTS["speculative.draft_max"]) == ("hybrid", "adaptive")  # "hybrid + adaptive"
+
+
+def test_the_defaults_survive_a_round_trip_through_a_profile_file() -> None:
+    """Every default written into a profile, read back and built, gives the settings objects' own defaults."""
+    from localspec.config.profiles import load_profile, save_profile
+
+    written = {key: value for key, value in DEFAULTS.items() if value is not None}
+    save_profile("defaults", {"target.path": "t.gguf", "draft.path": "d.gguf", **written})
+    values = load_profile("defaults").values
+    assert {key: values[key] for key in written} == written
+    assert GenerationSettings.from_values(values) == GenerationSettings()
+    assert ModelSettings.from_values(values, "target") == ModelSettings() == ModelSettings.from_values(values, "draft")
 
 
 def test_profile_show_sources_follow_flag_over_profile_over_default() -> None:
@@ -116,3 +134,53 @@ def test_no_valid_combination_of_settings_ends_in_a_traceback(tiny_pair: tuple[P
             args += [flag, str(value)]
     result = CliRunner().invoke(main, [*args, "the cat sat on the mat"])
     _one_clean_outcome(result)
+
+
+# -- non-finite and oversized numbers, and the one check of generation settings ------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, value, fragment",
+    [
+        ("--temperature", "nan", "sampling.temperature must be a finite number, got nan"),
+        ("--temperature", "inf", "sampling.temperature must be a finite number, got inf"),
+        ("--top-p", "nan", "sampling.top_p must be a finite number"),
+        ("--min-p", "nan", "sampling.min_p must be a finite number"),
+        ("--p-min", "nan", "speculative.p_min must be a finite number"),
+        ("--max-tokens", str(10**30), "sampling.max_tokens must be at most 2147483647"),
+        ("--n-ctx", str(2**32 + 16), "target.n_ctx must be at most 2147483647"),  # ctypes would wrap it to 16
+    ],
+)
+def test_non_finite_and_oversized_flags_are_refused_in_one_line(tiny_pair: tuple[Path, Path], flag: str, value: str, fragment: str) -> None:
+    result = cli("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), flag, value, "hi")
+    one_error_line(result, 2, fragment)
+
+
+def test_with_values_checks_each_value_and_the_rules_between_them() -> None:
+    base = GenerationSettings()
+    changed = base.with_values({"sampling.temperature": 0.2, "speculative.ngram_max": 6}, "/set")
+    assert (changed.sampling.temperature, changed.speculative.ngram_max, changed.max_tokens) == (0.2, 6, base.max_tokens)
+    for values, fragment in [
+        ({"sampling.top_p": float("nan")}, "/set: sampling.top_p must be a finite number"),
+        ({"sampling.temperature": float("-inf")}, "sampling.temperature must be a finite number"),
+        ({"target.n_ctx": 64}, "'target.n_ctx' is not a generation setting"),
+        ({"speculative.ngram_min": 5}, ("speculative.ngram_min (5) must not exceed speculative.ngram_max (4)"
+                                        " (speculative.ngram_max is 4 when not given: set it too)")),
+        ({"speculative.draft_max": 3, "speculative.draft_min": 4}, "must not exceed speculative.draft_max (3)"),
+    ]:
+        with pytest.raises(InputError) as caught:
+            base.with_values(values, "/set")
+        assert fragment in str(caught.value) and str(caught.value).startswith("/set: ")
+        assert ("set it too" in str(caught.value)) == ("speculative.ngram_min" in values)
+
+
+def test_a_context_llama_cpp_rounds_up_is_noted(tiny_pair: tuple[Path, Path]) -> None:
+    result = cli("run", "--target", str(tiny_pair[0]), "--no-speculative", "--n-ctx", "16", "--max-tokens", "1", "--raw", "hi")
+    assert result.exit_code == 0, result.stderr
+    assert "note: n_ctx 16 becomes 256: llama.cpp rounds the context up to a multiple of 256" in result.stderr
+    quiet = cli("run", "--target", str(tiny_pair[0]), "--no-speculative", "--n-ctx", "512", "--max-tokens", "1", "--raw", "hi")
+    assert "n_ctx" not in quiet.stderr
+    from localspec.runtime.model import Model
+
+    with Model(tiny_pair[0], ModelSettings(n_ctx=16)) as model:  # what the note says is what llama.cpp does
+        assert model.n_ctx == 256

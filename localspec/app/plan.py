@@ -69,6 +69,7 @@ def resolve(
     else:
         check_file(target.path)
     generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None)
+    notes += _context_notes([choice for choice in (target, draft) if choice is not None])
     if generation.speculative.uses_draft_model and draft is None and settings.sources["speculative.strategy"] != "default":
         raise InputError(
             f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
@@ -134,8 +135,23 @@ def _generation_settings(
             f"draft_max lowered from {draft_max} to {verify_rows - 1}:"
             f" one target pass verifies at most {verify_rows} tokens (target.n_batch)"
         )
-    generation = _build(settings, lambda: GenerationSettings.from_values(values))
+    own = {key: values[key] for key in GenerationSettings.keys() if key in values}
+    generation = _build(settings, lambda: GenerationSettings().with_values(own))
     return generation, tuple(notes)
+
+
+LLAMA_CONTEXT_STEP = 256  # llama.cpp rounds every context size up to a multiple of this
+
+
+def _context_notes(choices: list[ModelChoice]) -> tuple[str, ...]:
+    """Say so when llama.cpp will round a context size up (`--n-ctx 16` gives 256 tokens of context)."""
+    sizes = sorted({choice.runtime.n_ctx for choice in choices if choice.runtime.n_ctx})
+    return tuple(
+        f"n_ctx {size} becomes {-(-size // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP}:"
+        f" llama.cpp rounds the context up to a multiple of {LLAMA_CONTEXT_STEP}"
+        for size in sizes
+        if size % LLAMA_CONTEXT_STEP
+    )
 
 
 def _build(settings: ResolvedSettings, make: Callable[[], Any]) -> Any:
