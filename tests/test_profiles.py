@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from localspec.config.paths import config_file, user_profiles_dir
-from localspec.config.profiles import load_profile, save_profile, validate
+from localspec.config.profiles import load_profile, save_profile, update_profile, validate
 from localspec.errors import InputError
 from localspec.settings import SETTINGS
 
@@ -52,7 +54,7 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
 
     listed = {row["name"]: row for row in json.loads(cli("profile", "list", "--json").output)}
     assert listed["mine"]["source"] == "user" and listed["mine"]["draft"] == str(Path(draft).resolve())
-    assert set(listed["mine"]) == {"name", "source", "target", "draft", "default"}
+    assert set(listed["mine"]) == {"name", "source", "target", "draft", "default", "problem"}
 
     assert cli("profile", "remove", "mine").exit_code == 0
     one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
@@ -307,3 +309,107 @@ def test_any_valid_profile_survives_save_and_load(values: dict) -> None:
         assume(False)
     save_profile("roundtrip", values)
     assert load_profile("roundtrip").values == values
+
+
+# -- files from outside: encodings, non-finite numbers, rules between settings, names, markup -----------
+
+_NOT_PLAIN_UTF8 = [  # (how a file is encoded, what the error says): each names the file too
+    ("latin-1", "not UTF-8 (byte 0xe9"),
+    ("utf-16", "is UTF-16, not UTF-8"),
+    ("utf-8-sig", "byte order mark (BOM)"),
+]
+
+
+@pytest.mark.parametrize("encoding, fragment", _NOT_PLAIN_UTF8)
+def test_a_profile_that_is_not_plain_utf8_is_one_line_and_listed_as_invalid(encoding: str, fragment: str) -> None:
+    path = write_user_profile("enc", "")
+    path.write_bytes('[target]\npath = "café.gguf"\n'.encode(encoding))
+    one_error_line(cli("profile", "show", "enc"), 2, str(path), fragment)
+    one_error_line(cli("run", "-p", "enc", "hi"), 2, str(path), fragment)
+    listed = {row["name"]: row for row in json.loads(cli("profile", "list", "--json").output)}
+    assert fragment in listed["enc"]["problem"] and listed["demo"]["problem"] is None
+    table = cli("profile", "list")
+    assert table.exit_code == 0 and "invalid: " in table.output and fragment in table.output
+
+
+@pytest.mark.parametrize("encoding, fragment", _NOT_PLAIN_UTF8)
+def test_a_config_that_is_not_plain_utf8_is_one_line_naming_it(encoding: str, fragment: str) -> None:
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = 'default_profile = "demo"  # café\n'.encode(encoding)
+    path.write_bytes(raw)
+    one_error_line(cli("run", "hi"), 2, str(path), fragment)
+    one_error_line(cli("profile", "default", "demo"), 2, str(path), fragment)
+    assert path.read_bytes() == raw
+
+
+def test_profile_list_shows_files_that_are_not_valid_profiles() -> None:
+    write_user_profile("my profile", '[target]\npath = "x.gguf"\n')
+    write_user_profile("typo", '[target]\npath = "x.gguf"\n[sampling]\ntemprature = 0.5\n')
+    listed = {row["name"]: row["problem"] for row in json.loads(cli("profile", "list", "--json").output)}
+    assert "not a valid profile name" in listed["my profile"] and "' ' is not allowed" in listed["my profile"]
+    assert listed["typo"].startswith("line 4: unknown key 'sampling.temprature'")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+nan"])
+def test_non_finite_numbers_are_refused_in_profiles(value: str) -> None:
+    path = write_user_profile("finite", f'[target]\npath = "x.gguf"\n[sampling]\ntemperature = {value}\n')
+    one_error_line(cli("profile", "show", "finite", "--json"), 2, f"{path}:4: sampling.temperature must be a finite number")
+    path.write_text('[target]\npath = "x.gguf"\n')
+    before = path.read_text()
+    one_error_line(cli("profile", "set", "finite", f"sampling.top_p={value}"), 2, "sampling.top_p must be a finite number")
+    assert path.read_text() == before
+    one_error_line(cli("profile", "set", "demo", f"sampling.temperature={value}"), 2, "must be a finite number")
+    assert not (user_profiles_dir() / "demo.toml").exists()  # the shipped profile was not copied for nothing
+
+
+def test_a_rule_between_settings_is_checked_when_the_profile_is_saved() -> None:
+    path = write_user_profile("rules", '[target]\npath = "x.gguf"\n')
+    one_error_line(cli("profile", "set", "rules", "speculative.ngram_min=5"), 2,
+                   "profile rules: speculative.ngram_min (5) must not exceed speculative.ngram_max (4)",
+                   "speculative.ngram_max is 4 when not given: set it too")
+    assert cli("profile", "set", "rules", "speculative.ngram_min=5", "speculative.ngram_max=6").exit_code == 0
+    path.write_text('[target]\npath = "x.gguf"\n[speculative]\ndraft_max = 3\ndraft_min = 4\n')  # broken by hand
+    one_error_line(cli("profile", "show", "rules"), 2, str(path), "speculative.draft_min (4) must not exceed speculative.draft_max (3)")
+    assert cli("profile", "set", "rules", "speculative.draft_min=2").exit_code == 0  # ... and repaired by `set`
+    assert load_profile("rules").get("speculative.draft_min") == 2
+
+
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("a" * 65, "it is 65 characters long, the most is 64"),
+        ("café", "it has characters outside ASCII"),
+        (".hidden", "it must start with a letter or digit, not '.'"),
+        ("my profile", "' ' is not allowed"),
+        ("a/b", "no path separators"),
+        ("", "it is empty"),
+    ],
+)
+def test_profile_names_are_refused_with_the_real_reason(name: str, reason: str) -> None:
+    one_error_line(cli("profile", "set", name, "sampling.top_k=1"), 2, f"invalid profile name {name!r}: {reason}")
+
+
+def test_profile_commands_print_user_text_literally_not_as_markup() -> None:
+    write_user_profile("marked", 'description = "[bold red]loud[/bold red]"\n[target]\npath = "[x].gguf"\n'
+                                 '[chat]\nsystem_prompt = "[bold red]secret[/bold red]"\n')
+    shown = cli("profile", "show", "marked").output
+    assert "[bold red]loud[/bold red]" in shown and "'[bold red]secret[/bold red]'" in shown and "'[x].gguf'" in shown
+    assert "[x].gguf" in cli("profile", "list").output
+
+
+def test_concurrent_updates_of_one_profile_all_survive() -> None:
+    """Each writer holds the profile's lock over its read-modify-write, so no change undoes another."""
+    write_user_profile("busy", '[target]\npath = "x.gguf"\n')
+    changes = {"sampling.top_k": 7, "sampling.temperature": 0.3, "sampling.top_p": 0.9, "sampling.min_p": 0.1,
+               "sampling.max_tokens": 9, "sampling.seed": 5, "speculative.p_min": 0.2, "speculative.draft_min": 1}
+    start = threading.Barrier(len(changes))
+
+    def set_one(key: str) -> None:
+        start.wait()
+        update_profile("busy", {key: changes[key]})
+
+    with ThreadPoolExecutor(len(changes)) as pool:
+        for done in [pool.submit(set_one, key) for key in changes]:
+            done.result()
+    assert load_profile("busy").values == {"target.path": "x.gguf", **changes}

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from ..app.plan import locate_model
 from ..config.paths import user_profiles_dir
@@ -82,14 +83,14 @@ def check_command(name: str) -> None:
     target = locate_model(resolved, "target")
     if not resolved.has_model("draft"):
         describe(target)
-        stdout_console.print(f"[green]ok[/green] target {target} (no draft: target only)")
+        stdout_console.print(f"[green]ok[/green] target {escape(str(target))} (no draft: target only)")
         return
     draft = locate_model(resolved, "draft")
     report = check_pair_cached(target, draft)
-    stdout_console.print(f"target {target}\ndraft  {draft}")
+    stdout_console.print(escape(f"target {target}\ndraft  {draft}"))
     for check in report.checks:
         mark = "[green]pass[/green]" if check.passed else "[red]FAIL[/red]"
-        stdout_console.print(f"  {mark}  {check.name}: {check.detail}")
+        stdout_console.print(f"  {mark}  {escape(f'{check.name}: {check.detail}')}")
     if not report.compatible:
         failure = report.first_failure
         raise LocalspecError(f"{name}: draft is incompatible ({failure.name}: {failure.detail})")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
+from ..config.files import locked
 from ..config.paths import user_profiles_dir
 from ..config.profiles import (
     check_name,
@@ -48,7 +50,10 @@ def profile_group() -> None:
 @profile_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def list_command(as_json: bool) -> None:
-    """List user and shipped profiles (a user profile hides a shipped one of the same name)."""
+    """List user and shipped profiles (a user profile hides a shipped one of the same name).
+
+    A file that is not a valid profile is listed as invalid, with the reason.
+    """
     default = default_profile_name() or DEMO_PROFILE
     rows = [
         {
@@ -57,15 +62,21 @@ def list_command(as_json: bool) -> None:
             "target": p.model_ref("target"),
             "draft": p.model_ref("draft"),
             "default": p.name == default,
+            "problem": p.problem,
         }
         for p in list_profiles()
     ]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows, indent=2, allow_nan=False))
         return
     table = Table("", "name", "source", "target", "draft", box=None)
     for row in rows:
-        table.add_row("*" if row["default"] else "", row["name"], row["source"], row["target"] or "-", row["draft"] or "(none: target only)")
+        mark = "*" if row["default"] else ""
+        if row["problem"]:
+            table.add_row(mark, escape(row["name"]), row["source"], f"[red]invalid[/red]: {escape(row['problem'])}", "")
+            continue
+        draft = escape(row["draft"]) if row["draft"] else "(none: target only)"
+        table.add_row(mark, escape(row["name"]), row["source"], escape(row["target"] or "-"), draft)
     stdout_console.print(table)
 
 
@@ -77,18 +88,20 @@ def show_command(name: str, as_json: bool) -> None:
     resolved = resolve_settings(name, {})
     keys = sorted(resolved.values)
     if as_json:
-        click.echo(json.dumps({k: {"value": resolved.values[k], "source": resolved.sources[k]} for k in keys}, indent=2))
+        shown = {k: {"value": resolved.values[k], "source": resolved.sources[k]} for k in keys}
+        click.echo(json.dumps(shown, indent=2, allow_nan=False))
         return
     profile = resolved.profile
-    stdout_console.print(f"[bold]{profile.name}[/bold] ({profile.source}: {profile.path})")
+    stdout_console.print(f"[bold]{escape(profile.name)}[/bold] ({profile.source}: {escape(str(profile.path))})")
     if profile.get("description"):
-        stdout_console.print(profile.get("description"))
+        stdout_console.print(escape(profile.get("description")))
     if not resolved.has_model("draft"):
         stdout_console.print("no draft: this profile runs the target alone")
     table = Table("setting", "value", "from", box=None)
     for key in keys:
         value = resolved.values[key]
-        table.add_row(key, repr(value) if isinstance(value, str) else str(value), resolved.sources[key])
+        shown = repr(value) if isinstance(value, str) else str(value)
+        table.add_row(key, escape(shown), escape(resolved.sources[key]))
     stdout_console.print(table)
 
 
@@ -112,11 +125,12 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
 def remove_command(name: str) -> None:
     """Delete user profile NAME (shipped profiles cannot be removed)."""
     path = user_profiles_dir() / f"{check_name(name)}.toml"
-    if not path.is_file():
-        if profile_file(name) is not None:
-            raise InputError(f"{name!r} is a shipped profile and cannot be removed")
-        raise InputError(f"no user profile named {name!r}")
-    path.unlink()
+    with locked(path):  # not in the middle of someone's `profile set`
+        if not path.is_file():
+            if profile_file(name) is not None:
+                raise InputError(f"{name!r} is a shipped profile and cannot be removed")
+            raise InputError(f"no user profile named {name!r}")
+        path.unlink()
     shipped_left = profile_file(name)
     click.echo(f"removed {path}" + (" (the shipped profile of that name applies again)" if shipped_left else ""), err=True)
 

@@ -20,8 +20,9 @@ from typing import Any
 import tomlkit
 
 from ..errors import InputError
-from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, ROLES, SECTIONS, SETTINGS
+from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
 from .atomic import write_text_atomic
+from .files import locked, read_user_text
 from .paths import shipped_profiles_dir, user_profiles_dir
 
 if sys.version_info >= (3, 11):
@@ -30,6 +31,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_CHARACTERS = "ASCII letters, digits, '.', '_' and '-'"
+NAME_MAX = 64
 LOCATION_KEYS = ("path", "hf_repo", "builtin")
 
 
@@ -41,6 +44,7 @@ class Profile:
     values: dict[str, Any]
     path: Path | None = None
     source: str = "user"  # "user" or "shipped"
+    problem: str | None = None  # why the file is not a valid profile (`list_profiles` lists those too)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -57,12 +61,29 @@ class Profile:
 
 
 def check_name(name: str) -> str:
-    """Refuse names that are not plain file names (no path separators, no dot-files)."""
-    if not PROFILE_NAME.match(name):
-        raise InputError(
-            f"invalid profile name {name!r}: use letters, digits, '.', '_' and '-' (no path separators)"
-        )
+    """Refuse names that are not plain file names (no path separators, no dot-files), saying why."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise InputError(f"invalid profile name {name!r}: {problem}")
     return name
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a profile name, or None when it can."""
+    if PROFILE_NAME.match(name):
+        return None
+    if not name:
+        return "it is empty"
+    if len(name) > NAME_MAX:
+        return f"it is {len(name)} characters long, the most is {NAME_MAX}"
+    if "/" in name or "\\" in name:
+        return f"no path separators: use {NAME_CHARACTERS}"
+    if not name.isascii():
+        return f"it has characters outside ASCII: use {NAME_CHARACTERS}"
+    if not name[0].isalnum():
+        return f"it must start with a letter or digit, not {name[0]!r}"
+    odd = next(c for c in name if not (c.isalnum() or c in "._-"))
+    return f"{odd!r} is not allowed: use {NAME_CHARACTERS}"
 
 
 # -- parsing and validation ------------------------------------------------------------------
@@ -70,13 +91,18 @@ def check_name(name: str) -> str:
 
 def parse_profile(text: str, where: Path | str, name: str) -> Profile:
     """Parse and validate profile TOML text (`where` names the file in error messages)."""
+    values = parse_values(text, where)
+    validate(values, text, where)
+    return Profile(name=name, values=values)
+
+
+def parse_values(text: str, where: Path | str) -> dict[str, Any]:
+    """Profile TOML text to dotted-key values, refusing invalid TOML and unknown keys (values unchecked)."""
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where}: invalid TOML: {exc}") from None
-    values = flatten(document, text, where)
-    validate(values, text, where)
-    return Profile(name=name, values=values)
+    return flatten(document, text, where)
 
 
 def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str, Any]:
@@ -99,18 +125,15 @@ def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str,
 
 
 def validate(values: dict[str, Any], text: str = "", where: Path | str = "profile") -> None:
-    """Check types, ranges and that each model section says where its file is."""
+    """Check types, ranges, the rules between settings (over the defaults) and that each model section says where its file is."""
     for dotted, value in values.items():
         if dotted not in SETTINGS:
             raise _unknown(dotted, text, where)
         problem = SETTINGS[dotted].problem(value)
         if problem is not None:
             raise InputError(f"{where}{_line_of(dotted, text)}: {problem}")
-    draft_max = values.get("speculative.draft_max", ADAPTIVE)
-    if values.get("speculative.draft_min", 0) > (ADAPTIVE_DRAFT_LIMIT if draft_max == ADAPTIVE else draft_max):
-        raise InputError(f"{where}: speculative.draft_min must not exceed speculative.draft_max")
-    if values.get("speculative.ngram_min", 1) > values.get("speculative.ngram_max", 16):
-        raise InputError(f"{where}: speculative.ngram_min must not exceed speculative.ngram_max")
+    generation_keys = GenerationSettings.keys()
+    GenerationSettings().with_values({k: v for k, v in values.items() if k in generation_keys}, str(where))
     if not any(k.startswith("target.") for k in values):
         raise InputError(f"{where}: a profile needs a [target] section")
     for role in ROLES:
@@ -166,35 +189,53 @@ def profile_file(name: str) -> Path | None:
 
 def load_profile(name: str) -> Profile:
     """Read and validate the profile called `name`."""
+    return read_profile_file(_existing_file(name))
+
+
+def _existing_file(name: str) -> Path:
     path = profile_file(name)
     if path is None:
-        known = ", ".join(sorted(p.name for p in list_profiles())) or "none"
+        known = ", ".join(sorted(p.name for p in list_profiles() if p.problem is None)) or "none"
         raise InputError(f"no profile named {name!r} (known: {known})")
-    return read_profile_file(path)
+    return path
 
 
 def read_profile_file(path: Path) -> Profile:
-    text = path.read_text(encoding="utf-8")
-    profile = parse_profile(text, path, path.stem)
-    source = "user" if path.parent == user_profiles_dir() else "shipped"
-    return Profile(name=path.stem, values=profile.values, path=path, source=source)
+    profile = parse_profile(read_user_text(path), path, path.stem)
+    return Profile(name=path.stem, values=profile.values, path=path, source=_source_of(path))
+
+
+def _source_of(path: Path) -> str:
+    return "user" if path.parent == user_profiles_dir() else "shipped"
 
 
 def list_profiles() -> list[Profile]:
-    """Every profile, user profiles hiding shipped ones of the same name. Broken files are skipped."""
+    """Every profile file, user profiles hiding shipped ones of the same name.
+
+    A file that is not a valid profile (or whose name cannot be one) is listed
+    with empty values and `problem` saying why, so that it is not silently missing.
+    """
     found: dict[str, Path] = {}
     for folder in (shipped_profiles_dir(), user_profiles_dir()):
         if folder.is_dir():
             for path in sorted(folder.glob("*.toml")):
-                if PROFILE_NAME.match(path.stem):
-                    found[path.stem] = path
+                found[path.stem] = path
     profiles = []
     for path in found.values():
+        problem = name_problem(path.stem)
+        if problem is not None:
+            profiles.append(Profile(path.stem, {}, path, _source_of(path), f"not a valid profile name: {problem}"))
+            continue
         try:
             profiles.append(read_profile_file(path))
-        except InputError:
-            continue
+        except InputError as exc:
+            profiles.append(Profile(path.stem, {}, path, _source_of(path), _without_file(str(exc), path)))
     return sorted(profiles, key=lambda p: p.name)
+
+
+def _without_file(message: str, path: Path) -> str:
+    """'/x/p.toml:4: unknown key …' -> 'line 4: unknown key …' (the file is listed beside it)."""
+    return re.sub(rf"^{re.escape(str(path))}(?::(\d+))?: ", lambda m: f"line {m[1]}: " if m[1] else "", message)
 
 
 def render_profile(values: dict[str, Any], base_text: str = "") -> str:
@@ -231,19 +272,28 @@ def save_profile(name: str, values: dict[str, Any]) -> Path:
     check_name(name)
     validate(values, where=f"profile {name}")
     path = user_profiles_dir() / f"{name}.toml"
-    base = path.read_text(encoding="utf-8") if path.is_file() else ""
-    write_text_atomic(path, render_profile(values, base))
+    with locked(path):
+        base = read_user_text(path) if path.is_file() else ""
+        write_text_atomic(path, render_profile(values, base))
     return path
 
 
 def update_profile(name: str, changes: dict[str, Any]) -> Path:
-    """Set `changes` in profile `name`; a shipped profile is first copied to the user's folder, comments and all."""
-    profile = load_profile(name)
-    if profile.source == "shipped" and profile.path is not None:
-        destination = user_profiles_dir() / f"{name}.toml"
-        if not destination.exists():
-            write_text_atomic(destination, profile.path.read_text(encoding="utf-8"))
-    return save_profile(name, {**profile.values, **changes})
+    """Set `changes` in profile `name`, under its lock so that concurrent updates all survive.
+
+    A shipped profile becomes a user profile, its comments kept. The file is read
+    again inside the lock, and only the result is validated: a change may repair
+    a profile that is invalid today.
+    """
+    _existing_file(name)  # refuses a name that is invalid or not a profile
+    path = user_profiles_dir() / f"{name}.toml"
+    with locked(path):
+        current = path if path.is_file() else _existing_file(name)
+        text = read_user_text(current)
+        values = {**parse_values(text, current), **changes}
+        validate(values, text, where=f"profile {name}")
+        write_text_atomic(path, render_profile(values, text))
+    return path
 
 
 def parse_assignment(assignment: str) -> tuple[str, Any]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import tomlkit
 
 from ..errors import InputError
 from .atomic import write_text_atomic
+from .files import locked, read_user_text
 from .paths import config_file
+from .profiles import name_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,10 +24,15 @@ KNOWN_KEYS = ("default_profile",)
 def read_config() -> dict:
     """The parsed config (empty when there is no file); a corrupt file is a one-line error."""
     path = config_file()
-    if not path.is_file():
+    if not path.exists():
         return {}
+    return _parse(read_user_text(path), path)
+
+
+def _parse(text: str, path: Path) -> dict:
+    """The config's settings from its text, checked."""
     try:
-        config = tomllib.loads(path.read_text(encoding="utf-8"))
+        config = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc} (fix or delete the file)") from None
     unknown = [key for key in config if key not in KNOWN_KEYS]
@@ -32,6 +40,8 @@ def read_config() -> dict:
         raise InputError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(KNOWN_KEYS)})")
     if "default_profile" in config and not isinstance(config["default_profile"], str):
         raise InputError(f"{path}: default_profile must be a string")
+    if "default_profile" in config and name_problem(config["default_profile"]) is not None:
+        raise InputError(f"{path}: default_profile {config['default_profile']!r}: {name_problem(config['default_profile'])}")
     return config
 
 
@@ -40,9 +50,11 @@ def default_profile_name() -> str | None:
 
 
 def set_default_profile(name: str) -> None:
-    """Store `name` as the default profile, keeping the rest of the file as it is."""
-    read_config()  # refuse to rewrite a corrupt file: the user may want what is in it
+    """Store `name` as the default profile, keeping the rest of the file as it is (under its lock)."""
     path = config_file()
-    document = tomlkit.parse(path.read_text(encoding="utf-8")) if path.is_file() else tomlkit.document()
-    document["default_profile"] = name
-    write_text_atomic(path, tomlkit.dumps(document))
+    with locked(path):
+        text = read_user_text(path) if path.exists() else ""
+        _parse(text, path)  # refuse to rewrite a corrupt file: the user may want what is in it
+        document = tomlkit.parse(text)
+        document["default_profile"] = name
+        write_text_atomic(path, tomlkit.dumps(document))

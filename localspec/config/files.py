@@ -1,0 +1,75 @@
+"""Reading the user's text files, and locking a file while it is read, changed and written back.
+
+`read_user_text` is how every file a person may have edited is read (profiles,
+config.toml): UTF-8 or a one-line error that names the file and says what is
+wrong (a byte order mark, UTF-16, a byte that is not UTF-8, unreadable).
+
+`locked(path)` holds an advisory lock beside `path` (`.NAME.lock`, via the
+cross-platform `filelock` library) so that two processes changing one file
+take turns instead of one silently undoing the other's change. Every writer
+of a read-modify-write takes it; a plain reader does not need it, since
+writes are atomic (`localspec.config.atomic`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+from pathlib import Path
+from typing import Iterator
+
+import filelock
+
+from ..errors import InputError, LocalspecError
+
+LOCK_TIMEOUT_S = 30.0  # a profile write takes milliseconds: this long means a stuck process
+
+
+def read_user_text(path: Path) -> str:
+    """The text of `path`, which must be UTF-8 without a byte order mark."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if data.startswith(codecs.BOM_UTF8):
+        raise InputError(f"{path}: starts with a byte order mark (BOM): save it as UTF-8 without BOM")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise InputError(f"{path}: is UTF-16, not UTF-8: save it as UTF-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+        ) from None
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file beside `path`: `.NAME.lock` in the same folder."""
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the advisory lock of `path` (its folder is created if needed) for the body's duration.
+
+    Not reentrant: take it once around the whole read-modify-write. A lock that
+    another process holds for longer than `timeout_s` is a one-line error naming the lock file.
+    """
+    path = Path(path)
+    lock_file = lock_path(path)
+    lock = filelock.FileLock(str(lock_file), timeout=timeout_s)
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except filelock.Timeout:
+        raise LocalspecError(
+            f"{path}: another localspec process has been changing it for {timeout_s:.0f} s"
+            f" (if none is running, delete {lock_file})"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"{lock_file}: cannot lock {path.name} ({exc.strerror or exc})") from None
+    try:
+        yield
+    finally:
+        lock.release()
