@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import secrets
 import typing
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ ALL_LAYERS = "all"  # n_gpu_layers: offload every layer
 ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length considers
 BUILTIN_MODELS = ("smollm2-135m-instruct-f32", "smollm2-135m-instruct-q4_1")
 SEED_MAX = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 INT_MAX = 2**31 - 1  # an integer setting without a declared maximum: llama.cpp's C ints would wrap above this
 
 
@@ -63,6 +65,9 @@ class Setting:
             return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {value!r}"
         if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison, inf every lower bound
             return f"{self.key} must be a finite number, got {value!r}"
+        texts = value if self.kind is list else [value] if isinstance(value, str) else []
+        if any(_SURROGATE.search(text) for text in texts):
+            return f"{self.key} must be valid UTF-8 text, got {value!r}"  # a lone surrogate cannot be written or tokenized
         if self.choices is not None and value not in self.choices:
             return f"{self.key} must be one of {', '.join(self.choices)}, got {value!r}"
         below = self.low is not None and (value <= self.low if self.low_open else value < self.low)

@@ -413,3 +413,12 @@ def test_concurrent_updates_of_one_profile_all_survive() -> None:
         for done in [pool.submit(set_one, key) for key in changes]:
             done.result()
     assert load_profile("busy").values == {"target.path": "x.gguf", **changes}
+
+
+def test_text_that_is_not_utf8_is_replaced_on_the_command_line_and_refused_below_it() -> None:
+    path = write_user_profile("text", '[target]\npath = "x.gguf"\n')
+    result = cli("profile", "set", "text", "chat.system_prompt=caf\udce9")  # how Python passes the byte 0xE9 in argv
+    assert result.exit_code == 0 and "not valid UTF-8 text" in result.stderr
+    assert load_profile("text").get("chat.system_prompt") == "caf\ufffd" and "caf\ufffd" in path.read_text(encoding="utf-8")
+    with pytest.raises(InputError, match="target.path must be valid UTF-8 text"):
+        save_profile("text", {"target.path": "/models/caf\udce9.gguf"})

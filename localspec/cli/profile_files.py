@@ -15,6 +15,7 @@ from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
 from ..models.compat import check_pair, check_pair_cached
 from ..models.discovery import describe, find_drafts
+from ..textin import clean_input
 from .common import stdout_console
 from .drafts import make_draft_file
 
@@ -38,13 +39,13 @@ def add_command(
     target_path = Path(target).expanduser().resolve()
     values: dict = {"name": name, "target.path": str(target_path)}
     if description:
-        values["description"] = description
+        values["description"] = clean_input(description, "--description")
     if draft == "auto":
         values["draft.path"] = str(_auto_draft(target_path, make_draft))
     elif draft:
         values["draft.path"] = str(Path(draft).expanduser().resolve())
     for assignment in assignments:
-        key, value = parse_assignment(assignment)
+        key, value = parse_assignment(clean_input(assignment, "--set"))
         values[key] = value
     if "draft.path" in values:
         check_pair(Path(values["target.path"]), Path(values["draft.path"]))

@@ -24,6 +24,7 @@ from ..config.profiles import (
 from ..config.resolve import DEMO_PROFILE, resolve_settings
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
+from ..textin import clean_input
 from .common import LazyCommands, stdout_console
 
 
@@ -116,7 +117,8 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
       localspec profile set demo sampling.temperature=0 speculative.draft_max=6
       localspec profile set mine 'sampling.stop=["###", "</s>"]'
     """
-    path = update_profile(name, dict(parse_assignment(assignment) for assignment in assignments))
+    changes = dict(parse_assignment(clean_input(assignment, "a KEY=VALUE argument")) for assignment in assignments)
+    path = update_profile(name, changes)
     click.echo(f"saved {path}", err=True)
 
 
