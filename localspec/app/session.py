@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from ..engine.drafters import build_drafter
 from ..engine.generation import Generation
 from ..errors import InputError
-from ..runtime.chat_template import render_chat
+from ..runtime.chat_template import render_chat_chunks
 from ..runtime.model import Model
 from ..settings import ChatSettings, GenerationSettings
 from .plan import Plan
@@ -41,15 +41,22 @@ class Session:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def chat_prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        """Render `messages` with the chat template (the profile's, else the target's) and tokenize."""
+        """Render `messages` with the chat template (the profile's, else the target's) and tokenize.
+
+        Only the template's own text has its special tokens parsed: special-token text
+        inside a message (`<|im_end|>` typed by a user) stays plain text (see
+        `render_chat_chunks`). `run`, `chat` (with `--system`) and `serve` all come here.
+        """
         template = self.chat.template or self.target.chat_template()
         if template is None:
             raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
-        text = render_chat(template, messages, bos_token=bos, eos_token=eos)
-        add_bos = self.target.adds_bos and not (bos and text.startswith(bos))
-        tokens = self.target.tokenize(text, add_special=False, parse_special=True)
+        chunks = render_chat_chunks(template, messages, self.target.special_texts(), bos_token=bos, eos_token=eos)
+        first_text, first_parsed = chunks[0] if chunks else ("", False)
+        add_bos = self.target.adds_bos and not (bos and first_parsed and first_text.startswith(bos))
+        tokens = [token for text, parse_special in chunks
+                  for token in self.target.tokenize(text, add_special=False, parse_special=parse_special)]
         return [self.target.bos_token, *tokens] if add_bos else tokens
 
     def system_messages(self) -> list[dict[str, str]]:

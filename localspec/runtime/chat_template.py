@@ -2,13 +2,22 @@
 
 Templates come from downloaded files, so they run in Jinja's immutable sandbox:
 no attribute access to Python internals, no mutation of passed-in objects.
+
+Message contents are text from users, not template: `render_chat_chunks` marks
+where they stand so that special-token text typed in a message (`<|im_end|>`)
+is tokenized as plain text and cannot end a turn or open a forged one.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterable, Sequence
+
+# Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
+_C_WHITESPACE = " \t\n\v\f\r"
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -51,3 +60,99 @@ def render_chat(
         )
     except TemplateError as exc:
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
+
+
+class SpecialTexts:
+    """The texts that llama.cpp's tokenizer turns into control tokens only when asked to parse specials.
+
+    Those are the pieces of the vocabulary's control and unknown tokens (user-defined
+    tokens are matched either way). `strip_before` and `strip_after` name the ones whose
+    LSTRIP/RSTRIP attribute swallows the whitespace before or after them.
+    """
+
+    def __init__(self, texts: Iterable[str], *, strip_before: Iterable[str] = (), strip_after: Iterable[str] = ()) -> None:
+        self.texts = frozenset(text for text in texts if text)
+        self.strip_before = frozenset(strip_before)
+        self.strip_after = frozenset(strip_after)
+        # Longest first, as llama.cpp tries them; a pattern that never matches when there are none.
+        ordered = sorted(self.texts, key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, ordered)) if ordered else "(?!)")
+
+    def found_in(self, text: str) -> bool:
+        return self.pattern.search(text) is not None
+
+
+Chunk = tuple[str, bool]  # (text, parse_special): tokenized one after the other
+
+
+def render_chat_chunks(
+    template: str,
+    messages: Sequence[dict[str, Any]],
+    special: SpecialTexts,
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+) -> list[Chunk]:
+    """Render `messages` into chunks to tokenize in order, special tokens parsed only where `parse_special`.
+
+    When no content holds special-token text (the usual case) this is the whole
+    rendered text in one chunk with specials parsed, so the tokens are exactly those
+    of tokenizing `render_chat`'s text. Otherwise each such content is rendered as a
+    unique marker, and the text is cut only at the template's own special tokens
+    (never at a content's edges, so BPE merges and SentencePiece's space prefix stay
+    as they would be): the stretches between two of them that hold a marked content
+    become plain chunks with the content put back, the rest stays special. A template
+    that transforms a content (`| trim`, `.split(...)`) sees the marker instead, so
+    such a content goes in unchanged.
+    """
+    options = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt}
+    markers = _content_markers(messages, special)
+    if not markers:
+        return [(render_chat(template, list(messages), **options), True)]
+    marked = [{**message, "content": markers[index]} if index in markers else message
+              for index, message in enumerate(messages)]
+    contents = {marker: messages[index]["content"] for index, marker in markers.items()}
+    pieces = re.split("(" + "|".join(map(re.escape, contents)) + ")", render_chat(template, marked, **options))
+    return _chunks(pieces, contents, special)
+
+
+def _content_markers(messages: Sequence[dict[str, Any]], special: SpecialTexts) -> dict[int, str]:
+    """A unique marker for each message whose content holds special-token text: {message index: marker}."""
+    nonce = secrets.token_hex(8)  # a content cannot guess it, so cannot pass for a marker
+    return {
+        index: f"\ue000{nonce}:{index}\ue001"
+        for index, message in enumerate(messages)
+        if isinstance(message.get("content"), str) and special.found_in(message["content"])
+    }
+
+
+def _chunks(pieces: list[str], contents: dict[str, str], special: SpecialTexts) -> list[Chunk]:
+    """Template text and markers (alternating, from `re.split`) into special and plain chunks."""
+    chunks: list[Chunk] = []
+    plain = ""  # the stretch since the template's last special token
+    strip_leading = False  # that token swallows the whitespace after it
+    for piece in pieces:
+        if piece in contents:
+            plain += contents[piece]
+            continue
+        found = list(special.pattern.finditer(piece))
+        if not found:
+            plain += piece
+            continue
+        first, last = found[0], found[-1]
+        plain += piece[: first.start()]
+        _add_plain(chunks, plain, strip_leading, strip_trailing=first.group() in special.strip_before)
+        chunks.append((piece[first.start() : last.end()], True))
+        plain, strip_leading = piece[last.end() :], last.group() in special.strip_after
+    _add_plain(chunks, plain, strip_leading, strip_trailing=False)
+    return chunks
+
+
+def _add_plain(chunks: list[Chunk], text: str, strip_leading: bool, strip_trailing: bool) -> None:
+    if strip_leading:
+        text = text.lstrip(_C_WHITESPACE)
+    if strip_trailing:
+        text = text.rstrip(_C_WHITESPACE)
+    if text:
+        chunks.append((text, False))

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
 from . import rpc
+from .chat_template import SpecialTexts
 from .library import captured_log, clear_errors, default_threads, last_error, llama
 from .placement import Placement, parse_load_log
 
@@ -110,11 +111,14 @@ class Model:
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
+        self._special_texts: SpecialTexts | None = None
 
     # -- vocabulary ---------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
-        """Text to token ids. `add_special` adds BOS/EOS where the vocabulary asks for them."""
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = False) -> list[int]:
+        """Text to token ids. `add_special` adds BOS/EOS where the vocabulary asks for them;
+        `parse_special` turns control-token text (`<|im_end|>`) into control tokens: only
+        for a template's own text, never for text that came from a user."""
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buffer = (self._llama.llama_token * capacity)()
@@ -150,6 +154,28 @@ class Model:
         if token < 0 or token >= self.n_vocab:
             return ""
         return self.token_bytes(token, special=True).decode("utf-8", errors="replace")
+
+    def special_texts(self) -> SpecialTexts:
+        """The texts that `tokenize(..., parse_special=True)` turns into control or unknown tokens."""
+        if self._special_texts is None:
+            self._special_texts = self._read_special_texts()
+        return self._special_texts
+
+    def _read_special_texts(self) -> SpecialTexts:
+        llama_cpp = self._llama
+        parsed_only_when_special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        texts, strip_before, strip_after = [], [], []
+        for token in range(self.n_vocab):
+            attributes = llama_cpp.llama_vocab_get_attr(self._vocab, token)
+            if not attributes & parsed_only_when_special:
+                continue
+            text = (llama_cpp.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
+            texts.append(text)
+            if attributes & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP:
+                strip_before.append(text)
+            if attributes & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP:
+                strip_after.append(text)
+        return SpecialTexts(texts, strip_before=strip_before, strip_after=strip_after)
 
     def is_end_of_generation(self, token: int) -> bool:
         verdict = self._end_of_generation.get(token)
