@@ -184,3 +184,16 @@ def test_a_context_llama_cpp_rounds_up_is_noted(tiny_pair: tuple[Path, Path]) ->
 
     with Model(tiny_pair[0], ModelSettings(n_ctx=16)) as model:  # what the note says is what llama.cpp does
         assert model.n_ctx == 256
+
+
+def test_chat_set_and_load_go_through_the_same_check() -> None:
+    from localspec.app.conversation import Conversation
+
+    conversation = Conversation(GenerationSettings())
+    with pytest.raises(InputError, match="sampling.temperature must be a finite number, got nan"):
+        conversation.set("temperature", "nan")
+    with pytest.raises(InputError, match="speculative.ngram_max is 4 when not given: set it too"):
+        conversation.set("ngram_min", "5")
+    assert conversation.set("ngram_max", "6") == "speculative.ngram_max" and conversation.settings.speculative.ngram_max == 6
+    with pytest.raises(InputError, match="sampling.top_p must be a finite number"):
+        Conversation.from_json({"messages": [], "settings": {"sampling.top_p": float("nan")}}, GenerationSettings())
