@@ -16,13 +16,13 @@ import secrets
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-# Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
-_C_WHITESPACE = " \t\n\v\f\r"
-
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
+
+# Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
+_C_WHITESPACE = " \t\n\v\f\r"
 
 
 def _raise_exception(message: str) -> None:
