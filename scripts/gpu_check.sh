@@ -15,8 +15,9 @@ cd "$(dirname "$0")/.."
 arch="${CUDA_ARCHITECTURES:-native}"
 
 offloads() {
-    # Import llama_cpp before numpy: some CUDA builds crash the other way round.
-    python -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)" 2>/dev/null
+    # Import llama_cpp before numpy: some CUDA builds crash the other way round. A GPU device, not
+    # llama_supports_gpu_offload(): that is also true for a CPU build with the RPC backend.
+    python -c "import llama_cpp, sys; from localspec.runtime.devices import gpu_devices; sys.exit(0 if gpu_devices() else 1)" 2>/dev/null
 }
 
 if ! offloads; then

@@ -33,6 +33,17 @@ def test_info_reports_versions_devices_features_and_folders() -> None:
     assert "device" in text and "llama-cpp-python" in text
 
 
+def test_info_says_gpu_offload_only_with_a_gpu_device_and_names_llama_cpp_s_build() -> None:
+    report = json.loads(cli("info", "--json").output)
+    local_gpus = [d["name"] for d in report["devices"] if d["type"] in ("GPU", "integrated GPU") and not d["name"].startswith("RPC")]
+    # llama_supports_gpu_offload() is true for a CPU build with the RPC backend: that is not a GPU.
+    assert report["gpu_offload"] == bool(local_gpus) and report["gpu_devices"] == local_gpus
+    assert "CPU" in report["backends"] and report["rpc"] == ("RPC" in report["backends"])
+    assert report["llama_cpp"].get("version") and report["llama_cpp"].get("commit")
+    gpu_line = next(line for line in cli("info").output.splitlines() if line.startswith("GPU offload:"))
+    assert gpu_line.startswith("GPU offload: yes") == bool(local_gpus), gpu_line
+
+
 def test_each_model_has_its_own_gpu_layers_flag() -> None:
     from localspec.cli.options import SETTING_OPTIONS
 

@@ -36,9 +36,10 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps(report, indent=2))
         return
     out = stdout_console.print
-    out(f"localspec {report['localspec']}, llama-cpp-python {report['llama_cpp_python']}")
-    out(f"GPU offload: {'yes' if report['gpu_offload'] else 'no (a CPU build)'}; "
-        f"RPC workers: {'yes' if report['rpc'] else f'no (to add them: {REINSTALL})'}")
+    out(f"localspec {report['localspec']}, llama-cpp-python {report['llama_cpp_python']}{_llama_cpp_text(report['llama_cpp'])}")
+    out(f"backends: {', '.join(report['backends']) or '-'}")
+    out(f"GPU offload: {_gpu_text(report)}; "
+        f"RPC workers: {'yes (layers can go to workers: --rpc)' if report['rpc'] else f'no (to add them: {REINSTALL})'}")
     out(f"CPU features: {' '.join(report['cpu_features']) or '-'}; default threads: {report['default_threads']}")
     for device in report["devices"]:
         memory = f"{human_size(device['memory_free'])} free of {human_size(device['memory_total'])}"
@@ -46,3 +47,21 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     for name, folder in report["folders"].items():
         out(f"{name} folder: {folder}")
     out(f"default profile: {report['default_profile']}")
+
+
+def _llama_cpp_text(build: dict[str, str]) -> str:
+    """', llama.cpp 0.5.0 (ggml 0.25.3, commit 0c1e570)', or '' when the library exposes none of it."""
+    if not build:
+        return ""
+    inner = ", ".join(f"{name} {build[key]}" for key, name in (("ggml", "ggml"), ("commit", "commit")) if build.get(key))
+    return f", llama.cpp {build.get('version', '?')}" + (f" ({inner})" if inner else "")
+
+
+def _gpu_text(report: dict) -> str:
+    """What is true about GPUs: which ones layers can go to, or that there is none (and whether the build has a GPU backend)."""
+    if report["gpu_offload"]:
+        return f"yes ({', '.join(report['gpu_devices'])})"
+    gpu_backends = [name for name in report["backends"] if name not in ("CPU", "RPC", "BLAS")]
+    if gpu_backends:
+        return f"no (the build has {', '.join(gpu_backends)} but llama.cpp sees no GPU device)"
+    return "no (a CPU build: no GPU device)"

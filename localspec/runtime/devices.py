@@ -52,6 +52,8 @@ def ggml() -> ctypes.CDLL:
     _bind(library.ggml_backend_reg_dev_count, size, pointer)
     _bind(library.ggml_backend_reg_dev_get, pointer, pointer, size)
     _bind(library.ggml_backend_register, None, pointer)
+    _bind(library.ggml_backend_reg_count, size)
+    _bind(library.ggml_backend_reg_get, pointer, size)
     return library
 
 
@@ -96,13 +98,49 @@ def devices() -> list[Device]:
     return [describe_device(handle) for handle in device_handles()]
 
 
+GPU_TYPES = ("GPU", "integrated GPU")
+
+
+def gpu_devices() -> list[Device]:
+    """The GPUs on this machine that llama.cpp can put layers on (none on a CPU build, whatever else it has)."""
+    return [describe_device(handle) for handle in device_handles()
+            if device_type(handle) in GPU_TYPES and backend_name(handle) != "RPC"]
+
+
+def backends() -> list[str]:
+    """The backends this llama.cpp build registered: "CPU", "CUDA", "Metal", "RPC", ..."""
+    library = ggml()
+    return [(library.ggml_backend_reg_name(library.ggml_backend_reg_get(index)) or b"").decode(errors="replace")
+            for index in range(library.ggml_backend_reg_count())]
+
+
+def llama_cpp_build() -> dict[str, str]:
+    """llama.cpp's own version and ggml's version and commit, as far as the library exposes them (newer builds do)."""
+    found = {}
+    for key, library, symbol in (("version", llama().llama_cpp._lib, "llama_version"),
+                                 ("ggml", ggml(), "ggml_version"), ("commit", ggml(), "ggml_commit")):
+        function = getattr(library, symbol, None)  # an older build lacks the symbol
+        if function is not None:
+            function.restype, function.argtypes = ctypes.c_char_p, []
+            found[key] = (function() or b"").decode(errors="replace")
+    return found
+
+
 def build_info() -> dict:
-    """llama-cpp-python's version, GPU offload and RPC support, and the CPU features llama.cpp was built with."""
+    """llama-cpp-python's and llama.cpp's versions, the backends, GPU devices and RPC support, the CPU features.
+
+    `gpu_offload` says whether layers can go to a GPU here: llama.cpp's own
+    llama_supports_gpu_offload() is also true for a CPU build with the RPC backend.
+    """
     lib = llama()
     features = lib.llama_print_system_info().decode(errors="replace")
+    gpus = gpu_devices()
     return {
         "llama_cpp_python": lib.__version__,
-        "gpu_offload": bool(lib.llama_supports_gpu_offload()),
+        "llama_cpp": llama_cpp_build(),
+        "backends": backends(),
+        "gpu_offload": bool(gpus),
+        "gpu_devices": [device.name for device in gpus],
         "rpc": bool(lib.llama_supports_rpc()),
         "cpu_features": [part.split("=")[0].strip() for part in features.replace("CPU :", "").split("|")
                          if part.strip().endswith("= 1")],
