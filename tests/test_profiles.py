@@ -422,3 +422,18 @@ def test_text_that_is_not_utf8_is_replaced_on_the_command_line_and_refused_below
     assert load_profile("text").get("chat.system_prompt") == "caf\ufffd" and "caf\ufffd" in path.read_text(encoding="utf-8")
     with pytest.raises(InputError, match="target.path must be valid UTF-8 text"):
         save_profile("text", {"target.path": "/models/caf\udce9.gguf"})
+
+
+def test_other_unreadable_files_are_one_line_too(tmp_path: Path) -> None:
+    path = write_user_profile("deep", "[target]\npath = " + "[" * 5000 + "]" * 5000 + "\n")
+    one_error_line(cli("profile", "show", "deep"), 2, str(path), "nested too deeply")
+    write_user_profile("plain", '[target]\npath = "x.gguf"\n')
+    assert cli("profile", "set", "plain", "sampling.stop=" + "[" * 5000 + "]" * 5000).exit_code == 0  # taken as text
+    config_file().mkdir(parents=True)
+    one_error_line(cli("profile", "list"), 2, str(config_file()), "not a regular file")
+    config_file().rmdir()
+    os.mkfifo(user_profiles_dir() / "fifo.toml")  # read, it would block for ever
+    assert "not a regular file" in {row["name"]: row["problem"] for row in json.loads(cli("profile", "list", "--json").output)}["fifo"]
+    path.write_bytes(b"\xef\xbb\xbfbroken = [")
+    save_profile("deep", {"target.path": "x.gguf"})  # what `profile add --force` does: a broken file is replaced
+    assert load_profile("deep").values == {"target.path": "x.gguf"}

@@ -2,7 +2,8 @@
 
 `read_user_text` is how every file a person may have edited is read (profiles,
 config.toml): UTF-8 or a one-line error that names the file and says what is
-wrong (a byte order mark, UTF-16, a byte that is not UTF-8, unreadable).
+wrong (a byte order mark, UTF-16, a byte that is not UTF-8, unreadable);
+`parse_toml` the same for its TOML.
 
 `locked(path)` holds an advisory lock beside `path` (`.NAME.lock`, via the
 cross-platform `filelock` library) so that two processes changing one file
@@ -15,18 +16,26 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import filelock
 
 from ..errors import InputError, LocalspecError
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 LOCK_TIMEOUT_S = 30.0  # a profile write takes milliseconds: this long means a stuck process
 
 
 def read_user_text(path: Path) -> str:
-    """The text of `path`, which must be UTF-8 without a byte order mark."""
+    """The text of `path`, which must be a regular file in UTF-8 without a byte order mark."""
+    if path.exists() and not path.is_file():  # a folder, or a FIFO that would block the read
+        raise InputError(f"{path}: not a regular file")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -42,6 +51,16 @@ def read_user_text(path: Path) -> str:
         raise InputError(
             f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
         ) from None
+
+
+def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
+    """TOML text parsed, or a one-line error naming `path` (invalid TOML, or nested too deep to read)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: invalid TOML: nested too deeply to read") from None
 
 
 def lock_path(path: Path) -> Path:

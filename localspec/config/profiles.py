@@ -22,7 +22,7 @@ import tomlkit
 from ..errors import InputError
 from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
 from .atomic import write_text_atomic
-from .files import locked, read_user_text
+from .files import locked, parse_toml, read_user_text
 from .paths import shipped_profiles_dir, user_profiles_dir
 
 if sys.version_info >= (3, 11):
@@ -98,11 +98,7 @@ def parse_profile(text: str, where: Path | str, name: str) -> Profile:
 
 def parse_values(text: str, where: Path | str) -> dict[str, Any]:
     """Profile TOML text to dotted-key values, refusing invalid TOML and unknown keys (values unchecked)."""
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{where}: invalid TOML: {exc}") from None
-    return flatten(document, text, where)
+    return flatten(parse_toml(text, where), text, where)
 
 
 def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str, Any]:
@@ -268,14 +264,23 @@ def render_profile(values: dict[str, Any], base_text: str = "") -> str:
 
 
 def save_profile(name: str, values: dict[str, Any]) -> Path:
-    """Validate and write the user profile `name` atomically, keeping comments of an existing file."""
+    """Validate and write the user profile `name` atomically, keeping comments of an existing valid file."""
     check_name(name)
     validate(values, where=f"profile {name}")
     path = user_profiles_dir() / f"{name}.toml"
     with locked(path):
-        base = read_user_text(path) if path.is_file() else ""
-        write_text_atomic(path, render_profile(values, base))
+        write_text_atomic(path, render_profile(values, _text_to_keep(path)))
     return path
+
+
+def _text_to_keep(path: Path) -> str:
+    """The file's text, whose comments a rewrite keeps; '' when there is no file or it is unreadable or not TOML (it is replaced)."""
+    try:
+        text = read_user_text(path) if path.exists() else ""
+        parse_toml(text, path)
+    except InputError:
+        return ""
+    return text
 
 
 def update_profile(name: str, changes: dict[str, Any]) -> Path:
@@ -312,7 +317,7 @@ def parse_value(raw: str, kind: type) -> Any:
     a single string where a list is expected becomes a one-item list."""
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: brackets nested thousands deep
         value = raw.strip()
     if kind is list and isinstance(value, str):
         value = [value]

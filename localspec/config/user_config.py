@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import tomlkit
 
 from ..errors import InputError
 from .atomic import write_text_atomic
-from .files import locked, read_user_text
+from .files import locked, parse_toml, read_user_text
 from .paths import config_file
 from .profiles import name_problem
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 KNOWN_KEYS = ("default_profile",)
 
@@ -31,10 +25,7 @@ def read_config() -> dict:
 
 def _parse(text: str, path: Path) -> dict:
     """The config's settings from its text, checked."""
-    try:
-        config = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: invalid TOML: {exc} (fix or delete the file)") from None
+    config = parse_toml(text, path)
     unknown = [key for key in config if key not in KNOWN_KEYS]
     if unknown:
         raise InputError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(KNOWN_KEYS)})")
