@@ -116,3 +116,29 @@ def test_history_commands_list_show_and_remove() -> None:
     assert "A river mammal." in cli("history", "show", str(kept)).output
     assert cli("history", "remove", str(kept)).exit_code == 0
     one_error_line(cli("history", "show", str(kept)), 2, f"no conversation {kept}")
+
+
+def test_history_commands_show_text_as_typed_and_refuse_impossible_ids() -> None:
+    from cli_helpers import cli, one_error_line
+
+    from localspec.config.paths import history_file
+
+    typed = "[/x] and [bold red]red[/bold red]"  # rich markup, and a closing tag rich would raise on
+    store = HistoryStore(history_file())
+    kept = store.start(conversation(typed, "ok"))
+    store.close()
+    listed, shown = cli("history", "list"), cli("history", "show", str(kept))
+    assert listed.exit_code == shown.exit_code == 0, (listed.stderr, shown.stderr)
+    assert typed in listed.output and f"user: {typed}" in shown.output
+    for command in ("show", "remove"):
+        one_error_line(cli("history", command, str(2**64)), 2, f"no conversation {2**64}")
+
+
+def test_load_refuses_settings_that_are_not_an_object_and_reads_a_bom(tmp_path: Path) -> None:
+    saved = tmp_path / "chat.json"
+    saved.write_text('{"messages": [{"role": "user", "content": "hi"}], "settings": "x"}')
+    with pytest.raises(InputError, match=f"{saved}: .*settings"):
+        Conversation.read(saved, GenerationSettings())
+    saved.write_bytes(b'\xef\xbb\xbf{"messages": [{"role": "user", "content": "hi"}], "settings": {"speculative.draft_min": 9, "speculative.draft_max": 2}}')
+    with pytest.raises(InputError, match="draft_min .* must not exceed"):  # the cross-field rule, after the BOM was skipped
+        Conversation.read(saved, GenerationSettings())

@@ -96,3 +96,10 @@ def test_placement_parses_an_offloaded_load_log() -> None:
     assert placement.layers == {"CUDA0": 3, "CPU": 2} and placement.offloaded_layers == 3
     assert placement.weights == {"CUDA0": int(100.5 * 2**20), "CPU_Mapped": 20 * 2**20}
     assert placement.summary() == "3/5 layers offloaded (3 on CUDA0, 2 on CPU)"
+
+
+def test_info_prints_folder_names_as_they_are(monkeypatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_HOME", "/tmp/[/x] and [bold]")  # rich markup would raise on the closing tag
+    result = cli("info")
+    assert result.exit_code == 0, result.stderr
+    assert "data folder: /tmp/[/x] and [bold]" in result.output

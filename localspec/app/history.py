@@ -127,6 +127,8 @@ class HistoryStore:
 
     def get(self, conversation_id: int) -> dict[str, Any] | None:
         """The conversation in `/save`'s JSON form, or None."""
+        if not _is_row_id(conversation_id):
+            return None
         found = self._read("SELECT system, settings FROM conversations WHERE id = ?", (conversation_id,))
         if not found:
             return None
@@ -139,7 +141,14 @@ class HistoryStore:
         return {"messages": messages, "settings": json.loads(settings)}
 
     def remove(self, conversation_id: int) -> bool:
+        if not _is_row_id(conversation_id):
+            return False
         return self._write("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
 
     def close(self) -> None:
         self._db.close()
+
+
+def _is_row_id(value: int) -> bool:
+    """Whether `value` can be a stored id at all (SQLite refuses an int beyond 64 bits with OverflowError)."""
+    return 0 <= value < 2**63

@@ -6,7 +6,9 @@ import json
 from datetime import datetime
 
 import click
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..config.paths import history_file
@@ -41,7 +43,7 @@ def list_command(as_json: bool) -> None:
     for row in rows:
         when = datetime.fromtimestamp(row["updated"]).strftime("%Y-%m-%d %H:%M")
         first = row["first_message"].splitlines()[0][:60] if row["first_message"] else ""
-        table.add_row(str(row["id"]), when, str(row["messages"]), first)
+        table.add_row(str(row["id"]), when, str(row["messages"]), Text(first))  # Text: the user's words, not markup
     stdout_console.print(table)
 
 
@@ -61,7 +63,7 @@ def show_command(conversation_id: int, as_json: bool) -> None:
         return
     for message in data["messages"]:
         mark = " (interrupted)" if message.get("interrupted") else ""
-        stdout_console.print(f"[bold]{message['role']}[/bold]{mark}: {message['content']}", markup=True, highlight=False)
+        stdout_console.print(f"[bold]{message['role']}[/bold]{mark}: {escape(message['content'])}", markup=True, highlight=False)
 
 
 @history_group.command("remove")

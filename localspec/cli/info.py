@@ -35,7 +35,9 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    out = stdout_console.print
+    def out(text: str) -> None:  # folder names and device descriptions are not markup
+        stdout_console.print(text, markup=False)
+
     out(f"localspec {report['localspec']}, llama-cpp-python {report['llama_cpp_python']}{_llama_cpp_text(report['llama_cpp'])}")
     out(f"backends: {', '.join(report['backends']) or '-'}")
     out(f"GPU offload: {_gpu_text(report)}; "
