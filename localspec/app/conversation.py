@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -108,11 +109,11 @@ class Conversation:
         conversation = cls(_settings_from_json(data.get("settings"), defaults))
         for message in data["messages"]:
             if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
-                raise InputError(f"not a chat message: {message!r}")
+                raise InputError(f"not a chat message: {reprlib.repr(message)}")
             if not isinstance(message.get("content"), str):
-                raise InputError(f"a message's content must be text: {message!r}")
+                raise InputError(f"a message's content must be text: {reprlib.repr(message)}")
             if not isinstance(message.get("interrupted", False), bool):
-                raise InputError(f"a message's \"interrupted\" must be true or false: {message!r}")
+                raise InputError(f"a message's \"interrupted\" must be true or false: {reprlib.repr(message)}")
             if message["role"] == "system":
                 conversation.system = message["content"]
             else:
@@ -144,7 +145,7 @@ def _settings_from_json(settings: Any, defaults: GenerationSettings) -> Generati
     if settings is None:
         return defaults
     if not isinstance(settings, dict):
-        raise InputError(f'"settings" must be an object of setting values, got {settings!r}')
+        raise InputError(f'"settings" must be an object of setting values, got {reprlib.repr(settings)}')
     known = GenerationSettings.keys()  # a setting this version does not know is skipped
     return defaults.with_values({key: value for key, value in settings.items() if key in known})
 
