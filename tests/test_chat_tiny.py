@@ -27,7 +27,7 @@ def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
 
 def chat(stdin: bytes, *args: str) -> Result:
     """Pipe `stdin` into `localspec chat` on the tiny profile (greedy, 4-token replies)."""
-    command = ["chat", "-p", "tiny", "--temperature", "0", "--max-tokens", "4", *args]
+    command = ["chat", "-p", "tiny", "--temperature", "0", "--max-tokens", "4", "--threads", "1", *args]
     return CliRunner().invoke(main, command, input=stdin, catch_exceptions=False)
 
 
@@ -152,3 +152,31 @@ def test_input_history_falls_back_to_memory_when_its_folder_goes(tmp_path: Path)
     history.append_string("third")
     assert history.problem is not None and "is gone" in history.problem and "this chat only" in history.problem
     assert history.get_strings() == ["first", "second", "third"]
+
+
+@pytest.mark.slow  # a process in a pseudo-terminal (prompt_toolkit's input history), about a second
+def test_removing_the_data_folder_mid_chat_warns_once_and_the_chat_goes_on(tiny_profile: str) -> None:
+    import sys
+
+    import pexpect
+
+    from localspec.config.paths import data_dir
+
+    child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", "-p", "tiny", "--max-tokens", "4", "--threads", "1"],
+                          env={**os.environ, "NO_COLOR": "1", "TERM": "dumb"}, encoding="utf-8", timeout=60, dimensions=(40, 200))
+    child.expect_exact("Ctrl-D to leave")
+    child.expect_exact("> ")
+    child.sendline("the cat")
+    child.expect_exact("> ")
+    shutil.rmtree(data_dir())
+    shown = ""
+    for _ in range(3):
+        child.sendline("the dog")
+        child.expect_exact("> ")
+        shown += child.before
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    assert "Unhandled exception" not in shown and "readonly" not in shown, shown
+    assert shown.count("warning: the input history cannot be written: its folder") == 1
+    assert shown.count("warning: chat history cannot be written: its folder") == 1
+    assert shown.count("[length]") == 3  # every line was answered
