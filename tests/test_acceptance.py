@@ -29,9 +29,11 @@ def _dist(values: list[float]) -> np.ndarray:
     return array / array.sum()
 
 
-def _speculative_stream(p_rows, q_rows, n_tokens, k, rng, rule: Callable = rejection_sample, deterministic=False):
+def _speculative_stream(p_rows, q_rows, n_tokens, k, rng, rule: Callable = rejection_sample, deterministic=False,
+                        verdicts: Counter | None = None):
     """Emit `n_tokens` tokens by repeated draft+verify, where position i has target p_rows[i]
-    and draft q_rows[i] (distributions that do not depend on the prefix)."""
+    and draft q_rows[i] (distributions that do not depend on the prefix); count each pass's
+    verdict ("rejected" or "all kept") in `verdicts`."""
     out: list[int] = []
     while len(out) < n_tokens:
         start = len(out)
@@ -39,9 +41,11 @@ def _speculative_stream(p_rows, q_rows, n_tokens, k, rng, rule: Callable = rejec
         draft = [sample(q_rows[i], rng) for i in rows]
         p = np.stack([p_rows[i] for i in range(start, start + k + 1)])
         if deterministic:
-            tokens, _ = accept_by_target_samples(draft, p, StreamSampler(rng), start)
+            tokens, n_accepted = accept_by_target_samples(draft, p, StreamSampler(rng), start)
         else:
-            tokens, _ = rule(draft, np.stack([q_rows[i] for i in rows]), p, rng)
+            tokens, n_accepted = rule(draft, np.stack([q_rows[i] for i in rows]), p, rng)
+        if verdicts is not None:
+            verdicts["all kept" if n_accepted == k else "rejected"] += 1
         out.extend(tokens)
     return tuple(out[:n_tokens])
 
@@ -55,8 +59,8 @@ def _position_rows(p_values, q_values):
     return p_rows, q_rows
 
 
-def _joint_pvalue(p_rows, q_rows, k, rng, rule: Callable = rejection_sample) -> float:
-    counts = Counter(_speculative_stream(p_rows, q_rows, 2, k, rng, rule) for _ in range(N_SAMPLES))
+def _joint_pvalue(p_rows, q_rows, k, rng, rule: Callable = rejection_sample, verdicts: Counter | None = None) -> float:
+    counts = Counter(_speculative_stream(p_rows, q_rows, 2, k, rng, rule, verdicts=verdicts) for _ in range(N_SAMPLES))
     exact = {(a, b): p_rows[0][a] * p_rows[1][b] for a in range(VOCAB) for b in range(VOCAB) if p_rows[0][a] * p_rows[1][b] > 0}
     return chi_square_pvalue(counts, exact)
 
@@ -73,7 +77,11 @@ CASES = {
 @pytest.mark.parametrize("k", [1, 3])
 def test_first_two_tokens_follow_the_target(case: str, k: int) -> None:
     p_rows, q_rows = _position_rows(*CASES[case])
-    assert _joint_pvalue(p_rows, q_rows, k, np.random.default_rng(1234 + k)) > ALPHA
+    verdicts: Counter = Counter()
+    assert _joint_pvalue(p_rows, q_rows, k, np.random.default_rng(1234 + k), verdicts=verdicts) > ALPHA
+    # Both sides of the rule ran (where p == q every draft is kept, and must be).
+    assert verdicts["all kept"] > 100
+    assert verdicts["rejected"] == 0 if case == "p_equals_q" else verdicts["rejected"] > 100
 
 
 def _resample_from_p_target(draft_tokens, q_draft, p_target, rng) -> Accepted:

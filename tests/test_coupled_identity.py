@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from localspec.engine import generation as generation_module
-from localspec.engine.drafters import build_drafter
+from localspec.engine.drafters import HybridDrafter, build_drafter
 from localspec.engine.generation import generate_text
 from localspec.engine.noise import gumbel
 from localspec.engine.sampling import CoupledSampler, Probs
@@ -70,18 +70,41 @@ class _CountingDrafter:
         self.drafter.observe(n_proposed, n_accepted, verify_seconds)
 
 
+class _CountingSide:
+    """One side of a hybrid drafter, counting the passes it drafted."""
+
+    def __init__(self, drafter, totals: dict[str, int], key: str) -> None:
+        self.drafter, self.totals, self.key = drafter, totals, key
+
+    def begin(self, prompt_tokens) -> None:
+        self.drafter.begin(prompt_tokens)
+
+    def propose(self, context, max_tokens, sampler, position):
+        draft = self.drafter.propose(context, max_tokens, sampler, position)
+        self.totals[self.key] += bool(draft.tokens)
+        return draft
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self.drafter.observe(n_proposed, n_accepted, verify_seconds)
+
+
 def _compare(target: Model, draft: Model, sampling: SamplingParams, speculative: SpeculativeParams) -> dict[str, int]:
     """Generate with and without speculation for each seed: how many seeds differed, and the verdicts seen."""
-    totals = {"differing_seeds": 0, "rejecting_passes": 0, "fully_kept_passes": 0, "kept_past_position_3": 0}
+    totals = {"differing_seeds": 0, "rejecting_passes": 0, "fully_kept_passes": 0, "kept_at_position_3_or_later": 0,
+              "lookup_passes": 0, "model_passes": 0}
     for seed in range(N_SEEDS):
         settings = GenerationSettings(sampling, speculative, max_tokens=MAX_TOKENS, seed=seed)
         alone = generate_text(target, PROMPT, settings)
-        drafter = _CountingDrafter(build_drafter(speculative, sampling, draft))
+        inner = build_drafter(speculative, sampling, draft)
+        if isinstance(inner, HybridDrafter):  # count which side drafted each pass
+            inner.lookup = _CountingSide(inner.lookup, totals, "lookup_passes")
+            inner.by_model = _CountingSide(inner.by_model, totals, "model_passes")
+        drafter = _CountingDrafter(inner)
         drafted = generate_text(target, PROMPT, settings, drafter)
         totals["differing_seeds"] += drafted.tokens != alone.tokens
         totals["rejecting_passes"] += drafter.rejecting_passes
         totals["fully_kept_passes"] += drafter.fully_kept_passes
-        totals["kept_past_position_3"] += sum(drafted.stats.accepted_at[3:])
+        totals["kept_at_position_3_or_later"] += sum(drafted.stats.accepted_at[2:])
     return totals
 
 
@@ -101,6 +124,11 @@ def test_speculative_tokens_equal_target_only_tokens(pair, speculative_name: str
     assert totals["differing_seeds"] == 0
     # The identity held through rejections and through fully kept drafts (then the target's token is a bonus).
     assert totals["rejecting_passes"] > 0 and totals["fully_kept_passes"] > 0
+    speculative = SPECULATIVE[speculative_name]
+    if not speculative.adaptive and speculative.strategy != "ngram" and speculative.longest_draft >= 3:
+        assert totals["kept_at_position_3_or_later"] > 0  # long model drafts were kept deep into the pass
+    if speculative.strategy == "hybrid":  # both sides drafted: lookup passes and model passes
+        assert totals["lookup_passes"] > 0 and totals["model_passes"] > 0
 
 
 class _NoiseKeyedByDrawOrder(CoupledSampler):

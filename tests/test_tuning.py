@@ -14,6 +14,7 @@ from localspec.app.bench import (
     BenchResult,
     best_by_temperature,
     best_overall,
+    save_fastest,
 )
 from localspec.config.paths import user_profiles_dir
 from localspec.config.profiles import load_profile
@@ -45,8 +46,8 @@ def test_bench_json_holds_every_configuration_and_the_best(tiny_profile: str) ->
                 "speedup", "acceptance_rate", "mean_accepted_length", "cost_ratio"} <= set(row)
         assert row["speedup"] == pytest.approx(row["speculative_tokens_per_second"] / row["baseline_tokens_per_second"])
         assert row["runs"] == 4  # 2 prompts x 2 repeats
-        if row["temperature"] == 0:
-            assert row["identical_prompts"] == row["runs"]  # greedy: every strategy gives the target's tokens
+        # Coupled verification (the default): every strategy and length gives the target-only tokens, at T=1 too.
+        assert row["identical_prompts"] == row["runs"] and row["verify"] == "coupled"
     for temperature, best in report["best"].items():
         same = [r for r in rows if r["temperature"] == float(temperature)]
         assert best["speedup"] == max(r["speedup"] for r in same)
@@ -64,22 +65,43 @@ def test_bench_save_writes_the_fastest_setting_into_the_profile(tiny_profile: st
         assert "run without a draft" in result.stderr
 
 
-def test_the_best_overall_setting_is_the_geometric_mean_winner() -> None:
-    def result(strategy: str, draft_max, temperature: float, speed: float) -> BenchResult:
-        r = BenchResult(BenchCase(strategy, draft_max, temperature))
-        r.speculative = SpecStats(tokens_generated=int(speed * 100), generation_seconds=100.0)
-        r.baseline = SpecStats(tokens_generated=100, generation_seconds=100.0)
-        return r
+def _result(strategy: str, draft_max, temperature: float, speed: float) -> BenchResult:
+    r = BenchResult(BenchCase(strategy, draft_max, temperature))
+    r.speculative = SpecStats(tokens_generated=int(speed * 100), generation_seconds=100.0)
+    r.baseline = SpecStats(tokens_generated=100, generation_seconds=100.0)
+    return r
 
+
+def test_the_best_overall_setting_is_the_geometric_mean_winner() -> None:
+    result = _result
     results = [result("model", 4, 0, 1.6), result("model", 4, 0.8, 1.1), result("hybrid", 8, 0, 1.4), result("hybrid", 8, 0.8, 1.4)]
     assert best_overall(results)[:2] == ("hybrid", 8)
     assert best_by_temperature(results)[0].case.strategy == "model"
+
+
+def test_save_writes_the_winner_and_nothing_when_drafting_loses(tiny_profile: str) -> None:
+    """Both branches of `bench --save`, from measured results whose speed-ups are known."""
+    assert save_fastest(tiny_profile, [_result("model", 4, 0, 0.9), _result("ngram", 8, 0, 0.95)]) is None
+    assert "speculative.strategy" not in load_profile(tiny_profile).values
+    path = save_fastest(tiny_profile, [_result("model", 4, 0, 1.3), _result("ngram", 8, 0, 1.2)])
+    profile = load_profile(tiny_profile)
+    assert path is not None and (profile.get("speculative.strategy"), profile.get("speculative.draft_max")) == ("model", 4)
+
+
+def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
+    result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "12", "--temperatures", "1",
+                 "--strategy", "model", "--draft-max", "2", "--verify", "coupled,rejection", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = {row["verify"]: row for row in json.loads(result.stdout)["results"]}
+    assert rows["coupled"]["identical_prompts"] == rows["coupled"]["runs"] == 2
+    assert rows["rejection"]["identical_prompts"] < rows["rejection"]["runs"]  # equal in distribution, not in text
 
 
 @pytest.mark.parametrize(
     "args, fragment",
     [
         (["--strategy", "nonsense"], "'nonsense' is not one of model, ngram, hybrid"),
+        (["--verify", "exact"], "'exact' is not one of coupled, rejection"),
         (["--draft-max", "0,4"], "--draft-max"),
         (["--temperatures", "0,-1"], "--temperatures"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..config.profiles import update_profile
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError
@@ -172,6 +173,14 @@ def best_overall(results: Sequence[BenchResult]) -> tuple[str, int | str, float]
         by_config.setdefault((result.case.strategy, result.case.draft_max), []).append(max(result.speedup, 1e-9))
     (strategy, draft_max), speedups = max(by_config.items(), key=lambda item: statistics.geometric_mean(item[1]))
     return strategy, draft_max, statistics.geometric_mean(speedups)
+
+
+def save_fastest(profile_name: str, results: Sequence[BenchResult]) -> Path | None:
+    """Write the fastest strategy and draft length across temperatures into the profile; None when it is slower than the target alone."""
+    strategy, draft_max, speedup = best_overall(results)
+    if speedup < 1.0:
+        return None
+    return update_profile(profile_name, {"speculative.strategy": strategy, "speculative.draft_max": draft_max})
 
 
 def _case_settings(base: GenerationSettings, case: BenchCase | None) -> GenerationSettings:

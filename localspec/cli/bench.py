@@ -24,8 +24,8 @@ from ..app.bench import (
     best_overall,
     read_prompts,
     run_bench,
+    save_fastest,
 )
-from ..config.profiles import update_profile
 from ..engine.generation import Generation
 from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
 from .common import stderr_console, stdout_console
@@ -152,11 +152,11 @@ def bench(
     _advise(results, best)
     if save:
         strategy, draft_max, speedup = best_overall(results)
-        if speedup < 1.0:
+        path = save_fastest(plan.profile_name, results)
+        if path is None:
             click.echo(f"nothing saved: the fastest setting ({strategy}, draft_max {draft_max}) is {speedup:.2f}x the target alone", err=True)
-            return
-        path = update_profile(plan.profile_name, {"speculative.strategy": strategy, "speculative.draft_max": draft_max})
-        click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x across temperatures) to {path}", err=True)
+        else:
+            click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x across temperatures) to {path}", err=True)
 
 
 def _prompts(spec: str | None) -> tuple[str, ...]:
