@@ -1,4 +1,7 @@
-"""`localspec serve` started for real on a loopback port, spoken to with the official `openai` client."""
+"""`localspec serve` started for real on a loopback port, spoken to with the official `openai` client.
+
+The API's edges (malformed bodies, disconnects, the fuzz test) are tested in-process in test_serve_api.py.
+"""
 
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ def ask(client: openai.OpenAI, text: str, **extra):
 def test_chat_completions_plain_and_streamed(tiny_server: Server) -> None:
     client = tiny_server.client()
     plain = ask(client, "the cat sat", max_tokens=12, temperature=0)
-    assert plain.choices[0].message.content and plain.choices[0].finish_reason in ("stop", "length")
+    assert plain.choices[0].message.content and plain.choices[0].finish_reason == "length"  # tiny models never emit EOS
     assert plain.usage.completion_tokens == 12 and plain.usage.total_tokens == plain.usage.prompt_tokens + 12
     assert plain.model_extra["speculative"]["target_passes"] > 0
     chunks = list(ask(client, "the cat sat", max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True}))
@@ -160,7 +163,8 @@ def test_demo_pair_matches_run_frees_the_engine_on_disconnect_and_queues(smollm_
 
         # With --queue 0, a request arriving while one generates is refused with 429 and Retry-After.
         with httpx.stream("POST", f"{server.base}/v1/chat/completions", json=body, timeout=60) as stream:
-            next(stream.iter_lines())
+            lines = stream.iter_lines()  # kept: a dropped iterator closes the response
+            next(lines)
             busy = httpx.post(f"{server.base}/v1/chat/completions", json={**body, "stream": False}, timeout=30)
         assert busy.status_code == 429 and busy.headers["Retry-After"] and busy.json()["error"]["code"] == "queue_full"
 

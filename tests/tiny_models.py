@@ -101,12 +101,13 @@ def write_model(
     n_vocab: int,
     changed_token_id: int | None = None,
     tokenizer_model: str = "llama",
+    context_length: int = CONTEXT_LENGTH,
 ) -> Path:
     """Write a GGUF file for `weights` with the tiny vocabulary."""
     tokens, types = vocabulary(n_vocab, changed_token_id)
     writer = GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
-    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_context_length(context_length)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(N_LAYER)
     writer.add_feed_forward_length(N_FF)
@@ -134,12 +135,13 @@ def write_model(
     return path
 
 
-def write_pair(folder: Path, n_vocab: int = N_SPECIAL_AND_BYTE_TOKENS + 24, draft_noise: float = 0.15) -> tuple[Path, Path]:
+def write_pair(folder: Path, n_vocab: int = N_SPECIAL_AND_BYTE_TOKENS + 24, draft_noise: float = 0.15,
+               context_length: int = CONTEXT_LENGTH) -> tuple[Path, Path]:
     """A target and a draft with the same vocabulary and different weights."""
     target_weights = random_weights(n_vocab, seed=1)
     draft_weights = perturbed(target_weights, seed=2, amount=draft_noise)
-    target = write_model(folder / "tiny-target.gguf", target_weights, n_vocab=n_vocab)
-    draft = write_model(folder / "tiny-draft.gguf", draft_weights, n_vocab=n_vocab)
+    target = write_model(folder / "tiny-target.gguf", target_weights, n_vocab=n_vocab, context_length=context_length)
+    draft = write_model(folder / "tiny-draft.gguf", draft_weights, n_vocab=n_vocab, context_length=context_length)
     return target, draft
 
 

@@ -88,6 +88,7 @@ class GenerationQueue:
         self.session = session
         self.queue_size = queue_size
         self.waiting = 0
+        self.admitted = 0  # requests that got their turn, since the start
         self._lock = asyncio.Lock()
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="generation")
 
@@ -119,6 +120,7 @@ class GenerationQueue:
                     raise ClientGone()
             if gone is not None and await gone():  # it left just as its turn came
                 raise ClientGone()
+            self.admitted += 1
         except BaseException:
             if acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None:
                 self._lock.release()

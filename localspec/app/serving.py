@@ -308,11 +308,12 @@ class Reply:
                 slot.cancelled.set()
                 return
             getting = asyncio.ensure_future(pieces.get())
-            await asyncio.wait({getting, work}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
-            if getting.done():
+            try:
+                await asyncio.wait({getting, work}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                getting.cancel()  # a no-op when it got a piece
+            if getting.done() and not getting.cancelled():
                 yield getting.result()
-            else:
-                getting.cancel()
 
     def _event(self, delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
         choices = [] if delta is None else [

@@ -1,0 +1,432 @@
+"""The serve API on tiny models, in-process: one uvicorn server in a thread for the module, spoken to over HTTP.
+
+Fast enough for the fast suite; the process-level behaviour (the command, its
+flags, SIGTERM, the demo pair) is in test_serve.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+import uvicorn
+from cli_helpers import cli, one_error_line
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+from tiny_models import write_pair
+
+from localspec.app.generation_queue import GenerationQueue
+from localspec.app.openai_request import UNSUPPORTED, CompletionRequest
+from localspec.app.serving import ServedModel, create_app
+from localspec.app.session import Session
+from localspec.runtime.model import Model
+from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
+
+TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+CONTEXT = 2048  # room for a generation long enough to outlast a client that leaves
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+
+
+@dataclass
+class Api:
+    base: str
+    served: ServedModel
+    http: httpx.Client  # one client, its connections reused
+
+    @property
+    def session(self) -> Session:
+        return self.served.queue.session
+
+    def post(self, path: str, body: Any, timeout: float = 30) -> httpx.Response:
+        """POST `body` as JSON the way Python writes it: NaN and lone surrogates (escaped) included."""
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return self.http.post(self.base + path, content=content, timeout=timeout)
+
+    def still_serves(self) -> None:
+        reply = self.post(COMPLETIONS, {"prompt": "the cat", "max_tokens": 2})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 2
+
+    def wait_until(self, condition: Callable[[], bool], what: str, seconds: float = 10) -> None:
+        deadline = time.time() + seconds
+        while not condition():
+            assert time.time() < deadline, what
+            time.sleep(0.02)
+
+    def disconnected(self) -> int:
+        return self.served.metrics.requests.get("disconnected", 0)
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    target, draft = write_pair(tmp_path_factory.mktemp("tiny-long"), context_length=CONTEXT)
+    one_thread = ModelSettings(n_threads=1)  # the machine's cores are shared: threads that spin wait slow it down
+    session = Session(Model(target, one_thread), Model(draft, one_thread), ChatSettings(template=TEMPLATE))
+    defaults = GenerationSettings.from_values({"sampling.max_tokens": 8})
+    served = ServedModel(GenerationQueue(session, queue_size=1), defaults, "tiny")
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY needs the proto
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(served), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    with httpx.Client() as http:
+        yield Api(f"http://127.0.0.1:{listener.getsockname()[1]}", served, http)
+    server.should_exit = True
+    thread.join(timeout=10)
+    session.close()
+
+
+def chat_body(content: Any, **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": content}], **extra}
+
+
+def sse_data(response: httpx.Response) -> list[str]:
+    return [line[len("data: "):] for line in response.text.splitlines() if line.startswith("data: ")]
+
+
+# -- defect 1: a malformed request never wedges the server ---------------------------------
+
+
+def test_the_bodies_that_wedged_the_server_are_answered_and_the_server_goes_on(api: Api) -> None:
+    for text in (5, None):
+        refused = api.post(CHAT, chat_body([{"type": "text", "text": text}]))
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "messages[0].content[0]"
+    surrogate_chat = api.post(CHAT, chat_body("\ud800 hi"))
+    assert surrogate_chat.status_code == 200, surrogate_chat.text
+    surrogate = api.post(COMPLETIONS, {"prompt": "\ud800 hi"})
+    assert surrogate.status_code == 200, surrogate.text
+    # The lone surrogate became U+FFFD, the replacement character.
+    assert surrogate.json()["usage"]["prompt_tokens"] == len(api.session.raw_prompt_tokens("\ufffd hi"))
+    api.still_serves()
+
+
+@pytest.mark.parametrize("content, param", [
+    ([{"type": "image_url", "image_url": {"url": "x"}}], "messages[0].content[0]"),
+    ([{"text": "no type"}], "messages[0].content[0]"),
+    (["a bare string"], "messages[0].content[0]"),
+    (None, "messages[0].content"),
+    ({"text": "hi"}, "messages[0].content"),
+])
+def test_content_must_be_text_or_text_parts(api: Api, content: Any, param: str) -> None:
+    refused = api.post(CHAT, chat_body(content))
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == param
+
+
+def test_roles_must_be_known(api: Api) -> None:
+    for role in ("tool", 5, None, "USER"):
+        refused = api.post(CHAT, {"messages": [{"role": role, "content": "hi"}]})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages[0].role"
+    assert api.post(CHAT, {"messages": [{"role": "developer", "content": "hi"}], "max_tokens": 1}).status_code == 200
+
+
+def test_text_parts_are_joined(api: Api) -> None:
+    parts = api.post(CHAT, chat_body([{"type": "text", "text": "the "}, {"type": "text", "text": "cat"}],
+                                     temperature=0, max_tokens=4))
+    whole = api.post(CHAT, chat_body("the cat", temperature=0, max_tokens=4))
+    assert parts.json()["choices"][0]["message"]["content"] == whole.json()["choices"][0]["message"]["content"]
+    assert parts.json()["usage"] == whole.json()["usage"]
+
+
+def test_an_unforeseen_failure_is_a_logged_500_and_the_server_goes_on(
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(api.session, "chat_prompt_tokens", broken)
+    with caplog.at_level(logging.ERROR, logger="localspec.serve"):
+        failed = api.post(CHAT, chat_body("hi"))
+    assert failed.status_code == 500
+    assert failed.json()["error"] == {"message": "internal error", "type": "server_error", "param": None, "code": None}
+    assert "Traceback" not in failed.text and "a bug" not in failed.text
+    logged = [record for record in caplog.records if record.name == "localspec.serve"]
+    assert logged and logged[0].exc_info is not None  # the operator gets the traceback
+    monkeypatch.undo()
+
+    monkeypatch.setattr(api.session, "generation", broken)  # fails in the worker thread, mid-stream
+    streamed = api.post(COMPLETIONS, {"prompt": "the cat", "stream": True})
+    events = sse_data(streamed)
+    assert json.loads(events[-1])["error"]["message"] == "internal error"
+    assert api.post(COMPLETIONS, {"prompt": "the cat"}).status_code == 500
+    monkeypatch.undo()
+    api.still_serves()
+
+
+# -- defect 3: non-finite numbers -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("field, value", [
+    ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", 10**400),
+    ("top_p", float("nan")), ("min_p", float("-inf")),
+])
+def test_non_finite_numbers_are_refused(api: Api, stream: bool, field: str, value: Any) -> None:
+    refused = api.post(CHAT, chat_body("hi", stream=stream, **{field: value}))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == field and "finite" in refused.json()["error"]["message"]
+
+
+# -- defect 8: the server's edges --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("n", 2), ("best_of", 3), ("logprobs", True), ("logprobs", 2), ("top_logprobs", 3), ("echo", True),
+    ("response_format", {"type": "json_object"}), ("tools", [{"type": "function", "function": {"name": "f"}}]),
+    ("tool_choice", "auto"), ("functions", [{"name": "f"}]), ("function_call", "auto"), ("logit_bias", {"5": 1}),
+    ("presence_penalty", 0.5), ("frequency_penalty", 1),
+])
+def test_fields_that_would_change_the_reply_are_refused_by_name(api: Api, field: str, value: Any) -> None:
+    refused = api.post(CHAT, chat_body("hi", **{field: value}))
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == field and "not supported (yet)" in error["message"]
+
+
+def test_the_harmless_values_of_those_fields_are_accepted(api: Api) -> None:
+    harmless = {"n": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "response_format": {"type": "text"},
+                "tools": [], "tool_choice": "none", "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0.0}
+    assert set(harmless) <= set(UNSUPPORTED)
+    assert api.post(CHAT, chat_body("hi", max_tokens=1, **harmless)).status_code == 200
+
+
+@pytest.mark.parametrize("field, value", [
+    ("stream", "yes"), ("stream", 1), ("stream_options", "x"), ("stream_options", ["include_usage"]),
+    ("speculative", "no"), ("max_tokens", "8"), ("max_tokens", 10**30), ("seed", 1.5), ("stop", [1]),
+    ("strategy", "bogus"), ("draft_max", 0), ("model", "gpt-9"),
+])
+def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, value: Any) -> None:
+    refused = api.post(CHAT, chat_body("hi", **{field: value}))
+    assert refused.status_code == (404 if field == "model" else 400), refused.text
+    assert refused.json()["error"]["param"] == field
+
+
+def test_malformed_json_is_400(api: Api) -> None:
+    for body in (b"[" * 20_000, b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", b"{not json", b"\xff\xfe",
+                 b'["a list"]', b"null", b'{"messages": []}', b'{"prompt": [1, 2, 3]}'):
+        for path in (CHAT, COMPLETIONS):
+            refused = api.post(path, body)
+            assert refused.status_code == 400, (body[:40], refused.text)
+            assert refused.json()["error"]["type"] == "invalid_request_error"
+    api.still_serves()
+
+
+def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_health_works(api: Api) -> None:
+    missing = api.http.get(api.base + "/v1/nothing")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    wrong_method = api.http.get(api.base + COMPLETIONS)
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
+    assert wrong_method.headers["allow"] == "POST"
+    assert api.http.head(api.base + "/health").status_code == 200
+
+
+def test_the_bearer_scheme_is_case_insensitive(api: Api) -> None:
+    with TestClient(create_app(api.served, api_key="s3cret")) as client:
+        for header in ("Bearer s3cret", "bearer s3cret", "BEARER  s3cret"):
+            assert client.get("/v1/models", headers={"Authorization": header}).status_code == 200, header
+        for header in ("Bearer wrong", "s3cret", "Basic s3cret", ""):
+            refused = client.get("/v1/models", headers={"Authorization": header})
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+        assert client.get("/health").status_code == 200
+
+
+def test_max_tokens_is_lowered_to_the_room_the_context_leaves(api: Api) -> None:
+    def n_tokens(repeats: int) -> int:
+        return len(api.session.raw_prompt_tokens("the cat " * repeats))
+
+    per_repeat = n_tokens(2) - n_tokens(1)
+    prompt = "the cat " * ((CONTEXT - 12 - n_tokens(0)) // per_repeat)
+    n_prompt = len(api.session.raw_prompt_tokens(prompt))
+    room = CONTEXT - n_prompt
+    assert 0 < room < 30
+    reply = api.post(COMPLETIONS, {"prompt": prompt, "max_tokens": 1_000_000, "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == room
+    assert reply.json()["choices"][0]["finish_reason"] == "length"
+    request = CompletionRequest(None, "x", GenerationSettings(max_tokens=1_000_000), True, False, False)
+    assert request.fitted(n_prompt, CONTEXT).max_tokens == room
+    assert request.fitted(10, CONTEXT).max_tokens == CONTEXT - 10
+
+
+def _send_and_leave(api: Api, path: str, body: dict[str, Any]) -> socket.socket:
+    """A client that sends its request over a raw socket (closed by the caller, without reading the answer)."""
+    content = json.dumps(body).encode()
+    client = socket.create_connection(("127.0.0.1", int(api.base.rpartition(":")[2])))
+    client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(content)}\r\n\r\n".encode() + content)
+    return client
+
+
+def test_a_non_streaming_client_that_leaves_stops_its_generation(api: Api) -> None:
+    n_prompt = len(api.session.raw_prompt_tokens("the cat"))
+    long = CONTEXT - n_prompt - 1
+    before = api.disconnected()
+    client = _send_and_leave(api, COMPLETIONS, {"prompt": "the cat", "max_tokens": long})
+    api.wait_until(lambda: api.served.queue.busy, "the request never started")
+    time.sleep(0.2)
+    client.close()
+    api.wait_until(lambda: api.disconnected() > before, "the departure was never noticed")
+    api.wait_until(lambda: not api.served.queue.busy, "the generation went on")
+    assert len(api.session.target.tokens) < n_prompt + long // 2  # stopped early, its cache kept consistent
+    api.still_serves()
+
+
+def test_a_queued_client_that_leaves_is_never_admitted(api: Api) -> None:
+    body = {"prompt": "the cat", "max_tokens": 1500, "stream": True}
+    with api.http.stream("POST", api.base + COMPLETIONS, content=json.dumps(body), timeout=30) as holder:
+        lines = holder.iter_lines()  # kept: a dropped iterator closes the response
+        next(lines)  # generating: the models are taken
+        admitted = api.served.queue.admitted
+        before = api.disconnected()
+        queued = _send_and_leave(api, COMPLETIONS, body)
+        api.wait_until(lambda: api.served.queue.waiting == 1, "the second request never queued")
+        queued.close()
+        api.wait_until(lambda: api.disconnected() > before, "the queued departure was never noticed")
+        assert api.served.queue.waiting == 0
+    # The holder left too: its generation stops, and nobody else was admitted meanwhile.
+    api.wait_until(lambda: not api.served.queue.busy, "the dropped stream kept the models")
+    assert api.served.queue.admitted == admitted
+    assert api.disconnected() == before + 2
+    api.still_serves()
+
+
+# -- the command's own edges (in-process: a refused start loads nothing) ------------------------
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_taken_port_is_one_line_and_exit_1_before_serving(tiny_pair: tuple[Path, Path], taken_port: int) -> None:
+    result = cli("serve", "--target", str(tiny_pair[0]), "--port", str(taken_port))
+    one_error_line(result, 1, f"cannot listen on 127.0.0.1:{taken_port}")
+    assert "serving" not in result.stderr
+
+
+def test_an_empty_api_key_means_no_key_with_a_warning(tiny_pair: tuple[Path, Path], taken_port: int) -> None:
+    for args, env in ((["--api-key", ""], {}), ([], {"LOCALSPEC_API_KEY": ""})):
+        result = cli("serve", "--target", str(tiny_pair[0]), "--port", str(taken_port), *args, env=env)
+        assert result.exit_code == 1  # stopped by the taken port, after reading the key
+        warning = result.stderr.splitlines()[0]
+        assert "warning: the API key is empty: serving without one" in warning, result.stderr
+    one_error_line(cli("serve", "--target", str(tiny_pair[0]), "--api-key", "two words"), 2, "--api-key must be")
+
+
+# -- requests the review found untested ----------------------------------------------------------
+
+
+def test_stop_ends_the_reply_where_the_stop_text_starts(api: Api) -> None:
+    plain = api.post(CHAT, chat_body("the cat", temperature=0, max_tokens=8)).json()["choices"][0]
+    assert plain["finish_reason"] == "length"  # tiny models never emit EOS: only `length` is possible here
+    text = plain["message"]["content"]
+    word = text.split()[2]
+    expected = text[: text.index(word)]
+    for stream in (False, True):
+        reply = api.post(CHAT, chat_body("the cat", temperature=0, max_tokens=8, stop=word, stream=stream))
+        if stream:
+            events = [json.loads(e) for e in sse_data(reply)[:-1]]
+            content = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+            finish = events[-1]["choices"][0]["finish_reason"]
+        else:
+            content, finish = reply.json()["choices"][0]["message"]["content"], reply.json()["choices"][0]["finish_reason"]
+        assert (content, finish) == (expected, "stop")
+
+
+def test_streamed_completions_match_the_whole_reply(api: Api) -> None:
+    body = {"prompt": "a big red", "temperature": 0, "max_tokens": 10}
+    whole = api.post(COMPLETIONS, body).json()
+    streamed = api.post(COMPLETIONS, {**body, "stream": True, "stream_options": {"include_usage": True}})
+    events = sse_data(streamed)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole["choices"][0]["text"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"] == whole["usage"]
+
+
+def test_strategy_draft_max_and_speculative_fields_choose_how_the_reply_is_drafted(api: Api) -> None:
+    def ask(**fields: Any) -> dict[str, Any]:
+        reply = api.post(COMPLETIONS, {"prompt": "the cat sat", "temperature": 0, "max_tokens": 24, **fields})
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    alone = ask(speculative=False)
+    assert alone["speculative"]["draft_tokens_proposed"] == 0 and alone["speculative"]["target_passes"] == 24
+    model = ask(strategy="model", draft_max=2)
+    stats = model["speculative"]
+    assert 0 < stats["draft_tokens_proposed"] <= 2 * stats["target_passes"]
+    assert stats["target_passes"] < 24
+    wide = ask(strategy="model", draft_max=6)["speculative"]
+    assert wide["draft_tokens_proposed"] > stats["draft_tokens_proposed"]
+    ngram = ask(strategy="ngram")
+    # Temperature 0: whatever drafts, the reply is the target's own greedy text.
+    assert model["choices"][0]["text"] == ngram["choices"][0]["text"] == alone["choices"][0]["text"]
+
+
+# -- the fuzz test --------------------------------------------------------------------------------
+
+SURROGATES = st.sampled_from(["\ud800", "\udfff", "\ud83d", "\ude00"])
+TEXT = st.lists(st.one_of(st.characters(), SURROGATES), max_size=8).map("".join)
+NUMBERS = st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True))
+LEAVES = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
+JSON = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
+                    max_leaves=8)
+SMALL_COUNT = st.one_of(st.integers(0, 6), st.none(), TEXT, st.booleans(), st.floats(allow_nan=True))  # short replies
+PART = st.fixed_dictionaries({}, optional={"type": st.one_of(st.just("text"), JSON), "text": st.one_of(TEXT, JSON)})
+CONTENT = st.one_of(TEXT, st.lists(st.one_of(PART, JSON), max_size=3), JSON)
+MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={
+    "role": st.one_of(st.sampled_from(["system", "user", "assistant", "developer", "tool"]), JSON),
+    "content": CONTENT,
+}), JSON)
+FIELDS = {name: JSON for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "strategy", "draft_max",
+                                  "speculative", "stream", "stream_options", "model", *UNSUPPORTED)}
+BODY = st.fixed_dictionaries({}, optional={
+    **FIELDS,
+    "messages": st.one_of(st.lists(MESSAGE, max_size=3), JSON),
+    "prompt": st.one_of(TEXT, JSON),
+    "max_tokens": SMALL_COUNT,
+    "max_completion_tokens": SMALL_COUNT,
+    "stream": st.one_of(st.booleans(), JSON),
+    "temperature": st.one_of(NUMBERS, JSON),
+})
+
+
+def _check_answer(response: httpx.Response) -> None:
+    assert response.status_code < 500, response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        events = sse_data(response)
+        assert events and (events[-1] == "[DONE]" or "error" in json.loads(events[-1])), response.text
+        for event in events[:-1]:
+            json.loads(event)
+        return
+    answer = response.json()
+    if response.status_code == 200:
+        assert answer["choices"] and "usage" in answer
+    else:
+        assert isinstance(answer["error"]["message"], str) and answer["error"]["type"], answer
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(path=st.sampled_from([CHAT, COMPLETIONS]),
+       body=st.one_of(BODY, JSON, st.binary(max_size=40)))
+def test_fuzz_any_body_gets_a_well_formed_answer_and_the_server_goes_on(api: Api, path: str, body: Any) -> None:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    _check_answer(api.post(path, content))
+    api.still_serves()
