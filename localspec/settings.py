@@ -30,6 +30,7 @@ from .errors import InputError
 ROLES = ("target", "draft")
 STRATEGIES = ("model", "ngram", "hybrid")
 VERIFY_MODES = ("coupled", "rejection")
+REPACK_MODES = ("auto", "on", "off")
 ADAPTIVE = "adaptive"
 ALL_LAYERS = "all"  # n_gpu_layers: offload every layer
 ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length considers
@@ -190,6 +191,11 @@ class ModelSettings(SettingsGroup):
     rpc: tuple[str, ...] = setting(
         (), "RPC workers (HOST:PORT, comma-separated or repeated) to spread the {role} model's layers over (`localspec worker`).",
         flag={"target": "--rpc", "draft": "--draft-rpc"},
+    )
+    repack: str = setting(
+        "auto", "llama.cpp's repacked CPU weight layouts for the {role} model: 'auto' (on where a one-time probe"
+        " on this machine finds them working), 'on' or 'off'.",
+        choices=REPACK_MODES, flag={"target": "--repack", "draft": "--draft-repack"},
     )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
