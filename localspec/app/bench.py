@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..config.profiles import update_profile
+from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError
@@ -127,8 +128,13 @@ def run_bench(
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     repeat: int = 1,
     on_run: Callable[[BenchCase | None, int, Generation], None] | None = None,
+    cold: bool = False,
 ) -> list[BenchResult]:
-    """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order."""
+    """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order.
+
+    `cold`: every generation's adaptive draft lengths start from their priors, as in a
+    first-ever one-shot run (otherwise they learn across the prompts, as a chat does).
+    """
     results = {case: BenchResult(case) for case in cases}
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
@@ -142,6 +148,8 @@ def run_bench(
                 shift = (index + round_number) % len(order)
                 runs: dict[BenchCase | None, Generation] = {}
                 for case in order[shift:] + order[:shift]:
+                    if cold:
+                        session.learned_lengths = LearnedLengths()
                     runs[case] = _generate(session, tokens, _case_settings(base, case), speculative=case is not None)
                     if on_run is not None:
                         on_run(case, index, runs[case])

@@ -6,25 +6,35 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Sequence
 
+from ..engine.draft_length import LearnedLengths
 from ..engine.drafters import build_drafter
 from ..engine.generation import Generation
 from ..errors import InputError
 from ..runtime.chat_template import render_chat_chunks
 from ..runtime.model import Model
 from ..settings import ChatSettings, GenerationSettings
+from .learned_lengths import LengthCache
 from .plan import Plan
+from .repack import extra_buffers_for
 
 
 class Session:
     """A target and an optional draft model loaded together."""
 
-    def __init__(self, target: Model, draft: Model | None = None, chat: ChatSettings = ChatSettings()) -> None:
+    def __init__(
+        self, target: Model, draft: Model | None = None, chat: ChatSettings = ChatSettings(),
+        length_cache: LengthCache | None = None,
+    ) -> None:
+        """`length_cache`: where adaptive draft lengths are loaded from now and saved to on `close` (none: kept in memory)."""
         self.target = target
         self.draft = draft
         self.chat = chat
-        self.learned_lengths: dict = {}  # adaptive draft-length controllers, kept across generations
+        self.length_cache = length_cache
+        # Adaptive draft-length controllers, kept across generations (and across runs with a cache).
+        self.learned_lengths = length_cache.load() if length_cache is not None else LearnedLengths()
 
     def generation(
         self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, speculative: bool = True
@@ -82,6 +92,9 @@ class Session:
             self.draft.drop_unrecorded()
 
     def close(self) -> None:
+        if self.length_cache is not None:
+            self.length_cache.save(self.learned_lengths)
+            self.length_cache = None
         self.target.close()
         if self.draft is not None:
             self.draft.close()
@@ -99,16 +112,26 @@ def open_session(
     load_draft: bool = True,
     on_status: Callable[[str], None] = lambda message: None,
     verbose: bool = False,
+    remember_lengths: bool = True,
 ) -> Session:
-    """Load the plan's models (the draft only when there is one and `load_draft`)."""
+    """Load the plan's models (the draft only when there is one and `load_draft`).
+
+    With `remember_lengths` the adaptive draft lengths start from what earlier
+    processes learned for this pair on this machine, and what this one learns is
+    saved when the session closes (`bench --cold` turns it off).
+    """
     on_status(f"loading target {plan.target.path.name}")
-    target = Model(plan.target.path, plan.target.runtime, verbose=verbose)
+    target = Model(plan.target.path, plan.target.runtime, verbose=verbose,
+                   extra_buffers=extra_buffers_for(plan.target.path, plan.target.runtime.repack, verbose=verbose))
     draft = None
     if plan.draft is not None and load_draft:
         on_status(f"loading draft {plan.draft.path.name}")
         try:
-            draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose)
+            draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose,
+                          extra_buffers=extra_buffers_for(plan.draft.path, plan.draft.runtime.repack, verbose=verbose))
         except BaseException:
             target.close()
             raise
-    return Session(target, draft, plan.chat)
+    notes = (lambda message: print(f"localspec: {message}", file=sys.stderr)) if verbose else (lambda message: None)
+    length_cache = LengthCache(target, draft, notes=notes) if remember_lengths else None
+    return Session(target, draft, plan.chat, length_cache)

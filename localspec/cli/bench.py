@@ -91,12 +91,13 @@ def _draft_max(item: str) -> int | str:
               f" ({len(DEFAULT_PROMPTS)}: chat, code, lists, prose and copy-heavy tasks) [all].")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure every prompt this many times.")
 @click.option("--save", is_flag=True, help="Write the fastest strategy and draft length into the profile.")
+@click.option("--cold", is_flag=True, help="Adaptive draft lengths start from their priors, as in a first-ever run (and nothing learned is kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @VERBOSE_OPTION
 def bench(
     profile: str | None, temperatures: str, strategies: str | None, verify_modes: str | None, draft_maxes: str | None,
     prompts_spec: str | None,
-    repeat: int, save: bool, as_json: bool, verbose: bool, **options: Any,
+    repeat: int, save: bool, cold: bool, as_json: bool, verbose: bool, **options: Any,
 ) -> None:
     """Measure what drafting buys on this machine, and which strategy and draft length buy most.
 
@@ -129,13 +130,13 @@ def bench(
     chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes else [speculative.verify]
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
 
-    with load_session(plan, load_draft=bool(needs_draft), verbose=verbose) as session:
+    with load_session(plan, load_draft=bool(needs_draft), verbose=verbose, remember_lengths=not cold) as session:
         placement = session.placement()
         for role, where in placement.items():
             click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)
         total = len(prompts) * repeat * sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
         with _progress(total) as advance:
-            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance)
+            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold)
     best = best_by_temperature(results)
     if as_json:
         click.echo(json.dumps({

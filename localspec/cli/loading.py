@@ -18,7 +18,8 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> 
     return plan
 
 
-def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False) -> Session:
+def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True) -> Session:
     """`app.session.open_session` with a status spinner on stderr while the weights load."""
     with status_line(stderr_console.is_terminal and not verbose) as status:
-        return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose)
+        return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose,
+                            remember_lengths=remember_lengths)

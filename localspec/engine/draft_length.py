@@ -20,9 +20,19 @@ probability of each of them, through an acceptance rate measured per
 probability bin (a draft model's probabilities are rarely calibrated as they
 are). Every few passes it tries k ± 1, so that the verify cost's slope stays
 measurable.
+
+What a controller learned comes in two parts that `LearnedLengths` keeps apart,
+so that one does not spoil the other: its costs (a property of the machine and
+the models' files) and its acceptance (a property of the pair, the drafting
+side, the verification mode and the temperature). Both can be saved and
+restored as plain JSON-able dicts, so a later process starts where this one
+stopped (`localspec/app/learned_lengths.py`).
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 from ..settings import ADAPTIVE_DRAFT_LIMIT
 
@@ -185,6 +195,123 @@ class AdaptiveLength:
                 self.bin_accepted[_bin(self._confidences[i])] += kept
             if not kept:
                 break  # positions after the first rejection were never judged
+
+
+    # -- what it learned, as plain data ---------------------------------------------------
+
+    def costs(self) -> dict[str, Any]:
+        """The measured costs (seconds), to be restored by `restore_costs`."""
+        return {
+            "first_step_cost": self.first_step_cost,
+            "draft_cost": self.draft_cost,
+            "verify_by_size": {str(n): list(mean_and_weight) for n, mean_and_weight in self.verify_by_size.items()},
+        }
+
+    def acceptance_counts(self) -> dict[str, Any]:
+        """The decayed acceptance counts, to be restored by `restore_acceptance`."""
+        return {"reached": self.reached, "accepted": self.accepted,
+                "bin_reached": self.bin_reached, "bin_accepted": self.bin_accepted}
+
+    def restore_costs(self, state: dict[str, Any]) -> None:
+        """Start from costs saved by `costs()`; ValueError (nothing changed) when `state` is not such a dict."""
+        first, draft = _seconds_or_none(state["first_step_cost"]), _seconds_or_none(state["draft_cost"])
+        by_size = {}
+        for n, (mean, weight) in state["verify_by_size"].items():
+            if not 1 <= int(n) <= self.limit + 1:
+                raise ValueError(f"batch size {n} out of range")
+            by_size[int(n)] = [_seconds(mean), _count(weight)]
+        self.first_step_cost, self.draft_cost, self.verify_by_size = first, draft, by_size
+
+    def restore_acceptance(self, state: dict[str, Any]) -> None:
+        """Start from counts saved by `acceptance_counts()`; ValueError (nothing changed) when `state` is not such a dict."""
+        sizes = {"reached": self.limit, "accepted": self.limit,
+                 "bin_reached": len(self.bin_reached), "bin_accepted": len(self.bin_accepted)}
+        restored = {}
+        for name, size in sizes.items():
+            values = [_count(value) for value in state[name]]
+            if len(values) != size:
+                raise ValueError(f"{name} has {len(values)} entries, not {size}")
+            restored[name] = values
+        if any(a > r + 1e-9 for a, r in zip(restored["accepted"], restored["reached"])):
+            raise ValueError("more accepted than reached")
+        for name, values in restored.items():
+            setattr(self, name, values)
+
+
+def _seconds(value: Any) -> float:
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"not a duration: {value!r}")
+    return seconds
+
+
+def _seconds_or_none(value: Any) -> float | None:
+    return None if value is None else _seconds(value)
+
+
+def _count(value: Any) -> float:
+    count = float(value)
+    if not (math.isfinite(count) and count >= 0):
+        raise ValueError(f"not a count: {value!r}")
+    return count
+
+
+def temperature_band(temperature: float) -> str:
+    """Temperatures whose acceptance is alike: greedy, low (≤ 0.5), medium (≤ 1) and high."""
+    if temperature == 0:
+        return "greedy"
+    return "low" if temperature <= 0.5 else "medium" if temperature <= 1.0 else "high"
+
+
+class LearnedLengths:
+    """Adaptive controllers kept across generations, and what earlier processes learned.
+
+    One controller per drafting side ("model", "ngram"), verification mode and
+    temperature band. A new controller starts from the saved costs of its side
+    (`saved_costs[side]`) and the saved acceptance of its key
+    (`saved_acceptance["side/verify/band"]`); a saved entry that does not fit is
+    ignored and the controller starts from its priors.
+    """
+
+    def __init__(self, saved_costs: dict[str, Any] | None = None, saved_acceptance: dict[str, Any] | None = None) -> None:
+        self.saved_costs = dict(saved_costs or {})
+        self.saved_acceptance = dict(saved_acceptance or {})
+        self.controllers: dict[tuple[str, str, str], AdaptiveLength] = {}
+        self.dropped: list[str] = []  # saved entries that did not fit (for --verbose)
+
+    def controller(self, side: str, verify: str, temperature: float) -> AdaptiveLength:
+        key = (side, verify, temperature_band(temperature))
+        if key not in self.controllers:
+            self.controllers[key] = self._restored(side, "/".join(key))
+        return self.controllers[key]
+
+    def _restored(self, side: str, acceptance_key: str) -> AdaptiveLength:
+        controller = AdaptiveLength()
+        for name, saved, restore in ((side, self.saved_costs, controller.restore_costs),
+                                     (acceptance_key, self.saved_acceptance, controller.restore_acceptance)):
+            if name in saved:
+                try:
+                    restore(saved[name])
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                    self.dropped.append(f"{name}: {exc}")
+                    del saved[name]  # neither tried again nor saved back
+        return controller
+
+    def costs(self) -> dict[str, Any]:
+        """Costs by side: the saved ones, updated by this process's controllers (the latest used wins)."""
+        learned = dict(self.saved_costs)
+        for (side, _, _), controller in self.controllers.items():
+            if controller.passes:
+                learned[side] = controller.costs()
+        return learned
+
+    def acceptance(self) -> dict[str, Any]:
+        """Acceptance counts by "side/verify/band": the saved ones, updated by this process's controllers."""
+        learned = dict(self.saved_acceptance)
+        for key, controller in self.controllers.items():
+            if controller.passes:
+                learned["/".join(key)] = controller.acceptance_counts()
+        return learned
 
 
 def _ema(current: float | None, sample: float, weight: float = 0.1) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...runtime.model import Model
 from ...settings import SamplingParams, SpeculativeParams
-from ..draft_length import AdaptiveLength, DraftLength, FixedLength
+from ..draft_length import DraftLength, FixedLength, LearnedLengths
 from .base import NO_DRAFT, Draft, Drafter
 from .hybrid import HybridDrafter
 from .model import ModelDrafter
@@ -22,20 +22,20 @@ def build_drafter(
     speculative: SpeculativeParams,
     sampling: SamplingParams,
     draft_model: Model | None,
-    learned: dict[tuple[str, float], AdaptiveLength] | None = None,
+    learned: LearnedLengths | None = None,
 ) -> Drafter:
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
     With an adaptive draft length, `learned` keeps one controller per drafting side
-    ("model", "ngram") and temperature across generations, so a chat or a benchmark
-    keeps what it measured.
+    ("model", "ngram"), verification mode and temperature band across generations,
+    so a chat or a benchmark keeps what it measured (and a run what earlier runs did).
     """
-    learned = {} if learned is None else learned
+    learned = LearnedLengths() if learned is None else learned
 
     def length(side: str) -> DraftLength:
         if not speculative.adaptive:
             return FixedLength(speculative.longest_draft)
-        return learned.setdefault((side, sampling.temperature), AdaptiveLength())
+        return learned.controller(side, speculative.verify, sampling.temperature)
 
     if speculative.strategy == "ngram":
         return NGramDrafter(speculative.ngram_min, speculative.ngram_max, length("ngram"))

@@ -1,0 +1,122 @@
+"""What adaptive draft lengths learned, kept between processes in the cache folder.
+
+A one-shot `localspec run` is a fresh process; without this its length
+controller would start from priors every time. `LengthCache.load` gives a
+session the `LearnedLengths` that earlier processes saved for the same models on
+the same machine; `save` writes back what this one learned. Costs are keyed by
+the machine (the models' files, threads, where the layers went, the llama.cpp
+build), acceptance by the pair of files alone, so that moving to another
+machine keeps the acceptance and a new draft file does not inherit another's.
+
+It is a cache, not a user's file: it is written atomically, read leniently,
+and anything stale, corrupt or unreadable is dropped and rebuilt without a
+message (the notes callback, shown with `--verbose`, says what was dropped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config.atomic import write_text_atomic
+from ..config.paths import cache_dir
+from ..engine.draft_length import LearnedLengths
+from ..runtime.devices import llama_cpp_build
+from ..runtime.library import default_threads, llama
+from ..runtime.model import Model
+
+FILE_NAME = "draft-lengths.json"
+FORMAT_VERSION = 1
+MAX_ENTRIES = 32  # per kind (machines, pairs): the least recently used are dropped
+
+
+def _fingerprint(model: Model | None) -> str:
+    if model is None:
+        return "none"
+    try:
+        stat = model.path.stat()
+    except OSError:  # the file went away after loading: nothing saved under it will be found again
+        return f"{model.path}|gone"
+    return f"{model.path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def pair_key(target: Model, draft: Model | None) -> str:
+    """The identity of the model files: what acceptance depends on."""
+    return _digest(_fingerprint(target), _fingerprint(draft))
+
+
+def machine_key(target: Model, draft: Model | None) -> str:
+    """The files plus how they run here (threads, devices, llama.cpp build): what costs depend on."""
+    runs = [
+        f"{model.settings.n_threads or default_threads()} threads, {model.placement.summary()}"
+        for model in (target, draft) if model is not None
+    ]
+    build = json.dumps({"llama_cpp_python": llama().__version__, **llama_cpp_build()}, sort_keys=True)
+    return _digest(pair_key(target, draft), build, *runs)
+
+
+class LengthCache:
+    """Loads and saves `LearnedLengths` for one loaded pair (`path` defaults to the cache folder's file)."""
+
+    def __init__(self, target: Model, draft: Model | None, path: Path | None = None,
+                 notes: Callable[[str], None] = lambda message: None) -> None:
+        self.path = path or cache_dir() / FILE_NAME
+        self.notes = notes
+        self.machine = machine_key(target, draft)
+        self.pair = pair_key(target, draft)
+
+    def load(self) -> LearnedLengths:
+        """What earlier processes learned for this pair on this machine (nothing when there is none)."""
+        state = self._read()
+        costs = state["machines"].get(self.machine, {}).get("costs", {})
+        acceptance = state["pairs"].get(self.pair, {}).get("acceptance", {})
+        learned = LearnedLengths(costs, acceptance)
+        if costs or acceptance:
+            self.notes(f"draft lengths: starting from what earlier runs learned ({self.path})")
+        return learned
+
+    def save(self, learned: LearnedLengths) -> None:
+        """Merge what this process learned into the file (the least recently used entries beyond a bound dropped)."""
+        for message in learned.dropped:
+            self.notes(f"draft lengths: dropped a saved entry that did not fit ({message})")
+        if not any(controller.passes for controller in learned.controllers.values()):
+            return
+        state = self._read()
+        now = time.time()
+        state["machines"][self.machine] = {"costs": learned.costs(), "used": now}
+        state["pairs"][self.pair] = {"acceptance": learned.acceptance(), "used": now}
+        for kind in ("machines", "pairs"):
+            entries = state[kind]
+            for stale in sorted(entries, key=lambda key: entries[key].get("used", 0))[:-MAX_ENTRIES]:
+                del entries[stale]
+        try:
+            write_text_atomic(self.path, json.dumps(state, allow_nan=False))
+        except (OSError, ValueError) as exc:  # a read-only or full cache folder: nothing is lost but speed
+            self.notes(f"draft lengths: could not save to {self.path} ({exc})")
+
+    def _read(self) -> dict[str, Any]:
+        """The file's contents, or an empty state when it is missing, unreadable, corrupt or of another version."""
+        empty: dict[str, Any] = {"version": FORMAT_VERSION, "machines": {}, "pairs": {}}
+        try:
+            state = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return empty
+        except (OSError, ValueError) as exc:
+            self.notes(f"draft lengths: ignoring {self.path} ({exc})")
+            return empty
+        well_formed = (
+            isinstance(state, dict) and state.get("version") == FORMAT_VERSION
+            and all(isinstance(state.get(kind), dict) for kind in ("machines", "pairs"))
+            and all(isinstance(entry, dict) for kind in ("machines", "pairs") for entry in state[kind].values())
+        )
+        if not well_formed:
+            self.notes(f"draft lengths: ignoring {self.path} (not this version's format)")
+            return empty
+        return state

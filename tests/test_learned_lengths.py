@@ -1,0 +1,109 @@
+"""What adaptive draft lengths learn is kept between processes: saved on close, restored at start, dropped when bad."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli
+from test_draft_length import simulate
+
+from localspec.app.learned_lengths import FILE_NAME, LengthCache
+from localspec.app.session import Session
+from localspec.config.paths import cache_dir, user_profiles_dir
+from localspec.engine.draft_length import AdaptiveLength, LearnedLengths, temperature_band
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
+
+PROMPT = [1, 260, 265, 270, 262, 260, 265]
+ADAPTIVE_MODEL = GenerationSettings(SamplingParams(temperature=0.8), SpeculativeParams(strategy="model"), max_tokens=24, seed=1)
+
+
+def _generate(session: Session, settings: GenerationSettings = ADAPTIVE_MODEL) -> None:
+    for _ in session.generation(PROMPT, settings):
+        pass
+
+
+def _session(paths: tuple[Path, Path], cache_file: Path, threads: int = 1, notes=None) -> Session:
+    runtime = ModelSettings(n_threads=threads)
+    target, draft = Model(paths[0], runtime), Model(paths[1], runtime)
+    return Session(target, draft, length_cache=LengthCache(target, draft, cache_file, notes=notes or (lambda m: None)))
+
+
+def test_a_new_session_starts_where_the_last_one_stopped(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    cache_file = tmp_path / FILE_NAME
+    with _session(tiny_pair, cache_file) as first:
+        _generate(first)
+        learned = first.learned_lengths.controller("model", "coupled", 0.8)
+        assert learned.passes > 0
+        saved_costs, saved_counts = learned.costs(), learned.acceptance_counts()
+    assert cache_file.exists()
+    with _session(tiny_pair, cache_file) as second:
+        restored = second.learned_lengths.controller("model", "coupled", 0.7)  # the same temperature band
+        assert restored.costs() == json.loads(json.dumps(saved_costs))
+        assert restored.acceptance_counts() == saved_counts
+        fresh = second.learned_lengths.controller("model", "rejection", 0.8)  # acceptance is per verification mode
+        assert fresh.acceptance_counts() == AdaptiveLength().acceptance_counts()
+        assert fresh.costs() == restored.costs()  # costs are the machine's, shared by modes and temperatures
+
+
+def test_costs_belong_to_the_machine_and_acceptance_to_the_pair(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    cache_file = tmp_path / FILE_NAME
+    with _session(tiny_pair, cache_file, threads=1) as first:
+        _generate(first)
+        saved_counts = first.learned_lengths.controller("model", "coupled", 0.8).acceptance_counts()
+    with _session(tiny_pair, cache_file, threads=2) as other_machine:  # another thread count: another cost profile
+        controller = other_machine.learned_lengths.controller("model", "coupled", 0.8)
+        assert controller.first_step_cost is None and controller.verify_by_size == {}
+        assert controller.acceptance_counts() == saved_counts
+    swapped = (tiny_pair[1], tiny_pair[0])  # another pair of files: nothing carries over
+    with _session(swapped, cache_file) as other_pair:
+        controller = other_pair.learned_lengths.controller("model", "coupled", 0.8)
+        assert controller.acceptance_counts() == AdaptiveLength().acceptance_counts()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"version": 99}', '{"version": 1, "machines": [], "pairs": {}}', "\udcff"])
+def test_a_corrupt_cache_is_dropped_quietly_and_rebuilt(tiny_pair: tuple[Path, Path], tmp_path: Path, content: str) -> None:
+    cache_file = tmp_path / FILE_NAME
+    cache_file.write_bytes(content.encode("utf-8", "surrogateescape"))
+    notes: list[str] = []
+    with _session(tiny_pair, cache_file, notes=notes.append) as session:
+        _generate(session)
+    assert notes and all("ignoring" in note for note in notes)  # said only to --verbose
+    state = json.loads(cache_file.read_text())
+    assert state["version"] == 1 and len(state["machines"]) == len(state["pairs"]) == 1
+
+
+def test_saved_entries_that_do_not_fit_are_dropped_entry_by_entry() -> None:
+    good = AdaptiveLength()
+    simulate(good, alpha=0.8, draft_cost=0.01, a=0.02, b=0.005, passes=40)
+    bad_counts = {**good.acceptance_counts(), "reached": [float("nan")] * good.limit}
+    short_counts = {**good.acceptance_counts(), "accepted": [0.0]}
+    bad_costs = {**good.costs(), "draft_cost": -1.0}
+    band = temperature_band(0.8)
+    learned = LearnedLengths(
+        {"model": bad_costs, "ngram": good.costs()},
+        {f"model/coupled/{band}": bad_counts, f"ngram/coupled/{band}": short_counts, f"model/rejection/{band}": good.acceptance_counts()},
+    )
+    assert learned.controller("model", "coupled", 0.8).costs() == AdaptiveLength().costs()
+    assert learned.controller("ngram", "coupled", 0.8).costs() == good.costs()
+    assert learned.controller("ngram", "coupled", 0.8).acceptance_counts() == AdaptiveLength().acceptance_counts()
+    assert learned.controller("model", "rejection", 0.8).acceptance_counts() == good.acceptance_counts()
+    assert len(learned.dropped) == 3
+
+
+def test_run_remembers_and_bench_cold_forgets(tiny_pair: tuple[Path, Path]) -> None:
+    profile = user_profiles_dir() / "tiny.toml"
+    profile.parent.mkdir(parents=True, exist_ok=True)
+    profile.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n'
+                       '[chat]\ntemplate = "{% for m in messages %}{{ m.content }} {% endfor %}"\n')
+    args = ["-p", "tiny", "--threads", "1", "--strategy", "model"]
+    cache_file = cache_dir() / FILE_NAME
+    cache_file.unlink(missing_ok=True)
+    assert cli("run", *args, "--max-tokens", "8", "--seed", "1", "the cat").exit_code == 0
+    assert len(json.loads(cache_file.read_text())["pairs"]) == 1
+    cache_file.unlink()
+    cold = cli("bench", *args, "--prompts", "1", "--max-tokens", "6", "--temperatures", "0.8", "--cold", "--json")
+    assert cold.exit_code == 0, cold.stderr
+    assert not cache_file.exists()
