@@ -148,7 +148,7 @@ def test_demo_pair_matches_run_frees_the_engine_on_disconnect_and_queues(smollm_
         assert reply.choices[0].message.content == via_run
 
         # A long streamed reply, dropped after a few chunks: the engine is free again at once.
-        body = {"model": model, "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400, "stream": True}
+        body = {"model": model, "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 2000, "stream": True}
         with httpx.stream("POST", f"{server.base}/v1/chat/completions", json=body, timeout=60) as stream:
             for i, _ in enumerate(stream.iter_lines()):
                 if i > 6:
@@ -157,9 +157,13 @@ def test_demo_pair_matches_run_frees_the_engine_on_disconnect_and_queues(smollm_
         while 'outcome="disconnected"' not in httpx.get(f"{server.base}/metrics").text:
             assert time.time() - dropped < 10, "the dropped stream was never noticed"
             time.sleep(0.1)
-        time.sleep(0.5)  # the worker stops after the target pass in progress
-        quick = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
-        assert quick.usage.completion_tokens == 4  # with --queue 0 this would be a 429 if the engine were still busy
+        # The worker stops after the target pass in progress (the 2000-token reply would take far longer);
+        # with --queue 0 a request is a 429 while the engine is busy.
+        hi = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        while (quick := httpx.post(f"{server.base}/v1/chat/completions", json=hi, timeout=30)).status_code == 429:
+            assert time.time() - dropped < 10, "the dropped stream kept the engine"
+            time.sleep(0.05)
+        assert quick.json()["usage"]["completion_tokens"] == 4
 
         # With --queue 0, a request arriving while one generates is refused with 429 and Retry-After.
         with httpx.stream("POST", f"{server.base}/v1/chat/completions", json=body, timeout=60) as stream:
@@ -185,4 +189,4 @@ def test_demo_pair_matches_run_frees_the_engine_on_disconnect_and_queues(smollm_
             sock.bind(("127.0.0.1", server.port))  # nothing listens there any more
             sock.listen()
     finally:
-        server.stop()
+        print(server.stop())  # the server's log, shown when the test fails
