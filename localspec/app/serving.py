@@ -296,6 +296,8 @@ class Reply:
         finally:
             slot.cancelled.set()  # the worker stops after the target pass in progress
             work.cancel()  # only the wait for it: the admission hands the models on once the worker is done
+            if work.done() and not work.cancelled():
+                work.exception()  # seen (a failure nobody was left to hear of is not logged again at exit)
 
     async def _pieces(self, pieces: asyncio.Queue[str], work: asyncio.Future, slot: Slot) -> AsyncIterator[str]:
         """Text as the worker accepts it, until it finishes (or the server starts shutting down)."""
