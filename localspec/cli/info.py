@@ -8,10 +8,12 @@ import click
 
 from .. import __version__
 from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
+from ..app.repack import load_verdicts
 from ..config.resolve import DEMO_PROFILE
 from ..config.user_config import default_profile_name
 from ..runtime.devices import build_info, devices
 from ..runtime.library import default_threads
+from ..runtime.repack import build_fingerprint
 from ..runtime.rpc import REINSTALL, parse_endpoints, worker_devices
 from .common import human_size, stdout_console
 
@@ -28,6 +30,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         **build_info(),
         "devices": [device.to_dict() for device in devices()],
         "default_threads": default_threads(),
+        "cpu_repack": load_verdicts(build_fingerprint()),
         "folders": {"profiles": str(user_profiles_dir()), "cache": str(cache_dir()), "models": str(models_dir()),
                     "data": str(data_dir())},
         "default_profile": default_profile_name() or DEMO_PROFILE,
@@ -46,6 +49,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     for device in report["devices"]:
         memory = f"{human_size(device['memory_free'])} free of {human_size(device['memory_total'])}"
         out(f"device {device['name']} ({device['type']}): {device['description']}, {memory}")
+    out(f"repacked CPU weights (--repack auto): {_repack_text(report['cpu_repack'])}")
     for name, folder in report["folders"].items():
         out(f"{name} folder: {folder}")
     out(f"default profile: {report['default_profile']}")
@@ -67,3 +71,10 @@ def _gpu_text(report: dict) -> str:
     if gpu_backends:
         return f"no (the build has {', '.join(gpu_backends)} but llama.cpp sees no GPU device)"
     return "no (a CPU build: no GPU device)"
+
+
+def _repack_text(verdicts: dict[str, dict]) -> str:
+    """What the probes found per kind of weights, e.g. 'F32+Q4_0+Q8_0 on (batched decodes work ...)'."""
+    if not verdicts:
+        return "not probed yet (probed on a model's first load)"
+    return "; ".join(f"{weights} {'on' if entry['works'] else 'off'} ({entry['detail']})" for weights, entry in verdicts.items())

@@ -58,15 +58,20 @@ def _devices_for(settings: ModelSettings) -> ctypes.Array | None:
 class Model:
     """A loaded GGUF model with one llama.cpp context and a single sequence."""
 
-    def __init__(self, path: str | Path, settings: ModelSettings = ModelSettings(), verbose: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, settings: ModelSettings = ModelSettings(), verbose: bool = False,
+        *, extra_buffers: bool | None = None,
+    ) -> None:
+        """`extra_buffers`: allow llama.cpp's extra CPU buffer types (repacked weights). None: only when
+        `settings.repack` is "on"; "auto" is decided by the caller (`app.repack`), which probes first,
+        because on some CPUs and builds they crash on batched decodes."""
         self._llama = llama_cpp = llama(verbose)
         self.path = Path(path)
         self.settings = settings
         model_params = llama_cpp.llama_model_default_params()
-        # llama.cpp's "extra" CPU buffer types (AMX, repacked layouts) crash on batched
-        # decodes of Q4_0/Q4_1/Q8_0 weights on AVX-512/AMX CPUs in this llama.cpp
-        # (llama-cpp-python 0.3.36); a verify pass is always a batch, so keep them off.
-        model_params.use_extra_bufts = False
+        if extra_buffers is None:
+            extra_buffers = settings.repack == "on"
+        model_params.use_extra_bufts = extra_buffers
         if settings.n_gpu_layers not in (None, ALL_LAYERS):  # llama.cpp's default (-1) offloads every layer
             model_params.n_gpu_layers = settings.n_gpu_layers
         devices = _devices_for(settings)
@@ -77,7 +82,9 @@ class Model:
             self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
-        self.placement: Placement = parse_load_log("".join(load_log), rpc.registered_workers())
+        self.placement: Placement = parse_load_log(
+            "".join(load_log), rpc.registered_workers(), extra_buffers=extra_buffers
+        )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)

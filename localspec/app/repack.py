@@ -1,0 +1,106 @@
+"""Whether a model loads with llama.cpp's extra CPU buffer types (repacked weights): `repack` = auto|on|off.
+
+"auto" asks `runtime.repack.probe` once per llama.cpp build, CPU and kind of
+weights (the set of tensor types in the file, e.g. "F32+Q4_0+Q6_K") and
+remembers the verdict in the cache folder. It is a cache, not a user's file: an
+entry that is unreadable, malformed or from another build or CPU is dropped and
+probed again, silently (said with --verbose).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from gguf.constants import GGMLQuantizationType
+
+from ..config.atomic import write_text_atomic
+from ..config.paths import cache_dir
+from ..models.gguf import read_gguf_header
+from ..runtime.repack import ProbeResult, build_fingerprint, probe
+
+CACHE_FILE_NAME = "cpu-repack.json"
+PROBE_TIMEOUT_S = 60.0  # plus PROBE_SECONDS_PER_GIB of weights: a probe loads the model once
+PROBE_SECONDS_PER_GIB = 30.0
+
+
+def cache_file() -> Path:
+    return cache_dir() / CACHE_FILE_NAME
+
+
+def extra_buffers_for(path: Path, mode: str, *, verbose: bool = False) -> bool:
+    """Whether to load `path` with the extra CPU buffer types under `mode` (auto, on or off)."""
+    if mode != "auto":
+        return mode == "on"
+    weights = weight_types(path)
+    build = build_fingerprint()
+    verdicts = load_verdicts(build, verbose=verbose)
+    if weights in verdicts:
+        return verdicts[weights]["works"]
+    note = _notes(verbose)
+    note(f"probing llama.cpp's repacked CPU weights for {weights} in a child process (once per build and CPU)")
+    size_gib = path.stat().st_size / 2**30
+    result = probe(path, PROBE_TIMEOUT_S + PROBE_SECONDS_PER_GIB * size_gib)
+    note(f"repacked CPU weights for {weights}: {_verdict_text(result)}")
+    if result.works is None:
+        return False  # no verdict (the model would not load): nothing remembered, the plain layout this time
+    save_verdict(build, weights, result, verbose=verbose)
+    return result.works
+
+
+def weight_types(path: Path) -> str:
+    """The kinds of weights a GGUF file holds, e.g. "F32+Q4_0+Q6_K": what a probe's verdict is about."""
+    names = set()
+    for tensor in read_gguf_header(path).tensors:
+        try:
+            names.add(GGMLQuantizationType(tensor.ggml_type).name)
+        except ValueError:
+            names.add(f"type{tensor.ggml_type}")
+    return "+".join(sorted(names))
+
+
+def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
+    """The remembered verdicts for this build and CPU (weight types -> {"works", "detail"}); {} when none."""
+    note = _notes(verbose)
+    try:
+        stored = json.loads(cache_file().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        note(f"dropping the unreadable repack cache {cache_file()} ({exc})")
+        return {}
+    if not isinstance(stored, dict) or not isinstance(stored.get("verdicts"), dict):
+        note(f"dropping the malformed repack cache {cache_file()}")
+        return {}
+    if stored.get("build") != build:
+        note("dropping the repack cache: it was probed with another llama.cpp build or CPU")
+        return {}
+    verdicts = {}
+    for weights, entry in stored["verdicts"].items():
+        if isinstance(entry, dict) and isinstance(entry.get("works"), bool) and isinstance(entry.get("detail"), str):
+            verdicts[weights] = entry
+        else:
+            note(f"dropping the malformed repack cache entry for {weights}")
+    return verdicts
+
+
+def save_verdict(build: str, weights: str, result: ProbeResult, *, verbose: bool = False) -> None:
+    """Remember one verdict beside the others for this build (a cache that cannot be written only costs time)."""
+    verdicts = {**load_verdicts(build), weights: {"works": result.works, "detail": result.detail}}
+    try:
+        write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
+    except OSError as exc:
+        _notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
+
+
+def _verdict_text(result: ProbeResult) -> str:
+    verdict = {True: "on", False: "off", None: "off this time"}[result.works]
+    return f"{verdict} ({result.detail})"
+
+
+def _notes(verbose: bool):
+    """Where --verbose notes go: stderr, or nowhere."""
+    if verbose:
+        return lambda message: print(f"localspec: {message}", file=sys.stderr)
+    return lambda message: None
