@@ -239,7 +239,7 @@ class SpeculativeParams(SettingsGroup):
     verify: str = setting(
         "coupled", "How drafts are verified: 'coupled' (the same seed gives the same text with or without"
         " speculation) or 'rejection' (rejection sampling: the same distribution, slightly more accepted).",
-        choices=VERIFY_MODES, flag="--verify",
+        choices=VERIFY_MODES, flag="--verify", request="verify",
     )
     draft_max: int | str = setting(
         ADAPTIVE, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",

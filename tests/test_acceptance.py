@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from dense import rows_to_probs, sample
 from stats_helpers import chi_square_pvalue
 
 from localspec.engine.acceptance import (
@@ -16,7 +17,7 @@ from localspec.engine.acceptance import (
     accept_greedy,
     rejection_sample,
 )
-from localspec.engine.sampling import StreamSampler, sample
+from localspec.engine.sampling import StreamSampler
 from localspec.settings import SamplingParams
 
 ALPHA = 1e-3  # seeds are fixed, so each test is deterministic; this is the test's size
@@ -41,9 +42,9 @@ def _speculative_stream(p_rows, q_rows, n_tokens, k, rng, rule: Callable = rejec
         draft = [sample(q_rows[i], rng) for i in rows]
         p = np.stack([p_rows[i] for i in range(start, start + k + 1)])
         if deterministic:
-            tokens, n_accepted = accept_by_target_samples(draft, p, StreamSampler(rng), start)
+            tokens, n_accepted = accept_by_target_samples(draft, rows_to_probs(p), StreamSampler(rng), start)
         else:
-            tokens, n_accepted = rule(draft, np.stack([q_rows[i] for i in rows]), p, rng)
+            tokens, n_accepted = rule(draft, rows_to_probs([q_rows[i] for i in rows]), rows_to_probs(p), rng)
         if verdicts is not None:
             verdicts["all kept" if n_accepted == k else "rejected"] += 1
         out.extend(tokens)
@@ -88,9 +89,9 @@ def _resample_from_p_target(draft_tokens, q_draft, p_target, rng) -> Accepted:
     """A deliberately wrong rule: after a rejection, sample p_target instead of the residual."""
     k = len(draft_tokens)
     for i, token in enumerate(draft_tokens):
-        if rng.random() >= p_target[i, token] / q_draft[i, token]:
-            return Accepted([*draft_tokens[:i], sample(p_target[i], rng)], i)
-    return Accepted([*draft_tokens, sample(p_target[k], rng)], k)
+        if rng.random() >= p_target[i][token] / q_draft[i][token]:
+            return Accepted([*draft_tokens[:i], p_target[i].sample(rng)], i)
+    return Accepted([*draft_tokens, p_target[k].sample(rng)], k)
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -122,7 +123,7 @@ def test_the_residual_fallback_samples_the_target_when_p_equals_q_up_to_rounding
     counts: Counter = Counter()
     for _ in range(N_SAMPLES):
         draft = [sample(q, rng._rng)]
-        tokens, n_accepted = rejection_sample(draft, q[None, :], np.stack([p, p]), rng)  # type: ignore[arg-type]
+        tokens, n_accepted = rejection_sample(draft, rows_to_probs([q]), rows_to_probs([p, p]), rng)  # type: ignore[arg-type]
         assert n_accepted == 0 and len(tokens) == 1
         counts[tokens[0]] += 1
     assert chi_square_pvalue(counts, dict(enumerate(p))) > ALPHA
@@ -151,7 +152,7 @@ def test_rejected_token_never_comes_back_from_the_residual() -> None:
     q = _dist([0.1, 0.9, 0.0, 0.0, 0.0, 0.0])
     rng = np.random.default_rng(3)
     for _ in range(2000):
-        tokens, n_accepted = rejection_sample([1], q[None, :], np.stack([p, p]), rng)
+        tokens, n_accepted = rejection_sample([1], rows_to_probs([q]), rows_to_probs([p, p]), rng)
         if n_accepted == 0:
             assert tokens == [0]
 
@@ -169,7 +170,7 @@ def test_accept_picks_the_path_from_the_sampling_and_the_draft() -> None:
     assert accept([0, 1], None, logits, SamplingParams(temperature=0), StreamSampler(rng), 0) == ([0, 0], 1)
     sampled = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     q = np.stack([_dist([1, 0, 0, 0, 0, 0])] * 2)
-    kept = accept([0, 0], q, logits, sampled, StreamSampler(np.random.default_rng(1)), 0)
+    kept = accept([0, 0], rows_to_probs(q), logits, sampled, StreamSampler(np.random.default_rng(1)), 0)
     assert kept.tokens[: kept.n_accepted] == [0] * kept.n_accepted and len(kept.tokens) == kept.n_accepted + 1
     counts = Counter(accept([3], None, logits[:2], sampled, StreamSampler(np.random.default_rng(s)), 0).tokens[0] for s in range(4000))
     assert chi_square_pvalue(counts, dict(enumerate(_dist([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])))) > ALPHA

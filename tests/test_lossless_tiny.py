@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dense import logits_to_probs
 from stats_helpers import chi_square_pvalue
 
 from localspec.engine.drafters import build_drafter
 from localspec.engine.generation import generate_text
-from localspec.engine.sampling import logits_to_probs
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 

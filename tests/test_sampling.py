@@ -1,14 +1,15 @@
-"""logits_to_probs: each filter keeps exactly the support it promises; the sparse form agrees with the dense one."""
+"""next_token_probs (through its dense form): each filter keeps exactly the support it promises; the sparse form agrees with the dense one."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from dense import logits_to_probs, sample, to_dense, to_probs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from localspec.engine.sampling import Confidence, Probs, _nucleus, logits_to_probs, sample, softmax
+from localspec.engine.sampling import Confidence, _nucleus, softmax
 from localspec.errors import InputError
 from localspec.settings import SamplingParams
 
@@ -120,16 +121,16 @@ def test_sparse_distribution_agrees_with_the_dense_vector(p_dense, q_dense, seed
     if p_dense.sum() == 0:
         p_dense[0] = 1.0
     q_dense = q_dense[: len(p_dense)]
-    p, q = Probs.from_dense(p_dense), Probs.from_dense(q_dense)
+    p, q = to_probs(p_dense), to_probs(q_dense)
     assert p.sample(np.random.default_rng(seed)) == sample(p_dense, np.random.default_rng(seed))
     tokens = np.arange(len(p_dense))
     np.testing.assert_array_equal(p.at(tokens), p_dense)
     assert [p[int(t)] for t in tokens] == list(p_dense)
-    np.testing.assert_array_equal(p.dense(len(p_dense)), p_dense)
+    np.testing.assert_array_equal(to_dense(p, len(p_dense)), p_dense)
     residual = np.maximum(p_dense - q_dense, 0.0)
     difference = p.minus(q)
     if residual.sum() > 0:
-        np.testing.assert_allclose(difference.dense(len(p_dense)), residual / residual.sum(), rtol=1e-12)
+        np.testing.assert_allclose(to_dense(difference, len(p_dense)), residual / residual.sum(), rtol=1e-12)
     else:
         assert difference is None
 
@@ -147,4 +148,4 @@ def test_a_draw_rounded_up_to_the_total_lands_on_the_last_token_with_mass() -> N
     p_dense = np.array([5e-324, 0.0])
     draws = {sample(p_dense, np.random.default_rng(seed)) for seed in range(20)}
     assert draws == {0}
-    assert {Probs.from_dense(p_dense).sample(np.random.default_rng(seed)) for seed in range(20)} == {0}
+    assert {to_probs(p_dense).sample(np.random.default_rng(seed)) for seed in range(20)} == {0}

@@ -23,10 +23,10 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..settings import SamplingParams
-from .sampling import Probs, Sampler, as_probs, next_token_probs
+from .sampling import Probs, Sampler, next_token_probs
 
-# One distribution per position, sparse (`Probs`) or dense; `row[token]` reads either.
-Distributions = Sequence["Probs | np.ndarray"]
+# One distribution per position.
+Distributions = Sequence[Probs]
 
 
 class Accepted(NamedTuple):
@@ -66,8 +66,8 @@ def rejection_sample(
     kept = rng.random(k) < ratios
     n_accepted = k if kept.all() else int(np.argmin(kept))
     if n_accepted == k:
-        return Accepted([*draft_tokens, as_probs(p_target[k]).sample(rng)], k)
-    p, q = as_probs(p_target[n_accepted]), as_probs(q_draft[n_accepted])
+        return Accepted([*draft_tokens, p_target[k].sample(rng)], k)
+    p, q = p_target[n_accepted], q_draft[n_accepted]
     residual = p.minus(q) or p  # None when p == q up to rounding: then any sample of p is exact
     return Accepted([*draft_tokens[:n_accepted], residual.sample(rng)], n_accepted)
 
@@ -78,12 +78,12 @@ def accept_by_target_samples(
     """Draw the target's own token at each position; keep d_i while it equals that token."""
     emitted: list[int] = []
     for i, drafted in enumerate(draft_tokens):
-        token = sampler.draw(as_probs(p_target[i]), position + i)
+        token = sampler.draw(p_target[i], position + i)
         emitted.append(token)
         if token != drafted:
             return Accepted(emitted, i)
     k = len(draft_tokens)
-    emitted.append(sampler.draw(as_probs(p_target[k]), position + k))
+    emitted.append(sampler.draw(p_target[k], position + k))
     return Accepted(emitted, k)
 
 

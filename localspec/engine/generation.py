@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import Enum
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -21,6 +22,18 @@ from .drafters import NO_DRAFT, Draft, Drafter
 from .sampling import Sampler, make_sampler
 from .stats import SpecStats
 from .textstream import TextStream
+
+
+class StopReason(str, Enum):
+    """Why a generation ended (a str, so it compares with and serialises as its value)."""
+
+    EOS = "eos"  # the target drew an end-of-generation token
+    LENGTH = "length"  # max_tokens, or the context, was reached
+    STOP = "stop"  # a stop string appeared
+    INTERRUPTED = "interrupted"  # the consumer stopped early, or Ctrl-C
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -59,7 +72,7 @@ class Generation:
         self.settings = settings.with_seed()
         self.drafter = drafter
         self.tokens: list[int] = []
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
         self._stream = TextStream(self.settings.stop)
 
@@ -79,7 +92,7 @@ class Generation:
             while self.stop_reason is None:
                 room = self._draft_room(context)
                 if room is None:
-                    self.stop_reason = "length"
+                    self.stop_reason = StopReason.LENGTH
                     break
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).
                 position = len(self.tokens)
@@ -104,7 +117,7 @@ class Generation:
         finally:
             self.stats.generation_seconds = time.perf_counter() - started
             if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
-                self.stop_reason = "interrupted"
+                self.stop_reason = StopReason.INTERRUPTED
 
     def _evaluate_prompt(self, context: list[int]) -> None:
         """Fill both caches with the prompt (all but its last token, which step 2 feeds)."""
@@ -172,7 +185,7 @@ class Generation:
         text = drafted_text = ""
         for token in new_tokens:
             if self.target.is_end_of_generation(token):
-                self.stop_reason = "eos"
+                self.stop_reason = StopReason.EOS
                 break
             kept.append(token)
             context.append(token)
@@ -182,7 +195,7 @@ class Generation:
             if len(kept) <= n_accepted:
                 drafted_text = text
             if self._stream.stopped:
-                self.stop_reason = "stop"
+                self.stop_reason = StopReason.STOP
                 break
         return Chunk(kept, text, min(n_accepted, len(kept)), drafted_text)
 

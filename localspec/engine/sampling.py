@@ -7,8 +7,8 @@ top-p and min-p truncation, then renormalisation. Temperature 0 means greedy.
 A distribution is kept as `Probs`: the token ids it gives mass to and their
 probabilities, nothing for the rest of the vocabulary. With min-p (the default)
 that is a few dozen tokens out of tens of thousands, so sampling, the acceptance
-ratio p/q and the residual max(0, p - q) touch only those. `logits_to_probs` is
-the same distribution as a dense vector.
+ratio p/q and the residual max(0, p - q) touch only those (the tests check it
+against dense probability vectors, `tests/dense.py`).
 
 A `Sampler` draws one token from such a distribution at a position of the
 generation. How it draws is `speculative.verify`:
@@ -54,11 +54,6 @@ class Probs:
         self.ids = ids
         self.values = values
 
-    @classmethod
-    def from_dense(cls, probs: np.ndarray) -> "Probs":
-        ids = np.flatnonzero(probs)
-        return cls(ids, np.asarray(probs, dtype=np.float64)[ids])
-
     def __getitem__(self, token: int) -> float:
         """The probability of one token (0 outside the support)."""
         i = int(np.searchsorted(self.ids, token))
@@ -72,7 +67,7 @@ class Probs:
         return np.where(self.ids[i] == tokens, self.values[i], 0.0)
 
     def sample(self, rng: np.random.Generator) -> int:
-        """Draw one token id (the values need not sum to 1). Uses one `rng.random()`, as `sample` does."""
+        """Draw one token id (the values need not sum to 1), with one `rng.random()`."""
         cumulative = np.cumsum(self.values)
         i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
         return int(self.ids[min(i, len(self.ids) - 1)])  # a rounded-up draw: the last token with mass
@@ -82,11 +77,6 @@ class Probs:
         residual = np.maximum(self.values - other.at(self.ids), 0.0)
         total = residual.sum()
         return Probs(self.ids, residual / total) if total > 0.0 else None
-
-    def dense(self, n_vocab: int) -> np.ndarray:
-        probs = np.zeros(n_vocab, dtype=np.float64)
-        probs[self.ids] = self.values
-        return probs
 
 
 class Sampler(Protocol):
@@ -131,16 +121,6 @@ class StreamSampler:
 def make_sampler(verify: str, seed: int) -> CoupledSampler | StreamSampler:
     """The sampler for `speculative.verify` ("coupled" or "rejection") and a generation's seed."""
     return CoupledSampler(seed) if verify == "coupled" else StreamSampler(np.random.default_rng(seed))
-
-
-def as_probs(row: "Probs | np.ndarray") -> Probs:
-    """A distribution given either way: as `Probs`, or as a dense probability vector."""
-    return row if isinstance(row, Probs) else Probs.from_dense(row)
-
-
-def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The processed next-token distribution as a dense vector (float64, zero outside the kept support)."""
-    return next_token_probs(logits, params).dense(logits.shape[-1])
 
 
 class Confidence:
@@ -221,10 +201,3 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     n_keep = int(np.searchsorted(cumulative, top_p)) + 1
     return order[: min(n_keep, len(order))]
 
-
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a (possibly unnormalised) dense probability vector (`Probs.sample` for sparse ones)."""
-    cumulative = np.cumsum(probs)
-    i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-    # u * total can round up to the total itself: that draw belongs to the last token with mass.
-    return i if i < len(cumulative) else int(np.flatnonzero(probs)[-1])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -45,15 +45,15 @@ class SpecStats:
                 self.accepted_at[position] += 1
 
     def add(self, other: "SpecStats") -> None:
-        """Accumulate another generation's counters and times into these (for totals over runs)."""
-        for name in ("prompt_tokens", "prompt_tokens_evaluated", "tokens_generated", "target_passes", "draft_tokens_proposed",
-                     "draft_tokens_accepted", "prompt_seconds", "generation_seconds", "draft_seconds"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for mine, theirs in ((self.accepted_length_counts, other.accepted_length_counts),
-                             (self.proposed_at, other.proposed_at), (self.accepted_at, other.accepted_at)):
-            _grow(mine, len(theirs))
-            for i, value in enumerate(theirs):
-                mine[i] += value
+        """Accumulate another generation's counters and times into these (for totals over runs): every field adds up."""
+        for item in fields(self):
+            mine, theirs = getattr(self, item.name), getattr(other, item.name)
+            if isinstance(mine, list):
+                _grow(mine, len(theirs))
+                for i, value in enumerate(theirs):
+                    mine[i] += value
+            else:
+                setattr(self, item.name, mine + theirs)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -87,23 +87,10 @@ class SpecStats:
         return [a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
-            "tokens_generated": self.tokens_generated,
-            "target_passes": self.target_passes,
-            "draft_tokens_proposed": self.draft_tokens_proposed,
-            "draft_tokens_accepted": self.draft_tokens_accepted,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
-            "tokens_per_pass": self.tokens_per_pass,
-            "per_position_acceptance": self.per_position_acceptance,
-            "accepted_length_counts": list(self.accepted_length_counts),
-            "prompt_seconds": self.prompt_seconds,
-            "generation_seconds": self.generation_seconds,
-            "draft_seconds": self.draft_seconds,
-            "tokens_per_second": self.tokens_per_second,
-        }
+        """Every counter (the per-position lists but `accepted_length_counts` aside) and every derived rate."""
+        counters = {item.name: getattr(self, item.name) for item in fields(self) if item.name not in _PER_POSITION_COUNTS}
+        rates = {name: getattr(self, name) for name in _RATES}
+        return {**counters, "accepted_length_counts": list(self.accepted_length_counts), **rates}
 
     def summary(self) -> str:
         """One line for `--stats`."""
@@ -116,6 +103,11 @@ class SpecStats:
             + f", acceptance {self.acceptance_rate:.1%} ({self.draft_tokens_accepted}/{self.draft_tokens_proposed}),"
             + f" {self.tokens_per_pass:.2f} tok/target pass"
         )
+
+
+# Reported through per_position_acceptance rather than as raw counts.
+_PER_POSITION_COUNTS = ("accepted_length_counts", "proposed_at", "accepted_at")
+_RATES = ("acceptance_rate", "mean_accepted_length", "tokens_per_pass", "per_position_acceptance", "tokens_per_second")
 
 
 def _grow(values: list[int], size: int) -> None:

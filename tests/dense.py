@@ -1,0 +1,39 @@
+"""Distributions as dense probability vectors, for tests: the reference the sparse `Probs` is checked against."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from localspec.engine.sampling import Probs, next_token_probs
+from localspec.settings import SamplingParams
+
+
+def to_probs(dense: np.ndarray) -> Probs:
+    """The sparse form of a dense probability vector (its nonzero entries)."""
+    ids = np.flatnonzero(dense)
+    return Probs(ids, np.asarray(dense, dtype=np.float64)[ids])
+
+
+def rows_to_probs(rows: Sequence[np.ndarray] | np.ndarray) -> list[Probs]:
+    return [to_probs(row) for row in rows]
+
+
+def to_dense(probs: Probs, n_vocab: int) -> np.ndarray:
+    dense = np.zeros(n_vocab, dtype=np.float64)
+    dense[probs.ids] = probs.values
+    return dense
+
+
+def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The processed next-token distribution as a dense vector (float64, zero outside the kept support)."""
+    return to_dense(next_token_probs(logits, params), logits.shape[-1])
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token id from a (possibly unnormalised) dense probability vector, with one `rng.random()`."""
+    cumulative = np.cumsum(probs)
+    i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+    # u * total can round up to the total itself: that draw belongs to the last token with mass.
+    return i if i < len(cumulative) else int(np.flatnonzero(probs)[-1])
