@@ -380,6 +380,20 @@ def test_strategy_draft_max_and_speculative_fields_choose_how_the_reply_is_draft
     assert model["choices"][0]["text"] == ngram["choices"][0]["text"] == alone["choices"][0]["text"]
 
 
+def test_the_same_seed_gives_the_same_reply_however_it_is_drafted(api: Api) -> None:
+    """Coupled verification: at T=1 the reply depends on the seed alone, not on drafting or what was learned before."""
+    def text(**fields: Any) -> str:
+        reply = api.post(CHAT, {"messages": [{"role": "user", "content": "the cat"}], "temperature": 1.0,
+                                "max_tokens": 16, "seed": 7, **fields})
+        assert reply.status_code == 200, reply.text
+        return reply.json()["choices"][0]["message"]["content"]
+
+    alone = text(speculative=False)
+    assert text() == text() == text(strategy="model", draft_max=3) == text(strategy="ngram") == alone
+    assert text(seed=8) != alone
+    assert text(verify="rejection", strategy="model", draft_max=3) != alone  # equal in distribution only
+
+
 # -- the fuzz test --------------------------------------------------------------------------------
 
 SURROGATES = st.sampled_from(["\ud800", "\udfff", "\ud83d", "\ude00"])
