@@ -8,7 +8,6 @@ when stdin is a terminal; conversations are stored as they go (`history`).
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import os
@@ -19,15 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
+from ..app.chat_session import ChatSession, Reply
 from ..app.conversation import Conversation, chat_keys
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.paths import history_file, input_history_file
-from ..runtime.fatal import on_fatal
-from ..engine.generation import Chunk, Generation
-from ..engine.stats import SpecStats
-from ..errors import InputError, LocalspecError
+from ..engine.generation import Chunk
+from ..errors import InputError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
 from .common import write_stdout
@@ -103,31 +101,25 @@ def chat(
 
 
 class ChatLoop:
-    """Reads a line, runs a command or generates a reply, until /exit or end of input."""
+    """The terminal side of a chat: reads a line, runs a command or asks for a reply and prints it, until /exit."""
 
     def __init__(
         self, session: Session, conversation: Conversation, store: HistoryStore | None, conversation_id: int | None,
         *, read_line: Callable[[], str | None], speculative: bool, stats: bool, highlight: bool, colour: bool,
     ) -> None:
-        self.session = session
-        self.conversation = conversation
-        self.store = store
-        self.conversation_id = conversation_id
+        self.chat = ChatSession(session, conversation, store, conversation_id, speculative=speculative, warn=self.say)
         self.read_line = read_line
-        self.speculative = speculative and (session.draft is not None or not conversation.settings.speculative.uses_draft_model)
         self.show_stats = stats
         self.highlight = highlight
         self.colour = colour
-        self.last: Generation | None = None
-        self.totals = SpecStats()
-        self.turns = 0
 
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> None:
         if sys.stdin.isatty():
-            mode = f"speculative, {self.conversation.settings.speculative.strategy}" if self.speculative else "target only"
-            resumed = f", conversation {self.conversation_id} resumed" if self.conversation.messages else ""
+            chat = self.chat
+            mode = f"speculative, {chat.conversation.settings.speculative.strategy}" if chat.speculative else "target only"
+            resumed = f", conversation {chat.conversation_id} resumed" if chat.conversation.messages else ""
             click.echo(f"localspec chat ({mode}{resumed}); /help for commands, /exit or Ctrl-D to leave", err=True)
         while True:
             line = self.read_line()
@@ -140,9 +132,7 @@ class ChatLoop:
                 if not self.command(text):
                     return
                 continue
-            self.conversation.add("user", line.strip("\n"))
-            self._save_last()
-            self.reply()
+            self.show(self.chat.ask(line.strip("\n"), self._stream, self.say))
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave the chat."""
@@ -163,58 +153,19 @@ class ChatLoop:
 
     # -- replies -------------------------------------------------------------------------
 
-    def reply(self) -> None:
-        session, conversation = self.session, self.conversation
-        reserve = min(conversation.settings.max_tokens, session.target.n_ctx // 4)
-        try:
-            dropped = conversation.trim_to_fit(lambda messages: len(session.chat_prompt_tokens(messages)),
-                                               session.target.n_ctx - reserve)
-        except InputError as exc:
-            conversation.undo()
-            self._save_all()
-            self.say(f"error: {exc}")
-            return
-        if dropped:
-            self.say(f"(dropped the {dropped} oldest exchange{'s' if dropped > 1 else ''} to fit the context)")
-            self._save_all()
-        self.turns += 1
-        settings = dataclasses.replace(conversation.settings, seed=(conversation.settings.seed or 0) + self.turns)
-        generation = None
-        interrupted = False
+    def _stream(self, chunk: Chunk) -> None:
+        write_stdout(self._render(chunk))
 
-        def keep_partial_reply() -> str:
-            """If llama.cpp aborts mid-reply (an RPC worker gone), keep the reply so far as interrupted."""
-            conversation.add("assistant", generation.text if generation is not None else "", True)
-            self._save_last()
-            return "the conversation is kept: `localspec chat --continue` resumes it"
-
-        forget_hook = on_fatal(keep_partial_reply)
-        try:
-            tokens = session.chat_prompt_tokens(conversation.prompt_messages())
-            generation = session.generation(tokens, settings, speculative=self.speculative)
-            for chunk in generation:
-                write_stdout(self._render(chunk))
-        except KeyboardInterrupt:  # Ctrl-C ends the reply, not the chat
-            session.recover_caches()  # a decode may have been cut short before its bookkeeping
-            interrupted = True
-        except LocalspecError as exc:
-            conversation.undo()
-            self._save_all()
-            self.say(f"error: {exc}")
+    def show(self, reply: Reply) -> None:
+        """End a streamed reply: its newline, then on stderr an error, an interruption or the statistics line."""
+        if reply.error is not None:
+            self.say(f"error: {reply.error}")
             return
-        finally:
-            forget_hook()
-        text = generation.text if generation is not None else ""
         write_stdout("\n")
-        conversation.add("assistant", text, interrupted)
-        self._save_last()
-        if interrupted:
+        if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")
-        if generation is not None:
-            self.last = generation
-            self.totals.add(generation.stats)
-            if self.show_stats:
-                self.say(self._dim(f"[{generation.stop_reason}] {generation.stats.summary()}"))
+        if reply.generation is not None and self.show_stats:
+            self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}"))
 
     def _render(self, chunk: Chunk) -> str:
         if not self.highlight or not chunk.drafted_text:
@@ -229,7 +180,7 @@ class ChatLoop:
 
     def cmd_set(self, argument: str) -> None:
         if not argument:
-            values = self.conversation.settings.to_values()
+            values = self.chat.conversation.settings.to_values()
             for key in chat_keys():
                 self.say(f"  {key.rpartition('.')[2]:<12} {values.get(key)!r}")
             self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
@@ -242,53 +193,44 @@ class ChatLoop:
             return
         if not value.strip():
             raise InputError(f"/set {key} VALUE")
-        dotted = self.conversation.set(key, value)
-        self._save_all()
-        self.say(f"{dotted} = {self.conversation.settings.to_values()[dotted]!r}")
+        dotted = self.chat.set(key, value)
+        self.say(f"{dotted} = {self.chat.conversation.settings.to_values()[dotted]!r}")
 
     def cmd_system(self, argument: str) -> None:
-        self.conversation.system = argument or None
-        self._save_all()
+        self.chat.set_system(argument or None)
         self.say("(system prompt " + ("set)" if argument else "cleared)"))
 
     def cmd_speculative(self, argument: str) -> None:
         if argument not in ("on", "off"):
             raise InputError("/speculative on|off")
-        if argument == "on" and self.session.draft is None and self.conversation.settings.speculative.uses_draft_model:
-            raise InputError("no draft model is loaded: restart the chat with one, or /set strategy ngram")
-        self.speculative = argument == "on"
+        self.chat.set_speculative(argument == "on")
         self.say(f"(speculative decoding {argument})")
 
     def cmd_stats(self, argument: str) -> None:
-        if self.last is None:
+        if self.chat.last is None:
             self.say("no reply yet")
             return
-        stats = self.last.stats
+        stats = self.chat.last.stats
         self.say(f"last reply: {stats.summary()}")
         self.say(f"  prompt tokens evaluated this turn: {stats.prompt_tokens_evaluated} of {stats.prompt_tokens} in the history")
         if stats.acceptance_rate is not None:
             per_position = " ".join(f"{rate:.0%}" for rate in stats.per_position_acceptance)
             self.say(f"  mean accepted length {stats.mean_accepted_length:.2f}; acceptance by draft position: {per_position}")
-        self.say(f"session: {self.totals.summary()}")
-        for role, where in self.session.placement().items():
+        self.say(f"session: {self.chat.totals.summary()}")
+        for role, where in self.chat.session.placement().items():
             self.say(f"{role}: {where['summary']}")
 
     def cmd_undo(self, argument: str) -> None:
-        dropped = self.conversation.undo()
-        self._save_all()
-        self.say("(last exchange dropped)" if dropped else "(nothing to undo)")
+        self.say("(last exchange dropped)" if self.chat.undo() else "(nothing to undo)")
 
     def cmd_retry(self, argument: str) -> None:
-        if self.conversation.drop_last_reply() is None:
+        if not self.chat.drop_last_reply():
             self.say("(no reply to retry)")
             return
-        self._save_all()
-        self.reply()  # a new seed: at temperature > 0 another sample, at 0 the same reply
+        self.show(self.chat.reply(self._stream, self.say))  # a new seed: at temperature > 0 another sample, at 0 the same reply
 
     def cmd_reset(self, argument: str) -> None:
-        self.conversation = Conversation(self.conversation.settings, self.conversation.system)
-        self.conversation_id = None
-        self.session.reset_caches()
+        self.chat.reset()
         self.say("(new conversation)")
 
     def cmd_save(self, argument: str) -> None:
@@ -298,7 +240,7 @@ class ChatLoop:
         if not path.parent.is_dir():
             raise InputError(f"{path}: the folder {path.parent} does not exist")
         try:
-            write_text_atomic(path, json.dumps(self.conversation.to_json(), indent=2, ensure_ascii=False) + "\n")
+            write_text_atomic(path, json.dumps(self.chat.conversation.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             raise InputError(f"{path}: cannot write ({exc.strerror})") from None
         self.say(f"(saved to {path})")
@@ -307,42 +249,19 @@ class ChatLoop:
         if not argument:
             raise InputError("/load FILE")
         path = Path(argument).expanduser()
-        conversation, replaced = Conversation.read(path, self.conversation.settings)
+        conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         if replaced:
             warn_replaced(str(path))
-        self.conversation = conversation
-        self.conversation_id = None
-        self._save_all()
-        self.say(f"(loaded {len(self.conversation.messages)} messages from {path})")
+        self.chat.load(conversation)
+        self.say(f"(loaded {len(conversation.messages)} messages from {path})")
 
-    # -- output and storage --------------------------------------------------------------
+    # -- output --------------------------------------------------------------------------
 
     def say(self, text: str) -> None:
         click.echo(text, err=True)
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
-
-    def _save_last(self) -> None:
-        """Store the newest message (one transaction), starting the stored conversation if needed."""
-        self._store(lambda store: store.add(self.conversation_id, self.conversation.messages[-1])
-                    if self.conversation_id is not None else self._start(store))
-
-    def _save_all(self) -> None:
-        self._store(lambda store: store.update(self.conversation_id, self.conversation)
-                    if self.conversation_id is not None else self._start(store))
-
-    def _start(self, store: HistoryStore) -> None:
-        self.conversation_id = store.start(self.conversation)
-
-    def _store(self, action: Callable[[HistoryStore], None]) -> None:
-        if self.store is None:
-            return
-        try:
-            action(self.store)
-        except HistoryUnavailable as exc:
-            self.say(f"warning: {exc}; this chat is no longer saved")
-            self.store = None
 
 
 def _open_store() -> HistoryStore | None:

@@ -1,0 +1,187 @@
+"""A chat on loaded models, without the terminal: replies, trimming, cache recovery and the stored copy.
+
+`ChatSession` does what a chat does between the lines a person types: it
+trims the conversation to the context, generates the reply (kept as far as it
+got when Ctrl-C or a llama.cpp abort stops it, with the caches put right after
+a cut-short decode), and stores every change in the history as it happens.
+`cli/chat.py` reads the lines, runs the slash commands and prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from ..engine.generation import Chunk, Generation
+from ..engine.stats import SpecStats
+from ..errors import InputError, LocalspecError
+from ..runtime.fatal import on_fatal
+from .conversation import Conversation
+from .history import HistoryStore, HistoryUnavailable
+from .session import Session
+
+
+@dataclass
+class Reply:
+    """How a turn ended: the generation (None when none ran), whether Ctrl-C cut it, or the error that undid the turn."""
+
+    generation: Generation | None
+    interrupted: bool = False
+    error: str | None = None
+
+
+class ChatSession:
+    """One conversation on a loaded session, stored in `store` (None: not saved) as it changes."""
+
+    def __init__(
+        self, session: Session, conversation: Conversation, store: HistoryStore | None, conversation_id: int | None,
+        *, speculative: bool, warn: Callable[[str], None],
+    ) -> None:
+        self.session = session
+        self.conversation = conversation
+        self.store = store
+        self.conversation_id = conversation_id
+        self.warn = warn
+        self.speculative = speculative and self.can_speculate()
+        self.last: Generation | None = None
+        self.totals = SpecStats()
+        self.turns = 0
+
+    def can_speculate(self) -> bool:
+        """Whether the settings' strategy has what it drafts with (a loaded draft model, or lookup alone)."""
+        return self.session.draft is not None or not self.conversation.settings.speculative.uses_draft_model
+
+    # -- turns ---------------------------------------------------------------------------
+
+    def ask(self, text: str, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply:
+        """Add the user's message (stored at once) and generate the reply."""
+        self.conversation.add("user", text)
+        self.save_last()
+        return self.reply(on_chunk, on_note)
+
+    def reply(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply:
+        """Generate the assistant's reply to the conversation so far, streaming each chunk to `on_chunk`.
+
+        When even the last message does not fit the context, or generation fails,
+        the turn is undone and the reply says why. Ctrl-C ends the reply, not the chat.
+        """
+        dropped, problem = self._fit_context()
+        if problem is not None:
+            return Reply(None, error=problem)
+        if dropped:
+            on_note(f"(dropped the {dropped} oldest exchange{'s' if dropped > 1 else ''} to fit the context)")
+        self.turns += 1
+        settings = self.conversation.settings
+        settings = dataclasses.replace(settings, seed=(settings.seed or 0) + self.turns)
+        generation: Generation | None = None
+        interrupted = False
+
+        def keep_partial_reply() -> str:
+            """If llama.cpp aborts mid-reply (an RPC worker gone), keep the reply so far as interrupted."""
+            self.conversation.add("assistant", generation.text if generation is not None else "", True)
+            self.save_last()
+            return "the conversation is kept: `localspec chat --continue` resumes it"
+
+        forget_hook = on_fatal(keep_partial_reply)
+        try:
+            tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages())
+            generation = self.session.generation(tokens, settings, speculative=self.speculative)
+            for chunk in generation:
+                on_chunk(chunk)
+        except KeyboardInterrupt:
+            self.session.recover_caches()  # a decode may have been cut short before its bookkeeping
+            interrupted = True
+        except LocalspecError as exc:
+            self.conversation.undo()
+            self.save_all()
+            return Reply(None, error=str(exc))
+        finally:
+            forget_hook()
+        self.conversation.add("assistant", generation.text if generation is not None else "", interrupted)
+        self.save_last()
+        if generation is not None:
+            self.last = generation
+            self.totals.add(generation.stats)
+        return Reply(generation, interrupted)
+
+    def _fit_context(self) -> tuple[int, str | None]:
+        """Drop the oldest exchanges until the prompt leaves room for a reply: (exchanges dropped, or why it cannot fit)."""
+        session, conversation = self.session, self.conversation
+        reserve = min(conversation.settings.max_tokens, session.target.n_ctx // 4)
+        try:
+            dropped = conversation.trim_to_fit(lambda messages: len(session.chat_prompt_tokens(messages)),
+                                               session.target.n_ctx - reserve)
+        except InputError as exc:
+            conversation.undo()
+            self.save_all()
+            return 0, str(exc)
+        if dropped:
+            self.save_all()
+        return dropped, None
+
+    # -- edits -----------------------------------------------------------------------------
+
+    def set(self, key: str, value: str) -> str:
+        """`/set KEY VALUE`; returns the dotted key set."""
+        dotted = self.conversation.set(key, value)
+        self.save_all()
+        return dotted
+
+    def set_system(self, text: str | None) -> None:
+        self.conversation.system = text
+        self.save_all()
+
+    def set_speculative(self, on: bool) -> None:
+        if on and not self.can_speculate():
+            raise InputError("no draft model is loaded: restart the chat with one, or /set strategy ngram")
+        self.speculative = on
+
+    def undo(self) -> int:
+        """Drop the last exchange; return how many messages went."""
+        dropped = self.conversation.undo()
+        self.save_all()
+        return dropped
+
+    def drop_last_reply(self) -> bool:
+        """For /retry: drop the last reply (stored); False when there is none."""
+        if self.conversation.drop_last_reply() is None:
+            return False
+        self.save_all()
+        return True
+
+    def reset(self) -> None:
+        """A new conversation with the same settings and system prompt, stored once it has a message."""
+        self.conversation = Conversation(self.conversation.settings, self.conversation.system)
+        self.conversation_id = None
+        self.session.reset_caches()
+
+    def load(self, conversation: Conversation) -> None:
+        """Continue `conversation` (from /load) as a new stored one."""
+        self.conversation = conversation
+        self.conversation_id = None
+        self.save_all()
+
+    # -- storage -------------------------------------------------------------------------
+
+    def save_last(self) -> None:
+        """Store the newest message (one transaction), starting the stored conversation if needed."""
+        self._store(lambda store: store.add(self.conversation_id, self.conversation.messages[-1])
+                    if self.conversation_id is not None else self._start(store))
+
+    def save_all(self) -> None:
+        """Store the whole conversation again (after an edit)."""
+        self._store(lambda store: store.update(self.conversation_id, self.conversation)
+                    if self.conversation_id is not None else self._start(store))
+
+    def _start(self, store: HistoryStore) -> None:
+        self.conversation_id = store.start(self.conversation)
+
+    def _store(self, action: Callable[[HistoryStore], None]) -> None:
+        if self.store is None:
+            return
+        try:
+            action(self.store)
+        except HistoryUnavailable as exc:
+            self.warn(f"warning: {exc}; this chat is no longer saved")
+            self.store = None
