@@ -18,7 +18,7 @@ from localspec.cli import main
 
 @pytest.fixture
 def tiny_args(tiny_pair: tuple[Path, Path]) -> list[str]:
-    return ["run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--temperature", "0"]
+    return ["run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--temperature", "0", "--threads", "1"]
 
 
 def warnings(stderr: str) -> list[str]:
@@ -56,7 +56,7 @@ def test_a_fifo_as_a_model_is_refused_instead_of_waited_on(tiny_pair: tuple[Path
     threading.Thread(target=unblock, daemon=True).start()
     for flag in ("--target", "--draft"):
         paths = {"--target": str(tiny_pair[0]), "--draft": str(tiny_pair[1]), flag: str(fifo)}
-        result = cli("run", "--target", paths["--target"], "--draft", paths["--draft"], "hi")
+        result = cli("run", "--target", paths["--target"], "--draft", paths["--draft"], "--threads", "1", "hi")
         one_error_line(result, 2, str(fifo), "not a regular file")
     os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the helper thread finish
 
