@@ -85,3 +85,17 @@ def test_a_closed_stdout_pipe_ends_quietly(tiny_args: list[str]) -> None:
     finally:
         os.close(write_end)
     assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+
+
+@pytest.mark.slow  # a process per case: kept out of the fast suite's budget
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed"])
+def test_a_stdout_that_cannot_be_written_is_one_line(tiny_args: list[str], stdout: str) -> None:
+    command = [sys.executable, "-m", "localspec", *tiny_args, "--max-tokens", "4", "the cat"]
+    if stdout == "closed":  # `>&-`: Python starts with sys.stdout None
+        result = subprocess.run(command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60,
+                                preexec_fn=lambda: os.close(1))
+    else:
+        with open(stdout, "wb") as full:
+            result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60)
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "stdout" in lines[0], result.stderr.decode()

@@ -25,7 +25,7 @@ from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.paths import history_file, input_history_file
 from ..engine.generation import Chunk
-from ..errors import InputError
+from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
 from .common import write_stdout
@@ -154,14 +154,22 @@ class ChatLoop:
     # -- replies -------------------------------------------------------------------------
 
     def _stream(self, chunk: Chunk) -> None:
-        write_stdout(self._render(chunk))
+        self._write(self._render(chunk))
+
+    def _write(self, text: str) -> None:
+        """Write reply text; stdout closed or failing (a full disk) ends the chat with one line, not every turn."""
+        try:
+            write_stdout(text)
+        except LocalspecError as exc:
+            self.say(f"error: {exc}")
+            raise SystemExit(1) from None
 
     def show(self, reply: Reply) -> None:
         """End a streamed reply: its newline, then on stderr an error, an interruption or the statistics line."""
         if reply.error is not None:
             self.say(f"error: {reply.error}")
             return
-        write_stdout("\n")
+        self._write("\n")
         if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")
         if reply.generation is not None and self.show_stats:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
+import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -23,7 +24,7 @@ from ..textin import clean_input, decode_input
 
 stderr_console = Console(stderr=True, highlight=False)
 # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
-stdout_console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+stdout_console = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
 
 
 class LocalspecGroup(click.Group):
@@ -81,9 +82,22 @@ class LazyCommands(LocalspecGroup):
 
 
 def write_stdout(text: str) -> None:
-    """Write generated text to stdout as UTF-8 whatever the locale, and flush it."""
-    sys.stdout.buffer.write(text.encode("utf-8"))
-    sys.stdout.buffer.flush()
+    """Write generated text to stdout as UTF-8 whatever the locale, and flush it.
+
+    A reader that went away raises BrokenPipeError (the command then ends quietly);
+    stdout closed (`>&-`) or failing (a full disk) is one LocalspecError.
+    """
+    if sys.stdout is None:
+        raise LocalspecError("stdout is closed: nowhere to write the output")
+    try:
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        # What stayed buffered would fail again, with a traceback, when Python flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise LocalspecError(f"cannot write to stdout ({exc.strerror or exc})") from None
 
 
 def read_prompt(prompt: str | None) -> str:
