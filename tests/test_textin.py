@@ -1,0 +1,46 @@
+"""Text from outside: whatever arrives, what comes out encodes as UTF-8, and valid text passes unchanged."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localspec.textin import clean_data, clean_text, decode_bytes
+
+ANY_CODE_POINTS = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=30)  # surrogates too
+
+
+@settings(max_examples=200)
+@given(ANY_CODE_POINTS)
+def test_clean_text_always_gives_encodable_text(text: str) -> None:
+    cleaned, replaced = clean_text(text)
+    cleaned.encode("utf-8")  # raises if a surrogate survived
+    if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
+        assert (cleaned, replaced) == (text, False)
+    elif replaced:
+        assert "\ufffd" in cleaned
+
+
+def test_what_python_makes_of_invalid_bytes_becomes_replacement_characters() -> None:
+    argv = b"caf\xe9 \xff ok".decode("utf-8", "surrogateescape")  # how Python hands over such a command-line argument
+    assert clean_text(argv) == ("caf\ufffd \ufffd ok", True)
+    assert clean_text("\ud83d\ude00") == ("\U0001F600", False)  # a pair left split by a decoder is one character
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=40))
+def test_decode_bytes_always_gives_encodable_text(data: bytes) -> None:
+    text, replaced = decode_bytes(data)
+    text.encode("utf-8")
+    try:
+        valid = data.decode("utf-8")
+    except UnicodeDecodeError:
+        assert replaced
+    else:
+        assert text == valid.removeprefix("\ufeff") and not replaced
+
+
+def test_clean_data_reaches_every_string_in_parsed_json() -> None:
+    data = {"k\udce9": ["ok", {"deep": "\ud800"}], "n": 5, "none": None}
+    assert clean_data(data) == ({"k\ufffd": ["ok", {"deep": "\ufffd"}], "n": 5, "none": None}, True)
+    assert clean_data({"a": ["b"]}) == ({"a": ["b"]}, False)
