@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -28,3 +31,48 @@ def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path,
         assert sum(parts.values()) >= row["ms_per_pass"] * 0.99 and min(parts.values()) >= 0
         assert (parts["llama_decode (draft)"] > 0) == (row["mode"] == "speculative")
         assert 0 <= row["python_share"] < 1
+
+
+def _compare_llamacpp():
+    """scripts/compare_llamacpp.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_llamacpp", SCRIPTS / "compare_llamacpp.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+# The end of llama-speculative-simple's stderr (llama.cpp as vendored in llama-cpp-python 0.3.36).
+SPECULATIVE_SIMPLE_OUTPUT = """\
+0.09.124.208 I common_speculative_init_result: loading draft model 'SmolLM2-135M-Instruct.Q4_1.gguf'
+0.30.259.392 I encoded   36 tokens in    2.862 seconds, speed:   12.579 t/s
+0.30.259.410 I decoded   25 tokens in    4.062 seconds, speed:    6.154 t/s
+0.30.259.438 I n_draft   = 8
+0.30.259.451 I n_predict = 25
+0.30.259.464 I n_drafted = 28
+0.30.259.477 I n_accept  = 21
+0.30.259.492 I accept    = 75.000%
+0.30.259.605 I common_perf_print:    sampling time =       2.66 ms
+0.30.259.637 I common_perf_print:        load time =    8633.56 ms
+0.30.259.652 I common_perf_print: prompt eval time =   12908.62 ms /    69 tokens (  187.08 ms per token,     5.35 tokens per second)
+"""
+
+
+def test_compare_llamacpp_reads_llamacpp_timings_and_pairs_ratios() -> None:
+    compare = _compare_llamacpp()
+    report = compare.parse_llamacpp_output(SPECULATIVE_SIMPLE_OUTPUT)
+    assert (report.tokens_generated, report.generation_seconds, report.tokens_per_second) == (25, 4.062, 6.154)
+    assert (report.prompt_tokens, report.prompt_seconds, report.load_seconds) == (36, 2.862, 8.63356)
+    assert (report.drafted, report.accepted) == (28, 21)
+    with pytest.raises(compare.CompareError):
+        compare.parse_llamacpp_output("llama-speculative-simple: error: invalid argument")
+    # Per prompt the ratio is paired run by run; the interval is over prompts (Student's t, 1 degree of freedom).
+    ours = {(0, 0): 20.0, (0, 1): 20.0, (1, 0): 30.0, (1, 1): 30.0}
+    theirs = {(0, 0): 10.0, (0, 1): 10.0, (1, 0): 30.0, (1, 1): 30.0}
+    ratio = compare.paired_ratio(ours, theirs)
+    assert ratio.units == 2 and math.isclose(ratio.geometric_mean, math.sqrt(2))
+    assert ratio.low < 1 < ratio.high and math.isclose(ratio.low * ratio.high, 2)
+    one_prompt = compare.paired_ratio({(0, 0): 20.0, (0, 1): 40.0}, {(0, 0): 10.0, (0, 1): 20.0})
+    assert one_prompt.units == 2 and math.isclose(one_prompt.geometric_mean, 2) and math.isclose(one_prompt.low, 2)
