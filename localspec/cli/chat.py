@@ -4,6 +4,8 @@ Each turn re-renders the whole conversation with the chat template; the KV
 caches keep the longest common prefix, so earlier turns are not evaluated again.
 Input has line editing and a history kept across sessions (prompt_toolkit)
 when stdin is a terminal; conversations are stored as they go (`history`).
+This module is the terminal (lines in, slash commands, printing); the turns
+themselves, trimming and storing are `app/chat_session.ChatSession`.
 """
 
 from __future__ import annotations
