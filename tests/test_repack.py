@@ -81,7 +81,7 @@ def test_extra_buffers_repack_q4_0_weights_and_the_placement_says_so(tiny_q4_0: 
 
 
 def test_the_probe_verdict_is_remembered_and_reused(tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert repack.extra_buffers_for(tiny_q4_0, "auto") is True  # a real child process: batched decodes work here
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is True  # a real child process: batched decodes work here
     stored = json.loads(fresh_cache.read_text())
     assert stored["build"] == build_fingerprint()
     assert stored["verdicts"] == {"F32+Q4_0+Q8_0": {"works": True, "detail": stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]}}
@@ -91,8 +91,9 @@ def test_the_probe_verdict_is_remembered_and_reused(tiny_q4_0: Path, fresh_cache
         raise AssertionError("probed again")
 
     monkeypatch.setattr(repack, "probe", no_probe)
-    assert repack.extra_buffers_for(tiny_q4_0, "auto") is True
-    assert repack.extra_buffers_for(tiny_q4_0, "off") is False and repack.extra_buffers_for(tiny_q4_0, "on") is True
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is True
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(repack="off")) is False
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(repack="on")) is True
 
 
 def test_a_remembered_crash_keeps_auto_off_at_load(tiny_pair: tuple[Path, Path], tiny_q4_0: Path, fresh_cache: Path) -> None:
@@ -122,13 +123,19 @@ def test_a_corrupt_or_stale_cache_is_dropped_and_probed_again(
         contents = json.dumps({"build": build_fingerprint(), "verdicts": {"F32+Q4_0+Q8_0": {"works": "yes"}}})
     fresh_cache.parent.mkdir(parents=True)
     fresh_cache.write_text(contents)
-    assert repack.extra_buffers_for(tiny_q4_0, "auto") is True
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is True
     assert capsys.readouterr().err == ""  # silent without --verbose
     assert fake_probe == [tiny_q4_0]
     assert json.loads(fresh_cache.read_text())["verdicts"] == {"F32+Q4_0+Q8_0": {"works": True, "detail": "fake"}}
     fresh_cache.write_text(contents)
-    repack.extra_buffers_for(tiny_q4_0, "auto", verbose=True)
+    repack.extra_buffers_for(tiny_q4_0, ModelSettings(), verbose=True)
     assert note in capsys.readouterr().err
+
+
+def test_a_model_wholly_on_a_gpu_is_not_probed(tiny_q4_0: Path, fake_probe: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(repack, "gpu_devices", lambda: ["CUDA0"])  # as on a machine with a GPU
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is False and fake_probe == []
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(n_gpu_layers=10)) is True and fake_probe == [tiny_q4_0]
 
 
 def test_the_probe_turns_a_crash_or_a_hang_into_a_verdict(tiny_q4_0: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,7 +149,7 @@ def test_a_model_that_does_not_load_is_no_verdict(tmp_path: Path, fresh_cache: P
     broken = write_unloadable_model(tmp_path / "broken.gguf")
     result = runtime_repack.probe(broken, timeout_s=60)
     assert result.works is None and "could not load" in result.detail
-    assert repack.extra_buffers_for(broken, "auto") is False
+    assert repack.extra_buffers_for(broken, ModelSettings()) is False
     assert not fresh_cache.exists()  # nothing remembered: the next load asks again
 
 

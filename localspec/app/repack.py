@@ -18,7 +18,9 @@ from gguf.constants import GGMLQuantizationType
 from ..config.atomic import write_text_atomic
 from ..config.paths import cache_dir
 from ..models.gguf import read_gguf_header
+from ..runtime.devices import gpu_devices
 from ..runtime.repack import ProbeResult, build_fingerprint, probe
+from ..settings import ALL_LAYERS, ModelSettings
 
 CACHE_FILE_NAME = "cpu-repack.json"
 PROBE_TIMEOUT_S = 60.0  # plus PROBE_SECONDS_PER_GIB of weights: a probe loads the model once
@@ -29,10 +31,12 @@ def cache_file() -> Path:
     return cache_dir() / CACHE_FILE_NAME
 
 
-def extra_buffers_for(path: Path, mode: str, *, verbose: bool = False) -> bool:
-    """Whether to load `path` with the extra CPU buffer types under `mode` (auto, on or off)."""
-    if mode != "auto":
-        return mode == "on"
+def extra_buffers_for(path: Path, settings: ModelSettings, *, verbose: bool = False) -> bool:
+    """Whether to load `path` with the extra CPU buffer types under `settings.repack` (auto, on or off)."""
+    if settings.repack != "auto":
+        return settings.repack == "on"
+    if settings.n_gpu_layers in (None, ALL_LAYERS) and gpu_devices():
+        return False  # every layer on a GPU: the CPU keeps only the token embeddings, which are never repacked
     weights = weight_types(path)
     build = build_fingerprint()
     verdicts = load_verdicts(build, verbose=verbose)

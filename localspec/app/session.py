@@ -122,13 +122,13 @@ def open_session(
     """
     on_status(f"loading target {plan.target.path.name}")
     target = Model(plan.target.path, plan.target.runtime, verbose=verbose,
-                   extra_buffers=extra_buffers_for(plan.target.path, plan.target.runtime.repack, verbose=verbose))
+                   extra_buffers=extra_buffers_for(plan.target.path, plan.target.runtime, verbose=verbose))
     draft = None
     if plan.draft is not None and load_draft:
         on_status(f"loading draft {plan.draft.path.name}")
         try:
             draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose,
-                          extra_buffers=extra_buffers_for(plan.draft.path, plan.draft.runtime.repack, verbose=verbose))
+                          extra_buffers=extra_buffers_for(plan.draft.path, plan.draft.runtime, verbose=verbose))
         except BaseException:
             target.close()
             raise
