@@ -61,6 +61,11 @@ def test_a_fifo_as_a_model_is_refused_instead_of_waited_on(tiny_pair: tuple[Path
     os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the helper thread finish
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc")
+def test_a_model_file_that_cannot_be_read_is_one_line() -> None:
+    one_error_line(cli("run", "--target", "/proc/self/mem", "hi"), 2, "/proc/self/mem: cannot read")
+
+
 def test_ctrl_c_during_generation_exits_130_without_a_traceback(tiny_args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import localspec.cli.run as run_module
 

@@ -146,6 +146,13 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
         raise InputError(f"{path}: is a directory, not a GGUF model file")
     if not path.is_file():  # a FIFO or a device: reading it could wait forever
         raise InputError(f"{path}: not a regular file (a pipe or a device), not a GGUF model file")
+    try:
+        return _read_header(path)
+    except OSError as exc:  # unreadable: permissions, an I/O error
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read_header(path: Path) -> GGUFHeader:
     file_size = path.stat().st_size
     with path.open("rb") as handle:
         if handle.read(4) != GGUF_MAGIC:
