@@ -61,6 +61,29 @@ def test_a_fifo_as_a_model_is_refused_instead_of_waited_on(tiny_pair: tuple[Path
     os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the helper thread finish
 
 
+@pytest.mark.parametrize("damage", ["not an object", "a folder", "entries of the wrong shape"])
+def test_a_damaged_verdict_cache_only_costs_time(tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 damage: str) -> None:
+    import json
+
+    from localspec.config.paths import cache_dir
+    from localspec.models.compat import CACHE_FILE_NAME
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = cache_dir() / CACHE_FILE_NAME
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    if damage == "not an object":
+        cache.write_text("[5]")
+    elif damage == "a folder":
+        cache.mkdir()
+    else:
+        assert cli(*tiny_args, "--max-tokens", "2", "the cat").exit_code == 0  # remembers the pair's verdict
+        cache.write_text(json.dumps({key: 5 for key in json.loads(cache.read_text())}))
+    for _ in range(2):  # the second run reads what the first one stored
+        result = cli(*tiny_args, "--max-tokens", "2", "the cat")
+        assert result.exit_code == 0, result.stderr
+
+
 @pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc")
 def test_a_model_file_that_cannot_be_read_is_one_line() -> None:
     one_error_line(cli("run", "--target", "/proc/self/mem", "hi"), 2, "/proc/self/mem: cannot read")

@@ -127,17 +127,28 @@ def _fingerprint(path: Path) -> str:
 
 
 def _load() -> dict:
+    """The remembered verdicts; a cache file that is unreadable or not what `_store` wrote counts as empty."""
     try:
-        return json.loads((cache_dir() / CACHE_FILE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        entries = json.loads((cache_dir() / CACHE_FILE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return entries if isinstance(entries, dict) else {}
 
 
 def _store(entries: dict) -> None:
     try:
         write_text_atomic(cache_dir() / CACHE_FILE_NAME, json.dumps(entries))
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    except (OSError, InputError):
+        pass  # a cache that cannot be written (or is not a regular file) only costs time
+
+
+def _remembered_report(entry: object) -> CompatReport | None:
+    """A pair's remembered checks, or None when the entry is not what `check_pair_cached` stored."""
+    try:
+        checks = tuple(Check(str(name), bool(passed), str(detail)) for name, passed, detail in entry)
+    except (TypeError, ValueError):
+        return None
+    return CompatReport(checks) if checks else None
 
 
 def _file_key(path: Path) -> str:
@@ -176,8 +187,9 @@ def check_pair_cached(target: Path, draft: Path) -> CompatReport:
             read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
     key = f"pair:{_fingerprint(target)}::{_fingerprint(draft)}"
-    if key in entries:
-        return CompatReport(tuple(Check(*item) for item in entries[key]))
+    remembered = _remembered_report(entries[key]) if key in entries else None
+    if remembered is not None:
+        return remembered
     target_header, draft_header = read_gguf_header(target), read_gguf_header(draft)
     report = check_compatible(VocabInfo.from_header(target_header), VocabInfo.from_header(draft_header))
     entries[key] = [[c.name, c.passed, c.detail] for c in report.checks]
