@@ -62,12 +62,12 @@ def test_a_fifo_as_a_model_is_refused_instead_of_waited_on(tiny_pair: tuple[Path
 
 
 @pytest.mark.parametrize("damage", ["not an object", "a folder", "entries of the wrong shape"])
-def test_a_damaged_verdict_cache_only_costs_time(tiny_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 damage: str) -> None:
+def test_a_damaged_verdict_cache_only_costs_time(tiny_pair: tuple[Path, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
     import json
 
     from localspec.config.paths import cache_dir
-    from localspec.models.compat import CACHE_FILE_NAME
+    from localspec.models.compat import CACHE_FILE_NAME, check_file, check_pair_cached
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cache = cache_dir() / CACHE_FILE_NAME
@@ -77,11 +77,11 @@ def test_a_damaged_verdict_cache_only_costs_time(tiny_args: list[str], tmp_path:
     elif damage == "a folder":
         cache.mkdir()
     else:
-        assert cli(*tiny_args, "--max-tokens", "2", "the cat").exit_code == 0  # remembers the pair's verdict
+        check_pair_cached(*tiny_pair)  # remembers the pair's verdict and both files
         cache.write_text(json.dumps({key: 5 for key in json.loads(cache.read_text())}))
-    for _ in range(2):  # the second run reads what the first one stored
-        result = cli(*tiny_args, "--max-tokens", "2", "the cat")
-        assert result.exit_code == 0, result.stderr
+    for _ in range(2):  # the second time reads what the first one stored
+        assert check_pair_cached(*tiny_pair).compatible
+        check_file(tiny_pair[0])
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc")
