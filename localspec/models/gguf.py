@@ -10,29 +10,26 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from ..errors import InputError
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
-_SCALAR_FORMATS: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "<B",
-    GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I",
-    GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.BOOL: "<?",
-    GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d",
-}
+# The gguf package is imported on first use, inside the functions below: importing it
+# takes about 0.2 s (it brings its whole writer), and a run whose files were checked
+# before (models/compat.py remembers verdicts) reads no header at all.
+
+
+@lru_cache(maxsize=1)
+def _scalar_formats() -> dict[int, str]:
+    from gguf.constants import GGUFValueType as T
+
+    return {T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
+            T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +50,8 @@ class TensorInfo:
 
     @property
     def n_bytes(self) -> int:
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
         block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(self.ggml_type)]
         return self.n_elements // block_size * type_size
 
@@ -112,6 +111,8 @@ class _Cursor:
         return raw.decode("utf-8", errors="replace")
 
     def value(self, value_type: int) -> Any:
+        from gguf.constants import GGUFValueType
+
         kind = GGUFValueType(value_type)
         if kind == GGUFValueType.STRING:
             return self.string()
@@ -120,13 +121,13 @@ class _Cursor:
             count = self.scalar("<Q")
             if item_type == GGUFValueType.STRING:
                 return [self.string() for _ in range(count)]
-            fmt = _SCALAR_FORMATS[item_type]
+            fmt = _scalar_formats()[item_type]
             size = struct.calcsize(fmt) * count
             self.need(size)
             values = list(struct.unpack_from(f"<{count}{fmt[1:]}", self.data, self.pos))
             self.pos += size
             return values
-        return self.scalar(_SCALAR_FORMATS[kind])
+        return self.scalar(_scalar_formats()[kind])
 
 
 class _ShortHeader(Exception):
