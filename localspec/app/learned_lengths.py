@@ -24,9 +24,9 @@ from typing import Any, Callable
 from ..config.atomic import write_text_atomic
 from ..config.paths import cache_dir
 from ..engine.draft_length import LearnedLengths
-from ..runtime.devices import llama_cpp_build
-from ..runtime.library import default_threads, llama
+from ..runtime.library import default_threads
 from ..runtime.model import Model
+from ..runtime.repack import build_fingerprint
 
 FILE_NAME = "draft-lengths.json"
 FORMAT_VERSION = 1
@@ -53,13 +53,12 @@ def pair_key(target: Model, draft: Model | None) -> str:
 
 
 def machine_key(target: Model, draft: Model | None) -> str:
-    """The files plus how they run here (threads, devices, llama.cpp build): what costs depend on."""
+    """The files plus how they run here (threads, devices, llama.cpp build, CPU): what costs depend on."""
     runs = [
         f"{model.settings.n_threads or default_threads()} threads, {model.placement.summary()}"
         for model in (target, draft) if model is not None
     ]
-    build = json.dumps({"llama_cpp_python": llama().__version__, **llama_cpp_build()}, sort_keys=True)
-    return _digest(pair_key(target, draft), build, *runs)
+    return _digest(pair_key(target, draft), build_fingerprint(), *runs)
 
 
 class LengthCache:
