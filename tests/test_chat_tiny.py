@@ -181,3 +181,17 @@ def test_removing_the_data_folder_mid_chat_warns_once_and_the_chat_goes_on(tiny_
     assert shown.count("warning: the input history cannot be written: its folder") == 1
     assert shown.count("warning: chat history cannot be written: its folder") == 1
     assert shown.count("[length]") == 3  # every line was answered
+
+
+def test_each_reply_shows_its_seed_and_the_same_seed_gives_the_same_reply(tiny_profile: str) -> None:
+    """Coupled verification: a chat's replies at T=1 depend on the seed alone, with or without drafting."""
+    def run(*args: str) -> tuple[list[str], str]:
+        result = chat(b"the cat\n/retry\n/stats\n", "--temperature", "1", "--max-tokens", "8", "--seed", "5", *args)
+        assert result.exit_code == 0, result.stderr
+        last_reply = [line for line in result.stderr.splitlines() if line.startswith("last reply:")]
+        return [*replies(result.stderr), *last_reply], result.stdout
+
+    lines, text = run()
+    assert "seed 6 (coupled)" in lines[0] and "seed 7 (coupled)" in lines[1]  # /retry draws a new seed
+    assert "seed 7 (coupled)" in lines[2]  # /stats names the last reply's seed
+    assert run("--strategy", "model", "--draft-max", "3")[1] == text == run("--no-speculative")[1]

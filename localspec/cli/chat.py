@@ -26,7 +26,7 @@ from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.paths import history_file, input_history_file
-from ..engine.generation import Chunk
+from ..engine.generation import Chunk, Generation
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
@@ -175,7 +175,7 @@ class ChatLoop:
         if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")
         if reply.generation is not None and self.show_stats:
-            self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}"))
+            self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}, {_seed_text(reply.generation)}"))
 
     def _render(self, chunk: Chunk) -> str:
         if not self.highlight or not chunk.drafted_text:
@@ -221,7 +221,7 @@ class ChatLoop:
             self.say("no reply yet")
             return
         stats = self.chat.last.stats
-        self.say(f"last reply: {stats.summary()}")
+        self.say(f"last reply: {stats.summary()}, {_seed_text(self.chat.last)}")
         self.say(f"  prompt tokens evaluated this turn: {stats.prompt_tokens_evaluated} of {stats.prompt_tokens} in the history")
         if stats.acceptance_rate is not None:
             per_position = " ".join(f"{rate:.0%}" for rate in stats.per_position_acceptance)
@@ -376,3 +376,8 @@ def _input_history_problem(exc: OSError) -> str:
     if not path.parent.is_dir():
         return f"the input history cannot be written: its folder {path.parent} is gone"
     return f"the input history {path} cannot be written ({exc.strerror or exc})"
+
+
+def _seed_text(generation: Generation) -> str:
+    """The reply's seed and verification mode: what reproduces it (`--seed N` with the same conversation)."""
+    return f"seed {generation.settings.seed} ({generation.settings.speculative.verify})"
