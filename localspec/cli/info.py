@@ -7,8 +7,8 @@ import json
 import click
 
 from .. import __version__
-from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
 from ..app.repack import load_verdicts
+from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
 from ..config.resolve import DEMO_PROFILE
 from ..config.user_config import default_profile_name
 from ..runtime.devices import build_info, devices

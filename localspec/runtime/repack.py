@@ -73,7 +73,7 @@ def probe(path: Path, timeout_s: float) -> ProbeResult:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
     try:
         child = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True,
-                               env=env, timeout=timeout_s, stdin=subprocess.DEVNULL)
+                               env=env, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         return ProbeResult(False, f"the probe hung (no answer in {timeout_s:g} s)")
     last_line = (child.stderr.strip().splitlines() or [""])[-1]
