@@ -13,8 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-from gguf.constants import GGMLQuantizationType
-
 from ..config.atomic import write_text_atomic
 from ..config.paths import cache_dir
 from ..models.gguf import read_gguf_header
@@ -23,6 +21,8 @@ from ..runtime.repack import ProbeResult, build_fingerprint, probe
 from ..settings import ALL_LAYERS, ModelSettings
 
 CACHE_FILE_NAME = "cpu-repack.json"
+WEIGHTS_FILE_NAME = "weight-types.json"  # file version -> its kinds of weights
+MAX_REMEMBERED_FILES = 64
 PROBE_TIMEOUT_S = 60.0  # plus PROBE_SECONDS_PER_GIB of weights: a probe loads the model once
 PROBE_SECONDS_PER_GIB = 30.0
 
@@ -54,7 +54,33 @@ def extra_buffers_for(path: Path, settings: ModelSettings, *, verbose: bool = Fa
 
 
 def weight_types(path: Path) -> str:
-    """The kinds of weights a GGUF file holds, e.g. "F32+Q4_0+Q6_K": what a probe's verdict is about."""
+    """The kinds of weights a GGUF file holds, e.g. "F32+Q4_0+Q6_K": what a probe's verdict is about.
+
+    Remembered per file version in the cache folder: reading a header with a large
+    vocabulary takes a few tenths of a second, which a one-shot run should not pay.
+    """
+    remembered_file = cache_dir() / WEIGHTS_FILE_NAME
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    try:
+        remembered = json.loads(remembered_file.read_text(encoding="utf-8"))
+        remembered = remembered if isinstance(remembered, dict) else {}
+    except (OSError, ValueError):
+        remembered = {}
+    if isinstance(remembered.get(key), str):
+        return remembered[key]
+    kinds = _read_weight_types(path)
+    kept = dict(list(remembered.items())[-(MAX_REMEMBERED_FILES - 1):])
+    try:
+        write_text_atomic(remembered_file, json.dumps({**kept, key: kinds}))
+    except OSError:
+        pass  # a cache that cannot be written only costs time
+    return kinds
+
+
+def _read_weight_types(path: Path) -> str:
+    from gguf.constants import GGMLQuantizationType  # on use: the gguf package takes ~0.2 s to import
+
     names = set()
     for tensor in read_gguf_header(path).tensors:
         try:
