@@ -13,7 +13,7 @@ from ..engine.draft_length import LearnedLengths
 from ..engine.drafters import build_drafter
 from ..engine.generation import Generation
 from ..errors import InputError
-from ..runtime.chat_template import render_chat_chunks
+from ..runtime.chat_template import SpecialTexts, render_chat_chunks
 from ..runtime.model import Model
 from ..settings import ChatSettings, GenerationSettings
 from .learned_lengths import LengthCache
@@ -62,12 +62,26 @@ class Session:
             raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
-        chunks = render_chat_chunks(template, messages, self.target.special_texts(), bos_token=bos, eos_token=eos)
+        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages), bos_token=bos, eos_token=eos)
         first_text, first_parsed = chunks[0] if chunks else ("", False)
         add_bos = self.target.adds_bos and not (bos and first_parsed and first_text.startswith(bos))
         tokens = [token for text, parse_special in chunks
                   for token in self.target.tokenize(text, add_special=False, parse_special=parse_special)]
         return [self.target.bos_token, *tokens] if add_bos else tokens
+
+    def _special_texts_in(self, messages: list[dict[str, str]]) -> SpecialTexts:
+        """The vocabulary's special-token texts, or none when no content holds any.
+
+        A content holds special-token text exactly when llama.cpp tokenizes it
+        differently with specials parsed: a cheap test per message that spares the
+        usual conversation a scan of the whole vocabulary.
+        """
+        def holds_special_text(text: str) -> bool:
+            return (self.target.tokenize(text, add_special=False, parse_special=True)
+                    != self.target.tokenize(text, add_special=False, parse_special=False))
+
+        contents = [message["content"] for message in messages if isinstance(message.get("content"), str)]
+        return self.target.special_texts() if any(map(holds_special_text, contents)) else SpecialTexts(())
 
     def system_messages(self) -> list[dict[str, str]]:
         """The conversation's opening: the system prompt, when there is one."""
