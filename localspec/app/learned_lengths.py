@@ -5,8 +5,9 @@ controller would start from priors every time. `LengthCache.load` gives a
 session the `LearnedLengths` that earlier processes saved for the same models on
 the same machine; `save` writes back what this one learned. Costs are keyed by
 the machine (the models' files, threads, where the layers went, the llama.cpp
-build), acceptance by the pair of files alone, so that moving to another
-machine keeps the acceptance and a new draft file does not inherit another's.
+build), acceptance by the pair of files alone (as they are on this machine:
+their paths, sizes and modification times), so that a new thread count or
+placement keeps the acceptance and a new draft file does not inherit another's.
 
 It is a cache, not a user's file: it is written atomically, read leniently,
 and anything stale, corrupt or unreadable is dropped and rebuilt without a
@@ -110,12 +111,28 @@ class LengthCache:
         except (OSError, ValueError) as exc:
             self.notes(f"draft lengths: ignoring {self.path} ({exc})")
             return empty
-        well_formed = (
-            isinstance(state, dict) and state.get("version") == FORMAT_VERSION
-            and all(isinstance(state.get(kind), dict) for kind in ("machines", "pairs"))
-            and all(isinstance(entry, dict) for kind in ("machines", "pairs") for entry in state[kind].values())
-        )
-        if not well_formed:
+        except RecursionError:
+            self.notes(f"draft lengths: ignoring {self.path} (nested too deeply to read)")
+            return empty
+        if not _well_formed(state):
             self.notes(f"draft lengths: ignoring {self.path} (not this version's format)")
             return empty
         return state
+
+
+def _well_formed(state: Any) -> bool:
+    """Whether `state` has this version's shape, down to each entry (what the values hold is checked on restore)."""
+    if not isinstance(state, dict) or state.get("version") != FORMAT_VERSION:
+        return False
+    for kind, learned in (("machines", "costs"), ("pairs", "acceptance")):
+        entries = state.get(kind)
+        if not isinstance(entries, dict):
+            return False
+        for entry in entries.values():
+            if not (isinstance(entry, dict) and isinstance(entry.get(learned, {}), dict) and _is_number(entry.get("used", 0))):
+                return False
+    return True
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

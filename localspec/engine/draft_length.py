@@ -292,7 +292,7 @@ class LearnedLengths:
             if name in saved:
                 try:
                     restore(saved[name])
-                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
                     self.dropped.append(f"{name}: {exc}")
                     del saved[name]  # neither tried again nor saved back
         return controller
