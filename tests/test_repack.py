@@ -112,6 +112,7 @@ def test_a_remembered_crash_keeps_auto_off_at_load(tiny_pair: tuple[Path, Path],
 
 @pytest.mark.parametrize("contents, note", [
     ("{not json", "unreadable"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ("[1, 2]", "malformed repack cache"),
     (json.dumps({"build": "another build", "verdicts": {"F32+Q4_0+Q8_0": {"works": False, "detail": "old"}}}), "another"),
     (None, "malformed repack cache entry"),  # this build, but an entry of the wrong shape
@@ -130,6 +131,14 @@ def test_a_corrupt_or_stale_cache_is_dropped_and_probed_again(
     fresh_cache.write_text(contents)
     repack.extra_buffers_for(tiny_q4_0, ModelSettings(), verbose=True)
     assert note in capsys.readouterr().err
+
+
+def test_remembered_weight_types_nested_too_deeply_are_read_again(tiny_q4_0: Path, fresh_cache: Path) -> None:
+    remembered = fresh_cache.parent / repack.WEIGHTS_FILE_NAME
+    remembered.parent.mkdir(parents=True)
+    remembered.write_text("[" * 100_000 + "]" * 100_000)
+    assert repack.weight_types(tiny_q4_0) == "F32+Q4_0+Q8_0"
+    assert list(json.loads(remembered.read_text()).values()) == ["F32+Q4_0+Q8_0"]
 
 
 def test_a_model_wholly_on_a_gpu_is_not_probed(tiny_q4_0: Path, fake_probe: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:

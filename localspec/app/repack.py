@@ -65,7 +65,7 @@ def weight_types(path: Path) -> str:
     try:
         remembered = json.loads(remembered_file.read_text(encoding="utf-8"))
         remembered = remembered if isinstance(remembered, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         remembered = {}
     if isinstance(remembered.get(key), str):
         return remembered[key]
@@ -99,6 +99,9 @@ def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
         return {}
     except (OSError, ValueError) as exc:
         note(f"dropping the unreadable repack cache {cache_file()} ({exc})")
+        return {}
+    except RecursionError:
+        note(f"dropping the unreadable repack cache {cache_file()} (nested too deeply)")
         return {}
     if not isinstance(stored, dict) or not isinstance(stored.get("verdicts"), dict):
         note(f"dropping the malformed repack cache {cache_file()}")
