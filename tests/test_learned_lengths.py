@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import cli
-from test_draft_length import simulate
+from test_draft_length import analytic_best, simulate
 
 from localspec.app.learned_lengths import FILE_NAME, LengthCache
 from localspec.app.session import Session
@@ -23,6 +24,11 @@ ADAPTIVE_MODEL = GenerationSettings(SamplingParams(temperature=0.8), Speculative
 def _generate(session: Session, settings: GenerationSettings = ADAPTIVE_MODEL) -> None:
     for _ in session.generation(PROMPT, settings):
         pass
+
+
+def _seconds(costs: dict) -> dict:
+    """The measured seconds of saved costs, without how many measurements each stood for."""
+    return {**costs, "verify_by_size": {n: mean for n, (mean, _) in costs["verify_by_size"].items()}}
 
 
 def _session(paths: tuple[Path, Path], cache_file: Path, threads: int = 1, notes=None) -> Session:
@@ -41,7 +47,7 @@ def test_a_new_session_starts_where_the_last_one_stopped(tiny_pair: tuple[Path, 
     assert cache_file.exists()
     with _session(tiny_pair, cache_file) as second:
         restored = second.learned_lengths.controller("model", "coupled", 0.7)  # the same temperature band
-        assert restored.costs() == json.loads(json.dumps(saved_costs))
+        assert _seconds(restored.costs()) == _seconds(json.loads(json.dumps(saved_costs)))
         assert restored.acceptance_counts() == saved_counts
         fresh = second.learned_lengths.controller("model", "rejection", 0.8)  # acceptance is per verification mode
         assert fresh.acceptance_counts() == AdaptiveLength().acceptance_counts()
@@ -95,6 +101,52 @@ def test_a_corrupt_cache_is_dropped_quietly_and_rebuilt(
     assert state["version"] == 1 and len(state["machines"]) == len(state["pairs"]) == 1
 
 
+def _draft_and_verify(controller: AdaptiveLength, draft_cost: float, passes: int, alpha: float = 0.9) -> None:
+    """Passes as a model drafter runs them: a pass's first draft step recorded apart, acceptance i.i.d. alpha."""
+    rng = np.random.default_rng(0)
+    for _ in range(passes):
+        k = controller.plan(32)
+        drafted = 0
+        while drafted < k:
+            drafted += 1
+            controller.record_draft_step(draft_cost, first=drafted == 1)
+            if not controller.keep_going(drafted, 0.9):
+                break
+        accepted = 0
+        while accepted < drafted and rng.random() < alpha:
+            accepted += 1
+        controller.observe(drafted, accepted, 0.021 + 0.005 * (drafted + 1))
+
+
+def test_restored_costs_give_way_to_this_machines_measurements() -> None:
+    """Costs saved while the machine was busy (ten times today's) must not stop drafting for long."""
+    busy = AdaptiveLength()
+    _draft_and_verify(busy, draft_cost=0.09, passes=60)
+    assert busy.best_length(32) <= 1
+    controller = AdaptiveLength()
+    controller.restore_costs(busy.costs())
+    _draft_and_verify(controller, draft_cost=0.009, passes=60)
+    assert controller.draft_cost < 0.02 and controller.first_step_cost < 0.02
+    # With the real costs, drafting pays again: the choice is within 5% of the analytic best rate.
+    k = controller.best_length(32)
+    true_rate = (1 - 0.9 ** (k + 1)) / 0.1 / (k * 0.009 + 0.021 + 0.005 * (k + 1))
+    assert k >= 2 and true_rate >= 0.95 * analytic_best(0.9, 0.009, 0.021, 0.005)[1]
+
+
+def test_exploration_drafts_in_full_whatever_the_estimates_say() -> None:
+    controller = AdaptiveLength()
+    controller.draft_cost = 10.0  # a wildly wrong estimate: keep_going would stop after every token
+    lengths = []
+    for _ in range(16):
+        k = controller.plan(32)
+        drafted = 1
+        while drafted < k and controller.keep_going(drafted, 0.9):
+            drafted += 1
+        lengths.append(drafted)
+        controller.observe(drafted, drafted, 0.03)
+    assert lengths[7] == 2 and max(lengths[:7]) <= 1  # the 8th pass explores one more token, in full
+
+
 def test_saved_entries_that_do_not_fit_are_dropped_entry_by_entry() -> None:
     good = AdaptiveLength()
     simulate(good, alpha=0.8, draft_cost=0.01, a=0.02, b=0.005, passes=40)
@@ -107,7 +159,7 @@ def test_saved_entries_that_do_not_fit_are_dropped_entry_by_entry() -> None:
         {f"model/coupled/{band}": bad_counts, f"ngram/coupled/{band}": short_counts, f"model/rejection/{band}": good.acceptance_counts()},
     )
     assert learned.controller("model", "coupled", 0.8).costs() == AdaptiveLength().costs()
-    assert learned.controller("ngram", "coupled", 0.8).costs() == good.costs()
+    assert _seconds(learned.controller("ngram", "coupled", 0.8).costs()) == _seconds(good.costs())
     assert learned.controller("ngram", "coupled", 0.8).acceptance_counts() == AdaptiveLength().acceptance_counts()
     assert learned.controller("model", "rejection", 0.8).acceptance_counts() == good.acceptance_counts()
     assert len(learned.dropped) == 3

@@ -41,6 +41,7 @@ _PRIOR_WEIGHT = 2.0  # position estimates lean on the overall rate until they ha
 _DECAY = 0.98  # per pass: older passes count less, so the estimates follow the text
 _PRIOR_SLOPE = 0.2  # V(n) = a + b·n with b = 0.2·a until the slope is measured (CPU: a 9-token batch ≈ 2.3 single steps)
 _EXPLORE_EVERY = 8
+_RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
 
@@ -80,6 +81,7 @@ class AdaptiveLength:
         self.accepted = [0.0] * limit  # ... and were accepted there
         self.first_step_cost: float | None = None  # seconds for a pass's first draft token (cache catch-up included)
         self.draft_cost: float | None = None  # seconds for each further draft token
+        self._first_step_weight = self._draft_weight = 0.0  # how many measurements each cost stands for
         self.verify_by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
@@ -87,6 +89,7 @@ class AdaptiveLength:
         self._rate = 0.0  # expected tokens per second of the current plan
         self._kept_so_far = 1.0  # estimated chance that every token of the draft in progress is kept
         self._confidences: list[float] = []  # the draft's probability of each token it drafted this pass
+        self._exploring = False  # this pass drafts its planned length whatever keep_going would say
 
     # -- estimates ------------------------------------------------------------------------
 
@@ -153,8 +156,12 @@ class AdaptiveLength:
         self._kept_so_far = 1.0
         self._confidences = []
         self.passes += 1
-        if self.passes % _EXPLORE_EVERY == 0:  # measure a neighbouring length now and then
-            k = min(max(k + (1 if (self.passes // _EXPLORE_EVERY) % 2 else -1), 1), min(room, self.limit))
+        # Now and then, measure a neighbouring length in full: otherwise an estimate that
+        # stopped drafting early (a cost measured while the machine was busy) is never corrected.
+        self._exploring = self.passes % _EXPLORE_EVERY == 0
+        if self._exploring:  # one longer and one shorter, in turn; at least 2 tokens up, which measures a further step's cost
+            k = max(k + 1, 2) if (self.passes // _EXPLORE_EVERY) % 2 else max(k - 1, 1)
+            k = min(k, room, self.limit)
         return k
 
     def keep_going(self, n_drafted: int, confidence: float) -> bool:
@@ -167,6 +174,8 @@ class AdaptiveLength:
         self._kept_so_far *= self.acceptance_at_confidence(confidence)
         if n_drafted >= self.limit:
             return False
+        if self._exploring:
+            return True
         gain = self._kept_so_far * self.acceptance(n_drafted + 1)
         marginal_cost = self.pass_cost(n_drafted + 1) - self.pass_cost(n_drafted)
         return gain >= self._rate * marginal_cost
@@ -174,14 +183,13 @@ class AdaptiveLength:
     def record_draft_step(self, seconds: float, first: bool = False) -> None:
         """The measured cost of one draft token (`first`: a pass's first, which includes the cache catch-up)."""
         if first:
-            self.first_step_cost = _ema(self.first_step_cost, seconds)
+            self.first_step_cost, self._first_step_weight = _running_mean(self.first_step_cost, self._first_step_weight, seconds)
         else:
-            self.draft_cost = _ema(self.draft_cost, seconds)
+            self.draft_cost, self._draft_weight = _running_mean(self.draft_cost, self._draft_weight, seconds)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         size = self.verify_by_size.setdefault(n_proposed + 1, [verify_seconds, 0.0])
-        size[0] += (verify_seconds - size[0]) * max(0.1, 1 / (size[1] + 1))  # a plain mean at first, then a running one
-        size[1] += 1
+        size[0], size[1] = _running_mean(size[0], size[1], verify_seconds)
         for other in self.verify_by_size.values():
             other[1] *= _DECAY
         for counts in (self.reached, self.accepted, self.bin_reached, self.bin_accepted):
@@ -219,8 +227,9 @@ class AdaptiveLength:
         for n, (mean, weight) in state["verify_by_size"].items():
             if not 1 <= int(n) <= self.limit + 1:
                 raise ValueError(f"batch size {n} out of range")
-            by_size[int(n)] = [_seconds(mean), _count(weight)]
+            by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
         self.first_step_cost, self.draft_cost, self.verify_by_size = first, draft, by_size
+        self._first_step_weight = self._draft_weight = _RESTORED_WEIGHT
 
     def restore_acceptance(self, state: dict[str, Any]) -> None:
         """Start from counts saved by `acceptance_counts()`; ValueError (nothing changed) when `state` is not such a dict."""
@@ -298,7 +307,7 @@ class LearnedLengths:
         return controller
 
     def costs(self) -> dict[str, Any]:
-        """Costs by side: the saved ones, updated by this process's controllers (the latest used wins)."""
+        """Costs by side: the saved ones, updated by this process's controllers (for a side with several, the first made)."""
         learned = dict(self.saved_costs)
         for (side, _, _), controller in self.controllers.items():
             if controller.passes:
@@ -314,8 +323,12 @@ class LearnedLengths:
         return learned
 
 
-def _ema(current: float | None, sample: float, weight: float = 0.1) -> float:
-    return sample if current is None else (1 - weight) * current + weight * sample
+def _running_mean(mean: float | None, weight: float, sample: float) -> tuple[float, float]:
+    """A plain mean over the first ten samples, then a running one (each new sample weighing 0.1)."""
+    weight += 1
+    if mean is None:
+        return sample, weight
+    return mean + (sample - mean) * max(0.1, 1 / weight), weight
 
 
 DraftLength = FixedLength | AdaptiveLength
