@@ -48,7 +48,7 @@ def extra_buffers_for(path: Path, settings: ModelSettings, *, verbose: bool = Fa
     result = probe(path, PROBE_TIMEOUT_S + PROBE_SECONDS_PER_GIB * size_gib)
     note(f"repacked CPU weights for {weights}: {_verdict_text(result)}")
     if result.works is None:
-        return False  # no verdict (the model would not load): nothing remembered, the plain layout this time
+        return False  # no verdict (the model would not load, or no answer in time): nothing remembered, the plain layout this time
     save_verdict(build, weights, result, verbose=verbose)
     return result.works
 

@@ -6,8 +6,9 @@ on some CPUs when such weights meet a batch, and a crash in llama.cpp takes the
 whole process with it. So the first load of a kind of model tries it in a child:
 load the model with the extra buffer types, decode a batch with logits on every
 row, drop part of it from the KV cache and decode another batch (a verify pass),
-then one token (a draft step). A signal, a non-zero exit or a hang there is a
-verdict, not a crash of ours.
+then one token (a draft step). A signal or a non-zero exit there is a verdict,
+not a crash of ours. A hang is no verdict: on a busy machine a healthy probe can
+be slow, and one slow moment must not turn repacking off for good.
 
 `build_fingerprint()` names what the verdict depends on: llama.cpp's build and
 the CPU. Remembering verdicts is the caller's business (`app.repack`).
@@ -39,7 +40,7 @@ _CHILD = "import sys; from localspec.runtime.repack import probe_here; probe_her
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What the child found: `works` is None when it was inconclusive (the model did not load at all)."""
+    """What the child found: `works` is None when it was inconclusive (the model did not load, or no answer in time)."""
 
     works: bool | None
     detail: str
@@ -75,7 +76,7 @@ def probe(path: Path, timeout_s: float) -> ProbeResult:
         child = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True,
                                env=env, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
-        return ProbeResult(False, f"the probe hung (no answer in {timeout_s:g} s)")
+        return ProbeResult(None, f"the probe did not answer in {timeout_s:g} s")
     last_line = (child.stderr.strip().splitlines() or [""])[-1]
     if child.returncode < 0:
         return ProbeResult(False, f"the probe crashed ({signal.Signals(-child.returncode).name})")
