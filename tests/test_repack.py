@@ -4,6 +4,8 @@ and speculative identity within a mode on real weights (slow)."""
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +133,19 @@ def test_a_corrupt_or_stale_cache_is_dropped_and_probed_again(
     fresh_cache.write_text(contents)
     repack.extra_buffers_for(tiny_q4_0, ModelSettings(), verbose=True)
     assert note in capsys.readouterr().err
+
+
+def test_verdicts_saved_at_once_by_several_writers_all_survive(fresh_cache: Path) -> None:
+    kinds = [f"F32+Q{n}_0" for n in range(8)]
+    start = threading.Barrier(len(kinds))
+
+    def save(weights: str) -> None:
+        start.wait()
+        repack.save_verdict("this build", weights, ProbeResult(True, "fake"))
+
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        list(pool.map(save, kinds))
+    assert sorted(repack.load_verdicts("this build")) == sorted(kinds)
 
 
 def test_remembered_weight_types_nested_too_deeply_are_read_again(tiny_q4_0: Path, fresh_cache: Path) -> None:

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.atomic import write_text_atomic
+from ..config.files import locked
 from ..config.paths import cache_dir
 from ..engine.draft_length import LearnedLengths
+from ..errors import LocalspecError
 from ..runtime.library import default_threads
 from ..runtime.model import Model
 from ..runtime.repack import build_fingerprint
@@ -32,6 +34,7 @@ from ..runtime.repack import build_fingerprint
 FILE_NAME = "draft-lengths.json"
 FORMAT_VERSION = 1
 MAX_ENTRIES = 32  # per kind (machines, pairs): the least recently used are dropped
+LOCK_TIMEOUT_S = 5.0  # a save takes milliseconds; a cache is not worth a longer wait
 
 
 def _fingerprint(model: Model | None) -> str:
@@ -88,6 +91,13 @@ class LengthCache:
             self.notes(f"draft lengths: dropped a saved entry that did not fit ({message})")
         if not any(controller.passes for controller in learned.controllers.values()):
             return
+        try:
+            with locked(self.path, timeout_s=LOCK_TIMEOUT_S):  # another process's save between read and write is kept
+                self._merge_and_write(learned)
+        except LocalspecError as exc:  # no lock: a read-only cache folder, or a stuck process
+            self.notes(f"draft lengths: could not save to {self.path} ({exc})")
+
+    def _merge_and_write(self, learned: LearnedLengths) -> None:
         state = self._read()
         now = time.time()
         state["machines"][self.machine] = {"costs": learned.costs(), "used": now}

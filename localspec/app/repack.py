@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 from ..config.atomic import write_text_atomic
+from ..config.files import locked
 from ..config.paths import cache_dir
+from ..errors import LocalspecError
 from ..models.gguf import read_gguf_header
 from ..runtime.devices import gpu_devices
 from ..runtime.repack import ProbeResult, build_fingerprint, probe
@@ -25,6 +27,7 @@ WEIGHTS_FILE_NAME = "weight-types.json"  # file version -> its kinds of weights
 MAX_REMEMBERED_FILES = 64
 PROBE_TIMEOUT_S = 60.0  # plus PROBE_SECONDS_PER_GIB of weights: a probe loads the model once
 PROBE_SECONDS_PER_GIB = 30.0
+LOCK_TIMEOUT_S = 5.0  # a cache write takes milliseconds; a cache is not worth a longer wait
 
 
 def cache_file() -> Path:
@@ -62,20 +65,26 @@ def weight_types(path: Path) -> str:
     remembered_file = cache_dir() / WEIGHTS_FILE_NAME
     stat = path.stat()
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    try:
-        remembered = json.loads(remembered_file.read_text(encoding="utf-8"))
-        remembered = remembered if isinstance(remembered, dict) else {}
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        remembered = {}
+    remembered = _remembered_weight_types(remembered_file)
     if isinstance(remembered.get(key), str):
         return remembered[key]
     kinds = _read_weight_types(path)
-    kept = dict(list(remembered.items())[-(MAX_REMEMBERED_FILES - 1):])
     try:
-        write_text_atomic(remembered_file, json.dumps({**kept, key: kinds}))
-    except OSError:
+        with locked(remembered_file, timeout_s=LOCK_TIMEOUT_S):  # read again: another process may have added files
+            kept = list(_remembered_weight_types(remembered_file).items())[-(MAX_REMEMBERED_FILES - 1):]
+            write_text_atomic(remembered_file, json.dumps({**dict(kept), key: kinds}))
+    except (OSError, LocalspecError):
         pass  # a cache that cannot be written only costs time
     return kinds
+
+
+def _remembered_weight_types(remembered_file: Path) -> dict:
+    """File version -> kinds of weights, as remembered in `remembered_file` ({} when unreadable)."""
+    try:
+        remembered = json.loads(remembered_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+        return {}
+    return remembered if isinstance(remembered, dict) else {}
 
 
 def _read_weight_types(path: Path) -> str:
@@ -120,10 +129,11 @@ def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
 
 def save_verdict(build: str, weights: str, result: ProbeResult, *, verbose: bool = False) -> None:
     """Remember one verdict beside the others for this build (a cache that cannot be written only costs time)."""
-    verdicts = {**load_verdicts(build), weights: {"works": result.works, "detail": result.detail}}
     try:
-        write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
-    except OSError as exc:
+        with locked(cache_file(), timeout_s=LOCK_TIMEOUT_S):  # a verdict another process saved meanwhile is kept
+            verdicts = {**load_verdicts(build), weights: {"works": result.works, "detail": result.detail}}
+            write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
+    except (OSError, LocalspecError) as exc:
         _notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
 
 
