@@ -10,6 +10,7 @@ fail the same comparison.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from localspec.engine.generation import generate_text
 from localspec.engine.noise import gumbel
 from localspec.engine.sampling import CoupledSampler, Probs
 from localspec.runtime.model import Model
-from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
 
 PROMPT = [1, 260, 265, 270, 262, 260, 265]  # ends in a 2-gram seen before, so lookups draft from the start
 N_SEEDS = 12
@@ -158,3 +159,44 @@ def test_rejection_verification_does_not_promise_identity(pair) -> None:
     speculative = SpeculativeParams(strategy="model", draft_max=3, verify="rejection")
     totals = _compare(target, draft, SAMPLINGS["t1.0"], speculative)
     assert totals["differing_seeds"] > N_SEEDS // 2
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 5])
+def test_identity_where_max_tokens_cuts_the_drafts(pair, max_tokens: int) -> None:
+    """The room left (max_tokens - 1) shortens the last drafts: the tokens are still the target's own."""
+    target, draft = pair
+    for seed in range(N_SEEDS):
+        settings = GenerationSettings(SAMPLINGS["t1.0"], SPECULATIVE["model-8"], max_tokens=max_tokens, seed=seed)
+        drafted = generate_text(target, PROMPT, settings, build_drafter(settings.speculative, settings.sampling, draft))
+        assert drafted.tokens == generate_text(target, PROMPT, settings).tokens
+        assert len(drafted.tokens) == max_tokens or drafted.stop_reason == "eos"
+
+
+def test_identity_where_a_stop_string_ends_the_text_inside_a_pass(pair) -> None:
+    """A stop string found in the middle of a pass's accepted tokens ends both texts at the same place."""
+    target, draft = pair
+    stopped = 0
+    for seed in range(N_SEEDS):
+        free = GenerationSettings(SAMPLINGS["t0.7"], SPECULATIVE["hybrid-8"], max_tokens=MAX_TOKENS, seed=seed)
+        text = generate_text(target, PROMPT, free).text
+        if len(text) < 6:
+            continue
+        settings = dataclasses.replace(free, stop=(text[3:5],))
+        alone = generate_text(target, PROMPT, settings)
+        drafted = generate_text(target, PROMPT, settings, build_drafter(settings.speculative, settings.sampling, draft))
+        assert (drafted.tokens, drafted.text, drafted.stop_reason) == (alone.tokens, alone.text, alone.stop_reason)
+        stopped += alone.stop_reason == "stop"
+    assert stopped > N_SEEDS // 2
+
+
+def test_identity_where_the_context_fills(tiny_pair: tuple[Path, Path]) -> None:
+    """When the context is nearly full, drafts are cut to the room left; the last tokens still match."""
+    small = ModelSettings(n_ctx=256)
+    with Model(tiny_pair[0], small) as target, Model(tiny_pair[1], small) as draft:
+        prompt = (PROMPT * 40)[: target.n_ctx - 12]
+        for seed in range(4):
+            settings = GenerationSettings(SAMPLINGS["t1.0"], SPECULATIVE["model-8"], max_tokens=64, seed=seed)
+            drafted = generate_text(target, prompt, settings, build_drafter(settings.speculative, settings.sampling, draft))
+            alone = generate_text(target, prompt, settings)
+            assert drafted.tokens == alone.tokens and drafted.stop_reason == alone.stop_reason
+            assert drafted.stop_reason == "eos" or len(prompt) + len(drafted.tokens) == target.n_ctx + 1

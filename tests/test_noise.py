@@ -12,19 +12,24 @@ from localspec.engine.noise import gumbel, hash_tokens, uniforms
 from localspec.engine.sampling import CoupledSampler, Probs
 
 # Frozen: a change of the noise function silently changes every seeded output users have seen.
+# Positions other than 0 (where position · constant vanishes), the largest seed, token ids of a 262k vocabulary.
 GOLDEN_HASHES = {
     (42, 0, 0): 14241928491073317330,
+    (7, 41, 5): 12460845959692418281,
+    (2**63 - 1, 1_000_003, 262143): 9509869780558200083,
 }
-GOLDEN_UNIFORMS = {  # (seed, position) -> uniforms of token ids 0, 1, 2, 49151
-    (42, 0): [0.77205649, 0.38165123, 0.70584615, 0.41260607],
+GOLDEN_UNIFORMS = {  # (seed, position, token ids) -> their uniforms
+    (42, 0, (0, 1, 2, 49151)): [0.7720564905202447, 0.38165122758074327, 0.7058461526830684, 0.41260606909534764],
+    (123456789, 17, (3, 49151)): [0.7037622091245939, 0.6149518214002443],
+    (2**63 - 1, 1_000_003, (0, 131071, 262143)): [0.11823119859324266, 0.2471537684921989, 0.5155310738067724],
 }
 
 
 def test_golden_values_are_frozen() -> None:
     for (seed, position, token), expected in GOLDEN_HASHES.items():
         assert int(hash_tokens(seed, position, np.array([token]))[0]) == expected
-    for (seed, position), expected in GOLDEN_UNIFORMS.items():
-        np.testing.assert_allclose(uniforms(seed, position, np.array([0, 1, 2, 49151])), expected, atol=1e-8)
+    for (seed, position, tokens), expected in GOLDEN_UNIFORMS.items():
+        np.testing.assert_allclose(uniforms(seed, position, np.array(tokens)), expected, rtol=0, atol=1e-15)
 
 
 def test_same_arguments_same_noise_in_another_process() -> None:

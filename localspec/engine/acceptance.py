@@ -46,15 +46,17 @@ def accept(
 ) -> Accepted:
     """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one).
 
-    Row i scores the token at `position + i` of the generation. A draft with
-    q_draft is verified by rejection sampling, which needs a `StreamSampler`.
+    Row i scores the token at `position + i` of the generation. Under coupled
+    verification every draft is checked against the target's own draws, so what
+    is emitted never depends on the draft; under rejection verification a draft
+    with q_draft is verified by rejection sampling.
     """
     if sampling.greedy:
         return accept_greedy(draft_tokens, np.argmax(target_logits, axis=1))
     p_target = [next_token_probs(row, sampling) for row in target_logits]
-    if q_draft is None:
+    if q_draft is None or not sampler.verifies_by_rejection:
         return accept_by_target_samples(draft_tokens, p_target, sampler, position)
-    return rejection_sample(draft_tokens, q_draft, p_target, sampler.rng)  # type: ignore[attr-defined]
+    return rejection_sample(draft_tokens, q_draft, p_target, sampler.rng)  # type: ignore[attr-defined]  # a StreamSampler
 
 
 def rejection_sample(

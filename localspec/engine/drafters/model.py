@@ -60,7 +60,8 @@ class ModelDrafter:
             else:
                 q = next_token_probs(logits, self.sampling)
                 token = sampler.draw(q, position + len(tokens))
-                rows.append(q)
+                if sampler.verifies_by_rejection:
+                    rows.append(q)
             tokens.append(token)
             now = time.perf_counter()
             self.length.record_draft_step(now - started, first=len(tokens) == 1)
