@@ -86,9 +86,19 @@ def test_save_writes_the_winner_and_nothing_when_drafting_loses(tiny_profile: st
     path = save_fastest(tiny_profile, [_result("model", 4, 0, 1.3), _result("ngram", 8, 0, 1.2)])
     profile = load_profile(tiny_profile)
     assert path is not None and (profile.get("speculative.strategy"), profile.get("speculative.draft_max")) == ("model", 4)
+    rejection = BenchResult(BenchCase("hybrid", 16, 0, "rejection"))
+    rejection.speculative, rejection.baseline = SpecStats(tokens_generated=900, generation_seconds=100.0), _result("x", 1, 0, 1).baseline
+    assert best_overall([*_all_coupled(), rejection])[:2] == ("model", 4)  # the fastest in the profile's mode, not another's
+    assert best_overall([*_all_coupled(), rejection], "rejection")[:2] == ("hybrid", 16)
+
+
+def _all_coupled() -> list[BenchResult]:
+    return [_result("model", 4, 0, 1.3), _result("ngram", 8, 0, 1.2)]
 
 
 def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
+    profile_file = user_profiles_dir() / f"{tiny_profile}.toml"
+    profile_file.write_text(profile_file.read_text() + '[speculative]\nverify = "rejection"\n')  # target-only stays coupled
     result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "12", "--temperatures", "1",
                  "--strategy", "model", "--draft-max", "2", "--verify", "coupled,rejection", "--json")
     assert result.exit_code == 0, result.stderr

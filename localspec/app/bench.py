@@ -132,13 +132,17 @@ def run_bench(
 ) -> list[BenchResult]:
     """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order.
 
+    Target-only runs with coupled sampling, so a coupled case's tokens are expected to
+    be identical to it (`identical_prompts`) whatever the settings' verification.
+
     `cold`: every generation's adaptive draft lengths start from their priors, as in a
     first-ever one-shot run (otherwise they learn across the prompts, as a chat does).
     """
     results = {case: BenchResult(case) for case in cases}
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
-        base = dataclasses.replace(settings, sampling=dataclasses.replace(settings.sampling, temperature=temperature))
+        base = dataclasses.replace(settings, sampling=dataclasses.replace(settings.sampling, temperature=temperature),
+                                   speculative=dataclasses.replace(settings.speculative, verify="coupled"))
         _warm_up(session, base, same_temperature)
         for round_number in range(repeat):
             per_round = {case: BenchResult(case) for case in same_temperature}
@@ -174,18 +178,23 @@ def best_by_temperature(results: Sequence[BenchResult]) -> dict[float, BenchResu
     return best
 
 
-def best_overall(results: Sequence[BenchResult]) -> tuple[str, int | str, float]:
-    """(strategy, draft_max, geometric-mean speed-up) of the configuration fastest across all temperatures."""
+def best_overall(results: Sequence[BenchResult], verify: str = "coupled") -> tuple[str, int | str, float]:
+    """(strategy, draft_max, geometric-mean speed-up) of the configuration fastest across all temperatures,
+    among the results measured with verification `verify` (what a saved profile will run)."""
     by_config: dict[tuple[str, int | str], list[float]] = {}
     for result in results:
-        by_config.setdefault((result.case.strategy, result.case.draft_max), []).append(max(result.speedup, 1e-9))
+        if result.case.verify == verify:
+            by_config.setdefault((result.case.strategy, result.case.draft_max), []).append(max(result.speedup, 1e-9))
+    if not by_config:
+        raise InputError(f"nothing was measured with verify = {verify}, the profile's: add it to --verify")
     (strategy, draft_max), speedups = max(by_config.items(), key=lambda item: statistics.geometric_mean(item[1]))
     return strategy, draft_max, statistics.geometric_mean(speedups)
 
 
-def save_fastest(profile_name: str, results: Sequence[BenchResult]) -> Path | None:
-    """Write the fastest strategy and draft length across temperatures into the profile; None when it is slower than the target alone."""
-    strategy, draft_max, speedup = best_overall(results)
+def save_fastest(profile_name: str, results: Sequence[BenchResult], verify: str = "coupled") -> Path | None:
+    """Write the fastest strategy and draft length across temperatures (measured with the profile's
+    verification, `verify`) into the profile; None when it is slower than the target alone."""
+    strategy, draft_max, speedup = best_overall(results, verify)
     if speedup < 1.0:
         return None
     return update_profile(profile_name, {"speculative.strategy": strategy, "speculative.draft_max": draft_max})

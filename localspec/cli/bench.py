@@ -152,8 +152,9 @@ def bench(
         stdout_console.print(_table(results, best))
     _advise(results, best)
     if save:
-        strategy, draft_max, speedup = best_overall(results)
-        path = save_fastest(plan.profile_name, results)
+        verify = plan.generation.speculative.verify
+        strategy, draft_max, speedup = best_overall(results, verify)
+        path = save_fastest(plan.profile_name, results, verify)
         if path is None:
             click.echo(f"nothing saved: the fastest setting ({strategy}, draft_max {draft_max}) is {speedup:.2f}x the target alone", err=True)
         else:
