@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli
 
+from localspec.cli import main
 from localspec.config.paths import models_dir, user_profiles_dir
 from localspec.models.hub import hub_local_path
 
@@ -213,6 +215,17 @@ def test_draft_make_then_auto_picks_it(tmp_path: Path, tiny_pair: tuple[Path, Pa
     profile = json.loads(cli("profile", "show", "auto1", "--json").output)
     assert profile["draft.path"]["value"] == str(draft.resolve())
     assert cli("profile", "check", "auto1").exit_code == 0
+
+
+def test_auto_draft_with_stdin_closed_asks_nothing(
+    tmp_path: Path, tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    target = tmp_path / "target.gguf"
+    target.write_bytes(tiny_pair[0].read_bytes())
+    monkeypatch.setattr(sys, "stdin", None)  # `<&-`: Python starts with sys.stdin None
+    with pytest.raises(SystemExit) as exited:
+        main.main(["profile", "add", "auto2", "--target", str(target), "--draft", "auto"], standalone_mode=False)
+    assert exited.value.code == 2 and "localspec draft make" in capsys.readouterr().err
 
 
 def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:

@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+import click
 import pytest
 from cli_helpers import cli, one_error_line
 from click.testing import CliRunner
@@ -102,6 +103,14 @@ def test_ctrl_c_during_generation_exits_130_without_a_traceback(tiny_args: list[
     result = cli(*tiny_args, "--max-tokens", "64", "the cat")
     assert result.exit_code == 130
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 1
+
+
+@pytest.mark.parametrize("command", [["run"], ["run", "-"], ["chat"]])
+def test_a_closed_stdin_without_a_prompt_is_a_usage_error(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # `localspec run <&-`: Python starts with sys.stdin None
+    with pytest.raises(click.UsageError, match="stdin") as raised:
+        main.main(command, standalone_mode=False)
+    assert raised.value.exit_code == 2
 
 
 def test_a_closed_stdout_pipe_ends_quietly(tiny_args: list[str]) -> None:

@@ -87,6 +87,8 @@ def chat(
     # Ctrl-C stops a reply, whatever SIGINT disposition this process inherited
     # (a shell's background job starts with it ignored, and Python then installs no handler).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
+        raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     store = _open_store()
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,

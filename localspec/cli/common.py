@@ -102,6 +102,8 @@ def write_stdout(text: str) -> None:
 
 def read_prompt(prompt: str | None) -> str:
     """The prompt argument, or stdin when it is "-" or absent and stdin is not a terminal."""
+    if prompt in (None, "-") and sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
+        raise click.UsageError("no prompt: give one as an argument or on stdin")
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
         prompt = decode_input(sys.stdin.buffer.read(), "stdin")
     elif prompt is not None:

@@ -68,7 +68,7 @@ def _auto_draft(target: Path, make_without_asking: bool) -> Path:
         click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
         return choice.path
     question = f"no compatible smaller model found next to {target.name}; make a draft of it now (a few minutes: several precisions are measured)?"
-    if make_without_asking or (sys.stdin.isatty() and click.confirm(question, err=True)):
+    if make_without_asking or (sys.stdin is not None and sys.stdin.isatty() and click.confirm(question, err=True)):
         return make_draft_file(target)
     raise InputError(
         f"no compatible smaller model found next to {target.name}: "
