@@ -158,10 +158,16 @@ class Setup:
     llamacpp_args: tuple[str, ...]
 
 
-def contenders_for(kind: str, simple_draft_max: Sequence[int], lookup_draft_max: Sequence[int]) -> list[Contender]:
+def fixed_name(k: int) -> str:
+    return f"localspec --draft-max {k}"
+
+
+def contenders_for(kind: str, simple_draft_max: Sequence[int], lookup_draft_max: Sequence[int],
+                   fixed_draft_max: Sequence[int] = ()) -> list[Contender]:
     """The contenders that run on a prompt of this kind."""
     contenders = [Contender(TARGET_ONLY, LOCALSPEC_TOOL, ("--no-speculative",)), Contender(DEFAULTS, LOCALSPEC_TOOL)]
     if kind == "ordinary":
+        contenders += [Contender(fixed_name(k), LOCALSPEC_TOOL, ("--draft-max", str(k))) for k in fixed_draft_max]
         contenders += [Contender(f"{SIMPLE_TOOL} k={k}", SIMPLE_TOOL, draft_max=k) for k in simple_draft_max]
     else:
         contenders.append(Contender(NGRAM, LOCALSPEC_TOOL, ("--strategy", "ngram")))
@@ -432,7 +438,8 @@ def fastest(measurements: Sequence[Measurement], tool: str) -> str | None:
 def ratio_rows(measurements: Sequence[Measurement], kind: str) -> list[tuple[str, Ratio | None]]:
     """The comparisons that matter for a kind of prompt: speed-up over target-only and over llama.cpp."""
     baseline = TARGET_ONLY
-    ours = [DEFAULTS] + ([NGRAM] if kind != "ordinary" else [])
+    fixed = sorted({m.contender for m in measurements if m.contender.startswith("localspec --draft-max")})
+    ours = [DEFAULTS] + ([NGRAM] if kind != "ordinary" else fixed)
     theirs = fastest(measurements, SIMPLE_TOOL if kind == "ordinary" else LOOKUP_TOOL)
     rows = [(f"{name} / {baseline}", paired_ratio(speeds(measurements, name), speeds(measurements, baseline)))
             for name in ours]
@@ -445,7 +452,8 @@ def ratio_rows(measurements: Sequence[Measurement], kind: str) -> list[tuple[str
 def display_rank(measurement: Measurement) -> tuple[int, int]:
     """Table order: localspec's target-only, defaults, ngram, then llama.cpp by draft length."""
     if measurement.tool == LOCALSPEC_TOOL:
-        return 0, [TARGET_ONLY, DEFAULTS, NGRAM].index(measurement.contender)
+        named = [TARGET_ONLY, DEFAULTS, NGRAM]
+        return 0, named.index(measurement.contender) if measurement.contender in named else len(named)
     return 1, measurement.draft_max or 0
 
 
@@ -547,6 +555,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma-separated (default 0,0.8)")
     parser.add_argument("--simple-draft-max", type=lambda text: number_list(text, int), default=[3, 8],
                         help="llama-speculative-simple draft lengths (default 3,8: its default and the best seen)")
+    parser.add_argument("--fixed-draft-max", type=lambda text: number_list(text, int), default=[],
+                        help="also localspec with these fixed draft lengths on ordinary prompts, e.g. 8 (default: none)")
     parser.add_argument("--lookup-draft-max", type=lambda text: number_list(text, int), default=[3, 8, 16],
                         help="llama-lookup draft lengths (default 3,8,16)")
     parser.add_argument("-t", "--threads", type=int, default=2, help="threads for both tools (default 2)")
@@ -606,7 +616,7 @@ def run_all(setup: Setup, prompts: Sequence[Prompt], args: argparse.Namespace) -
     Per prompt and repeat, a time-to-first-token run of localspec comes first (unless --no-ttft).
     """
     ttft = not args.no_ttft
-    runs_per_prompt = {prompt.index: len(contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max))
+    runs_per_prompt = {prompt.index: len(contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max, args.fixed_draft_max))
                        * len(args.temperatures) + ttft for prompt in prompts}
     total = args.repeat * sum(runs_per_prompt.values())
     measurements: list[Measurement] = []
@@ -625,7 +635,7 @@ def run_all(setup: Setup, prompts: Sequence[Prompt], args: argparse.Namespace) -
                 command = localspec_command(setup, Contender(DEFAULTS, LOCALSPEC_TOOL), prompt,
                                             args.temperatures[0], 1 + repeat, max_tokens=1, as_json=False)
                 first_bytes.append(seconds_to_first_byte(command))
-            contenders = contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max)
+            contenders = contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max, args.fixed_draft_max)
             for temperature in args.temperatures:
                 for contender in rotated(contenders, prompt.index + repeat):
                     progress(f"prompt {prompt.index} T={temperature:g}: {contender.name}")
