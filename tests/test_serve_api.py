@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from tiny_models import write_pair
 
+from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.openai_request import UNSUPPORTED, CompletionRequest
 from localspec.app.serving import ServedModel, create_app
@@ -163,6 +164,18 @@ def test_an_unforeseen_failure_is_a_logged_500_and_the_server_goes_on(
     assert api.post(COMPLETIONS, {"prompt": "the cat"}).status_code == 500
     monkeypatch.undo()
     api.still_serves()
+
+
+def test_a_stream_whose_response_cannot_be_built_lets_go_of_the_models(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.undo()  # once
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(serving.HeldEventSource, "__init__", broken)
+    assert api.post(COMPLETIONS, {"prompt": "the cat", "stream": True}).status_code == 500
+    assert not api.served.queue.busy  # the admission was let go, not left held by a stream that never was
+    reply = api.post(COMPLETIONS, {"prompt": "the cat", "max_tokens": 2}, timeout=5)
+    assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 2
 
 
 # -- defect 3: non-finite numbers -----------------------------------------------------------

@@ -177,9 +177,17 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
         reply = Reply(served, chat)
         if parsed.stream:
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage)
-            # The stream holds the models until it ends, however it ends.
-            return HeldEventSource(events, hold.pop_all(), on_close=reply.closed, ping=15)
+            return await _held_stream(events, hold.pop_all(), reply)
         return await reply.whole(slot, tokens, settings, parsed.speculative, request)
+
+
+async def _held_stream(events: AsyncIterator[str], held: AsyncExitStack, reply: Reply) -> HeldEventSource:
+    """The stream's response, which holds the models until it ends, however it ends (or lets go at once if it cannot be built)."""
+    try:
+        return HeldEventSource(events, held, on_close=reply.closed, ping=15)
+    except BaseException:
+        await held.aclose()
+        raise
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
