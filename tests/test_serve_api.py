@@ -29,6 +29,7 @@ from localspec.app.generation_queue import GenerationQueue
 from localspec.app.openai_request import UNSUPPORTED, CompletionRequest
 from localspec.app.serving import ServedModel, create_app
 from localspec.app.session import Session
+from localspec.engine.generation import StopReason
 from localspec.runtime.model import Model
 from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
 
@@ -164,6 +165,11 @@ def test_an_unforeseen_failure_is_a_logged_500_and_the_server_goes_on(
     assert api.post(COMPLETIONS, {"prompt": "the cat"}).status_code == 500
     monkeypatch.undo()
     api.still_serves()
+
+
+def test_every_stop_reason_has_an_openai_finish_reason() -> None:
+    assert set(serving.FINISH_REASONS) == set(StopReason)  # every reason, a new one included
+    assert all(isinstance(reason, StopReason) for reason in serving.FINISH_REASONS)
 
 
 def test_a_stream_whose_response_cannot_be_built_lets_go_of_the_models(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

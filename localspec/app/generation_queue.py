@@ -16,7 +16,7 @@ import threading
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
-from ..engine.generation import Generation
+from ..engine.generation import Generation, StopReason
 from ..settings import GenerationSettings
 from .session import Session
 
@@ -60,7 +60,7 @@ class Slot:
                     break
         finally:
             chunks.close()  # a generation cut short records why ("interrupted")
-            if generation.stop_reason in (None, "interrupted"):  # stopped, or failed, mid-pass
+            if generation.stop_reason in (None, StopReason.INTERRUPTED):  # stopped, or failed, mid-pass
                 self.session.recover_caches()
         return generation
 

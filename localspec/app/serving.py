@@ -29,14 +29,15 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..engine.generation import Generation
+from ..engine.generation import Generation, StopReason
 from ..engine.stats import SpecStats
 from ..errors import LocalspecError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request
 
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "interrupted": "length"}
+# OpenAI's finish_reason for each way a generation ends (cut short counts as "length", as OpenAI does)
+FINISH_REASONS = {StopReason.EOS: "stop", StopReason.LENGTH: "length", StopReason.STOP: "stop", StopReason.INTERRUPTED: "length"}
 MAX_BODY_BYTES = 1 << 20
 CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer
 log = logging.getLogger("localspec.serve")
@@ -190,6 +191,11 @@ async def _held_stream(events: AsyncIterator[str], held: AsyncExitStack, reply: 
         raise
 
 
+def _finish_reason(generation: Generation) -> str:
+    """OpenAI's finish_reason for a finished generation (one with no reason was cut short: INTERRUPTED)."""
+    return FINISH_REASONS[generation.stop_reason or StopReason.INTERRUPTED]
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes `limit` (a chunked body has no Content-Length)."""
     parts, size = [], 0
@@ -258,7 +264,7 @@ class Reply:
                 self.served.metrics.count("disconnected")
                 return Response(status_code=CLIENT_CLOSED)
         generation = self._finished(work.result())
-        finish = FINISH_REASONS[generation.stop_reason or "length"]
+        finish = _finish_reason(generation)
         choice = ({"index": 0, "message": {"role": "assistant", "content": generation.text}, "finish_reason": finish}
                   if self.chat else {"index": 0, "text": generation.text, "finish_reason": finish, "logprobs": None})
         return JSONResponse({"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
@@ -287,7 +293,7 @@ class Reply:
                 yield _error_event("the server is shutting down", "shutting_down")
                 return
             generation = self._finished(work.result())
-            yield self._event({}, FINISH_REASONS[generation.stop_reason or "length"], speculative=_speculative(generation))
+            yield self._event({}, _finish_reason(generation), speculative=_speculative(generation))
             if include_usage:
                 yield self._event(None, usage=_usage(generation))
             self.ended = True
