@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from localspec.app.history import HistoryStore, HistoryUnavailable
 from localspec.cli import main
 from localspec.config.paths import history_file, user_profiles_dir
+from localspec.settings import SEED_MAX
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
@@ -195,3 +196,10 @@ def test_each_reply_shows_its_seed_and_the_same_seed_gives_the_same_reply(tiny_p
     assert "seed 6 (coupled)" in lines[0] and "seed 7 (coupled)" in lines[1]  # /retry draws a new seed
     assert "seed 7 (coupled)" in lines[2]  # /stats names the last reply's seed
     assert run("--strategy", "model", "--draft-max", "3")[1] == text == run("--no-speculative")[1]
+
+
+def test_the_turn_seed_wraps_at_the_largest_seed(tiny_profile: str) -> None:
+    result = chat(b"the cat\n/retry\n", "--seed", str(SEED_MAX - 1))
+    assert result.exit_code == 0, result.stderr
+    seeds = [line.split("seed ")[1].split(" ")[0] for line in replies(result.stderr)]
+    assert seeds == [str(SEED_MAX), "0"]  # seed + turn, modulo SEED_MAX + 1: never out of range

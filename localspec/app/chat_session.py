@@ -17,6 +17,7 @@ from ..engine.generation import Chunk, Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
 from ..runtime.fatal import on_fatal
+from ..settings import SEED_MAX
 from .conversation import Conversation
 from .history import HistoryStore, HistoryUnavailable
 from .session import Session
@@ -73,7 +74,7 @@ class ChatSession:
             on_note(f"(dropped the {dropped} oldest exchange{'s' if dropped > 1 else ''} to fit the context)")
         self.turns += 1
         settings = self.conversation.settings
-        settings = dataclasses.replace(settings, seed=(settings.seed or 0) + self.turns)
+        settings = dataclasses.replace(settings, seed=((settings.seed or 0) + self.turns) % (SEED_MAX + 1))
         generation: Generation | None = None
         interrupted = False
 

@@ -381,5 +381,6 @@ def _input_history_problem(exc: OSError) -> str:
 
 
 def _seed_text(generation: Generation) -> str:
-    """The reply's seed and verification mode: what reproduces it (`--seed N` with the same conversation)."""
+    """The reply's own seed and verification mode: `run --seed N` reproduces it, with the same settings
+    on the same rendered conversation (not `chat --seed N`: chat's turn t has seed N + t)."""
     return f"seed {generation.settings.seed} ({generation.settings.speculative.verify})"
