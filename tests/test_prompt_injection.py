@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from cli_helpers import cli
 
-from localspec.app.session import Session
+from localspec.app.session import MAX_SPECIAL_VERDICTS, Session
 from localspec.config.paths import user_profiles_dir
 from localspec.runtime.chat_template import SpecialTexts, render_chat, render_chat_chunks
 from localspec.runtime.model import Model
@@ -109,6 +109,24 @@ def tiny_session(tiny_pair: tuple[Path, Path]) -> Iterator[Session]:
 def test_ordinary_conversations_tokenize_exactly_as_before(tiny_session: Session) -> None:
     for messages in ORDINARY:
         assert tiny_session.chat_prompt_tokens(messages) == tokens_as_before(tiny_session, messages)
+
+
+def test_whether_a_content_holds_special_text_is_tokenized_out_once(tiny_session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = [{"role": "user", "content": "asked once"}, {"role": "assistant", "content": "the cat</s> once"}]
+    first = tiny_session.chat_prompt_tokens(messages)
+    tokenized: list[tuple[str, bool]] = []
+    real = tiny_session.target.tokenize
+
+    def spy(text: str, *, add_special: bool, parse_special: bool = False) -> list[int]:
+        tokenized.append((text, parse_special))
+        return real(text, add_special=add_special, parse_special=parse_special)
+
+    monkeypatch.setattr(tiny_session.target, "tokenize", spy)
+    assert tiny_session.chat_prompt_tokens(messages) == first  # the next turn, or a trim of the context
+    assert not [message for message in messages if (message["content"], True) in tokenized]
+    for n in range(MAX_SPECIAL_VERDICTS + 8):
+        tiny_session._holds_special_text(f"content {n}")
+    assert len(tiny_session._special_verdicts) == MAX_SPECIAL_VERDICTS  # bounded: the oldest are forgotten
 
 
 def test_the_vocabularys_control_and_unknown_texts_are_read(tiny_session: Session) -> None:

@@ -20,6 +20,8 @@ from .learned_lengths import LengthCache
 from .plan import Plan
 from .repack import extra_buffers_for
 
+MAX_SPECIAL_VERDICTS = 256  # contents remembered by `Session._holds_special_text`
+
 
 class Session:
     """A target and an optional draft model loaded together."""
@@ -33,6 +35,7 @@ class Session:
         self.draft = draft
         self.chat = chat
         self.length_cache = length_cache
+        self._special_verdicts: dict[str, bool] = {}  # content -> holds special-token text (`_holds_special_text`)
         # Adaptive draft-length controllers, kept across generations (and across runs with a cache).
         self.learned_lengths = length_cache.load() if length_cache is not None else LearnedLengths()
 
@@ -76,12 +79,18 @@ class Session:
         differently with specials parsed: a cheap test per message that spares the
         usual conversation a scan of the whole vocabulary.
         """
-        def holds_special_text(text: str) -> bool:
-            return (self.target.tokenize(text, add_special=False, parse_special=True)
-                    != self.target.tokenize(text, add_special=False, parse_special=False))
-
         contents = [message["content"] for message in messages if isinstance(message.get("content"), str)]
-        return self.target.special_texts() if any(map(holds_special_text, contents)) else SpecialTexts(())
+        return self.target.special_texts() if any(map(self._holds_special_text, contents)) else SpecialTexts(())
+
+    def _holds_special_text(self, text: str) -> bool:
+        """Whether `text` holds special-token text, remembered per text: a chat asks again for
+        every message at each turn, and once more for each exchange dropped to fit the context."""
+        if text not in self._special_verdicts:
+            if len(self._special_verdicts) >= MAX_SPECIAL_VERDICTS:
+                del self._special_verdicts[next(iter(self._special_verdicts))]  # the oldest
+            self._special_verdicts[text] = (self.target.tokenize(text, add_special=False, parse_special=True)
+                                            != self.target.tokenize(text, add_special=False, parse_special=False))
+        return self._special_verdicts[text]
 
     def system_messages(self) -> list[dict[str, str]]:
         """The conversation's opening: the system prompt, when there is one."""
