@@ -71,7 +71,7 @@ def test_costs_belong_to_the_machine_and_acceptance_to_the_pair(tiny_pair: tuple
 
 def _entries(machine: str, pair: str) -> str:
     """A cache whose entries are found by this pair on this machine (MACHINE and PAIR in `content` are their keys)."""
-    return '{"version": 1, "machines": {"MACHINE": %s}, "pairs": {"PAIR": %s}}' % (machine, pair)
+    return '{"version": 1, "machines": {"MACHINE": ' + machine + '}, "pairs": {"PAIR": ' + pair + "}}"
 
 
 @pytest.mark.parametrize("content, note", [
@@ -81,7 +81,7 @@ def _entries(machine: str, pair: str) -> str:
     (_entries('{"costs": 5, "used": 1}', "{}"), "ignoring"),
     (_entries("{}", '{"acceptance": "x", "used": 1}'), "ignoring"),
     (_entries('{"costs": {}, "used": 1}', "{}").replace('"MACHINE"', '"other": {"used": "x"}, "MACHINE"'), "ignoring"),
-    (_entries('{"costs": {"model": {"first_step_cost": 1%s, "draft_cost": null, "verify_by_size": {}}}, "used": 1}' % ("0" * 400), "{}"),
+    (_entries('{"costs": {"model": {"first_step_cost": 1' + "0" * 400 + ', "draft_cost": null, "verify_by_size": {}}}, "used": 1}', "{}"),
      "did not fit"),
 ])
 def test_a_corrupt_cache_is_dropped_quietly_and_rebuilt(
