@@ -31,6 +31,10 @@ def test_info_reports_versions_devices_features_and_folders() -> None:
     assert set(report["folders"]) == {"profiles", "cache", "models", "data"}
     text = cli("info").output
     assert "device" in text and "llama-cpp-python" in text
+    # Whether a lone token is computed like a batch follows from llamafile's kernels being built in.
+    assert report["cpu_batch_invariant"] == ("LLAMAFILE" not in report["cpu_features"])
+    invariance = next(line for line in text.splitlines() if line.startswith("same seed, same text"))
+    assert ("exact" in invariance) == report["cpu_batch_invariant"]
 
 
 def test_info_says_gpu_offload_only_with_a_gpu_device_and_names_llama_cpp_s_build() -> None:

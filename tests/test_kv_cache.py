@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
+from localspec.app.session import Session
 from localspec.engine.drafters import ModelDrafter
 from localspec.engine.generation import generate_text
 from localspec.runtime.model import Model
@@ -101,3 +103,25 @@ def test_a_decode_cut_short_before_its_bookkeeping_is_dropped_and_the_rest_kept(
         assert decoded == [2]  # the recorded prefix stayed cached
         model._decode = original
         assert_cache_matches_fresh_model(model, tiny_pair[0])
+
+
+def test_the_turn_after_an_interrupted_reply_is_what_a_fresh_process_says(tiny_pair: tuple[Path, Path]) -> None:
+    """Ctrl-C in chat and a client gone in serve both end a generation mid-pass and keep the cache's
+    recorded prefix. The next turn, sampled at T=1 with coupled verification, must give exactly the
+    tokens a fresh process gives for the same prompt and seed: nothing stale is left in either cache."""
+    settings = GenerationSettings(SamplingParams(temperature=1.0, min_p=0.0), SpeculativeParams(strategy="model", draft_max=4),
+                                  max_tokens=24, seed=3)
+    first_turn = [1, 260, 265, 270, 262]
+    with Session(Model(tiny_pair[0]), Model(tiny_pair[1])) as used:
+        reply = used.generation(first_turn, dataclasses.replace(settings, max_tokens=200))
+        for chunk_number, _ in enumerate(reply):
+            if chunk_number == 2:
+                break  # the consumer goes away between passes, as chat's Ctrl-C and serve's disconnect do
+        used.recover_caches()
+        next_turn = [*first_turn, *reply.tokens, 263, 259]
+        after_interrupt = used.generation(next_turn, settings)
+        tokens_after_interrupt = [token for chunk in after_interrupt for token in chunk.tokens]
+        assert after_interrupt.stats.prompt_tokens_evaluated < len(next_turn)  # the kept prefix was reused
+    with Session(Model(tiny_pair[0]), Model(tiny_pair[1])) as fresh:
+        fresh_tokens = [token for chunk in fresh.generation(next_turn, settings) for token in chunk.tokens]
+    assert tokens_after_interrupt == fresh_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_kv_cache import assert_cache_matches_fresh_model
 
@@ -114,6 +115,25 @@ def test_greedy_lookup_strategies_equal_target_only_token_for_token(demo_session
     assert looked_up > 15  # the copy-heavy prompts really were drafted by lookup (adaptive lengths vary with timing)
 
 
+def _batch_invariant() -> bool:
+    from localspec.runtime.devices import build_info
+
+    return build_info()["cpu_batch_invariant"]
+
+
+def test_a_token_is_computed_alike_alone_and_in_a_batch_exactly_where_info_says_so(demo_session: Session) -> None:
+    target = demo_session.target
+    context = demo_session.chat_prompt_tokens([{"role": "user", "content": PROMPTS[0]}]) + list(range(1000, 1012))
+    target.clear()
+    target.sync(context[:-9])
+    alone = np.stack([target.eval([token], logits="last")[0] for token in context[-9:]])
+    target.clear()
+    target.sync(context[:-9])
+    batched = target.eval(context[-9:], logits="all")
+    assert np.array_equal(alone, batched) == _batch_invariant()
+
+
+@pytest.mark.skipif("not _batch_invariant()", reason="llama.cpp built with llamafile: a lone token differs from a batch")
 @pytest.mark.parametrize("temperature", [0.8, 1.0])
 @pytest.mark.parametrize(
     "speculative",

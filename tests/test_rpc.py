@@ -30,7 +30,7 @@ def _has_rpc() -> bool:
     return subprocess.run([sys.executable, "-c", check], capture_output=True).returncode == 0
 
 
-requires_rpc = pytest.mark.skipif(not _has_rpc(), reason="llama-cpp-python built without RPC (scripts/ensure_rpc_build.sh)")
+requires_rpc = pytest.mark.skipif(not _has_rpc(), reason="llama-cpp-python built without RPC (scripts/ensure_llama_build.sh)")
 
 
 def free_port() -> int:

@@ -144,4 +144,6 @@ def build_info() -> dict:
         "rpc": bool(lib.llama_supports_rpc()),
         "cpu_features": [part.split("=")[0].strip() for part in features.replace("CPU :", "").split("|")
                          if part.strip().endswith("= 1")],
+        # llamafile's kernels compute a batch of tokens unlike a lone token (README, "Same seed, same text").
+        "cpu_batch_invariant": "LLAMAFILE = 1" not in features,
     }
