@@ -21,7 +21,7 @@ from localspec.engine.sampling import StreamSampler
 from localspec.settings import SamplingParams
 
 ALPHA = 1e-3  # seeds are fixed, so each test is deterministic; this is the test's size
-N_SAMPLES = 10_000
+N_SAMPLES = 4_000
 VOCAB = 6
 
 
