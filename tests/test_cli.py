@@ -194,8 +194,9 @@ def test_bench_needs_a_draft(smollm_f32: Path) -> None:
                     reason="llama.cpp built with llamafile: a lone token differs from a batch (README)")
 def test_same_seed_same_text_with_and_without_speculation(pair_args: list[str]) -> None:
     """The README's promise on the defaults (hybrid, adaptive length, coupled verification), at T=0.8."""
-    args = [*pair_args, "--seed", "42", "--temperature", "0.8", "--max-tokens", "40", "Write a short poem about the sea."]
-    texts = [localspec(*args).stdout for _ in range(2)] + [localspec(*args, "--no-speculative").stdout]
-    assert texts[0] and texts[0] == texts[1] == texts[2]
+    args = ["run", *pair_args, "--seed", "42", "--temperature", "0.8", "--max-tokens", "40", "Write a short poem about the sea."]
+    runs = [localspec(*args), localspec(*args), localspec(*args, "--no-speculative")]
+    texts = [run.stdout for run in runs]
+    assert texts[0] and texts[0] == texts[1] == texts[2], [run.stderr for run in runs]
     rejection = localspec(*args, "--verify", "rejection", "--json")
     assert json.loads(rejection.stdout)["settings"]["speculative"]["verify"] == "rejection"
