@@ -109,6 +109,8 @@ class Generation:
                 self._record(draft, n_accepted, verify_seconds)
                 # 6. Emit the new tokens, up to an end-of-generation token or a stop string.
                 chunk = self._emit(new_tokens, n_accepted, context)
+                if self.stop_reason is not None:  # an end token or a stop string among the kept drafts:
+                    self.target.keep(min(len(self.target.tokens), len(context)))  # cache nothing past the text
                 if chunk.tokens or chunk.text:
                     yield chunk
             tail = self._stream.finish()

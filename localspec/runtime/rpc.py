@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import socket
+import time
 from typing import Iterable
 
 from ..errors import InputError, LocalspecError
@@ -117,12 +118,17 @@ def explain_abort(message: str) -> str | None:
     if "RPC" not in message and "connect" not in message.lower():
         return None
     reason = message.split(": ", 1)[-1].strip()
-    gone = []
-    for endpoint in _workers:
-        try:
-            check_reachable(endpoint, timeout=1.0)
-        except LocalspecError:
-            gone.append(endpoint)
+    gone: list[str] = []
+    for attempt in range(3):  # a worker that just died may take a moment to stop accepting connections
+        gone = []
+        for endpoint in _workers:
+            try:
+                check_reachable(endpoint, timeout=1.0)
+            except LocalspecError:
+                gone.append(endpoint)
+        if gone:
+            break
+        time.sleep(0.2)
     if gone:
         return f"RPC worker {', '.join(gone)} stopped answering during generation ({reason})"
     return f"an RPC worker failed ({reason}; workers: {', '.join(_workers) or 'none'})"
