@@ -238,7 +238,7 @@ class SpeculativeParams(SettingsGroup):
     )
     verify: str = setting(
         "coupled", "How drafts are verified: 'coupled' (the same seed gives the same text with or without"
-        " speculation) or 'rejection' (rejection sampling: the same distribution, slightly more accepted).",
+        " speculation) or 'rejection' (rejection sampling: the same distribution; the text depends on the drafts).",
         choices=VERIFY_MODES, flag="--verify", request="verify",
     )
     draft_max: int | str = setting(
