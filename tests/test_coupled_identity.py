@@ -200,3 +200,23 @@ def test_identity_where_the_context_fills(tiny_pair: tuple[Path, Path]) -> None:
             alone = generate_text(target, prompt, settings)
             assert drafted.tokens == alone.tokens and drafted.stop_reason == alone.stop_reason
             assert drafted.stop_reason == "eos" or len(prompt) + len(drafted.tokens) == target.n_ctx + 1
+
+
+def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_batch(pair, monkeypatch) -> None:
+    """On a llama.cpp built with llamafile's kernels a one-token pass gets a second row (dropped after):
+    the text and the cache are as without it, and every pass of the run is a batch."""
+    from localspec.runtime import model as model_module
+
+    monkeypatch.setattr(model_module, "lone_token_computed_like_a_batch", lambda: False)
+    target, draft = pair
+    batch_sizes: list[int] = []
+    evaluate = target.eval
+    monkeypatch.setattr(target, "eval", lambda tokens, **kwargs: batch_sizes.append(len(tokens)) or evaluate(tokens, **kwargs))
+    speculative = SpeculativeParams(strategy="model", draft_max=4, draft_min=4)  # short drafts are dropped: lone passes
+    settings = GenerationSettings(SAMPLINGS["t1.0"], speculative, max_tokens=MAX_TOKENS, seed=5)
+    drafted = generate_text(target, PROMPT, settings, build_drafter(speculative, settings.sampling, draft))
+    passes = batch_sizes[1:]  # after the prompt
+    assert passes and min(passes) >= 2 and 2 in passes  # padded lone passes happened, and no pass was one row
+    assert list(target.tokens) == [*PROMPT, *drafted.tokens][: len(target.tokens)]
+    monkeypatch.undo()
+    assert drafted.tokens == generate_text(target, PROMPT, settings).tokens

@@ -170,8 +170,14 @@ class Generation:
         """The target's logits at the k+1 positions, and the seconds the pass took."""
         started = time.perf_counter()
         self.target.sync(context[:-1])
+        tokens = [context[-1], *draft.tokens]
+        if self.drafter is not None and len(tokens) == 1 and self.target.pads_lone_tokens(len(context)):
+            # A lone token would take llama.cpp's single-row kernels, which round unlike a batch's:
+            # a second row (a copy, dropped with the rejected drafts in step 4) keeps every pass of a
+            # speculative run computed alike, however many tokens each drafted.
+            tokens.append(context[-1])
         # A view of llama.cpp's buffer: `accept` uses it up before the target decodes again.
-        logits = self.target.eval([context[-1], *draft.tokens], logits="all", copy=False)
+        logits = self.target.eval(tokens, logits="all", copy=False)[: len(draft.tokens) + 1]
         return logits, time.perf_counter() - started
 
     def _record(self, draft: Draft, n_accepted: int, verify_seconds: float) -> None:

@@ -12,6 +12,8 @@ are remembered so that a failed load can say why.
 
 from __future__ import annotations
 
+import functools
+
 import ctypes
 import os
 import sys
@@ -83,6 +85,16 @@ def last_error() -> str:
     first = _recent_errors[0] if _recent_errors else ""
     _recent_errors.clear()
     return first.split(": ", 1)[-1]
+
+
+@functools.lru_cache(maxsize=1)
+def lone_token_computed_like_a_batch() -> bool:
+    """Whether llama.cpp's CPU backend computes a token alike alone and inside a batch.
+
+    Its llamafile matrix kernels (on unless built with -DGGML_LLAMAFILE=OFF) take
+    over from two rows up and round differently from the single-row kernels.
+    """
+    return b"LLAMAFILE = 1" not in llama().llama_print_system_info()
 
 
 def default_threads() -> int:

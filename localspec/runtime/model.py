@@ -25,7 +25,7 @@ from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
 from . import rpc
 from .chat_template import SpecialTexts
-from .library import captured_log, clear_errors, default_threads, last_error, llama
+from .library import captured_log, clear_errors, default_threads, last_error, llama, lone_token_computed_like_a_batch
 from .placement import Placement, parse_load_log
 
 SEQ_ID = 0
@@ -223,6 +223,15 @@ class Model:
     def tokens(self) -> tuple[int, ...]:
         """The tokens whose keys and values the cache holds, in position order."""
         return tuple(self._tokens)
+
+    def pads_lone_tokens(self, context_length: int) -> bool:
+        """Whether a one-token pass over a context of `context_length` should be padded to two rows.
+
+        Where llama.cpp computes a lone token unlike a batch (its llamafile kernels), a pass of
+        two rows is computed like every longer one; there must be room for the second row.
+        """
+        return (not lone_token_computed_like_a_batch() and self.n_batch >= 2
+                and context_length + 1 <= self.n_ctx)
 
     def keep(self, n: int) -> None:
         """Keep the first `n` cached tokens and drop the rest."""
