@@ -128,6 +128,8 @@ def bench(
     if needs_draft and plan.draft is None:
         raise click.UsageError(f"this run has no draft model, which strategy {needs_draft[0]} needs: give --draft, or --strategy ngram")
     chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes else [speculative.verify]
+    if save and speculative.verify not in chosen_verify:
+        raise click.UsageError(f"--save writes a setting for verify = {speculative.verify} (the profile's): include it in --verify")
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
 
     with load_session(plan, load_draft=bool(needs_draft), verbose=verbose, remember_lengths=not cold) as session:
