@@ -54,3 +54,18 @@ def smollm_q4_1() -> Path:
 def smollm_f32(tmp_path_factory: pytest.TempPathFactory, smollm_q4_1: Path) -> Path:
     """SmolLM2-135M-Instruct widened to F32 by llama.cpp's quantizer (batched == single-token logits)."""
     return quantize(smollm_q4_1, tmp_path_factory.mktemp("smollm") / "SmolLM2-135M-Instruct.F32.gguf", "f32")
+
+
+TINY_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+
+
+@pytest.fixture
+def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
+    """A user profile "tiny" on the tiny pair, with a chat template (the tiny models have none)."""
+    from localspec.config.paths import user_profiles_dir
+
+    path = user_profiles_dir() / "tiny.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n'
+                    f'[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
+    return "tiny"

@@ -11,19 +11,11 @@ from click.testing import CliRunner, Result
 
 from localspec.app.history import HistoryStore, HistoryUnavailable
 from localspec.cli import main
-from localspec.config.paths import history_file, user_profiles_dir
+from localspec.config.paths import history_file
 from localspec.settings import SEED_MAX
 
-TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
 
-@pytest.fixture
-def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
-    """A profile on the tiny pair with a chat template (the tiny models have none)."""
-    path = user_profiles_dir() / "tiny.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n[chat]\ntemplate = "{TEMPLATE}"\n')
-    return "tiny"
 
 
 def chat(stdin: bytes, *args: str) -> Result:

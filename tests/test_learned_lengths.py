@@ -12,7 +12,7 @@ from test_draft_length import analytic_best, simulate
 
 from localspec.app.learned_lengths import FILE_NAME, LengthCache
 from localspec.app.session import Session
-from localspec.config.paths import cache_dir, user_profiles_dir
+from localspec.config.paths import cache_dir
 from localspec.engine.draft_length import AdaptiveLength, LearnedLengths, temperature_band
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
@@ -165,12 +165,8 @@ def test_saved_entries_that_do_not_fit_are_dropped_entry_by_entry() -> None:
     assert len(learned.dropped) == 3
 
 
-def test_run_remembers_and_bench_cold_forgets(tiny_pair: tuple[Path, Path]) -> None:
-    profile = user_profiles_dir() / "tiny.toml"
-    profile.parent.mkdir(parents=True, exist_ok=True)
-    profile.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n'
-                       '[chat]\ntemplate = "{% for m in messages %}{{ m.content }} {% endfor %}"\n')
-    args = ["-p", "tiny", "--threads", "1", "--strategy", "model"]
+def test_run_remembers_and_bench_cold_forgets(tiny_profile: str) -> None:
+    args = ["-p", tiny_profile, "--threads", "1", "--strategy", "model"]
     cache_file = cache_dir() / FILE_NAME
     cache_file.unlink(missing_ok=True)
     assert cli("run", *args, "--max-tokens", "8", "--seed", "1", "the cat").exit_code == 0

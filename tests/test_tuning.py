@@ -20,15 +20,8 @@ from localspec.config.paths import user_profiles_dir
 from localspec.config.profiles import load_profile
 from localspec.engine.stats import SpecStats
 
-TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
 
-@pytest.fixture
-def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
-    path = user_profiles_dir() / "tiny.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n[chat]\ntemplate = "{TEMPLATE}"\n')
-    return "tiny"
 
 
 def test_bench_json_holds_every_configuration_and_the_best(tiny_profile: str) -> None:
