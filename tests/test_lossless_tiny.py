@@ -70,8 +70,8 @@ CONFIDENT_PROMPT = [*PROMPT, 259]  # the draft's first next-token probability is
 
 
 # The fast suite keeps one case of each path (rejection with the bonus token, p_min/draft_min,
-# hybrid, the coupled shipped defaults); the slow suite runs them all.
-FAST_CASES = ("bonus-token", "p_min-draft_min", "hybrid-t1.0", "coupled-shipped-defaults")
+# the coupled shipped defaults, which draft with hybrid); the slow suite runs them all.
+FAST_CASES = ("bonus-token", "p_min-draft_min", "coupled-shipped-defaults")
 
 
 @pytest.mark.parametrize("case", [pytest.param(name, marks=[] if name in FAST_CASES else [pytest.mark.slow]) for name in CASES])

@@ -456,7 +456,7 @@ def _check_answer(response: httpx.Response) -> None:
         assert isinstance(answer["error"]["message"], str) and answer["error"]["type"], answer
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(path=st.sampled_from([CHAT, COMPLETIONS]),
        body=st.one_of(BODY, JSON, st.binary(max_size=40)))
 def test_fuzz_any_body_gets_a_well_formed_answer_and_the_server_goes_on(api: Api, path: str, body: Any) -> None:
