@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.atomic import write_text_atomic
-from ..config.files import locked
+from ..config.files import file_version, locked
 from ..config.paths import cache_dir
 from ..engine.draft_length import LearnedLengths
 from ..errors import LocalspecError
@@ -41,10 +41,9 @@ def _fingerprint(model: Model | None) -> str:
     if model is None:
         return "none"
     try:
-        stat = model.path.stat()
+        return file_version(model.path)
     except OSError:  # the file went away after loading: nothing saved under it will be found again
         return f"{model.path}|gone"
-    return f"{model.path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
 def _digest(*parts: str) -> str:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..config.atomic import write_text_atomic
-from ..config.files import locked
+from ..config.files import file_version, locked
 from ..config.paths import cache_dir
 from ..errors import LocalspecError
 from ..models.gguf import read_gguf_header
@@ -63,8 +63,7 @@ def weight_types(path: Path) -> str:
     vocabulary takes a few tenths of a second, which a one-shot run should not pay.
     """
     remembered_file = cache_dir() / WEIGHTS_FILE_NAME
-    stat = path.stat()
-    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    key = file_version(path)
     remembered = _remembered_weight_types(remembered_file)
     if isinstance(remembered.get(key), str):
         return remembered[key]

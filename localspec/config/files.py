@@ -63,6 +63,15 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
         raise InputError(f"{path}: invalid TOML: nested too deeply to read") from None
 
 
+def file_version(path: Path) -> str:
+    """One version of a file: its resolved path, size and modification time (what caches key remembered facts by).
+
+    Raises OSError when the file cannot be looked at.
+    """
+    stat = path.stat()
+    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+
+
 def lock_path(path: Path) -> Path:
     """The lock file beside `path`: `.NAME.lock` in the same folder."""
     return path.with_name(f".{path.name}.lock")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.atomic import write_text_atomic
+from ..config.files import file_version
 from ..config.paths import cache_dir
 from ..errors import InputError
 from .gguf import GGUFHeader, read_gguf_header
@@ -121,11 +122,6 @@ def _token_text_check(target: VocabInfo, draft: VocabInfo) -> Check:
 CACHE_FILE_NAME = "verdicts.json"
 
 
-def _fingerprint(path: Path) -> str:
-    stat = path.stat()
-    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-
-
 def _load() -> dict:
     """The remembered verdicts; a cache file that is unreadable or not what `_store` wrote counts as empty."""
     try:
@@ -152,7 +148,7 @@ def _remembered_report(entry: object) -> CompatReport | None:
 
 
 def _file_key(path: Path) -> str:
-    return f"file:{_fingerprint(path)}"
+    return f"file:{file_version(path)}"
 
 
 def check_pair(target: Path, draft: Path) -> None:
@@ -186,7 +182,7 @@ def check_pair_cached(target: Path, draft: Path) -> CompatReport:
         if not path.is_file():
             read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
-    key = f"pair:{_fingerprint(target)}::{_fingerprint(draft)}"
+    key = f"pair:{file_version(target)}::{file_version(draft)}"
     remembered = _remembered_report(entries[key]) if key in entries else None
     if remembered is not None:
         return remembered

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .library import llama
+from .library import llama, lone_token_computed_like_a_batch
 
 DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator"}
 
@@ -144,6 +144,5 @@ def build_info() -> dict:
         "rpc": bool(lib.llama_supports_rpc()),
         "cpu_features": [part.split("=")[0].strip() for part in features.replace("CPU :", "").split("|")
                          if part.strip().endswith("= 1")],
-        # llamafile's kernels compute a batch of tokens unlike a lone token (README, "Same seed, same text").
-        "cpu_batch_invariant": "LLAMAFILE = 1" not in features,
+        "cpu_batch_invariant": lone_token_computed_like_a_batch(),
     }
