@@ -1,0 +1,124 @@
+"""The output-format flags of `run` and `chat` (`--format json`, `--json-schema`, `--grammar`, `--regex`).
+
+Declared once here (`OUTPUT_FORMAT_OPTIONS`); `output_format_from_options`
+turns what was given into an `OutputFormat` (at most one of the four, files
+read as UTF-8), `compile_output_format` checks it before any model loads and
+prints llguidance's warnings, and `format_from_command` reads chat's
+`/format json|off|schema FILE|grammar FILE|regex PATTERN`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..config.files import read_user_text
+from ..engine.generation import StopReason
+from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
+from ..errors import InputError
+from ..textin import clean_input
+
+FLAGS = ("--format", "--json-schema", "--grammar", "--regex")
+_PARAMS = ("output_format", "json_schema", "grammar", "regex")
+FORMAT_COMMAND_USAGE = "/format json|off|schema FILE_OR_JSON|grammar FILE|regex PATTERN"
+
+def _all_of(*decorators: Callable[[Callable], Callable]) -> Callable[[Callable], Callable]:
+    """One decorator applying `decorators` in order, the first one outermost (as if stacked)."""
+
+    def decorate(command: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return decorate
+
+
+OUTPUT_FORMAT_OPTIONS = _all_of(
+    click.option("--format", "output_format", type=click.Choice(["json"]),
+                 help="Hold the output to valid JSON (any JSON value)."),
+    click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",
+                 help="Hold the output to a JSON schema: a file, or the schema itself if it starts with '{'."),
+    click.option("--grammar", "grammar", metavar="FILE", type=click.Path(),
+                 help="Hold the output to a grammar file: llguidance's Lark syntax, or llama.cpp's GBNF."),
+    click.option("--regex", "regex", metavar="PATTERN", help="Hold the output to a regular expression."),
+)
+
+
+def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
+    """The format the parsed options ask for (None: no constraint); removes the four options from `options`.
+
+    More than one given is a usage error (exit 2); a file that cannot be read is an InputError naming it.
+    """
+    given = {flag: options.pop(param, None) for flag, param in zip(FLAGS, _PARAMS)}
+    given = {flag: value for flag, value in given.items() if value is not None}
+    if len(given) > 1:
+        raise click.UsageError(f"{' and '.join(given)} cannot be combined: give one of {', '.join(FLAGS)}")
+    if not given:
+        return None
+    flag, value = next(iter(given.items()))
+    if flag == "--format":
+        return OutputFormat("json", "", "--format json")
+    if flag == "--json-schema":
+        return schema_format(value)
+    if flag == "--grammar":
+        return grammar_format(value)
+    return OutputFormat("regex", clean_input(value, "--regex"), "--regex")
+
+
+def schema_format(value: str) -> OutputFormat:
+    """`--json-schema` / `/format schema`: inline JSON when it starts with '{', else a file's text."""
+    if value.lstrip().startswith("{"):
+        return OutputFormat("json_schema", clean_input(value, "--json-schema"), "--json-schema")
+    path = Path(value).expanduser()
+    return OutputFormat("json_schema", read_user_text(path), str(path))
+
+
+def grammar_format(value: str) -> OutputFormat:
+    """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF)."""
+    path = Path(value).expanduser()
+    return OutputFormat("grammar", read_user_text(path), str(path))
+
+
+def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] | None = None) -> CompiledGrammar | None:
+    """Compile `fmt` (None stays None), passing each of llguidance's warnings to `warn` (default: stderr)."""
+    if fmt is None:
+        return None
+    compiled = compile_format(fmt)
+    for warning in compiled.warnings:
+        (warn or _warn_on_stderr)(f"localspec: warning: {warning}")
+    return compiled
+
+
+def format_from_command(argument: str) -> OutputFormat | None:
+    """Chat's `/format ARGUMENT`: the new format, or None for `off`; bad input is InputError."""
+    word, _, rest = argument.strip().partition(" ")
+    rest = rest.strip()
+    if word == "off" and not rest:
+        return None
+    if word == "json" and not rest:
+        return OutputFormat("json", "", "--format json")
+    if word in ("schema", "grammar", "regex") and rest:
+        if word == "schema":
+            return schema_format(rest)
+        if word == "grammar":
+            return grammar_format(rest)
+        return OutputFormat("regex", rest, "/format regex")
+    raise InputError(FORMAT_COMMAND_USAGE)
+
+
+def cut_short_message(stop_reason: StopReason | str | None) -> str | None:
+    """Why constrained output may not match its format (None: it is complete, the generation ended on EOS)."""
+    if stop_reason == StopReason.EOS:
+        return None
+    cause = {
+        StopReason.LENGTH: "max_tokens or the context",
+        StopReason.STOP: "a stop string",
+        StopReason.INTERRUPTED: "an interruption",
+    }.get(stop_reason, "an interruption")  # type: ignore[call-overload]
+    return f"output cut short by {cause} (stop reason {stop_reason}): it may not match the format"
+
+
+def _warn_on_stderr(text: str) -> None:
+    click.echo(text, err=True)

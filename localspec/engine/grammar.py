@@ -1,0 +1,155 @@
+"""Output formats (`--format json`, `--json-schema`, `--grammar`, `--regex`) compiled for llguidance.
+
+An `OutputFormat` is what the user asked for: a kind and its source text. It
+compiles to a `CompiledGrammar`: one llguidance grammar string, ready for
+`llguidance.LLMatcher`, checked before any model runs, so that a bad schema,
+grammar or regex is one line naming what llguidance reported (`InputError`),
+and schema features llguidance does not enforce come back as warnings instead
+of being dropped silently.
+
+llguidance is imported inside the functions: `--help` and commands without a
+format do not pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+
+KINDS = ("json", "json_schema", "grammar", "regex")
+
+# Whitespace between JSON tokens: no more than two spaces or tabs, or one line
+# break followed by at most 32 spaces or tabs of indentation. That admits
+# compact JSON, `json.dumps`'s ", " and ": ", and pretty-printing with a 2- or
+# 4-space indent (or tabs) to 8 levels or more, while one separator can never
+# hold an unbounded run: llguidance's default (`[ \t\n\r]+`) lets a small model
+# spend its whole token budget on spaces and newlines and never close the value.
+JSON_WHITESPACE = r"(?:[ \t]{0,2}|\r?\n[ \t]{0,32})"
+
+# Options for llguidance's JSON-schema compiler. `lenient`: keywords it does
+# not implement (`uniqueItems`, `not`, `if`/`then`, ...) are reported as
+# warnings, not errors, and the rest of the schema is still enforced.
+JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE, "lenient": True}
+
+_JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
+                    type(None): "null"}
+_GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w-]*\s*::=", re.MULTILINE)
+_LLGUIDANCE_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """A constraint on the output, as asked.
+
+    kind: "json" (any JSON value), "json_schema" (source: the schema's JSON
+    text), "grammar" (source: Lark text as llguidance reads it, or GBNF) or
+    "regex" (source: the pattern). origin names it in messages: a file path,
+    or the flag it came from.
+    """
+
+    kind: str
+    source: str = ""
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown output format kind {self.kind!r}")
+
+    def describe(self) -> str:
+        """A short human description: 'JSON', 'JSON schema person.json', 'regex \\d+'."""
+        if self.kind == "json":
+            return "JSON"
+        if self.kind == "regex":
+            return f"regex {self.source}"
+        what = "JSON schema" if self.kind == "json_schema" else "grammar"
+        return f"{what} {self.origin}" if self.origin else what
+
+    def to_dict(self) -> dict[str, str]:
+        """What `run --json` reports: the kind and where it came from (the pattern itself for a regex)."""
+        return {"kind": self.kind, "origin": self.source if self.kind == "regex" else self.origin}
+
+
+@dataclass(frozen=True)
+class CompiledGrammar:
+    """An llguidance grammar string for `LLMatcher`, and the warnings compiling it gave."""
+
+    grammar: str
+    warnings: tuple[str, ...] = ()
+
+
+def compile_format(fmt: OutputFormat) -> CompiledGrammar:
+    """Compile and check `fmt`; an invalid schema, grammar or regex raises InputError (one line)."""
+    from llguidance import LLMatcher
+
+    if fmt.kind == "json":
+        grammar = LLMatcher.grammar_from_json_schema({}, overrides=JSON_OPTIONS)
+    elif fmt.kind == "json_schema":
+        grammar = LLMatcher.grammar_from_json_schema(parse_schema(fmt.source, fmt.origin), overrides=JSON_OPTIONS)
+    elif fmt.kind == "grammar":
+        grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
+    else:
+        grammar = LLMatcher.grammar_from_regex(fmt.source)
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+    if is_error:
+        raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', fmt.kind)}")
+    warnings = tuple(f"{_name(fmt)}: {_one_line(message, fmt.kind)} (not enforced: the output may not satisfy it)"
+                     for message in messages)
+    return CompiledGrammar(grammar, warnings)
+
+
+def parse_schema(text: str, origin: str) -> dict[str, Any]:
+    """A JSON schema's text parsed; not JSON, or not an object, is InputError naming `origin` (and line, column)."""
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{origin}: not valid JSON (nested too deeply to read)") from None
+    if not isinstance(schema, dict):
+        raise InputError(f"{origin}: a JSON schema must be a JSON object ({{...}}), not {_JSON_TYPE_NAMES[type(schema)]}")
+    return schema
+
+
+def is_gbnf(text: str) -> bool:
+    """Whether grammar text is llama.cpp's GBNF (rules written `name ::= ...`) rather than Lark (`name: ...`)."""
+    return _GBNF_RULE.search(text) is not None
+
+
+def _as_lark(text: str, origin: str) -> str:
+    """Grammar text as Lark: GBNF converted with llguidance's converter, Lark as it is."""
+    if not is_gbnf(text):
+        return text
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+
+    try:
+        return gbnf_to_lark(text)
+    except Exception as exc:  # noqa: BLE001 (the converter raises plain Exceptions, e.g. for an undefined rule)
+        raise InputError(f"{origin}: cannot convert the GBNF grammar: {_one_line(str(exc), 'grammar')}") from None
+
+
+def _name(fmt: OutputFormat) -> str:
+    """How messages name a format: its origin, else its kind."""
+    return fmt.origin or {"json": "--format json", "json_schema": "JSON schema", "grammar": "grammar", "regex": "--regex"}[fmt.kind]
+
+
+def _one_line(message: str, kind: str) -> str:
+    """llguidance's message as one line: its first line, with the `error: ...` detail of a regex error appended.
+
+    Positions `at 3(7): ` become `line 3, column 7: ` in a grammar; for a regex
+    they point into the grammar llguidance wraps it in, so they are dropped.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return "rejected by llguidance"
+    head = lines[0]
+    detail = next((line[len("error:"):].strip() for line in lines[1:] if line.startswith("error:")), None)
+    if detail and head.endswith(":"):
+        head = f"{head} {detail}"
+    if kind == "grammar":
+        return _LLGUIDANCE_POSITION.sub(lambda match: f"line {match[1]}, column {match[2]}: ", head)
+    head = _LLGUIDANCE_POSITION.sub("", head)
+    return head.replace(" (in regex)", "") if kind == "regex" else head
