@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..engine.draft_length import LearnedLengths
 from ..engine.drafters import build_drafter
@@ -53,8 +53,9 @@ class Session:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
-    def chat_prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        """Render `messages` with the chat template (the profile's, else the target's) and tokenize.
+    def chat_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Render `messages` with the chat template (the profile's, else the target's) and tokenize;
+        `tools` (OpenAI function definitions) go to templates that render them.
 
         Only the template's own text has its special tokens parsed: special-token text
         inside a message (`<|im_end|>` typed by a user) stays plain text (see
@@ -65,7 +66,8 @@ class Session:
             raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
-        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages), bos_token=bos, eos_token=eos)
+        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages), bos_token=bos, eos_token=eos,
+                                    tools=tools)
         first_text, first_parsed = chunks[0] if chunks else ("", False)
         add_bos = self.target.adds_bos and not (bos and first_parsed and first_text.startswith(bos))
         tokens = [token for text, parse_special in chunks

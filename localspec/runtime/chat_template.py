@@ -48,8 +48,10 @@ def render_chat(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """Render `messages` ({"role", "content"} dicts) with `template` into the prompt text."""
+    """Render `messages` ({"role", "content"} dicts) with `template` into the prompt text; `tools`: the
+    function definitions offered (OpenAI's shape), for templates that render them."""
     try:
         compiled = _environment().from_string(template)
         return compiled.render(
@@ -57,6 +59,7 @@ def render_chat(
             bos_token=bos_token,
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
+            tools=tools,
         )
     except TemplateError as exc:
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
@@ -93,6 +96,7 @@ def render_chat_chunks(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> list[Chunk]:
     """Render `messages` into chunks to tokenize in order, special tokens parsed only where `parse_special`.
 
@@ -106,7 +110,8 @@ def render_chat_chunks(
     that transforms a content (`| trim`, `.split(...)`) sees the marker instead, so
     such a content goes in unchanged.
     """
-    options = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt}
+    options = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt,
+               "tools": tools}
     markers = _content_markers(messages, special)
     if not markers:
         return [(render_chat(template, list(messages), **options), True)]
