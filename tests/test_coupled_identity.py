@@ -62,8 +62,8 @@ class _CountingDrafter:
     def begin(self, prompt_tokens) -> None:
         self.drafter.begin(prompt_tokens)
 
-    def propose(self, context, max_tokens, sampler, position):
-        return self.drafter.propose(context, max_tokens, sampler, position)
+    def propose(self, context, max_tokens, sampler, position, grammar=None):
+        return self.drafter.propose(context, max_tokens, sampler, position, grammar)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         self.rejecting_passes += n_accepted < n_proposed
@@ -80,8 +80,8 @@ class _CountingSide:
     def begin(self, prompt_tokens) -> None:
         self.drafter.begin(prompt_tokens)
 
-    def propose(self, context, max_tokens, sampler, position):
-        draft = self.drafter.propose(context, max_tokens, sampler, position)
+    def propose(self, context, max_tokens, sampler, position, grammar=None):
+        draft = self.drafter.propose(context, max_tokens, sampler, position, grammar)
         self.totals[self.key] += bool(draft.tokens)
         return draft
 

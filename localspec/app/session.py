@@ -40,14 +40,16 @@ class Session:
         self.learned_lengths = length_cache.load() if length_cache is not None else LearnedLengths()
 
     def generation(
-        self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, speculative: bool = True
+        self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, speculative: bool = True,
+        grammar: str | None = None,
     ) -> Generation:
         """A generation from `prompt_tokens` with the settings' drafting strategy (target only when
-        `speculative` is off, or when the strategy needs a draft model and there is none)."""
+        `speculative` is off, or when the strategy needs a draft model and there is none), held to
+        `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given."""
         drafter = None
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
             drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths)
-        return Generation(self.target, prompt_tokens, settings, drafter)
+        return Generation(self.target, prompt_tokens, settings, drafter, grammar)
 
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""

@@ -23,7 +23,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..settings import SamplingParams
-from .sampling import Probs, Sampler, next_token_probs
+from .sampling import Probs, Sampler, masked_argmax, next_token_probs
 
 # One distribution per position.
 Distributions = Sequence[Probs]
@@ -43,17 +43,21 @@ def accept(
     sampling: SamplingParams,
     sampler: Sampler,
     position: int,
+    allowed: Sequence[np.ndarray] | None = None,
 ) -> Accepted:
     """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one).
 
-    Row i scores the token at `position + i` of the generation. Under coupled
-    verification every draft is checked against the target's own draws, so what
-    is emitted never depends on the draft; under rejection verification a draft
-    with q_draft is verified by rejection sampling.
+    Row i scores the token at `position + i` of the generation; `allowed[i]`,
+    when the output is held to a grammar, is that row's mask (the grammar's
+    state after the drafts before it). Under coupled verification every draft is
+    checked against the target's own draws, so what is emitted never depends on
+    the draft; under rejection verification a draft with q_draft is verified by
+    rejection sampling.
     """
+    masks = allowed if allowed is not None else [None] * len(target_logits)
     if sampling.greedy:
-        return accept_greedy(draft_tokens, np.argmax(target_logits, axis=1))
-    p_target = [next_token_probs(row, sampling) for row in target_logits]
+        return accept_greedy(draft_tokens, [masked_argmax(row, mask) for row, mask in zip(target_logits, masks)])
+    p_target = [next_token_probs(row, sampling, mask) for row, mask in zip(target_logits, masks)]
     if q_draft is None or not sampler.verifies_by_rejection:
         return accept_by_target_samples(draft_tokens, p_target, sampler, position)
     return rejection_sample(draft_tokens, q_draft, p_target, sampler.rng)  # type: ignore[attr-defined]  # a StreamSampler

@@ -18,6 +18,7 @@ from ..errors import LocalspecError
 from ..runtime.model import Model, common_prefix_length
 from ..settings import GenerationSettings
 from .acceptance import accept
+from .constraint import TokenGrammar
 from .drafters import NO_DRAFT, Draft, Drafter
 from .sampling import Sampler, make_sampler
 from .stats import SpecStats
@@ -50,6 +51,7 @@ class Chunk:
     drafted_text: str = ""
 
 
+
 class Generation:
     """One generation from `prompt_tokens`, speculative when a drafter is given."""
 
@@ -59,7 +61,9 @@ class Generation:
         prompt_tokens: Sequence[int],
         settings: GenerationSettings,
         drafter: Drafter | None = None,
+        grammar: str | None = None,
     ) -> None:
+        """`grammar`: an llguidance grammar string every emitted token is held to (None: free text)."""
         if not prompt_tokens:
             raise LocalspecError("the prompt is empty: give at least one token of text")
         if len(prompt_tokens) > target.n_ctx:
@@ -71,6 +75,7 @@ class Generation:
         self.prompt_tokens = list(prompt_tokens)
         self.settings = settings.with_seed()
         self.drafter = drafter
+        self.grammar = TokenGrammar.start(target, grammar) if grammar is not None else None
         self.tokens: list[int] = []
         self.stop_reason: StopReason | None = None
         self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
@@ -90,24 +95,30 @@ class Generation:
         started = time.perf_counter()
         try:
             while self.stop_reason is None:
-                room = self._draft_room(context)
+                # 0. Tokens a grammar forces are appended as they are, to be evaluated with this step's pass.
+                forced = self._emit_forced(context)
+                if forced.tokens or forced.text:
+                    yield forced
+                room = self._draft_room(context, len(forced.tokens)) if self.stop_reason is None else None
                 if room is None:
-                    self.stop_reason = StopReason.LENGTH
+                    self.stop_reason = self.stop_reason or StopReason.LENGTH
                     break
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).
                 position = len(self.tokens)
                 draft = self._propose(context, room, sampler, position)
-                # 2. One target pass scores [last, d_1..d_k]: k+1 rows of logits.
-                target_logits, verify_seconds = self._score(context, draft)
+                # 2. One target pass scores [last, d_1..d_k] (after any forced tokens): k+1 rows of logits,
+                #    each masked by the grammar's state after the drafts before it.
+                draft, allowed = self._masked(draft)
+                target_logits, verify_seconds = self._score(context, draft, len(forced.tokens))
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(
-                    draft.tokens, draft.q_draft, target_logits, self.settings.sampling, sampler, position
+                    draft.tokens, draft.q_draft, target_logits, self.settings.sampling, sampler, position, allowed
                 )
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
                 self._record(draft, n_accepted, verify_seconds)
-                # 6. Emit the new tokens, up to an end-of-generation token or a stop string.
+                # 6. Emit the new tokens, up to an end-of-generation token, a stop string or the grammar's end.
                 chunk = self._emit(new_tokens, n_accepted, context)
                 if self.stop_reason is not None:  # an end token or a stop string among the kept drafts:
                     self.target.keep(min(len(self.target.tokens), len(context)))  # cache nothing past the text
@@ -130,17 +141,56 @@ class Generation:
             self.drafter.begin(context)
         self.stats.prompt_seconds = time.perf_counter() - started
 
-    def _draft_room(self, context: list[int]) -> int | None:
+    def _draft_room(self, context: list[int], n_forced: int = 0) -> int | None:
         """How many draft tokens this step may propose; None when the generation must stop.
 
         Every step emits at least one token, so a draft leaves room for it within
-        max_tokens; the k+1 scored tokens must fit the context and one batch.
+        max_tokens; the scored tokens (the `n_forced` forced ones, then k+1) must
+        fit the context and one batch.
         """
         remaining = self.settings.max_tokens - len(self.tokens)
         context_room = self.target.n_ctx - len(context)
         if remaining <= 0 or context_room < 0:
             return None
-        return min(self.settings.speculative.longest_draft, remaining - 1, context_room, self.target.n_batch - 1)
+        batch_room = self.target.n_batch - 1 - n_forced
+        return min(self.settings.speculative.longest_draft, remaining - 1, context_room, batch_room)
+
+    def _emit_forced(self, context: list[int]) -> Chunk:
+        """Append the tokens the grammar forces here, one at a time (none without a grammar), within max_tokens.
+
+        Target-only and speculative decoding append the same forced tokens at the
+        same positions, so both emit the same text; the step's target pass then
+        evaluates them together with the draft.
+        """
+        if self.grammar is None:
+            return Chunk([], "", 0)
+        # Forced tokens, the context's last token and one more row fit one batch.
+        room = min(self.settings.max_tokens - len(self.tokens), self.target.n_ctx - len(context), self.target.n_batch - 1)
+        tokens: list[int] = []
+        text = ""
+        while self.stop_reason is None and len(tokens) < room:
+            if self.grammar.stopped:
+                self.stop_reason = StopReason.EOS
+                break
+            forced = self.grammar.forced()
+            if forced is None:
+                break
+            chunk = self._emit([forced], 0, context)
+            tokens += chunk.tokens
+            text += chunk.text
+        self.stats.forced_tokens += len(tokens)
+        return Chunk(tokens, text, 0)
+
+    def _masked(self, draft: Draft) -> tuple[Draft, list[np.ndarray] | None]:
+        """The draft up to the grammar's first forced position, and each target row's mask."""
+        if self.grammar is None:
+            return draft, None
+        started = time.perf_counter()
+        kept, masks = self.grammar.allowed_along(draft.tokens)
+        self.stats.mask_seconds += time.perf_counter() - started
+        if kept < len(draft.tokens):
+            draft = Draft(draft.tokens[:kept], None if draft.q_draft is None else draft.q_draft[:kept])
+        return draft, masks
 
     def _propose(self, context: list[int], room: int, sampler: Sampler, position: int) -> Draft:
         """The drafter's proposal, or no draft when it is too short to be worth a batched pass.
@@ -157,7 +207,7 @@ class Generation:
         if self.drafter is None or room <= 0:
             return NO_DRAFT
         started = time.perf_counter()
-        draft = self.drafter.propose(context, room, sampler, position)
+        draft = self.drafter.propose(context, room, sampler, position, self.grammar)
         self.stats.draft_seconds += time.perf_counter() - started
         if not draft.tokens:
             return NO_DRAFT
@@ -166,18 +216,24 @@ class Generation:
             return NO_DRAFT
         return draft
 
-    def _score(self, context: list[int], draft: Draft) -> tuple[np.ndarray, float]:
-        """The target's logits at the k+1 positions, and the seconds the pass took."""
+    def _score(self, context: list[int], draft: Draft, n_forced: int = 0) -> tuple[np.ndarray, float]:
+        """The target's logits at the k+1 positions, and the seconds the pass took.
+
+        The pass evaluates the context's last token, the `n_forced` tokens appended
+        after it this step, and the draft; logits come back for the last k+1 rows only.
+        """
         started = time.perf_counter()
-        self.target.sync(context[:-1])
-        tokens = [context[-1], *draft.tokens]
+        fresh = n_forced + 1
+        self.target.sync(context[:-fresh])
+        tokens = [*context[-fresh:], *draft.tokens]
         if self.drafter is not None and len(tokens) == 1 and self.target.pads_lone_tokens(len(context)):
             # A lone token would take llama.cpp's single-row kernels, which round unlike a batch's:
             # a second row (a copy, dropped with the rejected drafts in step 4) keeps every pass of a
             # speculative run computed alike, however many tokens each drafted.
             tokens.append(context[-1])
+        rows = len(draft.tokens) + 1
         # A view of llama.cpp's buffer: `accept` uses it up before the target decodes again.
-        logits = self.target.eval(tokens, logits="all", copy=False)[: len(draft.tokens) + 1]
+        logits = self.target.eval(tokens, logits=len(tokens) - n_forced, copy=False)[:rows]
         return logits, time.perf_counter() - started
 
     def _record(self, draft: Draft, n_accepted: int, verify_seconds: float) -> None:
@@ -188,13 +244,15 @@ class Generation:
         self.drafter.observe(len(draft.tokens), n_accepted, verify_seconds)
 
     def _emit(self, new_tokens: list[int], n_accepted: int, context: list[int]) -> Chunk:
-        """Append accepted tokens up to an end-of-generation token or a stop string."""
+        """Append accepted tokens up to an end-of-generation token, a stop string or the grammar's end."""
         kept: list[int] = []
         text = drafted_text = ""
         for token in new_tokens:
             if self.target.is_end_of_generation(token):
                 self.stop_reason = StopReason.EOS
                 break
+            if self.grammar is not None:
+                self.grammar.consume([token])  # drawn under its mask, or forced by it
             kept.append(token)
             context.append(token)
             self.tokens.append(token)
@@ -204,6 +262,9 @@ class Generation:
                 drafted_text = text
             if self._stream.stopped:
                 self.stop_reason = StopReason.STOP
+                break
+            if self.grammar is not None and self.grammar.stopped:
+                self.stop_reason = StopReason.EOS  # the output is complete: nothing may follow
                 break
         return Chunk(kept, text, min(n_accepted, len(kept)), drafted_text)
 

@@ -1,8 +1,9 @@
 """Turning logits into the distribution that is sampled from.
 
 The same `next_token_probs` serves the draft and the target, so the acceptance
-rule compares like with like. Order of the transforms: temperature, then top-k,
-top-p and min-p truncation, then renormalisation. Temperature 0 means greedy.
+rule compares like with like. Order of the transforms: a grammar's mask (when
+the output is constrained), temperature, then top-k, top-p and min-p
+truncation, then renormalisation. Temperature 0 means greedy.
 
 A distribution is kept as `Probs`: the token ids it gives mass to and their
 probabilities, nothing for the rest of the vocabulary. With min-p (the default)
@@ -146,11 +147,17 @@ class Confidence:
         return float(np.exp(np.float32(self._logits[token]) - self._top_logit)) / self._normalizer
 
 
-def next_token_probs(logits: np.ndarray, params: SamplingParams) -> Probs:
+def next_token_probs(logits: np.ndarray, params: SamplingParams, allowed: np.ndarray | None = None) -> Probs:
     """The processed next-token distribution over its support.
 
-    `logits` is read, never written or copied whole (a view of llama.cpp's buffer will do).
+    `allowed` (sorted token ids) is a grammar's mask, applied first: the filters
+    and the normalisation see only the allowed tokens (min-p's threshold comes
+    from the most likely allowed token). `logits` is read, never written or
+    copied whole (a view of llama.cpp's buffer will do).
     """
+    if allowed is not None:
+        within = next_token_probs(logits[allowed], params)
+        return Probs(allowed[within.ids], within.values)
     if params.greedy:
         return Probs(np.array([int(np.argmax(logits))]), np.ones(1))
 
@@ -170,6 +177,13 @@ def next_token_probs(logits: np.ndarray, params: SamplingParams) -> Probs:
 
     order = np.argsort(candidates)
     return Probs(candidates[order], candidate_probs[order] / candidate_probs.sum())
+
+
+def masked_argmax(logits: np.ndarray, allowed: np.ndarray | None) -> int:
+    """The most likely token among `allowed` (every token when None)."""
+    if allowed is None:
+        return int(np.argmax(logits))
+    return int(allowed[int(np.argmax(logits[allowed]))])
 
 
 def _min_p_prefilter(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

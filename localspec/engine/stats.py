@@ -29,6 +29,8 @@ class SpecStats:
     prompt_seconds: float = 0.0
     generation_seconds: float = 0.0
     draft_seconds: float = 0.0  # part of generation_seconds spent drafting
+    forced_tokens: int = 0  # of tokens_generated, those a grammar forced (appended without sampling)
+    mask_seconds: float = 0.0  # part of generation_seconds spent computing grammar masks for the target
 
     def record_pass(self, n_proposed: int, n_accepted: int) -> None:
         """Count one target pass that judged `n_proposed` draft tokens and kept `n_accepted`."""

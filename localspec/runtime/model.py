@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,7 +25,15 @@ from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
 from . import rpc
 from .chat_template import SpecialTexts
-from .library import captured_log, clear_errors, default_threads, last_error, llama, lone_token_computed_like_a_batch
+from .grammar_vocab import build_grammar_tokenizer
+from .library import (
+    captured_log,
+    clear_errors,
+    default_threads,
+    last_error,
+    llama,
+    lone_token_computed_like_a_batch,
+)
 from .placement import Placement, parse_load_log
 
 SEQ_ID = 0
@@ -119,6 +127,7 @@ class Model:
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
         self._special_texts: SpecialTexts | None = None
+        self._grammar_tokenizer: Any = None
 
     # -- vocabulary ---------------------------------------------------------------
 
@@ -189,6 +198,18 @@ class Model:
         if verdict is None:
             verdict = self._end_of_generation[token] = bool(self._llama.llama_vocab_is_eog(self._vocab, token))
         return verdict
+
+    def end_of_generation_tokens(self) -> list[int]:
+        """Every id that ends a generation (EOS, end-of-turn, ...), in id order."""
+        return [token for token in range(self.n_vocab) if self._llama.llama_vocab_is_eog(self._vocab, token)]
+
+    def grammar_tokenizer(self) -> Any:
+        """The vocabulary as llguidance's grammar engine sees it (built on first use, then kept)."""
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = build_grammar_tokenizer(
+                self._llama, self._vocab, self.n_vocab, self.end_of_generation_tokens()
+            )
+        return self._grammar_tokenizer
 
     @property
     def bos_token(self) -> int:
@@ -263,13 +284,18 @@ class Model:
         if missing:
             self.eval(missing, logits="none")
 
-    def eval(self, tokens: Sequence[int], *, logits: str = "last", copy: bool = True) -> np.ndarray:
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last", copy: bool = True) -> np.ndarray:
         """Append `tokens` to the cache and return their logits.
 
-        `logits` is "last" (one row), "all" (one row per token; at most n_batch tokens)
-        or "none". Returns an array of shape (rows, n_vocab). With `copy=False` it is a
-        read-only view of llama.cpp's buffer, valid until this model's next decode.
+        `logits` is "last" (one row), "all" (one row per token; at most n_batch tokens),
+        a number n (the last n tokens' rows, all in the final batch) or "none". Returns an
+        array of shape (rows, n_vocab). With `copy=False` it is a read-only view of
+        llama.cpp's buffer, valid until this model's next decode.
         """
+        if isinstance(logits, int):
+            if not 0 < logits <= min(len(tokens), self.n_batch) or (len(tokens) - logits) // self.n_batch != (len(tokens) - 1) // self.n_batch:
+                raise ValueError(f"cannot return the last {logits} rows of {len(tokens)} tokens in one batch of {self.n_batch}")
+            logits = "all" if logits == len(tokens) else logits
         if len(self._tokens) + len(tokens) > self.n_ctx:
             raise LocalspecError(
                 f"context full: {len(self._tokens) + len(tokens)} tokens do not fit in n_ctx={self.n_ctx}"
@@ -283,9 +309,9 @@ class Model:
             if logits == "all":
                 n_rows = len(chunk)
                 self._decode(chunk, rows=slice(None))
-            elif logits == "last" and is_final_chunk:
-                n_rows = 1
-                self._decode(chunk, rows=slice(-1, None))
+            elif logits != "none" and is_final_chunk:
+                n_rows = 1 if logits == "last" else int(logits)
+                self._decode(chunk, rows=slice(-n_rows, None))
             else:
                 self._decode(chunk, rows=None)
         if n_rows == 0:

@@ -1,10 +1,11 @@
 """What every drafter is: the `Drafter` interface and the `Draft` it returns.
 
 A drafter answers three calls: `begin(prompt_tokens)` before a generation;
-`propose(context, max_tokens, sampler, position)`, which returns new candidate
-tokens (never the context itself), the first of them at `position` of the
-generation, drawn with `sampler`, and, for rejection verification, the
-distribution each was drawn from; and
+`propose(context, max_tokens, sampler, position, grammar)`, which returns new
+candidate tokens (never the context itself), the first of them at `position`
+of the generation, drawn with `sampler`, all allowed by `grammar` when the
+output is held to one (the drafter advances a copy, never the grammar itself),
+and, for rejection verification, the distribution each was drawn from; and
 `observe(n_proposed, n_accepted, verify_seconds)`, which tells it how the
 target judged them and what the verify pass cost. A drafter that returns
 `q_draft=None` is deterministic (a point-mass q) and is verified by comparing
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..constraint import TokenGrammar
 from ..sampling import Probs, Sampler
 
 
@@ -33,6 +35,9 @@ NO_DRAFT = Draft([], None)
 class Drafter(Protocol):
     def begin(self, prompt_tokens: Sequence[int]) -> None: ...
 
-    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft: ...
+    def propose(
+        self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
+        grammar: TokenGrammar | None = None,
+    ) -> Draft: ...
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..constraint import TokenGrammar
 from ..sampling import Sampler
 from .base import Draft
 from .model import ModelDrafter
@@ -27,13 +28,16 @@ class HybridDrafter:
         self.lookup.begin(prompt_tokens)
         self.by_model.begin(prompt_tokens)
 
-    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft:
-        draft = self.lookup.propose(context, max_tokens, sampler, position)
+    def propose(
+        self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
+        grammar: TokenGrammar | None = None,
+    ) -> Draft:
+        draft = self.lookup.propose(context, max_tokens, sampler, position, grammar)
         if draft.tokens:
             self._last = self.lookup
             return draft
         self._last = self.by_model
-        return self.by_model.propose(context, max_tokens, sampler, position)
+        return self.by_model.propose(context, max_tokens, sampler, position, grammar)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         self._last.observe(n_proposed, n_accepted, verify_seconds)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-import numpy as np
-
 from ...runtime.model import Model
 from ...settings import SamplingParams
+from ..constraint import TokenGrammar
 from ..draft_length import DraftLength, FixedLength
-from ..sampling import Confidence, Probs, Sampler, next_token_probs
+from ..sampling import Confidence, Probs, Sampler, masked_argmax, next_token_probs
 from .base import Draft
 
 
@@ -39,7 +38,11 @@ class ModelDrafter:
         """Evaluate the prompt ahead of the first step (counted as prompt time)."""
         self.model.sync(prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1])
 
-    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft:
+    def propose(
+        self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
+        grammar: TokenGrammar | None = None,
+    ) -> Draft:
+        """Up to `max_tokens` tokens drawn one by one from q_draft (masked by `grammar`, along a copy of it)."""
         # The draft's cache must hold the context plus all but the last draft token.
         room = min(max_tokens, self.model.n_ctx - len(context) + 1)
         k = self.length.plan(room) if room > 0 else 0
@@ -51,22 +54,32 @@ class ModelDrafter:
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
         logits = self.model.next_logits(context, copy=False)
         needs_confidence = self.p_min > 0 or self.length.uses_confidence
+        along = grammar.copy() if grammar is not None else None
         while True:
             confidence = Confidence(logits) if needs_confidence else None
             if self.p_min > 0 and confidence.max() < self.p_min:
                 break
+            allowed = None
+            if along is not None:
+                allowed, forced = along.next_tokens()
+                if forced or len(allowed) == 0:  # forced tokens are appended by the generation, not drafted
+                    break
             if self.sampling.greedy:
-                token = int(np.argmax(logits))
+                token = masked_argmax(logits, allowed)
             else:
-                q = next_token_probs(logits, self.sampling)
+                q = next_token_probs(logits, self.sampling, allowed)
                 token = sampler.draw(q, position + len(tokens))
                 if sampler.verifies_by_rejection:
                     rows.append(q)
             tokens.append(token)
+            if along is not None:
+                along.consume([token])
             now = time.perf_counter()
             self.length.record_draft_step(now - started, first=len(tokens) == 1)
             started = now
             if len(tokens) == k or (needs_confidence and not self.length.keep_going(len(tokens), confidence[token])):
+                break
+            if along is not None and along.stopped:  # the draft completes the grammar: nothing can follow
                 break
             logits = self.model.eval([token], logits="last", copy=False)[0]
         return self._draft(tokens, rows, sampler)

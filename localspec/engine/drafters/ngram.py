@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+from ..constraint import TokenGrammar
 from ..draft_length import DraftLength, FixedLength
 from ..sampling import Sampler
 from .base import NO_DRAFT, Draft
@@ -77,9 +78,15 @@ class NGramDrafter:
         n, start = found
         return n, self.index.continuation(start, max_tokens)
 
-    def propose(self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int) -> Draft:
+    def propose(
+        self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
+        grammar: TokenGrammar | None = None,
+    ) -> Draft:
+        """The continuation of the longest match, cut where `grammar` stops accepting it."""
         started = time.perf_counter()
         _, tokens = self.lookup(context, self.length.plan(max_tokens))
+        if grammar is not None:
+            tokens = tokens[: grammar.validate(tokens)]
         if not tokens:
             return NO_DRAFT
         self.length.record_draft_step((time.perf_counter() - started) / len(tokens))

@@ -1,0 +1,107 @@
+"""A grammar held over one generation: which tokens may come next, token by token.
+
+`TokenGrammar` wraps an llguidance matcher over the target's vocabulary. The
+generation loop asks it for the allowed tokens at each position (the mask that
+`next_token_probs` applies before anything else), for the tokens the grammar
+forces, and feeds it only tokens that are finally emitted. Drafters work on a
+`copy()`: a draft model samples from its distribution masked the same way, a
+lookup draft is cut at the first token the grammar rejects.
+
+A matcher that is fed a token it does not allow enters an error state for good,
+so every token is validated (by the mask it was drawn under, or `validate`)
+before it is consumed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputError, LocalspecError
+from ..runtime.model import Model
+
+
+class TokenGrammar:
+    """An llguidance matcher over a vocabulary of `n_vocab` tokens."""
+
+    def __init__(self, matcher: Any, n_vocab: int) -> None:
+        self._matcher = matcher
+        self.n_vocab = n_vocab
+
+    @classmethod
+    def start(cls, model: Model, grammar: str) -> "TokenGrammar":
+        """A fresh matcher for `grammar` (an llguidance grammar string) over `model`'s vocabulary."""
+        from llguidance import LLMatcher
+
+        matcher = LLMatcher(model.grammar_tokenizer(), grammar, log_level=0)
+        if matcher.is_error():
+            raise InputError(f"the output format cannot be used: {_first_line(matcher.get_error())}")
+        return cls(matcher, model.n_vocab)
+
+    def copy(self) -> "TokenGrammar":
+        """An independent copy (a drafter advances it along its draft)."""
+        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab)
+
+    @property
+    def stopped(self) -> bool:
+        """The grammar is complete: it takes no more tokens (an end-of-generation token at most)."""
+        return bool(self._matcher.is_stopped())
+
+    def forced(self) -> int | None:
+        """The token the grammar forces next, or None where it leaves a choice.
+
+        Where the grammar allows only one continuation (the `{"name": "` of a
+        schema), llguidance tokenizes it; its first token is what comes next,
+        whoever decodes: target-only and speculative decoding emit the same tokens.
+        """
+        tokens = self._matcher.compute_ff_tokens()
+        return int(tokens[0]) if tokens else None
+
+    def allowed(self) -> np.ndarray:
+        """The sorted ids of the tokens allowed next: the forced token alone where there is one."""
+        return self.next_tokens()[0]
+
+    def allowed_along(self, tokens: Sequence[int]) -> tuple[int, list[np.ndarray]]:
+        """How many of `tokens` to keep, and the allowed tokens before each kept one and after the last.
+
+        A draft is kept up to the first position the grammar forces (forced tokens
+        are appended, not drafted) and up to the grammar's end. `tokens` must be
+        valid here, one after the other (drafted under this grammar). The state is unchanged.
+        """
+        mask, forced = self.next_tokens()
+        masks = [mask]
+        for token in tokens:
+            if forced or self.stopped:
+                break
+            self.consume([token])
+            mask, forced = self.next_tokens()
+            masks.append(mask)
+        kept = len(masks) - 1
+        self._rollback(kept)
+        return kept, masks
+
+    def next_tokens(self) -> tuple[np.ndarray, bool]:
+        """The sorted ids allowed next, and whether that is one token the grammar forces."""
+        forced = self.forced()
+        if forced is not None:
+            return np.array([forced]), True
+        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        return np.flatnonzero(bits[: self.n_vocab]), False
+
+    def validate(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, the grammar accepts in a row."""
+        return int(self._matcher.validate_tokens(list(tokens))) if tokens else 0
+
+    def consume(self, tokens: Sequence[int]) -> None:
+        """Advance over `tokens`, which the grammar has allowed."""
+        if tokens and not self._matcher.consume_tokens(list(tokens)):
+            raise LocalspecError(f"the grammar refused a token it had allowed: {_first_line(self._matcher.get_error())}")
+
+    def _rollback(self, n: int) -> None:
+        if n and not self._matcher.rollback(n):
+            raise LocalspecError(f"the grammar could not step back: {_first_line(self._matcher.get_error())}")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no reason given"
