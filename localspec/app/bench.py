@@ -141,9 +141,8 @@ def run_bench(
     results = {case: BenchResult(case) for case in cases}
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
-        base = dataclasses.replace(settings, sampling=dataclasses.replace(settings.sampling, temperature=temperature),
-                                   speculative=dataclasses.replace(settings.speculative, verify="coupled"))
-        _warm_up(session, base, same_temperature)
+        base = baseline_settings(settings, temperature)
+        warm_up(session, base, same_temperature)
         for round_number in range(repeat):
             per_round = {case: BenchResult(case) for case in same_temperature}
             for index, prompt in enumerate(prompts):
@@ -154,7 +153,7 @@ def run_bench(
                 for case in order[shift:] + order[:shift]:
                     if cold:
                         session.learned_lengths = LearnedLengths()
-                    runs[case] = _generate(session, tokens, _case_settings(base, case), speculative=case is not None)
+                    runs[case] = generate(session, tokens, case_settings(base, case), speculative=case is not None)
                     if on_run is not None:
                         on_run(case, index, runs[case])
                 for case in same_temperature:
@@ -200,7 +199,14 @@ def save_fastest(profile_name: str, results: Sequence[BenchResult], verify: str 
     return update_profile(profile_name, {"speculative.strategy": strategy, "speculative.draft_max": draft_max})
 
 
-def _case_settings(base: GenerationSettings, case: BenchCase | None) -> GenerationSettings:
+def baseline_settings(settings: GenerationSettings, temperature: float) -> GenerationSettings:
+    """The target-only side at `temperature`: coupled sampling, so coupled cases can match it token for token."""
+    return dataclasses.replace(settings, sampling=dataclasses.replace(settings.sampling, temperature=temperature),
+                               speculative=dataclasses.replace(settings.speculative, verify="coupled"))
+
+
+def case_settings(base: GenerationSettings, case: BenchCase | None) -> GenerationSettings:
+    """`base` with the case's drafting configuration (`base` itself for target-only, None)."""
     if case is None:
         return base
     speculative = dataclasses.replace(
@@ -209,17 +215,23 @@ def _case_settings(base: GenerationSettings, case: BenchCase | None) -> Generati
     return dataclasses.replace(base, speculative=speculative)
 
 
-def _generate(session: Session, tokens: list[int], settings: GenerationSettings, *, speculative: bool) -> Generation:
-    generation = session.generation(tokens, settings, speculative=speculative)
+def generate(
+    session: Session, tokens: list[int], settings: GenerationSettings, *, speculative: bool, grammar: str | None = None
+) -> Generation:
+    """One generation run to its end (held to `grammar` when given)."""
+    generation = session.generation(tokens, settings, speculative=speculative, grammar=grammar)
     for _ in generation:
         pass
     return generation
 
 
-def _warm_up(session: Session, settings: GenerationSettings, cases: Sequence[BenchCase]) -> None:
-    """One short generation each way, so first-call costs (page faults, allocations) are not timed."""
+def warm_up(
+    session: Session, settings: GenerationSettings, cases: Sequence[BenchCase], grammar: str | None = None
+) -> None:
+    """One short generation each way (held to `grammar` when given), so first-call costs (page faults,
+    allocations, the grammar's vocabulary) are not timed."""
     tokens = session.chat_prompt_tokens([{"role": "user", "content": "Hello"}])
     warm = dataclasses.replace(settings, max_tokens=8, seed=0)
-    _generate(session, tokens, warm, speculative=False)
+    generate(session, tokens, warm, speculative=False, grammar=grammar)
     for case in cases:
-        _generate(session, tokens, _case_settings(warm, case), speculative=True)
+        generate(session, tokens, case_settings(warm, case), speculative=True, grammar=grammar)

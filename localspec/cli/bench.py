@@ -26,10 +26,15 @@ from ..app.bench import (
     run_bench,
     save_fastest,
 )
+from ..app.structured_bench import ConstrainedPrompt, StructuredResult, run_structured_bench
+from ..app.structured_set import structured_set
 from ..engine.generation import Generation
+from ..engine.grammar import OutputFormat
 from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
+from ..textin import clean_input
 from .common import stderr_console, stdout_console
 from .loading import load_session, resolve_plan
+from .output_format import compile_output_format, schema_format
 from .options import (
     PROFILE_OPTION,
     VERBOSE_OPTION,
@@ -89,6 +94,13 @@ def _draft_max(item: str) -> int | str:
 @click.option("--draft-max", "draft_maxes", help="Draft lengths to compare, comma-separated, e.g. 2,4,8,adaptive [the profile's].")
 @click.option("--prompts", "prompts_spec", help="A FILE of prompts (one per line), or N: the first N built-in prompts"
               f" ({len(DEFAULT_PROMPTS)}: chat, code, lists, prose and copy-heavy tasks) [all].")
+@click.option("--prompt", "prompt_text", help="Measure on this one prompt instead (e.g. with --json-schema).")
+@click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",
+              help="Hold every output to this JSON schema (a file, or JSON text starting with '{'): constrained"
+                   " speculative vs constrained target-only, beside the free speed-up on the same prompts.")
+@click.option("--structured", is_flag=True, help="Measure on the built-in structured set: each prompt held to its own"
+              " JSON schema, constrained and free, as with --json-schema.")
+@click.option("--limit", type=click.IntRange(1), help="With --structured: only the first N schemas of the set [all].")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure every prompt this many times.")
 @click.option("--save", is_flag=True, help="Write the fastest strategy and draft length into the profile.")
 @click.option("--cold", is_flag=True, help="Adaptive draft lengths start from their priors, as in a first-ever run (and nothing learned is kept).")
@@ -96,7 +108,7 @@ def _draft_max(item: str) -> int | str:
 @VERBOSE_OPTION
 def bench(
     profile: str | None, temperatures: str, strategies: str | None, verify_modes: str | None, draft_maxes: str | None,
-    prompts_spec: str | None,
+    prompts_spec: str | None, prompt_text: str | None, json_schema: str | None, structured: bool, limit: int | None,
     repeat: int, save: bool, cold: bool, as_json: bool, verbose: bool, **options: Any,
 ) -> None:
     """Measure what drafting buys on this machine, and which strategy and draft length buy most.
@@ -111,9 +123,13 @@ def bench(
       localspec bench --draft-max 2,4,8,adaptive --strategy model,hybrid --save
       localspec bench --verify coupled,rejection --temperatures 0.8
       localspec bench -p qwen2.5-7b --temperatures 0 --prompts my-prompts.txt --repeat 3
+      localspec bench --structured --temperatures 0,0.8
+      localspec bench --json-schema person.json --prompt "Extract the person from: ..."
     """
+    _check_structured_options(prompts_spec, prompt_text, json_schema, structured, limit, save)
     temps = _comma_list(temperatures, _temperature, "--temperatures")
-    prompts = _prompts(prompts_spec)
+    prompts = (clean_input(prompt_text, "--prompt"),) if prompt_text is not None else _prompts(prompts_spec)
+    constrained = _constrained_prompts(json_schema, structured, limit, prompts)
     flags = setting_flags(options)
     for key, bench_default in (("sampling.max_tokens", BENCH_MAX_TOKENS), ("sampling.seed", BENCH_SEED)):
         if flags.get(key) is None:
@@ -136,8 +152,15 @@ def bench(
         placement = session.placement()
         for role, where in placement.items():
             click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)
-        total = len(prompts) * repeat * sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
-        with _progress(total) as advance:
+        runs_per_prompt = sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
+        if constrained is not None:
+            with _progress(2 * len(constrained) * repeat * runs_per_prompt) as advance:
+                structured_results = run_structured_bench(
+                    session, plan.generation, cases, constrained, repeat, cold=cold,
+                    on_run=lambda case, held, index, generation: advance(case, index, generation, held))
+            _report_structured(plan, placement, constrained, repeat, structured_results, as_json)
+            return
+        with _progress(len(prompts) * repeat * runs_per_prompt) as advance:
             results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold)
     best = best_by_temperature(results)
     if as_json:
@@ -174,8 +197,83 @@ def _prompts(spec: str | None) -> tuple[str, ...]:
     return read_prompts(Path(spec).expanduser())
 
 
-def _log_run(case: BenchCase | None, index: int, generation: Generation) -> None:
+def _check_structured_options(
+    prompts_spec: str | None, prompt_text: str | None, json_schema: str | None, structured: bool, limit: int | None,
+    save: bool,
+) -> None:
+    """The prompt and constraint options that cannot go together, refused before anything loads."""
+    if prompt_text is not None and prompts_spec is not None:
+        raise click.UsageError("give --prompt or --prompts, not both")
+    if structured and json_schema is not None:
+        raise click.UsageError("give --structured (the built-in schemas) or --json-schema, not both")
+    if structured and (prompt_text is not None or prompts_spec is not None):
+        raise click.UsageError("--structured brings its own prompts: leave out --prompt and --prompts")
+    if limit is not None and not structured:
+        raise click.UsageError("--limit counts schemas of the built-in set: use it with --structured")
+    if save and (structured or json_schema is not None):
+        raise click.UsageError("--save tunes free generation: run it without --structured or --json-schema")
+
+
+def _constrained_prompts(
+    json_schema: str | None, structured: bool, limit: int | None, prompts: tuple[str, ...]
+) -> list[ConstrainedPrompt] | None:
+    """Each prompt with its compiled schema (None for a free bench); compile warnings go to stderr."""
+    if structured:
+        pairs = [(case.name, case.prompt, case.output_format()) for case in structured_set(limit)]
+    elif json_schema is not None:
+        fmt = schema_format(json_schema)
+        pairs = [(fmt.origin, prompt, fmt) for prompt in prompts]
+    else:
+        return None
+    compiled: dict[OutputFormat, str] = {}
+    for _, _, fmt in pairs:
+        if fmt not in compiled:
+            compiled[fmt] = compile_output_format(fmt).grammar
+    return [ConstrainedPrompt(name, prompt, compiled[fmt]) for name, prompt, fmt in pairs]
+
+
+def _report_structured(
+    plan: Any, placement: dict, prompts: list[ConstrainedPrompt], repeat: int, results: list[StructuredResult],
+    as_json: bool,
+) -> None:
+    """The structured bench's results: one JSON object on stdout, or a table."""
+    if as_json:
+        click.echo(json.dumps({
+            "target": str(plan.target.path),
+            "draft": str(plan.draft.path) if plan.draft else None,
+            "placement": placement,
+            "prompts": len(prompts),
+            "schemas": list(dict.fromkeys(prompt.name for prompt in prompts)),
+            "repeat": repeat,
+            "results": [r.to_dict() for r in results],
+        }, indent=2))
+    else:
+        stdout_console.print(_structured_table(results))
+
+
+def _structured_table(results: list[StructuredResult]) -> Table:
+    table = Table("T", "strategy", "draft_max", "verify", "constrained", "target-only", "speed-up", "free speed-up",
+                  "mask ms/tok", "forced", "complete", "identical", box=None)
+    for r in results:
+        row = r.to_dict()
+        speculative, baseline = r.constrained.speculative, r.constrained.baseline
+        mask = [row["speculative_mask_ms_per_token"], row["baseline_mask_ms_per_token"]]
+        table.add_row(
+            f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max), r.case.verify,
+            f"{speculative.tokens_per_second or 0:.1f} tok/s", f"{baseline.tokens_per_second or 0:.1f} tok/s",
+            f"{r.constrained.speedup:.2f}x", f"{r.free.speedup:.2f}x",
+            " / ".join(f"{m:.2f}" if m is not None else "-" for m in mask),
+            f"{speculative.forced_tokens / speculative.tokens_generated:.0%}" if speculative.tokens_generated else "-",
+            f"{r.complete_speculative}/{r.complete_baseline} of {r.constrained.runs}",
+            f"{r.constrained.identical_prompts}/{r.constrained.runs}",
+        )
+    return table
+
+
+def _log_run(case: BenchCase | None, index: int, generation: Generation, constrained: bool | None = None) -> None:
     label = f"{case.strategy}, draft_max {case.draft_max}, {case.verify}" if case else "target-only"
+    if constrained is not None:
+        label += ", constrained" if constrained else ", free"
     temperature = generation.settings.sampling.temperature
     click.echo(f"  T={temperature:g} prompt {index + 1}: {label}: {generation.stats.tokens_per_second or 0:.1f} tok/s", err=True)
 
@@ -187,13 +285,13 @@ class _progress:
         self.total = total
         self._bar: Progress | None = None
 
-    def __enter__(self) -> Callable[[BenchCase | None, int, Generation], None]:
+    def __enter__(self) -> Callable[..., None]:
         if not stderr_console.is_terminal:
             return _log_run
         self._bar = Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr_console)
         self._bar.start()
         task = self._bar.add_task("runs", total=self.total)
-        return lambda case, index, generation: self._bar.advance(task)
+        return lambda case, index, generation, constrained=None: self._bar.advance(task)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._bar is not None:

@@ -1,0 +1,157 @@
+"""Structured output measured side by side: constrained speculative vs constrained target-only.
+
+`bench --json-schema FILE` and `bench --structured` come here. Each prompt carries
+a grammar (its JSON schema compiled for llguidance). For each temperature, every
+prompt is generated four ways per drafting configuration, in an order that
+rotates from prompt to prompt as in `app.bench`: target-only and speculative,
+each held to the grammar and free. The constrained speed-up is read beside the
+free one on the same prompts and seeds, so what the grammar changes is what
+differs between the two.
+
+Also reported: time spent computing the target's grammar masks per generated
+token, the tokens the grammar forced (appended without sampling), how many
+constrained outputs were complete (the grammar finished, or an end token was
+drawn where it allowed one), and how many constrained speculative outputs were
+token for token the constrained target-only ones (all of them with coupled
+verification).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..engine.draft_length import LearnedLengths
+from ..engine.generation import Generation, StopReason
+from ..engine.stats import SpecStats
+from ..settings import GenerationSettings
+from .bench import BenchCase, BenchResult, baseline_settings, case_settings, generate, warm_up
+from .session import Session
+
+# on_run(case or None for target-only, constrained, prompt index, the finished generation)
+RunCallback = Callable[[BenchCase | None, bool, int, Generation], None]
+
+
+@dataclass(frozen=True)
+class ConstrainedPrompt:
+    """A prompt and the grammar its answer is held to."""
+
+    name: str
+    prompt: str
+    grammar: str  # an llguidance grammar string (engine.grammar.compile_format)
+
+
+@dataclass
+class StructuredResult:
+    """One drafting configuration measured with and without the grammar, on the same prompts and seeds."""
+
+    case: BenchCase
+    constrained: BenchResult = field(init=False)
+    free: BenchResult = field(init=False)
+    complete_speculative: int = 0  # constrained speculative outputs that ended complete (StopReason.EOS)
+    complete_baseline: int = 0  # constrained target-only outputs that ended complete
+
+    def __post_init__(self) -> None:
+        self.constrained = BenchResult(self.case)
+        self.free = BenchResult(self.case)
+
+    @property
+    def gain_over_free(self) -> float:
+        """Constrained speed-up over free speed-up (1.0: the grammar leaves drafting's gain as it was)."""
+        return self.constrained.speedup / self.free.speedup if self.free.speedup else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        speculative, baseline = self.constrained.speculative, self.constrained.baseline
+        return {
+            "strategy": self.case.strategy,
+            "draft_max": self.case.draft_max,
+            "verify": self.case.verify,
+            "temperature": self.case.temperature,
+            "constrained_speculative_tokens_per_second": speculative.tokens_per_second,
+            "constrained_baseline_tokens_per_second": baseline.tokens_per_second,
+            "constrained_speedup": self.constrained.speedup,
+            "constrained_speedup_spread": self.constrained.spread,
+            "free_speculative_tokens_per_second": self.free.speculative.tokens_per_second,
+            "free_baseline_tokens_per_second": self.free.baseline.tokens_per_second,
+            "free_speedup": self.free.speedup,
+            "acceptance_rate": speculative.acceptance_rate,
+            "free_acceptance_rate": self.free.speculative.acceptance_rate,
+            "speculative_mask_ms_per_token": _ms_per_token(speculative.mask_seconds, speculative),
+            "baseline_mask_ms_per_token": _ms_per_token(baseline.mask_seconds, baseline),
+            "speculative_forced_tokens": speculative.forced_tokens,
+            "baseline_forced_tokens": baseline.forced_tokens,
+            "speculative_tokens": speculative.tokens_generated,
+            "baseline_tokens": baseline.tokens_generated,
+            "complete_speculative": self.complete_speculative,
+            "complete_baseline": self.complete_baseline,
+            "identical_prompts": self.constrained.identical_prompts,
+            "free_identical_prompts": self.free.identical_prompts,
+            "runs": self.constrained.runs,
+        }
+
+
+def run_structured_bench(
+    session: Session,
+    settings: GenerationSettings,
+    cases: Sequence[BenchCase],
+    prompts: Sequence[ConstrainedPrompt],
+    repeat: int = 1,
+    on_run: RunCallback | None = None,
+    cold: bool = False,
+) -> list[StructuredResult]:
+    """Measure every case with and without each prompt's grammar, beside target-only; results in `cases` order."""
+    results = {case: StructuredResult(case) for case in cases}
+    for temperature in dict.fromkeys(case.temperature for case in cases):
+        same_temperature = [case for case in cases if case.temperature == temperature]
+        base = baseline_settings(settings, temperature)
+        warm_up(session, base, same_temperature, grammar=prompts[0].grammar)
+        for round_number in range(repeat):
+            per_round = {case: StructuredResult(case) for case in same_temperature}
+            for index, prompt in enumerate(prompts):
+                runs = _measure_prompt(session, base, same_temperature, prompt, index, round_number, cold, on_run)
+                for case in same_temperature:
+                    for result in (results[case], per_round[case]):
+                        _record(result, runs, case)
+            for case in same_temperature:
+                results[case].constrained.repeat_speedups.append(per_round[case].constrained.speedup)
+                results[case].free.repeat_speedups.append(per_round[case].free.speedup)
+    return [results[case] for case in cases]
+
+
+Run = tuple[BenchCase | None, bool]  # (case, or None for target-only; constrained)
+
+
+def _measure_prompt(
+    session: Session, base: GenerationSettings, cases: Sequence[BenchCase], prompt: ConstrainedPrompt, index: int,
+    round_number: int, cold: bool, on_run: RunCallback | None,
+) -> dict[Run, Generation]:
+    """Every run of prompt `index`: target-only and each case, constrained and free, in an order that rotates
+    with the prompt and the round."""
+    tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt.prompt}])
+    order: list[Run] = [(case, constrained) for constrained in (True, False) for case in (None, *cases)]
+    shift = (index + round_number) % len(order)
+    runs: dict[Run, Generation] = {}
+    for case, constrained in order[shift:] + order[:shift]:
+        if cold:
+            session.learned_lengths = LearnedLengths()
+        runs[case, constrained] = generate(session, tokens, case_settings(base, case), speculative=case is not None,
+                                           grammar=prompt.grammar if constrained else None)
+        if on_run is not None:
+            on_run(case, constrained, index, runs[case, constrained])
+    return runs
+
+
+def _record(result: StructuredResult, runs: dict[Run, Generation], case: BenchCase) -> None:
+    """Add one prompt's runs for `case` to `result`."""
+    for constrained, side in ((True, result.constrained), (False, result.free)):
+        speculative, baseline = runs[case, constrained], runs[None, constrained]
+        side.speculative.add(speculative.stats)
+        side.baseline.add(baseline.stats)
+        side.identical_prompts += speculative.tokens == baseline.tokens
+        side.runs += 1
+    result.complete_speculative += runs[case, True].stop_reason == StopReason.EOS
+    result.complete_baseline += runs[None, True].stop_reason == StopReason.EOS
+
+
+def _ms_per_token(seconds: float, stats: SpecStats) -> float | None:
+    return 1000 * seconds / stats.tokens_generated if stats.tokens_generated else None

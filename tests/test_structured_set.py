@@ -1,0 +1,134 @@
+"""The built-in structured-output set, and `bench` over it (`--structured`, `--json-schema`) on tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from cli_helpers import cli, one_error_line
+from conftest import TINY_TEMPLATE
+from tiny_models import write_pair
+
+from localspec.app.structured_set import StructuredCase, structured_set
+from localspec.config.paths import user_profiles_dir
+from localspec.engine.grammar import compile_format
+from localspec.runtime.model import Model
+
+CASES = structured_set()
+FIRST_BYTE_TOKEN = 3  # tiny_models.vocabulary: <unk>, <s>, </s>, then the 256 byte tokens in order
+
+
+def _keywords(schema: object) -> set[str]:
+    """Every keyword used anywhere in a schema (plus `format:<name>` for each format)."""
+    if isinstance(schema, list):
+        return set().union(*map(_keywords, schema)) if schema else set()
+    if not isinstance(schema, dict):
+        return set()
+    found = set(schema) | ({f"format:{schema['format']}"} if isinstance(schema.get("format"), str) else set())
+    nested = [value for key, value in schema.items() if key in ("properties",)]
+    children = [child for props in nested for child in props.values()]
+    children += [value for key, value in schema.items() if key not in ("properties", "enum", "const")]
+    return found | set().union(*map(_keywords, children)) if children else found
+
+
+def test_the_set_is_large_and_covers_the_schema_features() -> None:
+    assert len(CASES) >= 20 and len({case.name for case in CASES}) == len(CASES)
+    used = _keywords([case.schema for case in CASES])
+    assert {"enum", "items", "minItems", "maxItems", "minimum", "maximum", "exclusiveMinimum", "pattern", "anyOf",
+            "const", "additionalProperties", "format:date", "format:email", "format:ipv4", "format:uuid"} <= used
+    assert any(set(case.schema.get("required", [])) < set(case.schema.get("properties", {})) for case in CASES)  # optional fields
+    nested = [case for case in CASES if any(p.get("type") == "object" for p in case.schema.get("properties", {}).values())]
+    assert nested
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_every_schema_is_valid_compiles_cleanly_and_accepts_its_example(case: StructuredCase) -> None:
+    jsonschema.Draft202012Validator.check_schema(case.schema)
+    compiled = compile_format(case.output_format())
+    assert compiled.grammar and compiled.warnings == ()  # llguidance enforces every keyword the set uses
+    validator = jsonschema.Draft202012Validator(case.schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    validator.validate(case.example)
+    assert case.prompt.strip() and "JSON" in case.prompt
+
+
+def test_every_grammar_accepts_its_example_token_by_token(tiny_pair: tuple[Path, Path]) -> None:
+    """The compiled grammars, as the generation loop holds them, accept the examples written as json.dumps does,
+    spelled in the tiny vocabulary's byte tokens."""
+    from llguidance import LLMatcher
+
+    with Model(tiny_pair[0]) as model:
+        tokenizer = model.grammar_tokenizer()
+        for case in CASES:
+            tokens = [FIRST_BYTE_TOKEN + byte for byte in json.dumps(case.example, ensure_ascii=False).encode()]
+            matcher = LLMatcher(tokenizer, compile_format(case.output_format()).grammar, log_level=0)
+            assert matcher.validate_tokens(tokens) == len(tokens), case.name
+            assert matcher.consume_tokens(tokens) and matcher.is_accepting(), case.name
+
+
+@pytest.fixture(scope="module")
+def long_context_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny pair whose context holds the set's prompts (their bytes are tokens on the tiny vocabulary)."""
+    target, draft = write_pair(tmp_path_factory.mktemp("tiny-1k"), context_length=1024)
+    return Path(f'[target]\npath = "{target}"\n[draft]\npath = "{draft}"\n[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
+
+
+def _profile(text: Path) -> str:
+    path = user_profiles_dir() / "tiny1k.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(str(text))
+    return "tiny1k"
+
+
+STRUCTURED_FIELDS = {
+    "constrained_speedup", "free_speedup", "constrained_speculative_tokens_per_second",
+    "constrained_baseline_tokens_per_second", "speculative_mask_ms_per_token", "baseline_mask_ms_per_token",
+    "speculative_forced_tokens", "baseline_forced_tokens", "complete_speculative", "complete_baseline",
+    "identical_prompts", "free_identical_prompts", "runs",
+}
+
+
+def test_bench_structured_reports_constrained_and_free_side_by_side(long_context_profile: Path) -> None:
+    result = cli("bench", "-p", _profile(long_context_profile), "--structured", "--limit", "1", "--max-tokens", "12",
+                 "--temperatures", "1", "--draft-max", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schemas"] == [CASES[0].name] and report["prompts"] == 1
+    (row,) = report["results"]
+    assert STRUCTURED_FIELDS <= set(row) and row["runs"] == 1 and row["temperature"] == 1.0
+    assert row["constrained_speedup"] == pytest.approx(
+        row["constrained_speculative_tokens_per_second"] / row["constrained_baseline_tokens_per_second"])
+    assert row["speculative_tokens"] == row["baseline_tokens"] > 0
+    # The schema's opening `{"name": "` is forced, and the target's masks were timed.
+    assert row["baseline_forced_tokens"] > 0 and row["baseline_mask_ms_per_token"] > 0
+    # Coupled verification: constrained and free speculative outputs are the target-only ones, at T=1 too.
+    assert row["identical_prompts"] == row["free_identical_prompts"] == 1
+
+
+def test_bench_json_schema_holds_every_prompt_to_one_schema(long_context_profile: Path, tmp_path: Path) -> None:
+    schema = tmp_path / "answer.json"
+    schema.write_text('{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],'
+                      ' "additionalProperties": false}')
+    result = cli("bench", "-p", _profile(long_context_profile), "--json-schema", str(schema), "--prompts", "2",
+                 "--max-tokens", "160", "--temperatures", "0", "--draft-max", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schemas"] == [str(schema)] and report["prompts"] == 2
+    (row,) = report["results"]
+    assert row["runs"] == 2 and row["identical_prompts"] == 2
+    # Past `{"answer": "`, yes or no and the closing brace, only bounded whitespace is free: every output is
+    # complete, even on a random model.
+    assert row["complete_speculative"] == row["complete_baseline"] == 2
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--structured", "--json-schema", "{}"), "not both"),
+    (("--structured", "--prompts", "2"), "its own prompts"),
+    (("--prompt", "hi", "--prompts", "2"), "--prompt or --prompts"),
+    (("--limit", "2",), "with --structured"),
+    (("--structured", "--save"), "--save tunes free generation"),
+    (("--json-schema", '{"type": "nope"}'), "--json-schema"),
+])
+def test_bench_refuses_conflicting_structured_options_in_one_line(args: tuple[str, ...], fragment: str) -> None:
+    one_error_line(cli("bench", *args), 2, fragment)
