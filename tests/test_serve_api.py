@@ -128,7 +128,7 @@ def test_content_must_be_text_or_text_parts(api: Api, content: Any, param: str) 
 
 
 def test_roles_must_be_known(api: Api) -> None:
-    for role in ("tool", 5, None, "USER"):
+    for role in ("function", 5, None, "USER"):
         refused = api.post(CHAT, {"messages": [{"role": role, "content": "hi"}]})
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages[0].role"
     assert api.post(CHAT, {"messages": [{"role": "developer", "content": "hi"}], "max_tokens": 1}).status_code == 200
@@ -203,8 +203,7 @@ def test_non_finite_numbers_are_refused(api: Api, stream: bool, field: str, valu
 
 @pytest.mark.parametrize("field, value", [
     ("n", 2), ("best_of", 3), ("logprobs", True), ("logprobs", 2), ("top_logprobs", 3), ("echo", True),
-    ("response_format", {"type": "json_object"}), ("tools", [{"type": "function", "function": {"name": "f"}}]),
-    ("tool_choice", "auto"), ("functions", [{"name": "f"}]), ("function_call", "auto"), ("logit_bias", {"5": 1}),
+    ("functions", [{"name": "f"}]), ("function_call", "auto"), ("logit_bias", {"5": 1}),
     ("presence_penalty", 0.5), ("frequency_penalty", 1),
 ])
 def test_fields_that_would_change_the_reply_are_refused_by_name(api: Api, field: str, value: Any) -> None:
@@ -215,10 +214,11 @@ def test_fields_that_would_change_the_reply_are_refused_by_name(api: Api, field:
 
 
 def test_the_harmless_values_of_those_fields_are_accepted(api: Api) -> None:
-    harmless = {"n": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "response_format": {"type": "text"},
-                "tools": [], "tool_choice": "none", "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0.0}
+    harmless = {"n": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "logit_bias": {}, "presence_penalty": 0,
+                "frequency_penalty": 0.0}
     assert set(harmless) <= set(UNSUPPORTED)
-    assert api.post(CHAT, chat_body("hi", max_tokens=1, **harmless)).status_code == 200
+    no_format_no_tools = {"response_format": {"type": "text"}, "tools": [], "tool_choice": "none"}
+    assert api.post(CHAT, chat_body("hi", max_tokens=1, **harmless, **no_format_no_tools)).status_code == 200
 
 
 @pytest.mark.parametrize("field, value", [
@@ -429,7 +429,8 @@ MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={
     "content": CONTENT,
 }), JSON)
 FIELDS = {name: JSON for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "strategy", "draft_max",
-                                  "speculative", "stream", "stream_options", "model", *UNSUPPORTED)}
+                                  "speculative", "stream", "stream_options", "model", "response_format", "tools",
+                                  "tool_choice", "parallel_tool_calls", *UNSUPPORTED)}
 BODY = st.fixed_dictionaries({}, optional={
     **FIELDS,
     "messages": st.one_of(st.lists(MESSAGE, max_size=3), JSON),

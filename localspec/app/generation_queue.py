@@ -41,16 +41,17 @@ class Slot:
         self._work: concurrent.futures.Future[Generation] | None = None
 
     async def generate(self, tokens: list[int], settings: GenerationSettings, speculative: bool,
-                       on_chunk: Callable[[str], None] | None = None) -> Generation:
-        """Generate in the worker thread; `on_chunk` gets text as it is accepted (in that thread)."""
+                       on_chunk: Callable[[str], None] | None = None, grammar: str | None = None) -> Generation:
+        """Generate in the worker thread; `on_chunk` gets text as it is accepted (in that thread);
+        `grammar`: the llguidance grammar the output is held to (None: free text)."""
         if self._work is not None:
             raise RuntimeError("one generation per admission")
-        self._work = self._worker.submit(self._generate, tokens, settings, speculative, on_chunk)
+        self._work = self._worker.submit(self._generate, tokens, settings, speculative, on_chunk, grammar)
         return await asyncio.wrap_future(self._work)
 
     def _generate(self, tokens: list[int], settings: GenerationSettings, speculative: bool,
-                  on_chunk: Callable[[str], None] | None) -> Generation:
-        generation = self.session.generation(tokens, settings, speculative=speculative)
+                  on_chunk: Callable[[str], None] | None, grammar: str | None) -> Generation:
+        generation = self.session.generation(tokens, settings, speculative=speculative, grammar=grammar)
         chunks = iter(generation)
         try:
             for chunk in chunks:

@@ -2,8 +2,10 @@
 
 Every field a client sends is understood, harmless, or refused with a 400 that
 names it: a client asking for something localspec does not do (several choices,
-log-probabilities, JSON mode, tools) must not get plain text as if it had been
-honoured. Settings fields (`temperature`, `max_tokens`, `draft_max`, ...) are
+log-probabilities) must not get plain text as if it had been honoured.
+`response_format` (JSON, a JSON schema) becomes an llguidance grammar here;
+`tools` are checked here and turned into a grammar per model by `serving`
+(see `tool_calls`). Settings fields (`temperature`, `max_tokens`, `draft_max`, ...) are
 the ones whose declaration names them (`setting(..., request=...)`) and go
 through the same checks as flags and profiles. Text is cleaned the one way text
 from outside is: lone surrogates (a JavaScript client cutting a string inside an
@@ -20,13 +22,15 @@ from typing import Any, Callable
 
 from fastapi.responses import JSONResponse
 
+from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..settings import SETTINGS, GenerationSettings
 from ..textin import clean_text
+from .tool_calls import ToolError, ToolRequest, history_message, tool_request
 
 # API field -> setting key, from the declarations.
 REQUEST_FIELDS: dict[str, str] = {name: key for key, item in SETTINGS.items() for name in item.request}
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_MESSAGE_CHARS = 300  # error messages quote at most this much of what the client sent
 
 
@@ -43,9 +47,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "top_logprobs": (_absent_or(0), "no log-probabilities"),
     "echo": (_absent_or(False), "the prompt is not echoed"),
     "suffix": (_absent_or(""), "no insertion after a suffix"),
-    "response_format": (lambda v: v is None or v == {"type": "text"}, "text replies only, no JSON mode or schema"),
-    "tools": (_absent_or([]), "no tool calls"),
-    "tool_choice": (_absent_or("none"), "no tool calls"),
     "functions": (_absent_or([]), "no function calls"),
     "function_call": (_absent_or("none"), "no function calls"),
     "logit_bias": (_absent_or({}), "no logit bias"),
@@ -75,12 +76,19 @@ class ApiError(Exception):
 class CompletionRequest:
     """What one request asks for: the prompt (chat messages or raw text) and how to generate."""
 
-    messages: list[dict[str, str]] | None  # chat completions
+    messages: list[dict[str, Any]] | None  # chat completions
     prompt: str | None  # completions
     settings: GenerationSettings
     speculative: bool
     stream: bool
     include_usage: bool
+    response_format: CompiledGrammar | None = None  # `response_format` as a grammar (None: free text)
+    tools: ToolRequest | None = None  # tools the model must or may call (None: none offered)
+
+    @property
+    def grammar(self) -> str | None:
+        """The llguidance grammar `response_format` holds the output to (tools have theirs made per model)."""
+        return self.response_format.grammar if self.response_format is not None else None
 
     @property
     def chat(self) -> bool:
@@ -108,6 +116,11 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSettings, has_draft: bool) -> CompletionRequest:
     """Check every field of `body` that matters; raise ApiError(400) naming the first wrong one."""
     _refuse_unsupported(body)
+    tools = _tools(body, chat)
+    response_format = _response_format(body.get("response_format"))
+    if tools is not None and response_format is not None:
+        raise ApiError(400, "response_format other than text cannot be combined with tools (the reply is held to"
+                       " the tools' call syntax)", param="response_format")
     return CompletionRequest(
         messages=_messages(body.get("messages")) if chat else None,
         prompt=None if chat else _prompt(body.get("prompt")),
@@ -115,7 +128,59 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
         speculative=_boolean(body, "speculative", default=True),
         stream=_boolean(body, "stream", default=False),
         include_usage=_include_usage(body.get("stream_options")),
+        response_format=response_format,
+        tools=tools,
     )
+
+
+def _tools(body: dict[str, Any], chat: bool) -> ToolRequest | None:
+    """`tools`, `tool_choice` and `parallel_tool_calls` checked (tools only in chat completions)."""
+    try:
+        tools = tool_request(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    except ToolError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from None
+    if tools is not None and not chat:
+        raise ApiError(400, "tools are offered in chat completions only (/v1/chat/completions)", param="tools")
+    return tools
+
+
+def _response_format(value: Any) -> CompiledGrammar | None:
+    """OpenAI's `response_format` compiled: text (None), `json_object` (a JSON object) or `json_schema`."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        fmt = OutputFormat("json_schema", '{"type": "object"}', "response_format")
+    elif kind == "json_schema":
+        fmt = OutputFormat("json_schema", _json_schema(value.get("json_schema")), "response_format.json_schema.schema")
+    else:
+        raise ApiError(400, 'response_format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",'
+                       f' "json_schema": {{"name", "schema"}}}}, got {_quote(value)}', param="response_format")
+    try:
+        return compile_format(fmt)
+    except InputError as exc:
+        raise ApiError(400, str(exc), param=fmt.origin) from None
+
+
+def _json_schema(spec: Any) -> str:
+    """The schema text of `response_format.json_schema` ({"name", "schema", "strict", "description"}), checked."""
+    where = "response_format.json_schema"
+    if not isinstance(spec, dict):
+        raise ApiError(400, f'{where} must be an object {{"name", "schema", "strict"}}, got {_quote(spec)}', param=where)
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, f"{where}.name must be a non-empty string, got {_quote(name)}", param=f"{where}.name")
+    if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
+        raise ApiError(400, f"{where}.strict must be true or false, got {_quote(spec['strict'])}", param=f"{where}.strict")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise ApiError(400, f"{where}.schema must be a JSON schema object, got {_quote(schema)}", param=f"{where}.schema")
+    try:
+        return json.dumps(schema, allow_nan=False)
+    except ValueError:
+        raise ApiError(400, f"{where}.schema holds a number that is not finite", param=f"{where}.schema") from None
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
@@ -182,19 +247,26 @@ def _setting_value(key: str, value: Any) -> Any:
     return value
 
 
-def _messages(messages: Any) -> list[dict[str, str]]:
+def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list of {role, content} objects", param="messages")
     return [_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
 
 
-def _message(message: Any, where: str) -> dict[str, str]:
+def _message(message: Any, where: str) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ApiError(400, f"{where} must be an object with role and content", param=where)
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {_quote(role)}", param=f"{where}.role")
-    return {"role": ROLES[role], "content": _content(message.get("content"), f"{where}.content")}
+    role = ROLES[role]
+    content = message.get("content")
+    may_be_empty = role == "assistant" and message.get("tool_calls") is not None
+    text = None if content is None and may_be_empty else _content(content, f"{where}.content")
+    try:
+        return history_message(message, role, text, where)
+    except ToolError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from None
 
 
 def _content(content: Any, where: str) -> str:

@@ -20,7 +20,7 @@ import time
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -35,6 +35,13 @@ from ..errors import LocalspecError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request
+from .tool_calls import (
+    ToolCall,
+    ToolSetup,
+    chat_input,
+    prepare_tools,
+    special_token_test,
+)
 
 # OpenAI's finish_reason for each way a generation ends (cut short counts as "length", as OpenAI does)
 FINISH_REASONS = {StopReason.EOS: "stop", StopReason.LENGTH: "length", StopReason.STOP: "stop", StopReason.INTERRUPTED: "length"}
@@ -173,9 +180,10 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
     parsed = parse_request(body, chat=chat, defaults=served.defaults, has_draft=served.has_draft)
     async with AsyncExitStack() as hold:
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
-        tokens = _prompt_tokens(served, parsed)
+        tools = _tool_setup(served, parsed)
+        tokens = _prompt_tokens(served, parsed, tools)
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
-        reply = Reply(served, chat)
+        reply = Reply(served, chat, parsed, tools)
         if parsed.stream:
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage)
             return await _held_stream(events, hold.pop_all(), reply)
@@ -207,11 +215,28 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _prompt_tokens(served: ServedModel, parsed: CompletionRequest) -> list[int]:
+def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | None:
+    """The request's tools made ready for the served model (its call syntax, their grammar), if it offers any."""
+    if parsed.tools is None:
+        return None
+    try:
+        return prepare_tools(parsed.tools, _template(served), special_token_test(served.queue.session.target))
+    except LocalspecError as exc:  # an arguments schema llguidance rejects
+        raise ApiError(400, str(exc), param="tools") from None
+
+
+def _template(served: ServedModel) -> str | None:
+    """The served model's chat template (the profile's, else the model's own)."""
+    session = served.queue.session
+    return session.chat.template or session.target.chat_template()
+
+
+def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSetup | None = None) -> list[int]:
     session = served.queue.session
     try:
         if parsed.messages is not None:
-            tokens = session.chat_prompt_tokens(parsed.messages)
+            messages, definitions = chat_input(parsed.messages, tools, _template(served))
+            tokens = session.chat_prompt_tokens(messages, definitions)
         else:
             tokens = session.raw_prompt_tokens(parsed.prompt or "")
     except LocalspecError as exc:  # e.g. a chat template that fails on these messages
@@ -242,8 +267,15 @@ class HeldEventSource(EventSourceResponse):
 class Reply:
     """The response bodies of one completion request, whole or as server-sent events."""
 
-    def __init__(self, served: ServedModel, chat: bool) -> None:
-        self.served, self.chat = served, chat
+    def __init__(self, served: ServedModel, chat: bool, parsed: CompletionRequest | None = None,
+                 tools: ToolSetup | None = None) -> None:
+        """`tools`: the request's tools on this model (the output is then held to their grammar and read back as
+        calls); otherwise the output is held to `parsed`'s response_format, if any."""
+        self.served, self.chat, self.tools = served, chat, tools
+        self.grammar = tools.grammar if tools is not None else parsed.grammar if parsed is not None else None
+        self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []
+        for warning in self.warnings:
+            log.warning("warning: %s", warning)
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.ended = False  # the stream sent its last event
@@ -256,7 +288,7 @@ class Reply:
     async def whole(self, slot: Slot, tokens: list[int], settings: GenerationSettings, speculative: bool,
                     request: Request) -> Response:
         """Generate while watching the connection: a client that leaves stops its generation."""
-        work = asyncio.ensure_future(slot.generate(tokens, settings, speculative))
+        work = asyncio.ensure_future(slot.generate(tokens, settings, speculative, grammar=self.grammar))
         while not (await asyncio.wait({work}, timeout=POLL_SECONDS))[0]:
             if await request.is_disconnected():
                 slot.cancelled.set()  # the models are handed on once the worker stops (admission's exit)
@@ -264,12 +296,26 @@ class Reply:
                 self.served.metrics.count("disconnected")
                 return Response(status_code=CLIENT_CLOSED)
         generation = self._finished(work.result())
-        finish = _finish_reason(generation)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": generation.text}, "finish_reason": finish}
+        calls = self._calls(generation)
+        finish = "tool_calls" if calls else _finish_reason(generation)
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else generation.text}
+        if calls:
+            message["tool_calls"] = [call.to_openai() for call in calls]
+        choice = ({"index": 0, "message": message, "finish_reason": finish}
                   if self.chat else {"index": 0, "text": generation.text, "finish_reason": finish, "logprobs": None})
         return JSONResponse({"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                              "created": self.created, "model": self.served.model_id, "choices": [choice],
-                             "usage": _usage(generation), "speculative": _speculative(generation)})
+                             "usage": _usage(generation), "speculative": _speculative(generation), **self._warnings()})
+
+    def _calls(self, generation: Generation) -> list[ToolCall] | None:
+        """The tool calls a whole output makes (None: plain text, no tools, or output cut short)."""
+        if self.tools is None or generation.stop_reason is not StopReason.EOS:
+            return None
+        return self.tools.calls_in(generation.text)
+
+    def _warnings(self) -> dict[str, list[str]]:
+        """`warnings`: what llguidance does not enforce of the response_format's schema (absent when nothing)."""
+        return {"warnings": self.warnings} if self.warnings else {}
 
     def _finished(self, generation: Generation) -> Generation:
         self.served.metrics.totals.add(generation.stats)
@@ -282,18 +328,30 @@ class Reply:
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str] = asyncio.Queue()
         work = asyncio.ensure_future(slot.generate(tokens, settings, speculative,
-                                                   lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text)))
+                                                   lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text),
+                                                   grammar=self.grammar))
+        sorting = self.tools.stream() if self.tools is not None else None  # plain text passes, a call waits
         try:
             if self.chat:
                 yield self._event({"role": "assistant", "content": ""})
             async for text in self._pieces(pieces, work, slot):
-                yield self._event({"content": text})
+                if sorting is not None:
+                    text = sorting.feed(text)
+                if text:
+                    yield self._event({"content": text})
             if self.served.shutting_down():  # end the stream with an error event rather than cut it
                 self.ended = True
                 yield _error_event("the server is shutting down", "shutting_down")
                 return
             generation = self._finished(work.result())
-            yield self._event({}, _finish_reason(generation), speculative=_speculative(generation))
+            calls = self._calls(generation)
+            if calls:
+                for event in self._call_events(calls):
+                    yield event
+            elif sorting is not None and (held := sorting.rest()):
+                yield self._event({"content": held})  # not a whole call: the text as it is
+            yield self._event({}, "tool_calls" if calls else _finish_reason(generation),
+                              speculative=_speculative(generation), **self._warnings())
             if include_usage:
                 yield self._event(None, usage=_usage(generation))
             self.ended = True
@@ -312,6 +370,13 @@ class Reply:
             work.cancel()  # only the wait for it: the admission hands the models on once the worker is done
             if work.done() and not work.cancelled():
                 work.exception()  # seen (a failure nobody was left to hear of is not logged again at exit)
+
+    def _call_events(self, calls: list[ToolCall]) -> Iterator[str]:
+        """Each call as `delta.tool_calls` chunks: its index, id, type and name, then its arguments."""
+        for index, call in enumerate(calls):
+            yield self._event({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                               "function": {"name": call.name, "arguments": ""}}]})
+            yield self._event({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]})
 
     async def _pieces(self, pieces: asyncio.Queue[str], work: asyncio.Future, slot: Slot) -> AsyncIterator[str]:
         """Text as the worker accepts it, until it finishes (or the server starts shutting down)."""

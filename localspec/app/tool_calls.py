@@ -1,0 +1,422 @@
+"""Tool calls: definitions checked, the model's call syntax, the grammar that holds output to it, calls parsed back.
+
+A request's `tools` (OpenAI's `{"type": "function", "function": {"name",
+"description", "parameters"}}`) and `tool_choice` become a `ToolRequest`. The
+chat template decides how the model writes a call (`detect_syntax`):
+
+- `hermes`: Qwen2.5, Hermes and others whose template shows `<tool_call>`:
+  `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per call;
+- `llama3`: Llama 3.1 to 3.3's JSON tool calling: one object `{"name": ..., "parameters": {...}}`;
+- `json`: a template with no tool syntax (SmolLM2's): the tools are described in a
+  system message and a reply that calls them is one object
+  `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}`.
+
+`tool_grammar` writes the Lark grammar (for llguidance) that holds the output
+to that syntax: one alternative per tool, so the name fixes the schema the
+arguments follow (`%json`). `required` or a named tool forces a call; `auto`
+allows plain text too, which then may not start like a call. `parse_calls`
+reads the calls back from a finished output; `CallStream` decides, as text
+streams in, whether it is plain text (passed on at once) or a call (held
+until the end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Sequence
+
+from ..engine.grammar import OutputFormat, compile_format
+from ..errors import InputError
+from ..textin import clean_text
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
+CHOICES = ("auto", "required", "none")
+# How the arguments are written inside a call: compact separators as json.dumps writes them (and the templates
+# render earlier calls), no free whitespace for a small model to loop on.
+ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+MAX_CALLS = 4  # calls in one reply, at most: a small model can otherwise repeat calls until max_tokens
+
+
+class ToolError(InputError):
+    """A tool definition, tool choice or tool message that is not right; `param` names the field."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ToolSyntax(str, Enum):
+    HERMES = "hermes"
+    LLAMA3 = "llama3"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call: its name, its arguments' JSON schema, and its definition as given."""
+
+    name: str
+    parameters: dict[str, Any]
+    definition: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools offered and how the model must use them: `choice` is "auto", "required" or one tool's name."""
+
+    tools: tuple[Tool, ...]
+    choice: str = "auto"
+    parallel: bool = True
+
+    @property
+    def callable(self) -> tuple[Tool, ...]:
+        """The tools the grammar lets the model call (a named choice: only that one)."""
+        if self.choice in ("auto", "required"):
+            return self.tools
+        return tuple(tool for tool in self.tools if tool.name == self.choice)
+
+    @property
+    def several(self) -> bool:
+        """The reply may hold more than one call (parallel calls allowed, and no single tool named)."""
+        return self.parallel and self.choice in ("auto", "required")
+
+    @property
+    def forced(self) -> bool:
+        """The reply must be a call (no plain text)."""
+        return self.choice != "auto"
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The definitions as the chat template reads them."""
+        return [tool.definition for tool in self.tools]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made: `arguments` is the JSON text of the arguments object."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+# -- checking a request ---------------------------------------------------------------------------
+
+
+def tool_request(tools: Any, choice: Any = None, parallel: Any = None) -> ToolRequest | None:
+    """The request's tools checked (None: no tools to offer, or `tool_choice` "none"); ToolError names the field."""
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ToolError(f"parallel_tool_calls must be true or false, got {_quote(parallel)}", "parallel_tool_calls")
+    checked = check_tools(tools) if tools is not None else ()
+    chosen = _choice(choice, checked)
+    if not checked or chosen == "none":
+        return None
+    return ToolRequest(checked, chosen, parallel if parallel is not None else True)
+
+
+def check_tools(tools: Any, where: str = "tools") -> tuple[Tool, ...]:
+    """A list of OpenAI tool definitions checked: function tools with a valid, unique name and object parameters."""
+    if not isinstance(tools, list):
+        raise ToolError(f"{where} must be a list of {{\"type\": \"function\", \"function\": {{...}}}} objects", where)
+    checked: list[Tool] = []
+    for index, tool in enumerate(tools):
+        checked.append(_tool(tool, f"{where}[{index}]"))
+        if any(earlier.name == checked[-1].name for earlier in checked[:-1]):
+            raise ToolError(f"{where}[{index}].function.name {checked[-1].name!r} is given twice",
+                            f"{where}[{index}].function.name")
+    return tuple(checked)
+
+
+def _tool(tool: Any, where: str) -> Tool:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        raise ToolError(f"{where} must be {{\"type\": \"function\", \"function\": {{...}}}}, got {_quote(tool)}", where)
+    function = tool.get("function")
+    if not isinstance(function, dict):
+        raise ToolError(f"{where}.function must be an object with name, description and parameters", f"{where}.function")
+    name = function.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        raise ToolError(f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got {_quote(name)}",
+                        f"{where}.function.name")
+    description = function.get("description")
+    if description is not None and not isinstance(description, str):
+        raise ToolError(f"{where}.function.description must be a string", f"{where}.function.description")
+    parameters = function.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, dict):
+        raise ToolError(f"{where}.function.parameters must be a JSON schema object, got {_quote(parameters)}",
+                        f"{where}.function.parameters")
+    definition = {"name": name, **({"description": clean_text(description)[0]} if description else {}),
+                  "parameters": parameters}
+    return Tool(name, parameters, {"type": "function", "function": definition})
+
+
+def _choice(choice: Any, tools: tuple[Tool, ...]) -> str:
+    """tool_choice as "auto", "required", "none" or a tool's name."""
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str) and choice in CHOICES:
+        name = choice
+    elif (isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict)
+          and isinstance(choice["function"].get("name"), str)):
+        name = choice["function"]["name"]
+        if not any(tool.name == name for tool in tools):
+            raise ToolError(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
+    else:
+        raise ToolError(f"tool_choice must be \"auto\", \"required\", \"none\" or "
+                        f"{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {_quote(choice)}", "tool_choice")
+    if name == "required" and not tools:
+        raise ToolError("tool_choice \"required\" needs tools", "tool_choice")
+    return name
+
+
+def history_message(message: dict[str, Any], role: str, content: str | None, where: str) -> dict[str, Any]:
+    """A conversation message with its tool fields checked: an assistant's `tool_calls` (content may then be
+    null), a tool result's `tool_call_id`. Other messages need content."""
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise ToolError(f"{where}.tool_call_id must be a string (the id of the call this answers)",
+                            f"{where}.tool_call_id")
+        return {"role": "tool", "content": content or "", "tool_call_id": call_id}
+    calls = message.get("tool_calls")
+    if role != "assistant" or calls is None:
+        return {"role": role, "content": content or ""}
+    if not isinstance(calls, list):
+        raise ToolError(f"{where}.tool_calls must be a list of calls", f"{where}.tool_calls")
+    return {"role": role, "content": content or "",
+            "tool_calls": [_history_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)]}
+
+
+def _history_call(call: Any, where: str) -> dict[str, Any]:
+    """An earlier call as templates read it: `function.arguments` an object when its JSON text parses to one."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+            or not isinstance(function.get("arguments", ""), str):
+        raise ToolError(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}"
+                        f" with arguments a JSON string, got {_quote(call)}", where)
+    arguments: Any = clean_text(function.get("arguments", ""))[0]
+    try:
+        arguments = json.loads(arguments) if arguments else {}
+    except ValueError:
+        pass  # kept as the text it is
+    call_id = call.get("id")
+    return {"id": call_id if isinstance(call_id, str) else "", "type": "function",
+            "function": {"name": clean_text(function["name"])[0], "arguments": arguments}}
+
+
+# -- the model's syntax and its prompt ------------------------------------------------------------
+
+
+def detect_syntax(template: str | None) -> ToolSyntax:
+    """How the model writes calls, read from its chat template."""
+    if template is None:
+        return ToolSyntax.JSON
+    if "<tool_call>" in template:
+        return ToolSyntax.HERMES
+    if '"parameters": dictionary of argument name' in template:
+        return ToolSyntax.LLAMA3
+    return ToolSyntax.JSON
+
+
+def template_messages(messages: Sequence[dict[str, Any]], request: ToolRequest | None,
+                      syntax: ToolSyntax) -> list[dict[str, Any]]:
+    """The messages to render: as they are for a template with tool syntax; for one without (`json`), the
+    tools described in the system message, earlier calls written in the JSON form and results as user messages."""
+    if syntax is not ToolSyntax.JSON:
+        return list(messages)
+    rendered = [_plain_message(message) for message in messages]
+    if request is None:
+        return rendered
+    prompt = json_tools_prompt(request)
+    if rendered and rendered[0]["role"] == "system":
+        return [{"role": "system", "content": f"{rendered[0]['content']}\n\n{prompt}"}, *rendered[1:]]
+    return [{"role": "system", "content": prompt}, *rendered]
+
+
+def json_tools_prompt(request: ToolRequest) -> str:
+    """The system text that offers the tools to a model whose template has no tool syntax."""
+    tools = "\n".join(json.dumps(tool.definition["function"], ensure_ascii=False) for tool in request.callable)
+    return ("You can call these tools (name, description, and parameters as a JSON schema):\n"
+            f"{tools}\n\n"
+            'To call tools, reply with only this JSON object: {"tool_calls": [{"name": "<tool name>", '
+            '"arguments": {<the arguments>}}]}' + ("" if request.forced else "; otherwise reply with plain text") + ".")
+
+
+def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message for a template without tool syntax: calls as the JSON form, a tool's result as a user message."""
+    if message["role"] == "tool":
+        return {"role": "user", "content": f"Tool result for call {message['tool_call_id']}: {message['content']}"}
+    if message.get("tool_calls"):
+        calls = [{"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+                 for call in message["tool_calls"]]
+        text = json.dumps({"tool_calls": calls}, ensure_ascii=False)
+        return {"role": message["role"], "content": f"{message['content']}\n{text}" if message["content"] else text}
+    return {"role": message["role"], "content": message["content"]}
+
+
+# -- the grammar ----------------------------------------------------------------------------------
+
+
+def tool_grammar(request: ToolRequest, syntax: ToolSyntax, is_special: Callable[[str], bool] = lambda text: False) -> str:
+    """Lark text (llguidance) holding the output to `syntax`'s calls of `request.callable`.
+
+    `is_special(text)` says whether the vocabulary has `text` (`<tool_call>`) as one special token,
+    which the grammar must then name as a token (`<tool_call>`) rather than spell.
+    """
+    tools = request.callable
+    lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
+    if syntax is ToolSyntax.HERMES:
+        opening, closing = (_marker(text, is_special) for text in ("<tool_call>", "</tool_call>"))
+        more = f' ("\\n" call){{0,{MAX_CALLS - 1}}}' if request.several else ""
+        lines += [f"calls: call{more}",
+                  f'call: {opening} "\\n" body "\\n" {closing}',
+                  r"TEXT: /(?s:.*)/ & ~/\s*<tool_call>(?s:.*)/"]
+        lines += _alternatives(tools, "arguments")
+    elif syntax is ToolSyntax.LLAMA3:  # Llama 3.1's template renders one call per message
+        lines += ["calls: body", r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
+        lines += _alternatives(tools, "parameters")
+    else:
+        more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
+        lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
+                  r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
+        lines += _alternatives(tools, "arguments")
+    return "\n".join(lines) + "\n"
+
+
+def _marker(text: str, is_special: Callable[[str], bool]) -> str:
+    return text if is_special(text) else json.dumps(text)
+
+
+def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
+    """`body` as one alternative per tool: the name written out, then the arguments held to its schema."""
+    lines = ["body: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
+    for i, tool in enumerate(tools):
+        head = json.dumps(f'{{"name": "{tool.name}", "{arguments_key}": ')
+        lines.append(f'call_{i}: {head} arguments_{i} "}}"')
+        schema = {**_closed(tool.parameters), "x-guidance": ARGUMENT_LAYOUT}
+        lines.append(f"arguments_{i}: %json {json.dumps(schema, ensure_ascii=False)}")
+    return lines
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object schema that leaves `additionalProperties` open, closed: a small model otherwise invents
+    arguments (any output is still valid against the schema as given)."""
+    if schema.get("type") == "object" and "additionalProperties" not in schema:
+        return {**schema, "additionalProperties": False}
+    return schema
+
+
+# -- reading calls back -----------------------------------------------------------------------------
+
+
+def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
+    """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call)."""
+    try:
+        if syntax is ToolSyntax.HERMES:
+            bodies = re.findall(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.DOTALL)
+            if not bodies or re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip():
+                return None
+            calls = [_call(json.loads(body), "arguments") for body in bodies]
+        elif not text.lstrip().startswith("{"):
+            return None
+        elif syntax is ToolSyntax.LLAMA3:
+            calls = [_call(json.loads(text), "parameters")]
+        else:
+            calls = [_call(call, "arguments") for call in json.loads(text)["tool_calls"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return calls or None
+
+
+def _call(value: dict[str, Any], arguments_key: str) -> ToolCall:
+    name, arguments = value["name"], value[arguments_key]
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        raise TypeError("not a call")
+    return ToolCall(name, json.dumps(arguments, ensure_ascii=False), f"call_{uuid.uuid4().hex[:24]}")
+
+
+class CallStream:
+    """Streamed text sorted as it comes: plain text is passed on at once, a call is held until the output ends."""
+
+    def __init__(self, syntax: ToolSyntax, forced: bool) -> None:
+        self.opening = "<tool_call>" if syntax is ToolSyntax.HERMES else "{"
+        self.held = ""
+        self.plain = False  # the output is plain text: pass it on
+        self.call = forced  # the output is a call: hold it
+
+    def feed(self, text: str) -> str:
+        """The text to send now (maybe none) after `text` came."""
+        if self.plain:
+            return text
+        self.held += text
+        if not self.call:
+            start = self.held.lstrip()
+            if start.startswith(self.opening):
+                self.call = True
+            elif start and not self.opening.startswith(start):
+                self.plain = True
+                text, self.held = self.held, ""
+                return text
+        return ""
+
+    def rest(self) -> str:
+        """What was held back (sent as text when the output turns out not to be a whole call)."""
+        text, self.held = self.held, ""
+        return text
+
+
+def _quote(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+# -- a request's tools on a loaded model ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolSetup:
+    """A request's tools made ready for one model: its call syntax and the compiled grammar for them."""
+
+    request: ToolRequest
+    syntax: ToolSyntax
+    grammar: str
+
+    def calls_in(self, text: str) -> list[ToolCall] | None:
+        return parse_calls(text, self.syntax)
+
+    def stream(self) -> CallStream:
+        return CallStream(self.syntax, self.request.forced)
+
+
+def prepare_tools(request: ToolRequest, template: str | None, is_special: Callable[[str], bool]) -> ToolSetup:
+    """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
+    syntax = detect_syntax(template)
+    lark = tool_grammar(request, syntax, is_special)
+    return ToolSetup(request, syntax, compile_format(OutputFormat("grammar", lark, "tools")).grammar)
+
+
+def special_token_test(model: Any) -> Callable[[str], bool]:
+    """Whether a text is one special token of `model`'s vocabulary (as its grammar tokenizer marks them)."""
+
+    def is_special(text: str) -> bool:
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        return len(tokens) == 1 and bool(model.grammar_tokenizer().is_special_token(tokens[0]))
+
+    return is_special
+
+
+def chat_input(messages: Sequence[dict[str, Any]], setup: ToolSetup | None,
+               template: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The messages and the `tools` to render with `template`: a template with tool syntax gets the definitions
+    itself; for one without, they are described in the system message (see `template_messages`)."""
+    syntax = setup.syntax if setup is not None else detect_syntax(template)
+    request = setup.request if setup is not None else None
+    rendered = template_messages(messages, request, syntax)
+    if request is None or syntax is ToolSyntax.JSON:
+        return rendered, None
+    return rendered, request.definitions()

@@ -1,0 +1,117 @@
+"""`run --tools FILE [--tool-choice auto|required|NAME]`: offer tools to the model and print its calls as JSON.
+
+FILE is a JSON list of tool definitions in OpenAI's shape (`{"type": "function",
+"function": {"name", "description", "parameters"}}`). The prompt is rendered with
+them, the output is held to the model's call syntax (see `app.tool_calls`), and
+what the model answers is printed whole at the end: its calls as one JSON
+object, `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}`, or its text
+as it is. Output cut short (max_tokens, a stop string) is printed as text with
+one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..app.session import Session
+from ..app.tool_calls import (
+    ToolCall,
+    ToolError,
+    ToolRequest,
+    ToolSetup,
+    chat_input,
+    check_tools,
+    prepare_tools,
+    special_token_test,
+    tool_request,
+)
+from ..config.files import read_user_text
+from ..engine.generation import Generation
+from ..errors import InputError
+from .common import write_stdout
+from .output_format import cut_short_message
+
+
+def tool_options(command: Callable) -> Callable:
+    """The two options, as one decorator."""
+    command = click.option("--tool-choice", "tool_choice", metavar="auto|required|NAME",
+                           help="With --tools: let the model choose (auto, the default), make it call a tool "
+                                "(required), or call the tool NAME.")(command)
+    return click.option("--tools", "tools_file", metavar="FILE", type=click.Path(),
+                        help="Offer the tools in FILE (a JSON list, OpenAI's shape) and print the calls as JSON.")(command)
+
+
+def tool_run_from_options(options: dict[str, Any], constrained: bool) -> ToolRun | None:
+    """A `ToolRun` for --tools (None without it); `constrained`: --raw or an output format was given too."""
+    request = tools_from_options(options)
+    if request is None:
+        return None
+    if constrained:
+        raise click.UsageError("--tools cannot be combined with --raw or an output format")
+    return ToolRun(request)
+
+
+def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
+    """The tools the options offer (None: no --tools); removes both options from `options`. Bad input is InputError."""
+    path, choice = options.pop("tools_file", None), options.pop("tool_choice", None)
+    if path is None:
+        if choice is not None:
+            raise InputError("--tool-choice needs --tools FILE")
+        return None
+    path = Path(path).expanduser()
+    try:
+        definitions = json.loads(read_user_text(path))
+    except ValueError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    try:
+        tools = check_tools(definitions, where=str(path))
+        if choice is not None and choice not in ("auto", "required", "none"):
+            choice = {"type": "function", "function": {"name": choice}}
+        request = tool_request([tool.definition for tool in tools], choice)
+    except ToolError as exc:
+        raise InputError(f"{exc}".replace("tool_choice", "--tool-choice")) from None
+    if request is None:
+        raise InputError("--tool-choice none offers no tools: leave out --tools instead")
+    return request
+
+
+class ToolRun:
+    """One `run` with tools: the prompt rendered with them, the grammar, the answer printed."""
+
+    def __init__(self, request: ToolRequest) -> None:
+        self.request = request
+        self.setup: ToolSetup | None = None
+
+    def prompt_tokens(self, session: Session, messages: list[dict[str, Any]]) -> list[int]:
+        """The chat prompt with the tools offered, in the session's model's own syntax."""
+        template = session.chat.template or session.target.chat_template()
+        self.setup = prepare_tools(self.request, template, special_token_test(session.target))
+        rendered, definitions = chat_input(messages, self.setup, template)
+        return session.chat_prompt_tokens(rendered, definitions)
+
+    @property
+    def grammar(self) -> str | None:
+        return self.setup.grammar if self.setup is not None else None
+
+    def calls(self, generation: Generation) -> list[ToolCall] | None:
+        """The calls of a whole output (None: plain text, or cut short)."""
+        if self.setup is None or cut_short_message(generation.stop_reason) is not None:
+            return None
+        return self.setup.calls_in(generation.text)
+
+    def print_answer(self, generation: Generation) -> None:
+        """The calls as one JSON object, or the text (output cut short is text: `run` then says so and exits 1)."""
+        calls = self.calls(generation)
+        if calls:
+            write_stdout(json.dumps({"tool_calls": calls_as_json(calls)}, ensure_ascii=False) + "\n")
+            return
+        write_stdout(generation.text + ("" if generation.text.endswith("\n") else "\n"))
+
+
+def calls_as_json(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """Calls as scripts read them: the name and the arguments as an object."""
+    return [{"name": call.name, "arguments": json.loads(call.arguments)} for call in calls]
