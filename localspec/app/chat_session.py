@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..engine.generation import Chunk, Generation
+from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
 from ..runtime.fatal import on_fatal
@@ -47,6 +48,8 @@ class ChatSession:
         self.speculative = speculative and self.can_speculate()
         self.last: Generation | None = None
         self.totals = SpecStats()
+        self.output_format: OutputFormat | None = None  # what replies are held to (None: free text)
+        self.grammar: CompiledGrammar | None = None
         self.turns = 0
 
     def can_speculate(self) -> bool:
@@ -87,7 +90,8 @@ class ChatSession:
         forget_hook = on_fatal(keep_partial_reply)
         try:
             tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages())
-            generation = self.session.generation(tokens, settings, speculative=self.speculative)
+            generation = self.session.generation(tokens, settings, speculative=self.speculative,
+                                                 grammar=self.grammar.grammar if self.grammar else None)
             for chunk in generation:
                 on_chunk(chunk)
         except KeyboardInterrupt:
@@ -132,6 +136,16 @@ class ChatSession:
     def set_system(self, text: str | None) -> None:
         self.conversation.system = text
         self.save_all()
+
+    def set_format(self, fmt: OutputFormat | None, compiled: CompiledGrammar | None = None) -> CompiledGrammar | None:
+        """`/format`: hold the next replies to `fmt` (None: free text), compiled here unless `compiled` is given.
+
+        An invalid format raises InputError and leaves the current one in place.
+        """
+        if fmt is not None and compiled is None:
+            compiled = compile_format(fmt)
+        self.output_format, self.grammar = fmt, compiled if fmt is not None else None
+        return self.grammar
 
     def set_speculative(self, on: bool) -> None:
         if on and not self.can_speculate():

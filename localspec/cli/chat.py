@@ -27,6 +27,7 @@ from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.paths import history_file, input_history_file
 from ..engine.generation import Chunk, Generation
+from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
@@ -39,6 +40,14 @@ from .options import (
     setting_flags,
     setting_options,
 )
+from .output_format import (
+    FORMAT_COMMAND_USAGE,
+    OUTPUT_FORMAT_OPTIONS,
+    compile_output_format,
+    cut_short_message,
+    format_from_command,
+    output_format_from_options,
+)
 
 if TYPE_CHECKING:
     from prompt_toolkit.history import FileHistory
@@ -48,6 +57,7 @@ COMMANDS = {
     "/set": "KEY VALUE: change a setting (/set alone lists them; /set stats on|off)",
     "/system": "TEXT: set the system prompt",
     "/speculative": "on|off: draft, or generate with the target alone",
+    "/format": "json|off|schema FILE|grammar FILE|regex PATTERN: hold replies to a format (alone: the current one)",
     "/stats": "the last reply's statistics and the session's totals",
     "/undo": "drop the last exchange",
     "/retry": "generate the last reply again",
@@ -63,6 +73,7 @@ MULTILINE = '"""'
 @PROFILE_OPTION
 @setting_options()
 @SPECULATIVE_OPTION
+@OUTPUT_FORMAT_OPTIONS
 @click.option("--quiet", is_flag=True, help="No statistics line after each reply.")
 @click.option("--stats", is_flag=True, hidden=True, help="Kept for older scripts: the statistics line is shown unless --quiet.")
 @click.option("--highlight/--no-highlight", default=None, help="Colour text the draft proposed and the target kept [on in a terminal].")
@@ -89,6 +100,8 @@ def chat(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
+    output_format = output_format_from_options(options)
+    compiled = compile_output_format(output_format)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     store = _open_store()
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
@@ -99,6 +112,7 @@ def chat(
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)
+        loop.chat.set_format(output_format, compiled)
         loop.run()
     if store is not None:
         store.close()
@@ -176,6 +190,10 @@ class ChatLoop:
         self._write("\n")
         if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")
+        elif self.chat.output_format is not None and reply.generation is not None:
+            cut_short = cut_short_message(reply.generation.stop_reason)
+            if cut_short:
+                self.say(f"(reply {cut_short})")
         if reply.generation is not None and self.show_stats:
             self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}, {_seed_text(reply.generation)}"))
 
@@ -196,6 +214,7 @@ class ChatLoop:
             for key in chat_keys():
                 self.say(f"  {key.rpartition('.')[2]:<12} {values.get(key)!r}")
             self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
+            self.say(f"  {'format':<12} {_format_text(self.chat.output_format)} (/format)")
             return
         key, _, value = argument.partition(" ")
         if key == "stats":
@@ -217,6 +236,14 @@ class ChatLoop:
             raise InputError("/speculative on|off")
         self.chat.set_speculative(argument == "on")
         self.say(f"(speculative decoding {argument})")
+
+    def cmd_format(self, argument: str) -> None:
+        if not argument:
+            self.say(f"(format: {_format_text(self.chat.output_format)}; change it with {FORMAT_COMMAND_USAGE})")
+            return
+        fmt = format_from_command(argument)
+        self.chat.set_format(fmt, compile_output_format(fmt, self.say))
+        self.say(f"(format: {_format_text(fmt)})")
 
     def cmd_stats(self, argument: str) -> None:
         if self.chat.last is None:
@@ -378,6 +405,11 @@ def _input_history_problem(exc: OSError) -> str:
     if not path.parent.is_dir():
         return f"the input history cannot be written: its folder {path.parent} is gone"
     return f"the input history {path} cannot be written ({exc.strerror or exc})"
+
+
+def _format_text(fmt: OutputFormat | None) -> str:
+    """The current format for /format and /set: 'off', 'JSON', 'JSON schema person.json', ..."""
+    return "off" if fmt is None else fmt.describe()
 
 
 def _seed_text(generation: Generation) -> str:

@@ -37,7 +37,7 @@ def _all_of(*decorators: Callable[[Callable], Callable]) -> Callable[[Callable],
 
 OUTPUT_FORMAT_OPTIONS = _all_of(
     click.option("--format", "output_format", type=click.Choice(["json"]),
-                 help="Hold the output to valid JSON (any JSON value)."),
+                 help="Hold the output to a valid JSON object (any JSON value: --json-schema '{}')."),
     click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",
                  help="Hold the output to a JSON schema: a file, or the schema itself if it starts with '{'."),
     click.option("--grammar", "grammar", metavar="FILE", type=click.Path(),

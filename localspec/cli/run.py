@@ -18,6 +18,12 @@ from .options import (
     setting_flags,
     setting_options,
 )
+from .output_format import (
+    OUTPUT_FORMAT_OPTIONS,
+    compile_output_format,
+    cut_short_message,
+    output_format_from_options,
+)
 
 
 @click.command()
@@ -26,6 +32,7 @@ from .options import (
 @setting_options()
 @SPECULATIVE_OPTION
 @click.option("--raw", is_flag=True, help="Plain completion: no chat template.")
+@OUTPUT_FORMAT_OPTIONS
 @STATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @VERBOSE_OPTION
@@ -40,7 +47,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
       echo "Write a haiku" | localspec run --temperature 0 --stats
       localspec run -p qwen2.5-7b --json "Hi"
       localspec run --target big.gguf --draft small.gguf "Hi"
+      localspec run --json-schema person.json "Extract the person from: ..."
     """
+    output_format = output_format_from_options(options)
+    compiled = compile_output_format(output_format)
     text = read_prompt(prompt)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
@@ -49,7 +59,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             prompt_tokens = session.raw_prompt_tokens(text)
         else:
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
-        generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative)
+        generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative,
+                                        grammar=compiled.grammar if compiled else None)
         for chunk in generation:
             if not as_json and chunk.text:
                 write_stdout(chunk.text)
@@ -68,6 +79,9 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             "settings": {**generation.settings.to_dict(), "speculative_enabled": generation.drafter is not None},
             "stats": generation.stats.to_dict(),
         }
+        if output_format is not None:
+            report["format"] = {**output_format.to_dict(), "warnings": list(compiled.warnings) if compiled else []}
+            report["complete"] = cut_short_message(generation.stop_reason) is None
         write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
     elif generation.text and not generation.text.endswith("\n") and sys.stdout.isatty():
         write_stdout("\n")
@@ -81,3 +95,6 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)
+    if output_format is not None and (cut_short := cut_short_message(generation.stop_reason)):
+        click.echo(f"localspec: {cut_short}", err=True)
+        sys.exit(1)

@@ -1,0 +1,221 @@
+"""Output formats in `run` and `chat`: compiling them, bad input, valid output on the tiny pair, cut-short output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from cli_helpers import cli, one_error_line
+from click.testing import CliRunner, Result
+
+from localspec.app.history import HistoryStore
+from localspec.cli import main
+from localspec.config.paths import history_file
+from localspec.engine.grammar import JSON_WHITESPACE, OutputFormat, compile_format, is_gbnf
+from localspec.errors import InputError
+
+# Forced structure (keys, booleans, an enum): the tiny random models can only choose values and whitespace.
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2, 3]}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture
+def schema_file(tmp_path: Path) -> Path:
+    path = tmp_path / "flag.json"
+    path.write_text(json.dumps(SCHEMA))
+    return path
+
+
+@pytest.fixture
+def tiny_args(tiny_pair: tuple[Path, Path]) -> list[str]:
+    return ["--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--temperature", "0", "--threads", "1"]
+
+
+def run_tiny(tiny_args: list[str], *args: str) -> Result:
+    return cli("run", *tiny_args, "--raw", *args, "the cat")
+
+
+# -- compiling ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt, fragments", [
+    (OutputFormat("json_schema", '{"type": "foo"}', "s.json"), ["s.json: ", "Invalid type: foo"]),
+    (OutputFormat("json_schema", '{"type":\n "object",}', "s.json"), ["s.json: not valid JSON (line 2, column 11"]),
+    (OutputFormat("json_schema", "[1]", "s.json"), ["s.json: a JSON schema must be a JSON object", "an array"]),
+    (OutputFormat("json_schema", '{"$ref": "#/nowhere"}', "--json-schema"), ["--json-schema: ", "/nowhere"]),
+    (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
+    (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
+    (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
+])
+def test_an_invalid_format_is_one_line_naming_llguidances_message(fmt: OutputFormat, fragments: list[str]) -> None:
+    with pytest.raises(InputError) as raised:
+        compile_format(fmt)
+    message = str(raised.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_gbnf_is_converted_and_lark_kept() -> None:
+    gbnf = 'root ::= "yes" | "no"\n'
+    assert is_gbnf(gbnf) and not is_gbnf('start: "yes" | "no"\n')
+    assert '"yes"' in compile_format(OutputFormat("grammar", gbnf, "g.gbnf")).grammar
+    assert compile_format(OutputFormat("grammar", 'start: "yes" | "no"', "g.lark")).warnings == ()
+
+
+def test_schema_keywords_llguidance_does_not_enforce_are_warnings() -> None:
+    compiled = compile_format(OutputFormat("json_schema", '{"type": "array", "uniqueItems": true}', "s.json"))
+    assert compiled.warnings == ('s.json: Unimplemented keys: ["uniqueItems"] (not enforced: the output may not satisfy it)',)
+
+
+# -- bad flags and files (refused before any model loads) ------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_two_formats_at_once_are_refused(command: str) -> None:
+    result = cli(command, "--format", "json", "--regex", "a+", *(["hi"] if command == "run" else []))
+    one_error_line(result, 2, "--format and --regex cannot be combined")
+
+
+def bad_files(folder: Path) -> dict[str, tuple[Path, str]]:
+    (folder / "folder.json").mkdir()
+    (folder / "latin1.json").write_bytes(b'{"description": "caf\xe9"}')
+    (folder / "broken.json").write_text('{"type": "object",\n  "properties": }')
+    return {
+        "missing": (folder / "missing.json", "cannot read it"),
+        "a folder": (folder / "folder.json", "not a regular file"),
+        "not UTF-8": (folder / "latin1.json", "not UTF-8"),
+        "not JSON": (folder / "broken.json", "not valid JSON (line 2, column 17"),
+    }
+
+
+@pytest.mark.parametrize("problem", ["missing", "a folder", "not UTF-8", "not JSON"])
+def test_a_bad_schema_file_is_one_line_naming_it(tmp_path: Path, problem: str) -> None:
+    path, fragment = bad_files(tmp_path)[problem]
+    one_error_line(cli("run", "--json-schema", str(path), "hi"), 2, str(path), fragment)
+
+
+def test_bad_grammar_file_and_bad_inline_schema_and_regex(tmp_path: Path) -> None:
+    one_error_line(cli("run", "--grammar", str(tmp_path / "none.lark"), "hi"), 2, "none.lark", "cannot read it")
+    one_error_line(cli("run", "--json-schema", '{"type": "foo"}', "hi"), 2, "--json-schema: Invalid type: foo")
+    one_error_line(cli("chat", "--regex", "[a-"), 2, "--regex: ", "unclosed character class")
+
+
+# -- run on the tiny pair ----------------------------------------------------------------------------
+
+
+def test_run_output_parses_validates_and_is_the_same_with_and_without_speculation(
+    tiny_args: list[str], schema_file: Path,
+) -> None:
+    texts = []
+    for speculative in ([], ["--no-speculative"]):
+        result = run_tiny(tiny_args, "--json-schema", str(schema_file), "--max-tokens", "80", "--seed", "3", *speculative)
+        assert result.exit_code == 0, result.stderr
+        jsonschema.validate(json.loads(result.stdout), SCHEMA)
+        # The tiny models favour whitespace: each run of it between JSON tokens stays within the bound.
+        assert all(re.fullmatch(JSON_WHITESPACE, gap) for gap in re.findall(r"\s+", result.stdout)), repr(result.stdout)
+        texts.append(result.stdout)
+    assert texts[0] == texts[1]
+
+
+def test_run_json_reports_the_format_and_completeness(tiny_args: list[str], schema_file: Path) -> None:
+    result = run_tiny(tiny_args, "--json-schema", str(schema_file), "--max-tokens", "80", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["format"] == {"kind": "json_schema", "origin": str(schema_file), "warnings": []}
+    assert report["complete"] is True and report["stop_reason"] == "eos"
+    jsonschema.validate(json.loads(report["text"]), SCHEMA)
+
+
+def test_output_cut_short_by_max_tokens_is_said_and_exits_1(tiny_args: list[str], schema_file: Path) -> None:
+    result = run_tiny(tiny_args, "--json-schema", str(schema_file), "--max-tokens", "3")
+    assert result.exit_code == 1
+    assert result.stdout.startswith('{"') and result.stderr.splitlines()[-1] == (
+        "localspec: output cut short by max_tokens or the context (stop reason length): it may not match the format")
+    report = json.loads(run_tiny(tiny_args, "--json-schema", str(schema_file), "--max-tokens", "3", "--json").stdout)
+    assert report["complete"] is False and report["stop_reason"] == "length"
+
+
+def test_a_regex_holds_the_output_and_warnings_reach_stderr(tiny_args: list[str]) -> None:
+    result = run_tiny(tiny_args, "--regex", "(yes|no)!", "--max-tokens", "10")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout in ("yes!", "no!")
+    schema = '{"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": true, "maxItems": 2}'
+    result = run_tiny(tiny_args, "--json-schema", schema, "--max-tokens", "4")
+    assert 'localspec: warning: --json-schema: Unimplemented keys: ["uniqueItems"]' in result.stderr
+
+
+# -- chat ----------------------------------------------------------------------------------------------
+
+
+def chat(stdin: str, *args: str) -> Result:
+    command = ["chat", "-p", "tiny", "--temperature", "0", "--max-tokens", "80", "--threads", "1", *args]
+    return CliRunner().invoke(main, command, input=stdin.encode(), catch_exceptions=False)
+
+
+def stored_replies() -> list[str]:
+    store = HistoryStore(history_file())
+    try:
+        return [m["content"] for m in store.get(store.latest())["messages"] if m["role"] == "assistant"]
+    finally:
+        store.close()
+
+
+def test_chat_format_command_sets_shows_and_clears_the_format(tiny_profile: str, schema_file: Path) -> None:
+    script = (f"/format\n/format schema {schema_file}\nthe cat\n/set\n/format bogus\n/format schema {schema_file}.none\n"
+              "/format off\n/format\n")
+    result = chat(script)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("(format: off; change it with /format json|off|")
+    assert f"(format: JSON schema {schema_file})" in lines
+    assert any(re.fullmatch(rf"\s+format\s+JSON schema {re.escape(str(schema_file))} \(/format\)", line) for line in lines)
+    assert "error: /format json|off|schema FILE_OR_JSON|grammar FILE|regex PATTERN" in lines
+    assert any(line.startswith(f"error: {schema_file}.none: cannot read it") for line in lines)
+    assert lines[-1].startswith("(format: off;")
+    (reply,) = stored_replies()
+    jsonschema.validate(json.loads(reply), SCHEMA)
+
+
+def test_chat_format_flag_holds_every_reply_and_says_when_one_is_cut_short(tiny_profile: str, schema_file: Path) -> None:
+    result = chat("the cat\n/set max_tokens 3\nthe dog\n", "--json-schema", str(schema_file))
+    assert result.exit_code == 0, result.stderr
+    first, second = stored_replies()
+    jsonschema.validate(json.loads(first), SCHEMA)
+    assert "(reply output cut short by max_tokens or the context (stop reason length): it may not match the format)" \
+        in result.stderr.splitlines()
+
+
+# -- the demo pair ---------------------------------------------------------------------------------------
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                   "city": {"type": "string"}},
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.slow
+def test_person_schema_on_the_demo_pair(smollm_f32: Path, smollm_q4_1: Path, tmp_path: Path) -> None:
+    person = tmp_path / "person.json"
+    person.write_text(json.dumps(PERSON))
+    prompt = "Extract the person from: Maria Lopez, 34, is a nurse who lives in Madrid."
+    texts = []
+    for speculative in ([], ["--no-speculative"]):
+        result = cli("run", "--target", str(smollm_f32), "--draft", str(smollm_q4_1), "--json-schema", str(person),
+                     "--temperature", "0.8", "--seed", "7", "--max-tokens", "100", *speculative, prompt)
+        assert result.exit_code == 0, result.stderr
+        jsonschema.validate(json.loads(result.stdout), PERSON)
+        texts.append(result.stdout)
+    assert texts[0] == texts[1]
+    assert json.loads(texts[0])["age"] == 34
