@@ -27,8 +27,13 @@ WORDS = [
 N_SPECIAL_AND_BYTE_TOKENS = 3 + 256
 
 
-def vocabulary(n_vocab: int, changed_token_id: int | None = None) -> tuple[list[str], list[int]]:
-    """Token texts and types: <unk>, <s>, </s>, the 256 byte tokens, then word pieces."""
+def vocabulary(n_vocab: int, changed_token_id: int | None = None, space_token: bool = False) -> tuple[list[str], list[int]]:
+    """Token texts and types: <unk>, <s>, </s>, the 256 byte tokens, then word pieces.
+
+    With `space_token` the last piece is "▁" (a lone space), as real SentencePiece
+    vocabularies have: without it llama.cpp spells a space as the bytes of "▁", which
+    do not read back as a space (grammar tests need text and tokens to agree).
+    """
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
     i = 0
@@ -41,6 +46,8 @@ def vocabulary(n_vocab: int, changed_token_id: int | None = None) -> tuple[list[
         i += 1
     if changed_token_id is not None:
         tokens[changed_token_id] = tokens[changed_token_id] + "_changed"
+    if space_token:
+        tokens[-1] = "▁"
     return tokens, [int(t) for t in types]
 
 
@@ -102,9 +109,10 @@ def write_model(
     changed_token_id: int | None = None,
     tokenizer_model: str = "llama",
     context_length: int = CONTEXT_LENGTH,
+    space_token: bool = False,
 ) -> Path:
     """Write a GGUF file for `weights` with the tiny vocabulary."""
-    tokens, types = vocabulary(n_vocab, changed_token_id)
+    tokens, types = vocabulary(n_vocab, changed_token_id, space_token)
     writer = GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     writer.add_context_length(context_length)
@@ -136,12 +144,13 @@ def write_model(
 
 
 def write_pair(folder: Path, n_vocab: int = N_SPECIAL_AND_BYTE_TOKENS + 24, draft_noise: float = 0.15,
-               context_length: int = CONTEXT_LENGTH) -> tuple[Path, Path]:
+               context_length: int = CONTEXT_LENGTH, space_token: bool = False) -> tuple[Path, Path]:
     """A target and a draft with the same vocabulary and different weights."""
     target_weights = random_weights(n_vocab, seed=1)
     draft_weights = perturbed(target_weights, seed=2, amount=draft_noise)
-    target = write_model(folder / "tiny-target.gguf", target_weights, n_vocab=n_vocab, context_length=context_length)
-    draft = write_model(folder / "tiny-draft.gguf", draft_weights, n_vocab=n_vocab, context_length=context_length)
+    shared = dict(n_vocab=n_vocab, context_length=context_length, space_token=space_token)
+    target = write_model(folder / "tiny-target.gguf", target_weights, **shared)
+    draft = write_model(folder / "tiny-draft.gguf", draft_weights, **shared)
     return target, draft
 
 

@@ -56,7 +56,9 @@ class TokenGrammar:
         whoever decodes: target-only and speculative decoding emit the same tokens.
         """
         tokens = self._matcher.compute_ff_tokens()
-        return int(tokens[0]) if tokens else None
+        if not tokens or self._matcher.validate_tokens(tokens[:1]) != 1:
+            return None  # a vocabulary that spells the forced text unlike its own tokens leaves the choice open
+        return int(tokens[0])
 
     def allowed(self) -> np.ndarray:
         """The sorted ids of the tokens allowed next: the forced token alone where there is one."""

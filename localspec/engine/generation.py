@@ -274,9 +274,10 @@ def generate_text(
     prompt_tokens: Sequence[int],
     settings: GenerationSettings,
     drafter: Drafter | None = None,
+    grammar: str | None = None,
 ) -> Generation:
     """Run a generation to the end and return it (for callers that do not stream)."""
-    generation = Generation(target, prompt_tokens, settings, drafter)
+    generation = Generation(target, prompt_tokens, settings, drafter, grammar)
     for _ in generation:
         pass
     return generation

@@ -1,0 +1,138 @@
+"""Generation held to a grammar, on the tiny model pair.
+
+Losslessness w.r.t. the constrained target: over many seeds the first two
+tokens the speculative loop emits follow the target's distribution masked by
+the grammar (each step's mask from the grammar's state after the tokens
+before it), for rejection and coupled verification, model and lookup drafts.
+After rejected drafts the grammar is where target-only decoding would leave it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import llguidance
+import numpy as np
+import pytest
+from stats_helpers import chi_square_pvalue
+from tiny_models import write_pair
+
+from localspec.engine.constraint import TokenGrammar
+from localspec.engine.drafters import build_drafter
+from localspec.engine.generation import Generation, StopReason, generate_text
+from localspec.engine.sampling import next_token_probs
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+
+PROMPT = [1, 260, 265, 270]
+REPEATING_PROMPT = [1, 260, 265, 270, 262, 260, 265]  # lookup drafts [270, 262, ...], which the grammar cuts
+N_SEEDS = 1200
+ALPHA = 1e-3
+T1 = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+# Words of the tiny vocabulary, each a token of its own ("▁the" ...) or spelled from byte tokens:
+# the grammar leaves a real choice at every step and forbids most of the vocabulary.
+WORDS_GRAMMAR = llguidance.LLMatcher.grammar_from_regex(r"( the| cat| dog| sat| on| mat| red| sun| sky| sea)+")
+# A forced opening and closing around one choice: forced tokens, then a choice, then the end.
+FORCED_GRAMMAR = llguidance.LLMatcher.grammar_from_regex(r" the (cat|dog|sun) is blue")
+
+
+@pytest.fixture(scope="module")
+def spaced_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny pair with a lone-space token, so that forced text with spaces tokenizes as it reads."""
+    return write_pair(tmp_path_factory.mktemp("tiny-spaced"), space_token=True)
+
+
+def exact_masked_two_tokens(target: Model, grammar: str, sampling: SamplingParams, prompt: list[int]) -> dict:
+    """P(t1, t2) under the target's distribution masked by the grammar at each step."""
+    state = TokenGrammar.start(target, grammar)
+    first = next_token_probs(target.next_logits(prompt), sampling, state.allowed())
+    joint = {}
+    for t1, p1 in zip(first.ids, first.values):
+        state.consume([int(t1)])
+        second = next_token_probs(target.next_logits([*prompt, int(t1)]), sampling, state.allowed())
+        for t2, p2 in zip(second.ids, second.values):
+            joint[(int(t1), int(t2))] = float(p1 * p2)
+        state._rollback(1)
+    return joint
+
+
+CASES = {
+    # name: (speculative settings, prompt)
+    "rejection-model": (SpeculativeParams(strategy="model", draft_max=3, verify="rejection"), PROMPT),
+    "coupled-model": (SpeculativeParams(strategy="model", draft_max=3), PROMPT),
+    "rejection-hybrid": (SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), REPEATING_PROMPT),
+}
+FAST_CASES: tuple[str, ...] = ()  # each case draws 1200 generations: the slow suite runs them
+
+
+@pytest.mark.parametrize("case", [pytest.param(name, marks=[] if name in FAST_CASES else [pytest.mark.slow]) for name in CASES])
+def test_constrained_speculation_matches_the_masked_target_distribution(spaced_pair: tuple[Path, Path], case: str) -> None:
+    speculative, prompt = CASES[case]
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        exact = exact_masked_two_tokens(target, WORDS_GRAMMAR, T1, prompt)
+        counts: Counter = Counter()
+        proposed = accepted = 0
+        for seed in range(N_SEEDS):
+            settings = GenerationSettings(T1, speculative, max_tokens=3, seed=seed)
+            generation = generate_text(target, prompt, settings, build_drafter(speculative, T1, draft), WORDS_GRAMMAR)
+            counts[tuple(generation.tokens[:2])] += 1
+            proposed += generation.stats.draft_tokens_proposed
+            accepted += generation.stats.draft_tokens_accepted
+    assert len(exact) > 20  # the grammar leaves a real choice
+    assert accepted > 100 and proposed - accepted > 100  # both sides of the acceptance rule were exercised
+    assert chi_square_pvalue(counts, exact) > ALPHA
+
+
+def test_the_unmasked_target_fails_the_same_test(spaced_pair: tuple[Path, Path]) -> None:
+    """Power check: target-only samples without the grammar are far from the masked distribution."""
+    with Model(spaced_pair[0]) as target:
+        exact = exact_masked_two_tokens(target, WORDS_GRAMMAR, T1, PROMPT)
+        counts = Counter(
+            tuple(generate_text(target, PROMPT, GenerationSettings(T1, max_tokens=2, seed=seed)).tokens)
+            for seed in range(200)
+        )
+    assert chi_square_pvalue(counts, exact) < ALPHA
+
+
+def test_the_grammar_follows_the_emitted_tokens_after_rejections(spaced_pair: tuple[Path, Path]) -> None:
+    """After every step, the generation's grammar allows exactly what a grammar fed the emitted tokens allows."""
+    speculative = SpeculativeParams(strategy="model", draft_max=4, verify="rejection")
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        rejections = 0
+        for seed in range(6):
+            settings = GenerationSettings(T1, speculative, max_tokens=24, seed=seed)
+            generation = Generation(target, PROMPT, settings, build_drafter(speculative, T1, draft), WORDS_GRAMMAR)
+            for _ in generation:
+                replay = TokenGrammar.start(target, WORDS_GRAMMAR)
+                replay.consume(generation.tokens)
+                assert np.array_equal(generation.grammar.allowed(), replay.allowed())
+            rejections += generation.stats.draft_tokens_proposed - generation.stats.draft_tokens_accepted
+            text = target.detokenize(generation.tokens)
+            assert text.startswith(" ") and set(text.split()) <= {"the", "cat", "dog", "sat", "on", "mat", "red", "sun", "sky", "sea"}
+    assert rejections > 10
+
+
+@pytest.mark.parametrize("verify", ["coupled", "rejection"])
+def test_forced_tokens_and_the_grammars_end(spaced_pair: tuple[Path, Path], verify: str) -> None:
+    """Forced text is appended without sampling; the generation stops when the grammar is complete,
+    and speculative decoding emits what target-only decoding does (coupled: for every seed)."""
+    speculative = SpeculativeParams(strategy="model", draft_max=3, verify=verify)
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        for seed in range(8):
+            settings = GenerationSettings(T1, speculative, max_tokens=40, seed=seed)
+            alone = generate_text(target, PROMPT, settings, None, FORCED_GRAMMAR)
+            drafted = generate_text(target, PROMPT, settings, build_drafter(speculative, T1, draft), FORCED_GRAMMAR)
+            for generation in (alone, drafted):
+                assert generation.stop_reason is StopReason.EOS
+                assert generation.text in {" the cat is blue", " the dog is blue", " the sun is blue"}
+                assert generation.stats.forced_tokens > 0
+            if verify == "coupled":
+                assert drafted.tokens == alone.tokens
+
+
+def test_max_tokens_cuts_a_grammar_short(spaced_pair: tuple[Path, Path]) -> None:
+    with Model(spaced_pair[0]) as target:
+        generation = generate_text(target, PROMPT, GenerationSettings(T1, max_tokens=2, seed=0), None, FORCED_GRAMMAR)
+    assert generation.stop_reason is StopReason.LENGTH and len(generation.tokens) == 2
