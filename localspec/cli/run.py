@@ -24,6 +24,7 @@ from .output_format import (
     cut_short_message,
     output_format_from_options,
 )
+from .tool_options import calls_as_json, tool_options, tool_run_from_options
 
 
 @click.command()
@@ -33,6 +34,7 @@ from .output_format import (
 @SPECULATIVE_OPTION
 @click.option("--raw", is_flag=True, help="Plain completion: no chat template.")
 @OUTPUT_FORMAT_OPTIONS
+@tool_options
 @STATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @VERBOSE_OPTION
@@ -48,21 +50,25 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
       localspec run -p qwen2.5-7b --json "Hi"
       localspec run --target big.gguf --draft small.gguf "Hi"
       localspec run --json-schema person.json "Extract the person from: ..."
+      localspec run --tools tools.json --tool-choice required "Weather in Paris?"
     """
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
+    tool_run = tool_run_from_options(options, raw or output_format is not None)
     text = read_prompt(prompt)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
     with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
-        if raw:
+        if tool_run is not None:
+            prompt_tokens = tool_run.prompt_tokens(session, [*session.system_messages(), {"role": "user", "content": text}])
+        elif raw:
             prompt_tokens = session.raw_prompt_tokens(text)
         else:
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
         generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative,
-                                        grammar=compiled.grammar if compiled else None)
+                                        grammar=tool_run.grammar if tool_run else compiled.grammar if compiled else None)
         for chunk in generation:
-            if not as_json and chunk.text:
+            if not as_json and chunk.text and tool_run is None:
                 write_stdout(chunk.text)
         session_placement = session.placement()
     if as_json:
@@ -82,7 +88,12 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         if output_format is not None:
             report["format"] = {**output_format.to_dict(), "warnings": list(compiled.warnings) if compiled else []}
             report["complete"] = cut_short_message(generation.stop_reason) is None
+        if tool_run is not None:
+            calls = tool_run.calls(generation)
+            report["tool_calls"] = calls_as_json(calls) if calls else None
         write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
+    elif tool_run is not None:
+        tool_run.print_answer(generation)
     elif generation.text and not generation.text.endswith("\n") and sys.stdout.isatty():
         write_stdout("\n")
     if stats:
@@ -95,6 +106,6 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)
-    if output_format is not None and (cut_short := cut_short_message(generation.stop_reason)):
+    if (output_format is not None or tool_run is not None) and (cut_short := cut_short_message(generation.stop_reason)):
         click.echo(f"localspec: {cut_short}", err=True)
         sys.exit(1)
