@@ -326,3 +326,10 @@ def test_run_tools_bad_files_are_one_line(tmp_path: Path) -> None:
     one_error_line(cli("run", "--tools", str(good), "--tool-choice", "nope", "hi"), 2, "--tool-choice", "nope")
     one_error_line(cli("run", "--tool-choice", "required", "hi"), 2, "--tool-choice needs --tools")
     one_error_line(cli("run", "--tools", str(good), "--format", "json", "hi"), 2, "--tools cannot be combined")
+
+
+def test_a_schema_that_cannot_be_written_as_json_is_one_line() -> None:
+    infinite = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "number", "maximum": float("inf")}}}}}
+    with pytest.raises(InputError, match="cannot be written as JSON"):
+        prepare_tools(request(tools=[infinite]), PLAIN, lambda text: False)

@@ -182,7 +182,7 @@ def history_message(message: dict[str, Any], role: str, content: str | None, whe
         if not isinstance(call_id, str):
             raise ToolError(f"{where}.tool_call_id must be a string (the id of the call this answers)",
                             f"{where}.tool_call_id")
-        return {"role": "tool", "content": content or "", "tool_call_id": call_id}
+        return {"role": "tool", "content": content or "", "tool_call_id": clean_text(call_id)[0]}
     calls = message.get("tool_calls")
     if role != "assistant" or calls is None:
         return {"role": role, "content": content or ""}
@@ -299,7 +299,7 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
         head = json.dumps(f'{{"name": "{tool.name}", "{arguments_key}": ')
         lines.append(f'call_{i}: {head} arguments_{i} "}}"')
         schema = {**_closed(tool.parameters), "x-guidance": ARGUMENT_LAYOUT}
-        lines.append(f"arguments_{i}: %json {json.dumps(schema, ensure_ascii=False)}")
+        lines.append(f"arguments_{i}: %json {json.dumps(schema, ensure_ascii=False, allow_nan=False)}")
     return lines
 
 
@@ -371,7 +371,11 @@ class CallStream:
 
 
 def _quote(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    """`value` as JSON for an error message, cut short when long."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return "(a value nested too deeply to show)"
     return text if len(text) <= 120 else text[:119] + "…"
 
 
@@ -396,7 +400,10 @@ class ToolSetup:
 def prepare_tools(request: ToolRequest, template: str | None, is_special: Callable[[str], bool]) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
     syntax = detect_syntax(template)
-    lark = tool_grammar(request, syntax, is_special)
+    try:
+        lark = tool_grammar(request, syntax, is_special)
+    except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out
+        raise InputError("tools: a parameters schema cannot be written as JSON") from None
     return ToolSetup(request, syntax, compile_format(OutputFormat("grammar", lark, "tools")).grammar)
 
 
