@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -17,6 +19,7 @@ from localspec.engine.grammar import compile_format
 from localspec.runtime.model import Model
 
 CASES = structured_set()
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 FIRST_BYTE_TOKEN = 3  # tiny_models.vocabulary: <unk>, <s>, </s>, then the 256 byte tokens in order
 
 
@@ -68,16 +71,20 @@ def test_every_grammar_accepts_its_example_token_by_token(tiny_pair: tuple[Path,
 
 
 @pytest.fixture(scope="module")
-def long_context_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def long_context_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A tiny pair whose context holds the set's prompts (their bytes are tokens on the tiny vocabulary)."""
-    target, draft = write_pair(tmp_path_factory.mktemp("tiny-1k"), context_length=1024)
-    return Path(f'[target]\npath = "{target}"\n[draft]\npath = "{draft}"\n[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
+    return write_pair(tmp_path_factory.mktemp("tiny-1k"), context_length=1024)
 
 
-def _profile(text: Path) -> str:
+@pytest.fixture
+def long_context_profile(long_context_pair: tuple[Path, Path]) -> str:
+    """A user profile "tiny1k" on that pair, with a chat template, one thread per model (tiny models need no more,
+    and a loaded machine slows many threads most)."""
     path = user_profiles_dir() / "tiny1k.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(str(text))
+    target, draft = long_context_pair
+    path.write_text(f'[target]\npath = "{target}"\nn_threads = 1\n[draft]\npath = "{draft}"\nn_threads = 1\n'
+                    f'[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
     return "tiny1k"
 
 
@@ -89,8 +96,8 @@ STRUCTURED_FIELDS = {
 }
 
 
-def test_bench_structured_reports_constrained_and_free_side_by_side(long_context_profile: Path) -> None:
-    result = cli("bench", "-p", _profile(long_context_profile), "--structured", "--limit", "1", "--max-tokens", "12",
+def test_bench_structured_reports_constrained_and_free_side_by_side(long_context_profile: str) -> None:
+    result = cli("bench", "-p", long_context_profile, "--structured", "--limit", "1", "--max-tokens", "12",
                  "--temperatures", "1", "--draft-max", "3", "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
@@ -106,11 +113,11 @@ def test_bench_structured_reports_constrained_and_free_side_by_side(long_context
     assert row["identical_prompts"] == row["free_identical_prompts"] == 1
 
 
-def test_bench_json_schema_holds_every_prompt_to_one_schema(long_context_profile: Path, tmp_path: Path) -> None:
+def test_bench_json_schema_holds_every_prompt_to_one_schema(long_context_profile: str, tmp_path: Path) -> None:
     schema = tmp_path / "answer.json"
     schema.write_text('{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],'
                       ' "additionalProperties": false}')
-    result = cli("bench", "-p", _profile(long_context_profile), "--json-schema", str(schema), "--prompts", "2",
+    result = cli("bench", "-p", long_context_profile, "--json-schema", str(schema), "--prompts", "2",
                  "--max-tokens", "160", "--temperatures", "0", "--draft-max", "2", "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
@@ -132,3 +139,44 @@ def test_bench_json_schema_holds_every_prompt_to_one_schema(long_context_profile
 ])
 def test_bench_refuses_conflicting_structured_options_in_one_line(args: tuple[str, ...], fragment: str) -> None:
     one_error_line(cli("bench", *args), 2, fragment)
+
+
+def _check_structured():
+    """scripts/check_structured.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_structured", SCRIPTS / "check_structured.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_check_script_fails_what_does_not_parse_validate_or_finish() -> None:
+    check_output = _check_structured().check_output
+    case = next(case for case in CASES if case.name == "contact_card")
+    good = json.dumps(case.example)
+    assert check_output(good, False, case.schema) == ""
+    assert check_output(good, True, case.schema) == "cut short by max_tokens"
+    assert check_output(good[:-1], False, case.schema).startswith("not JSON")
+    bad_email = json.dumps({**case.example, "email": "tomasz at nordvik"})
+    assert "does not validate" in check_output(bad_email, False, case.schema) and "email" in check_output(bad_email, False, case.schema)
+    extra = json.dumps({**case.example, "company": "Nordvik"})
+    assert "does not validate" in check_output(extra, False, case.schema)
+
+
+@pytest.mark.slow
+def test_the_check_script_runs_both_doors_and_exits_by_its_count(long_context_profile: str) -> None:
+    """End to end on the tiny pair (its random outputs may or may not validate: the exit status must say which)."""
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "check_structured.py"), "-p", long_context_profile, "--limit", "1",
+         "--max-tokens", "64", "--temperatures", "0.8", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    report = json.loads(result.stdout)
+    assert report["outputs"] == 4 and set(report["by_group"]) == {
+        f"{door} T=0.8 {mode}" for door in ("api", "serve") for mode in ("speculative", "target-only")}
+    assert result.returncode == (0 if report["valid"] == 4 else 1), result.stderr
+    assert len(report["failures"]) == 4 - report["valid"]
+    # Coupled verification and the same seed: each door's speculative text is its target-only text.
+    assert report["speculative_identical_to_target_only"] == {"api": "1/1", "serve": "1/1"}
