@@ -143,7 +143,8 @@ def test_bad_shapes_and_schemas_are_400_naming_the_field(client: openai.OpenAI) 
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
          "response_format.json_schema.schema"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-            "type": "object", "properties": {"x": {"type": "string", "pattern": "(unclosed"}}}}}]}, "tools"),
+            "type": "object", "properties": {"x": {"type": "string", "pattern": "(unclosed"}}}}}]},
+         "tools[0].function.parameters"),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ):
         with pytest.raises(openai.BadRequestError) as error:

@@ -193,8 +193,9 @@ def test_parallel_calls_are_bounded_and_can_be_turned_off(tiny_target: Model) ->
 def test_an_arguments_schema_llguidance_rejects_is_one_line() -> None:
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "x": {"type": "string", "pattern": "(unclosed"}}}}}
-    with pytest.raises(InputError, match="^tools: "):
-        prepare_tools(request(tools=[bad]), PLAIN, lambda text: False)
+    with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: .*unclosed group") as error:
+        prepare_tools(request(tools=[ADD, bad]), PLAIN, lambda text: False)
+    assert error.value.param == "tools[1].function.parameters"
 
 
 # -- reading calls back, and sorting a stream --------------------------------------------------------------

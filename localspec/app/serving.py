@@ -222,7 +222,7 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | N
     try:
         return prepare_tools(parsed.tools, _template(served), special_token_test(served.queue.session.target))
     except LocalspecError as exc:  # an arguments schema llguidance rejects
-        raise ApiError(400, str(exc), param="tools") from None
+        raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
 
 
 def _template(served: ServedModel) -> str | None:

@@ -404,7 +404,21 @@ def prepare_tools(request: ToolRequest, template: str | None, is_special: Callab
         lark = tool_grammar(request, syntax, is_special)
     except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
-    return ToolSetup(request, syntax, compile_format(OutputFormat("grammar", lark, "tools")).grammar)
+    try:
+        return ToolSetup(request, syntax, compile_format(OutputFormat("grammar", lark, "tools")).grammar)
+    except InputError:
+        _blame_schema(request)  # name the tool whose schema llguidance rejects
+        raise
+
+
+def _blame_schema(request: ToolRequest) -> None:
+    """Raise ToolError naming the first tool whose parameters schema llguidance rejects on its own (if one does)."""
+    for index, tool in enumerate(request.tools):
+        where = f"tools[{index}].function.parameters"
+        try:
+            compile_format(OutputFormat("json_schema", json.dumps(_closed(tool.parameters)), where))
+        except InputError as exc:
+            raise ToolError(str(exc), where) from None
 
 
 def special_token_test(model: Any) -> Callable[[str], bool]:
