@@ -159,7 +159,7 @@ def test_run_tools_prints_the_calls_as_json(smollm_f32: Path, smollm_q4_1: Path,
     done = subprocess.run(
         [sys.executable, "-m", "localspec", "run", "--target", str(smollm_f32), "--draft", str(smollm_q4_1),
          "--tools", str(tools), "--tool-choice", "get_weather", "--temperature", "0", "--max-tokens", "160",
-         "What is the weather in Paris?"], capture_output=True, text=True, timeout=300)
+         "What is the weather in Paris?"], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     calls = json.loads(done.stdout)["tool_calls"]
     assert [call["name"] for call in calls] == ["get_weather"]

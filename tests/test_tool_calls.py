@@ -180,7 +180,10 @@ def test_auto_text_may_not_start_like_a_call(tiny_target: Model) -> None:
 
 def test_parallel_calls_are_bounded_and_can_be_turned_off(tiny_target: Model) -> None:
     one = '{"name": "add", "arguments": {"a": 1, "b": 2}}'
-    several = lambda n: '{"tool_calls": [' + ", ".join([one] * n) + "]}"  # noqa: E731
+
+    def several(n: int) -> str:
+        return '{"tool_calls": [' + ", ".join([one] * n) + "]}"
+
     parallel = prepare_tools(request("required"), PLAIN, lambda text: False).grammar
     assert accepts(tiny_target, parallel, several(MAX_CALLS))
     assert not accepts(tiny_target, parallel, several(MAX_CALLS + 1))
