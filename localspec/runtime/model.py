@@ -25,6 +25,7 @@ from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
 from . import rpc
 from .chat_template import SpecialTexts
+from .devices import gpu_devices
 from .grammar_vocab import build_grammar_tokenizer
 from .library import (
     captured_log,
@@ -47,6 +48,13 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def _runs_on_cpu(settings: ModelSettings) -> bool:
+    """Whether a model with these settings is computed by the CPU alone (no GPU, no RPC worker)."""
+    if rpc.worker_devices(settings.rpc) or rpc.registered_workers():
+        return False
+    return settings.n_gpu_layers == 0 or not gpu_devices()
 
 
 def _devices_for(settings: ModelSettings) -> ctypes.Array | None:
@@ -108,6 +116,12 @@ class Model:
         context_params.n_threads = n_threads
         context_params.n_threads_batch = n_threads
         context_params.no_perf = True
+        if _runs_on_cpu(settings):
+            # The CPU's flash-attention kernel splits a lone token's attention over a long cache
+            # (past 256 tokens) unlike a batch's rows, so the same token's logits would differ between
+            # target-only and speculative passes; without it they are bit-identical, and on this CPU
+            # no slower (verify batches over long contexts were faster).
+            context_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = llama_cpp.llama_init_from_model(self._model, context_params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
