@@ -21,13 +21,9 @@ from localspec.engine.drafters import HybridDrafter, build_drafter
 from localspec.engine.generation import generate_text
 from localspec.engine.noise import gumbel
 from localspec.engine.sampling import CoupledSampler, Probs
+from localspec.runtime.library import lone_token_computed_like_a_batch  # noqa: F401 (a skip condition)
 from localspec.runtime.model import Model
-from localspec.settings import (
-    GenerationSettings,
-    ModelSettings,
-    SamplingParams,
-    SpeculativeParams,
-)
+from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
 
 PROMPT = [1, 260, 265, 270, 262, 260, 265]  # ends in a 2-gram seen before, so lookups draft from the start
 N_SEEDS = 12
