@@ -196,7 +196,7 @@ def main() -> int:
     parser.add_argument("--draft", help="A draft GGUF file instead.")
     parser.add_argument("--limit", type=int, help="Only the first N schemas of the set.")
     parser.add_argument("--temperatures", default="0,0.8", help="Comma-separated (default 0,0.8).")
-    parser.add_argument("--max-tokens", type=int, default=512, help="Budget per output (default 512).")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="Budget per output (default 1024: the set's largest answers, digit strings at their maximum length, take up to about 700 tokens).")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--doors", default="api,serve", help="Which of api,serve to go through (default both).")
     parser.add_argument("--json", action="store_true", help="One JSON object on stdout, outputs included.")
