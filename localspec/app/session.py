@@ -48,7 +48,8 @@ class Session:
         `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given."""
         drafter = None
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
-            drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths)
+            drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths,
+                                    constrained=grammar is not None)
         return Generation(self.target, prompt_tokens, settings, drafter, grammar)
 
     def raw_prompt_tokens(self, text: str) -> list[int]:

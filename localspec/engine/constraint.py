@@ -67,14 +67,15 @@ class TokenGrammar:
     def allowed_along(self, tokens: Sequence[int]) -> tuple[int, list[np.ndarray]]:
         """How many of `tokens` to keep, and the allowed tokens before each kept one and after the last.
 
-        A draft is kept up to the first position the grammar forces (forced tokens
-        are appended, not drafted) and up to the grammar's end. `tokens` must be
-        valid here, one after the other (drafted under this grammar). The state is unchanged.
+        A draft is kept up to the grammar's end, and where the grammar forces a
+        token, only if it is that token (a lookup may spell forced text otherwise).
+        `tokens` must be valid here, one after the other (drafted under this
+        grammar). The state is unchanged.
         """
         mask, forced = self.next_tokens()
         masks = [mask]
         for token in tokens:
-            if forced or self.stopped:
+            if self.stopped or forced and token != mask[0]:
                 break
             self.consume([token])
             mask, forced = self.next_tokens()
@@ -90,6 +91,18 @@ class TokenGrammar:
             return np.array([forced]), True
         bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
         return np.flatnonzero(bits[: self.n_vocab]), False
+
+    def forced_run(self, first: int, limit: int) -> list[int]:
+        """Consume the forced token `first` and those forced after it, at most `limit` in all; return them."""
+        run = [first]
+        self.consume(run)
+        while len(run) < limit and not self.stopped:
+            forced = self.forced()
+            if forced is None:
+                break
+            self.consume([forced])
+            run.append(forced)
+        return run
 
     def validate(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the grammar accepts in a row."""

@@ -275,21 +275,22 @@ def temperature_band(temperature: float) -> str:
 class LearnedLengths:
     """Adaptive controllers kept across generations, and what earlier processes learned.
 
-    One controller per drafting side ("model", "ngram"), verification mode and
-    temperature band. A new controller starts from the saved costs of its side
-    (`saved_costs[side]`) and the saved acceptance of its key
-    (`saved_acceptance["side/verify/band"]`); a saved entry that does not fit is
-    ignored and the controller starts from its priors.
+    One controller per drafting side ("model", "ngram"), verification mode,
+    temperature band and output held to a grammar or not. A new controller starts
+    from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
+    of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added
+    under a grammar); a saved entry that does not fit is ignored and the controller
+    starts from its priors.
     """
 
     def __init__(self, saved_costs: dict[str, Any] | None = None, saved_acceptance: dict[str, Any] | None = None) -> None:
         self.saved_costs = dict(saved_costs or {})
         self.saved_acceptance = dict(saved_acceptance or {})
-        self.controllers: dict[tuple[str, str, str], AdaptiveLength] = {}
+        self.controllers: dict[tuple[str, ...], AdaptiveLength] = {}
         self.dropped: list[str] = []  # saved entries that did not fit (for --verbose)
 
-    def controller(self, side: str, verify: str, temperature: float) -> AdaptiveLength:
-        key = (side, verify, temperature_band(temperature))
+    def controller(self, side: str, verify: str, temperature: float, constrained: bool = False) -> AdaptiveLength:
+        key = (side, verify, temperature_band(temperature), *(("constrained",) if constrained else ()))
         if key not in self.controllers:
             self.controllers[key] = self._restored(side, "/".join(key))
         return self.controllers[key]
@@ -309,7 +310,7 @@ class LearnedLengths:
     def costs(self) -> dict[str, Any]:
         """Costs by side: the saved ones, updated by this process's controllers (for a side with several, the first made)."""
         learned = dict(self.saved_costs)
-        for (side, _, _), controller in self.controllers.items():
+        for (side, *_), controller in self.controllers.items():
             if controller.passes:
                 learned[side] = controller.costs()
         return learned

@@ -125,7 +125,7 @@ def make_sampler(verify: str, seed: int) -> CoupledSampler | StreamSampler:
 
 
 class Confidence:
-    """The model's own next-token probabilities (temperature 1, no filter), for p_min and the draft length.
+    """The model's own next-token probabilities (temperature 1, no filter but a grammar's mask), for p_min and the draft length.
 
     A heuristic, not part of what is sampled, so it is computed in float32 over
     the whole vocabulary: one pass of exp, no float64 copy of the row.
@@ -133,10 +133,12 @@ class Confidence:
 
     __slots__ = ("_logits", "_top_logit", "_normalizer")
 
-    def __init__(self, logits: np.ndarray) -> None:
+    def __init__(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> None:
+        """`allowed`: a grammar's mask; the probabilities are then those renormalised over it."""
         self._logits = logits
-        self._top_logit = np.float32(np.max(logits))
-        self._normalizer = float(np.exp(np.asarray(logits, dtype=np.float32) - self._top_logit).sum())
+        within = logits if allowed is None else logits[allowed]
+        self._top_logit = np.float32(np.max(within))
+        self._normalizer = float(np.exp(np.asarray(within, dtype=np.float32) - self._top_logit).sum())
 
     def max(self) -> float:
         """The largest probability."""

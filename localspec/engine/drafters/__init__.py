@@ -23,19 +23,22 @@ def build_drafter(
     sampling: SamplingParams,
     draft_model: Model | None,
     learned: LearnedLengths | None = None,
+    constrained: bool = False,
 ) -> Drafter:
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
     With an adaptive draft length, `learned` keeps one controller per drafting side
-    ("model", "ngram"), verification mode and temperature band across generations,
-    so a chat or a benchmark keeps what it measured (and a run what earlier runs did).
+    ("model", "ngram"), verification mode, temperature band and whether the output
+    is held to a grammar (`constrained`: drafts are accepted far more often there)
+    across generations, so a chat or a benchmark keeps what it measured (and a run
+    what earlier runs did).
     """
     learned = LearnedLengths() if learned is None else learned
 
     def length(side: str) -> DraftLength:
         if not speculative.adaptive:
             return FixedLength(speculative.longest_draft)
-        return learned.controller(side, speculative.verify, sampling.temperature)
+        return learned.controller(side, speculative.verify, sampling.temperature, constrained)
 
     if speculative.strategy == "ngram":
         return NGramDrafter(speculative.ngram_min, speculative.ngram_max, length("ngram"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+import numpy as np
+
 from ...runtime.model import Model
 from ...settings import SamplingParams
 from ..constraint import TokenGrammar
@@ -56,36 +58,43 @@ class ModelDrafter:
         needs_confidence = self.p_min > 0 or self.length.uses_confidence
         along = grammar.copy() if grammar is not None else None
         while True:
-            confidence = Confidence(logits) if needs_confidence else None
-            if self.p_min > 0 and confidence.max() < self.p_min:
+            allowed, forced = along.next_tokens() if along is not None else (None, False)
+            if allowed is not None and len(allowed) == 0:
                 break
-            allowed = None
-            if along is not None:
-                allowed, forced = along.next_tokens()
-                if forced or len(allowed) == 0:  # forced tokens are appended by the generation, not drafted
-                    break
-            if self.sampling.greedy:
-                token = masked_argmax(logits, allowed)
+            if forced:
+                # The grammar's forced text is drafted as it is (the target's rows there allow it alone)
+                # and evaluated by the draft model in one batch.
+                new = along.forced_run(int(allowed[0]), k - len(tokens))
+                certainties = [1.0] * len(new)
+                rows += [Probs(np.array([token]), np.ones(1)) for token in new]
             else:
-                q = next_token_probs(logits, self.sampling, allowed)
-                token = sampler.draw(q, position + len(tokens))
-                if sampler.verifies_by_rejection:
+                confidence = Confidence(logits, allowed) if needs_confidence else None
+                if self.p_min > 0 and confidence.max() < self.p_min:
+                    break
+                if self.sampling.greedy:
+                    token = masked_argmax(logits, allowed)
+                else:
+                    q = next_token_probs(logits, self.sampling, allowed)
+                    token = sampler.draw(q, position + len(tokens))
                     rows.append(q)
-            tokens.append(token)
-            if along is not None:
-                along.consume([token])
-            now = time.perf_counter()
-            self.length.record_draft_step(now - started, first=len(tokens) == 1)
-            started = now
-            if len(tokens) == k or (needs_confidence and not self.length.keep_going(len(tokens), confidence[token])):
+                if along is not None:
+                    along.consume([token])
+                new, certainties = [token], [confidence[token] if confidence is not None else 1.0]
+                now = time.perf_counter()
+                self.length.record_draft_step(now - started, first=not tokens)
+                started = now
+            tokens += new
+            if len(tokens) >= k or (along is not None and along.stopped):  # nothing can follow the grammar's end
                 break
-            if along is not None and along.stopped:  # the draft completes the grammar: nothing can follow
+            if needs_confidence and not all(
+                self.length.keep_going(n, certainty) for n, certainty in enumerate(certainties, len(tokens) - len(new) + 1)
+            ):
                 break
-            logits = self.model.eval([token], logits="last", copy=False)[0]
+            logits = self.model.eval(new, logits="last", copy=False)[0]
         return self._draft(tokens, rows, sampler)
 
     def _draft(self, tokens: list[int], rows: list[Probs], sampler: Sampler) -> Draft:
-        """Drafts to be verified by rejection sampling carry one q per token; greedy and coupled ones need none."""
+        """Drafts to be verified by rejection sampling carry one q per token (`rows`); greedy and coupled ones need none."""
         return Draft(tokens, rows if sampler.verifies_by_rejection and not self.sampling.greedy else None)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
