@@ -22,6 +22,7 @@ from localspec.engine.constraint import TokenGrammar
 from localspec.engine.drafters import build_drafter
 from localspec.engine.generation import Generation, StopReason, generate_text
 from localspec.engine.sampling import next_token_probs
+from localspec.errors import LocalspecError
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 
@@ -130,9 +131,25 @@ def test_forced_tokens_and_the_grammars_end(spaced_pair: tuple[Path, Path], veri
                 assert generation.stats.forced_tokens > 0
             if verify == "coupled":
                 assert drafted.tokens == alone.tokens
+                # Every forced token counted once, whether appended, drafted through or drawn as the bonus,
+                # and never as a draft kept.
+                assert drafted.stats.forced_tokens == alone.stats.forced_tokens
+                assert drafted.stats.draft_tokens_accepted + drafted.stats.forced_tokens <= len(drafted.tokens)
 
 
 def test_max_tokens_cuts_a_grammar_short(spaced_pair: tuple[Path, Path]) -> None:
     with Model(spaced_pair[0]) as target:
         generation = generate_text(target, PROMPT, GenerationSettings(T1, max_tokens=2, seed=0), None, FORCED_GRAMMAR)
     assert generation.stop_reason is StopReason.LENGTH and len(generation.tokens) == 2
+
+
+@pytest.mark.parametrize("pattern", [r"[^\s\S]", r" the[^\s\S]"])
+def test_a_format_that_cannot_be_completed_is_an_error_not_a_complete_output(spaced_pair: tuple[Path, Path], pattern: str) -> None:
+    """A regex that matches nothing (here or after " the") puts llguidance's matcher in an error state:
+    a one-line error, target-only and speculative alike, never an empty output reported complete."""
+    grammar = llguidance.LLMatcher.grammar_from_regex(pattern)
+    speculative = SpeculativeParams(strategy="model", draft_max=3)
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        for drafter in (None, build_drafter(speculative, T1, draft)):
+            with pytest.raises(LocalspecError, match="cannot be completed"):
+                generate_text(target, PROMPT, GenerationSettings(T1, speculative, max_tokens=8, seed=0), drafter, grammar)

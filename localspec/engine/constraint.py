@@ -46,6 +46,7 @@ class TokenGrammar:
     @property
     def stopped(self) -> bool:
         """The grammar is complete: it takes no more tokens (an end-of-generation token at most)."""
+        self._raise_on_error()
         return bool(self._matcher.is_stopped())
 
     def forced(self) -> int | None:
@@ -64,33 +65,47 @@ class TokenGrammar:
         """The sorted ids of the tokens allowed next: the forced token alone where there is one."""
         return self.next_tokens()[0]
 
-    def allowed_along(self, tokens: Sequence[int]) -> tuple[int, list[np.ndarray]]:
-        """How many of `tokens` to keep, and the allowed tokens before each kept one and after the last.
+    def allowed_along(self, tokens: Sequence[int]) -> tuple[list[np.ndarray], list[bool]]:
+        """The allowed tokens before each draft token kept and after the last, and which were forced.
 
         A draft is kept up to the grammar's end, and where the grammar forces a
-        token, only if it is that token (a lookup may spell forced text otherwise).
-        `tokens` must be valid here, one after the other (drafted under this
-        grammar). The state is unchanged.
+        token, only if it is that token (a lookup may spell forced text otherwise):
+        the draft keeps len(masks) - 1 tokens. `tokens` must be valid here, one
+        after the other (drafted under this grammar). The state is unchanged.
         """
         mask, forced = self.next_tokens()
-        masks = [mask]
+        masks, forced_at = [mask], [forced]
         for token in tokens:
             if self.stopped or forced and token != mask[0]:
                 break
             self.consume([token])
             mask, forced = self.next_tokens()
             masks.append(mask)
-        kept = len(masks) - 1
-        self._rollback(kept)
-        return kept, masks
+            forced_at.append(forced)
+        self._rollback(len(masks) - 1)
+        return masks, forced_at
 
     def next_tokens(self) -> tuple[np.ndarray, bool]:
-        """The sorted ids allowed next, and whether that is one token the grammar forces."""
+        """The sorted ids allowed next, and whether that is one token the grammar forces.
+
+        A grammar that cannot be completed from here (a regex that matches nothing,
+        a rule that never ends, a limit of llguidance's reached) is a LocalspecError,
+        never an end passed off as complete.
+        """
         forced = self.forced()
         if forced is not None:
             return np.array([forced]), True
         bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-        return np.flatnonzero(bits[: self.n_vocab]), False
+        allowed = np.flatnonzero(bits[: self.n_vocab])
+        self._raise_on_error()
+        if len(allowed) == 0 and not self._matcher.is_stopped():
+            raise LocalspecError("the output format cannot be completed from here: it allows no token")
+        return allowed, False
+
+    def _raise_on_error(self) -> None:
+        """A matcher in its error state (the format cannot be completed, or a limit was reached) is a one-line error."""
+        if self._matcher.is_error():
+            raise LocalspecError(f"the output format cannot be completed from here: {_first_line(self._matcher.get_error())}")
 
     def forced_run(self, first: int, limit: int) -> list[int]:
         """Consume the forced token `first` and those forced after it, at most `limit` in all; return them."""
@@ -111,7 +126,7 @@ class TokenGrammar:
     def consume(self, tokens: Sequence[int]) -> None:
         """Advance over `tokens`, which the grammar has allowed."""
         if tokens and not self._matcher.consume_tokens(list(tokens)):
-            raise LocalspecError(f"the grammar refused a token it had allowed: {_first_line(self._matcher.get_error())}")
+            raise LocalspecError(f"the output format stopped with an error: {_first_line(self._matcher.get_error())}")
 
     def _rollback(self, n: int) -> None:
         if n and not self._matcher.rollback(n):

@@ -108,7 +108,7 @@ class Generation:
                 draft = self._propose(context, room, sampler, position)
                 # 2. One target pass scores [last, d_1..d_k] (after any forced tokens): k+1 rows of logits,
                 #    each masked by the grammar's state after the drafts before it.
-                draft, allowed = self._masked(draft)
+                draft, allowed, forced_at = self._masked(draft)
                 target_logits, verify_seconds = self._score(context, draft, len(forced.tokens))
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(
@@ -117,7 +117,7 @@ class Generation:
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
-                self._record(draft, n_accepted, verify_seconds)
+                self._record(draft, n_accepted, verify_seconds, forced_at)
                 # 6. Emit the new tokens, up to an end-of-generation token, a stop string or the grammar's end.
                 chunk = self._emit(new_tokens, n_accepted, context)
                 if self.stop_reason is not None:  # an end token or a stop string among the kept drafts:
@@ -181,16 +181,17 @@ class Generation:
         self.stats.forced_tokens += len(tokens)
         return Chunk(tokens, text, 0)
 
-    def _masked(self, draft: Draft) -> tuple[Draft, list[np.ndarray] | None]:
-        """The draft up to the grammar's first forced position, and each target row's mask."""
+    def _masked(self, draft: Draft) -> tuple[Draft, list[np.ndarray] | None, list[bool]]:
+        """The draft as the grammar keeps it, each target row's mask, and the rows whose token it forces."""
         if self.grammar is None:
-            return draft, None
+            return draft, None, []
         started = time.perf_counter()
-        kept, masks = self.grammar.allowed_along(draft.tokens)
+        masks, forced_at = self.grammar.allowed_along(draft.tokens)
         self.stats.mask_seconds += time.perf_counter() - started
+        kept = len(masks) - 1
         if kept < len(draft.tokens):
             draft = Draft(draft.tokens[:kept], None if draft.q_draft is None else draft.q_draft[:kept])
-        return draft, masks
+        return draft, masks, forced_at
 
     def _propose(self, context: list[int], room: int, sampler: Sampler, position: int) -> Draft:
         """The drafter's proposal, or no draft when it is too short to be worth a batched pass.
@@ -236,11 +237,15 @@ class Generation:
         logits = self.target.eval(tokens, logits=len(tokens) - n_forced, copy=False)[:rows]
         return logits, time.perf_counter() - started
 
-    def _record(self, draft: Draft, n_accepted: int, verify_seconds: float) -> None:
+    def _record(self, draft: Draft, n_accepted: int, verify_seconds: float, forced_at: list[bool]) -> None:
+        """Count the pass. Tokens a grammar forced (`forced_at[i]`: row i's token) are counted as forced,
+        not as drafts proposed and kept; the drafter is told the whole draft, which it paid for."""
+        self.stats.forced_tokens += sum(forced_at[: n_accepted + 1])
         if not draft.tokens:
             self.stats.target_passes += 1
             return
-        self.stats.record_pass(len(draft.tokens), n_accepted)
+        forced_drafts = sum(forced_at[: len(draft.tokens)])
+        self.stats.record_pass(len(draft.tokens) - forced_drafts, n_accepted - sum(forced_at[:n_accepted]))
         self.drafter.observe(len(draft.tokens), n_accepted, verify_seconds)
 
     def _emit(self, new_tokens: list[int], n_accepted: int, context: list[int]) -> Chunk:

@@ -26,8 +26,8 @@ def build_grammar_tokenizer(llama_cpp: ModuleType, vocab: Any, n_vocab: int, end
     pieces: list[bytes] = []
     for token in range(n_vocab):
         n = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, True)
-        if n > len(buffer):
-            buffer = ctypes.create_string_buffer(n)
+        if n < 0:  # the piece needs -n bytes
+            buffer = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, True)
         piece = bytes(buffer[: max(n, 0)])
         attributes = llama_cpp.llama_vocab_get_attr(vocab, token)

@@ -59,8 +59,10 @@ class ModelDrafter:
         along = grammar.copy() if grammar is not None else None
         while True:
             allowed, forced = along.next_tokens() if along is not None else (None, False)
-            if allowed is not None and len(allowed) == 0:
-                break
+            if allowed is not None:
+                allowed = allowed[allowed < self.model.n_vocab]  # a target may have a few more tokens than its draft
+                if len(allowed) == 0:
+                    break
             if forced:
                 # The grammar's forced text is drafted as it is (the target's rows there allow it alone)
                 # and evaluated by the draft model in one batch.
