@@ -165,6 +165,9 @@ async def answer(served: ServedModel, request: Request, *, chat: bool, max_body_
     except ClientGone:
         served.metrics.count("disconnected")
         return Response(status_code=CLIENT_CLOSED)
+    except LocalspecError as exc:  # e.g. an output format that cannot be completed: said in one line, no traceback
+        served.metrics.count("error")
+        return ApiError(500, str(exc), kind="server_error").response()
     except Exception:
         log.exception("error: %s %s failed (the server goes on)", request.method, request.url.path)
         served.metrics.count("error")
