@@ -165,11 +165,7 @@ def bench(
     best = best_by_temperature(results)
     if as_json:
         click.echo(json.dumps({
-            "target": str(plan.target.path),
-            "draft": str(plan.draft.path) if plan.draft else None,
-            "placement": placement,
-            "prompts": len(prompts),
-            "repeat": repeat,
+            **_header(plan, placement, len(prompts), repeat),
             "results": [r.to_dict() for r in results],
             "best": {str(t): r.to_dict() for t, r in best.items()},
         }, indent=2))
@@ -232,6 +228,17 @@ def _constrained_prompts(
     return [ConstrainedPrompt(name, prompt, compiled[fmt]) for name, prompt, fmt in pairs]
 
 
+def _header(plan: Any, placement: dict, n_prompts: int, repeat: int) -> dict[str, Any]:
+    """What every `bench --json` report opens with: the models, where they ran, the prompts and repeats."""
+    return {
+        "target": str(plan.target.path),
+        "draft": str(plan.draft.path) if plan.draft else None,
+        "placement": placement,
+        "prompts": n_prompts,
+        "repeat": repeat,
+    }
+
+
 def _report_structured(
     plan: Any, placement: dict, prompts: list[ConstrainedPrompt], repeat: int, results: list[StructuredResult],
     as_json: bool,
@@ -239,12 +246,8 @@ def _report_structured(
     """The structured bench's results: one JSON object on stdout, or a table."""
     if as_json:
         click.echo(json.dumps({
-            "target": str(plan.target.path),
-            "draft": str(plan.draft.path) if plan.draft else None,
-            "placement": placement,
-            "prompts": len(prompts),
+            **_header(plan, placement, len(prompts), repeat),
             "schemas": list(dict.fromkeys(prompt.name for prompt in prompts)),
-            "repeat": repeat,
             "results": [r.to_dict() for r in results],
         }, indent=2))
     else:
