@@ -105,6 +105,22 @@ def test_ctrl_c_during_generation_exits_130_without_a_traceback(tiny_args: list[
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 1
 
 
+def test_ctrl_c_under_a_format_says_the_output_was_cut_short(tiny_args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import localspec.cli.run as run_module
+
+    real_write = run_module.write_stdout
+
+    def write_then_interrupt(text: str) -> None:
+        real_write(text)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(run_module, "write_stdout", write_then_interrupt)
+    result = cli(*tiny_args, "--max-tokens", "64", "--regex", "(the|cat| )+", "the cat")
+    assert result.exit_code == 130
+    assert "Traceback" not in result.stderr
+    assert "localspec: output cut short by an interruption" in result.stderr
+
+
 @pytest.mark.parametrize("command", [["run"], ["run", "-"], ["chat"]])
 def test_a_closed_stdin_without_a_prompt_is_a_usage_error(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", None)  # `localspec run <&-`: Python starts with sys.stdin None

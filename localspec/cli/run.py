@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ..engine.generation import StopReason
 from .common import read_prompt, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -67,9 +68,14 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
         generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative,
                                         grammar=tool_run.grammar if tool_run else compiled.grammar if compiled else None)
-        for chunk in generation:
-            if not as_json and chunk.text and tool_run is None:
-                write_stdout(chunk.text)
+        try:
+            for chunk in generation:
+                if not as_json and chunk.text and tool_run is None:
+                    write_stdout(chunk.text)
+        except KeyboardInterrupt:
+            if output_format is not None or tool_run is not None:  # never passed off as complete
+                click.echo(f"\nlocalspec: {cut_short_message(StopReason.INTERRUPTED)}", err=True)
+            raise
         session_placement = session.placement()
     if as_json:
         report = {
