@@ -13,8 +13,14 @@ from typing import Any, Iterator
 import llguidance
 import pytest
 from cli_helpers import cli, one_error_line
+from conftest import TINY_TEMPLATE
+from gguf import TokenType
+from starlette.testclient import TestClient
+from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
 
+from localspec.app.generation_queue import GenerationQueue
 from localspec.app.openai_request import ApiError, parse_request
+from localspec.app.serving import ServedModel, create_app
 from localspec.app.session import Session
 from localspec.app.tool_calls import (
     MAX_CALLS,
@@ -25,8 +31,11 @@ from localspec.app.tool_calls import (
     detect_syntax,
     parse_calls,
     prepare_tools,
+    special_token_test,
     tool_request,
 )
+from localspec.config.paths import user_profiles_dir
+from localspec.engine.generation import StopReason
 from localspec.errors import InputError
 from localspec.runtime.chat_template import render_chat
 from localspec.runtime.model import Model
@@ -337,3 +346,169 @@ def test_a_schema_that_cannot_be_written_as_json_is_one_line() -> None:
         "x": {"type": "number", "maximum": float("inf")}}}}}
     with pytest.raises(InputError, match="cannot be written as JSON"):
         prepare_tools(request(tools=[infinite]), PLAIN, lambda text: False)
+
+
+def test_a_deeply_nested_tools_file_or_schema_is_one_line(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    one_error_line(cli("run", "--tools", str(deep), "hi"), 2, "deep.json", "nested too deeply")
+    schema: dict[str, Any] = {}
+    for _ in range(100_000):
+        schema = {"not": schema}
+    with pytest.raises(ApiError) as error:
+        parse({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert error.value.status == 400 and error.value.param == "response_format.json_schema.schema"
+
+
+# -- schemas: keywords llguidance does not enforce, and what `arguments` may be ------------------------------
+
+UNENFORCED = {"type": "function", "function": {"name": "contact", "parameters": {"type": "object", "properties": {
+    "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "contains": {"const": "a"}},
+    "phone": {"type": "string", "format": "phone"},
+    "name": {"type": "string", "not": {"const": ""}, "if": {"minLength": 1}, "then": {"maxLength": 9}}}}}}
+
+
+def calls_text(name: str, arguments: str) -> str:
+    return json.dumps({"tool_calls": [{"name": name, "arguments": json.loads(arguments)}]})
+
+
+def test_keywords_llguidance_does_not_enforce_are_warnings_naming_the_tool(tiny_target: Model) -> None:
+    setup = prepare_tools(request("required", tools=[ADD, UNENFORCED]), PLAIN, lambda text: False)
+    assert setup.warnings and all(w.startswith("tools[1].function.parameters: ") for w in setup.warnings)
+    for keyword in ("uniqueItems", "contains", "phone", "not", "if"):
+        assert any(keyword in warning for warning in setup.warnings), (keyword, setup.warnings)
+    assert accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": ["b", "b"], "phone": "x"}'))
+    assert not accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": [1]}'))  # the rest holds
+    named = prepare_tools(request({"type": "function", "function": {"name": "add"}}, tools=[ADD, UNENFORCED]), PLAIN,
+                          lambda text: False)
+    assert named.warnings == ()  # only the tools the model may call
+
+
+@pytest.mark.parametrize("parameters, valid, invalid", [
+    ({}, ['{"x": [1]}', "{}"], ["false", "[]", '"x"']),
+    ({"type": "object"}, ['{"x": 1, "y": "z"}', "{}"], ["null"]),
+    ({"type": "object", "required": ["x"]}, ['{"x": 1}', '{"x": 1, "y": 2}'], ["{}"]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "x"]}, ['{"a": 1, "x": true}'],
+     ['{"a": 1}']),
+    ({"type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}]}, ['{"a": 1}'],
+     ["{}", '{"a": "1"}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "anyOf": [{"required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
+     ['{"a": 1}', '{"b": "x"}'], ["{}"]),
+    ({"type": "object", "patternProperties": {"^n_": {"type": "integer"}}}, ['{"n_1": 1}'], ['{"n_1": "1"}']),
+    ({"type": ["object", "null"], "properties": {"a": {"type": "integer"}}}, ['{"a": 1}', "{}"],
+     ["null", '{"a": 1, "b": 2}']),
+])
+def test_arguments_are_an_object_and_closing_keeps_the_schemas_meaning(tiny_target: Model, parameters: dict[str, Any],
+                                                                        valid: list[str], invalid: list[str]) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    grammar = prepare_tools(request("required", tools=[tool]), PLAIN, lambda text: False).grammar
+    for arguments in valid:
+        assert accepts(tiny_target, grammar, calls_text("f", arguments)), arguments
+        calls = parse_calls(calls_text("f", arguments), ToolSyntax.JSON)
+        assert calls and json.loads(calls[0].arguments) == json.loads(arguments)
+    for arguments in invalid:
+        assert not accepts(tiny_target, grammar, calls_text("f", arguments)), arguments
+
+
+def test_parameters_that_cannot_be_an_object_are_refused() -> None:
+    with pytest.raises(ToolError, match="must describe an object") as error:
+        tool_request([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}])
+    assert error.value.param == "tools[0].function.parameters"
+
+
+# -- markers that are special tokens -----------------------------------------------------------------------
+
+EMPTY = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+PING_CALL = '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
+
+
+def marked_model(folder: Path, kind: TokenType) -> Path:
+    """A tiny model whose vocabulary has <tool_call> and </tool_call> as tokens of type `kind`."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    return write_model(folder / f"marked-{kind.name.lower()}.gguf", random_weights(n_vocab, seed=1), n_vocab=n_vocab,
+                       space_token=True, context_length=1024, special_pieces=[("<tool_call>", kind), ("</tool_call>", kind)])
+
+
+@pytest.fixture(scope="module")
+def control_marked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
+    model = Model(marked_model(tmp_path_factory.mktemp("marked"), TokenType.CONTROL), ModelSettings(n_threads=1))
+    yield model
+    model.close()
+
+
+@pytest.mark.parametrize("kind", [TokenType.CONTROL, TokenType.USER_DEFINED])
+def test_a_call_opened_by_a_special_marker_token_is_read_back(tmp_path: Path, control_marked: Model,
+                                                              kind: TokenType) -> None:
+    """A control token renders as no text, so the grammar spells such a marker out; a user-defined one is its
+    text, and the grammar names it as the token. Either way the forced call reads back."""
+    model = control_marked if kind is TokenType.CONTROL else Model(marked_model(tmp_path, kind), ModelSettings(n_threads=1))
+    try:
+        marker = model.tokenize("<tool_call>", add_special=False, parse_special=True)
+        assert len(marker) == 1
+        assert special_token_test(model)("<tool_call>") is (kind is TokenType.USER_DEFINED)
+        session = Session(model, chat=ChatSettings(template=QWEN))
+        setup = prepare_tools(request("required", parallel=False, tools=[EMPTY]), QWEN, special_token_test(model))
+        messages, definitions = chat_input(HISTORY[:2], setup, QWEN)
+        generation = session.generation(session.chat_prompt_tokens(messages, definitions),
+                                        GenerationSettings.from_values({"sampling.max_tokens": 80}),
+                                        speculative=False, grammar=setup.grammar)
+        list(generation)
+        assert generation.stop_reason is StopReason.EOS and generation.text == PING_CALL
+        assert (marker[0] in generation.tokens) is (kind is TokenType.USER_DEFINED)
+        calls = setup.calls_in(generation.text)
+        assert calls and [(call.name, call.arguments) for call in calls] == [("ping", "{}")]
+    finally:
+        if model is not control_marked:
+            model.close()
+
+
+@pytest.fixture(scope="module")
+def tools_api(control_marked: Model) -> Iterator[TestClient]:
+    """The serve API in-process on the model with control-token markers, speaking Qwen's template."""
+    session = Session(control_marked, chat=ChatSettings(template=QWEN))
+    served = ServedModel(GenerationQueue(session, queue_size=1),
+                         GenerationSettings.from_values({"sampling.max_tokens": 80}), "marked")
+    with TestClient(create_app(served)) as client:
+        yield client
+
+
+def test_serve_reads_back_a_call_and_reports_what_its_schema_does_not_enforce(tools_api: TestClient) -> None:
+    ping = {"type": "function", "function": {"name": "ping", "parameters": {
+        "type": "object", "properties": {}, "not": {"required": ["x"]}}}}
+    for stream in (False, True):
+        reply = tools_api.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "ping"}], "tools": [ping], "tool_choice": "required",
+            "parallel_tool_calls": False, "temperature": 0, "stream": stream})
+        assert reply.status_code == 200, reply.text
+        if stream:
+            events = [json.loads(line[6:]) for line in reply.text.splitlines()
+                      if line.startswith("data: {")]
+            assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == ""
+            calls = [part for e in events if e["choices"] for part in e["choices"][0]["delta"].get("tool_calls", [])]
+            assert calls[0]["function"]["name"] == "ping" and calls[1]["function"]["arguments"] == "{}"
+            body = events[-1]
+        else:
+            body = reply.json()
+            message = body["choices"][0]["message"]
+            assert message["content"] is None and message["tool_calls"][0]["function"] == {"name": "ping",
+                                                                                             "arguments": "{}"}
+        assert body["choices"][0]["finish_reason"] == "tool_calls"
+        assert [w for w in body["warnings"] if w.startswith("tools[0].function.parameters: ") and "not" in w], body
+
+
+def test_run_tools_prints_what_a_schema_does_not_enforce_as_warning_lines(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "ping", "parameters": {
+        "type": "object", "properties": {}, "not": {"required": ["x"]}, "uniqueItems": True}}}]))
+    profile = user_profiles_dir() / "marked.toml"  # a context that holds the tools' prompt, and a chat template
+    profile.parent.mkdir(parents=True, exist_ok=True)
+    profile.write_text(f'[target]\npath = "{marked_model(tmp_path, TokenType.CONTROL)}"\n'
+                       f'[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
+    done = cli("run", "-p", "marked", "--tools", str(tools), "--tool-choice", "required", "--temperature", "0",
+               "--max-tokens", "200", "--no-speculative", "hi")
+    assert done.exit_code == 0, (done.output, done.stderr)
+    assert {call["name"] for call in json.loads(done.stdout)["tool_calls"]} == {"ping"}
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("localspec: warning: ")]
+    assert warnings and all("tools[0].function.parameters: " in line for line in warnings), done.stderr
+    assert "not" in done.stderr and "uniqueItems" in done.stderr

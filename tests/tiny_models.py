@@ -8,6 +8,7 @@ speculative loop samples.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from gguf import GGUFWriter, TokenType
@@ -27,12 +28,15 @@ WORDS = [
 N_SPECIAL_AND_BYTE_TOKENS = 3 + 256
 
 
-def vocabulary(n_vocab: int, changed_token_id: int | None = None, space_token: bool = False) -> tuple[list[str], list[int]]:
+def vocabulary(n_vocab: int, changed_token_id: int | None = None, space_token: bool = False,
+               special_pieces: Sequence[tuple[str, int]] = ()) -> tuple[list[str], list[int]]:
     """Token texts and types: <unk>, <s>, </s>, the 256 byte tokens, then word pieces.
 
     With `space_token` the last piece is "▁" (a lone space), as real SentencePiece
     vocabularies have: without it llama.cpp spells a space as the bytes of "▁", which
     do not read back as a space (grammar tests need text and tokens to agree).
+    `special_pieces` ((text, TokenType) pairs, e.g. ("<tool_call>", TokenType.CONTROL))
+    take the places of the word pieces just before that one.
     """
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
@@ -48,6 +52,8 @@ def vocabulary(n_vocab: int, changed_token_id: int | None = None, space_token: b
         tokens[changed_token_id] = tokens[changed_token_id] + "_changed"
     if space_token:
         tokens[-1] = "▁"
+    for i, (text, kind) in enumerate(special_pieces):
+        tokens[n_vocab - 2 - i], types[n_vocab - 2 - i] = text, kind
     return tokens, [int(t) for t in types]
 
 
@@ -110,9 +116,10 @@ def write_model(
     tokenizer_model: str = "llama",
     context_length: int = CONTEXT_LENGTH,
     space_token: bool = False,
+    special_pieces: Sequence[tuple[str, int]] = (),
 ) -> Path:
     """Write a GGUF file for `weights` with the tiny vocabulary."""
-    tokens, types = vocabulary(n_vocab, changed_token_id, space_token)
+    tokens, types = vocabulary(n_vocab, changed_token_id, space_token, special_pieces)
     writer = GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     writer.add_context_length(context_length)

@@ -181,6 +181,8 @@ def _json_schema(spec: Any) -> str:
         return json.dumps(schema, allow_nan=False)
     except ValueError:
         raise ApiError(400, f"{where}.schema holds a number that is not finite", param=f"{where}.schema") from None
+    except RecursionError:
+        raise ApiError(400, f"{where}.schema is nested too deeply", param=f"{where}.schema") from None
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:

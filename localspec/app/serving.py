@@ -277,6 +277,7 @@ class Reply:
         self.served, self.chat, self.tools = served, chat, tools
         self.grammar = tools.grammar if tools is not None else parsed.grammar if parsed is not None else None
         self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []
+        self.warnings += tools.warnings if tools is not None else ()
         for warning in self.warnings:
             log.warning("warning: %s", warning)
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
@@ -317,7 +318,8 @@ class Reply:
         return self.tools.calls_in(generation.text)
 
     def _warnings(self) -> dict[str, list[str]]:
-        """`warnings`: what llguidance does not enforce of the response_format's schema (absent when nothing)."""
+        """`warnings`: what llguidance does not enforce of the response_format's or the tools' schemas (absent
+        when nothing)."""
         return {"warnings": self.warnings} if self.warnings else {}
 
     def _finished(self, generation: Generation) -> Generation:

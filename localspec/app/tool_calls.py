@@ -29,15 +29,21 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from ..engine.grammar import OutputFormat, compile_format
+from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..textin import clean_text
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 CHOICES = ("auto", "required", "none")
 # How the arguments are written inside a call: compact separators as json.dumps writes them (and the templates
-# render earlier calls), no free whitespace for a small model to loop on.
-ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# render earlier calls), no free whitespace for a small model to loop on. `lenient`: schema keywords llguidance
+# does not implement (`uniqueItems`, `not`, an unknown `format`, ...) are warnings, not errors, as for
+# response_format; the rest of the schema is still enforced.
+ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
+# Keywords that bring properties of their own: `additionalProperties: false` would refuse them (see `_closed`).
+COMBINING_KEYWORDS = ("allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "then", "else",
+                      "dependentSchemas", "dependencies", "unevaluatedProperties")
+_SCHEMA_FAILURE = re.compile(r"^line \d+, column \d+: (?:failed to compile JSON schema: )?")
 MAX_CALLS = 4  # calls in one reply, at most: a small model can otherwise repeat calls until max_tokens
 
 
@@ -150,9 +156,17 @@ def _tool(tool: Any, where: str) -> Tool:
     if not isinstance(parameters, dict):
         raise ToolError(f"{where}.function.parameters must be a JSON schema object, got {_quote(parameters)}",
                         f"{where}.function.parameters")
+    if not _allows_an_object(parameters.get("type", "object")):
+        raise ToolError(f"{where}.function.parameters must describe an object (the arguments), got type "
+                        f"{_quote(parameters['type'])}", f"{where}.function.parameters")
     definition = {"name": name, **({"description": clean_text(description)[0]} if description else {}),
                   "parameters": parameters}
     return Tool(name, parameters, {"type": "function", "function": definition})
+
+
+def _allows_an_object(schema_type: Any) -> bool:
+    """Whether a schema's `type` lets the value be an object."""
+    return schema_type == "object" or (isinstance(schema_type, list) and "object" in schema_type)
 
 
 def _choice(choice: Any, tools: tuple[Tool, ...]) -> str:
@@ -298,17 +312,34 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
     for i, tool in enumerate(tools):
         head = json.dumps(f'{{"name": "{tool.name}", "{arguments_key}": ')
         lines.append(f'call_{i}: {head} arguments_{i} "}}"')
-        schema = {**_closed(tool.parameters), "x-guidance": ARGUMENT_LAYOUT}
-        lines.append(f"arguments_{i}: %json {json.dumps(schema, ensure_ascii=False, allow_nan=False)}")
+        lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     return lines
 
 
+def arguments_json(tool: Tool) -> str:
+    """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`)."""
+    schema = {**_closed(_as_object(tool.parameters)), "x-guidance": ARGUMENT_LAYOUT}
+    return json.dumps(schema, ensure_ascii=False, allow_nan=False)
+
+
+def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
+    """The parameters schema held to objects: the arguments are always a JSON object, even for `{}` (which
+    alone allows any value) or a `type` list that allows others too."""
+    return schema if schema.get("type") == "object" else {**schema, "type": "object"}
+
+
 def _closed(schema: dict[str, Any]) -> dict[str, Any]:
-    """An object schema that leaves `additionalProperties` open, closed: a small model otherwise invents
-    arguments (any output is still valid against the schema as given)."""
-    if schema.get("type") == "object" and "additionalProperties" not in schema:
-        return {**schema, "additionalProperties": False}
-    return schema
+    """An object schema that lists its properties and leaves `additionalProperties` open, closed: a small model
+    otherwise invents arguments. Closed only where that keeps every output valid and every valid value of the
+    listed properties reachable: not with no `properties` (`{"type": "object"}` takes any object), nor with a
+    `required` name it does not list, nor where combining keywords or patterns add properties of their own."""
+    properties = schema.get("properties")
+    required = schema.get("required", [])
+    if (not isinstance(properties, dict) or "additionalProperties" in schema
+            or any(keyword in schema for keyword in COMBINING_KEYWORDS)
+            or not isinstance(required, list) or any(name not in properties for name in required)):
+        return schema
+    return {**schema, "additionalProperties": False}
 
 
 # -- reading calls back -----------------------------------------------------------------------------
@@ -384,11 +415,13 @@ def _quote(value: Any) -> str:
 
 @dataclass(frozen=True)
 class ToolSetup:
-    """A request's tools made ready for one model: its call syntax and the compiled grammar for them."""
+    """A request's tools made ready for one model: its call syntax, the compiled grammar for them, and what
+    llguidance does not enforce of their parameters schemas (warnings that name the tool's schema)."""
 
     request: ToolRequest
     syntax: ToolSyntax
     grammar: str
+    warnings: tuple[str, ...] = ()
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
         return parse_calls(text, self.syntax)
@@ -405,28 +438,57 @@ def prepare_tools(request: ToolRequest, template: str | None, is_special: Callab
     except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
     try:
-        return ToolSetup(request, syntax, compile_format(OutputFormat("grammar", lark, "tools")).grammar)
+        compiled = compile_format(OutputFormat("grammar", lark, "tools"))
     except InputError:
         _blame_schema(request)  # name the tool whose schema llguidance rejects
         raise
+    warnings = _schema_warnings(request) if compiled.warnings else ()
+    return ToolSetup(request, syntax, compiled.grammar, warnings or compiled.warnings)
+
+
+def _schema_warnings(request: ToolRequest) -> tuple[str, ...]:
+    """What llguidance does not enforce of each callable tool's parameters schema, named by the tool."""
+    callable_names = {tool.name for tool in request.callable}
+    warnings: list[str] = []
+    for index, tool in enumerate(request.tools):
+        if tool.name in callable_names:
+            warnings += [_named(warning, index) for warning in _compile_arguments(tool, index).warnings]
+    return tuple(warnings)
 
 
 def _blame_schema(request: ToolRequest) -> None:
-    """Raise ToolError naming the first tool whose parameters schema llguidance rejects on its own (if one does)."""
+    """Raise ToolError naming the first tool whose parameters schema llguidance rejects on its own (if one does),
+    compiled as the grammar compiles it (the same `%json` options)."""
     for index, tool in enumerate(request.tools):
-        where = f"tools[{index}].function.parameters"
         try:
-            compile_format(OutputFormat("json_schema", json.dumps(_closed(tool.parameters)), where))
+            _compile_arguments(tool, index)
         except InputError as exc:
-            raise ToolError(str(exc), where) from None
+            raise ToolError(_named(str(exc), index), _schema_origin(index)) from None
+
+
+def _compile_arguments(tool: Tool, index: int) -> CompiledGrammar:
+    return compile_format(OutputFormat("grammar", f"start: %json {arguments_json(tool)}\n", _schema_origin(index)))
+
+
+def _schema_origin(index: int) -> str:
+    return f"tools[{index}].function.parameters"
+
+
+def _named(message: str, index: int) -> str:
+    """A message about tool `index`'s lone `%json` grammar, without the grammar's position in it."""
+    origin = _schema_origin(index)
+    return f"{origin}: {_SCHEMA_FAILURE.sub('', message[len(origin) + 2:])}" if message.startswith(origin) else message
 
 
 def special_token_test(model: Any) -> Callable[[str], bool]:
-    """Whether a text is one special token of `model`'s vocabulary (as its grammar tokenizer marks them)."""
+    """Whether a text is one special token of `model`'s vocabulary (as its grammar tokenizer marks them) that the
+    output's text shows. A control token is rendered as no text at all (the output is read without special tokens),
+    so a call opened with one could not be read back: such a marker is spelled out instead."""
 
     def is_special(text: str) -> bool:
         tokens = model.tokenize(text, add_special=False, parse_special=True)
-        return len(tokens) == 1 and bool(model.grammar_tokenizer().is_special_token(tokens[0]))
+        return (len(tokens) == 1 and bool(model.grammar_tokenizer().is_special_token(tokens[0]))
+                and model.token_bytes(tokens[0]) == text.encode())
 
     return is_special
 

@@ -67,6 +67,8 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
         definitions = json.loads(read_user_text(path))
     except ValueError as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid JSON (nested too deeply to read)") from None
     try:
         tools = check_tools(definitions, where=str(path))
         if choice is not None and choice not in ("auto", "required", "none"):
@@ -90,6 +92,8 @@ class ToolRun:
         """The chat prompt with the tools offered, in the session's model's own syntax."""
         template = session.chat.template or session.target.chat_template()
         self.setup = prepare_tools(self.request, template, special_token_test(session.target))
+        for warning in self.setup.warnings:
+            click.echo(f"localspec: warning: {warning}", err=True)
         rendered, definitions = chat_input(messages, self.setup, template)
         return session.chat_prompt_tokens(rendered, definitions)
 
