@@ -51,7 +51,6 @@ class Chunk:
     drafted_text: str = ""
 
 
-
 class Generation:
     """One generation from `prompt_tokens`, speculative when a drafter is given."""
 
