@@ -153,3 +153,25 @@ def test_a_format_that_cannot_be_completed_is_an_error_not_a_complete_output(spa
         for drafter in (None, build_drafter(speculative, T1, draft)):
             with pytest.raises(LocalspecError, match="cannot be completed"):
                 generate_text(target, PROMPT, GenerationSettings(T1, speculative, max_tokens=8, seed=0), drafter, grammar)
+
+
+def test_hybrid_drafts_with_the_model_where_the_grammar_cuts_a_lookup_to_a_token_or_two(spaced_pair: tuple[Path, Path]) -> None:
+    """A lookup the grammar cut short (an earlier key's continuation) gives way to the draft model, held to the
+    grammar, which drafts further; without a grammar any lookup is used."""
+    from localspec.engine.drafters import Draft, HybridDrafter, ModelDrafter, NGramDrafter
+    from localspec.engine.draft_length import FixedLength
+    from localspec.engine.sampling import make_sampler
+
+    class ShortLookup(NGramDrafter):
+        def propose(self, context, max_tokens, sampler, position, grammar=None):
+            return Draft([259], None)  # "▁the": one token, which the grammar allows
+
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft_model:
+        by_model = ModelDrafter(draft_model, T1, length=FixedLength(4))
+        hybrid = HybridDrafter(ShortLookup(2, 2), by_model)
+        hybrid.begin(PROMPT)
+        sampler = make_sampler("coupled", 0)
+        held = hybrid.propose(PROMPT, 4, sampler, 0, TokenGrammar.start(target, WORDS_GRAMMAR))
+        assert hybrid._last is by_model and len(held.tokens) == 4
+        free = hybrid.propose(PROMPT, 4, sampler, 0)
+        assert hybrid._last is hybrid.lookup and free.tokens == [259]

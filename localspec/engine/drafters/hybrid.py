@@ -1,6 +1,8 @@
 """Hybrid drafting: n-gram lookup when the context's last n tokens occurred before, the draft model otherwise.
 
-The choice is made per pass from the context alone, before anything is drafted,
+Under a grammar a lookup must keep at least a few tokens after the grammar's
+cut to be used. The choice is made per pass from the context alone (the lookup
+and the grammar's state depend on nothing else), before anything is drafted,
 so each pass is exactly one of the two: a deterministic lookup (verified against
 target samples) or model drafts (verified as `speculative.verify` says). The
 draft model's cache follows the context on its next pass (`Model.sync` keeps the
@@ -18,6 +20,11 @@ from .model import ModelDrafter
 from .ngram import NGramDrafter
 
 
+# Under a grammar a lookup is often cut to a token or two (an earlier key's continuation, then
+# the grammar rejects it); the draft model, held to the grammar, usually drafts further.
+_SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
+
+
 class HybridDrafter:
     def __init__(self, lookup: NGramDrafter, by_model: ModelDrafter) -> None:
         self.lookup = lookup
@@ -33,7 +40,7 @@ class HybridDrafter:
         grammar: TokenGrammar | None = None,
     ) -> Draft:
         draft = self.lookup.propose(context, max_tokens, sampler, position, grammar)
-        if draft.tokens:
+        if len(draft.tokens) >= (1 if grammar is None else _SHORTEST_LOOKUP_UNDER_A_GRAMMAR):
             self._last = self.lookup
             return draft
         self._last = self.by_model
