@@ -158,8 +158,13 @@ def test_a_format_that_cannot_be_completed_is_an_error_not_a_complete_output(spa
 def test_hybrid_drafts_with_the_model_where_the_grammar_cuts_a_lookup_to_a_token_or_two(spaced_pair: tuple[Path, Path]) -> None:
     """A lookup the grammar cut short (an earlier key's continuation) gives way to the draft model, held to the
     grammar, which drafts further; without a grammar any lookup is used."""
-    from localspec.engine.drafters import Draft, HybridDrafter, ModelDrafter, NGramDrafter
     from localspec.engine.draft_length import FixedLength
+    from localspec.engine.drafters import (
+        Draft,
+        HybridDrafter,
+        ModelDrafter,
+        NGramDrafter,
+    )
     from localspec.engine.sampling import make_sampler
 
     class ShortLookup(NGramDrafter):

@@ -19,7 +19,6 @@ from .base import Draft
 from .model import ModelDrafter
 from .ngram import NGramDrafter
 
-
 # Under a grammar a lookup is often cut to a token or two (an earlier key's continuation, then
 # the grammar rejects it); the draft model, held to the grammar, usually drafts further.
 _SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
