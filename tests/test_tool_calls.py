@@ -512,3 +512,8 @@ def test_run_tools_prints_what_a_schema_does_not_enforce_as_warning_lines(tmp_pa
     warnings = [line for line in done.stderr.splitlines() if line.startswith("localspec: warning: ")]
     assert warnings and all("tools[0].function.parameters: " in line for line in warnings), done.stderr
     assert "not" in done.stderr and "uniqueItems" in done.stderr
+    as_json = cli("run", "-p", "marked", "--tools", str(tools), "--tool-choice", "required", "--temperature", "0",
+                  "--max-tokens", "200", "--no-speculative", "--json", "hi")
+    report = json.loads(as_json.stdout)
+    assert {call["name"] for call in report["tool_calls"]} == {"ping"}
+    assert report["tool_warnings"] and all("tools[0].function.parameters: " in w for w in report["tool_warnings"])

@@ -97,6 +97,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         if tool_run is not None:
             calls = tool_run.calls(generation)
             report["tool_calls"] = calls_as_json(calls) if calls else None
+            report["tool_warnings"] = list(tool_run.setup.warnings) if tool_run.setup is not None else []
         write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
     elif tool_run is not None:
         tool_run.print_answer(generation)
