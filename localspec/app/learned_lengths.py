@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.atomic import write_text_atomic
-from ..config.files import file_version, locked
+from ..config.files import file_version, locked, read_cache_json
 from ..config.paths import cache_dir
 from ..engine.draft_length import LearnedLengths
 from ..errors import LocalspecError
@@ -113,15 +113,10 @@ class LengthCache:
     def _read(self) -> dict[str, Any]:
         """The file's contents, or an empty state when it is missing, unreadable, corrupt or of another version."""
         empty: dict[str, Any] = {"version": FORMAT_VERSION, "machines": {}, "pairs": {}}
-        try:
-            state = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return empty
-        except (OSError, ValueError) as exc:
-            self.notes(f"draft lengths: ignoring {self.path} ({exc})")
-            return empty
-        except RecursionError:
-            self.notes(f"draft lengths: ignoring {self.path} (nested too deeply to read)")
+        state, problem = read_cache_json(self.path)
+        if problem is not None:
+            self.notes(f"draft lengths: ignoring {self.path} ({problem})")
+        if state is None:
             return empty
         if not _well_formed(state):
             self.notes(f"draft lengths: ignoring {self.path} (not this version's format)")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..config.atomic import write_text_atomic
-from ..config.files import file_version, locked
+from ..config.files import file_version, locked, read_cache_json
 from ..config.paths import cache_dir
 from ..errors import LocalspecError
 from ..models.gguf import read_gguf_header
@@ -79,10 +79,7 @@ def weight_types(path: Path) -> str:
 
 def _remembered_weight_types(remembered_file: Path) -> dict:
     """File version -> kinds of weights, as remembered in `remembered_file` ({} when unreadable)."""
-    try:
-        remembered = json.loads(remembered_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        return {}
+    remembered, _ = read_cache_json(remembered_file)
     return remembered if isinstance(remembered, dict) else {}
 
 
@@ -101,15 +98,10 @@ def _read_weight_types(path: Path) -> str:
 def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
     """The remembered verdicts for this build and CPU (weight types -> {"works", "detail"}); {} when none."""
     note = _notes(verbose)
-    try:
-        stored = json.loads(cache_file().read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        note(f"dropping the unreadable repack cache {cache_file()} ({exc})")
-        return {}
-    except RecursionError:
-        note(f"dropping the unreadable repack cache {cache_file()} (nested too deeply)")
+    stored, problem = read_cache_json(cache_file())
+    if problem is not None:
+        note(f"dropping the unreadable repack cache {cache_file()} ({problem})")
+    if stored is None:
         return {}
     if not isinstance(stored, dict) or not isinstance(stored.get("verdicts"), dict):
         note(f"dropping the malformed repack cache {cache_file()}")

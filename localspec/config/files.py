@@ -3,7 +3,8 @@
 `read_user_text` is how every file a person may have edited is read (profiles,
 config.toml): UTF-8 or a one-line error that names the file and says what is
 wrong (a byte order mark, UTF-16, a byte that is not UTF-8, unreadable);
-`parse_toml` the same for its TOML.
+`parse_toml` the same for its TOML. `read_cache_json` reads the caches localspec
+writes for itself the other way: leniently, whatever is wrong only said why.
 
 `locked(path)` holds an advisory lock beside `path` (`.NAME.lock`, via the
 cross-platform `filelock` library) so that two processes changing one file
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -61,6 +63,23 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
         raise InputError(f"{path}: invalid TOML: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: invalid TOML: nested too deeply to read") from None
+
+
+def read_cache_json(path: Path) -> tuple[Any, str | None]:
+    """A cache file's JSON value and None, or None and why it could not be read (None, None: no such file).
+
+    A cache is not a user's file: the caller drops what it cannot use and rebuilds it, saying why
+    only when asked (--verbose).
+    """
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+        return (value, None) if value is not None else (None, "it holds null")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        return None, str(exc)
+    except RecursionError:
+        return None, "nested too deeply to read"
 
 
 def file_version(path: Path) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.atomic import write_text_atomic
-from ..config.files import file_version
+from ..config.files import file_version, read_cache_json
 from ..config.paths import cache_dir
 from ..errors import InputError
 from .gguf import GGUFHeader, read_gguf_header
@@ -124,10 +124,7 @@ CACHE_FILE_NAME = "verdicts.json"
 
 def _load() -> dict:
     """The remembered verdicts; a cache file that is unreadable or not what `_store` wrote counts as empty."""
-    try:
-        entries = json.loads((cache_dir() / CACHE_FILE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
+    entries, _ = read_cache_json(cache_dir() / CACHE_FILE_NAME)
     return entries if isinstance(entries, dict) else {}
 
 
