@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 from ..config.atomic import write_text_atomic
 from ..config.files import file_version, locked, read_cache_json
@@ -45,7 +46,7 @@ def extra_buffers_for(path: Path, settings: ModelSettings, *, verbose: bool = Fa
     verdicts = load_verdicts(build, verbose=verbose)
     if weights in verdicts:
         return verdicts[weights]["works"]
-    note = _notes(verbose)
+    note = verbose_notes(verbose)
     note(f"probing llama.cpp's repacked CPU weights for {weights} in a child process (once per build and CPU)")
     size_gib = path.stat().st_size / 2**30
     result = probe(path, PROBE_TIMEOUT_S + PROBE_SECONDS_PER_GIB * size_gib)
@@ -97,7 +98,7 @@ def _read_weight_types(path: Path) -> str:
 
 def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
     """The remembered verdicts for this build and CPU (weight types -> {"works", "detail"}); {} when none."""
-    note = _notes(verbose)
+    note = verbose_notes(verbose)
     stored, problem = read_cache_json(cache_file())
     if problem is not None:
         note(f"dropping the unreadable repack cache {cache_file()} ({problem})")
@@ -125,7 +126,7 @@ def save_verdict(build: str, weights: str, result: ProbeResult, *, verbose: bool
             verdicts = {**load_verdicts(build), weights: {"works": result.works, "detail": result.detail}}
             write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
     except (OSError, LocalspecError) as exc:
-        _notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
+        verbose_notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
 
 
 def _verdict_text(result: ProbeResult) -> str:
@@ -133,8 +134,8 @@ def _verdict_text(result: ProbeResult) -> str:
     return f"{verdict} ({result.detail})"
 
 
-def _notes(verbose: bool):
-    """Where --verbose notes go: stderr, or nowhere."""
+def verbose_notes(verbose: bool) -> Callable[[str], None]:
+    """Where --verbose notes go: one "localspec: ..." line each on stderr, or nowhere."""
     if verbose:
         return lambda message: print(f"localspec: {message}", file=sys.stderr)
     return lambda message: None

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Sequence
 
 from ..engine.draft_length import LearnedLengths
@@ -18,7 +17,7 @@ from ..runtime.model import Model
 from ..settings import ChatSettings, GenerationSettings
 from .learned_lengths import LengthCache
 from .plan import Plan
-from .repack import extra_buffers_for
+from .repack import extra_buffers_for, verbose_notes
 
 MAX_SPECIAL_VERDICTS = 256  # contents remembered by `Session._holds_special_text`
 
@@ -160,6 +159,5 @@ def open_session(
         except BaseException:
             target.close()
             raise
-    notes = (lambda message: print(f"localspec: {message}", file=sys.stderr)) if verbose else (lambda message: None)
-    length_cache = LengthCache(target, draft, notes=notes) if remember_lengths else None
+    length_cache = LengthCache(target, draft, notes=verbose_notes(verbose)) if remember_lengths else None
     return Session(target, draft, plan.chat, length_cache)
