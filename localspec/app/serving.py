@@ -222,23 +222,18 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | N
     """The request's tools made ready for the served model (its call syntax, their grammar), if it offers any."""
     if parsed.tools is None:
         return None
+    session = served.queue.session
     try:
-        return prepare_tools(parsed.tools, _template(served), special_token_test(served.queue.session.target))
+        return prepare_tools(parsed.tools, session.chat_template(), special_token_test(session.target))
     except LocalspecError as exc:  # an arguments schema llguidance rejects
         raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
-
-
-def _template(served: ServedModel) -> str | None:
-    """The served model's chat template (the profile's, else the model's own)."""
-    session = served.queue.session
-    return session.chat.template or session.target.chat_template()
 
 
 def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSetup | None = None) -> list[int]:
     session = served.queue.session
     try:
         if parsed.messages is not None:
-            messages, definitions = chat_input(parsed.messages, tools, _template(served))
+            messages, definitions = chat_input(parsed.messages, tools, served.queue.session.chat_template())
             tokens = session.chat_prompt_tokens(messages, definitions)
         else:
             tokens = session.raw_prompt_tokens(parsed.prompt or "")

@@ -55,6 +55,10 @@ class Session:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
+    def chat_template(self) -> str | None:
+        """The chat template in use: the profile's, else the target's own (None: it has none)."""
+        return self.chat.template or self.target.chat_template()
+
     def chat_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Render `messages` with the chat template (the profile's, else the target's) and tokenize;
         `tools` (OpenAI function definitions) go to templates that render them.
@@ -63,7 +67,7 @@ class Session:
         inside a message (`<|im_end|>` typed by a user) stays plain text (see
         `render_chat_chunks`). `run`, `chat` (with `--system`) and `serve` all come here.
         """
-        template = self.chat.template or self.target.chat_template()
+        template = self.chat_template()
         if template is None:
             raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
         bos = self.target.detokenize_special(self.target.bos_token)

@@ -90,7 +90,7 @@ class ToolRun:
 
     def prompt_tokens(self, session: Session, messages: list[dict[str, Any]]) -> list[int]:
         """The chat prompt with the tools offered, in the session's model's own syntax."""
-        template = session.chat.template or session.target.chat_template()
+        template = session.chat_template()
         self.setup = prepare_tools(self.request, template, special_token_test(session.target))
         for warning in self.setup.warnings:
             click.echo(f"localspec: warning: {warning}", err=True)
