@@ -152,7 +152,7 @@ def _response_format(value: Any) -> CompiledGrammar | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        fmt = OutputFormat("json_schema", '{"type": "object"}', "response_format")
+        fmt = OutputFormat("json", origin="response_format")  # a JSON object, as `--format json`
     elif kind == "json_schema":
         fmt = OutputFormat("json_schema", _json_schema(value.get("json_schema")), "response_format.json_schema.schema")
     else:
