@@ -1,6 +1,11 @@
-"""Driving the CLI in-process in tests, and what a clean error looks like."""
+"""Driving the CLI in-process in tests, what a clean error looks like, and the scripts as modules."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 
 from click.testing import CliRunner, Result
 
@@ -20,3 +25,15 @@ def one_error_line(result: Result, code: int, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def script_module(name: str) -> ModuleType:
+    """scripts/NAME.py loaded as a module (the scripts are not part of the package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module

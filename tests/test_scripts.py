@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from cli_helpers import SCRIPTS, script_module
 
 
 def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path, Path]) -> None:
@@ -33,17 +32,6 @@ def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path,
         assert 0 <= row["python_share"] < 1
 
 
-def _compare_llamacpp():
-    """scripts/compare_llamacpp.py as a module (it is a script, not part of the package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("compare_llamacpp", SCRIPTS / "compare_llamacpp.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
 # The end of llama-speculative-simple's stderr (llama.cpp as vendored in llama-cpp-python 0.3.36).
 SPECULATIVE_SIMPLE_OUTPUT = """\
 0.09.124.208 I common_speculative_init_result: loading draft model 'SmolLM2-135M-Instruct.Q4_1.gguf'
@@ -61,7 +49,7 @@ SPECULATIVE_SIMPLE_OUTPUT = """\
 
 
 def test_compare_llamacpp_reads_llamacpp_timings_and_pairs_ratios() -> None:
-    compare = _compare_llamacpp()
+    compare = script_module("compare_llamacpp")
     report = compare.parse_llamacpp_output(SPECULATIVE_SIMPLE_OUTPUT)
     assert (report.tokens_generated, report.generation_seconds, report.tokens_per_second) == (25, 4.062, 6.154)
     assert (report.prompt_tokens, report.prompt_seconds, report.load_seconds) == (36, 2.862, 8.63356)

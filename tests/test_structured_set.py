@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_helpers import cli, one_error_line
+from cli_helpers import SCRIPTS, cli, one_error_line, script_module
 from conftest import TINY_TEMPLATE
 from tiny_models import write_pair
 
@@ -19,7 +19,6 @@ from localspec.engine.grammar import compile_format
 from localspec.runtime.model import Model
 
 CASES = structured_set()
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 FIRST_BYTE_TOKEN = 3  # tiny_models.vocabulary: <unk>, <s>, </s>, then the 256 byte tokens in order
 
 
@@ -141,19 +140,8 @@ def test_bench_refuses_conflicting_structured_options_in_one_line(args: tuple[st
     one_error_line(cli("bench", *args), 2, fragment)
 
 
-def _check_structured():
-    """scripts/check_structured.py as a module (it is a script, not part of the package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("check_structured", SCRIPTS / "check_structured.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_check_script_fails_what_does_not_parse_validate_or_finish() -> None:
-    check_output = _check_structured().check_output
+    check_output = script_module("check_structured").check_output
     case = next(case for case in CASES if case.name == "contact_card")
     good = json.dumps(case.example)
     assert check_output(good, False, case.schema) == ""
