@@ -88,16 +88,20 @@ def click_type(item: Setting) -> click.ParamType | type:
     return str
 
 
-def setting_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
-    """A decorator adding every setting's option to a command (except the keys in `exclude`)."""
+def all_of(*decorators: Callable[[Callable], Callable]) -> Callable[[Callable], Callable]:
+    """One decorator applying `decorators` in order, the first one outermost (as if stacked)."""
 
     def decorate(command: Callable) -> Callable:
-        for option in reversed(SETTING_OPTIONS):
-            if not set(option.keys) & set(exclude):
-                command = option.click_option()(command)
+        for decorator in reversed(decorators):
+            command = decorator(command)
         return command
 
     return decorate
+
+
+def setting_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """A decorator adding every setting's option to a command (except the keys in `exclude`)."""
+    return all_of(*(option.click_option() for option in SETTING_OPTIONS if not set(option.keys) & set(exclude)))
 
 
 def setting_flags(options: dict[str, Any]) -> dict[str, Any]:

@@ -19,23 +19,14 @@ from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..textin import clean_input
+from .options import all_of
 
 FLAGS = ("--format", "--json-schema", "--grammar", "--regex")
 _PARAMS = ("output_format", "json_schema", "grammar", "regex")
 FORMAT_COMMAND_USAGE = "/format json|off|schema FILE_OR_JSON|grammar FILE|regex PATTERN"
 
-def _all_of(*decorators: Callable[[Callable], Callable]) -> Callable[[Callable], Callable]:
-    """One decorator applying `decorators` in order, the first one outermost (as if stacked)."""
 
-    def decorate(command: Callable) -> Callable:
-        for decorator in reversed(decorators):
-            command = decorator(command)
-        return command
-
-    return decorate
-
-
-OUTPUT_FORMAT_OPTIONS = _all_of(
+OUTPUT_FORMAT_OPTIONS = all_of(
     click.option("--format", "output_format", type=click.Choice(["json"]),
                  help="Hold the output to a valid JSON object (any JSON value: --json-schema '{}')."),
     click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",

@@ -25,7 +25,7 @@ from .output_format import (
     cut_short_message,
     output_format_from_options,
 )
-from .tool_options import calls_as_json, tool_options, tool_run_from_options
+from .tool_options import TOOL_OPTIONS, calls_as_json, tool_run_from_options
 
 
 @click.command()
@@ -35,7 +35,7 @@ from .tool_options import calls_as_json, tool_options, tool_run_from_options
 @SPECULATIVE_OPTION
 @click.option("--raw", is_flag=True, help="Plain completion: no chat template.")
 @OUTPUT_FORMAT_OPTIONS
-@tool_options
+@TOOL_OPTIONS
 @STATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @VERBOSE_OPTION

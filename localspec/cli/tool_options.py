@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -33,16 +33,17 @@ from ..config.files import read_user_text
 from ..engine.generation import Generation
 from ..errors import InputError
 from .common import write_stdout
+from .options import all_of
 from .output_format import cut_short_message
 
 
-def tool_options(command: Callable) -> Callable:
-    """The two options, as one decorator."""
-    command = click.option("--tool-choice", "tool_choice", metavar="auto|required|NAME",
-                           help="With --tools: let the model choose (auto, the default), make it call a tool "
-                                "(required), or call the tool NAME.")(command)
-    return click.option("--tools", "tools_file", metavar="FILE", type=click.Path(),
-                        help="Offer the tools in FILE (a JSON list, OpenAI's shape) and print the calls as JSON.")(command)
+TOOL_OPTIONS = all_of(
+    click.option("--tools", "tools_file", metavar="FILE", type=click.Path(),
+                 help="Offer the tools in FILE (a JSON list, OpenAI's shape) and print the calls as JSON."),
+    click.option("--tool-choice", "tool_choice", metavar="auto|required|NAME",
+                 help="With --tools: let the model choose (auto, the default), make it call a tool "
+                      "(required), or call the tool NAME."),
+)
 
 
 def tool_run_from_options(options: dict[str, Any], constrained: bool) -> ToolRun | None:
