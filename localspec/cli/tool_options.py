@@ -29,13 +29,12 @@ from ..app.tool_calls import (
     special_token_test,
     tool_request,
 )
-from ..config.files import read_user_text
+from ..config.files import parse_user_json, read_user_text
 from ..engine.generation import Generation
 from ..errors import InputError
 from .common import write_stdout
 from .options import all_of
 from .output_format import cut_short_message
-
 
 TOOL_OPTIONS = all_of(
     click.option("--tools", "tools_file", metavar="FILE", type=click.Path(),
@@ -64,12 +63,7 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
             raise InputError("--tool-choice needs --tools FILE")
         return None
     path = Path(path).expanduser()
-    try:
-        definitions = json.loads(read_user_text(path))
-    except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise InputError(f"{path}: not valid JSON (nested too deeply to read)") from None
+    definitions = parse_user_json(read_user_text(path), path)
     try:
         tools = check_tools(definitions, where=str(path))
         if choice is not None and choice not in ("auto", "required", "none"):

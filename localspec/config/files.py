@@ -3,7 +3,7 @@
 `read_user_text` is how every file a person may have edited is read (profiles,
 config.toml): UTF-8 or a one-line error that names the file and says what is
 wrong (a byte order mark, UTF-16, a byte that is not UTF-8, unreadable);
-`parse_toml` the same for its TOML. `read_cache_json` reads the caches localspec
+`parse_toml` and `parse_user_json` the same for its TOML or JSON. `read_cache_json` reads the caches localspec
 writes for itself the other way: leniently, whatever is wrong only said why.
 
 `locked(path)` holds an advisory lock beside `path` (`.NAME.lock`, via the
@@ -63,6 +63,16 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
         raise InputError(f"{path}: invalid TOML: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: invalid TOML: nested too deeply to read") from None
+
+
+def parse_user_json(text: str, origin: Path | str) -> Any:
+    """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{origin}: not valid JSON (nested too deeply to read)") from None
 
 
 def read_cache_json(path: Path) -> tuple[Any, str | None]:

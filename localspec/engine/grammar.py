@@ -13,11 +13,11 @@ format do not pay for it.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.files import parse_user_json
 from ..errors import InputError
 
 KINDS = ("json", "json_schema", "grammar", "regex")
@@ -109,12 +109,7 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
 
 def parse_schema(text: str, origin: str) -> dict[str, Any]:
     """A JSON schema's text parsed; not JSON, or not an object, is InputError naming `origin` (and line, column)."""
-    try:
-        schema = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    except RecursionError:
-        raise InputError(f"{origin}: not valid JSON (nested too deeply to read)") from None
+    schema = parse_user_json(text, origin)
     if not isinstance(schema, dict):
         raise InputError(f"{origin}: a JSON schema must be a JSON object ({{...}}), not {_JSON_TYPE_NAMES[type(schema)]}")
     return schema
