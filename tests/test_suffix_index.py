@@ -102,7 +102,7 @@ def text_of(documents: list[list[int]]) -> list[int]:
     return [int(token) for token in join_documents(documents)]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text_and_context(), st.integers(1, 4), st.integers(0, 12))
 def test_longest_match_and_its_occurrences_equal_brute_force(
     case: tuple[list[list[int]], list[int]], min_length: int, extra: int
@@ -120,7 +120,7 @@ def test_longest_match_and_its_occurrences_equal_brute_force(
         assert match.positions.tolist() == expected[1][-MAX_OCCURRENCES:]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text_and_context(), st.integers(1, 3), st.integers(1, 12), st.sampled_from([0.0, 0.3, 0.5, 0.9]))
 def test_lookup_equals_the_continuation_rule_by_brute_force(
     case: tuple[list[list[int]], list[int]], min_length: int, max_tokens: int, min_share: float
@@ -151,6 +151,14 @@ def test_multi_index_keeps_the_longest_match_and_weighs_equal_ones_together(
         assert proposal is not None
         assert (proposal.match_length, proposal.tokens, proposal.occurrences) == (expected[0], expected[1], expected[3])
         assert proposal.shares == pytest.approx(expected[2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([SEPARATOR, 0, 1, 2, 70_000, 2**31 - 1]), max_size=30))
+def test_the_suffix_array_sorts_the_reversed_text(tokens: list[int]) -> None:
+    backwards = tokens[::-1]
+    expected = sorted(range(len(tokens)), key=lambda start: backwards[start:])
+    assert reversed_suffix_array(np.array(tokens, dtype=np.int32)).tolist() == expected
 
 
 def test_occurrences_kept_are_the_latest_when_there_are_many() -> None:

@@ -69,7 +69,22 @@ def reversed_suffix_array(tokens: np.ndarray) -> np.ndarray:
     """The suffix array (int32) of `tokens` reversed: entry s stands for the text read backwards from position len-1-s."""
     if len(tokens) == 0:
         return np.zeros(0, dtype=np.int32)
-    return np.ascontiguousarray(pydivsufsort.divsufsort(np.ascontiguousarray(tokens[::-1], dtype=np.int32)), dtype=np.int32)
+    ranks = _dense_ranks(np.asarray(tokens))
+    return np.ascontiguousarray(pydivsufsort.divsufsort(np.ascontiguousarray(ranks[::-1])), dtype=np.int32)
+
+
+def _dense_ranks(tokens: np.ndarray) -> np.ndarray:
+    """Each token's rank among the distinct tokens (order kept), as narrow as they fit.
+
+    The suffix sort works on bytes: two bytes a token instead of four halve its work and memory.
+    """
+    shifted = tokens.astype(np.int64) - int(tokens.min())
+    if int(shifted.max()) < 1 << 24:
+        rank_of = np.cumsum(np.bincount(shifted) > 0) - 1
+        ranks = rank_of[shifted]
+    else:  # ids too far apart for a table
+        ranks = np.unique(tokens, return_inverse=True)[1].reshape(-1)
+    return ranks.astype(np.uint16 if int(ranks.max()) < 1 << 16 else np.uint32)
 
 
 class SuffixIndex:
