@@ -45,7 +45,7 @@ class Setting:
     """One declared setting, as the CLI, profiles and `profile show` see it."""
 
     key: str  # "sampling.temperature", or "name" at a profile's top level
-    kind: type  # int, float, str or list (a list of strings)
+    kind: type  # bool, int, float, str or list (a list of strings)
     default: Any
     help: str
     layer: str  # who uses it: model files, model runtime, sampling, speculative, generation, chat, profile
@@ -249,6 +249,10 @@ class SpeculativeParams(SettingsGroup):
     p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min")
     ngram_min: int = setting(2, "Shortest n-gram the lookup matches.", low=1, high=16, flag="--ngram-min")
     ngram_max: int = setting(4, "Longest n-gram the lookup matches (hybrid uses lookup only for matches this long).", low=1, high=16, flag="--ngram-max")
+    memory: bool = setting(
+        True, "Draft from the memory of earlier text on this machine too (hybrid and ngram, coupled verification;"
+        " `localspec memory` shows and clears it).", flag="--memory",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -411,6 +415,8 @@ def _as_profile_value(value: Any) -> Any:
 
 
 def _has_kind(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int:
@@ -420,7 +426,7 @@ def _has_kind(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-_KIND_NAMES = {float: "a number", int: "an integer", str: "a string", list: "a list of strings"}
+_KIND_NAMES = {bool: "true or false", float: "a number", int: "an integer", str: "a string", list: "a list of strings"}
 
 
 SETTINGS: dict[str, Setting] = _all_settings()

@@ -279,6 +279,7 @@ def test_default_must_name_an_existing_profile() -> None:
 # -- save -> load is the identity for every valid profile ----------------------------------------
 
 _VALUE_STRATEGIES = {
+    bool: st.booleans(),
     str: st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
     int: st.integers(0, 300),
     float: st.floats(0, 2, allow_nan=False),

@@ -41,6 +41,9 @@ class SettingOption:
             kwargs.update(multiple=True, type=str)
         if item.key.endswith(".path"):
             kwargs["type"] = click.Path()
+        if item.kind is bool:  # --memory/--no-memory; None when neither is given
+            kwargs.update(type=bool, default=None)
+            return click.option(f"{self.flag}/--no-{self.flag.removeprefix('--')}", self.param, **kwargs)
         return click.option(self.flag, self.param, **kwargs)
 
 

@@ -3,6 +3,8 @@
 `speculative.strategy` picks one: `model` (a draft model), `ngram` (lookup in
 the context, no draft model) or `hybrid` (lookup when the context's last
 `ngram_max` tokens occurred before, the draft model otherwise, decided per pass).
+`ngram` and `hybrid` also look in the memory of earlier text when they are given
+one (`speculative.memory`, coupled verification only: see `drafters.memory`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from ...settings import SamplingParams, SpeculativeParams
 from ..draft_length import DraftLength, FixedLength, LearnedLengths
 from .base import NO_DRAFT, Draft, Drafter
 from .hybrid import HybridDrafter
+from .memory import MemoryDrafter, MemoryUse, TokenMemory
 from .model import ModelDrafter
 from .ngram import NGramDrafter
 
-__all__ = ["NO_DRAFT", "Draft", "Drafter", "HybridDrafter", "ModelDrafter", "NGramDrafter", "build_drafter"]
+__all__ = ["NO_DRAFT", "Draft", "Drafter", "HybridDrafter", "MemoryDrafter", "MemoryUse", "ModelDrafter", "NGramDrafter",
+           "TokenMemory", "build_drafter", "drafts_from_memory"]
 
 
 def build_drafter(
@@ -24,6 +28,8 @@ def build_drafter(
     draft_model: Model | None,
     learned: LearnedLengths | None = None,
     constrained: bool = False,
+    memory: TokenMemory | None = None,
+    memory_use: MemoryUse | None = None,
 ) -> Drafter:
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
@@ -40,11 +46,25 @@ def build_drafter(
             return FixedLength(speculative.longest_draft)
         return learned.controller(side, speculative.verify, sampling.temperature, constrained)
 
+    from_memory = None
+    if memory is not None and drafts_from_memory(speculative):
+        from_memory = MemoryDrafter(memory, length("memory"), memory_use)
     if speculative.strategy == "ngram":
-        return NGramDrafter(speculative.ngram_min, speculative.ngram_max, length("ngram"))
+        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, length("ngram"))
+        return in_context if from_memory is None else HybridDrafter(in_context, None, from_memory)
     if draft_model is None:
         raise ValueError(f"strategy {speculative.strategy!r} needs a draft model")
     by_model = ModelDrafter(draft_model, sampling, speculative.p_min, length("model"))
     if speculative.strategy == "model":
         return by_model
-    return HybridDrafter(NGramDrafter(speculative.ngram_max, speculative.ngram_max, length("ngram")), by_model)
+    return HybridDrafter(NGramDrafter(speculative.ngram_max, speculative.ngram_max, length("ngram")), by_model, from_memory)
+
+
+def drafts_from_memory(speculative: SpeculativeParams) -> bool:
+    """Whether these settings draft from a memory of earlier text: on, a lookup strategy, coupled verification.
+
+    Under rejection sampling a memory draft is not lossless: the memory may hold an
+    earlier run with the same seed, and its tokens are then correlated with the very
+    draws that verify them (p = (1/2, 1/2): the second run would repeat the first).
+    """
+    return speculative.memory and speculative.strategy in ("ngram", "hybrid") and speculative.verify == "coupled"

@@ -1,10 +1,14 @@
-"""Hybrid drafting: n-gram lookup when the context's last n tokens occurred before, the draft model otherwise.
+"""Hybrid drafting: lookup in the context, then in the memory of earlier text, then the draft model.
 
-Under a grammar a lookup must keep at least a few tokens after the grammar's
-cut to be used. The choice is made per pass from the context alone (the lookup
-and the grammar's state depend on nothing else), before anything is drafted,
-so each pass is exactly one of the two: a deterministic lookup (verified against
-target samples) or model drafts (verified as `speculative.verify` says). The
+Each pass takes the first source that proposes a draft: the context's last n
+tokens occurred earlier in the context (n-gram lookup), else the memory holds a
+long enough match of them (`MemoryDrafter`, when there is a memory), else the
+draft model drafts (when there is one). Under a grammar a lookup must keep at
+least a few tokens after the grammar's cut to be used. The choice is made per
+pass from the context alone (the lookups, whose memory does not change during a
+generation, and the grammar's state depend on nothing else), before anything is
+drafted, so each pass is exactly one of them: a deterministic lookup (verified
+against target samples) or model drafts (verified as `speculative.verify` says). The
 draft model's cache follows the context on its next pass (`Model.sync` keeps the
 common prefix and evaluates what the lookup passes added).
 """
@@ -15,7 +19,8 @@ from typing import Sequence
 
 from ..constraint import TokenGrammar
 from ..sampling import Sampler
-from .base import Draft
+from .base import NO_DRAFT, Draft
+from .memory import MemoryDrafter
 from .model import ModelDrafter
 from .ngram import NGramDrafter
 
@@ -25,25 +30,33 @@ _SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
 
 
 class HybridDrafter:
-    def __init__(self, lookup: NGramDrafter, by_model: ModelDrafter) -> None:
+    def __init__(self, lookup: NGramDrafter, by_model: ModelDrafter | None, memory: MemoryDrafter | None = None) -> None:
         self.lookup = lookup
+        self.memory = memory
         self.by_model = by_model
-        self._last: NGramDrafter | ModelDrafter = by_model  # who drafted the pass being verified
+        self._last: NGramDrafter | MemoryDrafter | ModelDrafter | None = None  # who drafted the pass being verified
 
     def begin(self, prompt_tokens: Sequence[int]) -> None:
-        self.lookup.begin(prompt_tokens)
-        self.by_model.begin(prompt_tokens)
+        for side in (self.lookup, self.memory, self.by_model):
+            if side is not None:
+                side.begin(prompt_tokens)
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
         grammar: TokenGrammar | None = None,
     ) -> Draft:
-        draft = self.lookup.propose(context, max_tokens, sampler, position, grammar)
-        if len(draft.tokens) >= (1 if grammar is None else _SHORTEST_LOOKUP_UNDER_A_GRAMMAR):
-            self._last = self.lookup
-            return draft
+        shortest = 1 if grammar is None else _SHORTEST_LOOKUP_UNDER_A_GRAMMAR
+        for side in (self.lookup, self.memory):
+            if side is not None:
+                draft = side.propose(context, max_tokens, sampler, position, grammar)
+                if len(draft.tokens) >= shortest:
+                    self._last = side
+                    return draft
         self._last = self.by_model
+        if self.by_model is None:
+            return NO_DRAFT
         return self.by_model.propose(context, max_tokens, sampler, position, grammar)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
-        self._last.observe(n_proposed, n_accepted, verify_seconds)
+        if self._last is not None:
+            self._last.observe(n_proposed, n_accepted, verify_seconds)

@@ -1,0 +1,101 @@
+"""Drafting from memory: the continuation earlier text took after the longest match of the context's tail.
+
+The memory holds what this machine generated and read before (earlier runs,
+chats, documents a user added; `localspec/app/memory.py` keeps it). A proposal
+is deterministic (a point-mass q) given the memory and the context, so under
+coupled verification the target keeps it exactly where it equals its own draw:
+lossless whatever the memory holds. Under rejection sampling it is not: the
+memory may hold an earlier run with the same seed, whose tokens are correlated
+with the very draws that verify them, so `build_drafter` leaves the memory out
+there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from ..constraint import TokenGrammar
+from ..draft_length import DraftLength, FixedLength
+from ..sampling import Sampler
+from .base import NO_DRAFT, Draft
+
+# The shortest tail of the context a memory match must cover. Shorter matches in a large
+# memory are mostly common phrases whose continuations the target rarely keeps.
+MIN_MATCH = 5
+MAX_MATCH = 64
+MIN_SHARE = 0.3  # a continuation is drafted while at least this share of the matches agree on it
+
+
+class Proposal(Protocol):
+    tokens: list[int]
+    match_length: int
+    occurrences: int
+    shares: list[float]
+
+
+class TokenMemory(Protocol):
+    """What the drafter needs of a memory: the continuation of the longest match of a context's tail."""
+
+    def lookup(self, context: Sequence[int], max_tokens: int, min_length: int = ..., max_length: int = ...,
+               min_share: float = ...) -> Proposal | None: ...
+
+
+@dataclass
+class MemoryUse:
+    """How drafting from memory went, summed over generations (for `memory stats` and profiles)."""
+
+    lookups: int = 0
+    hits: int = 0  # lookups that proposed a draft
+    proposed: int = 0  # tokens of memory drafts the target judged
+    accepted: int = 0
+    seconds: float = 0.0  # spent in lookups
+
+
+class MemoryDrafter:
+    """Drafts the most frequent continuation of the longest earlier match of the context's tail."""
+
+    def __init__(self, memory: TokenMemory, length: DraftLength | None = None, use: MemoryUse | None = None,
+                 min_match: int = MIN_MATCH) -> None:
+        self.memory = memory
+        self.length = length or FixedLength(1 << 30)
+        self.use = use if use is not None else MemoryUse()
+        self.min_match = min_match
+
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
+        pass
+
+    def propose(
+        self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
+        grammar: TokenGrammar | None = None,
+    ) -> Draft:
+        """The memory's continuation, cut where the length controller (by the share of matches that
+        agree on each token) or `grammar` stops it."""
+        started = time.perf_counter()
+        room = self.length.plan(max_tokens)
+        proposal = self.memory.lookup(context, room, min_length=self.min_match, max_length=MAX_MATCH,
+                                      min_share=MIN_SHARE) if room > 0 else None
+        self.use.lookups += 1
+        tokens = self._worth_drafting(proposal) if proposal is not None else []
+        if grammar is not None:
+            tokens = tokens[: grammar.validate(tokens)]
+        self.use.seconds += time.perf_counter() - started
+        if not tokens:
+            return NO_DRAFT
+        self.use.hits += 1
+        self.length.record_draft_step((time.perf_counter() - started) / len(tokens))
+        return Draft(tokens, None)
+
+    def _worth_drafting(self, proposal: Proposal) -> list[int]:
+        """The proposal's tokens up to where one more is not worth its verify row."""
+        n = 0
+        for n, share in enumerate(proposal.shares, start=1):
+            if not self.length.keep_going(n, share):
+                break
+        return list(proposal.tokens[:n])
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self.use.proposed += n_proposed
+        self.use.accepted += n_accepted
+        self.length.observe(n_proposed, n_accepted, verify_seconds)
