@@ -12,6 +12,7 @@ a known pair does not.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,12 @@ class VocabInfo:
     add_eos: bool
     bos_id: int | None
     eos_id: int | None
+
+    def digest(self) -> str:
+        """A short digest of the tokenizer model and every token's text."""
+        digest = hashlib.sha256(self.tokenizer_model.encode())
+        digest.update("\0".join(self.tokens).encode("utf-8", errors="replace"))
+        return digest.hexdigest()[:16]
 
     @property
     def size(self) -> int:
@@ -167,6 +174,20 @@ def check_file(path: Path) -> None:
     read_gguf_header(path)
     entries[_file_key(path)] = True
     _store(entries)
+
+
+def vocab_identity(path: Path) -> str:
+    """A short digest of a model's vocabulary (tokenizer model and every token's text), remembered per file version.
+
+    Models with the same identity tokenize alike: what one wrote can be drafted for the other.
+    """
+    entries = _load()
+    key = f"vocab:{file_version(path)}"
+    if isinstance(entries.get(key), str):
+        return entries[key]
+    entries[key] = VocabInfo.from_header(read_gguf_header(path)).digest()
+    _store(entries)
+    return entries[key]
 
 
 def check_pair_cached(target: Path, draft: Path) -> CompatReport:

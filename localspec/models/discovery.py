@@ -8,7 +8,6 @@ target, smallest first.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -35,9 +34,7 @@ class ModelInfo:
 
     @property
     def vocab_fingerprint(self) -> str:
-        digest = hashlib.sha256(self.vocab.tokenizer_model.encode())
-        digest.update("\0".join(self.vocab.tokens).encode("utf-8", errors="replace"))
-        return digest.hexdigest()[:12]
+        return self.vocab.digest()[:12]
 
     def to_dict(self) -> dict:
         return {
