@@ -1,0 +1,717 @@
+"""The suffix memory on disk: token documents from run, chat, serve and files, kept for drafting.
+
+One store is one folder (the caller picks it: one per vocabulary and owner):
+
+    segments/seg-<time>-<pid>-<random>.seg   one per `add`: a small JSON header and the tokens, written once
+    gen-<time>-<pid>-<random>/               a compacted base: tokens.npy (SEPARATOR-joined), suffixes.npy
+                                             (the reversed suffix array), documents.json (the document table)
+    CURRENT.json                             which generation is the base, and which segments it already holds
+    usage.json                               lookups, hits, tokens proposed and accepted
+
+Crashes and concurrency: `add` writes a new file under a temporary name and
+renames it into place, so two processes adding at once both keep their
+document, and a process killed mid-write leaves only a temporary file that
+nobody reads (deleted once it is an hour old). Compaction (under a file lock)
+merges the segments into a new generation folder, written whole before it is
+renamed into place, then replaces CURRENT.json in one step; only then are the
+merged segments and the old generation deleted, and readers skip any segment
+CURRENT.json lists as merged, so a crash between the steps loses and doubles
+nothing. A reader that finds a file gone (replaced under it) reads again once.
+
+Damage (a file that cannot be read, lengths that disagree, a pointer to
+nothing) is reported once in `problems`, one line naming the file, and the
+store goes on with what remains and repairs itself at once: a suffix array is
+rebuilt from its tokens, a damaged document table drops its base (tokens whose
+documents are unknown could not be removed by tag), a damaged segment is
+deleted. A missing folder is an empty memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import filelock
+import numpy as np
+
+from ..config.atomic import atomic_path, write_text_atomic
+from ..config.files import lock_path, locked, read_cache_json
+from ..engine.suffix_index import (
+    SEPARATOR,
+    MultiIndex,
+    SuffixIndex,
+    join_documents,
+    reversed_suffix_array,
+)
+from ..errors import InputError, LocalspecError
+
+SOURCES = ("run", "chat", "serve", "file")
+FORMAT_VERSION = 1
+POINTER = "CURRENT.json"
+USAGE = "usage.json"
+SEGMENTS = "segments"
+SEGMENT_MAGIC = b"LSMSEG1\n"
+MAX_HEADER_BYTES = 1 << 16
+COMPACT_TOKENS = 131_072  # unmerged tokens that trigger a compaction (the in-memory index over them builds in ~10 ms)
+COMPACT_SEGMENTS = 64  # unmerged files that trigger one
+STALE_TEMPORARY_S = 3600.0  # a temporary file this old belongs to a process that died
+USAGE_KEYS = ("lookups", "hits", "proposed", "accepted")
+USAGE_LOCK_TIMEOUT_S = 5.0  # counters are not worth a longer wait
+_NAME = re.compile(r"(seg|gen)-\d{20}-\d+-[0-9a-f]{8}")
+
+
+class _Damaged(Exception):
+    """A file of the store that cannot be used; the message says why."""
+
+
+class _Replaced(Exception):
+    """A file vanished while it was read: a compaction replaced it. Read again."""
+
+
+@dataclass(frozen=True)
+class _Segment:
+    name: str
+    source: str
+    tag: str | None
+    added: float
+    size: int  # tokens
+    tokens: np.ndarray | None  # None when only the header was read
+
+
+@dataclass(frozen=True)
+class _Base:
+    """The compacted base a pointer names (generation None: no base, only the list of merged segments)."""
+
+    generation: str | None
+    tokens: np.ndarray
+    suffixes: np.ndarray
+    merged: frozenset[str]
+    documents: int
+
+
+_NO_BASE = _Base(None, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), frozenset(), 0)
+
+
+class MemoryStore:
+    """One folder of the suffix memory: add documents, look them up, remove them, keep it within `max_tokens`."""
+
+    def __init__(
+        self, root: Path, max_tokens: int = 16_000_000, compact_tokens: int = COMPACT_TOKENS,
+        compact_segments: int = COMPACT_SEGMENTS,
+    ) -> None:
+        self.root = Path(root)
+        self.max_tokens = max_tokens
+        self.compact_tokens = compact_tokens
+        self.compact_segments = compact_segments
+        self.problems: list[str] = []
+        self._needs_repair = False
+        self._base_cache: _Base | None = None
+        self._recent_cache: tuple[tuple[str, ...], SuffixIndex] | None = None
+
+    # Paths ----------------------------------------------------------------------------------------------------------
+
+    @property
+    def _pointer(self) -> Path:
+        return self.root / POINTER
+
+    @property
+    def _segments(self) -> Path:
+        return self.root / SEGMENTS
+
+    # Adding ---------------------------------------------------------------------------------------------------------
+
+    def add(self, tokens: Sequence[int], source: str, tag: str | None = None, compact: bool = True) -> str | None:
+        """Keep `tokens` as one document; the new segment's name (None for no tokens).
+
+        With `compact`, a compaction follows when enough is unmerged, unless another process is compacting.
+        """
+        if source not in SOURCES:
+            raise ValueError(f"memory source {source!r}: expected one of {', '.join(SOURCES)}")
+        array = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if array.size and (int(array.min()) < 0 or int(array.max()) >= 1 << 31):
+            raise ValueError("memory tokens: ids must be non-negative int32")
+        if array.size == 0:
+            return None
+        if array.size > self.max_tokens:
+            raise InputError(f"{array.size:,} tokens: more than the memory keeps ({self.max_tokens:,})")
+        data = array.astype("<i4").tobytes()
+        header = {
+            "format": FORMAT_VERSION, "source": source, "tag": tag, "added": time.time(),
+            "tokens": int(array.size), "crc32": zlib.crc32(data),
+        }
+        name = _new_name("seg")
+        self._make_root()
+        self._segments.mkdir(exist_ok=True)
+        encoded = json.dumps(header).encode("utf-8")
+        with atomic_path(self._segments / f"{name}.seg") as temporary:
+            _save_bytes(temporary, SEGMENT_MAGIC + len(encoded).to_bytes(4, "little") + encoded + data)
+        if compact and self.needs_compaction():
+            self.compact(block=False)
+        return name
+
+    def needs_compaction(self) -> bool:
+        """Whether the unmerged segments are many or large enough to merge into the base."""
+        try:
+            merged = self._read_pointer()[1]
+        except _Damaged:
+            return True
+        sizes = []
+        for name in self._unmerged_names(merged):
+            with contextlib.suppress(OSError):
+                sizes.append((self._segments / f"{name}.seg").stat().st_size)
+        return len(sizes) >= self.compact_segments or sum(sizes) // 4 >= self.compact_tokens
+
+    # Reading --------------------------------------------------------------------------------------------------------
+
+    def index(self) -> MultiIndex:
+        """The base (memory-mapped) and an in-memory index over the unmerged segments, oldest first."""
+        try:
+            base = self._base(final=False)
+            recent = self._recent(base.merged, final=False)
+        except _Replaced:  # a compaction replaced what was being read: once more, from its new pointer
+            base = self._base(final=True)
+            recent = self._recent(base.merged, final=True)
+        if self._needs_repair:
+            self._repair()
+        parts = [SuffixIndex(base.tokens, base.suffixes), recent]
+        return MultiIndex(parts, names=[str(self.root / (base.generation or "base")), str(self._segments)])
+
+    def documents(self) -> list[dict[str, Any]]:
+        """Every document kept, oldest first: source, tag, tokens (how many), added (a Unix time)."""
+        listed = self._listed()
+        if self._needs_repair:  # damage found: repaired now, and listed as the repair left it
+            self._repair()
+            listed = self._listed()
+        return listed
+
+    def _listed(self) -> list[dict[str, Any]]:
+        try:
+            base, table = self._base_with_table()
+            segments = self._read_segments(self._unmerged_names(base.merged), final=False, with_tokens=False)
+        except _Replaced:  # a compaction merged segments while they were listed: once more
+            base, table = self._base_with_table()
+            segments = self._read_segments(self._unmerged_names(base.merged), final=True, with_tokens=False)
+        listed = [_listing(entry["source"], entry["tag"], entry["length"], entry["added"]) for entry in table]
+        listed += [_listing(segment.source, segment.tag, segment.size, segment.added) for segment in segments]
+        return listed
+
+    def stats(self) -> dict[str, Any]:
+        """Tokens and documents kept (in all, and by source), bytes on disk, and the usage counters."""
+        documents = self.documents()
+        by_source: dict[str, dict[str, int]] = {}
+        for document in documents:
+            entry = by_source.setdefault(document["source"], {"documents": 0, "tokens": 0})
+            entry["documents"] += 1
+            entry["tokens"] += document["tokens"]
+        return {
+            "tokens": sum(document["tokens"] for document in documents),
+            "documents": len(documents),
+            "by_source": by_source,
+            "bytes": _bytes_under(self.root),
+            **self._usage(),
+        }
+
+    # Usage counters -------------------------------------------------------------------------------------------------
+
+    def record_use(self, lookups: int, hits: int, proposed: int, accepted: int) -> None:
+        """Add to the usage counters (under their lock; skipped, with a line in `problems`, if it is held too long)."""
+        self._make_root()
+        path = self.root / USAGE
+        try:
+            with locked(path, timeout_s=USAGE_LOCK_TIMEOUT_S):
+                counts = self._usage()
+                for key, value in zip(USAGE_KEYS, (lookups, hits, proposed, accepted)):
+                    counts[key] += int(value)
+                write_text_atomic(path, json.dumps(counts))
+        except LocalspecError as exc:
+            self._report(f"{path}: usage not counted ({exc})", repair=False)
+
+    def _usage(self) -> dict[str, int]:
+        value, _ = read_cache_json(self.root / USAGE)
+        value = value if isinstance(value, dict) else {}
+        return {key: value[key] if isinstance(value.get(key), int) else 0 for key in USAGE_KEYS}
+
+    # Compaction, removal --------------------------------------------------------------------------------------------
+
+    def compact(self, block: bool = True) -> bool:
+        """Merge the unmerged segments into a new base, oldest documents evicted beyond `max_tokens`.
+
+        False when there was nothing to do, or when `block` is False and another process holds the lock.
+        """
+        with self._lock(block) as held:
+            if not held:
+                return False
+            return self._compact_locked(exclude_tag=None)[0]
+
+    def remove(self, tag: str) -> int:
+        """Remove every document with `tag` (its segments deleted, the base rebuilt without it); tokens removed."""
+        if not self.root.is_dir():
+            return 0
+        with self._lock(block=True):
+            base, table = self._base_with_table()
+            if self._needs_repair or any(entry["tag"] == tag for entry in table):
+                return self._compact_locked(exclude_tag=tag)[1]
+            removed = 0
+            for segment in self._read_segments(self._unmerged_names(base.merged), final=True, with_tokens=False):
+                if segment.tag == tag:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self._segments / f"{segment.name}.seg").unlink()
+                        removed += segment.size
+            self._recent_cache = None
+            return removed
+
+    def clear(self) -> None:
+        """Empty the memory: every base, segment and counter (documents being added at this moment may survive)."""
+        if not self.root.is_dir():
+            return
+        with self._lock(block=True):
+            self._pointer.unlink(missing_ok=True)
+            (self.root / USAGE).unlink(missing_ok=True)
+            for name in self._segment_names():
+                (self._segments / f"{name}.seg").unlink(missing_ok=True)
+            self._delete_generations(keep=None)
+            self._base_cache, self._recent_cache = None, None
+
+    def _compact_locked(self, exclude_tag: str | None) -> tuple[bool, int]:
+        """(whether a new base was written, tokens removed for `exclude_tag`); the caller holds the lock."""
+        base, table = self._base_with_table(verify=True)
+        names = self._unmerged_names(base.merged)
+        segments: list[_Segment] = []
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                segment = self._read_segment_reporting(name, with_tokens=True)
+                if segment is not None:
+                    segments.append(segment)
+        entries = [(entry, _Slice(base.tokens, entry["start"], entry["length"])) for entry in table]
+        entries += [(_table_entry(segment), _Slice(segment.tokens, 0, segment.size)) for segment in segments]
+        removed = sum(entry["length"] for entry, _ in entries if exclude_tag is not None and entry["tag"] == exclude_tag)
+        entries = [(entry, piece) for entry, piece in entries if exclude_tag is None or entry["tag"] != exclude_tag]
+        kept = _newest_within(entries, self.max_tokens)
+        if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
+            return False, 0
+        merged = sorted(set(names) | {name for name in base.merged if (self._segments / f"{name}.seg").exists()})
+        generation = self._write_generation(kept, merged) if kept else None
+        self._write_pointer(generation, kept, merged)
+        self._needs_repair = False
+        self._base_cache, self._recent_cache = None, None
+        for name in merged:
+            with contextlib.suppress(OSError):
+                (self._segments / f"{name}.seg").unlink(missing_ok=True)
+        self._delete_generations(keep=generation)
+        self._sweep_temporaries()
+        return True, removed
+
+    def _repair(self) -> None:
+        """Rewrite the base from what remains after damage was found (skipped if another process holds the lock)."""
+        try:
+            self.compact(block=False)
+        except (OSError, LocalspecError) as exc:
+            self._report(f"{self.root}: could not be repaired ({exc})", repair=False)
+
+    # The base -------------------------------------------------------------------------------------------------------
+
+    def _base(self, final: bool) -> _Base:
+        """The base CURRENT.json names (cached while it names the same generation); damage reported, not raised."""
+        try:
+            generation, merged, expected = self._read_pointer()
+        except _Damaged as exc:
+            self._report(f"{self._pointer}: damaged ({exc}); the newest base found is used")
+            return self._newest_generation()
+        if generation is None:
+            return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, merged, 0)
+        if self._base_cache is not None and self._base_cache.generation == generation:
+            return self._base_cache
+        try:
+            base = self._open_generation(generation, merged, expected)
+        except FileNotFoundError:
+            if not final:
+                raise _Replaced() from None
+            self._report(f"{self.root / generation}: missing, though {POINTER} names it; the memory goes on without it")
+            return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, merged, 0)
+        self._base_cache = base
+        return base
+
+    def _read_pointer(self) -> tuple[str | None, frozenset[str], tuple[int, int]]:
+        """(generation, merged segment names, (tokens, documents) of the base) from CURRENT.json; nothing there: empty."""
+        value, error = read_cache_json(self._pointer)
+        if error is not None:
+            raise _Damaged(error)
+        if value is None:
+            return None, frozenset(), (0, 0)
+        try:
+            generation = value["generation"]
+            if generation is not None and not (isinstance(generation, str) and _NAME.fullmatch(generation)):
+                raise _Damaged("not a generation name")
+            merged = frozenset(_names(value["merged"]))
+            counts = (int(value["tokens"]), int(value["documents"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _Damaged(f"not a memory pointer: {exc}") from None
+        if value.get("format") != FORMAT_VERSION:
+            raise _Damaged(f"format {value.get('format')!r}, not {FORMAT_VERSION}")
+        return generation, merged, counts
+
+    def _open_generation(self, generation: str, merged: frozenset[str], expected: tuple[int, int]) -> _Base:
+        """The generation's arrays memory-mapped and checked (shapes, the final separator); FileNotFoundError if gone.
+
+        A damaged token file drops the base (reported); a damaged suffix array is rebuilt from the tokens (reported).
+        """
+        folder = self.root / generation
+        if not folder.is_dir():
+            raise FileNotFoundError(folder)
+        size, documents = expected
+        try:
+            tokens = _load_array(folder / "tokens.npy", np.int32, size)
+            if size and int(tokens[-1]) != SEPARATOR:
+                raise _Damaged("does not end with a separator")
+        except _Damaged as exc:
+            self._report(f"{folder / 'tokens.npy'}: damaged ({exc}); the memory goes on without that base")
+            return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, merged, 0)
+        try:
+            suffixes = _load_array(folder / "suffixes.npy", np.int32, size)
+        except _Damaged as exc:
+            self._report(f"{folder / 'suffixes.npy'}: damaged ({exc}); rebuilt from the tokens")
+            suffixes = reversed_suffix_array(np.asarray(tokens))
+        return _Base(generation, tokens, suffixes, merged, documents)
+
+    def _newest_generation(self) -> _Base:
+        """With no usable pointer: the newest generation folder whose table and arrays read back, else no base."""
+        for folder in sorted(self._generation_folders(), reverse=True):
+            try:
+                table = _read_table(folder / "documents.json")
+                return self._open_generation(folder.name, frozenset(table["merged"]), (table["tokens"], len(table["documents"])))
+            except (_Damaged, OSError):
+                continue
+        return _NO_BASE
+
+    def _base_with_table(self, verify: bool = False) -> tuple[_Base, list[dict[str, Any]]]:
+        """The base and its document table (checked against its arrays; with `verify`, the tokens' checksum too).
+
+        A table that does not fit is reported and the base dropped with it.
+        """
+        try:
+            base = self._base(final=False)
+        except _Replaced:
+            base = self._base(final=True)
+        if base.generation is None:
+            return base, []
+        path = self.root / base.generation / "documents.json"
+        try:
+            try:
+                table = _read_table(path)
+            except FileNotFoundError:  # replaced by a compaction: once more, from the new pointer
+                base = self._base(final=True)
+                if base.generation is None:
+                    return base, []
+                path = self.root / base.generation / "documents.json"
+                table = _read_table(path)
+            _check_table(table, base, verify)
+        except (_Damaged, FileNotFoundError) as exc:
+            reason = "missing" if isinstance(exc, FileNotFoundError) else str(exc)
+            self._report(f"{path}: damaged ({reason}); the memory goes on without that base")
+            return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
+        return base, table["documents"]
+
+    def _write_generation(self, kept: list[tuple[dict[str, Any], _Slice]], merged: list[str]) -> str:
+        """A new generation folder holding the kept documents, written whole and then renamed into place; its name."""
+        name = _new_name("gen")
+        tokens = join_documents([piece.read() for _, piece in kept])
+        table, start = [], 0
+        for entry, piece in kept:
+            table.append(entry | {"start": start, "length": piece.length})
+            start += piece.length + 1
+        contents = {
+            "format": FORMAT_VERSION, "tokens": len(tokens), "checksum": zlib.crc32(tokens.astype("<i4").tobytes()),
+            "documents": table, "merged": merged,
+        }
+        temporary = Path(tempfile.mkdtemp(prefix=".gen-", suffix=".partial", dir=self.root))
+        try:
+            _save_array(temporary / "tokens.npy", tokens)
+            _save_array(temporary / "suffixes.npy", reversed_suffix_array(tokens))
+            _save_bytes(temporary / "documents.json", json.dumps(contents).encode("utf-8"))
+            os.rename(temporary, self.root / name)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        return name
+
+    def _write_pointer(self, generation: str | None, kept: list[tuple[dict[str, Any], _Slice]], merged: list[str]) -> None:
+        tokens = sum(piece.length + 1 for _, piece in kept)
+        pointer = {"format": FORMAT_VERSION, "generation": generation, "tokens": tokens, "documents": len(kept), "merged": merged}
+        write_text_atomic(self._pointer, json.dumps(pointer))
+
+    def _generation_folders(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return [path for path in self.root.iterdir() if path.name.startswith("gen-") and _NAME.fullmatch(path.name)]
+
+    def _delete_generations(self, keep: str | None) -> None:
+        """Every generation folder but `keep` (one still mapped elsewhere may refuse: left for the next compaction)."""
+        for folder in self._generation_folders():
+            if folder.name != keep:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    # Segments -------------------------------------------------------------------------------------------------------
+
+    def _segment_names(self) -> list[str]:
+        """Names of the complete segment files, oldest first (temporary files start with a dot and are skipped)."""
+        try:
+            files = os.listdir(self._segments)
+        except OSError:
+            return []
+        return sorted(name[:-4] for name in files if name.endswith(".seg") and _NAME.fullmatch(name[:-4]))
+
+    def _recent(self, merged: frozenset[str], final: bool) -> SuffixIndex:
+        """An in-memory index over the segments not merged into the base (cached while they stay the same)."""
+        names = tuple(self._unmerged_names(merged))
+        if self._recent_cache is not None and self._recent_cache[0] == names:
+            return self._recent_cache[1]
+        documents = [segment.tokens for segment in self._read_segments(names, final) if segment.tokens is not None]
+        index = SuffixIndex.of_documents(documents)
+        self._recent_cache = (names, index)
+        return index
+
+    def _unmerged_names(self, merged: frozenset[str]) -> list[str]:
+        return [name for name in self._segment_names() if name not in merged]
+
+    def _read_segments(self, names: Sequence[str], final: bool, with_tokens: bool = True) -> list[_Segment]:
+        """The segments that read back (damaged ones reported); a vanished one means a compaction: _Replaced, or skipped when `final`."""
+        segments = []
+        for name in names:
+            try:
+                segment = self._read_segment_reporting(name, with_tokens)
+            except FileNotFoundError:
+                if not final:
+                    raise _Replaced() from None
+                continue
+            if segment is not None:
+                segments.append(segment)
+        return segments
+
+    def _read_segment_reporting(self, name: str, with_tokens: bool) -> _Segment | None:
+        """The segment, or None with a line in `problems` if it is damaged (the repair that follows deletes it)."""
+        path = self._segments / f"{name}.seg"
+        try:
+            return _read_segment(path, with_tokens)
+        except _Damaged as exc:
+            self._report(f"{path}: damaged ({exc}); left out")
+            return None
+
+    # Housekeeping ---------------------------------------------------------------------------------------------------
+
+    def _report(self, line: str, repair: bool = True) -> None:
+        if line not in self.problems:
+            self.problems.append(line)
+        self._needs_repair = self._needs_repair or repair
+
+    def _make_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)  # private text: for this user alone
+
+    @contextlib.contextmanager
+    def _lock(self, block: bool) -> Iterator[bool]:
+        """Hold the store's lock (yields True), or, without `block`, yield False at once if another process holds it."""
+        if block:
+            with locked(self._pointer):
+                yield True
+            return
+        self._make_root()
+        lock = filelock.FileLock(str(lock_path(self._pointer)), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    def _sweep_temporaries(self) -> None:
+        """Delete temporary files and folders that processes killed mid-write left behind (an hour old or more)."""
+        cutoff = time.time() - STALE_TEMPORARY_S
+        for folder in (self.root, self._segments):
+            with contextlib.suppress(OSError):
+                for path in folder.iterdir():
+                    if path.name.startswith(".") and path.name.endswith(".partial") and path.stat().st_mtime < cutoff:
+                        if path.is_dir():
+                            shutil.rmtree(path, ignore_errors=True)
+                        else:
+                            path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """A document's tokens inside an array (a memory map or a segment's), read only when a base is written."""
+
+    array: np.ndarray | None
+    start: int
+    length: int
+
+    def read(self) -> np.ndarray:
+        assert self.array is not None
+        return np.asarray(self.array[self.start : self.start + self.length], dtype=np.int32)
+
+
+def _newest_within(
+    entries: list[tuple[dict[str, Any], _Slice]], max_tokens: int
+) -> list[tuple[dict[str, Any], _Slice]]:
+    """The newest entries (the list is oldest first) whose tokens add up to at most `max_tokens`."""
+    total, first_kept = 0, len(entries)
+    for position in range(len(entries) - 1, -1, -1):
+        total += entries[position][1].length
+        if total > max_tokens:
+            break
+        first_kept = position
+    return entries[first_kept:]
+
+
+def _listing(source: str, tag: str | None, tokens: int, added: float) -> dict[str, Any]:
+    return {"source": source, "tag": tag, "tokens": tokens, "added": added}
+
+
+def _table_entry(segment: _Segment) -> dict[str, Any]:
+    return {"segment": segment.name, "source": segment.source, "tag": segment.tag, "added": segment.added}
+
+
+def _read_segment(path: Path, with_tokens: bool) -> _Segment:
+    """A segment file read and checked (magic, header, length, checksum); FileNotFoundError if it is gone."""
+    try:
+        with open(path, "rb") as handle:
+            lead = handle.read(len(SEGMENT_MAGIC) + 4)
+            if len(lead) < len(SEGMENT_MAGIC) + 4 or not lead.startswith(SEGMENT_MAGIC):
+                raise _Damaged("not a memory segment")
+            header_size = int.from_bytes(lead[len(SEGMENT_MAGIC) :], "little")
+            if header_size > MAX_HEADER_BYTES:
+                raise _Damaged("header too large")
+            header = _segment_header(handle.read(header_size))
+            data = handle.read() if with_tokens else None
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _Damaged(f"unreadable: {exc.strerror or exc}") from None
+    size = header["tokens"]
+    tokens = None
+    if data is not None:
+        if len(data) != 4 * size:
+            raise _Damaged(f"holds {len(data) / 4:g} tokens, its header says {size}")
+        if zlib.crc32(data) != header["crc32"]:
+            raise _Damaged("checksum mismatch")
+        tokens = np.frombuffer(data, dtype="<i4").astype(np.int32)
+        if size and int(tokens.min()) < 0:
+            raise _Damaged("negative token ids")
+    return _Segment(path.name[:-4], header["source"], header["tag"], header["added"], size, tokens)
+
+
+def _segment_header(raw: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        valid = (
+            isinstance(header, dict) and header.get("source") in SOURCES
+            and (header.get("tag") is None or isinstance(header["tag"], str))
+            and isinstance(header.get("added"), (int, float)) and isinstance(header.get("tokens"), int)
+            and header["tokens"] >= 0 and isinstance(header.get("crc32"), int)
+        )
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        valid = False
+    if not valid:
+        raise _Damaged("header unreadable")
+    return header
+
+
+def _read_table(path: Path) -> dict[str, Any]:
+    """A generation's documents.json, its shape checked; FileNotFoundError if it is gone."""
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, RecursionError) as exc:
+        raise _Damaged(f"unreadable: {exc}") from None
+    try:
+        if table["format"] != FORMAT_VERSION:
+            raise _Damaged(f"format {table['format']!r}, not {FORMAT_VERSION}")
+        int(table["tokens"]), int(table["checksum"]), _names(table["merged"])
+        for entry in table["documents"]:
+            if not (
+                entry["source"] in SOURCES and (entry["tag"] is None or isinstance(entry["tag"], str))
+                and isinstance(entry["start"], int) and isinstance(entry["length"], int)
+                and isinstance(entry["added"], (int, float))
+            ):
+                raise _Damaged("a document entry is malformed")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _Damaged(f"not a document table: {exc}") from None
+    return table
+
+
+def _check_table(table: dict[str, Any], base: _Base, verify: bool) -> None:
+    """The table must describe the base's tokens: consecutive documents, each followed by a separator."""
+    size = len(base.tokens)
+    if table["tokens"] != size or len(table["documents"]) != base.documents:
+        raise _Damaged(f"lists {table['tokens']} tokens in {len(table['documents'])} documents; the base holds {size} in {base.documents}")
+    start = 0
+    for entry in table["documents"]:
+        if entry["start"] != start or entry["length"] < 0:
+            raise _Damaged(f"document at {entry['start']} does not follow the one before (expected {start})")
+        start += entry["length"] + 1
+    if start != size:
+        raise _Damaged(f"its documents end at {start}, the tokens at {size}")
+    ends = np.array([entry["start"] + entry["length"] for entry in table["documents"]], dtype=np.int64)
+    if ends.size and not bool((base.tokens[ends] == SEPARATOR).all()):
+        raise _Damaged("a document does not end where the tokens have a separator")
+    if verify and zlib.crc32(np.asarray(base.tokens).astype("<i4").tobytes()) != table["checksum"]:
+        raise _Damaged("the tokens' checksum does not match")
+
+
+def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
+    """A one-dimensional array of `size` entries memory-mapped read-only; FileNotFoundError if gone, _Damaged if wrong."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False) if size else np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError) as exc:
+        raise _Damaged(f"unreadable: {exc}") from None
+    if array.ndim != 1 or array.dtype != dtype or len(array) != size:
+        raise _Damaged(f"holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} ({size},)")
+    return array
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _save_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _names(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(name, str) and _NAME.fullmatch(name) for name in value):
+        raise ValueError("merged: not a list of segment names")
+    return value
+
+
+def _new_name(kind: str) -> str:
+    """A name no other process picks: time (so names sort oldest first), process id, random."""
+    return f"{kind}-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _bytes_under(root: Path) -> int:
+    total = 0
+    for path in root.rglob("*") if root.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                total += path.stat().st_size
+    return total
