@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def document(number: int, length: int = 40) -> list[int]:
-    """Tokens no other document shares (for lengths up to a few hundred): a lookup of any 8 of them finds only this one."""
+    """Tokens no other document shares (at a few hundred tokens): a lookup of any 8 of them finds only this one."""
     return (np.random.default_rng(number).permutation(50_000)[:length] + 1).tolist()
 
 
@@ -109,7 +109,8 @@ def test_eviction_keeps_the_newest_documents_within_max_tokens(tmp_path: Path) -
         kept.insert(0, str(number))
     assert [entry["tag"] for entry in store.documents()] == kept == ["5", "6", "7"]
     index = store.index()
-    assert [found(index, document(n, lengths[n])) for n in range(len(lengths))] == [str(n) in kept for n in range(len(lengths))]
+    for number, length in enumerate(lengths):
+        assert found(index, document(number, length)) == (str(number) in kept)
     with pytest.raises(InputError, match="more than the memory keeps"):
         store.add(document(9, 121), "file")
 
@@ -315,7 +316,9 @@ def test_processes_killed_while_adding_leave_a_store_that_loads(tmp_path: Path) 
     index = store.index()
     assert all(found(index, document(number)) for number in written)
     assert store.problems == []
-    assert store.compact() is True and MemoryStore(tmp_path).problems == []
+    store.compact()
+    after = MemoryStore(tmp_path)
+    assert all(found(after.index(), document(number)) for number in written) and after.problems == []
 
 
 @pytest.mark.slow

@@ -224,7 +224,7 @@ class MemoryStore:
     # Usage counters -------------------------------------------------------------------------------------------------
 
     def record_use(self, lookups: int, hits: int, proposed: int, accepted: int) -> None:
-        """Add to the usage counters (under their lock; skipped, with a line in `problems`, if it is held too long)."""
+        """Add to the usage counters, under their lock (held too long: skipped, with a line in `problems`)."""
         self._make_root()
         path = self.root / USAGE
         try:
@@ -294,8 +294,11 @@ class MemoryStore:
                     segments.append(segment)
         entries = [(entry, _Slice(base.tokens, entry["start"], entry["length"])) for entry in table]
         entries += [(_table_entry(segment), _Slice(segment.tokens, 0, segment.size)) for segment in segments]
-        removed = sum(entry["length"] for entry, _ in entries if exclude_tag is not None and entry["tag"] == exclude_tag)
-        entries = [(entry, piece) for entry, piece in entries if exclude_tag is None or entry["tag"] != exclude_tag]
+        if exclude_tag is not None:
+            removed = sum(entry["length"] for entry, _ in entries if entry["tag"] == exclude_tag)
+            entries = [(entry, piece) for entry, piece in entries if entry["tag"] != exclude_tag]
+        else:
+            removed = 0
         kept = _newest_within(entries, self.max_tokens)
         if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
             return False, 0
@@ -336,13 +339,14 @@ class MemoryStore:
         except FileNotFoundError:
             if not final:
                 raise _Replaced() from None
-            self._report(f"{self.root / generation}: missing, though {POINTER} names it; the memory goes on without it")
+            folder = self.root / generation
+            self._report(f"{folder}: missing, though {POINTER} names it; the memory goes on without it")
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, merged, 0)
         self._base_cache = base
         return base
 
     def _read_pointer(self) -> tuple[str | None, frozenset[str], tuple[int, int]]:
-        """(generation, merged segment names, (tokens, documents) of the base) from CURRENT.json; nothing there: empty."""
+        """(generation, merged segment names, (tokens, documents) in the base) from CURRENT.json; none: empty."""
         value, error = read_cache_json(self._pointer)
         if error is not None:
             raise _Damaged(error)
@@ -388,7 +392,8 @@ class MemoryStore:
         for folder in sorted(self._generation_folders(), reverse=True):
             try:
                 table = _read_table(folder / "documents.json")
-                return self._open_generation(folder.name, frozenset(table["merged"]), (table["tokens"], len(table["documents"])))
+                counts = (table["tokens"], len(table["documents"]))
+                return self._open_generation(folder.name, frozenset(table["merged"]), counts)
             except (_Damaged, OSError):
                 continue
         return _NO_BASE
@@ -444,9 +449,13 @@ class MemoryStore:
             raise
         return name
 
-    def _write_pointer(self, generation: str | None, kept: list[tuple[dict[str, Any], _Slice]], merged: list[str]) -> None:
-        tokens = sum(piece.length + 1 for _, piece in kept)
-        pointer = {"format": FORMAT_VERSION, "generation": generation, "tokens": tokens, "documents": len(kept), "merged": merged}
+    def _write_pointer(
+        self, generation: str | None, kept: list[tuple[dict[str, Any], _Slice]], merged: list[str]
+    ) -> None:
+        pointer = {
+            "format": FORMAT_VERSION, "generation": generation, "tokens": sum(piece.length + 1 for _, piece in kept),
+            "documents": len(kept), "merged": merged,
+        }
         write_text_atomic(self._pointer, json.dumps(pointer))
 
     def _generation_folders(self) -> list[Path]:
@@ -455,7 +464,7 @@ class MemoryStore:
         return [path for path in self.root.iterdir() if path.name.startswith("gen-") and _NAME.fullmatch(path.name)]
 
     def _delete_generations(self, keep: str | None) -> None:
-        """Every generation folder but `keep` (one still mapped elsewhere may refuse: left for the next compaction)."""
+        """Every generation folder but `keep` (one that refuses, still mapped elsewhere, goes next time)."""
         for folder in self._generation_folders():
             if folder.name != keep:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -484,7 +493,10 @@ class MemoryStore:
         return [name for name in self._segment_names() if name not in merged]
 
     def _read_segments(self, names: Sequence[str], final: bool, with_tokens: bool = True) -> list[_Segment]:
-        """The segments that read back (damaged ones reported); a vanished one means a compaction: _Replaced, or skipped when `final`."""
+        """The segments that read back (damaged ones reported).
+
+        One that vanished was merged by a compaction: _Replaced (read again), or skipped when `final`.
+        """
         segments = []
         for name in names:
             try:
@@ -509,6 +521,7 @@ class MemoryStore:
     # Housekeeping ---------------------------------------------------------------------------------------------------
 
     def _report(self, line: str, repair: bool = True) -> None:
+        line = " ".join(line.split())  # one line, whatever an exception's message held
         if line not in self.problems:
             self.problems.append(line)
         self._needs_repair = self._needs_repair or repair
@@ -518,7 +531,7 @@ class MemoryStore:
 
     @contextlib.contextmanager
     def _lock(self, block: bool) -> Iterator[bool]:
-        """Hold the store's lock (yields True), or, without `block`, yield False at once if another process holds it."""
+        """Hold the store's lock (yields True); without `block`, yield False at once if another process holds it."""
         if block:
             with locked(self._pointer):
                 yield True
@@ -655,7 +668,8 @@ def _check_table(table: dict[str, Any], base: _Base, verify: bool) -> None:
     """The table must describe the base's tokens: consecutive documents, each followed by a separator."""
     size = len(base.tokens)
     if table["tokens"] != size or len(table["documents"]) != base.documents:
-        raise _Damaged(f"lists {table['tokens']} tokens in {len(table['documents'])} documents; the base holds {size} in {base.documents}")
+        listed = f"{table['tokens']} tokens in {len(table['documents'])} documents"
+        raise _Damaged(f"lists {listed}; the base holds {size} in {base.documents}")
     start = 0
     for entry in table["documents"]:
         if entry["start"] != start or entry["length"] < 0:
@@ -671,7 +685,7 @@ def _check_table(table: dict[str, Any], base: _Base, verify: bool) -> None:
 
 
 def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
-    """A one-dimensional array of `size` entries memory-mapped read-only; FileNotFoundError if gone, _Damaged if wrong."""
+    """A one-dimensional array of `size` entries, memory-mapped read-only (FileNotFoundError if gone)."""
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False) if size else np.load(path, allow_pickle=False)
     except FileNotFoundError:

@@ -66,7 +66,7 @@ def join_documents(documents: Sequence[Sequence[int]]) -> np.ndarray:
 
 
 def reversed_suffix_array(tokens: np.ndarray) -> np.ndarray:
-    """The suffix array (int32) of `tokens` reversed: entry s stands for the text read backwards from position len-1-s."""
+    """The suffix array (int32) of `tokens` reversed: entry s is the text read backwards from position len-1-s."""
     if len(tokens) == 0:
         return np.zeros(0, dtype=np.int32)
     ranks = _dense_ranks(np.asarray(tokens))
@@ -132,7 +132,7 @@ class SuffixIndex:
         self, context: Sequence[int], max_tokens: int, min_length: int = 4, max_length: int = 64,
         min_share: float = 0.3,
     ) -> Proposal | None:
-        """The continuation of the longest match of `context`'s tail, or None (no match of `min_length`, or nothing to propose)."""
+        """The continuation of the longest match of `context`'s tail; None without a match or a token to propose."""
         match = self.longest_match(context, min_length, max_length)
         if match is None:
             return None
@@ -140,7 +140,7 @@ class SuffixIndex:
         return proposal if proposal.tokens else None
 
     def longest_match(self, context: Sequence[int], min_length: int, max_length: int) -> Match | None:
-        """The longest n in [min_length, max_length] such that context[-n:] occurs followed by a token (not a separator).
+        """The longest n in [min_length, max_length] such that context[-n:] occurs followed by a token (no separator).
 
         Only the tail after the context's last negative token (a separator) is matched.
         """
@@ -171,7 +171,7 @@ class SuffixIndex:
         return self._tokens[spots]
 
     def _intervals(self, backwards: np.ndarray) -> list[tuple[int, int, int]]:
-        """Each (depth, lo, hi) at which the interval narrowed: suffix array entries lo..hi-1 all start with backwards[:depth].
+        """Each (depth, lo, hi) where the interval narrowed: suffix array entries lo..hi-1 start with backwards[:depth].
 
         Deepest last; the list is empty when backwards[0] does not occur at all.
         """
@@ -180,8 +180,8 @@ class SuffixIndex:
         levels: list[tuple[int, int, int]] = []
         lo, hi, depth = 0, size, 0
         while depth < length:
-            # Narrow on the symbol at `depth`: entry s reads text[size - 1 - depth - s] there (text[-1], the final
-            # separator, for a suffix that has just run out: only the shortest can, since all matched `depth` symbols).
+            # Narrow on the symbol at `depth`: entry s reads text[size - 1 - depth - s] there (text[-1], the
+            # final separator, for a suffix that has just run out: all matched `depth` symbols, so none runs further).
             base = size - 1 - depth
             target = int(backwards[depth])
             new_lo = bisect.bisect_left(suffixes, target, lo, hi, key=lambda s: text[base - s])
@@ -210,7 +210,7 @@ class SuffixIndex:
         return int(differ[0]) if differ.size else len(read)
 
     def _followed_positions(self, lo: int, hi: int) -> np.ndarray:
-        """Forward positions just after the occurrences in entries lo..hi-1 that a token (not a separator) follows, ascending."""
+        """Forward positions just after the occurrences in entries lo..hi-1 followed by a token (no separator), ascending."""
         starts = np.asarray(self._suffixes[lo : min(hi, lo + SCAN_LIMIT)], dtype=np.int64)
         after = self._size - starts
         after = after[(after > 0) & (after < self._size)]  # always so for a sound suffix array
@@ -230,8 +230,9 @@ class MultiIndex:
     """
 
     def __init__(self, parts: Sequence[SuffixIndex], names: Sequence[str] | None = None) -> None:
+        names = names or [f"index {number}" for number in range(len(parts))]
         self.parts = [part for part in parts if len(part)]
-        self._names = [name for name, part in zip(names or [f"index {i}" for i in range(len(parts))], parts) if len(part)]
+        self._names = [name for name, part in zip(names, parts) if len(part)]
         self.problems: list[str] = []
 
     def __len__(self) -> int:
@@ -254,8 +255,8 @@ class MultiIndex:
         if not found:
             return None
         length = max(match.length for _, match in found)
-        rows = np.concatenate([part.following(match.positions, max_tokens) for part, match in found if match.length == length])
-        rows = rows[-MAX_OCCURRENCES:]
+        longest = [part.following(match.positions, max_tokens) for part, match in found if match.length == length]
+        rows = np.concatenate(longest)[-MAX_OCCURRENCES:]
         tokens, shares = weighted_continuation(rows, min_share)
         return Proposal(tokens, length, len(rows), shares) if tokens else None
 
@@ -302,7 +303,7 @@ def weighted_continuation(rows: np.ndarray, min_share: float) -> tuple[list[int]
 
 
 def _most_frequent(column: np.ndarray) -> tuple[int | None, int]:
-    """The most frequent token of `column` other than a separator (ties: the one latest in the column) and its count."""
+    """The most frequent token of `column` but a separator (ties: the one latest in the column), and its count."""
     values, counts = np.unique(column[column != SEPARATOR], return_counts=True)
     if not values.size:
         return None, 0
