@@ -61,6 +61,8 @@ def test_a_compaction_follows_adds_once_enough_is_unmerged(tmp_path: Path) -> No
         store.add(document(number), "chat")
     assert len(list((tmp_path / "segments").glob("*.seg"))) == 1  # two compactions of four
     assert all(found(store.index(), document(number)) for number in range(9))
+    assert store.compact(when_needed=True) is False and store.compact() is True  # one is not enough; merged if asked
+    assert not list((tmp_path / "segments").glob("*.seg"))
 
 
 @pytest.mark.parametrize("compacted", [False, True])
