@@ -21,6 +21,7 @@ from ..runtime.fatal import on_fatal
 from ..settings import SEED_MAX
 from .conversation import Conversation
 from .history import HistoryStore, HistoryUnavailable
+from .memory import conversation_tag
 from .session import Session
 
 
@@ -105,6 +106,9 @@ class ChatSession:
             forget_hook()
         self.conversation.add("assistant", generation.text if generation is not None else "", interrupted)
         self.save_last()
+        if generation is not None and not interrupted:
+            self.session.remember(generation, "chat",
+                                  conversation_tag(self.conversation_id) if self.conversation_id is not None else None)
         if generation is not None:
             self.last = generation
             self.totals.add(generation.stats)

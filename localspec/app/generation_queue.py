@@ -63,6 +63,8 @@ class Slot:
             chunks.close()  # a generation cut short records why ("interrupted")
             if generation.stop_reason in (None, StopReason.INTERRUPTED):  # stopped, or failed, mid-pass
                 self.session.recover_caches()
+        if generation.stop_reason not in (None, StopReason.INTERRUPTED):
+            self.session.remember(generation, "serve")
         return generation
 
     def finish(self, release: Callable[[], None]) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ..engine.draft_length import LearnedLengths
-from ..engine.drafters import build_drafter
+from ..engine.drafters import build_drafter, drafts_from_memory
 from ..engine.generation import Generation
 from ..errors import InputError
 from ..runtime.chat_template import SpecialTexts, render_chat_chunks
 from ..runtime.model import Model
 from ..settings import ChatSettings, GenerationSettings
 from .learned_lengths import LengthCache
+from .memory import LOCAL_OWNER, SessionMemory, open_store
 from .plan import Plan
 from .repack import extra_buffers_for, verbose_notes
 
@@ -27,13 +28,15 @@ class Session:
 
     def __init__(
         self, target: Model, draft: Model | None = None, chat: ChatSettings = ChatSettings(),
-        length_cache: LengthCache | None = None,
+        length_cache: LengthCache | None = None, memory: SessionMemory | None = None,
     ) -> None:
-        """`length_cache`: where adaptive draft lengths are loaded from now and saved to on `close` (none: kept in memory)."""
+        """`length_cache`: where adaptive draft lengths are loaded from now and saved to on `close` (none: kept in memory);
+        `memory`: the memory of earlier text to draft from and add to (none: no memory)."""
         self.target = target
         self.draft = draft
         self.chat = chat
         self.length_cache = length_cache
+        self.memory = memory
         self._special_verdicts: dict[str, bool] = {}  # content -> holds special-token text (`_holds_special_text`)
         # Adaptive draft-length controllers, kept across generations (and across runs with a cache).
         self.learned_lengths = length_cache.load() if length_cache is not None else LearnedLengths()
@@ -47,9 +50,16 @@ class Session:
         `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given."""
         drafter = None
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
+            memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None
             drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths,
-                                    constrained=grammar is not None)
+                                    constrained=grammar is not None, memory=memory and memory.index(),
+                                    memory_use=memory and memory.use)
         return Generation(self.target, prompt_tokens, settings, drafter, grammar)
+
+    def remember(self, generation: Generation, source: str, tag: str | None = None) -> None:
+        """Add a finished generation's prompt and output to the memory (when there is one and its settings use it)."""
+        if self.memory is not None and generation.settings.speculative.memory:
+            self.memory.remember(generation.prompt_tokens, generation.tokens, source, tag)
 
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""
@@ -123,6 +133,8 @@ class Session:
             self.draft.drop_unrecorded()
 
     def close(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.length_cache is not None:
             self.length_cache.save(self.learned_lengths)
             self.length_cache = None
@@ -144,12 +156,15 @@ def open_session(
     on_status: Callable[[str], None] = lambda message: None,
     verbose: bool = False,
     remember_lengths: bool = True,
+    memory_owner: str | None = LOCAL_OWNER,
 ) -> Session:
     """Load the plan's models (the draft only when there is one and `load_draft`).
 
     With `remember_lengths` the adaptive draft lengths start from what earlier
     processes learned for this pair on this machine, and what this one learns is
-    saved when the session closes (`bench --cold` turns it off).
+    saved when the session closes (`bench --cold` turns it off). `memory_owner`
+    names the memory of earlier text the session drafts from and adds to (see
+    `app.memory`; None: none).
     """
     on_status(f"loading target {plan.target.path.name}")
     target = Model(plan.target.path, plan.target.runtime, verbose=verbose,
@@ -164,4 +179,7 @@ def open_session(
             target.close()
             raise
     length_cache = LengthCache(target, draft, notes=verbose_notes(verbose)) if remember_lengths else None
-    return Session(target, draft, plan.chat, length_cache)
+    memory = None
+    if memory_owner is not None:
+        memory = SessionMemory(lambda: open_store(plan.target.path, memory_owner), notes=verbose_notes(verbose))
+    return Session(target, draft, plan.chat, length_cache, memory)

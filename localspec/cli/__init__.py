@@ -25,6 +25,7 @@ COMMANDS = {
     "draft": "localspec.cli.drafts:draft_group",
     "pull": "localspec.cli.pull:pull",
     "history": "localspec.cli.history:history_group",
+    "memory": "localspec.cli.memory:memory_group",
     "serve": "localspec.cli.serve:serve",
     "info": "localspec.cli.info:info",
     "worker": "localspec.cli.worker:worker",

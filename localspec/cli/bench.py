@@ -148,7 +148,8 @@ def bench(
         raise click.UsageError(f"--save writes a setting for verify = {speculative.verify} (the profile's): include it in --verify")
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
 
-    with load_session(plan, load_draft=bool(needs_draft), verbose=verbose, remember_lengths=not cold) as session:
+    with load_session(plan, load_draft=bool(needs_draft), verbose=verbose, remember_lengths=not cold,
+                      memory_owner=None) as session:
         placement = session.placement()
         for role, where in placement.items():
             click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app.history import HistoryStore, HistoryUnavailable
+from ..app.memory import LOCAL_OWNER, conversation_tag, stores_of
 from ..config.paths import history_file
 from ..errors import InputError, LocalspecError
 from .common import stdout_console
@@ -76,4 +77,6 @@ def remove_command(conversation_id: int) -> None:
         raise LocalspecError(str(exc)) from None
     if not removed:
         raise InputError(f"no conversation {conversation_id}")
-    click.echo(f"removed conversation {conversation_id}", err=True)
+    forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
+    also = f" and its {forgotten} tokens from the memory" if forgotten else ""
+    click.echo(f"removed conversation {conversation_id}{also}", err=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..app.memory import LOCAL_OWNER
 from ..app.plan import Plan, resolve
 from ..app.session import Session, open_session
 from .common import status_line, stderr_console
@@ -18,8 +19,9 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> 
     return plan
 
 
-def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True) -> Session:
+def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True,
+                 memory_owner: str | None = LOCAL_OWNER) -> Session:
     """`app.session.open_session` with a status spinner on stderr while the weights load."""
     with status_line(stderr_console.is_terminal and not verbose) as status:
         return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose,
-                            remember_lengths=remember_lengths)
+                            remember_lengths=remember_lengths, memory_owner=memory_owner)

@@ -76,6 +76,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             if output_format is not None or tool_run is not None:  # never passed off as complete
                 click.echo(f"\nlocalspec: {cut_short_message(StopReason.INTERRUPTED)}", err=True)
             raise
+        session.remember(generation, "run")
         session_placement = session.placement()
     if as_json:
         report = {

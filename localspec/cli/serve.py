@@ -11,6 +11,7 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from ..app.generation_queue import GenerationQueue
+from ..app.memory import serve_owner
 from ..app.serving import ServedModel, create_app
 from ..errors import InputError, LocalspecError
 from .common import is_loopback
@@ -34,20 +35,27 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
     Settings in a request (temperature, top_p, max_tokens, stop, seed, draft_max,
     strategy, ...) override the profile's for that request.
 
+    It keeps no memory of what it served unless started with --memory: then
+    the clients of one API key draft from what that key's requests wrote before
+    (a memory per key, apart from `run` and `chat`'s).
+
     \b
     Examples:
       localspec serve
       localspec serve -p qwen2.5-7b --port 8000 --api-key secret
     """
     api_key = _checked_api_key(api_key)
-    plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
+    flags = setting_flags(options)
+    plan = resolve_plan(profile, flags, verbose=verbose)
+    memory_owner = serve_owner(api_key) if flags.get("speculative.memory") else None
     if not is_loopback(host) and api_key is None:
         click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     model_id = plan.profile_name or plan.target.path.stem
     listener = _bind(host, port)  # before loading: a taken port is one line, not a load and then uvicorn's error
     port = listener.getsockname()[1]
     AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown
-    with listener, load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose) as session:
+    with listener, load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose,
+                                        memory_owner=memory_owner) as session:
         served = ServedModel(GenerationQueue(session, queue_size), plan.generation, model_id)
         config = uvicorn.Config(create_app(served, api_key), log_level="info" if verbose else "warning",
                                 timeout_graceful_shutdown=5)

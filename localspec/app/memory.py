@@ -1,0 +1,103 @@
+"""The memory of earlier text a session drafts from: which store, what goes in, what a generation reads.
+
+Memories live in the data folder, one per vocabulary (models that tokenize
+alike share one) and owner: "local" for `run`, `chat` and the documents a user
+adds with `localspec memory add`; for `serve` (only with `serve --memory`) one
+per API key, so that a client never drafts from, and so never probes by timing,
+another key's text or the local user's. Nothing leaves the machine.
+
+What goes in: each generation's prompt and output, as tokens, minus the prefix
+the same session stored last (a chat's earlier turns, an agent's repeated
+instructions), so a conversation is kept once and its turns are tagged with
+its history id (`history remove ID` removes them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..config.paths import data_dir
+from ..engine.drafters import MemoryUse, TokenMemory
+from ..models.compat import vocab_identity
+from ..runtime.model import common_prefix_length
+from .memory_store import MemoryStore
+
+LOCAL_OWNER = "local"
+
+
+def memory_root() -> Path:
+    """The folder holding every memory: <data folder>/memory/<vocabulary>/<owner>."""
+    return data_dir() / "memory"
+
+
+def serve_owner(api_key: str | None) -> str:
+    """The owner of the memory `serve` keeps for clients of this API key (None: a server without a key)."""
+    if not api_key:
+        return "serve-open"
+    return "serve-" + hashlib.sha256(api_key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def open_store(model_path: Path, owner: str = LOCAL_OWNER) -> MemoryStore:
+    """The memory of `owner` for the vocabulary of the model at `model_path`."""
+    return MemoryStore(memory_root() / vocab_identity(model_path) / owner)
+
+
+def stores_of(owner: str = LOCAL_OWNER) -> list[MemoryStore]:
+    """`owner`'s memory for every vocabulary that has one."""
+    root = memory_root()
+    if not root.is_dir():
+        return []
+    return [MemoryStore(folder / owner) for folder in sorted(root.iterdir()) if (folder / owner).is_dir()]
+
+
+def conversation_tag(conversation_id: int) -> str:
+    return f"conversation:{conversation_id}"
+
+
+class SessionMemory:
+    """One session's view of a memory: what its generations draft from, and what they add to it."""
+
+    def __init__(self, open_memory: Callable[[], MemoryStore], notes: Callable[[str], None] = lambda message: None) -> None:
+        """`open_memory` opens the store on first use (it reads the target's vocabulary: not before it is needed)."""
+        self._open_memory = open_memory
+        self._store: MemoryStore | None = None
+        self._index: TokenMemory | None = None
+        self.notes = notes
+        self.use = MemoryUse()
+        self._last_stored: dict[str | None, list[int]] = {}  # tag -> the tokens the last document continued
+
+    @property
+    def store(self) -> MemoryStore:
+        if self._store is None:
+            self._store = self._open_memory()
+            for problem in self._store.problems:
+                self.notes(problem)
+        return self._store
+
+    def index(self) -> TokenMemory:
+        """What the memory holds now (read again after this session adds to it)."""
+        if self._index is None:
+            self._index = self.store.index()
+        return self._index
+
+    def remember(self, prompt_tokens: Sequence[int], output_tokens: Sequence[int], source: str,
+                 tag: str | None = None) -> None:
+        """Add a generation: its prompt and output, less the prefix this session's last document of `tag` had."""
+        tokens = [*prompt_tokens, *output_tokens]
+        known = common_prefix_length(self._last_stored.get(tag, []), tokens)
+        self._last_stored[tag] = tokens
+        if len(tokens) > known:
+            self.store.add(tokens[known:], source=source, tag=tag)
+            self._index = None
+
+    def close(self) -> None:
+        """Add up this session's use of the memory (for `memory stats`) and tidy the store if it needs it."""
+        if self._store is None:
+            return
+        use = self.use
+        if use.lookups:
+            self._store.record_use(use.lookups, use.hits, use.proposed, use.accepted)
+        self._store.compact(block=False, when_needed=True)
+        self._store = self._index = None

@@ -1,0 +1,170 @@
+"""`localspec memory add|remove|list|stats|clear`: the memory of earlier text that drafts come from."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
+from ..app.memory_store import MemoryStore
+from ..errors import InputError
+from ..runtime.model import Model
+from ..textin import decode_bytes, replaced_warning
+from .common import stdout_console
+from .loading import resolve_plan
+from .options import PROFILE_OPTION
+
+LARGEST_FILE_BYTES = 4 << 20  # a larger file is most likely data, not text worth drafting from
+SNIFFED_BYTES = 8192  # a NUL among a file's first bytes marks it binary
+
+
+@click.group("memory")
+def memory_group() -> None:
+    """The memory of earlier text drafts come from: what `run` and `chat` wrote, and files you add.
+
+    It stays on this machine, in the data folder, one per vocabulary. `serve`
+    keeps its own, per API key, only when started with --memory. Turn drafting
+    from it off with --no-memory or `speculative.memory = false`.
+    """
+
+
+@memory_group.command("add")
+@PROFILE_OPTION
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH...")
+def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
+    """Add text files (or every text file under a folder) for the profile's target vocabulary.
+
+    Adding a file again replaces what it added before.
+    """
+    files = [file for path in paths for file in _text_files(path)]
+    if not files:
+        raise InputError("no text files to add")
+    plan = resolve_plan(profile, {})
+    store = open_store(plan.target.path)
+    with Model(plan.target.path) as model:
+        total = 0
+        for file in files:
+            text = _read_text(file)
+            if not text.strip():
+                continue
+            tag = f"file:{file.resolve()}"
+            store.remove(tag)
+            tokens = model.tokenize(text, add_special=False)
+            store.add(tokens, source="file", tag=tag, compact=False)  # merged once, below
+            total += len(tokens)
+    store.compact()
+    click.echo(f"added {len(files)} file{'s' * (len(files) != 1)}, {total} tokens ({store.root})", err=True)
+
+
+@memory_group.command("remove")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH...")
+def remove_command(paths: tuple[Path, ...]) -> None:
+    """Remove files added with `memory add` (a folder: every file under it)."""
+    removed = 0
+    for path in paths:
+        prefix = f"file:{path.resolve()}"
+        for store in stores_of(LOCAL_OWNER):
+            tags = {doc["tag"] for doc in store.documents() if doc["tag"] in (prefix,) or
+                    str(doc["tag"] or "").startswith(prefix.rstrip("/") + "/")}
+            removed += sum(store.remove(tag) for tag in tags)
+    if not removed:
+        raise InputError("none of these files is in the memory")
+    click.echo(f"removed {removed} tokens", err=True)
+
+
+@memory_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_command(as_json: bool) -> None:
+    """List what the memories hold, one document per line."""
+    rows = [{"memory": _name(store), **doc} for store in _all_stores() for doc in store.documents()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    table = Table("memory", "source", "tokens", "added", "tag", box=None)
+    for row in rows:
+        when = datetime.fromtimestamp(row["added"]).strftime("%Y-%m-%d %H:%M") if row.get("added") else ""
+        table.add_row(Text(row["memory"]), row["source"], str(row["tokens"]), when, Text(str(row["tag"] or "")))
+    stdout_console.print(table)
+
+
+@memory_group.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def stats_command(as_json: bool) -> None:
+    """Tokens stored and how often drafting from them paid off, per memory."""
+    stats = {_name(store): store.stats() for store in _all_stores()}
+    if as_json:
+        click.echo(json.dumps(stats, indent=2, ensure_ascii=False))
+        return
+    if not stats:
+        click.echo(f"the memory is empty ({memory_root()})")
+        return
+    table = Table("memory", "tokens", "documents", "on disk", "lookups", "hit rate", "drafts kept", box=None)
+    for name, entry in stats.items():
+        lookups, hits, proposed, accepted = (entry[key] for key in ("lookups", "hits", "proposed", "accepted"))
+        table.add_row(Text(name), str(entry["tokens"]), str(entry["documents"]), f"{entry['bytes'] / 1e6:.1f} MB",
+                      str(lookups), f"{hits / lookups:.1%}" if lookups else "-",
+                      f"{accepted / proposed:.1%}" if proposed else "-")
+    stdout_console.print(table)
+
+
+@memory_group.command("clear")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+def clear_command(yes: bool) -> None:
+    """Empty every memory (run, chat, added files and serve's)."""
+    stores = _all_stores()
+    if not stores:
+        click.echo("the memory is already empty", err=True)
+        return
+    if not yes:
+        click.confirm(f"empty {len(stores)} memor{'ies' if len(stores) != 1 else 'y'} in {memory_root()}?", abort=True)
+    for store in stores:
+        store.clear()
+    click.echo("the memory is empty", err=True)
+
+
+def _all_stores() -> list[MemoryStore]:
+    root = memory_root()
+    if not root.is_dir():
+        return []
+    return [MemoryStore(owner) for vocabulary in sorted(root.iterdir()) if vocabulary.is_dir()
+            for owner in sorted(vocabulary.iterdir()) if owner.is_dir()]
+
+
+def _name(store: MemoryStore) -> str:
+    """'<vocabulary>/<owner>' as the folders name them."""
+    return f"{store.root.parent.name}/{store.root.name}"
+
+
+def _text_files(path: Path) -> Iterator[Path]:
+    """`path` itself, or the text files under a folder (hidden ones, binaries and very large files skipped)."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    if path.is_file():
+        yield path
+        return
+    for file in sorted(path.rglob("*")):
+        parts = file.relative_to(path).parts
+        if any(part.startswith(".") for part in parts) or not file.is_file():
+            continue
+        if file.stat().st_size > LARGEST_FILE_BYTES or b"\0" in file.open("rb").read(SNIFFED_BYTES):
+            continue
+        yield file
+
+
+def _read_text(file: Path) -> str:
+    """A file's text; invalid UTF-8 becomes U+FFFD, with one warning."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{file}: {exc.strerror or exc}") from None
+    text, replaced = decode_bytes(data)
+    if replaced:
+        click.echo(f"warning: {replaced_warning(str(file))}", err=True)
+    return text
+

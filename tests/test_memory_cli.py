@@ -1,0 +1,141 @@
+"""The memory of earlier text as a user meets it: run and chat add to it, `memory` shows and edits it,
+`history remove` takes a conversation out of it, serve keeps one only when told to (per API key)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli, one_error_line
+from click.testing import CliRunner
+
+from localspec.app.history import HistoryStore
+from localspec.app.memory import LOCAL_OWNER, conversation_tag, memory_root, serve_owner, stores_of
+from localspec.cli import main
+from localspec.config.paths import history_file
+
+PROMPT = "the cat sat on the mat and the dog"
+RUN = ("run", "-p", "tiny", "--seed", "3", "--max-tokens", "24", "--threads", "1", "--json")
+
+
+def local_memory():
+    stores = stores_of(LOCAL_OWNER)
+    assert len(stores) == 1, stores
+    return stores[0]
+
+
+def memory_stats() -> dict:
+    result = cli("memory", "stats", "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_second_run_drafts_from_what_the_first_wrote_and_says_the_same(tiny_profile: str) -> None:
+    first = cli(*RUN, PROMPT)
+    assert first.exit_code == 0, first.stderr
+    store = local_memory()
+    [document] = store.documents()
+    assert document["source"] == "run" and document["tokens"] > 24
+    second = cli(*RUN, PROMPT)
+    assert json.loads(second.stdout)["tokens"] == json.loads(first.stdout)["tokens"]  # coupled: same seed, same text
+    [stats] = memory_stats().values()
+    assert stats["lookups"] > 0 and stats["hits"] > 0 and stats["accepted"] > 0
+    assert stats["documents"] == 2  # each run is a document
+
+
+def test_no_memory_neither_drafts_from_nor_adds_to_it(tiny_profile: str) -> None:
+    assert cli(*RUN, "--no-memory", PROMPT).exit_code == 0
+    assert stores_of(LOCAL_OWNER) == [] or local_memory().documents() == []
+
+
+def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "a.txt").write_text("the cat sat on the mat " * 20)
+    (notes / "sub" / "b.md").write_bytes(b"caf\xe9 and the dog " * 10)  # invalid UTF-8: replaced, one warning
+    (notes / "image.bin").write_bytes(b"\x89PNG\0\0\0" * 50)  # binary: skipped
+    (notes / ".hidden").write_text("secret")
+
+    added = cli("memory", "add", "-p", "tiny", str(notes))
+    assert added.exit_code == 0, added.stderr
+    assert "added 2 files" in added.stderr and added.stderr.count("not valid UTF-8") == 1
+    listed = json.loads(cli("memory", "list", "--json").stdout)
+    assert sorted(Path(row["tag"].removeprefix("file:")).name for row in listed) == ["a.txt", "b.md"]
+    assert {row["source"] for row in listed} == {"file"}
+
+    again = cli("memory", "add", "-p", "tiny", str(notes / "a.txt"))  # adding a file again replaces it
+    assert again.exit_code == 0 and len(json.loads(cli("memory", "list", "--json").stdout)) == 2
+
+    removed = cli("memory", "remove", str(notes / "sub"))
+    assert removed.exit_code == 0, removed.stderr
+    assert [Path(row["tag"]).name for row in json.loads(cli("memory", "list", "--json").stdout)] == ["a.txt"]
+    one_error_line(cli("memory", "remove", str(notes / "sub")), 2, "none of these files")
+
+    cleared = cli("memory", "clear", "--yes")
+    assert cleared.exit_code == 0 and json.loads(cli("memory", "list", "--json").stdout) == []
+    assert local_memory().index().lookup([*range(260, 266)], 4, min_length=2) is None
+
+
+def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path: Path) -> None:
+    one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "missing.txt")), 2, "no such file")
+    (tmp_path / "empty").mkdir()
+    one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "empty")), 2, "no text files")
+
+
+def test_stats_and_list_of_an_empty_memory() -> None:
+    assert memory_stats() == {}
+    result = cli("memory", "stats")
+    assert result.exit_code == 0 and "empty" in result.stdout
+    assert not memory_root().exists()  # looking creates nothing
+
+
+def test_history_remove_takes_the_conversation_out_of_the_memory(tiny_profile: str) -> None:
+    chat = CliRunner().invoke(main, ["chat", "-p", "tiny", "--seed", "1", "--max-tokens", "8", "--threads", "1"],
+                              input=b"the cat sat on the mat\nand then the dog\n", catch_exceptions=False)
+    assert chat.exit_code == 0, chat.stderr
+    store = HistoryStore(history_file())
+    conversation_id = store.latest()
+    store.close()
+    tagged = [doc for doc in local_memory().documents() if doc["tag"] == conversation_tag(conversation_id)]
+    assert len(tagged) == 2 and {doc["source"] for doc in tagged} == {"chat"}  # one document per turn
+    removed = cli("history", "remove", str(conversation_id))
+    assert removed.exit_code == 0 and "from the memory" in removed.stderr
+    assert local_memory().documents() == []
+
+
+def test_serve_keeps_no_memory_unless_told_and_then_one_per_api_key(tiny_profile: str) -> None:
+    from localspec.app.memory import open_store
+    from localspec.app.plan import resolve
+    from localspec.app.session import open_session
+
+    plan = resolve("tiny", {"sampling.max_tokens": 6, "sampling.seed": 1})
+    assert serve_owner("k1") != serve_owner("k2") != serve_owner(None)
+    with open_session(plan, memory_owner=None) as session:  # what `serve` opens without --memory
+        assert session.memory is None
+    with open_session(plan, memory_owner=serve_owner("k1")) as session:
+        generation = session.generation(session.raw_prompt_tokens(PROMPT), plan.generation)
+        list(generation)
+        session.remember(generation, "serve")
+    assert len(open_store(plan.target.path, serve_owner("k1")).documents()) == 1
+    assert open_store(plan.target.path, serve_owner("k2")).documents() == []
+    assert stores_of(LOCAL_OWNER) == []
+
+
+@pytest.mark.slow
+def test_serve_with_memory_remembers_under_its_key_only(tiny_profile: str) -> None:
+    from test_serve import Server
+
+    plain = Server("-p", "tiny")
+    try:
+        plain.client().chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
+    finally:
+        plain.stop()
+    assert not memory_root().exists()
+    keyed = Server("-p", "tiny", "--memory", "--api-key", "k1")
+    try:
+        keyed.client("k1").chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}], max_tokens=4)
+    finally:
+        keyed.stop()
+    owners = [folder.name for vocabulary in memory_root().iterdir() for folder in vocabulary.iterdir()]
+    assert owners == [serve_owner("k1")]

@@ -1,0 +1,102 @@
+"""Drafting from a memory of earlier text: exact under coupled verification, never used under rejection sampling.
+
+The memory here is an in-memory suffix index over earlier runs on the tiny pair
+(the store that keeps it on disk is tested in test_memory_store.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from stats_helpers import chi_square_pvalue
+from test_lossless_tiny import ALPHA, T1, exact_two_token_distribution
+
+from localspec.engine.draft_length import FixedLength
+from localspec.engine.drafters import HybridDrafter, MemoryDrafter, MemoryUse, build_drafter, drafts_from_memory
+from localspec.engine.generation import generate_text
+from localspec.engine.sampling import make_sampler
+from localspec.engine.suffix_index import SuffixIndex
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+
+PROMPT = [1, 260, 265, 270, 275, 280, 262]  # no repeated n-gram: only the memory can draft at first
+SEEDS = 1200
+
+
+def memory_of(*documents: list[int]) -> SuffixIndex:
+    return SuffixIndex.of_documents([list(document) for document in documents])
+
+
+def test_memory_drafts_only_under_coupled_verification_and_lookup_strategies() -> None:
+    assert drafts_from_memory(SpeculativeParams())  # the defaults: hybrid, coupled, memory on
+    assert drafts_from_memory(SpeculativeParams(strategy="ngram"))
+    assert not drafts_from_memory(SpeculativeParams(verify="rejection"))
+    assert not drafts_from_memory(SpeculativeParams(strategy="model"))
+    assert not drafts_from_memory(SpeculativeParams(memory=False))
+
+
+def test_build_drafter_leaves_the_memory_out_under_rejection_sampling(tiny_pair: tuple[Path, Path]) -> None:
+    memory = memory_of([*PROMPT, 271, 272, 273])
+    with Model(tiny_pair[1]) as draft:
+        coupled = build_drafter(SpeculativeParams(draft_max=4), T1, draft, memory=memory)
+        rejection = build_drafter(SpeculativeParams(draft_max=4, verify="rejection"), T1, draft, memory=memory)
+        ngram_only = build_drafter(SpeculativeParams(strategy="ngram", draft_max=4), T1, None, memory=memory)
+    assert isinstance(coupled, HybridDrafter) and isinstance(coupled.memory, MemoryDrafter)
+    assert isinstance(rejection, HybridDrafter) and rejection.memory is None
+    assert isinstance(ngram_only, HybridDrafter) and ngram_only.by_model is None and ngram_only.memory is not None
+
+
+def test_memory_proposes_what_followed_the_longest_match(tiny_pair: tuple[Path, Path]) -> None:
+    drafter = MemoryDrafter(memory_of([*PROMPT, 271, 272, 273, 274]), FixedLength(3))
+    draft = drafter.propose(PROMPT, 8, make_sampler("coupled", 1), 0)
+    assert draft.tokens == [271, 272, 273] and draft.q_draft is None
+    assert drafter.propose([*PROMPT[:2], 999], 8, make_sampler("coupled", 1), 0).tokens == []  # a tail seen nowhere
+    assert drafter.use.lookups == 2 and drafter.use.hits == 1
+
+
+@pytest.mark.parametrize("sampling", [T1, SamplingParams()], ids=["t1.0", "default-sampling"])
+def test_coupled_output_is_target_only_output_with_the_memory_drafting(tiny_pair: tuple[Path, Path],
+                                                                        sampling: SamplingParams) -> None:
+    """The memory holds each seed's own earlier run and other seeds' runs; the text never changes."""
+    speculative = SpeculativeParams(strategy="ngram", draft_max=6)
+    with Model(tiny_pair[0]) as target:
+        earlier = [generate_text(target, PROMPT, GenerationSettings(sampling, max_tokens=12, seed=seed)).tokens
+                   for seed in range(40)]
+        memory = memory_of(*([*PROMPT, *tokens] for tokens in earlier))
+        use = MemoryUse()
+        for seed in range(40):
+            settings = GenerationSettings(sampling, speculative, max_tokens=12, seed=seed)
+            drafter = build_drafter(speculative, sampling, None, memory=memory, memory_use=use)
+            assert generate_text(target, PROMPT, settings, drafter).tokens == earlier[seed]
+    assert use.hits > 40 and use.accepted > 100 and use.proposed > use.accepted  # drafted, kept and refused
+
+
+def _second_runs(target: Model, draft: Model, sampling: SamplingParams, speculative: SpeculativeParams) -> Counter:
+    """Each seed run twice; the second run is given a memory holding the first. Counts the second runs' first tokens."""
+    counts: Counter = Counter()
+    for seed in range(SEEDS):
+        settings = GenerationSettings(sampling, speculative, max_tokens=2, seed=seed)
+        first = generate_text(target, PROMPT, settings, build_drafter(speculative, sampling, draft)).tokens
+        drafter = build_drafter(speculative, sampling, draft, memory=memory_of([*PROMPT, *first]))
+        counts[generate_text(target, PROMPT, settings, drafter).tokens[0]] += 1
+    return counts
+
+
+def _first_token_distribution(target: Model, sampling: SamplingParams) -> dict[int, float]:
+    exact: Counter = Counter()
+    for (first, _), probability in exact_two_token_distribution(target, sampling, PROMPT).items():
+        exact[first] += probability
+    return dict(exact)
+
+
+@pytest.mark.slow
+def test_rejection_sampling_with_the_memory_on_keeps_the_target_distribution(tiny_pair: tuple[Path, Path]) -> None:
+    """Seeds repeated twice, the second run given a memory holding the first: under `verify=rejection` the
+    memory does not draft (what it holds is correlated with the draws that would verify it), and the
+    second runs are distributed as the target's."""
+    speculative = SpeculativeParams(strategy="hybrid", draft_max=2, verify="rejection")
+    with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
+        exact = _first_token_distribution(target, T1)
+        assert chi_square_pvalue(_second_runs(target, draft, T1, speculative), exact) > ALPHA
