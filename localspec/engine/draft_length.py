@@ -83,6 +83,7 @@ class AdaptiveLength:
         self.draft_cost: float | None = None  # seconds for each further draft token
         self._first_step_weight = self._draft_weight = 0.0  # how many measurements each cost stands for
         self.verify_by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
+        self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
         self.passes = 0
@@ -99,8 +100,11 @@ class AdaptiveLength:
 
     def acceptance(self, position: int) -> float:
         """Estimated probability that the draft token at `position` (1-based) is kept, given the earlier ones were."""
+        return self._acceptance(position, self.overall_acceptance())
+
+    def _acceptance(self, position: int, overall: float) -> float:
         i = position - 1
-        return (self.accepted[i] + _PRIOR_WEIGHT * self.overall_acceptance()) / (self.reached[i] + _PRIOR_WEIGHT)
+        return (self.accepted[i] + _PRIOR_WEIGHT * overall) / (self.reached[i] + _PRIOR_WEIGHT)
 
     def acceptance_at_confidence(self, confidence: float) -> float:
         """Measured acceptance of draft tokens the draft gave about this probability."""
@@ -109,17 +113,28 @@ class AdaptiveLength:
 
     def expected_tokens(self, k: int) -> float:
         """E[tokens emitted by a pass that drafts k]: 1 + Σ_{i≤k} Π_{j≤i} α_j."""
+        overall = self.overall_acceptance()
         total, keep = 1.0, 1.0
         for position in range(1, k + 1):
-            keep *= self.acceptance(position)
+            keep *= self._acceptance(position, overall)
             total += keep
         return total
 
     def verify_cost(self, n_tokens: int) -> float:
         """Seconds for a target pass over `n_tokens` tokens: a + b·n fitted to the running mean cost of each batch size."""
+        intercept, slope = self._verify_line()
+        return intercept + slope * n_tokens
+
+    def _verify_line(self) -> tuple[float, float]:
+        """(a, b) of V(n) = a + b·n (computed once per change of the measurements)."""
+        if self._line is None:
+            self._line = self._fit_verify_line()
+        return self._line
+
+    def _fit_verify_line(self) -> tuple[float, float]:
         points = [(n, mean, weight) for n, (mean, weight) in self.verify_by_size.items()]
         if not points:
-            return 1.0 + _PRIOR_SLOPE * n_tokens  # arbitrary unit: only ratios matter before any measurement
+            return 1.0, _PRIOR_SLOPE  # arbitrary unit: only ratios matter before any measurement
         total = sum(w for _, _, w in points)
         mean_n = sum(n * w for n, _, w in points) / total
         mean_t = sum(t * w for _, t, w in points) / total
@@ -128,9 +143,9 @@ class AdaptiveLength:
             slope = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points) / spread
             intercept = mean_t - slope * mean_n
             if slope > 0 and intercept > 0:
-                return intercept + slope * n_tokens
+                return intercept, slope
         a = mean_t / (1 + _PRIOR_SLOPE * mean_n)
-        return a * (1 + _PRIOR_SLOPE * n_tokens)
+        return a, a * _PRIOR_SLOPE
 
     def pass_cost(self, k: int) -> float:
         """Seconds for a pass that drafts k tokens and verifies k+1."""
@@ -144,8 +159,17 @@ class AdaptiveLength:
         return self.expected_tokens(k) / self.pass_cost(k)
 
     def best_length(self, room: int) -> int:
-        candidates = range(0, min(room, self.limit) + 1)
-        return max(candidates, key=lambda k: (self.rate(k), -k))
+        """The k in 0..min(room, limit) with the highest rate (the shortest of equals): one sweep over k."""
+        overall = self.overall_acceptance()
+        best_k, best_rate = 0, self.rate(0)
+        expected, keep = 1.0, 1.0
+        for k in range(1, min(room, self.limit) + 1):
+            keep *= self._acceptance(k, overall)
+            expected += keep
+            rate = expected / self.pass_cost(k)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
 
     # -- the drafter's calls --------------------------------------------------------------
 
@@ -188,6 +212,7 @@ class AdaptiveLength:
             self.draft_cost, self._draft_weight = _running_mean(self.draft_cost, self._draft_weight, seconds)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self._line = None
         size = self.verify_by_size.setdefault(n_proposed + 1, [verify_seconds, 0.0])
         size[0], size[1] = _running_mean(size[0], size[1], verify_seconds)
         for other in self.verify_by_size.values():
@@ -229,6 +254,7 @@ class AdaptiveLength:
                 raise ValueError(f"batch size {n} out of range")
             by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
         self.first_step_cost, self.draft_cost, self.verify_by_size = first, draft, by_size
+        self._line = None
         self._first_step_weight = self._draft_weight = _RESTORED_WEIGHT
 
     def restore_acceptance(self, state: dict[str, Any]) -> None:
