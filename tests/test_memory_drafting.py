@@ -100,3 +100,24 @@ def test_rejection_sampling_with_the_memory_on_keeps_the_target_distribution(tin
     with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
         exact = _first_token_distribution(target, T1)
         assert chi_square_pvalue(_second_runs(target, draft, T1, speculative), exact) > ALPHA
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["memory-drafts-kept", "memory-drafts-refused"])
+def test_hybrid_drafts_from_memory_while_it_beats_the_draft_model(tiny_pair: tuple[Path, Path], kept: bool) -> None:
+    """The memory's expected tokens per second (its acceptance measured by confidence) against the model's."""
+    memory = memory_of([*PROMPT, 271, 272, 273, 274, 275, 276])
+    with Model(tiny_pair[1]) as draft:
+        hybrid = build_drafter(SpeculativeParams(), T1, draft, memory=memory)
+        assert isinstance(hybrid, HybridDrafter) and hybrid.memory is not None
+        for _ in range(20):  # the draft model's costs and acceptance, as a generation would measure them
+            hybrid.by_model.length.plan(8)
+            hybrid.by_model.length.record_draft_step(0.007, first=True)
+            hybrid.by_model.length.record_draft_step(0.007)
+            hybrid.by_model.length.observe(4, 3, 0.018 + 0.004 * 5)
+        chosen = []
+        for _ in range(20):
+            proposed = hybrid.propose(PROMPT, 8, make_sampler("coupled", 1), 0)
+            chosen.append(hybrid._last is hybrid.memory)
+            hybrid.observe(len(proposed.tokens), len(proposed.tokens) if kept else 0, 0.018 + 0.004 * (len(proposed.tokens) + 1))
+    assert chosen[0]  # nothing measured against it yet
+    assert all(chosen) if kept else not any(chosen[-10:])

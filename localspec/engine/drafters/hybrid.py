@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..constraint import TokenGrammar
+from ..draft_length import AdaptiveLength
 from ..sampling import Sampler
 from .base import NO_DRAFT, Draft
 from .memory import MemoryDrafter
@@ -49,13 +50,24 @@ class HybridDrafter:
         for side in (self.lookup, self.memory):
             if side is not None:
                 draft = side.propose(context, max_tokens, sampler, position, grammar)
-                if len(draft.tokens) >= shortest:
+                if len(draft.tokens) >= shortest and self._rather_than_the_model(side, max_tokens):
                     self._last = side
                     return draft
         self._last = self.by_model
         if self.by_model is None:
             return NO_DRAFT
         return self.by_model.propose(context, max_tokens, sampler, position, grammar)
+
+    def _rather_than_the_model(self, side: NGramDrafter | MemoryDrafter, room: int) -> bool:
+        """Whether `side`'s draft is expected to beat the draft model's: always for a match in the
+        context; for the memory, when its tokens per second (from its measured acceptance by confidence)
+        beat the rate the draft model's length controller expects of its best length."""
+        if side is not self.memory or self.by_model is None:
+            return True
+        length = self.by_model.length
+        if not isinstance(length, AdaptiveLength):
+            return True
+        return side.expected_rate(length) >= length.rate(length.best_length(room))
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         if self._last is not None:

@@ -12,12 +12,13 @@ there.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from ..constraint import TokenGrammar
-from ..draft_length import DraftLength, FixedLength
+from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Sampler
 from .base import NO_DRAFT, Draft
 
@@ -42,6 +43,17 @@ class TokenMemory(Protocol):
                min_share: float = ...) -> Proposal | None: ...
 
 
+def confidence(share: float, occurrences: int, match_length: int) -> float:
+    """How much a memory token is to be trusted, for the length controller's calibration by confidence bin.
+
+    The share of the matches that continue this way, discounted where there is
+    little evidence: one earlier occurrence of a short match says less than many,
+    or than a long verbatim match.
+    """
+    evidence = occurrences + match_length / 8
+    return share * evidence / (evidence + 1)
+
+
 @dataclass
 class MemoryUse:
     """How drafting from memory went, summed over generations (for `memory stats` and profiles)."""
@@ -62,6 +74,7 @@ class MemoryDrafter:
         self.length = length or FixedLength(1 << 30)
         self.use = use if use is not None else MemoryUse()
         self.min_match = min_match
+        self.confidences: list[float] = []  # of the tokens last proposed
 
     def begin(self, prompt_tokens: Sequence[int]) -> None:
         pass
@@ -70,16 +83,18 @@ class MemoryDrafter:
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
         grammar: TokenGrammar | None = None,
     ) -> Draft:
-        """The memory's continuation, cut where the length controller (by the share of matches that
-        agree on each token) or `grammar` stops it."""
+        """The memory's continuation, cut where the length controller (judging each token's `confidence`)
+        or `grammar` stops it."""
         started = time.perf_counter()
         room = self.length.plan(max_tokens)
         proposal = self.memory.lookup(context, room, min_length=self.min_match, max_length=MAX_MATCH,
                                       min_share=MIN_SHARE) if room > 0 else None
         self.use.lookups += 1
-        tokens = self._worth_drafting(proposal) if proposal is not None else []
+        self.confidences = self._worth_drafting(proposal) if proposal is not None else []
+        tokens = list(proposal.tokens[: len(self.confidences)]) if proposal is not None else []
         if grammar is not None:
             tokens = tokens[: grammar.validate(tokens)]
+            self.confidences = self.confidences[: len(tokens)]
         self.use.seconds += time.perf_counter() - started
         if not tokens:
             return NO_DRAFT
@@ -87,13 +102,25 @@ class MemoryDrafter:
         self.length.record_draft_step((time.perf_counter() - started) / len(tokens))
         return Draft(tokens, None)
 
-    def _worth_drafting(self, proposal: Proposal) -> list[int]:
-        """The proposal's tokens up to where one more is not worth its verify row."""
-        n = 0
-        for n, share in enumerate(proposal.shares, start=1):
-            if not self.length.keep_going(n, share):
+    def _worth_drafting(self, proposal: Proposal) -> list[float]:
+        """The confidence of each of the proposal's tokens up to where one more is not worth its verify row."""
+        confidences: list[float] = []
+        for share in proposal.shares:
+            confidences.append(confidence(share, proposal.occurrences, proposal.match_length))
+            if not self.length.keep_going(len(confidences), confidences[-1]):
                 break
-        return list(proposal.tokens[:n])
+        return confidences
+
+    def expected_rate(self, by_model: DraftLength) -> float:
+        """Expected tokens per second of the draft just proposed, verified in one pass, in the units of the
+        draft model's controller `by_model` (whose verify costs are measured on the same target)."""
+        if not isinstance(self.length, AdaptiveLength) or not isinstance(by_model, AdaptiveLength):
+            return math.inf  # nothing measured to compare with: a lookup is free, take it
+        expected, kept = 1.0, 1.0
+        for value in self.confidences:
+            kept *= self.length.acceptance_at_confidence(value)
+            expected += kept
+        return expected / by_model.verify_cost(len(self.confidences) + 1)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         self.use.proposed += n_proposed

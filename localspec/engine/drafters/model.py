@@ -52,6 +52,10 @@ class ModelDrafter:
         rows: list[Probs] = []
         if k <= 0:
             return self._draft(tokens, rows, sampler)
+        # Bring the draft's cache up to the context first, untimed: what lookup passes added must be
+        # evaluated whenever the model drafts next, so it is no cost of drafting now rather than later
+        # (counted in, it would talk the length controller into drafting nothing, pass after pass).
+        self.model.sync(context[:-1])
         started = time.perf_counter()
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
         logits = self.model.next_logits(context, copy=False)
