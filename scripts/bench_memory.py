@@ -13,7 +13,7 @@ Workloads (their prompts are written for this script):
                source code): drafting from memory must cost nothing where it finds nothing
 
 One process loads the pair once. Requests run in order; per request the contenders run one after
-the other (target-only, hybrid without memory, hybrid with memory), same seed, so their texts are
+the other (target-only; hybrid and ngram, each without and with the memory), same seed, so their texts are
 identical (coupled verification) and the memory holds the same earlier requests whichever arm wrote
 them. The memory is a temporary one: the user's is never read or written. With --llamacpp-bin,
 `llama-lookup` runs each request too, in order, sharing one `--lookup-cache-dynamic` file (llama.cpp's
@@ -47,18 +47,31 @@ from localspec.app.session import open_session  # noqa: E402
 from localspec.settings import SamplingParams  # noqa: E402
 
 PEOPLE = [
-    ("Jonas Berg", 52, "Trondheim"), ("Amara Okafor", 34, "Lagos"), ("Lucia Ferrante", 27, "Turin"),
-    ("Kenji Watanabe", 45, "Osaka"), ("Priya Raman", 31, "Chennai"), ("Tomás Herrera", 60, "Seville"),
-    ("Greta Lindqvist", 23, "Uppsala"), ("Samuel Mensah", 38, "Accra"), ("Chloé Martin", 41, "Lyon"),
-    ("Dmitri Volkov", 55, "Kazan"), ("Hana Novak", 29, "Brno"), ("Omar Haddad", 47, "Amman"),
-    ("Isla MacLeod", 36, "Inverness"), ("Mateo Rossi", 19, "Verona"), ("Aiko Tanaka", 63, "Sapporo"),
+    ("Jonas Berg", 52, "Trondheim", "a ferry captain", "sailing and chess"),
+    ("Amara Okafor", 34, "Lagos", "a software engineer", "running and jazz"),
+    ("Lucia Ferrante", 27, "Turin", "a pastry chef", "cycling and painting"),
+    ("Kenji Watanabe", 45, "Osaka", "a dentist", "fishing and go"),
+    ("Priya Raman", 31, "Chennai", "a civil engineer", "dance and photography"),
+    ("Tomás Herrera", 60, "Seville", "a retired teacher", "gardening and guitar"),
+    ("Greta Lindqvist", 23, "Uppsala", "a nursing student", "skiing and knitting"),
+    ("Samuel Mensah", 38, "Accra", "an architect", "football and cooking"),
+    ("Chloé Martin", 41, "Lyon", "a lawyer", "tennis and opera"),
+    ("Dmitri Volkov", 55, "Kazan", "a truck driver", "hockey and history books"),
+    ("Hana Novak", 29, "Brno", "a veterinarian", "climbing and board games"),
+    ("Omar Haddad", 47, "Amman", "a pharmacist", "hiking and poetry"),
+    ("Isla MacLeod", 36, "Inverness", "a journalist", "swimming and birdwatching"),
+    ("Mateo Rossi", 19, "Verona", "a barista", "skateboarding and films"),
+    ("Aiko Tanaka", 63, "Sapporo", "a librarian", "calligraphy and tea"),
 ]
-PLACES = ["moved to {city} last spring", "has lived in {city} all her life", "opened a bakery in {city}",
-          "teaches chemistry at a school in {city}", "runs a bicycle repair shop in {city}"]
+SENTENCES = [
+    "{name} is {age} and works as {job} in {city}. In her free time she enjoys {hobbies}.",
+    "Meet {name}, {job} from {city}. At {age}, {name} still finds time for {hobbies}.",
+    "{name} ({age}) lives in {city}, where she is {job}; her weekends are for {hobbies}.",
+]
 
 EXTRACTION_INSTRUCTION = (
-    'Extract the person from the text below. Answer with one JSON object only, exactly in the form '
-    '{{"name": "...", "age": 0, "city": "..."}}, and nothing else.\n\nText: {text}'
+    "Extract the person described below as a JSON object with the keys name, age, city, occupation and"
+    " hobbies (a list of strings). Answer with the JSON object only.\n\nText: {text}"
 )
 
 CODE_REQUESTS = [
@@ -85,15 +98,18 @@ ORDINARY_PROMPTS = [
     "What are the pros and cons of working from home?",
 ]
 
-CONTENDERS = ("target-only", "hybrid", "hybrid + memory")
+CONTENDERS = ("target-only", "hybrid", "hybrid + memory", "ngram", "ngram + memory")
+RATIOS = (("hybrid + memory", "hybrid"), ("hybrid + memory", "target-only"), ("hybrid", "target-only"),
+          ("ngram + memory", "ngram"), ("ngram + memory", "target-only"),
+          ("hybrid + memory", "llama-lookup"), ("ngram + memory", "llama-lookup"))
 
 
 def extraction_prompts(n: int) -> list[str]:
     prompts = []
     for i in range(n):
-        name, age, city = PEOPLE[i % len(PEOPLE)]
-        place = PLACES[(i // len(PEOPLE) + i) % len(PLACES)].format(city=city)
-        text = f"{name}, {age + i // len(PEOPLE)}, {place}."
+        name, age, city, job, hobbies = PEOPLE[i % len(PEOPLE)]
+        sentence = SENTENCES[(i + i // len(PEOPLE)) % len(SENTENCES)]
+        text = sentence.format(name=name, age=age + i // len(PEOPLE), city=city, job=job, hobbies=hobbies)
         prompts.append(EXTRACTION_INSTRUCTION.format(text=text))
     return prompts
 
@@ -105,9 +121,13 @@ def unrelated_corpus() -> list[str]:
 
 
 def run_localspec(session: Any, prompt_tokens: list[int], settings: Any, memory: SessionMemory | None,
-                  speculative: bool) -> dict[str, Any]:
-    session.memory = memory
-    generation = session.generation(prompt_tokens, settings, speculative=speculative)
+                  contender: str) -> dict[str, Any]:
+    """One contender: target-only, or a strategy ("hybrid", "ngram") with or without the memory."""
+    session.memory = memory if contender.endswith("+ memory") else None
+    strategy = contender.split()[0]
+    if strategy != "target-only":
+        settings = dataclasses.replace(settings, speculative=dataclasses.replace(settings.speculative, strategy=strategy))
+    generation = session.generation(prompt_tokens, settings, speculative=strategy != "target-only")
     for _ in generation:
         pass
     stats = generation.stats
@@ -152,17 +172,14 @@ def bench_workload(name: str, prompts: list[str], session: Any, base_settings: A
         for i, text in enumerate(prompts):
             tokens = session.chat_prompt_tokens([{"role": "user", "content": text}])
             row: dict[str, Any] = {}
-            order = CONTENDERS[i % 3:] + CONTENDERS[: i % 3]  # rotate who runs first
-            for contender in order:
-                result = run_localspec(session, tokens, settings,
-                                       memory if contender == "hybrid + memory" else None,
-                                       speculative=contender != "target-only")
-                row[contender] = result
+            turn = i % len(CONTENDERS)
+            for contender in CONTENDERS[turn:] + CONTENDERS[:turn]:  # rotate who runs first
+                row[contender] = run_localspec(session, tokens, settings, memory, contender)
             if args.llamacpp_bin is not None:
                 row["llama-lookup"] = run_lookup(args.llamacpp_bin, target, rendered_prompt(target, text), lookup_cache,
                                                  settings, args.lookup_draft_max, args.threads)
             memory.remember(tokens, row["hybrid + memory"]["tokens"], "run")
-            identical = row["target-only"]["tokens"] == row["hybrid"]["tokens"] == row["hybrid + memory"]["tokens"]
+            identical = all(row[name]["tokens"] == row["target-only"]["tokens"] for name in CONTENDERS)
             rows.append({"identical": identical, **{k: {"generated": v["generated"], "seconds": v["seconds"]}
                                                    for k, v in row.items()}})
             print(f"  [{name} T={temperature:g}] {i + 1}/{len(prompts)} " + ", ".join(
@@ -177,9 +194,7 @@ def summarise(name: str, temperature: float, rows: list[dict[str, Any]], use: di
     names = [k for k in rows[0] if k != "identical"]
     speed = {k: [row[k]["generated"] / row[k]["seconds"] if row[k]["seconds"] else 0.0 for row in rows] for k in names}
     totals = {k: sum(row[k]["generated"] for row in rows) / sum(row[k]["seconds"] for row in rows) for k in names}
-    ratios = {f"hybrid + memory / {other}": paired_ratio(speed["hybrid + memory"], speed[other])
-              for other in names if other != "hybrid + memory"}
-    ratios["hybrid / target-only"] = paired_ratio(speed["hybrid"], speed["target-only"])
+    ratios = {f"{a} / {b}": paired_ratio(speed[a], speed[b]) for a, b in RATIOS if a in speed and b in speed}
     lookups = use["lookups"]
     return {"workload": name, "temperature": temperature, "requests": len(rows),
             "identical": sum(row["identical"] for row in rows), "tokens_per_second": totals, "ratios": ratios,

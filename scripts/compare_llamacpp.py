@@ -10,7 +10,8 @@ LLAMA_CPP is a llama.cpp checkout built with
 `cmake --build build --target llama-speculative-simple llama-lookup` (for instance the one vendored
 in the llama-cpp-python sdist, so both tools run the same llama.cpp).
 
-Every run is a fresh process, as a user would start it. Per prompt, repeat and temperature the
+Every run is a fresh process, as a user would start it (localspec with --no-memory: a memory of the
+earlier runs of the same prompts would draft repeats). Per prompt, repeat and temperature the
 contenders run one after the other, in an order that rotates from prompt to prompt:
 
   ordinary prompts     localspec target-only (`run --no-speculative`), localspec's defaults (`run`),
@@ -181,8 +182,10 @@ def localspec_command(setup: Setup, contender: Contender, prompt: Prompt, temper
     command = [*setup.localspec, "run", "-p", setup.profile]
     if setup.explicit_models:
         command += ["--target", str(setup.target), "--draft", str(setup.draft)]
+    # --no-memory: the same prompts run again and again here, and drafting from the memory of the
+    # earlier runs would measure repeats, not text seen for the first time (llama.cpp keeps nothing).
     command += ["--temperature", f"{temperature:g}", "--max-tokens", str(max_tokens), "--seed", str(seed),
-                "--threads", str(setup.threads), *contender.flags]
+                "--threads", str(setup.threads), "--no-memory", *contender.flags]
     if as_json:
         command.append("--json")
     return [*command, "--", prompt.text]

@@ -24,7 +24,7 @@ from .base import NO_DRAFT, Draft
 
 # The shortest tail of the context a memory match must cover. Shorter matches in a large
 # memory are mostly common phrases whose continuations the target rarely keeps.
-MIN_MATCH = 5
+MIN_MATCH = 3
 MAX_MATCH = 64
 MIN_SHARE = 0.3  # a continuation is drafted while at least this share of the matches agree on it
 
