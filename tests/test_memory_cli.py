@@ -139,3 +139,12 @@ def test_serve_with_memory_remembers_under_its_key_only(tiny_profile: str) -> No
         keyed.stop()
     owners = [folder.name for vocabulary in memory_root().iterdir() for folder in vocabulary.iterdir()]
     assert owners == [serve_owner("k1")]
+
+
+def test_a_memory_that_cannot_be_written_is_turned_off_with_one_note(tiny_profile: str) -> None:
+    memory_root().parent.mkdir(parents=True, exist_ok=True)
+    memory_root().write_text("not a folder")  # every store under it fails
+    result = cli(*RUN, PROMPT)
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["tokens"]  # the run itself is whole
+    assert result.stderr.count("the memory is off for this session") == 1

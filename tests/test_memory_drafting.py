@@ -120,4 +120,7 @@ def test_hybrid_drafts_from_memory_while_it_beats_the_draft_model(tiny_pair: tup
             chosen.append(hybrid._last is hybrid.memory)
             hybrid.observe(len(proposed.tokens), len(proposed.tokens) if kept else 0, 0.018 + 0.004 * (len(proposed.tokens) + 1))
     assert chosen[0]  # nothing measured against it yet
-    assert all(chosen) if kept else not any(chosen[-10:])
+    if kept:
+        assert all(chosen)
+    else:  # passed over, but tried again now and then: one bad streak must not keep it out for good
+        assert 1 <= sum(chosen[-16:]) <= 3

@@ -106,9 +106,8 @@ class ChatSession:
             forget_hook()
         self.conversation.add("assistant", generation.text if generation is not None else "", interrupted)
         self.save_last()
-        if generation is not None and not interrupted:
-            self.session.remember(generation, "chat",
-                                  conversation_tag(self.conversation_id) if self.conversation_id is not None else None)
+        if generation is not None and not interrupted and self.conversation_id is not None:  # unsaved: not kept there either
+            self.session.remember(generation, "chat", conversation_tag(self.conversation_id))
         if generation is not None:
             self.last = generation
             self.totals.add(generation.stats)

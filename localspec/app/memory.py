@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..config.paths import data_dir
 from ..engine.drafters import MemoryUse, TokenMemory
+from ..engine.suffix_index import MultiIndex
+from ..errors import LocalspecError
 from ..models.compat import vocab_identity
 from ..runtime.model import common_prefix_length
 from .memory_store import MemoryStore
@@ -57,29 +59,29 @@ def conversation_tag(conversation_id: int) -> str:
 
 
 class SessionMemory:
-    """One session's view of a memory: what its generations draft from, and what they add to it."""
+    """One session's view of a memory: what its generations draft from, and what they add to it.
+
+    A memory is a help, never a reason to fail: a store that cannot be read or
+    written (a full disk, a read-only folder, a data folder that is a file) turns
+    the memory off for the session with one note, and damage the store found and
+    repaired is noted once (`notes`).
+    """
 
     def __init__(self, open_memory: Callable[[], MemoryStore], notes: Callable[[str], None] = lambda message: None) -> None:
         """`open_memory` opens the store on first use (it reads the target's vocabulary: not before it is needed)."""
         self._open_memory = open_memory
         self._store: MemoryStore | None = None
-        self._index: TokenMemory | None = None
+        self._index: MultiIndex | None = None
         self.notes = notes
         self.use = MemoryUse()
+        self.failed = False  # the store failed once: no memory for the rest of the session
+        self._noted: set[str] = set()
         self._last_stored: dict[str | None, list[int]] = {}  # tag -> the tokens the last document continued
 
-    @property
-    def store(self) -> MemoryStore:
-        if self._store is None:
-            self._store = self._open_memory()
-            for problem in self._store.problems:
-                self.notes(problem)
-        return self._store
-
-    def index(self) -> TokenMemory:
-        """What the memory holds now (read again after this session adds to it)."""
+    def index(self) -> TokenMemory | None:
+        """What the memory holds now (read again after this session adds to it); None when it failed."""
         if self._index is None:
-            self._index = self.store.index()
+            self._index = self._using_store(lambda store: store.index())
         return self._index
 
     def remember(self, prompt_tokens: Sequence[int], output_tokens: Sequence[int], source: str,
@@ -89,7 +91,7 @@ class SessionMemory:
         known = common_prefix_length(self._last_stored.get(tag, []), tokens)
         self._last_stored[tag] = tokens
         if len(tokens) > known:
-            self.store.add(tokens[known:], source=source, tag=tag)
+            self._using_store(lambda store: store.add(tokens[known:], source=source, tag=tag))
             self._index = None
 
     def close(self) -> None:
@@ -98,6 +100,31 @@ class SessionMemory:
             return
         use = self.use
         if use.lookups:
-            self._store.record_use(use.lookups, use.hits, use.proposed, use.accepted)
-        self._store.compact(block=False, when_needed=True)
+            self._using_store(lambda store: store.record_use(use.lookups, use.hits, use.proposed, use.accepted))
+        self._using_store(lambda store: store.compact(block=False, when_needed=True))
         self._store = self._index = None
+
+    def _using_store(self, action: Callable[[MemoryStore], Any]) -> Any:
+        """`action(store)`, or None (the memory off from now on, with one note) when the store fails."""
+        if self.failed:
+            return None
+        try:
+            if self._store is None:
+                self._store = self._open_memory()
+            return action(self._store)
+        except (OSError, LocalspecError) as exc:
+            self.failed = True
+            self._index = None
+            self.notes(f"the memory is off for this session: {exc}")
+            return None
+        finally:
+            self._note_problems()
+
+    def _note_problems(self) -> None:
+        """Each problem the store (or its index) found and repaired, once."""
+        found = [*(self._store.problems if self._store is not None else ()),
+                 *(self._index.problems if self._index is not None else ())]
+        for problem in found:
+            if problem not in self._noted:
+                self._noted.add(problem)
+                self.notes(problem)

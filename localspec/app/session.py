@@ -16,7 +16,7 @@ from ..runtime.chat_template import SpecialTexts, render_chat_chunks
 from ..runtime.model import Model
 from ..settings import ChatSettings, GenerationSettings
 from .learned_lengths import LengthCache
-from .memory import LOCAL_OWNER, SessionMemory, open_store
+from .memory import SessionMemory, open_store
 from .plan import Plan
 from .repack import extra_buffers_for, verbose_notes
 
@@ -52,8 +52,8 @@ class Session:
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
             memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None
             drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths,
-                                    constrained=grammar is not None, memory=memory and memory.index(),
-                                    memory_use=memory and memory.use)
+                                    constrained=grammar is not None, memory=memory.index() if memory else None,
+                                    memory_use=memory.use if memory else None)
         return Generation(self.target, prompt_tokens, settings, drafter, grammar)
 
     def remember(self, generation: Generation, source: str, tag: str | None = None) -> None:
@@ -133,14 +133,16 @@ class Session:
             self.draft.drop_unrecorded()
 
     def close(self) -> None:
-        if self.memory is not None:
-            self.memory.close()
-        if self.length_cache is not None:
-            self.length_cache.save(self.learned_lengths)
-            self.length_cache = None
-        self.target.close()
-        if self.draft is not None:
-            self.draft.close()
+        try:
+            if self.memory is not None:
+                self.memory.close()
+            if self.length_cache is not None:
+                self.length_cache.save(self.learned_lengths)
+                self.length_cache = None
+        finally:
+            self.target.close()
+            if self.draft is not None:
+                self.draft.close()
 
     def __enter__(self) -> "Session":
         return self
@@ -156,7 +158,7 @@ def open_session(
     on_status: Callable[[str], None] = lambda message: None,
     verbose: bool = False,
     remember_lengths: bool = True,
-    memory_owner: str | None = LOCAL_OWNER,
+    memory_owner: str | None = None,
 ) -> Session:
     """Load the plan's models (the draft only when there is one and `load_draft`).
 
@@ -181,5 +183,5 @@ def open_session(
     length_cache = LengthCache(target, draft, notes=verbose_notes(verbose)) if remember_lengths else None
     memory = None
     if memory_owner is not None:
-        memory = SessionMemory(lambda: open_store(plan.target.path, memory_owner), notes=verbose_notes(verbose))
+        memory = SessionMemory(lambda: open_store(plan.target.path, memory_owner), notes=verbose_notes(True))  # always said
     return Session(target, draft, plan.chat, length_cache, memory)

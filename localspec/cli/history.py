@@ -70,13 +70,17 @@ def show_command(conversation_id: int, as_json: bool) -> None:
 @history_group.command("remove")
 @click.argument("conversation_id", type=int, metavar="ID")
 def remove_command(conversation_id: int) -> None:
-    """Delete conversation ID."""
+    """Delete conversation ID (and its tokens from the memory)."""
+    # The memory first: should that fail, the conversation is still there to remove again.
+    try:
+        forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
+    except OSError as exc:
+        raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {exc}") from None
     try:
         removed = _store().remove(conversation_id)
     except HistoryUnavailable as exc:
         raise LocalspecError(str(exc)) from None
     if not removed:
         raise InputError(f"no conversation {conversation_id}")
-    forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
     also = f" and its {forgotten} tokens from the memory" if forgotten else ""
     click.echo(f"removed conversation {conversation_id}{also}", err=True)

@@ -42,24 +42,25 @@ def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
 
     Adding a file again replaces what it added before.
     """
-    files = [file for path in paths for file in _text_files(path)]
-    if not files:
+    candidates = [file for path in paths for file in _files_under(path)]
+    texts = {file: text for file in candidates if (text := _read_text(file)) is not None and text.strip()}
+    if skipped := len(candidates) - len(texts):
+        click.echo(f"skipped {skipped} file{'s' * (skipped != 1)}: empty, binary, unreadable or over "
+                   f"{LARGEST_FILE_BYTES >> 20} MB", err=True)
+    if not texts:
         raise InputError("no text files to add")
     plan = resolve_plan(profile, {})
     store = open_store(plan.target.path)
+    total = 0
     with Model(plan.target.path) as model:
-        total = 0
-        for file in files:
-            text = _read_text(file)
-            if not text.strip():
-                continue
-            tag = f"file:{file.resolve()}"
+        for file, text in texts.items():
+            tag = f"file:{file.absolute()}"
             store.remove(tag)
             tokens = model.tokenize(text, add_special=False)
             store.add(tokens, source="file", tag=tag, compact=False)  # merged once, below
             total += len(tokens)
     store.compact()
-    click.echo(f"added {len(files)} file{'s' * (len(files) != 1)}, {total} tokens ({store.root})", err=True)
+    click.echo(f"added {len(texts)} file{'s' * (len(texts) != 1)}, {total} tokens ({store.root})", err=True)
 
 
 @memory_group.command("remove")
@@ -68,7 +69,7 @@ def remove_command(paths: tuple[Path, ...]) -> None:
     """Remove files added with `memory add` (a folder: every file under it)."""
     removed = 0
     for path in paths:
-        prefix = f"file:{path.resolve()}"
+        prefix = f"file:{path.absolute()}"
         for store in stores_of(LOCAL_OWNER):
             tags = {doc["tag"] for doc in store.documents() if doc["tag"] in (prefix,) or
                     str(doc["tag"] or "").startswith(prefix.rstrip("/") + "/")}
@@ -141,30 +142,30 @@ def _name(store: MemoryStore) -> str:
     return f"{store.root.parent.name}/{store.root.name}"
 
 
-def _text_files(path: Path) -> Iterator[Path]:
-    """`path` itself, or the text files under a folder (hidden ones, binaries and very large files skipped)."""
+def _files_under(path: Path) -> Iterator[Path]:
+    """`path` itself, or the files under a folder (hidden ones skipped)."""
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
-    if path.is_file():
+    if not path.is_dir():
         yield path
         return
     for file in sorted(path.rglob("*")):
-        parts = file.relative_to(path).parts
-        if any(part.startswith(".") for part in parts) or not file.is_file():
-            continue
-        if file.stat().st_size > LARGEST_FILE_BYTES or b"\0" in file.open("rb").read(SNIFFED_BYTES):
-            continue
-        yield file
+        if not any(part.startswith(".") for part in file.relative_to(path).parts) and file.is_file():
+            yield file
 
 
-def _read_text(file: Path) -> str:
-    """A file's text; invalid UTF-8 becomes U+FFFD, with one warning."""
+def _read_text(file: Path) -> str | None:
+    """A text file's text (invalid UTF-8 becomes U+FFFD, with one warning); None for a binary, unreadable
+    or very large file."""
     try:
+        if not file.is_file() or file.stat().st_size > LARGEST_FILE_BYTES:
+            return None
         data = file.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{file}: {exc.strerror or exc}") from None
+    except OSError:
+        return None
+    if b"\0" in data[:SNIFFED_BYTES]:
+        return None
     text, replaced = decode_bytes(data)
     if replaced:
         click.echo(f"warning: {replaced_warning(str(file))}", err=True)
     return text
-

@@ -4,8 +4,9 @@
 progress:
 - the acceptance rate α_i at each draft position i (of the drafts that reached
   it), pooled towards the overall rate where a position has few samples;
-- the cost of drafting: the first token of a pass (which also brings the draft
-  model's cache up to date) and each further token;
+- the cost of drafting: the first token of a pass (which also evaluates the
+  draft model's own last token of the pass before; what lookup passes added is
+  not counted: it is paid whenever the model drafts next) and each further token;
 - the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent passes.
 
 Each pass it drafts the k that maximises expected tokens per second,
@@ -79,7 +80,7 @@ class AdaptiveLength:
         self.limit = limit
         self.reached = [0.0] * limit  # decayed count of drafts that reached position i+1
         self.accepted = [0.0] * limit  # ... and were accepted there
-        self.first_step_cost: float | None = None  # seconds for a pass's first draft token (cache catch-up included)
+        self.first_step_cost: float | None = None  # seconds for a pass's first draft token (its own catch-up included)
         self.draft_cost: float | None = None  # seconds for each further draft token
         self._first_step_weight = self._draft_weight = 0.0  # how many measurements each cost stands for
         self.verify_by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
@@ -205,7 +206,7 @@ class AdaptiveLength:
         return gain >= self._rate * marginal_cost
 
     def record_draft_step(self, seconds: float, first: bool = False) -> None:
-        """The measured cost of one draft token (`first`: a pass's first, which includes the cache catch-up)."""
+        """The measured cost of one draft token (`first`: a pass's first, which includes the draft's own catch-up)."""
         if first:
             self.first_step_cost, self._first_step_weight = _running_mean(self.first_step_cost, self._first_step_weight, seconds)
         else:
@@ -301,7 +302,7 @@ def temperature_band(temperature: float) -> str:
 class LearnedLengths:
     """Adaptive controllers kept across generations, and what earlier processes learned.
 
-    One controller per drafting side ("model", "ngram"), verification mode,
+    One controller per drafting side ("model", "ngram", "memory"), verification mode,
     temperature band and output held to a grammar or not. A new controller starts
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
     of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added

@@ -2,13 +2,14 @@
 
 Each pass takes the first source that proposes a draft: the context's last n
 tokens occurred earlier in the context (n-gram lookup), else the memory holds a
-long enough match of them (`MemoryDrafter`, when there is a memory), else the
-draft model drafts (when there is one). Under a grammar a lookup must keep at
-least a few tokens after the grammar's cut to be used. The choice is made per
-pass from the context alone (the lookups, whose memory does not change during a
-generation, and the grammar's state depend on nothing else), before anything is
-drafted, so each pass is exactly one of them: a deterministic lookup (verified
-against target samples) or model drafts (verified as `speculative.verify` says). The
+match of them whose draft is expected to beat the draft model's (`MemoryDrafter`,
+when there is a memory), else the draft model drafts (when there is one). Under
+a grammar a lookup must keep at least a few tokens after the grammar's cut to be
+used. The choice is made per pass before anything is drafted, from the context,
+the grammar's state, the memory (unchanged during a generation) and what earlier
+passes measured, never from the draws to come, so each pass is exactly one of
+them: a deterministic lookup (verified against target samples) or model drafts
+(verified as `speculative.verify` says). The
 draft model's cache follows the context on its next pass (`Model.sync` keeps the
 common prefix and evaluates what the lookup passes added).
 """
@@ -28,6 +29,7 @@ from .ngram import NGramDrafter
 # Under a grammar a lookup is often cut to a token or two (an earlier key's continuation, then
 # the grammar rejects it); the draft model, held to the grammar, usually drafts further.
 _SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
+_RETRY_MEMORY_EVERY = 8  # one declined memory draft in this many is drafted anyway, to measure it again
 
 
 class HybridDrafter:
@@ -36,6 +38,7 @@ class HybridDrafter:
         self.memory = memory
         self.by_model = by_model
         self._last: NGramDrafter | MemoryDrafter | ModelDrafter | None = None  # who drafted the pass being verified
+        self._memory_declined = 0  # memory drafts passed over for the model's
 
     def begin(self, prompt_tokens: Sequence[int]) -> None:
         for side in (self.lookup, self.memory, self.by_model):
@@ -65,9 +68,12 @@ class HybridDrafter:
         if side is not self.memory or self.by_model is None:
             return True
         length = self.by_model.length
-        if not isinstance(length, AdaptiveLength):
+        if not isinstance(length, AdaptiveLength) or side.expected_rate(length) >= length.rate(length.best_length(room)):
             return True
-        return side.expected_rate(length) >= length.rate(length.best_length(room))
+        # Declined: its acceptance is measured only where it drafts, so now and then it drafts anyway,
+        # or one bad streak would keep it out for good.
+        self._memory_declined += 1
+        return self._memory_declined % _RETRY_MEMORY_EVERY == 0
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         if self._last is not None:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...runtime.model import Model
+from ...runtime.model import Model, common_prefix_length
 from ...settings import SamplingParams
 from ..constraint import TokenGrammar
 from ..draft_length import DraftLength, FixedLength
@@ -52,10 +52,12 @@ class ModelDrafter:
         rows: list[Probs] = []
         if k <= 0:
             return self._draft(tokens, rows, sampler)
-        # Bring the draft's cache up to the context first, untimed: what lookup passes added must be
+        # What lookup passes added since this model last drafted is evaluated untimed: it must be
         # evaluated whenever the model drafts next, so it is no cost of drafting now rather than later
         # (counted in, it would talk the length controller into drafting nothing, pass after pass).
-        self.model.sync(context[:-1])
+        # Its own last draft token (at most one to catch up) is part of drafting's cost, and timed.
+        if len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1]) > 1:
+            self.model.sync(context[:-1])
         started = time.perf_counter()
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
         logits = self.model.next_logits(context, copy=False)
