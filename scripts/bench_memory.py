@@ -162,11 +162,12 @@ def bench_workload(name: str, prompts: list[str], session: Any, base_settings: A
     sampling = dataclasses.replace(base_settings.sampling, temperature=temperature)
     settings = dataclasses.replace(base_settings, sampling=sampling, max_tokens=args.max_tokens, seed=args.seed)
     with tempfile.TemporaryDirectory() as folder:
-        memory = SessionMemory(lambda: MemoryStore(Path(folder) / "memory"))
+        store = MemoryStore(Path(folder) / "memory")
+        memory = SessionMemory(lambda: store)
         if name == "ordinary":
             for text in unrelated_corpus():
-                memory.store.add(session.target.tokenize(text, add_special=False), source="file", tag="corpus")
-            memory.store.compact()
+                store.add(session.target.tokenize(text, add_special=False), source="file", tag="corpus", compact=False)
+            store.compact()
         lookup_cache = Path(folder) / "lookup-dynamic.bin"
         rows: list[dict[str, Any]] = []
         for i, text in enumerate(prompts):

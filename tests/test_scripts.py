@@ -32,6 +32,20 @@ def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path,
         assert 0 <= row["python_share"] < 1
 
 
+@pytest.mark.slow
+def test_memory_bench_runs_every_arm_on_the_same_text(tiny_profile: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_memory.py"), "-p", tiny_profile, "--workloads", "code,ordinary",
+         "--max-tokens", "12", "--threads", "1", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    code, ordinary = json.loads(result.stdout)
+    assert code["identical"] == code["requests"] == 10 and ordinary["identical"] == ordinary["requests"] == 8
+    assert set(code["tokens_per_second"]) == {"target-only", "hybrid", "hybrid + memory", "ngram", "ngram + memory"}
+    assert code["memory"]["lookups"] > 0 and "hybrid + memory / hybrid" in code["ratios"]
+
+
 # The end of llama-speculative-simple's stderr (llama.cpp as vendored in llama-cpp-python 0.3.36).
 SPECULATIVE_SIMPLE_OUTPUT = """\
 0.09.124.208 I common_speculative_init_result: loading draft model 'SmolLM2-135M-Instruct.Q4_1.gguf'
