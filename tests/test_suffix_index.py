@@ -15,6 +15,7 @@ from localspec.engine.suffix_index import (
     MAX_OCCURRENCES,
     SEPARATOR,
     MultiIndex,
+    Proposal,
     SuffixIndex,
     join_documents,
     reversed_suffix_array,
@@ -130,13 +131,19 @@ def test_lookup_equals_the_continuation_rule_by_brute_force(
     documents, context = case
     proposal = SuffixIndex.of_documents(documents).lookup(context, max_tokens, min_length, 16, min_share)
     expected = reference_lookup([text_of(documents)], context, max_tokens, min_length, 16, min_share)
+    assert_same_proposal(proposal, expected)
+    if proposal is not None:
+        assert all(a >= b >= min_share for a, b in zip(proposal.shares, proposal.shares[1:]))
+
+
+def assert_same_proposal(proposal: Proposal | None, expected: tuple | None) -> None:
+    """`proposal` is what the brute-force reference found: (match length, tokens, shares, occurrences), or None."""
     if expected is None:
         assert proposal is None
     else:
         assert proposal is not None
         assert (proposal.match_length, proposal.tokens, proposal.occurrences) == expected[:2] + expected[3:]
         assert proposal.shares == pytest.approx(expected[2])
-        assert all(a >= b >= min_share for a, b in zip(proposal.shares, proposal.shares[1:]))
 
 
 @settings(max_examples=100, deadline=None)
@@ -147,12 +154,7 @@ def test_multi_index_keeps_the_longest_match_and_weighs_equal_ones_together(
     multi = MultiIndex([SuffixIndex.of_documents(old), SuffixIndex.of_documents(recent)])
     proposal = multi.lookup(context, max_tokens, 2, 10, 0.3)
     expected = reference_lookup([text_of(old), text_of(recent)], context, max_tokens, 2, 10, 0.3)
-    if expected is None:
-        assert proposal is None
-    else:
-        assert proposal is not None
-        assert (proposal.match_length, proposal.tokens, proposal.occurrences) == expected[:2] + expected[3:]
-        assert proposal.shares == pytest.approx(expected[2])
+    assert_same_proposal(proposal, expected)
 
 
 @settings(max_examples=60, deadline=None)
