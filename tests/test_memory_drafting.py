@@ -56,7 +56,7 @@ def test_memory_proposes_what_followed_the_longest_match(tiny_pair: tuple[Path, 
     assert drafter.use.lookups == 2 and drafter.use.hits == 1
 
 
-@pytest.mark.parametrize("sampling", [T1, SamplingParams()], ids=["t1.0", "default-sampling"])
+@pytest.mark.parametrize("sampling", [T1, pytest.param(SamplingParams(), marks=pytest.mark.slow)], ids=["t1.0", "default-sampling"])
 def test_coupled_output_is_target_only_output_with_the_memory_drafting(tiny_pair: tuple[Path, Path],
                                                                         sampling: SamplingParams) -> None:
     """The memory holds each seed's own earlier run and other seeds' runs; the text never changes."""
