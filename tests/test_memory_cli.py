@@ -77,6 +77,38 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path) -> 
     assert local_memory().index().lookup([*range(260, 266)], 4, min_length=2) is None
 
 
+def test_memory_add_and_remove_of_many_files_rebuild_the_base_at_most_twice(
+    tiny_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from localspec.app.memory_store import MemoryStore
+
+    rebuilds: list[int] = []
+    write_generation = MemoryStore._write_generation
+
+    def counted(self: MemoryStore, *args):  # type: ignore[no-untyped-def]
+        rebuilds.append(1)
+        return write_generation(self, *args)
+
+    monkeypatch.setattr(MemoryStore, "_write_generation", counted)
+    kept = tmp_path / "kept.txt"  # stays in the base: every removal below rebuilds it
+    kept.write_text("a dog ran in the park " * 5)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for number in range(4):
+        (notes / f"{number}.txt").write_text(f"note {number}: the cat sat on the mat " * 5)
+    assert cli("memory", "add", "-p", "tiny", str(kept), str(notes)).exit_code == 0
+    assert len(rebuilds) == 1  # merged once
+    rebuilds.clear()
+    again = cli("memory", "add", "-p", "tiny", str(notes))
+    assert again.exit_code == 0 and "added 4 files" in again.stderr
+    assert len(rebuilds) == 2  # the old tokens out, the new ones in: not once per file
+    assert len(local_memory().documents()) == 5
+    rebuilds.clear()
+    removed = cli("memory", "remove", str(notes / "0.txt"), str(notes))
+    assert removed.exit_code == 0 and len(rebuilds) == 1
+    assert [Path(doc["tag"]).name for doc in local_memory().documents()] == ["kept.txt"]
+
+
 def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path: Path) -> None:
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "missing.txt")), 2, "no such file")
     (tmp_path / "empty").mkdir()

@@ -83,6 +83,41 @@ def test_remove_makes_lookups_miss_and_the_tokens_leave_the_disk(tmp_path: Path,
     assert store.remove("conversation:1") == 0 and store.remove("no such tag") == 0
 
 
+class CountingStore(MemoryStore):
+    """A store that counts the bases it writes (each one a rebuild of the whole base)."""
+
+    rebuilds = 0
+
+    def _write_generation(self, kept, merged):  # type: ignore[no-untyped-def]
+        self.rebuilds += 1
+        return super()._write_generation(kept, merged)
+
+
+def test_remove_tags_rebuilds_the_base_once_for_all_of_them(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path)
+    lengths = {number: 20 + 5 * number for number in range(1, 6)}
+    for number, length in lengths.items():
+        store.add(document(number, length), "file", tag=f"file:{number}")
+    store.compact()
+    store.add(document(6), "file", tag="file:2")  # unmerged, under a tag the base holds too
+    store.add(document(7), "file", tag="file:7")
+    store.rebuilds = 0
+    gone = ["file:1", "file:2", "file:3", "file:9"]
+    assert store.remove_tags(gone) == lengths[1] + lengths[2] + lengths[3] + 40
+    assert store.rebuilds == 1
+    index = store.index()
+    for number in (1, 2, 3, 6):
+        assert not found(index, document(number, lengths.get(number, 40)))
+        assert files_holding(tmp_path, document(number, lengths.get(number, 40))) == []
+    assert found(index, document(4, lengths[4])) and found(index, document(5, lengths[5]))
+    assert [entry["tag"] for entry in store.documents()] == ["file:4", "file:5", "file:7"]
+    store.add(document(8), "file", tag="file:8")
+    store.rebuilds = 0
+    assert store.remove_tags(iter(["file:8"])) == 40 and store.rebuilds == 0  # only a segment: no rebuild
+    assert store.remove_tags([]) == 0 and store.remove("file:8") == 0 and store.rebuilds == 0
+    assert store.problems == []
+
+
 def test_clear_empties_everything(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path)
     store.add(document(1), "file", tag="/src/a.py")

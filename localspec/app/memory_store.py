@@ -39,7 +39,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import filelock
 import numpy as np
@@ -254,19 +254,27 @@ class MemoryStore:
         with self._lock(block) as held:
             if not held or (when_needed and not self._needs_repair and not self.needs_compaction()):
                 return False
-            return self._compact_locked(exclude_tag=None)[0]
+            return self._compact_locked(exclude_tags=frozenset())[0]
 
     def remove(self, tag: str) -> int:
-        """Remove every document with `tag` (its segments deleted, the base rebuilt without it); tokens removed."""
-        if not self.root.is_dir():
+        """Remove every document with `tag`; tokens removed (see `remove_tags`)."""
+        return self.remove_tags([tag])
+
+    def remove_tags(self, tags: Iterable[str]) -> int:
+        """Remove every document whose tag is one of `tags`; tokens removed.
+
+        Their segments are deleted; if the base holds any of them it is rebuilt without them, once for all the tags.
+        """
+        wanted = frozenset(tags)
+        if not wanted or not self.root.is_dir():
             return 0
         with self._lock(block=True):
             base, table = self._base_with_table()
-            if self._needs_repair or any(entry["tag"] == tag for entry in table):
-                return self._compact_locked(exclude_tag=tag)[1]
+            if self._needs_repair or any(entry["tag"] in wanted for entry in table):
+                return self._compact_locked(exclude_tags=wanted)[1]
             removed = 0
             for segment in self._read_segments(self._unmerged_names(base.merged), final=True, with_tokens=False):
-                if segment.tag == tag:
+                if segment.tag in wanted:
                     with contextlib.suppress(FileNotFoundError):
                         (self._segments / f"{segment.name}.seg").unlink()
                         removed += segment.size
@@ -285,8 +293,8 @@ class MemoryStore:
             self._delete_generations(keep=None)
             self._base_cache, self._recent_cache = None, None
 
-    def _compact_locked(self, exclude_tag: str | None) -> tuple[bool, int]:
-        """(whether a new base was written, tokens removed for `exclude_tag`); the caller holds the lock."""
+    def _compact_locked(self, exclude_tags: frozenset[str]) -> tuple[bool, int]:
+        """(whether a new base was written, tokens removed for `exclude_tags`); the caller holds the lock."""
         base, table = self._base_with_table(verify=True)
         names = self._unmerged_names(base.merged)
         segments: list[_Segment] = []
@@ -297,11 +305,8 @@ class MemoryStore:
                     segments.append(segment)
         entries = [(entry, _Slice(base.tokens, entry["start"], entry["length"])) for entry in table]
         entries += [(_table_entry(segment), _Slice(segment.tokens, 0, segment.size)) for segment in segments]
-        if exclude_tag is not None:
-            removed = sum(entry["length"] for entry, _ in entries if entry["tag"] == exclude_tag)
-            entries = [(entry, piece) for entry, piece in entries if entry["tag"] != exclude_tag]
-        else:
-            removed = 0
+        removed = sum(piece.length for entry, piece in entries if entry["tag"] in exclude_tags)
+        entries = [(entry, piece) for entry, piece in entries if entry["tag"] not in exclude_tags]
         kept = _newest_within(entries, self.max_tokens)
         if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
             return False, 0

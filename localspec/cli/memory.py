@@ -51,13 +51,13 @@ def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
         raise InputError("no text files to add")
     plan = resolve_plan(profile, {})
     store = open_store(plan.target.path)
+    tags = {file: _file_tag(file) for file in texts}
+    store.remove_tags(tags.values())  # what these files added before: at most one rebuild for all of them
     total = 0
     with Model(plan.target.path) as model:
         for file, text in texts.items():
-            tag = f"file:{file.absolute()}"
-            store.remove(tag)
             tokens = model.tokenize(text, add_special=False)
-            store.add(tokens, source="file", tag=tag, compact=False)  # merged once, below
+            store.add(tokens, source="file", tag=tags[file], compact=False)  # merged once, below
             total += len(tokens)
     store.compact()
     click.echo(f"added {len(texts)} file{'s' * (len(texts) != 1)}, {total} tokens ({store.root})", err=True)
@@ -67,13 +67,11 @@ def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH...")
 def remove_command(paths: tuple[Path, ...]) -> None:
     """Remove files added with `memory add` (a folder: every file under it)."""
+    prefixes = [_file_tag(path) for path in paths]
     removed = 0
-    for path in paths:
-        prefix = f"file:{path.absolute()}"
-        for store in stores_of(LOCAL_OWNER):
-            tags = {doc["tag"] for doc in store.documents() if doc["tag"] in (prefix,) or
-                    str(doc["tag"] or "").startswith(prefix.rstrip("/") + "/")}
-            removed += sum(store.remove(tag) for tag in tags)
+    for store in stores_of(LOCAL_OWNER):
+        tags = {doc["tag"] for doc in store.documents() if _under_any(doc["tag"], prefixes)}
+        removed += store.remove_tags(tags)  # at most one rebuild per memory
     if not removed:
         raise InputError("none of these files is in the memory")
     click.echo(f"removed {removed} tokens", err=True)
@@ -127,6 +125,16 @@ def clear_command(yes: bool) -> None:
     for store in stores:
         store.clear()
     click.echo("the memory is empty", err=True)
+
+
+def _file_tag(path: Path) -> str:
+    """The tag of what `memory add` added from `path`."""
+    return f"file:{path.absolute()}"
+
+
+def _under_any(tag: str | None, prefixes: list[str]) -> bool:
+    """Whether `tag` is one of the file tags `prefixes`, or the tag of a file under one of those folders."""
+    return tag is not None and any(tag == prefix or tag.startswith(prefix.rstrip("/") + "/") for prefix in prefixes)
 
 
 def _all_stores() -> list[MemoryStore]:
