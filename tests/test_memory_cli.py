@@ -109,6 +109,49 @@ def test_memory_add_and_remove_of_many_files_rebuild_the_base_at_most_twice(
     assert [Path(doc["tag"]).name for doc in local_memory().documents()] == ["kept.txt"]
 
 
+TEXTS = [
+    "the cat sat on the mat",
+    "  leading spaces,\ttabs\nand newlines\n\n",
+    "café, naïve, 東京, emoji 🙂, and \u00a0non-breaking",
+    "def f(x):\n    return {'a': [1, 2.5e-3]}  # code",
+    "<|im_start|>user <s> </s> [INST] looks special, is plain text",
+    "",
+]
+
+
+def assert_vocabulary_tokenizes_like_the_model(path: Path) -> None:
+    from localspec.runtime.model import Model, Vocabulary
+
+    with Model(path) as model, Vocabulary(path) as vocabulary:
+        for text in TEXTS:
+            assert vocabulary.tokenize(text, add_special=False) == model.tokenize(text, add_special=False), text
+            assert vocabulary.tokenize(text, add_special=True) == model.tokenize(text, add_special=True), text
+
+
+def test_the_vocabulary_alone_tokenizes_like_the_tiny_model(tiny_pair: tuple[Path, Path]) -> None:
+    assert_vocabulary_tokenizes_like_the_model(tiny_pair[0])
+
+
+@pytest.mark.slow
+def test_the_vocabulary_alone_tokenizes_like_the_demo_target(smollm_f32: Path) -> None:
+    assert_vocabulary_tokenizes_like_the_model(smollm_f32)
+
+
+def test_memory_add_keeps_the_targets_tokens(tiny_profile: str, tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    from localspec.runtime.model import Model
+
+    text = "".join(TEXTS) * 3
+    (tmp_path / "mixed.txt").write_text(text, encoding="utf-8")
+    result = cli("memory", "add", "-p", "tiny", str(tmp_path / "mixed.txt"))
+    assert result.exit_code == 0, result.stderr
+    with Model(tiny_pair[0]) as model:
+        tokens = model.tokenize(text, add_special=False)
+    [document] = local_memory().documents()
+    assert document["tokens"] == len(tokens) and f"{len(tokens)} tokens" in result.stderr
+    proposal = local_memory().index().lookup(tokens[:12], 8, min_length=12)
+    assert proposal is not None and proposal.tokens == tokens[12:20]
+
+
 def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path: Path) -> None:
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "missing.txt")), 2, "no such file")
     (tmp_path / "empty").mkdir()

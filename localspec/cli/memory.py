@@ -14,7 +14,7 @@ from rich.text import Text
 from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
 from ..app.memory_store import MemoryStore
 from ..errors import InputError
-from ..runtime.model import Model
+from ..runtime.model import Vocabulary
 from ..textin import decode_bytes, replaced_warning
 from .common import stdout_console
 from .loading import resolve_plan
@@ -54,9 +54,9 @@ def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
     tags = {file: _file_tag(file) for file in texts}
     store.remove_tags(tags.values())  # what these files added before: at most one rebuild for all of them
     total = 0
-    with Model(plan.target.path) as model:
+    with Vocabulary(plan.target.path) as vocabulary:  # the tokenizer alone: no weights loaded
         for file, text in texts.items():
-            tokens = model.tokenize(text, add_special=False)
+            tokens = vocabulary.tokenize(text, add_special=False)
             store.add(tokens, source="file", tag=tags[file], compact=False)  # merged once, below
             total += len(tokens)
     store.compact()

@@ -71,6 +71,64 @@ def _devices_for(settings: ModelSettings) -> ctypes.Array | None:
     return (ctypes.c_void_p * (len(chosen) + 1))(*chosen, None)
 
 
+def _tokenize(llama_cpp: Any, vocab: Any, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    """Text to token ids with llama.cpp's tokenizer of `vocab` (see `Model.tokenize`)."""
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
+    buffer = (llama_cpp.llama_token * capacity)()
+    n = llama_cpp.llama_tokenize(vocab, data, len(data), buffer, capacity, add_special, parse_special)
+    if n < 0:
+        capacity = -n
+        buffer = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buffer, capacity, add_special, parse_special)
+    return list(buffer[:n])
+
+
+class Vocabulary:
+    """A GGUF model's tokenizer alone: llama.cpp loads its vocabulary (`vocab_only`), no weights, no context.
+
+    For tokenizing many texts (`memory add`) without the memory and load time of the whole model;
+    `tokenize` gives the same ids as the full `Model.tokenize`.
+    """
+
+    def __init__(self, path: str | Path, verbose: bool = False) -> None:
+        self._llama = llama_cpp = llama(verbose)
+        self.path = Path(path)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        params.n_gpu_layers = 0
+        clear_errors()
+        with captured_log():
+            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            raise LocalspecError(
+                f"{self.path}: llama.cpp could not load the vocabulary ({last_error() or 'no reason given'})"
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool = False) -> list[int]:
+        """Text to token ids, as `Model.tokenize`."""
+        return _tokenize(self._llama, self._vocab, text, add_special, parse_special)
+
+    def close(self) -> None:
+        """Free the vocabulary. Safe to call twice."""
+        if getattr(self, "_model", None):
+            self._llama.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Vocabulary":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn down llama_cpp already
+            pass
+
+
 class Model:
     """A loaded GGUF model with one llama.cpp context and a single sequence."""
 
@@ -149,15 +207,7 @@ class Model:
         """Text to token ids. `add_special` adds BOS/EOS where the vocabulary asks for them;
         `parse_special` turns control-token text (`<|im_end|>`) into control tokens: only
         for a template's own text, never for text that came from a user."""
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buffer = (self._llama.llama_token * capacity)()
-        n = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, parse_special)
-        if n < 0:
-            capacity = -n
-            buffer = (self._llama.llama_token * capacity)()
-            n = self._llama.llama_tokenize(self._vocab, data, len(data), buffer, capacity, add_special, parse_special)
-        return list(buffer[:n])
+        return _tokenize(self._llama, self._vocab, text, add_special, parse_special)
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a multi-byte UTF-8 character)."""
