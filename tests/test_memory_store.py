@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -130,6 +131,49 @@ def test_clear_empties_everything(tmp_path: Path) -> None:
     assert files_holding(tmp_path, document(1)) == [] and files_holding(tmp_path, document(2)) == []
     store.add(document(3), "run")
     assert found(store.index(), document(3))
+
+
+def leave_killed_writers_files(root: Path, tokens: list[int], age_s: float) -> list[Path]:
+    """The temporary files processes killed mid-write leave (a segment, a generation folder), `age_s` seconds old."""
+    data = np.asarray(tokens, dtype="<i4").tobytes()
+    suffix = secrets.token_hex(4)
+    segment = root / "segments" / f".seg-{time.time_ns():020d}-1-{suffix}.seg.{suffix}.partial"
+    generation = root / f".gen-{suffix}.partial"
+    segment.parent.mkdir(parents=True, exist_ok=True)
+    generation.mkdir()
+    segment.write_bytes(b"LSMSEG1\n" + data)
+    (generation / "tokens.npy").write_bytes(data)
+    when = time.time() - age_s
+    for path in (segment, generation / "tokens.npy", generation):
+        os.utime(path, (when, when))
+    return [segment, generation]
+
+
+def test_clear_deletes_killed_writers_files_and_leaves_only_the_locks(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path)
+    store.add(document(1), "run")
+    store.compact()
+    store.record_use(1, 1, 1, 1)
+    leave_killed_writers_files(tmp_path, document(2), age_s=0)
+    leave_killed_writers_files(tmp_path, document(3), age_s=7200)
+    store.clear()
+    assert all(files_holding(tmp_path, document(number)) == [] for number in (1, 2, 3))
+    left = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if not path.is_dir())
+    assert left == [".CURRENT.json.lock", ".usage.json.lock"]
+    store.add(document(4), "run")
+    assert found(store.index(), document(4)) and store.problems == []
+
+
+def test_remove_deletes_killed_writers_files_older_than_a_minute(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path)
+    store.add(document(1), "run", tag="1")
+    store.compact()
+    old = leave_killed_writers_files(tmp_path, document(2), age_s=90)
+    young = leave_killed_writers_files(tmp_path, document(3), age_s=5)  # perhaps a writer still at work
+    assert store.remove("1") == 40
+    assert not any(path.exists() for path in old) and files_holding(tmp_path, document(2)) == []
+    assert all(path.exists() for path in young)
+    assert store.remove("no such tag") == 0 and all(path.exists() for path in young)
 
 
 def test_eviction_keeps_the_newest_documents_within_max_tokens(tmp_path: Path) -> None:

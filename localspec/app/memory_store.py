@@ -11,12 +11,14 @@ One store is one folder (the caller picks it: one per vocabulary and owner):
 Crashes and concurrency: `add` writes a new file under a temporary name and
 renames it into place, so two processes adding at once both keep their
 document, and a process killed mid-write leaves only a temporary file that
-nobody reads (deleted once it is an hour old). Compaction (under a file lock)
-merges the segments into a new generation folder, written whole before it is
-renamed into place, then replaces CURRENT.json in one step; only then are the
-merged segments and the old generation deleted, and readers skip any segment
-CURRENT.json lists as merged, so a crash between the steps loses and doubles
-nothing. A reader that finds a file gone (replaced under it) reads again once.
+nobody reads (it may hold the user's text: deleted by a compaction once it is
+an hour old, by `remove` once it is a minute old, by `clear` at once).
+Compaction (under a file lock) merges the segments into a new generation
+folder, written whole before it is renamed into place, then replaces
+CURRENT.json in one step; only then are the merged segments and the old
+generation deleted, and readers skip any segment CURRENT.json lists as merged,
+so a crash between the steps loses and doubles nothing. A reader that finds a
+file gone (replaced under it) reads again once.
 
 Damage (a file that cannot be read, lengths that disagree, a pointer to
 nothing) is reported once in `problems`, one line naming the file, and the
@@ -65,6 +67,7 @@ MAX_HEADER_BYTES = 1 << 16
 COMPACT_TOKENS = 131_072  # unmerged tokens that trigger a compaction (the in-memory index over them builds in ~10 ms)
 COMPACT_SEGMENTS = 64  # unmerged files that trigger one
 STALE_TEMPORARY_S = 3600.0  # a temporary file this old belongs to a process that died
+REMOVED_TEMPORARY_S = 60.0  # `remove` deletes younger ones too: writing one takes seconds at most
 USAGE_KEYS = ("lookups", "hits", "proposed", "accepted")
 USAGE_LOCK_TIMEOUT_S = 5.0  # counters are not worth a longer wait
 _NAME = re.compile(r"(seg|gen)-\d{20}-\d+-[0-9a-f]{8}")
@@ -131,7 +134,8 @@ class MemoryStore:
     # Adding ---------------------------------------------------------------------------------------------------------
 
     def add(self, tokens: Sequence[int], source: str, tag: str | None = None, compact: bool = True) -> str | None:
-        """Keep `tokens` as one document; the new segment's name (None for no tokens).
+        """Keep `tokens` as one document; the new segment's name (None when nothing was kept: no tokens,
+        or a `clear()` emptied the memory while the segment was written).
 
         With `compact`, a compaction follows when enough is unmerged, unless another process is compacting
         (adding many documents at once: pass False, then call `compact()` once).
@@ -154,8 +158,11 @@ class MemoryStore:
         self._make_root()
         self._segments.mkdir(exist_ok=True)
         encoded = json.dumps(header).encode("utf-8")
-        with atomic_path(self._segments / f"{name}.seg") as temporary:
-            _save_bytes(temporary, SEGMENT_MAGIC + len(encoded).to_bytes(4, "little") + encoded + data)
+        try:
+            with atomic_path(self._segments / f"{name}.seg") as temporary:
+                _save_bytes(temporary, SEGMENT_MAGIC + len(encoded).to_bytes(4, "little") + encoded + data)
+        except FileNotFoundError:  # the temporary file was deleted under it: cleared, this document with the rest
+            return None
         if compact and self.needs_compaction():
             self.compact(block=False, when_needed=True)
         return name
@@ -269,6 +276,7 @@ class MemoryStore:
         if not wanted or not self.root.is_dir():
             return 0
         with self._lock(block=True):
+            self._sweep_temporaries(older_than_s=REMOVED_TEMPORARY_S)  # a killed writer's copy may hold the tags
             base, table = self._base_with_table()
             if self._needs_repair or any(entry["tag"] in wanted for entry in table):
                 return self._compact_locked(exclude_tags=wanted)[1]
@@ -282,15 +290,18 @@ class MemoryStore:
             return removed
 
     def clear(self) -> None:
-        """Empty the memory: every base, segment and counter (documents being added at this moment may survive)."""
+        """Empty the memory: every file in its folder but the lock files, temporary ones included (a document
+        being added at this moment may survive)."""
         if not self.root.is_dir():
             return
-        with self._lock(block=True):
-            self._pointer.unlink(missing_ok=True)
-            (self.root / USAGE).unlink(missing_ok=True)
-            for name in self._segment_names():
-                (self._segments / f"{name}.seg").unlink(missing_ok=True)
-            self._delete_generations(keep=None)
+        with self._lock(block=True), locked(self.root / USAGE):  # the counters' lock too: no write of them is cut
+            keep = {lock_path(self._pointer).name, lock_path(self.root / USAGE).name}
+            for path in self.root.iterdir():
+                if path == self._segments and path.is_dir():  # emptied, kept: adds at this moment write into it
+                    for inner in path.iterdir():
+                        _delete(inner)
+                elif path.name not in keep:
+                    _delete(path)
             self._base_cache, self._recent_cache = None, None
 
     def _compact_locked(self, exclude_tags: frozenset[str]) -> tuple[bool, int]:
@@ -556,17 +567,23 @@ class MemoryStore:
         finally:
             lock.release()
 
-    def _sweep_temporaries(self) -> None:
-        """Delete temporary files and folders that processes killed mid-write left behind (an hour old or more)."""
-        cutoff = time.time() - STALE_TEMPORARY_S
+    def _sweep_temporaries(self, older_than_s: float = STALE_TEMPORARY_S) -> None:
+        """Delete temporary files and folders that processes killed mid-write left behind (by default an hour
+        old or more)."""
+        cutoff = time.time() - older_than_s
         for folder in (self.root, self._segments):
             with contextlib.suppress(OSError):
                 for path in folder.iterdir():
                     if path.name.startswith(".") and path.name.endswith(".partial") and path.stat().st_mtime < cutoff:
-                        if path.is_dir():
-                            shutil.rmtree(path, ignore_errors=True)
-                        else:
-                            path.unlink(missing_ok=True)
+                        _delete(path)
+
+
+def _delete(path: Path) -> None:
+    """Delete a file or a folder with everything in it (gone already: nothing to do)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
