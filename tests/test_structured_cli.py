@@ -219,3 +219,31 @@ def test_person_schema_on_the_demo_pair(smollm_f32: Path, smollm_q4_1: Path, tmp
         texts.append(result.stdout)
     assert texts[0] == texts[1]
     assert json.loads(texts[0])["age"] == 34
+
+
+def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, bounded_numbers
+    from localspec.runtime.model import Model
+
+    own = {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.25}
+    schema = {"type": "object", "properties": {"x": {"type": "number"}, "n": {"type": ["integer", "null"]}, "own": own},
+              "required": ["x", "n", "own"]}
+    bounded = bounded_numbers(schema)
+    assert bounded["properties"]["x"] == {"type": "number", "exclusiveMaximum": NUMBER_MAGNITUDE_LIMIT,
+                                          "exclusiveMinimum": -NUMBER_MAGNITUDE_LIMIT, "multipleOf": NUMBER_STEP}
+    assert "multipleOf" not in bounded["properties"]["n"] and bounded["properties"]["own"] == own
+    assert schema["properties"]["x"] == {"type": "number"}  # the caller's schema is left as it was
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    with Model(tiny_pair[0]) as model:
+        marker = model.tokenize("{", add_special=False)[:-1]  # the word-start mark this vocabulary prepends
+
+        def takes(text: str) -> bool:
+            tokens = model.tokenize(text, add_special=False)[len(marker):]
+            return LLMatcher(model.grammar_tokenizer(), grammar).validate_tokens(tokens) == len(tokens)
+
+        assert takes('{"x":-12.123456789,"n":999999999999999,"own":0.75}')  # compact: the tiny vocabulary has no space
+        assert not takes('{"x":0.1234567891')  # a tenth decimal
+        assert not takes('{"x":1,"n":1000000000000000')  # a sixteenth digit
+        assert not takes('{"x":1,"n":null,"own":0.3')  # the schema's own multipleOf

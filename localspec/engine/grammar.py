@@ -30,6 +30,14 @@ KINDS = ("json", "json_schema", "grammar", "regex")
 # spend its whole token budget on spaces and newlines and never close the value.
 JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 
+# Numbers, bounded for the same reason: JSON lets a number run on digit after
+# digit, and a small model at T=0.8 can (`"tax_rate": 0.2000000000...` until
+# max_tokens). Where a schema leaves them open, numbers get at most 15 digits
+# before the point (|x| < 10^15, JSON's exact-integer range) and 9 after it
+# (`multipleOf` 10^-9); a schema's own bounds and `multipleOf` are kept as written.
+NUMBER_MAGNITUDE_LIMIT = 10**15
+NUMBER_STEP = 1e-9
+
 # Options for llguidance's JSON-schema compiler. `lenient`: keywords it does
 # not implement (`uniqueItems`, `not`, `if`/`then`, ...) are reported as
 # warnings, not errors, and the rest of the schema is still enforced.
@@ -94,7 +102,8 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     if fmt.kind == "json":
         grammar = LLMatcher.grammar_from_json_schema(ANY_JSON_OBJECT, overrides=JSON_OPTIONS)
     elif fmt.kind == "json_schema":
-        grammar = LLMatcher.grammar_from_json_schema(parse_schema(fmt.source, fmt.origin), overrides=JSON_OPTIONS)
+        schema = bounded_numbers(parse_schema(fmt.source, fmt.origin))
+        grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
     elif fmt.kind == "grammar":
         grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
     else:
@@ -113,6 +122,25 @@ def parse_schema(text: str, origin: str) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise InputError(f"{origin}: a JSON schema must be a JSON object ({{...}}), not {_JSON_TYPE_NAMES[type(schema)]}")
     return schema
+
+
+def bounded_numbers(schema: Any) -> Any:
+    """`schema` with every number it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT): a new object, the input untouched."""
+    if isinstance(schema, list):
+        return [bounded_numbers(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    bounded = {key: bounded_numbers(value) for key, value in schema.items()}
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if kinds & {"number", "integer"}:
+        if "maximum" not in schema and "exclusiveMaximum" not in schema:
+            bounded["exclusiveMaximum"] = NUMBER_MAGNITUDE_LIMIT
+        if "minimum" not in schema and "exclusiveMinimum" not in schema:
+            bounded["exclusiveMinimum"] = -NUMBER_MAGNITUDE_LIMIT
+        if "number" in kinds and "multipleOf" not in schema:
+            bounded["multipleOf"] = NUMBER_STEP
+    return bounded
 
 
 def is_gbnf(text: str) -> bool:
