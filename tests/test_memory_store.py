@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -174,6 +175,57 @@ def test_remove_deletes_killed_writers_files_older_than_a_minute(tmp_path: Path)
     assert not any(path.exists() for path in old) and files_holding(tmp_path, document(2)) == []
     assert all(path.exists() for path in young)
     assert store.remove("no such tag") == 0 and all(path.exists() for path in young)
+
+
+@pytest.fixture
+def usual_umask():
+    """The umask most systems run with (022), which lets others read whatever is not made private."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def modes(root: Path) -> dict[str, int]:
+    """The permission bits of the store's folder and of every folder and file under it."""
+    return {str(path.relative_to(root)): stat.S_IMODE(path.stat().st_mode) for path in [root, *root.rglob("*")]}
+
+
+def assert_private(root: Path) -> None:
+    found_modes = modes(root)
+    expected = {name: 0o700 if (root / name).is_dir() else 0o600 for name in found_modes}
+    assert found_modes == expected
+
+
+@pytest.mark.usefixtures("usual_umask")
+def test_every_folder_and_file_is_private_whichever_call_makes_it(tmp_path: Path) -> None:
+    first = MemoryStore(tmp_path / "compacted-first")
+    assert first.compact() is False  # creates the folder (for its lock) before anything is added
+    assert modes(first.root)["."] == 0o700
+    first.record_use(1, 1, 1, 1)
+    for number in range(3):
+        first.add(document(number), "run", tag=str(number))
+    first.compact()
+    first.add(document(3), "run", tag="3")
+    assert {path.name for path in first.root.glob("gen-*/*")} == {"tokens.npy", "suffixes.npy", "documents.json"}
+    assert_private(first.root)
+    first.remove("1")
+    assert_private(first.root)
+    first.clear()
+    assert_private(first.root)
+
+    for call in (lambda store: store.record_use(1, 0, 0, 0), lambda store: store.compact(block=False),
+                 lambda store: store.add(document(1), "chat")):
+        store = MemoryStore(tmp_path / secrets.token_hex(4) / "memory")
+        call(store)
+        assert_private(store.root)
+
+    shared = tmp_path / "made-by-someone-else"
+    shared.mkdir(mode=0o755)
+    (shared / "segments").mkdir(mode=0o755)
+    store = MemoryStore(shared)
+    store.add(document(1), "run")
+    store.compact()
+    assert_private(shared)
 
 
 def test_eviction_keeps_the_newest_documents_within_max_tokens(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 import time
 import zlib
@@ -62,6 +63,8 @@ FORMAT_VERSION = 1
 POINTER = "CURRENT.json"
 USAGE = "usage.json"
 SEGMENTS = "segments"
+FOLDER_MODE = 0o700  # the memory holds the user's text: every folder and file for this user alone
+FILE_MODE = 0o600
 SEGMENT_MAGIC = b"LSMSEG1\n"
 MAX_HEADER_BYTES = 1 << 16
 COMPACT_TOKENS = 131_072  # unmerged tokens that trigger a compaction (the in-memory index over them builds in ~10 ms)
@@ -156,7 +159,7 @@ class MemoryStore:
         }
         name = _new_name("seg")
         self._make_root()
-        self._segments.mkdir(exist_ok=True)
+        _make_private_folder(self._segments)
         encoded = json.dumps(header).encode("utf-8")
         try:
             with atomic_path(self._segments / f"{name}.seg") as temporary:
@@ -233,8 +236,8 @@ class MemoryStore:
 
     def record_use(self, lookups: int, hits: int, proposed: int, accepted: int) -> None:
         """Add to the usage counters, under their lock (held too long: skipped, with a line in `problems`)."""
-        self._make_root()
         path = self.root / USAGE
+        self._make_lock_file(path)
         try:
             with locked(path, timeout_s=USAGE_LOCK_TIMEOUT_S):
                 counts = self._usage()
@@ -294,6 +297,7 @@ class MemoryStore:
         being added at this moment may survive)."""
         if not self.root.is_dir():
             return
+        self._make_lock_file(self.root / USAGE)
         with self._lock(block=True), locked(self.root / USAGE):  # the counters' lock too: no write of them is cut
             keep = {lock_path(self._pointer).name, lock_path(self.root / USAGE).name}
             for path in self.root.iterdir():
@@ -546,16 +550,27 @@ class MemoryStore:
         self._needs_repair = self._needs_repair or repair
 
     def _make_root(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)  # private text: for this user alone
+        """The store's folder, created if needed (with the folders above it), private (FOLDER_MODE) either way."""
+        try:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            _make_private_folder(self.root)
+        except OSError as exc:
+            raise InputError(f"{self.root}: cannot make the memory's folder ({exc.strerror or exc})") from None
+
+    def _make_lock_file(self, path: Path) -> None:
+        """The store's folder and the lock file of `path` in it, private (the lock would otherwise be created 0644)."""
+        self._make_root()
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(lock_path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
 
     @contextlib.contextmanager
     def _lock(self, block: bool) -> Iterator[bool]:
         """Hold the store's lock (yields True); without `block`, yield False at once if another process holds it."""
+        self._make_lock_file(self._pointer)
         if block:
             with locked(self._pointer):
                 yield True
             return
-        self._make_root()
         lock = filelock.FileLock(str(lock_path(self._pointer)), timeout=0)
         try:
             lock.acquire()
@@ -723,17 +738,35 @@ def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as handle:
+    with _open_private(path) as handle:
         np.save(handle, array, allow_pickle=False)
         handle.flush()
         os.fsync(handle.fileno())
 
 
 def _save_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as handle:
+    with _open_private(path) as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _open_private(path: Path) -> Any:
+    """`path` opened for writing from empty, its mode FILE_MODE whether it is new or not."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(descriptor, FILE_MODE)  # an existing file keeps its mode through O_CREAT; a umask may narrow it
+        return os.fdopen(descriptor, "wb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def _make_private_folder(folder: Path) -> None:
+    """`folder` created if needed (its parent must exist), its mode FOLDER_MODE whether it is new or not."""
+    folder.mkdir(mode=FOLDER_MODE, exist_ok=True)
+    if stat.S_IMODE(folder.stat().st_mode) != FOLDER_MODE:
+        os.chmod(folder, FOLDER_MODE)
 
 
 def _names(value: Any) -> list[str]:
