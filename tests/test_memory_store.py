@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import stat
 import subprocess
@@ -322,6 +323,40 @@ def test_a_damaged_pointer_falls_back_to_the_newest_base(tmp_path: Path) -> None
     compacted_store(tmp_path)
     (tmp_path / "CURRENT.json").write_text("{not json", encoding="utf-8")
     assert_reported_once_then_repaired(tmp_path, "CURRENT.json", [1, 2, 3, 4])
+
+
+def damage_tokens(generation: Path) -> None:
+    path = generation / "tokens.npy"
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+
+
+def damage_table(generation: Path) -> None:
+    (generation / "documents.json").write_bytes(b"\x00garbage")
+
+
+def misfit_table(generation: Path) -> None:
+    table = json.loads((generation / "documents.json").read_text(encoding="utf-8"))
+    table["documents"][1]["length"] += 1
+    (generation / "documents.json").write_text(json.dumps(table), encoding="utf-8")
+
+
+@pytest.mark.parametrize("damage", [damage_tokens, damage_table, misfit_table])
+def test_a_damaged_pointer_and_newest_base_fall_back_to_an_older_good_base(tmp_path: Path, damage) -> None:
+    store, older = compacted_store(tmp_path)  # documents 1-3 in the base, 4 in a segment
+    kept = tmp_path.parent / f"{tmp_path.name}-kept"
+    shutil.copytree(older, kept)
+    store.compact()  # a newer base with 1-4; the older one deleted ...
+    shutil.copytree(kept, older)  # ... but for a crash before its deletion
+    (newer,) = set(tmp_path.glob("gen-*")) - {older}
+    damage(newer)
+    (tmp_path / "CURRENT.json").write_text("{not json", encoding="utf-8")
+    reader = MemoryStore(tmp_path)
+    index = reader.index()
+    assert all(found(index, document(number)) for number in (1, 2, 3)) and not found(index, document(4))
+    assert reader.problems and "CURRENT.json" in reader.problems[0]
+    again = MemoryStore(tmp_path)  # repaired: the older base is the base now
+    assert [entry["tag"] for entry in again.documents()] == ["1", "2", "3"] and again.problems == []
+    assert all(found(again.index(), document(number)) for number in (1, 2, 3))
 
 
 def test_a_pointer_to_a_missing_base_is_reported(tmp_path: Path) -> None:

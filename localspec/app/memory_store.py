@@ -411,12 +411,17 @@ class MemoryStore:
         return _Base(generation, tokens, suffixes, merged, documents)
 
     def _newest_generation(self) -> _Base:
-        """With no usable pointer: the newest generation folder whose table and arrays read back, else no base."""
+        """With no usable pointer: the newest generation folder whose table and arrays read back and agree,
+        else no base (a damaged folder is passed over for the next older one)."""
         for folder in sorted(self._generation_folders(), reverse=True):
             try:
                 table = _read_table(folder / "documents.json")
                 counts = (table["tokens"], len(table["documents"]))
-                return self._open_generation(folder.name, frozenset(table["merged"]), counts)
+                base = self._open_generation(folder.name, frozenset(table["merged"]), counts)
+                if base.generation is None:  # its tokens are damaged (reported)
+                    continue
+                _check_table(table, base, verify=False)
+                return base
             except (_Damaged, OSError):
                 continue
         return _NO_BASE
