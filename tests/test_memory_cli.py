@@ -156,6 +156,41 @@ def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path:
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "missing.txt")), 2, "no such file")
     (tmp_path / "empty").mkdir()
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "empty")), 2, "no text files")
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "empty.txt").write_text("")
+    (junk / "blank.txt").write_text(" \n\t\n")
+    (junk / "image.bin").write_bytes(b"\x89PNG\0\0\0" * 50)
+    one_error_line(cli("memory", "add", "-p", "tiny", str(junk)), 2, "no text files to add", "3 files skipped")
+    assert not memory_root().exists()  # nothing created
+
+    (tmp_path / "kept.txt").write_text("the cat sat on the mat " * 10)
+    assert cli("memory", "add", "-p", "tiny", str(tmp_path / "kept.txt")).exit_code == 0
+    before = {path: path.stat().st_mtime_ns for path in local_memory().root.rglob("*")}
+    one_error_line(cli("memory", "add", "-p", "tiny", str(junk / "image.bin")), 2, "no text files to add")
+    assert {path: path.stat().st_mtime_ns for path in local_memory().root.rglob("*")} == before  # untouched
+
+
+def test_memory_add_counts_each_file_once_and_its_tokens(
+    tiny_profile: str, tiny_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from localspec.runtime.model import Vocabulary
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    texts = {"a.txt": "the cat sat on the mat " * 7, "b.txt": "and then the dog ran off\n" * 3}
+    for name, text in texts.items():
+        (notes / name).write_text(text)
+    (notes / "empty.txt").write_text("")
+    result = cli("memory", "add", "-p", "tiny", str(notes / "a.txt"), str(notes))  # a.txt named twice
+    assert result.exit_code == 0, result.stderr
+    with Vocabulary(tiny_pair[0]) as vocabulary:
+        lengths = sorted(len(vocabulary.tokenize(text, add_special=False)) for text in texts.values())
+    assert result.stderr.splitlines() == [
+        "1 file skipped: empty, binary, unreadable or over 4 MB",
+        f"added 2 files, {sum(lengths)} tokens ({local_memory().root})",
+    ]
+    assert sorted(doc["tokens"] for doc in local_memory().documents()) == lengths
 
 
 def test_stats_and_list_of_an_empty_memory() -> None:

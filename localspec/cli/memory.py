@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 import click
+import numpy as np
 from rich.table import Table
 from rich.text import Text
 
@@ -42,25 +43,24 @@ def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
 
     Adding a file again replaces what it added before.
     """
-    candidates = [file for path in paths for file in _files_under(path)]
-    texts = {file: text for file in candidates if (text := _read_text(file)) is not None and text.strip()}
-    if skipped := len(candidates) - len(texts):
-        click.echo(f"skipped {skipped} file{'s' * (skipped != 1)}: empty, binary, unreadable or over "
-                   f"{LARGEST_FILE_BYTES >> 20} MB", err=True)
-    if not texts:
-        raise InputError("no text files to add")
+    candidates = {_file_tag(file): file for path in paths for file in _files_under(path)}  # each file once
+    texts = {tag: text for tag, file in candidates.items() if (text := _read_text(file)) is not None and text.strip()}
+    skipped = len(candidates) - len(texts)
+    why = f"{_files(skipped)} skipped: empty, binary, unreadable or over {LARGEST_FILE_BYTES >> 20} MB"
+    if not texts:  # checked before anything is loaded, opened or created
+        raise InputError("no text files to add" + (f" ({why})" if skipped else ""))
+    if skipped:
+        click.echo(why, err=True)
     plan = resolve_plan(profile, {})
-    store = open_store(plan.target.path)
-    tags = {file: _file_tag(file) for file in texts}
-    store.remove_tags(tags.values())  # what these files added before: at most one rebuild for all of them
-    total = 0
     with Vocabulary(plan.target.path) as vocabulary:  # the tokenizer alone: no weights loaded
-        for file, text in texts.items():
-            tokens = vocabulary.tokenize(text, add_special=False)
-            store.add(tokens, source="file", tag=tags[file], compact=False)  # merged once, below
-            total += len(tokens)
+        tokenized = {tag: np.asarray(vocabulary.tokenize(text, add_special=False), dtype=np.int32)
+                     for tag, text in texts.items()}
+    store = open_store(plan.target.path)
+    store.remove_tags(tokenized)  # what these files added before: at most one rebuild for all of them
+    kept = [len(tokens) for tag, tokens in tokenized.items()
+            if store.add(tokens, source="file", tag=tag, compact=False) is not None]  # merged once, below
     store.compact()
-    click.echo(f"added {len(texts)} file{'s' * (len(texts) != 1)}, {total} tokens ({store.root})", err=True)
+    click.echo(f"added {_files(len(kept))}, {sum(kept)} tokens ({store.root})", err=True)
 
 
 @memory_group.command("remove")
@@ -125,6 +125,10 @@ def clear_command(yes: bool) -> None:
     for store in stores:
         store.clear()
     click.echo("the memory is empty", err=True)
+
+
+def _files(count: int) -> str:
+    return f"{count} file{'s' * (count != 1)}"
 
 
 def _file_tag(path: Path) -> str:
