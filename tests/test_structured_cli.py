@@ -228,12 +228,14 @@ def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
     from localspec.runtime.model import Model
 
     own = {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.25}
-    schema = {"type": "object", "properties": {"x": {"type": "number"}, "n": {"type": ["integer", "null"]}, "own": own},
+    schema = {"type": "object", "properties": {"x": {"type": "number"}, "n": {"type": ["integer", "null"]}, "own": own,
+                                               "type": {"const": {"type": "number"}}},  # a property named "type"; data
               "required": ["x", "n", "own"]}
     bounded = bounded_numbers(schema)
     assert bounded["properties"]["x"] == {"type": "number", "exclusiveMaximum": NUMBER_MAGNITUDE_LIMIT,
                                           "exclusiveMinimum": -NUMBER_MAGNITUDE_LIMIT, "multipleOf": NUMBER_STEP}
     assert "multipleOf" not in bounded["properties"]["n"] and bounded["properties"]["own"] == own
+    assert bounded["properties"]["type"] == {"const": {"type": "number"}}
     assert schema["properties"]["x"] == {"type": "number"}  # the caller's schema is left as it was
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:

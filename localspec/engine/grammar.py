@@ -37,6 +37,7 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # (`multipleOf` 10^-9); a schema's own bounds and `multipleOf` are kept as written.
 NUMBER_MAGNITUDE_LIMIT = 10**15
 NUMBER_STEP = 1e-9
+_JSON_VALUES = ("const", "enum", "default", "examples")  # keywords whose values are data, not schemas
 
 # Options for llguidance's JSON-schema compiler. `lenient`: keywords it does
 # not implement (`uniqueItems`, `not`, `if`/`then`, ...) are reported as
@@ -130,9 +131,9 @@ def bounded_numbers(schema: Any) -> Any:
         return [bounded_numbers(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    bounded = {key: bounded_numbers(value) for key, value in schema.items()}
+    bounded = {key: value if key in _JSON_VALUES else bounded_numbers(value) for key, value in schema.items()}
     kinds = schema.get("type")
-    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    kinds = {kinds} if isinstance(kinds, str) else {kind for kind in kinds if isinstance(kind, str)} if isinstance(kinds, list) else set()
     if kinds & {"number", "integer"}:
         if "maximum" not in schema and "exclusiveMaximum" not in schema:
             bounded["exclusiveMaximum"] = NUMBER_MAGNITUDE_LIMIT
