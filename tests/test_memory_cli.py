@@ -258,3 +258,17 @@ def test_a_memory_that_cannot_be_written_is_turned_off_with_one_note(tiny_profil
     assert result.exit_code == 0 and "Traceback" not in result.stderr
     assert json.loads(result.stdout)["tokens"]  # the run itself is whole
     assert result.stderr.count("the memory is off for this session") == 1
+
+
+def test_a_session_merges_its_documents_off_the_generation_path(tmp_path: Path) -> None:
+    """Past the store's threshold a remember() starts the merge in a thread of its own; close() waits for it."""
+    from localspec.app.memory import SessionMemory
+    from localspec.app.memory_store import MemoryStore
+
+    store = MemoryStore(tmp_path / "memory", compact_tokens=50)
+    memory = SessionMemory(lambda: store)
+    for i in range(4):
+        memory.remember([1, 2, 3, *range(300 + 20 * i, 320 + 20 * i)], [7, 8, 9], "run", tag=f"t{i}")
+    memory.close()
+    assert not store.needs_compaction() and len(store.documents()) == 4
+    assert not list((tmp_path / "memory" / "segments").glob("*.seg"))  # all merged into the base

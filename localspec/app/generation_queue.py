@@ -99,6 +99,10 @@ class GenerationQueue:
     def busy(self) -> bool:
         return self._lock.locked()
 
+    def close(self) -> None:
+        """Wait for the generation in progress (stopped at its next pass) to end, before the models close."""
+        self._worker.shutdown(wait=True)
+
     @asynccontextmanager
     async def admission(self, gone: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[Slot]:
         """Wait for the models, hold them for the block, release them however it exits.

@@ -15,6 +15,7 @@ its history id (`history remove ID` removes them).
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -75,6 +76,7 @@ class SessionMemory:
         self.notes = notes
         self.use = MemoryUse()
         self.failed = False  # the store failed once: no memory for the rest of the session
+        self._compaction: threading.Thread | None = None
         self._noted: set[str] = set()
         self._last_stored: dict[str | None, list[int]] = {}  # tag -> the tokens the last document continued
 
@@ -91,11 +93,32 @@ class SessionMemory:
         known = common_prefix_length(self._last_stored.get(tag, []), tokens)
         self._last_stored[tag] = tokens
         if len(tokens) > known:
-            self._using_store(lambda store: store.add(tokens[known:], source=source, tag=tag))
+            self._using_store(lambda store: store.add(tokens[known:], source=source, tag=tag, compact=False))
             self._index = None
+            if self._using_store(lambda store: store.needs_compaction()):
+                self._compact_in_background()
+
+    def _compact_in_background(self) -> None:
+        """Merge the new documents into the base in a thread of its own (seconds at millions of tokens),
+        so that no reply waits for it; the store's lock keeps it apart from every other writer."""
+        if self._compaction is not None and self._compaction.is_alive():
+            return
+        store = self._store
+        twin = MemoryStore(store.root, store.max_tokens, store.compact_tokens, store.compact_segments)  # its own caches
+
+        def compact() -> None:
+            try:
+                twin.compact(block=False, when_needed=True)
+            except (OSError, LocalspecError) as exc:  # tried again at the next addition, or at close
+                self.notes(f"could not merge the memory's new documents: {exc}")
+
+        self._compaction = threading.Thread(target=compact, name="memory-compaction", daemon=True)
+        self._compaction.start()
 
     def close(self) -> None:
         """Add up this session's use of the memory (for `memory stats`) and tidy the store if it needs it."""
+        if self._compaction is not None:
+            self._compaction.join()
         if self._store is None:
             return
         use = self.use

@@ -56,13 +56,17 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
     AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown
     with listener, load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose,
                                         memory_owner=memory_owner) as session:
-        served = ServedModel(GenerationQueue(session, queue_size), plan.generation, model_id)
+        queue = GenerationQueue(session, queue_size)
+        served = ServedModel(queue, plan.generation, model_id)
         config = uvicorn.Config(create_app(served, api_key), log_level="info" if verbose else "warning",
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
         click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
-        server.run(sockets=[listener])
+        try:
+            server.run(sockets=[listener])
+        finally:
+            queue.close()  # the worker may still be finishing (and remembering) a reply
 
 
 def _checked_api_key(api_key: str | None) -> str | None:
