@@ -144,6 +144,7 @@ def test_pull_downloads_then_the_profile_runs(hub: FakeHub, tiny_pair: tuple[Pat
     assert again.exit_code == 0 and "have org/tiny-GGUF/tiny-target.gguf" in again.stderr
 
 
+@pytest.mark.slow  # 24 MB through a local server: a second
 def test_a_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, tiny_pair: tuple[Path, Path]) -> None:
     # A 24 MB file (the tiny model and padding past its tensors), cut after 12 MB: the
     # downloader keeps what it wrote (it writes in 10 MB blocks) and asks for the rest.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
 
@@ -84,7 +84,29 @@ def _tokenize(llama_cpp: Any, vocab: Any, text: str, add_special: bool, parse_sp
     return list(buffer[:n])
 
 
-class Vocabulary:
+_F = TypeVar("_F", bound="_Freed")
+
+
+class _Freed:
+    """Something holding llama.cpp memory: freed by `close()`, on leaving a `with` block, or when collected."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _F) -> _F:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn down llama_cpp already
+            pass
+
+
+class Vocabulary(_Freed):
     """A GGUF model's tokenizer alone: llama.cpp loads its vocabulary (`vocab_only`), no weights, no context.
 
     For tokenizing many texts (`memory add`) without the memory and load time of the whole model;
@@ -116,20 +138,9 @@ class Vocabulary:
             self._llama.llama_model_free(self._model)
             self._model = None
 
-    def __enter__(self) -> "Vocabulary":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown may have torn down llama_cpp already
-            pass
 
 
-class Model:
+class Model(_Freed):
     """A loaded GGUF model with one llama.cpp context and a single sequence."""
 
     def __init__(
@@ -423,14 +434,3 @@ class Model:
             self._llama.llama_model_free(self._model)
             self._model = None
 
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown may have torn down llama_cpp already
-            pass
