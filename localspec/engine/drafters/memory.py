@@ -22,8 +22,9 @@ from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Sampler
 from .base import NO_DRAFT, Draft
 
-# The shortest tail of the context a memory match must cover. Shorter matches in a large
-# memory are mostly common phrases whose continuations the target rarely keeps.
+# The shortest tail of the context a memory match must cover. Short matches in a large memory
+# are often common phrases whose continuations the target rarely keeps: their tokens get a low
+# `confidence`, and the memory's measured acceptance by confidence decides whether they pay.
 MIN_MATCH = 3
 MAX_MATCH = 64
 MIN_SHARE = 0.3  # a continuation is drafted while at least this share of the matches agree on it
