@@ -53,7 +53,7 @@ class HybridDrafter:
         for side in (self.lookup, self.memory):
             if side is not None:
                 draft = side.propose(context, max_tokens, sampler, position, grammar)
-                if len(draft.tokens) >= shortest and self._rather_than_the_model(side, max_tokens):
+                if len(draft.tokens) >= shortest and self._rather_than_the_model(side, context, max_tokens):
                     self._last = side
                     return draft
         self._last = self.by_model
@@ -61,14 +61,19 @@ class HybridDrafter:
             return NO_DRAFT
         return self.by_model.propose(context, max_tokens, sampler, position, grammar)
 
-    def _rather_than_the_model(self, side: NGramDrafter | MemoryDrafter, room: int) -> bool:
+    def _rather_than_the_model(self, side: NGramDrafter | MemoryDrafter, context: Sequence[int], room: int) -> bool:
         """Whether `side`'s draft is expected to beat the draft model's: always for a match in the
         context; for the memory, when its tokens per second (from its measured acceptance by confidence)
-        beat the rate the draft model's length controller expects of its best length."""
+        beat the rate the draft model's length controller expects of its best length, counting the
+        catch-up the model would need first on what lookup passes added."""
         if side is not self.memory or self.by_model is None:
             return True
         length = self.by_model.length
-        if not isinstance(length, AdaptiveLength) or side.expected_rate(length) >= length.rate(length.best_length(room)):
+        if not isinstance(length, AdaptiveLength):
+            return True
+        k = length.best_length(room)
+        catch_up = length.first_step_cost or 0.0 if self.by_model.lags_behind(context) else 0.0
+        if side.expected_rate(length) >= length.expected_tokens(k) / (length.pass_cost(k) + catch_up):
             return True
         # Declined: its acceptance is measured only where it drafts, so now and then it drafts anyway,
         # or one bad streak would keep it out for good.

@@ -56,7 +56,7 @@ class ModelDrafter:
         # evaluated whenever the model drafts next, so it is no cost of drafting now rather than later
         # (counted in, it would talk the length controller into drafting nothing, pass after pass).
         # Its own last draft token (at most one to catch up) is part of drafting's cost, and timed.
-        if len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1]) > 1:
+        if self.lags_behind(context):
             self.model.sync(context[:-1])
         started = time.perf_counter()
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
@@ -100,6 +100,10 @@ class ModelDrafter:
                 break
             logits = self.model.eval(new, logits="last", copy=False)[0]
         return self._draft(tokens, rows, sampler)
+
+    def lags_behind(self, context: Sequence[int]) -> bool:
+        """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
+        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1]) > 1
 
     def _draft(self, tokens: list[int], rows: list[Probs], sampler: Sampler) -> Draft:
         """Drafts to be verified by rejection sampling carry one q per token (`rows`); greedy and coupled ones need none."""
