@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +29,12 @@ def one_error_line(result: Result, code: int, *fragments: str) -> str:
 
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run scripts/NAME.py ARGS with this Python, stdout and stderr captured as text."""
+    return subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *args], capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def script_module(name: str) -> ModuleType:

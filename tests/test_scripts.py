@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import SCRIPTS, script_module
+from cli_helpers import run_script, script_module
 
 
 def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path, Path]) -> None:
     target, draft = tiny_pair
-    result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "profile_passes.py"), "--target", str(target), "--draft", str(draft), "--raw",
-         "--prompts", "2", "--tokens", "24", "--strategy", "model", "--draft-max", "4", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )
+    result = run_script("profile_passes", "--target", str(target), "--draft", str(draft), "--raw", "--prompts", "2",
+                        "--tokens", "24", "--strategy", "model", "--draft-max", "4", "--json", timeout=120)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [(row["temperature"], row["mode"]) for row in rows] == [
@@ -34,11 +29,8 @@ def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path,
 
 @pytest.mark.slow
 def test_memory_bench_runs_every_arm_on_the_same_text(tiny_profile: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench_memory.py"), "-p", tiny_profile, "--workloads", "code,ordinary",
-         "--max-tokens", "12", "--threads", "1", "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    result = run_script("bench_memory", "-p", tiny_profile, "--workloads", "code,ordinary", "--max-tokens", "12",
+                        "--threads", "1", "--json")
     assert result.returncode == 0, result.stderr
     code, ordinary = json.loads(result.stdout)
     assert code["identical"] == code["requests"] == 10 and ordinary["identical"] == ordinary["requests"] == 8

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_helpers import SCRIPTS, cli, one_error_line, script_module
+from cli_helpers import cli, one_error_line, run_script, script_module
 from conftest import TINY_TEMPLATE
 from tiny_models import write_pair
 
@@ -156,11 +154,8 @@ def test_the_check_script_fails_what_does_not_parse_validate_or_finish() -> None
 @pytest.mark.slow
 def test_the_check_script_runs_both_doors_and_exits_by_its_count(long_context_profile: str) -> None:
     """End to end on the tiny pair (its random outputs may or may not validate: the exit status must say which)."""
-    result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "check_structured.py"), "-p", long_context_profile, "--limit", "1",
-         "--max-tokens", "64", "--temperatures", "0.8", "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    result = run_script("check_structured", "-p", long_context_profile, "--limit", "1", "--max-tokens", "64",
+                        "--temperatures", "0.8", "--json")
     report = json.loads(result.stdout)
     assert report["outputs"] == 4 and set(report["by_group"]) == {
         f"{door} T=0.8 {mode}" for door in ("api", "serve") for mode in ("speculative", "target-only")}
