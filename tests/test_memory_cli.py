@@ -31,6 +31,7 @@ def memory_stats() -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_a_second_run_drafts_from_what_the_first_wrote_and_says_the_same(tiny_profile: str) -> None:
     first = cli(*RUN, PROMPT)
     assert first.exit_code == 0, first.stderr

@@ -105,6 +105,7 @@ def text_of(documents: list[list[int]]) -> list[int]:
     return [int(token) for token in join_documents(documents)]
 
 
+@pytest.mark.slow  # the lookup test below covers both paths in the fast suite
 @settings(max_examples=100, deadline=None)
 @given(text_and_context(), st.integers(1, 4), st.integers(0, 12))
 def test_longest_match_and_its_occurrences_equal_brute_force(
@@ -146,6 +147,7 @@ def assert_same_proposal(proposal: Proposal | None, expected: tuple | None) -> N
         assert proposal.shares == pytest.approx(expected[2])
 
 
+@pytest.mark.slow  # the lookup test below covers both paths in the fast suite
 @settings(max_examples=100, deadline=None)
 @given(documents_strategy, documents_strategy, st.lists(SMALL, max_size=12), st.integers(1, 8))
 def test_multi_index_keeps_the_longest_match_and_weighs_equal_ones_together(
