@@ -47,12 +47,13 @@ def open_store(model_path: Path, owner: str = LOCAL_OWNER) -> MemoryStore:
     return MemoryStore(memory_root() / vocab_identity(model_path) / owner)
 
 
-def stores_of(owner: str = LOCAL_OWNER) -> list[MemoryStore]:
-    """`owner`'s memory for every vocabulary that has one."""
+def stores_of(owner: str | None = LOCAL_OWNER) -> list[MemoryStore]:
+    """`owner`'s memory for every vocabulary that has one (None: every owner's)."""
     root = memory_root()
     if not root.is_dir():
         return []
-    return [MemoryStore(folder / owner) for folder in sorted(root.iterdir()) if (folder / owner).is_dir()]
+    return [MemoryStore(folder) for vocabulary in sorted(root.iterdir()) if vocabulary.is_dir()
+            for folder in sorted(vocabulary.iterdir()) if folder.is_dir() and owner in (None, folder.name)]
 
 
 def conversation_tag(conversation_id: int) -> str:

@@ -81,7 +81,7 @@ def remove_command(paths: tuple[Path, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def list_command(as_json: bool) -> None:
     """List what the memories hold, one document per line."""
-    rows = [{"memory": _name(store), **doc} for store in _all_stores() for doc in store.documents()]
+    rows = [{"memory": _name(store), **doc} for store in stores_of(owner=None) for doc in store.documents()]
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
@@ -96,7 +96,7 @@ def list_command(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def stats_command(as_json: bool) -> None:
     """Tokens stored and how often drafting from them paid off, per memory."""
-    stats = {_name(store): store.stats() for store in _all_stores()}
+    stats = {_name(store): store.stats() for store in stores_of(owner=None)}
     if as_json:
         click.echo(json.dumps(stats, indent=2, ensure_ascii=False))
         return
@@ -116,7 +116,7 @@ def stats_command(as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask.")
 def clear_command(yes: bool) -> None:
     """Empty every memory (run, chat, added files and serve's)."""
-    stores = _all_stores()
+    stores = stores_of(owner=None)
     if not stores:
         click.echo("the memory is already empty", err=True)
         return
@@ -139,14 +139,6 @@ def _file_tag(path: Path) -> str:
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
     """Whether `tag` is one of the file tags `prefixes`, or the tag of a file under one of those folders."""
     return tag is not None and any(tag == prefix or tag.startswith(prefix.rstrip("/") + "/") for prefix in prefixes)
-
-
-def _all_stores() -> list[MemoryStore]:
-    root = memory_root()
-    if not root.is_dir():
-        return []
-    return [MemoryStore(owner) for vocabulary in sorted(root.iterdir()) if vocabulary.is_dir()
-            for owner in sorted(vocabulary.iterdir()) if owner.is_dir()]
 
 
 def _name(store: MemoryStore) -> str:

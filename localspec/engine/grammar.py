@@ -132,8 +132,7 @@ def bounded_numbers(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     bounded = {key: value if key in _JSON_VALUES else bounded_numbers(value) for key, value in schema.items()}
-    kinds = schema.get("type")
-    kinds = {kinds} if isinstance(kinds, str) else {kind for kind in kinds if isinstance(kind, str)} if isinstance(kinds, list) else set()
+    kinds = _schema_types(schema)
     if kinds & {"number", "integer"}:
         if "maximum" not in schema and "exclusiveMaximum" not in schema:
             bounded["exclusiveMaximum"] = NUMBER_MAGNITUDE_LIMIT
@@ -142,6 +141,14 @@ def bounded_numbers(schema: Any) -> Any:
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
     return bounded
+
+
+def _schema_types(schema: dict[str, Any]) -> set[str]:
+    """The JSON types a schema's `type` keyword names (a string or a list of them; a property may be named "type")."""
+    kinds = schema.get("type")
+    if isinstance(kinds, str):
+        return {kinds}
+    return {kind for kind in kinds if isinstance(kind, str)} if isinstance(kinds, list) else set()
 
 
 def is_gbnf(text: str) -> bool:

@@ -139,7 +139,6 @@ class Vocabulary(_Freed):
             self._model = None
 
 
-
 class Model(_Freed):
     """A loaded GGUF model with one llama.cpp context and a single sequence."""
 
@@ -433,4 +432,3 @@ class Model(_Freed):
         if getattr(self, "_model", None):
             self._llama.llama_model_free(self._model)
             self._model = None
-

@@ -64,8 +64,10 @@ def build_drafter(
 def drafts_from_memory(speculative: SpeculativeParams) -> bool:
     """Whether these settings draft from a memory of earlier text: on, a lookup strategy, coupled verification.
 
-    Under rejection sampling a memory draft is not lossless: the memory may hold an
-    earlier run with the same seed, and its tokens are then correlated with the very
-    draws that verify them (p = (1/2, 1/2): the second run would repeat the first).
+    Under rejection sampling losslessness is not assured: the memory may hold an
+    earlier run with the same seed, whose tokens are correlated with the very draws
+    that verify them. (Deterministic drafts are verified by the target's own draws,
+    one per token, but which kind of pass runs would then depend on what the memory
+    holds, and so on draws still to come.)
     """
     return speculative.memory and speculative.strategy in ("ngram", "hybrid") and speculative.verify == "coupled"

@@ -72,7 +72,7 @@ class HybridDrafter:
         if not isinstance(length, AdaptiveLength):
             return True
         k = length.best_length(room)
-        catch_up = length.first_step_cost or 0.0 if self.by_model.lags_behind(context) else 0.0
+        catch_up = (length.first_step_cost or 0.0) if self.by_model.lags_behind(context) else 0.0
         if side.expected_rate(length) >= length.expected_tokens(k) / (length.pass_cost(k) + catch_up):
             return True
         # Declined: its acceptance is measured only where it drafts, so now and then it drafts anyway,

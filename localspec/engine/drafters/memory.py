@@ -4,10 +4,10 @@ The memory holds what this machine generated and read before (earlier runs,
 chats, documents a user added; `localspec/app/memory.py` keeps it). A proposal
 is deterministic (a point-mass q) given the memory and the context, so under
 coupled verification the target keeps it exactly where it equals its own draw:
-lossless whatever the memory holds. Under rejection sampling it is not: the
-memory may hold an earlier run with the same seed, whose tokens are correlated
-with the very draws that verify them, so `build_drafter` leaves the memory out
-there.
+lossless whatever the memory holds. Under rejection sampling that is not
+assured: the memory may hold an earlier run with the same seed, whose tokens are
+correlated with the very draws that verify them, so `build_drafter` leaves the
+memory out there (see `drafts_from_memory`).
 """
 
 from __future__ import annotations
