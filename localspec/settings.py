@@ -248,7 +248,7 @@ class SpeculativeParams(SettingsGroup):
     draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min")
     p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min")
     ngram_min: int = setting(2, "Shortest n-gram the lookup matches.", low=1, high=16, flag="--ngram-min")
-    ngram_max: int = setting(4, "Longest n-gram the lookup matches (hybrid uses lookup only for matches this long).", low=1, high=16, flag="--ngram-max")
+    ngram_max: int = setting(4, "Longest n-gram the lookup matches.", low=1, high=16, flag="--ngram-max")
     memory: bool = setting(
         True, "Draft from the memory of earlier text on this machine too (hybrid and ngram, coupled verification;"
         " `localspec memory` shows and clears it).", flag="--memory",

@@ -89,6 +89,9 @@ class _CountingSide:
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         self.drafter.observe(n_proposed, n_accepted, verify_seconds)
 
+    def __getattr__(self, name: str):  # the rest (its length controller, lags_behind...) as the side's own
+        return getattr(self.drafter, name)
+
 
 def _compare(target: Model, draft: Model, sampling: SamplingParams, speculative: SpeculativeParams) -> dict[str, int]:
     """Generate with and without speculation for each seed: how many seeds differed, and the verdicts seen."""

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from localspec.engine.draft_length import AdaptiveLength
 from localspec.engine.drafters import (
     Draft,
     HybridDrafter,
@@ -115,6 +116,28 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match() -> None:
     assert lookup.propose(context, 2, StreamSampler(np.random.default_rng(0)), 0).tokens == [3, 5]
 
 
+def test_each_match_length_has_its_own_length_controller() -> None:
+    lengths = {n: AdaptiveLength() for n in (2, 3, 4)}
+    lookup = NGramDrafter(n_min=2, n_max=4, length_for=lengths.__getitem__)
+    sampler = StreamSampler(np.random.default_rng(0))
+    # Two-token matches have been kept rarely, four-token ones nearly always.
+    for _ in range(40):
+        lengths[2].observe(4, 0, 0.01)
+        lengths[4].observe(4, 4, 0.01)
+    long_match = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]  # (9, 1, 2, 3) occurred before: continue with 4, 5...
+    lookup.begin(long_match)
+    drafted = lookup.propose(long_match, 8, sampler, 0)
+    assert lookup.length is lengths[4] and len(drafted.tokens) >= 4 and drafted.tokens[:4] == [4, 5, 6, 7]
+    short_match = [20, 21, 30, 31, 32, 33, 34, 35, 36, 37, 20, 21]  # only (20, 21) occurred before
+    lookup.begin(short_match)
+    assert lookup.propose(short_match, 8, sampler, 0).tokens == []  # not worth a verify row: no draft
+    assert lookup.length is lengths[2]
+    # The verdict goes to the controller that planned the pass.
+    before = sum(lengths[2].reached)
+    lookup.observe(1, 0, 0.01)
+    assert sum(lengths[2].reached) > before
+
+
 def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(models) -> None:
     _, draft = models
     hybrid = HybridDrafter(NGramDrafter(2, 2), ModelDrafter(draft, SAMPLED))
@@ -127,6 +150,33 @@ def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(mode
     assert len(by_model.tokens) == 3 and len(by_model.q_draft) == 3
     # The draft model's cache followed the context although the lookup drafted the pass before.
     assert list(draft.tokens[: len(fresh)]) == fresh
+
+
+def test_hybrid_passes_over_a_lookup_the_model_beats_and_retries_it_now_and_then(models) -> None:
+    _, draft = models
+    model_length, lookup_lengths = AdaptiveLength(), {n: AdaptiveLength() for n in (2, 3)}
+    for i in range(40):  # the draft model's drafts have all been kept, the 2-token matches' half the time
+        model_length.observe(3, 3, 0.01)
+        lookup_lengths[2].observe(1, i % 2, 0.01)
+    model_length.record_draft_step(0.0005, first=True)
+    model_length.record_draft_step(0.0005)
+    lookup = NGramDrafter(2, 3, lookup_lengths.__getitem__)
+    hybrid = HybridDrafter(lookup, ModelDrafter(draft, SAMPLED, length=model_length))
+    repeating = [1, 260, 265, 270, 262, 260, 265]  # ends in a 2-token match only
+    hybrid.begin(repeating)
+    sides = []
+    for _ in range(16):
+        hybrid.propose(repeating, 3, StreamSampler(np.random.default_rng(0)), 0)
+        sides.append("lookup" if hybrid._last is lookup else "model")
+    assert sides.count("lookup") == 2  # one declined lookup in 8 drafts anyway
+    # Once its drafts are kept as often as the model's, the lookup (free to draft) is taken every time
+    # (the tiny draft model drafted above almost for free: here its tokens cost a fifth of a pass).
+    for _ in range(40):
+        lookup_lengths[2].observe(3, 3, 0.01)
+    model_length.first_step_cost = model_length.draft_cost = 0.002
+    for _ in range(4):
+        assert hybrid.propose(repeating, 3, StreamSampler(np.random.default_rng(0)), 0).tokens == [270, 262, 260]
+        assert hybrid._last is lookup
 
 
 def test_ngram_strategy_needs_no_draft_model(models) -> None:

@@ -1,8 +1,8 @@
 """Drafters: whatever proposes the tokens the target then verifies, one module per strategy.
 
 `speculative.strategy` picks one: `model` (a draft model), `ngram` (lookup in
-the context, no draft model) or `hybrid` (lookup when the context's last
-`ngram_max` tokens occurred before, the draft model otherwise, decided per pass).
+the context, no draft model) or `hybrid` (lookup where the context's tail
+occurred before and is expected to pay, the draft model otherwise, decided per pass).
 `ngram` and `hybrid` also look in the memory of earlier text when they are given
 one (`speculative.memory`, coupled verification only: see `drafters.memory`).
 """
@@ -34,8 +34,8 @@ def build_drafter(
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
     With an adaptive draft length, `learned` keeps one controller per drafting side
-    ("model", "ngram", "memory"), verification mode, temperature band and whether the output
-    is held to a grammar (`constrained`: drafts are accepted far more often there)
+    ("model", "ngram2" to "ngram16" by match length, "memory"), verification mode,
+    temperature band and whether the output is held to a grammar (`constrained`: drafts are accepted far more often there)
     across generations, so a chat or a benchmark keeps what it measured (and a run
     what earlier runs did). `memory`, earlier text to draft from, is used where
     `drafts_from_memory` says so; `memory_use` adds up how that went.
@@ -47,18 +47,21 @@ def build_drafter(
             return FixedLength(speculative.longest_draft)
         return learned.controller(side, speculative.verify, sampling.temperature, constrained)
 
+    def lookup_length(match_length: int) -> DraftLength:
+        return length(f"ngram{match_length}")  # each match length learns its own acceptance
+
     from_memory = None
     if memory is not None and drafts_from_memory(speculative):
         from_memory = MemoryDrafter(memory, length("memory"), memory_use)
     if speculative.strategy == "ngram":
-        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, length("ngram"))
+        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length)
         return in_context if from_memory is None else HybridDrafter(in_context, None, from_memory)
     if draft_model is None:
         raise ValueError(f"strategy {speculative.strategy!r} needs a draft model")
     by_model = ModelDrafter(draft_model, sampling, speculative.p_min, length("model"))
     if speculative.strategy == "model":
         return by_model
-    return HybridDrafter(NGramDrafter(speculative.ngram_max, speculative.ngram_max, length("ngram")), by_model, from_memory)
+    return HybridDrafter(NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length), by_model, from_memory)
 
 
 def drafts_from_memory(speculative: SpeculativeParams) -> bool:

@@ -1,17 +1,21 @@
 """Hybrid drafting: lookup in the context, then in the memory of earlier text, then the draft model.
 
-Each pass takes the first source that proposes a draft: the context's last n
-tokens occurred earlier in the context (n-gram lookup), else the memory holds a
-match of them whose draft is expected to beat the draft model's (`MemoryDrafter`,
-when there is a memory), else the draft model drafts (when there is one). Under
-a grammar a lookup must keep at least a few tokens after the grammar's cut to be
-used. The choice is made per pass before anything is drafted, from the context,
-the grammar's state, the memory (unchanged during a generation) and what earlier
-passes measured, never from the draws to come, so each pass is exactly one of
-them: a deterministic lookup (verified against target samples) or model drafts
-(verified as `speculative.verify` says). The
-draft model's cache follows the context on its next pass (`Model.sync` keeps the
-common prefix and evaluates what the lookup passes added).
+Each pass takes the first source that proposes a draft expected to beat the
+draft model's: the context's last n tokens occurred earlier in the context
+(n-gram lookup), else the memory holds a match of them (`MemoryDrafter`, when
+there is a memory), else the draft model drafts (when there is one). A lookup's
+expected tokens per second come from its own length controller's measured
+acceptance (one per match length: a long match is kept far more often than a
+short one), the draft model's from its controller, both over the same
+measured verify costs. Under a grammar a lookup must keep at least a few tokens
+after the grammar's cut to be used. The choice is made per pass before
+anything is drafted, from the context, the grammar's state, the memory
+(unchanged during a generation) and what earlier passes measured, never from
+the draws to come, so each pass is exactly one of them: a deterministic lookup
+(verified against target samples) or model drafts (verified as
+`speculative.verify` says). The draft model's cache follows the context on its
+next pass (`Model.sync` keeps the common prefix and evaluates what the lookup
+passes added).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from .ngram import NGramDrafter
 # Under a grammar a lookup is often cut to a token or two (an earlier key's continuation, then
 # the grammar rejects it); the draft model, held to the grammar, usually drafts further.
 _SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
-_RETRY_MEMORY_EVERY = 8  # one declined memory draft in this many is drafted anyway, to measure it again
+_RETRY_DECLINED_EVERY = 8  # one declined lookup draft in this many is drafted anyway, to measure it again
 
 
 class HybridDrafter:
@@ -38,7 +42,7 @@ class HybridDrafter:
         self.memory = memory
         self.by_model = by_model
         self._last: NGramDrafter | MemoryDrafter | ModelDrafter | None = None  # who drafted the pass being verified
-        self._memory_declined = 0  # memory drafts passed over for the model's
+        self._declined = 0  # lookup drafts passed over for the model's
 
     def begin(self, prompt_tokens: Sequence[int]) -> None:
         for side in (self.lookup, self.memory, self.by_model):
@@ -62,11 +66,11 @@ class HybridDrafter:
         return self.by_model.propose(context, max_tokens, sampler, position, grammar)
 
     def _rather_than_the_model(self, side: NGramDrafter | MemoryDrafter, context: Sequence[int], room: int) -> bool:
-        """Whether `side`'s draft is expected to beat the draft model's: always for a match in the
-        context; for the memory, when its tokens per second (from its measured acceptance by confidence)
-        beat the rate the draft model's length controller expects of its best length, counting the
-        catch-up the model would need first on what lookup passes added."""
-        if side is not self.memory or self.by_model is None:
+        """Whether `side`'s draft just proposed is expected to beat the draft model's: its tokens per
+        second (from its measured acceptance) against the rate the draft model's length controller
+        expects of its best length, counting the catch-up the model would need first on what lookup
+        passes added."""
+        if self.by_model is None:
             return True
         length = self.by_model.length
         if not isinstance(length, AdaptiveLength):
@@ -75,10 +79,10 @@ class HybridDrafter:
         catch_up = (length.first_step_cost or 0.0) if self.by_model.lags_behind(context) else 0.0
         if side.expected_rate(length) >= length.expected_tokens(k) / (length.pass_cost(k) + catch_up):
             return True
-        # Declined: its acceptance is measured only where it drafts, so now and then it drafts anyway,
-        # or one bad streak would keep it out for good.
-        self._memory_declined += 1
-        return self._memory_declined % _RETRY_MEMORY_EVERY == 0
+        # Declined: a side's acceptance is measured only where it drafts, so now and then it drafts
+        # anyway, or one bad streak would keep it out for good.
+        self._declined += 1
+        return self._declined % _RETRY_DECLINED_EVERY == 0
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         if self._last is not None:
