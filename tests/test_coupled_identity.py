@@ -68,7 +68,7 @@ class _CountingDrafter:
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         self.rejecting_passes += n_accepted < n_proposed
-        self.fully_kept_passes += n_accepted == n_proposed
+        self.fully_kept_passes += 0 < n_proposed == n_accepted
         self.drafter.observe(n_proposed, n_accepted, verify_seconds)
 
 

@@ -7,12 +7,16 @@ progress:
 - the cost of drafting: the first token of a pass (which also evaluates the
   draft model's own last token of the pass before; what lookup passes added is
   not counted: it is paid whenever the model drafts next) and each further token;
-- the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent passes.
+- the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent
+  passes of two tokens or more; a one-token pass (nothing drafted) is measured
+  apart, since llama.cpp computes a lone token with its matrix-vector kernels,
+  cheaper than the line through batches says (on the demo target 14.5 ms, where
+  the line through 2..17 rows gives about 17.5).
 
 Each pass it drafts the k that maximises expected tokens per second,
 
     E[tokens](k) / (D(k) + V(k+1)),   E[tokens](k) = 1 + Σ_{i≤k} Π_{j≤i} α_j,
-    D(k) = c_first + (k − 1)·c_next for k ≥ 1, D(0) = 0
+    D(k) = c_first + (k − 1)·c_next for k ≥ 1, D(0) = c_next
 
 (which is (1 − α^(k+1)) / (1 − α) when every α_j = α). While drafting it stops
 early once one more token is worth less than it costs at that rate: the chance
@@ -122,7 +126,10 @@ class AdaptiveLength:
         return total
 
     def verify_cost(self, n_tokens: int) -> float:
-        """Seconds for a target pass over `n_tokens` tokens: a + b·n fitted to the running mean cost of each batch size."""
+        """Seconds for a target pass over `n_tokens` tokens: the measured mean of one-token passes,
+        else a + b·n fitted to the running mean cost of each batch size."""
+        if n_tokens == 1 and 1 in self.verify_by_size:
+            return self.verify_by_size[1][0]
         intercept, slope = self._verify_line()
         return intercept + slope * n_tokens
 
@@ -134,6 +141,9 @@ class AdaptiveLength:
 
     def _fit_verify_line(self) -> tuple[float, float]:
         points = [(n, mean, weight) for n, (mean, weight) in self.verify_by_size.items()]
+        batches = [point for point in points if point[0] >= 2]
+        if len(batches) >= 2:
+            points = batches  # a lone token's kernels are not on the batches' line (see verify_cost)
         if not points:
             return 1.0, _PRIOR_SLOPE  # arbitrary unit: only ratios matter before any measurement
         total = sum(w for _, _, w in points)
@@ -149,9 +159,13 @@ class AdaptiveLength:
         return a, a * _PRIOR_SLOPE
 
     def pass_cost(self, k: int) -> float:
-        """Seconds for a pass that drafts k tokens and verifies k+1."""
+        """Seconds for a pass that drafts k tokens and verifies k+1.
+
+        A pass that drafts nothing still leaves its token to a draft model, to be
+        evaluated when it next drafts: about one draft step (nothing for a lookup).
+        """
         if k == 0:
-            return self.verify_cost(1)
+            return self.verify_cost(1) + (self.draft_cost or 0.0)
         step = self.draft_cost if self.draft_cost is not None else 0.3 * self.verify_cost(1)
         first = self.first_step_cost if self.first_step_cost is not None else step
         return first + (k - 1) * step + self.verify_cost(k + 1)
@@ -213,11 +227,14 @@ class AdaptiveLength:
             self.draft_cost, self._draft_weight = _running_mean(self.draft_cost, self._draft_weight, seconds)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        """A pass's verdict and cost; a pass that drafted nothing (n_proposed 0) measures V(1) only."""
         self._line = None
         size = self.verify_by_size.setdefault(n_proposed + 1, [verify_seconds, 0.0])
         size[0], size[1] = _running_mean(size[0], size[1], verify_seconds)
         for other in self.verify_by_size.values():
             other[1] *= _DECAY
+        if n_proposed == 0:
+            return
         for counts in (self.reached, self.accepted, self.bin_reached, self.bin_accepted):
             counts[:] = [count * _DECAY for count in counts]
         for i in range(min(n_proposed, self.limit)):

@@ -242,6 +242,8 @@ class Generation:
         self.stats.forced_tokens += sum(forced_at[: n_accepted + 1])
         if not draft.tokens:
             self.stats.target_passes += 1
+            if self.drafter is not None:
+                self.drafter.observe(0, 0, verify_seconds)  # what a pass that drafts nothing costs
             return
         forced_drafts = sum(forced_at[: len(draft.tokens)])
         self.stats.record_pass(len(draft.tokens) - forced_drafts, n_accepted - sum(forced_at[:n_accepted]))

@@ -40,4 +40,5 @@ class Drafter(Protocol):
         grammar: TokenGrammar | None = None,
     ) -> Draft: ...
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None: ...
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        """The target's verdict on the pass just verified, and what the pass cost (n_proposed 0: it drafted nothing)."""
