@@ -179,6 +179,30 @@ def test_hybrid_passes_over_a_lookup_the_model_beats_and_retries_it_now_and_then
         assert hybrid._last is lookup
 
 
+class _SameDraftEveryPass:
+    """Proposes the same tokens every pass and records how many the target was asked to judge."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens, self.judged = tokens, []
+
+    def begin(self, prompt_tokens) -> None:
+        pass
+
+    def propose(self, context, max_tokens, sampler, position, grammar=None) -> Draft:
+        return Draft(self.tokens[:max_tokens], None)
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self.judged.append(n_proposed)
+
+
+def test_a_draft_is_judged_only_up_to_its_first_end_of_generation_token(models) -> None:
+    target, _ = models
+    drafter = _SameDraftEveryPass([265, 2, 270, 262])  # 2: the tiny vocabulary's EOS
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=4), max_tokens=12, seed=0)
+    generate_text(target, PROMPT, settings, drafter)
+    assert max(drafter.judged) == 2  # nothing after the end token could have been emitted
+
+
 def test_ngram_strategy_needs_no_draft_model(models) -> None:
     target, _ = models
     settings = GenerationSettings(SAMPLED, SpeculativeParams(strategy="ngram", draft_max=4), max_tokens=30, seed=2)

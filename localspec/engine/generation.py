@@ -207,13 +207,21 @@ class Generation:
         if self.drafter is None or room <= 0:
             return NO_DRAFT
         started = time.perf_counter()
-        draft = self.drafter.propose(context, room, sampler, position, self.grammar)
+        draft = self._through_first_end(self.drafter.propose(context, room, sampler, position, self.grammar))
         self.stats.draft_seconds += time.perf_counter() - started
         if not draft.tokens:
             return NO_DRAFT
         length_depends_on_tokens = draft.q_draft is not None and len(draft.tokens) < room
         if len(draft.tokens) < self.settings.speculative.draft_min and not length_depends_on_tokens:
             return NO_DRAFT
+        return draft
+
+    def _through_first_end(self, draft: Draft) -> Draft:
+        """The draft up to its first end-of-generation token: nothing after one could be emitted
+        (a lookup copies on into the next turn of a chat; cut from what was drafted, so exact as p_min is)."""
+        for i, token in enumerate(draft.tokens):
+            if self.target.is_end_of_generation(token):
+                return Draft(draft.tokens[: i + 1], None if draft.q_draft is None else draft.q_draft[: i + 1])
         return draft
 
     def _score(self, context: list[int], draft: Draft, n_forced: int = 0) -> tuple[np.ndarray, float]:

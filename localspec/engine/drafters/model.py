@@ -25,7 +25,8 @@ class ModelDrafter:
     p_target are close. Drafting stops early when the draft model's confidence
     (the largest probability of its unprocessed next-token distribution) falls
     below `p_min`, and where the length controller says one more token is not
-    worth its cost. Both look only at the context (the drafted tokens included),
+    worth its cost, and after an end-of-generation token (nothing after it is
+    emitted). All three look only at the context (the drafted tokens included),
     never at the token about to be drawn, so under rejection verification the
     drafted tokens stay exact samples of q_draft.
     """
@@ -93,6 +94,8 @@ class ModelDrafter:
                 started = now
             tokens += new
             if len(tokens) >= k or (along is not None and along.stopped):  # nothing can follow the grammar's end
+                break
+            if self.model.is_end_of_generation(tokens[-1]):  # nor an end-of-generation token
                 break
             if needs_confidence and not all(
                 self.length.keep_going(n, certainty) for n, certainty in enumerate(certainties, len(tokens) - len(new) + 1)
