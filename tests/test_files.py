@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 from tiny_models import random_weights, write_model, write_unloadable_model
 
+from localspec.config.files import file_version
+from localspec.config.paths import cache_dir
 from localspec.errors import InputError, LocalspecError
+from localspec.models import compat
 from localspec.models.compat import VocabInfo, check_compatible
 from localspec.models.gguf import read_gguf_header
 from localspec.models.quantize import quantize
@@ -85,3 +90,14 @@ def test_atomic_writes_follow_links_and_refuse_devices(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a regular file"):
         write_text_atomic(Path("/dev/null"), "x")
     assert Path("/dev/null").is_char_device()
+
+
+
+def test_remembered_verdicts_are_bounded_oldest_first(tiny_pair: tuple[Path, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compat, "MAX_REMEMBERED", 3)
+    copies = [Path(shutil.copy(tiny_pair[0], tmp_path / f"copy{i}.gguf")) for i in range(5)]
+    for copy in copies:
+        compat.check_file(copy)
+    remembered = json.loads((cache_dir() / compat.CACHE_FILE_NAME).read_text())
+    assert list(remembered) == [f"file:{file_version(copy)}" for copy in copies[-3:]]

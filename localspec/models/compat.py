@@ -127,6 +127,7 @@ def _token_text_check(target: VocabInfo, draft: VocabInfo) -> Check:
 # -- remembered verdicts ------------------------------------------------------------------
 
 CACHE_FILE_NAME = "verdicts.json"
+MAX_REMEMBERED = 512  # verdicts kept, the oldest dropped first (each file version a user ran adds a few)
 
 
 def _load() -> dict:
@@ -136,8 +137,10 @@ def _load() -> dict:
 
 
 def _store(entries: dict) -> None:
+    """Write the verdicts, the latest `MAX_REMEMBERED` of them (new ones are added last)."""
+    kept = dict(list(entries.items())[-MAX_REMEMBERED:])
     try:
-        write_text_atomic(cache_dir() / CACHE_FILE_NAME, json.dumps(entries))
+        write_text_atomic(cache_dir() / CACHE_FILE_NAME, json.dumps(kept))
     except (OSError, InputError):
         pass  # a cache that cannot be written (or is not a regular file) only costs time
 
