@@ -67,6 +67,21 @@ def test_a_lone_token_pass_is_costed_apart_from_the_batches_line() -> None:
     assert controller.best_length(32) == 0  # one token: 1.2 tokens in 28 ms; none: 1 in 20.5 ms
 
 
+def test_probes_where_drafting_never_pays_grow_rare_and_come_back_when_it_pays() -> None:
+    controller = AdaptiveLength()
+    simulate(controller, alpha=0.0, draft_cost=0.008, a=0.021, b=0.005, passes=100)  # never kept: plans nothing
+    probes = []
+    for _ in range(400):
+        k = controller.plan(32)
+        probes.append(k > 0)
+        controller.observe(k, 0, 0.021 + 0.005 * (k + 1))
+    assert 3 <= sum(probes) <= 12  # a probe in 8 passes would be 50
+    for _ in range(300):  # now every draft is kept
+        k = controller.plan(32)
+        controller.observe(k, k, 0.021 + 0.005 * (k + 1))
+    assert controller.best_length(32) >= 2
+
+
 def test_estimates_match_the_synthetic_truth() -> None:
     controller = AdaptiveLength()
     simulate(controller, alpha=0.8, draft_cost=0.01, a=0.02, b=0.004, passes=800, seed=3)

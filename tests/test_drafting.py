@@ -179,6 +179,27 @@ def test_hybrid_passes_over_a_lookup_the_model_beats_and_retries_it_now_and_then
         assert hybrid._last is lookup
 
 
+def test_hybrid_retries_a_declined_lookup_less_often_while_its_retries_are_rejected(models) -> None:
+    _, draft = models
+    model_length, lookup_lengths = AdaptiveLength(), {n: AdaptiveLength() for n in (2, 3)}
+    for i in range(40):
+        model_length.observe(3, 3, 0.01)
+        lookup_lengths[2].observe(1, i % 2, 0.01)
+    lookup = NGramDrafter(2, 3, lookup_lengths.__getitem__)
+    hybrid = HybridDrafter(lookup, ModelDrafter(draft, SAMPLED, length=model_length))
+    repeating = [1, 260, 265, 270, 262, 260, 265]
+    hybrid.begin(repeating)
+    retries = []
+    for i in range(400):
+        draft_ = hybrid.propose(repeating, 3, StreamSampler(np.random.default_rng(0)), 0)
+        if hybrid._last is lookup:
+            retries.append(i)
+        hybrid.observe(len(draft_.tokens), 0, 0.01)  # nothing kept, whoever drafted
+        model_length.observe(3, 3, 0.01)  # (the model's record stays as it was)
+    # The 8th declined draft is retried; each fruitless retry doubles the wait, up to 128.
+    assert retries[0] == 7 and list(np.diff(retries)) == [16, 32, 64, 128, 128]
+
+
 class _SameDraftEveryPass:
     """Proposes the same tokens every pass and records how many the target was asked to judge."""
 

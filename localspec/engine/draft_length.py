@@ -23,8 +23,9 @@ early once one more token is worth less than it costs at that rate: the chance
 that the tokens drafted so far are all kept is estimated from the draft's own
 probability of each of them, through an acceptance rate measured per
 probability bin (a draft model's probabilities are rarely calibrated as they
-are). Every few passes it tries k ± 1, so that the verify cost's slope stays
-measurable.
+are). Every 8 passes it tries k ± 1, so that the verify cost's slope stays
+measurable; where it plans to draft nothing and such tries keep losing their
+first token (a memory of unrelated text), it tries less and less often.
 
 What a controller learned comes in two parts that `LearnedLengths` keeps apart,
 so that one does not spoil the other: its costs (a property of the machine and
@@ -46,6 +47,8 @@ _PRIOR_WEIGHT = 2.0  # position estimates lean on the overall rate until they ha
 _DECAY = 0.98  # per pass: older passes count less, so the estimates follow the text
 _PRIOR_SLOPE = 0.2  # V(n) = a + b·n with b = 0.2·a until the slope is measured (CPU: a 9-token batch ≈ 2.3 single steps)
 _EXPLORE_EVERY = 8
+_PATIENCE = 2  # from a plan of nothing, explorations that lost their first token, in a row, before backing off
+_MAX_BACKOFF = 4  # ...after which each further one doubles the wait for the next, up to 8·2⁴ passes
 _RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
@@ -96,6 +99,8 @@ class AdaptiveLength:
         self._kept_so_far = 1.0  # estimated chance that every token of the draft in progress is kept
         self._confidences: list[float] = []  # the draft's probability of each token it drafted this pass
         self._exploring = False  # this pass drafts its planned length whatever keep_going would say
+        self._probing = False  # ...and the plan was to draft nothing
+        self._fruitless = 0  # probes in a row whose first draft token was rejected
 
     # -- estimates ------------------------------------------------------------------------
 
@@ -197,7 +202,13 @@ class AdaptiveLength:
         self.passes += 1
         # Now and then, measure a neighbouring length in full: otherwise an estimate that
         # stopped drafting early (a cost measured while the machine was busy) is never corrected.
-        self._exploring = self.passes % _EXPLORE_EVERY == 0
+        # Where drafting has not paid, probes that keep losing their first token wait longer and
+        # longer for the next (drafts that are never kept would otherwise cost a pass in 8 a few rows).
+        if k > 0:
+            self._fruitless = 0
+        backoff = min(max(self._fruitless - _PATIENCE, 0), _MAX_BACKOFF)
+        self._exploring = self.passes % (_EXPLORE_EVERY << backoff) == 0
+        self._probing = self._exploring and k == 0
         if self._exploring:  # one longer and one shorter, in turn; at least 2 tokens up, which measures a further step's cost
             k = max(k + 1, 2) if (self.passes // _EXPLORE_EVERY) % 2 else max(k - 1, 1)
             k = min(k, room, self.limit)
@@ -235,6 +246,9 @@ class AdaptiveLength:
             other[1] *= _DECAY
         if n_proposed == 0:
             return
+        if self._probing:
+            self._fruitless = self._fruitless + 1 if n_accepted == 0 else 0
+            self._probing = False
         for counts in (self.reached, self.accepted, self.bin_reached, self.bin_accepted):
             counts[:] = [count * _DECAY for count in counts]
         for i in range(min(n_proposed, self.limit)):

@@ -34,6 +34,7 @@ from .ngram import NGramDrafter
 # the grammar rejects it); the draft model, held to the grammar, usually drafts further.
 _SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
 _RETRY_DECLINED_EVERY = 8  # one declined lookup draft in this many is drafted anyway, to measure it again
+_MAX_BACKOFF = 4  # each retry that lost its first token doubles the wait, up to 8·2⁴ declined drafts
 
 
 class HybridDrafter:
@@ -42,7 +43,9 @@ class HybridDrafter:
         self.memory = memory
         self.by_model = by_model
         self._last: NGramDrafter | MemoryDrafter | ModelDrafter | None = None  # who drafted the pass being verified
-        self._declined = 0  # lookup drafts passed over for the model's
+        self._declined: dict[object, int] = {}  # by side: drafts passed over for the model's since its last retry
+        self._fruitless: dict[object, int] = {}  # by side: retries in a row whose first token was rejected
+        self._retrying = False  # the pass being verified drafts a declined lookup anyway
 
     def begin(self, prompt_tokens: Sequence[int]) -> None:
         for side in (self.lookup, self.memory, self.by_model):
@@ -70,6 +73,7 @@ class HybridDrafter:
         second (from its measured acceptance) against the rate the draft model's length controller
         expects of its best length, counting the catch-up the model would need first on what lookup
         passes added."""
+        self._retrying = False
         if self.by_model is None:
             return True
         length = self.by_model.length
@@ -80,10 +84,16 @@ class HybridDrafter:
         if side.expected_rate(length) >= length.expected_tokens(k) / (length.pass_cost(k) + catch_up):
             return True
         # Declined: a side's acceptance is measured only where it drafts, so now and then it drafts
-        # anyway, or one bad streak would keep it out for good.
-        self._declined += 1
-        return self._declined % _RETRY_DECLINED_EVERY == 0
+        # anyway, or one bad streak would keep it out for good; less often while retries go unrewarded.
+        declined = self._declined.get(side, 0) + 1
+        self._retrying = declined >= _RETRY_DECLINED_EVERY << min(self._fruitless.get(side, 0), _MAX_BACKOFF)
+        self._declined[side] = 0 if self._retrying else declined
+        return self._retrying
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
-        if self._last is not None:
-            self._last.observe(n_proposed, n_accepted, verify_seconds)
+        if self._last is None:
+            return
+        self._last.observe(n_proposed, n_accepted, verify_seconds)
+        if self._last is not self.by_model and n_proposed:
+            kept_some = n_accepted > 0
+            self._fruitless[self._last] = 0 if kept_some else self._fruitless.get(self._last, 0) + self._retrying
