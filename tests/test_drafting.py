@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.engine.draft_length import AdaptiveLength
+from localspec.engine.draft_length import AdaptiveLength, FixedLength
 from localspec.engine.drafters import (
     Draft,
     HybridDrafter,
@@ -198,6 +198,15 @@ def test_hybrid_retries_a_declined_lookup_less_often_while_its_retries_are_rejec
         model_length.observe(3, 3, 0.01)  # (the model's record stays as it was)
     # The 8th declined draft is retried; each fruitless retry doubles the wait, up to 128.
     assert retries[0] == 7 and list(np.diff(retries)) == [16, 32, 64, 128, 128]
+
+
+def test_the_draft_model_stops_drafting_after_an_end_of_generation_token(models, monkeypatch) -> None:
+    _, draft = models
+    drafter = ModelDrafter(draft, SAMPLED, length=FixedLength(6))
+    drafter.begin(PROMPT)
+    assert len(drafter.propose(PROMPT, 6, StreamSampler(np.random.default_rng(0)), 0).tokens) == 6
+    monkeypatch.setattr(draft, "is_end_of_generation", lambda token: True)  # whatever it drafts ends the text
+    assert len(drafter.propose(PROMPT, 6, StreamSampler(np.random.default_rng(0)), 0).tokens) == 1
 
 
 class _SameDraftEveryPass:

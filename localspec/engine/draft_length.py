@@ -9,9 +9,10 @@ progress:
   not counted: it is paid whenever the model drafts next) and each further token;
 - the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent
   passes of two tokens or more; a one-token pass (nothing drafted) is measured
-  apart, since llama.cpp computes a lone token with its matrix-vector kernels,
-  cheaper than the line through batches says (on the demo target 14.5 ms, where
-  the line through 2..17 rows gives about 17.5).
+  apart, since llama.cpp computes a lone token with other kernels: cheaper than
+  the line through batches says (on the demo target 14.5 ms, where the line
+  through 2..17 rows gives about 17.5), or dearer where a build with llamafile's
+  kernels has it padded to two rows.
 
 Each pass it drafts the k that maximises expected tokens per second,
 
@@ -101,6 +102,7 @@ class AdaptiveLength:
         self._exploring = False  # this pass drafts its planned length whatever keep_going would say
         self._probing = False  # ...and the plan was to draft nothing
         self._fruitless = 0  # probes in a row whose first draft token was rejected
+        self._tries = 0  # exploring passes so far (they alternate longer and shorter)
 
     # -- estimates ------------------------------------------------------------------------
 
@@ -167,7 +169,7 @@ class AdaptiveLength:
         """Seconds for a pass that drafts k tokens and verifies k+1.
 
         A pass that drafts nothing still leaves its token to a draft model, to be
-        evaluated when it next drafts: about one draft step (nothing for a lookup).
+        evaluated when it next drafts: about one draft step (next to nothing for a lookup).
         """
         if k == 0:
             return self.verify_cost(1) + (self.draft_cost or 0.0)
@@ -210,7 +212,8 @@ class AdaptiveLength:
         self._exploring = self.passes % (_EXPLORE_EVERY << backoff) == 0
         self._probing = self._exploring and k == 0
         if self._exploring:  # one longer and one shorter, in turn; at least 2 tokens up, which measures a further step's cost
-            k = max(k + 1, 2) if (self.passes // _EXPLORE_EVERY) % 2 else max(k - 1, 1)
+            self._tries += 1
+            k = max(k + 1, 2) if self._tries % 2 else max(k - 1, 1)
             k = min(k, room, self.limit)
         return k
 
@@ -333,7 +336,7 @@ def temperature_band(temperature: float) -> str:
 class LearnedLengths:
     """Adaptive controllers kept across generations, and what earlier processes learned.
 
-    One controller per drafting side ("model", "ngram", "memory"), verification mode,
+    One controller per drafting side ("model", "ngram<n>" by match length, "memory"), verification mode,
     temperature band and output held to a grammar or not. A new controller starts
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
     of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added

@@ -116,7 +116,7 @@ class Generation:
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
-                self._record(draft, n_accepted, verify_seconds, forced_at)
+                self._record(draft, n_accepted, verify_seconds, forced_at, len(forced.tokens))
                 # 6. Emit the new tokens, up to an end-of-generation token, a stop string or the grammar's end.
                 chunk = self._emit(new_tokens, n_accepted, context)
                 if self.stop_reason is not None:  # an end token or a stop string among the kept drafts:
@@ -244,13 +244,14 @@ class Generation:
         logits = self.target.eval(tokens, logits=len(tokens) - n_forced, copy=False)[:rows]
         return logits, time.perf_counter() - started
 
-    def _record(self, draft: Draft, n_accepted: int, verify_seconds: float, forced_at: list[bool]) -> None:
+    def _record(self, draft: Draft, n_accepted: int, verify_seconds: float, forced_at: list[bool],
+                n_forced: int = 0) -> None:
         """Count the pass. Tokens a grammar forced (`forced_at[i]`: row i's token) are counted as forced,
         not as drafts proposed and kept; the drafter is told the whole draft, which it paid for."""
         self.stats.forced_tokens += sum(forced_at[: n_accepted + 1])
         if not draft.tokens:
             self.stats.target_passes += 1
-            if self.drafter is not None:
+            if self.drafter is not None and not n_forced:  # (with forced tokens the pass was a batch)
                 self.drafter.observe(0, 0, verify_seconds)  # what a pass that drafts nothing costs
             return
         forced_drafts = sum(forced_at[: len(draft.tokens)])

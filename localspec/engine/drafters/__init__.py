@@ -34,7 +34,7 @@ def build_drafter(
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
     With an adaptive draft length, `learned` keeps one controller per drafting side
-    ("model", "ngram2" to "ngram16" by match length, "memory"), verification mode,
+    ("model", "ngram<n>" for each match length n, "memory"), verification mode,
     temperature band and whether the output is held to a grammar (`constrained`:
     drafts are accepted far more often there) across generations, so a chat or a
     benchmark keeps what it measured (and a run what earlier runs did). `memory`, earlier text to draft from, is used where
@@ -61,7 +61,9 @@ def build_drafter(
     by_model = ModelDrafter(draft_model, sampling, speculative.p_min, length("model"))
     if speculative.strategy == "model":
         return by_model
-    return HybridDrafter(NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length), by_model, from_memory)
+    # With a fixed length, hybrid cannot weigh a lookup against the model: only the longest matches draft.
+    shortest_match = speculative.ngram_min if speculative.adaptive else speculative.ngram_max
+    return HybridDrafter(NGramDrafter(shortest_match, speculative.ngram_max, lookup_length), by_model, from_memory)
 
 
 def drafts_from_memory(speculative: SpeculativeParams) -> bool:

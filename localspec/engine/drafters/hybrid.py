@@ -63,9 +63,10 @@ class HybridDrafter:
                 if len(draft.tokens) >= shortest and self._rather_than_the_model(side, context, max_tokens):
                     self._last = side
                     return draft
-        self._last = self.by_model
         if self.by_model is None:
+            self._last = self.lookup  # it learns what a pass that drafts nothing costs
             return NO_DRAFT
+        self._last = self.by_model
         return self.by_model.propose(context, max_tokens, sampler, position, grammar)
 
     def _rather_than_the_model(self, side: NGramDrafter | MemoryDrafter, context: Sequence[int], room: int) -> bool:
