@@ -37,8 +37,9 @@ def build_drafter(
     ("model", "ngram<n>" for each match length n, "memory"), verification mode,
     temperature band and whether the output is held to a grammar (`constrained`:
     drafts are accepted far more often there) across generations, so a chat or a
-    benchmark keeps what it measured (and a run what earlier runs did). `memory`, earlier text to draft from, is used where
-    `drafts_from_memory` says so; `memory_use` adds up how that went.
+    benchmark keeps what it measured (and a run what earlier runs did). `memory`,
+    earlier text to draft from, is used where `drafts_from_memory` says so;
+    `memory_use` adds up how that went.
     """
     learned = LearnedLengths() if learned is None else learned
 

@@ -95,6 +95,9 @@ class HybridDrafter:
         if self._last is None:
             return
         self._last.observe(n_proposed, n_accepted, verify_seconds)
-        if self._last is not self.by_model and n_proposed:
-            kept_some = n_accepted > 0
-            self._fruitless[self._last] = 0 if kept_some else self._fruitless.get(self._last, 0) + self._retrying
+        if self._last is self.by_model or not n_proposed:
+            return
+        if n_accepted:
+            self._fruitless[self._last] = 0
+        elif self._retrying:
+            self._fruitless[self._last] = self._fruitless.get(self._last, 0) + 1
