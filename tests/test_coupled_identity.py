@@ -60,8 +60,14 @@ class _CountingDrafter:
         self.drafter = drafter
         self.rejecting_passes = self.fully_kept_passes = 0
 
-    def begin(self, prompt_tokens) -> None:
-        self.drafter.begin(prompt_tokens)
+    def prompt_to_read(self, prompt_tokens) -> int:
+        return self.drafter.prompt_to_read(prompt_tokens)
+
+    def begin(self, prompt_tokens, read_later: bool = False) -> None:
+        self.drafter.begin(prompt_tokens, read_later)
+
+    def read(self, context) -> None:
+        self.drafter.read(context)
 
     def propose(self, context, max_tokens, sampler, position, grammar=None):
         return self.drafter.propose(context, max_tokens, sampler, position, grammar)
@@ -78,8 +84,8 @@ class _CountingSide:
     def __init__(self, drafter, totals: dict[str, int], key: str) -> None:
         self.drafter, self.totals, self.key = drafter, totals, key
 
-    def begin(self, prompt_tokens) -> None:
-        self.drafter.begin(prompt_tokens)
+    def begin(self, prompt_tokens, read_later: bool = False) -> None:
+        self.drafter.begin(prompt_tokens, read_later)
 
     def propose(self, context, max_tokens, sampler, position, grammar=None):
         draft = self.drafter.propose(context, max_tokens, sampler, position, grammar)

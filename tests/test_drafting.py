@@ -15,7 +15,7 @@ from localspec.engine.drafters import (
     NGramDrafter,
     build_drafter,
 )
-from localspec.engine.generation import generate_text
+from localspec.engine.generation import Generation, generate_text
 from localspec.engine.sampling import StreamSampler, softmax
 from localspec.runtime.model import Model
 from localspec.settings import (
@@ -215,7 +215,13 @@ class _SameDraftEveryPass:
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.judged = tokens, []
 
-    def begin(self, prompt_tokens) -> None:
+    def prompt_to_read(self, prompt_tokens) -> int:
+        return 0
+
+    def begin(self, prompt_tokens, read_later: bool = False) -> None:
+        pass
+
+    def read(self, context) -> None:
         pass
 
     def propose(self, context, max_tokens, sampler, position, grammar=None) -> Draft:
@@ -238,3 +244,54 @@ def test_ngram_strategy_needs_no_draft_model(models) -> None:
     settings = GenerationSettings(SAMPLED, SpeculativeParams(strategy="ngram", draft_max=4), max_tokens=30, seed=2)
     generation = generate_text(target, [1, 260, 265, 270, 262, 260, 265], settings, build_drafter(settings.speculative, SAMPLED, None))
     assert generation.stats.draft_tokens_proposed > 0 and len(generation.tokens) == 30
+
+
+class _Recorded:
+    """A drafter that records, in order, when it read the prompt and when it proposed."""
+
+    def __init__(self, drafter, events: list) -> None:
+        self.drafter, self.events = drafter, events
+
+    def prompt_to_read(self, prompt_tokens) -> int:
+        return self.drafter.prompt_to_read(prompt_tokens)
+
+    def begin(self, prompt_tokens, read_later: bool = False) -> None:
+        self.events.append(("begin", len(prompt_tokens), read_later))
+        self.drafter.begin(prompt_tokens, read_later)
+
+    def read(self, context) -> None:
+        self.events.append(("read", len(context)))
+        self.drafter.read(context)
+
+    def propose(self, context, max_tokens, sampler, position, grammar=None) -> Draft:
+        self.events.append(("propose", len(context)))
+        return self.drafter.propose(context, max_tokens, sampler, position, grammar)
+
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+        self.drafter.observe(n_proposed, n_accepted, verify_seconds)
+
+
+def test_a_draft_model_reads_a_long_prompt_after_the_first_token(models) -> None:
+    target, draft = models
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=3), max_tokens=8, seed=4)
+    long_prompt = [1, *range(260, 280)]  # 20 tokens the draft model has not seen
+    draft.clear()
+    events: list = []
+    generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
+    for _ in generation:
+        events.append(("emitted", len(generation.tokens)))
+    # The first token came from the target alone; then the draft model read the prompt and that token.
+    assert events[:5] == [("begin", len(long_prompt), True), ("propose", len(long_prompt)), ("emitted", 1),
+                          ("read", len(long_prompt) + 1), ("propose", len(long_prompt) + 1)]
+    assert generation.stats.draft_tokens_proposed > 0
+    reference = generate_text(target, long_prompt, settings)  # same seed, target-only
+    assert generation.tokens == reference.tokens
+
+    # A prompt the draft model holds already (a chat's next turn) is read before the first draft, as before.
+    events.clear()
+    draft.sync(long_prompt[:-1])
+    generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
+    for _ in generation:
+        events.append(("emitted", len(generation.tokens)))
+    assert events[:2] == [("begin", len(long_prompt), False), ("propose", len(long_prompt))]
+    assert ("read", len(long_prompt) + 1) not in events

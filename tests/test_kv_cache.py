@@ -6,12 +6,18 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+from tiny_models import write_pair
 
 from localspec.app.session import Session
 from localspec.engine.drafters import ModelDrafter
 from localspec.engine.generation import generate_text
 from localspec.runtime.model import Model
-from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+from localspec.settings import (
+    GenerationSettings,
+    ModelSettings,
+    SamplingParams,
+    SpeculativeParams,
+)
 
 
 def assert_cache_matches_fresh_model(model: Model, path: Path, atol: float = 1e-4) -> None:
@@ -125,3 +131,22 @@ def test_the_turn_after_an_interrupted_reply_is_what_a_fresh_process_says(tiny_p
     with Session(Model(tiny_pair[0]), Model(tiny_pair[1])) as fresh:
         fresh_tokens = [token for chunk in fresh.generation(next_turn, settings) for token in chunk.tokens]
     assert tokens_after_interrupt == fresh_tokens
+
+
+def test_a_context_reserved_before_first_use_is_sized_for_the_run(tmp_path: Path) -> None:
+    path, _ = write_pair(tmp_path, context_length=2048)
+    with Model(path, ModelSettings(n_ctx=1024)) as model:
+        model.reserve(300)
+        assert model.n_ctx == 512  # the smallest multiple of 256 that holds the run
+        model.reserve(900)
+        assert model.n_ctx == 512  # created already: a later reservation changes nothing
+        prompt = [1, *range(260, 280), *range(260, 280)]
+        model.sync(prompt)
+        assert model.tokens == tuple(prompt)
+    with Model(path, ModelSettings(n_ctx=1024)) as model:
+        model.reserve(5000)
+        assert model.n_ctx == 1024  # never beyond the configured size
+    with Model(path, ModelSettings(n_ctx=1024)) as model:
+        model.sync([1, 260])
+        model.reserve(10)
+        assert model.n_ctx == 1024  # used before any reservation: the configured size

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-import filelock
 import numpy as np
 
 from ..config.atomic import atomic_path, write_text_atomic
@@ -576,6 +575,8 @@ class MemoryStore:
             with locked(self._pointer):
                 yield True
             return
+        import filelock  # as in `config.files.locked`
+
         lock = filelock.FileLock(str(lock_path(self._pointer)), timeout=0)
         try:
             lock.acquire()

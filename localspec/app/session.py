@@ -120,6 +120,13 @@ class Session:
         return {role: {**model.placement.to_dict(), "summary": model.placement.summary()}
                 for role, model in loaded.items() if model is not None}
 
+    def reserve_context(self, n_tokens: int) -> None:
+        """Size both models' contexts for one generation of `n_tokens` in all (a one-shot run's prompt
+        and max_tokens), where they are not created yet: quicker to set up than the configured size."""
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.reserve(n_tokens)
+
     def reset_caches(self) -> None:
         """Forget all cached tokens."""
         self.target.clear()

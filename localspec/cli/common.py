@@ -11,13 +11,6 @@ from typing import Any, Iterator
 
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
 
 from ..errors import LocalspecError
 from ..textin import clean_input, decode_input
@@ -131,7 +124,7 @@ class StatusLine:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._status = None
-        self._progress: Progress | None = None
+        self._progress: Any = None  # a rich Progress while a bar shows
         self._task = None
 
     def show(self, message: str) -> None:
@@ -149,6 +142,14 @@ class StatusLine:
         if not self.enabled:
             click.echo(f"localspec: {message}...", err=True)
             return
+        from rich.progress import (  # only for a bar
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
         self.stop()
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=stderr_console

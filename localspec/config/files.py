@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-import filelock
-
 from ..errors import InputError, LocalspecError
 
 if sys.version_info >= (3, 11):
@@ -113,6 +111,8 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     Not reentrant: take it once around the whole read-modify-write. A lock that
     another process holds for longer than `timeout_s` is a one-line error naming the lock file.
     """
+    import filelock  # imported where a lock is taken: most commands never take one before their output
+
     path = Path(path)
     lock_file = lock_path(path)
     lock = filelock.FileLock(str(lock_file), timeout=timeout_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -23,6 +23,11 @@ from .drafters import NO_DRAFT, Draft, Drafter
 from .sampling import Sampler, make_sampler
 from .stats import SpecStats
 from .textstream import TextStream
+
+# A draft model that has at least this many prompt tokens still to read reads them after the
+# first token (about 3 ms a token for the demo draft): a first pass without a draft costs a pass's
+# worth of drafted tokens, less than the wait it spares the first token.
+READ_AFTER_FIRST_TOKEN = 16
 
 
 class StopReason(str, Enum):
@@ -79,6 +84,7 @@ class Generation:
         self.stop_reason: StopReason | None = None
         self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
         self._stream = TextStream(self.settings.stop)
+        self._prompt_seconds_in_loop = 0.0  # the drafter's reading of the prompt after the first token
 
     @property
     def text(self) -> str:
@@ -90,6 +96,11 @@ class Generation:
         sampler = make_sampler(self.settings.speculative.verify, self.settings.seed)
         context = list(self.prompt_tokens)
         self._evaluate_prompt(context)
+        # A draft model that must still read much of the prompt reads it after the first token, which
+        # is not kept waiting for it (lookups may draft the first pass; the draft model does not).
+        drafter_reads_later = self.drafter is not None and self.drafter.prompt_to_read(context) >= READ_AFTER_FIRST_TOKEN
+        if self.drafter is not None:
+            self._prompt_time(lambda: self.drafter.begin(context, read_later=drafter_reads_later))
 
         started = time.perf_counter()
         try:
@@ -99,6 +110,9 @@ class Generation:
                 if forced.tokens or forced.text:
                     yield forced
                 room = self._draft_room(context, len(forced.tokens)) if self.stop_reason is None else None
+                if drafter_reads_later and self.tokens:  # the first token is out
+                    self._prompt_time(lambda: self.drafter.read(context))
+                    drafter_reads_later = False
                 if room is None:
                     self.stop_reason = self.stop_reason or StopReason.LENGTH
                     break
@@ -127,18 +141,26 @@ class Generation:
             if tail:
                 yield Chunk([], tail, 0)
         finally:
-            self.stats.generation_seconds = time.perf_counter() - started
+            # (time.perf_counter() - started) less the draft model's reading of the prompt, which is prompt time
+            self.stats.generation_seconds = time.perf_counter() - started - self._prompt_seconds_in_loop
             if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
                 self.stop_reason = StopReason.INTERRUPTED
 
     def _evaluate_prompt(self, context: list[int]) -> None:
-        """Fill both caches with the prompt (all but its last token, which step 2 feeds)."""
+        """Fill the target's cache with the prompt (all but its last token, which step 2 feeds)."""
         started = time.perf_counter()
         self.stats.prompt_tokens_evaluated = len(context) - common_prefix_length(self.target.tokens, context[:-1])
         self.target.sync(context[:-1])
-        if self.drafter is not None:
-            self.drafter.begin(context)
         self.stats.prompt_seconds = time.perf_counter() - started
+
+    def _prompt_time(self, read: Callable[[], None]) -> None:
+        """Run `read`, the drafter's reading of the prompt (and of the first token, when it reads late), as prompt time."""
+        started = time.perf_counter()
+        read()
+        seconds = time.perf_counter() - started
+        self.stats.prompt_seconds += seconds
+        if self.tokens:
+            self._prompt_seconds_in_loop += seconds
 
     def _draft_room(self, context: list[int], n_forced: int = 0) -> int | None:
         """How many draft tokens this step may propose; None when the generation must stop.

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable
 
 import huggingface_hub  # its functions load on first use (the package's own lazy imports), so this is cheap
-import tqdm
 
 from ..config.paths import models_dir
 from ..errors import InputError, LocalspecError
@@ -100,8 +99,10 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _reporting_progress(on_progress: ProgressCallback | None) -> type[tqdm.tqdm]:
+def _reporting_progress(on_progress: ProgressCallback | None) -> type:
     """A silent tqdm class that forwards (bytes done, total) to `on_progress`."""
+    import tqdm  # only a download needs it: `run` and `chat` start without it
+
 
     class ReportingProgress(tqdm.tqdm):
         def __init__(self, *args: object, **kwargs: object) -> None:

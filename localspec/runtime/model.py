@@ -174,42 +174,73 @@ class Model(_Freed):
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
 
         n_ctx = settings.n_ctx or self.n_ctx_train
-        n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
-        n_threads = settings.n_threads or default_threads()
-        context_params = llama_cpp.llama_context_default_params()
-        context_params.n_ctx = n_ctx
-        context_params.n_batch = settings.n_batch
-        context_params.n_ubatch = settings.n_batch
-        context_params.n_seq_max = 1
-        context_params.n_threads = n_threads
-        context_params.n_threads_batch = n_threads
-        context_params.no_perf = True
-        if _runs_on_cpu(settings):
-            # The CPU's flash-attention kernel splits a lone token's attention over a long cache
-            # (past 256 tokens) unlike a batch's rows, so the same token's logits would differ between
-            # target-only and speculative passes; without it they are bit-identical, and on this CPU
-            # no slower (verify batches over long contexts were faster).
-            context_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self._ctx = llama_cpp.llama_init_from_model(self._model, context_params)
-        if not self._ctx:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
-            raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
-        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
-        self.n_batch = llama_cpp.llama_n_batch(self._ctx)
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
-        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
-        self._batch_positions = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
-        self._batch_wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
-        for i in range(self.n_batch):  # every row belongs to sequence 0, once and for all
-            self._batch.n_seq_id[i] = 1
-            self._batch.seq_id[i][0] = SEQ_ID
+        self._largest_n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
+        self._ctx: Any = None  # created on first use (`reserve` may size it first)
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
         self._special_texts: SpecialTexts | None = None
         self._grammar_tokenizer: Any = None
+
+    def reserve(self, n_tokens: int) -> None:
+        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is not created yet.
+
+        It gets the smallest multiple of 256 tokens that holds them, within the
+        configured n_ctx: a smaller cache is quicker to set up (on the demo pair a
+        4096-token context takes about 50 ms more per model than a 512-token one),
+        and a one-shot run never needs more.
+        """
+        if self._ctx is None:
+            self._create_context(min(self._largest_n_ctx, -(-max(n_tokens, 1) // 256) * 256))
+
+    def _ensure_context(self) -> None:
+        if self._ctx is None:
+            self._create_context(self._largest_n_ctx)
+
+    def _create_context(self, n_ctx: int) -> None:
+        llama_cpp = self._llama
+        n_threads = self.settings.n_threads or default_threads()
+        context_params = llama_cpp.llama_context_default_params()
+        context_params.n_ctx = n_ctx
+        context_params.n_batch = self.settings.n_batch
+        context_params.n_ubatch = self.settings.n_batch
+        context_params.n_seq_max = 1
+        context_params.n_threads = n_threads
+        context_params.n_threads_batch = n_threads
+        context_params.no_perf = True
+        if _runs_on_cpu(self.settings):
+            # The CPU's flash-attention kernel splits a lone token's attention over a long cache
+            # (past 256 tokens) unlike a batch's rows, so the same token's logits would differ between
+            # target-only and speculative passes; without it they are bit-identical, and on this CPU
+            # no slower (verify batches over long contexts were faster).
+            context_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        clear_errors()
+        context = llama_cpp.llama_init_from_model(self._model, context_params)
+        if not context:
+            raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
+        self._ctx = context
+        self._n_ctx = llama_cpp.llama_n_ctx(context)
+        self._n_batch = llama_cpp.llama_n_batch(context)
+        self._memory = llama_cpp.llama_get_memory(context)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self._n_batch,))
+        self._batch_positions = np.ctypeslib.as_array(self._batch.pos, shape=(self._n_batch,))
+        self._batch_wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self._n_batch,))
+        for i in range(self._n_batch):  # every row belongs to sequence 0, once and for all
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = SEQ_ID
+
+    @property
+    def n_ctx(self) -> int:
+        """The context's size in tokens (creating the context at its configured size if not yet created)."""
+        self._ensure_context()
+        return self._n_ctx
+
+    @property
+    def n_batch(self) -> int:
+        """The most tokens one decode takes."""
+        self._ensure_context()
+        return self._n_batch
 
     # -- vocabulary ---------------------------------------------------------------
 
@@ -343,12 +374,15 @@ class Model(_Freed):
     def drop_unrecorded(self) -> None:
         """Drop what the cache holds past `tokens`: a decode interrupted (Ctrl-C) after llama.cpp
         stored its tokens but before they were recorded. The recorded prefix stays cached."""
+        if self._ctx is None:
+            return
         if not self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, len(self._tokens), -1):
             self.clear()
 
     def clear(self) -> None:
         """Empty the cache whatever its bookkeeping says (after an interrupted decode)."""
-        self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
+        if self._ctx is not None:
+            self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
         self._tokens = []
 
     def sync(self, tokens: Sequence[int]) -> None:

@@ -1,6 +1,10 @@
 """What every drafter is: the `Drafter` interface and the `Draft` it returns.
 
-A drafter answers three calls: `begin(prompt_tokens)` before a generation;
+A drafter answers these calls: `prompt_to_read(prompt_tokens)`, how many
+prompt tokens a draft model of its has still to evaluate (0 for lookups);
+`begin(prompt_tokens, read_later)` before a generation, where a draft model
+reads the prompt, unless told to read it later, in `read(context)` (it drafts
+nothing until then);
 `propose(context, max_tokens, sampler, position, grammar)`, which returns new
 candidate tokens (never the context itself), the first of them at `position`
 of the generation, drawn with `sampler`, all allowed by `grammar` when the
@@ -33,7 +37,11 @@ NO_DRAFT = Draft([], None)
 
 
 class Drafter(Protocol):
-    def begin(self, prompt_tokens: Sequence[int]) -> None: ...
+    def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int: ...
+
+    def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None: ...
+
+    def read(self, context: Sequence[int]) -> None: ...
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,

@@ -47,10 +47,17 @@ class HybridDrafter:
         self._fruitless: dict[object, int] = {}  # by side: retries in a row whose first token was rejected
         self._retrying = False  # the pass being verified drafts a declined lookup anyway
 
-    def begin(self, prompt_tokens: Sequence[int]) -> None:
+    def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
+        return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
+
+    def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         for side in (self.lookup, self.memory, self.by_model):
             if side is not None:
-                side.begin(prompt_tokens)
+                side.begin(prompt_tokens, read_later)
+
+    def read(self, context: Sequence[int]) -> None:
+        if self.by_model is not None:
+            self.by_model.read(context)
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
@@ -75,7 +82,7 @@ class HybridDrafter:
         expects of its best length, counting the catch-up the model would need first on what lookup
         passes added."""
         self._retrying = False
-        if self.by_model is None:
+        if self.by_model is None or self.by_model.waiting:  # no draft model (yet): any lookup beats none
             return True
         length = self.by_model.length
         if not isinstance(length, AdaptiveLength):

@@ -77,7 +77,13 @@ class MemoryDrafter:
         self.min_match = min_match
         self.confidences: list[float] = []  # of the tokens last proposed
 
-    def begin(self, prompt_tokens: Sequence[int]) -> None:
+    def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
+        return 0
+
+    def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
+        pass
+
+    def read(self, context: Sequence[int]) -> None:
         pass
 
     def propose(

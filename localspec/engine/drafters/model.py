@@ -36,10 +36,26 @@ class ModelDrafter:
         self.sampling = sampling
         self.p_min = p_min
         self.length = length or FixedLength(model.n_ctx)
+        self.waiting = False  # told to read the prompt later: no drafts until `read`
 
-    def begin(self, prompt_tokens: Sequence[int]) -> None:
-        """Evaluate the prompt ahead of the first step (counted as prompt time)."""
-        self.model.sync(prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1])
+    def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
+        """How many of the prompt's tokens `begin` would evaluate (the rest are cached from before)."""
+        return len(self._to_read(prompt_tokens)) - common_prefix_length(self.model.tokens, self._to_read(prompt_tokens))
+
+    def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
+        """Evaluate the prompt ahead of the first draft (counted as prompt time), or, `read_later`,
+        draft nothing until `read`."""
+        self.waiting = read_later
+        if not read_later:
+            self.model.sync(self._to_read(prompt_tokens))
+
+    def read(self, context: Sequence[int]) -> None:
+        """Evaluate what `begin` left unread: the context so far but its last token."""
+        self.waiting = False
+        self.model.sync(self._to_read(context))
+
+    def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
+        return prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1]
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
@@ -48,7 +64,7 @@ class ModelDrafter:
         """Up to `max_tokens` tokens drawn one by one from q_draft (masked by `grammar`, along a copy of it)."""
         # The draft's cache must hold the context plus all but the last draft token.
         room = min(max_tokens, self.model.n_ctx - len(context) + 1)
-        k = self.length.plan(room) if room > 0 else 0
+        k = self.length.plan(room) if room > 0 and not self.waiting else 0
         tokens: list[int] = []
         rows: list[Probs] = []
         if k <= 0:

@@ -75,8 +75,14 @@ class NGramDrafter:
         self.length = self.lengths[n_max]  # the controller of the pass being verified (see `propose`)
         self.proposed = 0  # tokens in the draft last proposed
 
-    def begin(self, prompt_tokens: Sequence[int]) -> None:
+    def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
+        return 0  # no model: indexing the prompt is quick
+
+    def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         self.index.reset(prompt_tokens)
+
+    def read(self, context: Sequence[int]) -> None:
+        pass
 
     def lookup(self, context: Sequence[int], max_tokens: int) -> tuple[int, list[int]]:
         """(matched n-gram length, proposed tokens); (0, []) when nothing matches."""
