@@ -44,6 +44,7 @@ from localspec.app.memory import SessionMemory  # noqa: E402
 from localspec.app.memory_store import MemoryStore  # noqa: E402
 from localspec.app.plan import resolve  # noqa: E402
 from localspec.app.session import open_session  # noqa: E402
+from localspec.engine.draft_length import LearnedLengths  # noqa: E402
 from localspec.settings import SamplingParams  # noqa: E402
 
 PEOPLE = [
@@ -121,9 +122,11 @@ def unrelated_corpus() -> list[str]:
 
 
 def run_localspec(session: Any, prompt_tokens: list[int], settings: Any, memory: SessionMemory | None,
-                  contender: str) -> dict[str, Any]:
-    """One contender: target-only, or a strategy ("hybrid", "ngram") with or without the memory."""
+                  contender: str, learned: LearnedLengths) -> dict[str, Any]:
+    """One contender: target-only, or a strategy ("hybrid", "ngram") with or without the memory, with the
+    draft lengths it has learned (`learned`: its own, so that no arm starts from what another measured)."""
     session.memory = memory if contender.endswith("+ memory") else None
+    session.learned_lengths = learned
     strategy = contender.split()[0]
     if strategy != "target-only":
         settings = dataclasses.replace(settings, speculative=dataclasses.replace(settings.speculative, strategy=strategy))
@@ -170,12 +173,13 @@ def bench_workload(name: str, prompts: list[str], session: Any, base_settings: A
             store.compact()
         lookup_cache = Path(folder) / "lookup-dynamic.bin"
         rows: list[dict[str, Any]] = []
+        learned = {contender: LearnedLengths() for contender in CONTENDERS}
         for i, text in enumerate(prompts):
             tokens = session.chat_prompt_tokens([{"role": "user", "content": text}])
             row: dict[str, Any] = {}
             turn = i % len(CONTENDERS)
             for contender in CONTENDERS[turn:] + CONTENDERS[:turn]:  # rotate who runs first
-                row[contender] = run_localspec(session, tokens, settings, memory, contender)
+                row[contender] = run_localspec(session, tokens, settings, memory, contender, learned[contender])
             if args.llamacpp_bin is not None:
                 row["llama-lookup"] = run_lookup(args.llamacpp_bin, target, rendered_prompt(target, text), lookup_cache,
                                                  settings, args.lookup_draft_max, args.threads)

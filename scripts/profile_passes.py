@@ -4,13 +4,16 @@
     python scripts/profile_passes.py                           # demo pair, 4 prompts x 96 tokens, T=0 and T=0.8
     python scripts/profile_passes.py -p mine --tokens 128
     python scripts/profile_passes.py --target t.gguf --draft d.gguf --raw --json
+    python scripts/profile_passes.py --strategy hybrid --memory   # with the local memory, as `run` drafts
 
 For speculative and target-only generation it reports, per target pass, the
 milliseconds spent inside `llama_decode` (target and draft apart), in the
 Python around it (filling batches, fetching logits: `Model.eval` minus its
 `llama_decode`), in sampling and verification (`accept`), in the drafter's own
-Python (sampling the draft, the length controller) and in the rest of the loop.
-The timers wrap the functions in place; nothing else changes.
+Python (sampling the draft, the length controller), in lookups in the memory of
+earlier text (`--memory`: the local memory `run` drafts from, read only here;
+with how many lookups a pass made and how many proposed a draft) and in the rest
+of the loop. The timers wrap the functions in place; nothing else changes.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 from localspec.app.bench import BENCH_PROMPTS
+from localspec.app.memory import LOCAL_OWNER
 from localspec.app.plan import resolve
 from localspec.app.session import Session, open_session
 from localspec.engine import generation as generation_module
@@ -32,6 +36,7 @@ from localspec.runtime.model import Model
 DECODE_TARGET, DECODE_DRAFT = "llama_decode (target)", "llama_decode (draft)"
 AROUND_DECODE = "batches and logits (Python)"
 ACCEPT = "sampling and verification"
+MEMORY = "memory lookups"
 
 
 @contextmanager
@@ -74,6 +79,8 @@ def profile(session: Session, prompts: list[list[int]], settings, *, speculative
     totals: dict[str, float] = defaultdict(float)
     passes = tokens = 0
     elapsed = draft_seconds = 0.0
+    memory_use = session.memory.use if session.memory is not None else None
+    lookups_before = dataclasses.replace(memory_use) if memory_use is not None else None
     for prompt_tokens in prompts:
         # Evaluate the prompt before timing: what follows is target passes only.
         for model in (session.target, session.draft):
@@ -88,13 +95,17 @@ def profile(session: Session, prompts: list[list[int]], settings, *, speculative
         elapsed += generation.stats.generation_seconds
         draft_seconds += generation.stats.draft_seconds
     decode = totals[DECODE_TARGET] + totals[DECODE_DRAFT]
+    memory = {"lookups": 0, "hits": 0, "seconds": 0.0}
+    if memory_use is not None:
+        memory = {name: getattr(memory_use, name) - getattr(lookups_before, name) for name in memory}
     parts = {
         DECODE_TARGET: totals[DECODE_TARGET],
         DECODE_DRAFT: totals[DECODE_DRAFT],
         AROUND_DECODE: max(totals["eval (target)"] + totals["eval (draft)"] - decode, 0.0),
         ACCEPT: totals[ACCEPT],
-        # The drafter's own Python: its time minus the draft model's evals (counted above).
-        "drafter Python": max(draft_seconds - totals["eval (draft)"], 0.0),
+        # The drafter's own Python: its time minus the draft model's evals and the memory's lookups.
+        "drafter Python": max(draft_seconds - totals["eval (draft)"] - memory["seconds"], 0.0),
+        MEMORY: memory["seconds"],
     }
     parts["rest of the loop"] = max(elapsed - sum(parts.values()), 0.0)
     return {
@@ -103,6 +114,9 @@ def profile(session: Session, prompts: list[list[int]], settings, *, speculative
         "ms_per_pass": elapsed / passes * 1000 if passes else 0.0,
         "python_share": 1 - decode / elapsed if elapsed else 0.0,
         "ms_per_pass_by_part": {name: seconds / passes * 1000 for name, seconds in parts.items()} if passes else {},
+        "memory_lookups_per_pass": memory["lookups"] / passes if passes else 0.0,
+        "memory_ms_per_lookup": memory["seconds"] / memory["lookups"] * 1000 if memory["lookups"] else None,
+        "memory_lookups_that_drafted": memory["hits"],
     }
 
 
@@ -118,13 +132,15 @@ def main() -> None:
     parser.add_argument("--temperatures", default="0,0.8")
     parser.add_argument("--raw", action="store_true", help="Plain completion (for models without a chat template).")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    parser.add_argument("--memory", action="store_true",
+                        help="Draft from the local memory of earlier text, as `run` does (nothing is added to it).")
     args = parser.parse_args()
     flags = {"sampling.max_tokens": args.tokens, "sampling.seed": 1, "target.path": args.target, "draft.path": args.draft,
              "speculative.strategy": args.strategy,
              "speculative.draft_max": args.draft_max if args.draft_max in (None, "adaptive") else int(args.draft_max)}
     plan = resolve(args.profile, flags)
     report = []
-    with open_session(plan) as session:
+    with open_session(plan, memory_owner=LOCAL_OWNER if args.memory else None) as session:
         prompts = [session.raw_prompt_tokens(text) if args.raw else
                    session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in BENCH_PROMPTS[: args.prompts]]
         for temperature in (float(t) for t in args.temperatures.split(",")):
@@ -139,6 +155,9 @@ def main() -> None:
                           f"{row['ms_per_pass']:.2f} ms a pass, {row['python_share']:.1%} outside llama_decode")
                     for name, ms in row["ms_per_pass_by_part"].items():
                         print(f"    {name:<30} {ms:7.3f} ms/pass")
+                    if row["memory_ms_per_lookup"] is not None:
+                        print(f"    memory: {row['memory_lookups_per_pass']:.2f} lookups a pass, "
+                              f"{row['memory_ms_per_lookup']:.3f} ms each, {row['memory_lookups_that_drafted']} proposed a draft")
     if args.json:
         print(json.dumps(report, indent=2))
 

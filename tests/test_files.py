@@ -92,6 +92,27 @@ def test_atomic_writes_follow_links_and_refuse_devices(tmp_path: Path) -> None:
     assert Path("/dev/null").is_char_device()
 
 
+def test_an_atomic_write_flushes_the_file_then_the_folder_it_was_renamed_in(tmp_path: Path, monkeypatch) -> None:
+    import os
+    import stat
+
+    from localspec.config.atomic import write_text_atomic
+
+    synced: list[tuple[bool, int]] = []  # (a folder?, inode) of each descriptor fsync'd, in order
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        status = os.fstat(descriptor)
+        synced.append((stat.S_ISDIR(status.st_mode), status.st_ino))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    destination = tmp_path / "settings.toml"
+    write_text_atomic(destination, "x = 1")
+    # The new contents reach the disk before the rename, and the rename itself after it.
+    assert synced == [(False, destination.stat().st_ino), (True, tmp_path.stat().st_ino)]
+
+
 
 def test_remembered_verdicts_are_bounded_oldest_first(tiny_pair: tuple[Path, Path], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,17 @@ def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path,
         assert 0 <= row["python_share"] < 1
 
 
+def test_per_pass_profile_reports_the_memory_lookups(tiny_pair: tuple[Path, Path]) -> None:
+    target, draft = tiny_pair
+    result = run_script("profile_passes", "--target", str(target), "--draft", str(draft), "--raw", "--prompts", "2",
+                        "--tokens", "24", "--strategy", "hybrid", "--temperatures", "0", "--memory", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    speculative, alone = json.loads(result.stdout)
+    assert speculative["memory_lookups_per_pass"] > 0 and speculative["memory_ms_per_lookup"] > 0
+    assert speculative["ms_per_pass_by_part"]["memory lookups"] > 0
+    assert alone["memory_lookups_per_pass"] == 0 and alone["memory_ms_per_lookup"] is None
+
+
 @pytest.mark.slow
 def test_memory_bench_runs_every_arm_on_the_same_text(tiny_profile: str) -> None:
     result = run_script("bench_memory", "-p", tiny_profile, "--workloads", "code,ordinary", "--max-tokens", "12",

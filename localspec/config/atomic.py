@@ -1,4 +1,9 @@
-"""Write files so that a reader never sees half of one: temp file in the same folder, then rename."""
+"""Write files so that a reader never sees half of one: temp file in the same folder, then rename.
+
+After the rename the folder itself is flushed to disk (where the system allows
+it), so that a power cut right after a write leaves the new file, not the old
+one or none.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +34,23 @@ def atomic_path(destination: str | Path) -> Iterator[Path]:
     try:
         yield temp_path
         os.replace(temp_path, destination)
+        _flush_folder(destination.parent)
     finally:
         temp_path.unlink(missing_ok=True)
+
+
+def _flush_folder(folder: Path) -> None:
+    """fsync `folder`, making a rename in it durable (POSIX; where a folder cannot be opened, nothing)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass  # some file systems refuse to sync a folder: the rename is still atomic
+    finally:
+        os.close(descriptor)
 
 
 def write_text_atomic(destination: str | Path, text: str) -> None:
