@@ -19,9 +19,10 @@ from stats_helpers import chi_square_pvalue
 from tiny_models import write_pair
 
 from localspec.engine.constraint import TokenGrammar
-from localspec.engine.drafters import build_drafter
+from localspec.engine.draft_length import FixedLength
+from localspec.engine.drafters import ModelDrafter, build_drafter
 from localspec.engine.generation import Generation, StopReason, generate_text
-from localspec.engine.sampling import next_token_probs
+from localspec.engine.sampling import CoupledSampler, next_token_probs
 from localspec.errors import LocalspecError
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
@@ -180,3 +181,33 @@ def test_hybrid_drafts_with_the_model_where_the_grammar_cuts_a_lookup_to_a_token
         assert hybrid._last is by_model and len(held.tokens) == 4
         free = hybrid.propose(PROMPT, 4, sampler, 0)
         assert hybrid._last is hybrid.lookup and free.tokens == [259]
+
+
+class _StepLog(FixedLength):
+    """Drafts up to k tokens and logs each draft step the drafter measures (True: a pass's first)."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.steps: list[bool] = []
+
+    def record_draft_step(self, seconds: float, first: bool = False) -> None:
+        self.steps.append(first)
+
+
+def test_a_draft_step_after_forced_tokens_is_not_measured_as_a_draft_step(spaced_pair: tuple[Path, Path]) -> None:
+    """The step after a forced run also evaluated that run in the draft model: timing it as one draft
+    step would make drafting look dearer than it is (and drafts shorter) under a grammar."""
+    grammar = llguidance.LLMatcher.grammar_from_regex(r" the (cat|dog) on (red|sun) sat (mat|sky)")
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        state = TokenGrammar.start(target, grammar)
+        context = [*PROMPT]
+        while (forced := state.forced()) is not None:  # " the", as the loop would append it
+            state.consume([forced])
+            context.append(forced)
+        length = _StepLog(10)
+        drafter = ModelDrafter(draft, T1, length=length)
+        proposal = drafter.propose(context, 10, CoupledSampler(0), 0, state)
+    text = target.detokenize(proposal.tokens)
+    assert text in {f" {a} on {b} sat {c}" for a in ("cat", "dog") for b in ("red", "sun") for c in ("mat", "sky")}
+    # Three drawn tokens: the first (measured as a pass's first step); the two after forced " on" and " sat", not.
+    assert length.steps == [True]

@@ -80,6 +80,7 @@ class ModelDrafter:
         logits = self.model.next_logits(context, copy=False)
         needs_confidence = self.p_min > 0 or self.length.uses_confidence
         along = grammar.copy() if grammar is not None else None
+        after_forced = False  # the step to come holds the evaluation of a forced run: not a draft step's cost
         while True:
             allowed, forced = along.next_tokens() if along is not None else (None, False)
             if allowed is not None:
@@ -106,8 +107,10 @@ class ModelDrafter:
                     along.consume([token])
                 new, certainties = [token], [confidence[token] if confidence is not None else 1.0]
                 now = time.perf_counter()
-                self.length.record_draft_step(now - started, first=not tokens)
+                if not after_forced:
+                    self.length.record_draft_step(now - started, first=not tokens)
                 started = now
+            after_forced = forced
             tokens += new
             if len(tokens) >= k or (along is not None and along.stopped):  # nothing can follow the grammar's end
                 break
