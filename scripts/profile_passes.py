@@ -11,9 +11,9 @@ milliseconds spent inside `llama_decode` (target and draft apart), in the
 Python around it (filling batches, fetching logits: `Model.eval` minus its
 `llama_decode`), in sampling and verification (`accept`), in the drafter's own
 Python (sampling the draft, the length controller), in lookups in the memory of
-earlier text (`--memory`: the local memory `run` drafts from, read only here;
-with how many lookups a pass made and how many proposed a draft) and in the rest
-of the loop. The timers wrap the functions in place; nothing else changes.
+earlier text (`--memory`: the local memory `run` drafts from; nothing is added
+to it, nor to its statistics; with how many lookups a pass made and how many
+proposed a draft) and in the rest of the loop. The timers wrap the functions in place; nothing else changes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from localspec.app.memory import LOCAL_OWNER
 from localspec.app.plan import resolve
 from localspec.app.session import Session, open_session
 from localspec.engine import generation as generation_module
+from localspec.engine.drafters import MemoryUse
 from localspec.runtime.library import llama
 from localspec.runtime.model import Model
 
@@ -116,7 +117,7 @@ def profile(session: Session, prompts: list[list[int]], settings, *, speculative
         "ms_per_pass_by_part": {name: seconds / passes * 1000 for name, seconds in parts.items()} if passes else {},
         "memory_lookups_per_pass": memory["lookups"] / passes if passes else 0.0,
         "memory_ms_per_lookup": memory["seconds"] / memory["lookups"] * 1000 if memory["lookups"] else None,
-        "memory_lookups_that_drafted": memory["hits"],
+        "memory_lookups_that_proposed": memory["hits"],
     }
 
 
@@ -157,7 +158,9 @@ def main() -> None:
                         print(f"    {name:<30} {ms:7.3f} ms/pass")
                     if row["memory_ms_per_lookup"] is not None:
                         print(f"    memory: {row['memory_lookups_per_pass']:.2f} lookups a pass, "
-                              f"{row['memory_ms_per_lookup']:.3f} ms each, {row['memory_lookups_that_drafted']} proposed a draft")
+                              f"{row['memory_ms_per_lookup']:.3f} ms each, {row['memory_lookups_that_proposed']} proposed a draft")
+        if session.memory is not None:
+            session.memory.use = MemoryUse()  # what profiling looked up stays out of the memory's statistics
     if args.json:
         print(json.dumps(report, indent=2))
 

@@ -53,7 +53,7 @@ def one_start(profile: str | None) -> dict[str, float]:
     with phase("plan (settings, files, checks)"):
         plan = resolve(profile, {})
     with phase("load models (target and draft)"):
-        session = open_session(plan)
+        session = open_session(plan, size_contexts_later=True)
     try:
         with phase("render and tokenize the prompt"):
             tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": PROMPT}])
@@ -64,8 +64,9 @@ def one_start(profile: str | None) -> dict[str, float]:
             chunks = iter(generation)
             next(chunks)
         phases["of which prompt evaluation"] = generation.stats.prompt_seconds
-        with phase("(after the first token: the draft model reads the prompt)"):
-            next(chunks, None)
+        next(chunks, None)
+        phases["(after the first token: the draft model reads the prompt)"] = (generation.stats.prompt_seconds
+                                                                             - phases["of which prompt evaluation"])
     finally:
         with phase("close (saving what the draft length learned)"):
             session.close()

@@ -295,3 +295,33 @@ def test_a_draft_model_reads_a_long_prompt_after_the_first_token(models) -> None
         events.append(("emitted", len(generation.tokens)))
     assert events[:2] == [("begin", len(long_prompt), False), ("propose", len(long_prompt))]
     assert ("read", len(long_prompt) + 1) not in events
+
+
+def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_first_pass(models) -> None:
+    target, draft = models
+    speculative = SpeculativeParams(strategy="hybrid", draft_max=4)
+    settings = GenerationSettings(SAMPLED, speculative, max_tokens=10, seed=3)
+    repeating = [1, *range(260, 270), *range(260, 268)]  # 19 tokens: its tail occurred before, so a lookup drafts
+    for seed in range(4):
+        settings = GenerationSettings(SAMPLED, speculative, max_tokens=10, seed=seed)
+        draft.clear()
+        events: list = []
+        hybrid = build_drafter(speculative, SAMPLED, draft)
+        generation = Generation(target, repeating, settings, _Recorded(hybrid, events))
+        passes = []
+        for _ in generation:
+            passes.append(hybrid._last)
+        assert events[0] == ("begin", len(repeating), True)
+        assert passes[0] is hybrid.lookup  # the first pass drafted by lookup, the draft model still unread
+        assert generation.tokens == generate_text(target, repeating, settings).tokens
+
+
+def test_a_draft_model_that_waits_reads_nothing_when_the_first_token_is_the_last(models) -> None:
+    target, draft = models
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=3), max_tokens=1, seed=0)
+    long_prompt = [1, *range(260, 280)]
+    draft.clear()
+    events: list = []
+    generation = generate_text(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
+    assert len(generation.tokens) == 1 and not any(event[0] == "read" for event in events)
+    assert draft.tokens == ()  # the prompt was never evaluated for nothing

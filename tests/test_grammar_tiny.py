@@ -211,3 +211,16 @@ def test_a_draft_step_after_forced_tokens_is_not_measured_as_a_draft_step(spaced
     assert text in {f" {a} on {b} sat {c}" for a in ("cat", "dog") for b in ("red", "sun") for c in ("mat", "sky")}
     # Three drawn tokens: the first (measured as a pass's first step); the two after forced " on" and " sat", not.
     assert length.steps == [True]
+
+    # Two drawn in a row, then forced " on", then one more: the second is measured, the third is not.
+    grammar = llguidance.LLMatcher.grammar_from_regex(r" the (cat|dog) (red|sun) on (mat|sky)")
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        state = TokenGrammar.start(target, grammar)
+        context = [*PROMPT]
+        while (forced := state.forced()) is not None:
+            state.consume([forced])
+            context.append(forced)
+        length = _StepLog(10)
+        proposal = ModelDrafter(draft, T1, length=length).propose(context, 10, CoupledSampler(1), 0, state)
+        assert target.detokenize(proposal.tokens).endswith((" mat", " sky"))
+    assert length.steps == [True, False]

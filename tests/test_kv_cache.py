@@ -135,7 +135,7 @@ def test_the_turn_after_an_interrupted_reply_is_what_a_fresh_process_says(tiny_p
 
 def test_a_context_reserved_before_first_use_is_sized_for_the_run(tmp_path: Path) -> None:
     path, _ = write_pair(tmp_path, context_length=2048)
-    with Model(path, ModelSettings(n_ctx=1024)) as model:
+    with Model(path, ModelSettings(n_ctx=1024), size_context_later=True) as model:
         model.reserve(300)
         assert model.n_ctx == 512  # the smallest multiple of 256 that holds the run
         model.reserve(900)
@@ -143,10 +143,10 @@ def test_a_context_reserved_before_first_use_is_sized_for_the_run(tmp_path: Path
         prompt = [1, *range(260, 280), *range(260, 280)]
         model.sync(prompt)
         assert model.tokens == tuple(prompt)
-    with Model(path, ModelSettings(n_ctx=1024)) as model:
+    with Model(path, ModelSettings(n_ctx=1024), size_context_later=True) as model:
         model.reserve(5000)
         assert model.n_ctx == 1024  # never beyond the configured size
-    with Model(path, ModelSettings(n_ctx=1024)) as model:
+    with Model(path, ModelSettings(n_ctx=1024), size_context_later=True) as model:
         model.sync([1, 260])
         model.reserve(10)
         assert model.n_ctx == 1024  # used before any reservation: the configured size

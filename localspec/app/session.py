@@ -122,7 +122,8 @@ class Session:
 
     def reserve_context(self, n_tokens: int) -> None:
         """Size both models' contexts for one generation of `n_tokens` in all (a one-shot run's prompt
-        and max_tokens), where they are not created yet: quicker to set up than the configured size."""
+        and max_tokens) where they are not created yet (`open_session(size_contexts_later=True)`):
+        quicker to set up than the configured size."""
         for model in (self.target, self.draft):
             if model is not None:
                 model.reserve(n_tokens)
@@ -166,6 +167,7 @@ def open_session(
     verbose: bool = False,
     remember_lengths: bool = True,
     memory_owner: str | None = None,
+    size_contexts_later: bool = False,
 ) -> Session:
     """Load the plan's models (the draft only when there is one and `load_draft`).
 
@@ -173,16 +175,18 @@ def open_session(
     processes learned for this pair on this machine, and what this one learns is
     saved when the session closes (`bench --cold` turns it off). `memory_owner`
     names the memory of earlier text the session drafts from and adds to (see
-    `app.memory`; None: none).
+    `app.memory`; None: none). With `size_contexts_later` the models' contexts
+    are created by `Session.reserve_context` (a one-shot run, sized for it) or on
+    first use; otherwise now, at their configured size.
     """
     on_status(f"loading target {plan.target.path.name}")
-    target = Model(plan.target.path, plan.target.runtime, verbose=verbose,
+    target = Model(plan.target.path, plan.target.runtime, verbose=verbose, size_context_later=size_contexts_later,
                    extra_buffers=extra_buffers_for(plan.target.path, plan.target.runtime, verbose=verbose))
     draft = None
     if plan.draft is not None and load_draft:
         on_status(f"loading draft {plan.draft.path.name}")
         try:
-            draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose,
+            draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose, size_context_later=size_contexts_later,
                           extra_buffers=extra_buffers_for(plan.draft.path, plan.draft.runtime, verbose=verbose))
         except BaseException:
             target.close()

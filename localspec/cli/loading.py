@@ -20,8 +20,9 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> 
 
 
 def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True,
-                 memory_owner: str | None = LOCAL_OWNER) -> Session:
+                 memory_owner: str | None = LOCAL_OWNER, size_contexts_later: bool = False) -> Session:
     """`app.session.open_session` with a status spinner on stderr while the weights load."""
     with status_line(stderr_console.is_terminal and not verbose) as status:
         return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose,
-                            remember_lengths=remember_lengths, memory_owner=memory_owner)
+                            remember_lengths=remember_lengths, memory_owner=memory_owner,
+                            size_contexts_later=size_contexts_later)

@@ -59,7 +59,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     text = read_prompt(prompt)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
-    with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
+    # The contexts are created once the prompt's length is known, sized for this one run.
+    with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True) as session:
         if tool_run is not None:
             prompt_tokens = tool_run.prompt_tokens(session, [*session.system_messages(), {"role": "user", "content": text}])
         elif raw:

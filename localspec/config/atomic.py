@@ -1,8 +1,9 @@
 """Write files so that a reader never sees half of one: temp file in the same folder, then rename.
 
 After the rename the folder itself is flushed to disk (where the system allows
-it), so that a power cut right after a write leaves the new file, not the old
-one or none.
+it): with the contents flushed before the rename (`write_text_atomic` does, and
+so must other writers that care), a power cut right after a write leaves the
+new file, not the old one or none.
 """
 
 from __future__ import annotations

@@ -110,12 +110,12 @@ class Generation:
                 if forced.tokens or forced.text:
                     yield forced
                 room = self._draft_room(context, len(forced.tokens)) if self.stop_reason is None else None
-                if drafter_reads_later and self.tokens:  # the first token is out
-                    self._prompt_time(lambda: self.drafter.read(context))
-                    drafter_reads_later = False
                 if room is None:
                     self.stop_reason = self.stop_reason or StopReason.LENGTH
                     break
+                if drafter_reads_later and self.tokens:  # the first token is out, and more are to come
+                    self._prompt_time(lambda: self.drafter.read(context))
+                    drafter_reads_later = False
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).
                 position = len(self.tokens)
                 draft = self._propose(context, room, sampler, position)

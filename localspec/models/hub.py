@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import huggingface_hub  # its functions load on first use (the package's own lazy imports), so this is cheap
 
 from ..config.paths import models_dir
 from ..errors import InputError, LocalspecError
 from .gguf import read_gguf_header
+
+if TYPE_CHECKING:
+    import tqdm
 
 ProgressCallback = Callable[[int, int | None], None]
 
@@ -99,10 +102,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _reporting_progress(on_progress: ProgressCallback | None) -> type:
+def _reporting_progress(on_progress: ProgressCallback | None) -> type[tqdm.tqdm]:
     """A silent tqdm class that forwards (bytes done, total) to `on_progress`."""
     import tqdm  # only a download needs it: `run` and `chat` start without it
-
 
     class ReportingProgress(tqdm.tqdm):
         def __init__(self, *args: object, **kwargs: object) -> None:

@@ -144,11 +144,14 @@ class Model(_Freed):
 
     def __init__(
         self, path: str | Path, settings: ModelSettings = ModelSettings(), verbose: bool = False,
-        *, extra_buffers: bool | None = None,
+        *, extra_buffers: bool | None = None, size_context_later: bool = False,
     ) -> None:
         """`extra_buffers`: allow llama.cpp's extra CPU buffer types (repacked weights). None: only when
         `settings.repack` is "on"; "auto" is decided by the caller (`app.repack`), which probes first,
-        because on some CPUs and builds they crash on batched decodes."""
+        because on some CPUs and builds they crash on batched decodes.
+
+        The context (the KV cache) is created at once, at its configured size, unless
+        `size_context_later`: then `reserve` sizes it for one run, or first use creates it."""
         self._llama = llama_cpp = llama(verbose)
         self.path = Path(path)
         self.settings = settings
@@ -175,7 +178,14 @@ class Model(_Freed):
 
         n_ctx = settings.n_ctx or self.n_ctx_train
         self._largest_n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
-        self._ctx: Any = None  # created on first use (`reserve` may size it first)
+        self._runs_on_cpu = _runs_on_cpu(settings)  # decided now: RPC workers a later model registers do not change it
+        self._ctx: Any = None
+        if not size_context_later:
+            try:
+                self._create_context(self._largest_n_ctx)
+            except BaseException:
+                self.close()
+                raise
         self._tokens: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
@@ -195,6 +205,8 @@ class Model(_Freed):
 
     def _ensure_context(self) -> None:
         if self._ctx is None:
+            if self._model is None:
+                raise LocalspecError(f"{self.path}: the model was closed")
             self._create_context(self._largest_n_ctx)
 
     def _create_context(self, n_ctx: int) -> None:
@@ -208,7 +220,7 @@ class Model(_Freed):
         context_params.n_threads = n_threads
         context_params.n_threads_batch = n_threads
         context_params.no_perf = True
-        if _runs_on_cpu(self.settings):
+        if self._runs_on_cpu:
             # The CPU's flash-attention kernel splits a lone token's attention over a long cache
             # (past 256 tokens) unlike a batch's rows, so the same token's logits would differ between
             # target-only and speculative passes; without it they are bit-identical, and on this CPU
@@ -218,17 +230,22 @@ class Model(_Freed):
         context = llama_cpp.llama_init_from_model(self._model, context_params)
         if not context:
             raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
-        self._ctx = context
+        try:
+            n_batch = llama_cpp.llama_n_batch(context)
+            batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        except BaseException:  # (Ctrl-C) nothing of a half-made context stays allocated
+            llama_cpp.llama_free(context)
+            raise
+        for i in range(n_batch):  # every row belongs to sequence 0, once and for all
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = SEQ_ID
+        self._batch, self._n_batch = batch, n_batch
+        self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
+        self._batch_positions = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
+        self._batch_wants_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
         self._n_ctx = llama_cpp.llama_n_ctx(context)
-        self._n_batch = llama_cpp.llama_n_batch(context)
         self._memory = llama_cpp.llama_get_memory(context)
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self._n_batch,))
-        self._batch_positions = np.ctypeslib.as_array(self._batch.pos, shape=(self._n_batch,))
-        self._batch_wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self._n_batch,))
-        for i in range(self._n_batch):  # every row belongs to sequence 0, once and for all
-            self._batch.n_seq_id[i] = 1
-            self._batch.seq_id[i][0] = SEQ_ID
+        self._ctx = context  # last: a context is in use only once all of it is set up
 
     @property
     def n_ctx(self) -> int:
@@ -400,20 +417,22 @@ class Model(_Freed):
         array of shape (rows, n_vocab). With `copy=False` it is a read-only view of
         llama.cpp's buffer, valid until this model's next decode.
         """
+        self._ensure_context()
+        n_batch = self._n_batch
         if isinstance(logits, int):
-            if not 0 < logits <= min(len(tokens), self.n_batch) or (len(tokens) - logits) // self.n_batch != (len(tokens) - 1) // self.n_batch:
-                raise ValueError(f"cannot return the last {logits} rows of {len(tokens)} tokens in one batch of {self.n_batch}")
+            if not 0 < logits <= min(len(tokens), n_batch) or (len(tokens) - logits) // n_batch != (len(tokens) - 1) // n_batch:
+                raise ValueError(f"cannot return the last {logits} rows of {len(tokens)} tokens in one batch of {n_batch}")
             logits = "all" if logits == len(tokens) else logits
-        if len(self._tokens) + len(tokens) > self.n_ctx:
+        if len(self._tokens) + len(tokens) > self._n_ctx:
             raise LocalspecError(
-                f"context full: {len(self._tokens) + len(tokens)} tokens do not fit in n_ctx={self.n_ctx}"
+                f"context full: {len(self._tokens) + len(tokens)} tokens do not fit in n_ctx={self._n_ctx}"
             )
-        if logits == "all" and len(tokens) > self.n_batch:
-            raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {self.n_batch}")
+        if logits == "all" and len(tokens) > n_batch:
+            raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {n_batch}")
         n_rows = 0
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            is_final_chunk = start + self.n_batch >= len(tokens)
+        for start in range(0, len(tokens), n_batch):
+            chunk = tokens[start : start + n_batch]
+            is_final_chunk = start + n_batch >= len(tokens)
             if logits == "all":
                 n_rows = len(chunk)
                 self._decode(chunk, rows=slice(None))

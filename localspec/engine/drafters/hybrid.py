@@ -8,7 +8,9 @@ expected tokens per second come from its own length controller's measured
 acceptance (one per match length: a long match is kept far more often than a
 short one), the draft model's from its controller, both over the same
 measured verify costs. Under a grammar a lookup must keep at least a few tokens
-after the grammar's cut to be used. The choice is made per pass before
+after the grammar's cut to be used instead of the draft model (any lookup beats
+no draft at all: without a draft model, or while it has still to read the
+prompt, see `Generation`). The choice is made per pass before
 anything is drafted, from the context, the grammar's state, the memory
 (unchanged during a generation) and what earlier passes measured, never from
 the draws to come, so each pass is exactly one of them: a deterministic lookup
@@ -63,7 +65,8 @@ class HybridDrafter:
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
         grammar: TokenGrammar | None = None,
     ) -> Draft:
-        shortest = 1 if grammar is None else _SHORTEST_LOOKUP_UNDER_A_GRAMMAR
+        model_drafts = self.by_model is not None and not self.by_model.waiting
+        shortest = _SHORTEST_LOOKUP_UNDER_A_GRAMMAR if grammar is not None and model_drafts else 1
         for side in (self.lookup, self.memory):
             if side is not None:
                 draft = side.propose(context, max_tokens, sampler, position, grammar)
