@@ -144,23 +144,25 @@ def main() -> None:
     with open_session(plan, memory_owner=LOCAL_OWNER if args.memory else None) as session:
         prompts = [session.raw_prompt_tokens(text) if args.raw else
                    session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in BENCH_PROMPTS[: args.prompts]]
-        for temperature in (float(t) for t in args.temperatures.split(",")):
-            for speculative in (True, False):
-                sampling = dataclasses.replace(plan.generation.sampling, temperature=temperature)
-                settings = dataclasses.replace(plan.generation, sampling=sampling)
-                row = {"temperature": temperature, "mode": "speculative" if speculative else "target-only",
-                       **profile(session, prompts, settings, speculative=speculative)}
-                report.append(row)
-                if not args.json:
-                    print(f"T={temperature} {row['mode']}: {row['tokens_per_second']:.1f} tok/s, {row['target_passes']} passes, "
-                          f"{row['ms_per_pass']:.2f} ms a pass, {row['python_share']:.1%} outside llama_decode")
-                    for name, ms in row["ms_per_pass_by_part"].items():
-                        print(f"    {name:<30} {ms:7.3f} ms/pass")
-                    if row["memory_ms_per_lookup"] is not None:
-                        print(f"    memory: {row['memory_lookups_per_pass']:.2f} lookups a pass, "
-                              f"{row['memory_ms_per_lookup']:.3f} ms each, {row['memory_lookups_that_proposed']} proposed a draft")
-        if session.memory is not None:
-            session.memory.use = MemoryUse()  # what profiling looked up stays out of the memory's statistics
+        try:
+            for temperature in (float(t) for t in args.temperatures.split(",")):
+                for speculative in (True, False):
+                    sampling = dataclasses.replace(plan.generation.sampling, temperature=temperature)
+                    settings = dataclasses.replace(plan.generation, sampling=sampling)
+                    row = {"temperature": temperature, "mode": "speculative" if speculative else "target-only",
+                           **profile(session, prompts, settings, speculative=speculative)}
+                    report.append(row)
+                    if not args.json:
+                        print(f"T={temperature} {row['mode']}: {row['tokens_per_second']:.1f} tok/s, {row['target_passes']} passes, "
+                              f"{row['ms_per_pass']:.2f} ms a pass, {row['python_share']:.1%} outside llama_decode")
+                        for name, ms in row["ms_per_pass_by_part"].items():
+                            print(f"    {name:<30} {ms:7.3f} ms/pass")
+                        if row["memory_ms_per_lookup"] is not None:
+                            print(f"    memory: {row['memory_lookups_per_pass']:.2f} lookups a pass, "
+                                  f"{row['memory_ms_per_lookup']:.3f} ms each, {row['memory_lookups_that_proposed']} proposed a draft")
+        finally:
+            if session.memory is not None:  # what profiling looked up stays out of the memory's statistics
+                session.memory.use = MemoryUse()
     if args.json:
         print(json.dumps(report, indent=2))
 

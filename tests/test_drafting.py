@@ -316,12 +316,14 @@ def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_f
         assert generation.tokens == generate_text(target, repeating, settings).tokens
 
 
-def test_a_draft_model_that_waits_reads_nothing_when_the_first_token_is_the_last(models) -> None:
+@pytest.mark.parametrize("max_tokens", [1, 2])
+def test_a_draft_model_that_waits_reads_nothing_when_no_draft_can_follow(models, max_tokens: int) -> None:
+    """With one token to go there is no room for a draft (a pass always adds one of the target's own)."""
     target, draft = models
-    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=3), max_tokens=1, seed=0)
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=3), max_tokens=max_tokens, seed=0)
     long_prompt = [1, *range(260, 280)]
     draft.clear()
     events: list = []
     generation = generate_text(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
-    assert len(generation.tokens) == 1 and not any(event[0] == "read" for event in events)
+    assert len(generation.tokens) == max_tokens and not any(event[0] == "read" for event in events)
     assert draft.tokens == ()  # the prompt was never evaluated for nothing

@@ -96,7 +96,7 @@ def test_an_atomic_write_flushes_the_file_then_the_folder_it_was_renamed_in(tmp_
     import os
     import stat
 
-    from localspec.config.atomic import write_text_atomic
+    from localspec.config.atomic import atomic_path, write_text_atomic
 
     synced: list[tuple[bool, int]] = []  # (a folder?, inode) of each descriptor fsync'd, in order
     real_fsync = os.fsync
@@ -111,7 +111,11 @@ def test_an_atomic_write_flushes_the_file_then_the_folder_it_was_renamed_in(tmp_
     write_text_atomic(destination, "x = 1")
     # The new contents reach the disk before the rename, and the rename itself after it.
     assert synced == [(False, destination.stat().st_ino), (True, tmp_path.stat().st_ino)]
-
+    synced.clear()
+    quantized = tmp_path / "model.gguf"
+    with atomic_path(quantized) as temp_path:
+        temp_path.write_bytes(b"GGUF")  # a writer that flushes nothing itself (llama.cpp's quantizer)
+    assert synced == [(False, quantized.stat().st_ino), (True, tmp_path.stat().st_ino)]
 
 
 def test_remembered_verdicts_are_bounded_oldest_first(tiny_pair: tuple[Path, Path], tmp_path: Path,

@@ -6,11 +6,13 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tiny_models import write_pair
 
 from localspec.app.session import Session
 from localspec.engine.drafters import ModelDrafter
 from localspec.engine.generation import generate_text
+from localspec.errors import LocalspecError
 from localspec.runtime.model import Model
 from localspec.settings import (
     GenerationSettings,
@@ -150,3 +152,16 @@ def test_a_context_reserved_before_first_use_is_sized_for_the_run(tmp_path: Path
         model.sync([1, 260])
         model.reserve(10)
         assert model.n_ctx == 1024  # used before any reservation: the configured size
+
+
+def test_a_closed_model_says_so_instead_of_touching_freed_memory(tmp_path: Path) -> None:
+    path, _ = write_pair(tmp_path)
+    for size_later in (False, True):
+        model = Model(path, size_context_later=size_later)
+        model.reserve(100)
+        model.sync([1, 260, 261, 262])
+        model.close()
+        assert model.tokens == ()  # nothing is cached any more
+        for use in (lambda: model.sync([1, 263]), lambda: model.eval([1]), lambda: model.reserve(10)):
+            with pytest.raises(LocalspecError, match="the model was closed"):
+                use()

@@ -224,14 +224,14 @@ def test_person_schema_on_the_demo_pair(smollm_f32: Path, smollm_q4_1: Path, tmp
 def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
     from llguidance import LLMatcher
 
-    from localspec.engine.grammar import NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, bounded_numbers
+    from localspec.engine.grammar import NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, bounded_values
     from localspec.runtime.model import Model
 
     own = {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.25}
     schema = {"type": "object", "properties": {"x": {"type": "number"}, "n": {"type": ["integer", "null"]}, "own": own,
                                                "type": {"const": {"type": "number"}}},  # a property named "type"; data
               "required": ["x", "n", "own"]}
-    bounded = bounded_numbers(schema)
+    bounded = bounded_values(schema)
     assert bounded["properties"]["x"] == {"type": "number", "exclusiveMaximum": NUMBER_MAGNITUDE_LIMIT,
                                           "exclusiveMinimum": -NUMBER_MAGNITUDE_LIMIT, "multipleOf": NUMBER_STEP}
     assert "multipleOf" not in bounded["properties"]["n"] and bounded["properties"]["own"] == own
@@ -249,3 +249,55 @@ def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
         assert not takes('{"x":0.1234567891')  # a tenth decimal
         assert not takes('{"x":1,"n":1000000000000000')  # a sixteenth digit
         assert not takes('{"x":1,"n":null,"own":0.3')  # the schema's own multipleOf
+
+
+def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import STRING_LENGTH_LIMIT, bounded_values
+    from localspec.runtime.model import Model
+
+    schema = {"type": "object", "properties": {
+        "open": {"type": "string"}, "nullable": {"type": ["string", "null"]}, "own": {"type": "string", "maxLength": 3},
+        "long": {"type": "string", "minLength": STRING_LENGTH_LIMIT + 10}, "choice": {"type": "string", "enum": ["ab"]},
+        "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["open"], "additionalProperties": False}
+    bounded = bounded_values(schema)["properties"]
+    assert bounded["open"]["maxLength"] == bounded["nullable"]["maxLength"] == STRING_LENGTH_LIMIT
+    assert bounded["tags"]["items"]["maxLength"] == STRING_LENGTH_LIMIT  # inside arrays too
+    assert bounded["own"] == schema["properties"]["own"] and bounded["choice"] == schema["properties"]["choice"]
+    assert bounded["long"]["maxLength"] == STRING_LENGTH_LIMIT + 10  # never below the schema's own minLength
+    assert "maxLength" not in schema["properties"]["open"]  # the caller's schema is left as it was
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    with Model(tiny_pair[0]) as model:
+        marker = model.tokenize("{", add_special=False)[:-1]
+
+        def takes(text: str) -> bool:
+            tokens = model.tokenize(text, add_special=False)[len(marker):]
+            return LLMatcher(model.grammar_tokenizer(), grammar).validate_tokens(tokens) == len(tokens)
+
+        assert takes('{"open":"' + "a" * STRING_LENGTH_LIMIT + '"}')
+        assert not takes('{"open":"' + "a" * (STRING_LENGTH_LIMIT + 1))
+        assert not takes('{"open":"a","own":"abcd')  # the schema's own maxLength
+
+
+def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_pair: tuple[Path, Path]) -> None:
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import STRING_LENGTH_LIMIT
+    from localspec.runtime.model import Model
+
+    grammar = compile_format(OutputFormat("json", "")).grammar
+    with Model(tiny_pair[0]) as model:
+        marker = model.tokenize("{", add_special=False)[:-1]
+
+        def takes(text: str, whole: bool = False) -> bool:
+            tokens = model.tokenize(text, add_special=False)[len(marker):]
+            matcher = LLMatcher(model.grammar_tokenizer(), grammar)
+            if matcher.validate_tokens(tokens) != len(tokens):
+                return False
+            return not whole or (matcher.consume_tokens(tokens) and matcher.is_accepting())
+
+        assert takes('{"a":[1,-2.5,true,null,{"b":{"c":[]}}],"d":"' + "x" * STRING_LENGTH_LIMIT + '"}', whole=True)
+        assert not takes('[1]')  # an object, as OpenAI's json_object means it
+        assert not takes('{"a":[{"b":"' + "x" * (STRING_LENGTH_LIMIT + 1))  # a string at any depth
+        assert not takes('{"a":[0.1234567891')  # a tenth decimal

@@ -25,8 +25,10 @@ from localspec.app.session import Session
 from localspec.app.tool_calls import (
     MAX_CALLS,
     CallStream,
+    Tool,
     ToolError,
     ToolSyntax,
+    arguments_json,
     chat_input,
     detect_syntax,
     parse_calls,
@@ -208,6 +210,16 @@ def test_an_arguments_schema_llguidance_rejects_is_one_line() -> None:
     with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: .*unclosed group") as error:
         prepare_tools(request(tools=[ADD, bad]), PLAIN, lambda text: False)
     assert error.value.param == "tools[1].function.parameters"
+
+
+def test_arguments_a_schema_leaves_open_are_bounded_as_for_a_json_schema() -> None:
+    from localspec.engine.grammar import NUMBER_MAGNITUDE_LIMIT, STRING_LENGTH_LIMIT
+
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+    held_to = json.loads(arguments_json(Tool("forecast", parameters, {})))["properties"]
+    assert held_to["city"]["maxLength"] == STRING_LENGTH_LIMIT
+    assert held_to["days"]["exclusiveMaximum"] == NUMBER_MAGNITUDE_LIMIT
+    assert parameters["properties"]["city"] == {"type": "string"}  # the request's own schema is left as it was
 
 
 # -- reading calls back, and sorting a stream --------------------------------------------------------------

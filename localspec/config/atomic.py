@@ -1,9 +1,8 @@
 """Write files so that a reader never sees half of one: temp file in the same folder, then rename.
 
-After the rename the folder itself is flushed to disk (where the system allows
-it): with the contents flushed before the rename (`write_text_atomic` does, and
-so must other writers that care), a power cut right after a write leaves the
-new file, not the old one or none.
+The temp file's contents are flushed to disk before the rename and the folder
+after it (where the system allows it), so a power cut right after a write
+leaves the whole new file, not the old one, none, or a truncated one.
 """
 
 from __future__ import annotations
@@ -34,10 +33,20 @@ def atomic_path(destination: str | Path) -> Iterator[Path]:
     temp_path = Path(temp_name)
     try:
         yield temp_path
+        _flush_file(temp_path)
         os.replace(temp_path, destination)
         _flush_folder(destination.parent)
     finally:
         temp_path.unlink(missing_ok=True)
+
+
+def _flush_file(path: Path) -> None:
+    """fsync the file at `path`: whatever wrote it (llama.cpp's quantizer too) may have left it in the page cache."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _flush_folder(folder: Path) -> None:
@@ -57,7 +66,4 @@ def _flush_folder(folder: Path) -> None:
 def write_text_atomic(destination: str | Path, text: str) -> None:
     """Replace `destination` with `text` in one step."""
     with atomic_path(destination) as temp_path:
-        with open(temp_path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        temp_path.write_text(text, encoding="utf-8")

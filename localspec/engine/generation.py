@@ -113,7 +113,7 @@ class Generation:
                 if room is None:
                     self.stop_reason = self.stop_reason or StopReason.LENGTH
                     break
-                if drafter_reads_later and self.tokens:  # the first token is out, and more are to come
+                if drafter_reads_later and self.tokens and room > 0:  # the first token is out, and drafts are to come
                     self._prompt_time(lambda: self.drafter.read(context))
                     drafter_reads_later = False
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).

@@ -37,6 +37,12 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # (`multipleOf` 10^-9); a schema's own bounds and `multipleOf` are kept as written.
 NUMBER_MAGNITUDE_LIMIT = 10**15
 NUMBER_STEP = 1e-9
+
+# Strings too: a small model can loop inside one (`"name": "src_main_src_src_src...` until
+# max_tokens, on held-out schemas at T=0 as at 0.8). Where a schema leaves a string's length
+# open (no maxLength, enum or const), it gets at most this many characters: a name, a title, an
+# address or a few sentences fit; a schema that wants more says so with its own maxLength.
+STRING_LENGTH_LIMIT = 256
 _JSON_VALUES = ("const", "enum", "default", "examples")  # keywords whose values are data, not schemas
 
 # Options for llguidance's JSON-schema compiler. `lenient`: keywords it does
@@ -47,8 +53,18 @@ JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE, "lenient"
 # `--format json`: a JSON object, as OpenAI's `json_object` response format and
 # Ollama's `format: json` mean it. Any JSON value (`--json-schema '{}'`) lets a
 # bare number or string run on until max_tokens: on the demo pair at T=0.8,
-# "What is 2+2? Answer in JSON." gave `2.1000000143...` for 150 tokens.
-ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+# "What is 2+2? Answer in JSON." gave `2.1000000143...` for 150 tokens. Its values,
+# at any depth, are any JSON with strings and numbers bounded as in a schema
+# that leaves them open (see `bounded_values`); keys are not bounded (llguidance
+# does not implement `propertyNames`).
+_ANY_VALUE: dict[str, Any] = {"$ref": "#/$defs/value"}
+ANY_JSON_OBJECT: dict[str, Any] = {
+    "$defs": {"value": {"anyOf": [
+        {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+        {"type": "array", "items": _ANY_VALUE}, {"type": "object", "additionalProperties": _ANY_VALUE},
+    ]}},
+    "type": "object", "additionalProperties": _ANY_VALUE,
+}
 
 _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
                     type(None): "null"}
@@ -101,9 +117,9 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     from llguidance import LLMatcher
 
     if fmt.kind == "json":
-        grammar = LLMatcher.grammar_from_json_schema(ANY_JSON_OBJECT, overrides=JSON_OPTIONS)
+        grammar = LLMatcher.grammar_from_json_schema(bounded_values(ANY_JSON_OBJECT), overrides=JSON_OPTIONS)
     elif fmt.kind == "json_schema":
-        schema = bounded_numbers(parse_schema(fmt.source, fmt.origin))
+        schema = bounded_values(parse_schema(fmt.source, fmt.origin))
         grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
     elif fmt.kind == "grammar":
         grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
@@ -125,13 +141,14 @@ def parse_schema(text: str, origin: str) -> dict[str, Any]:
     return schema
 
 
-def bounded_numbers(schema: Any) -> Any:
-    """`schema` with every number it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT): a new object, the input untouched."""
+def bounded_values(schema: Any) -> Any:
+    """`schema` with every number and string it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT and
+    STRING_LENGTH_LIMIT): a new object, the input untouched."""
     if isinstance(schema, list):
-        return [bounded_numbers(item) for item in schema]
+        return [bounded_values(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    bounded = {key: value if key in _JSON_VALUES else bounded_numbers(value) for key, value in schema.items()}
+    bounded = {key: value if key in _JSON_VALUES else bounded_values(value) for key, value in schema.items()}
     kinds = _schema_types(schema)
     if kinds & {"number", "integer"}:
         if "maximum" not in schema and "exclusiveMaximum" not in schema:
@@ -140,7 +157,13 @@ def bounded_numbers(schema: Any) -> Any:
             bounded["exclusiveMinimum"] = -NUMBER_MAGNITUDE_LIMIT
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
+    if "string" in kinds and not schema.keys() & {"maxLength", "enum", "const"}:
+        bounded["maxLength"] = max(STRING_LENGTH_LIMIT, _int_or_zero(schema.get("minLength")))
     return bounded
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _schema_types(schema: dict[str, Any]) -> set[str]:

@@ -205,11 +205,11 @@ class Model(_Freed):
 
     def _ensure_context(self) -> None:
         if self._ctx is None:
-            if self._model is None:
-                raise LocalspecError(f"{self.path}: the model was closed")
             self._create_context(self._largest_n_ctx)
 
     def _create_context(self, n_ctx: int) -> None:
+        if getattr(self, "_model", None) is None:
+            raise LocalspecError(f"{self.path}: the model was closed")
         llama_cpp = self._llama
         n_threads = self.settings.n_threads or default_threads()
         context_params = llama_cpp.llama_context_default_params()
@@ -230,21 +230,24 @@ class Model(_Freed):
         context = llama_cpp.llama_init_from_model(self._model, context_params)
         if not context:
             raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
+        batch = None
         try:
             n_batch = llama_cpp.llama_n_batch(context)
             batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+            for i in range(n_batch):  # every row belongs to sequence 0, once and for all
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = SEQ_ID
+            self._batch, self._n_batch = batch, n_batch
+            self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
+            self._batch_positions = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
+            self._batch_wants_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
+            self._n_ctx = llama_cpp.llama_n_ctx(context)
+            self._memory = llama_cpp.llama_get_memory(context)
         except BaseException:  # (Ctrl-C) nothing of a half-made context stays allocated
+            if batch is not None:
+                llama_cpp.llama_batch_free(batch)
             llama_cpp.llama_free(context)
             raise
-        for i in range(n_batch):  # every row belongs to sequence 0, once and for all
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = SEQ_ID
-        self._batch, self._n_batch = batch, n_batch
-        self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
-        self._batch_positions = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
-        self._batch_wants_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
-        self._n_ctx = llama_cpp.llama_n_ctx(context)
-        self._memory = llama_cpp.llama_get_memory(context)
         self._ctx = context  # last: a context is in use only once all of it is set up
 
     @property
@@ -481,7 +484,8 @@ class Model(_Freed):
         if getattr(self, "_ctx", None):
             self._llama.llama_batch_free(self._batch)
             self._llama.llama_free(self._ctx)
-            self._ctx = None
+            self._ctx = self._memory = None
+        self._tokens = []  # nothing is cached any more
         if getattr(self, "_model", None):
             self._llama.llama_model_free(self._model)
             self._model = None
