@@ -4,6 +4,11 @@
     python scripts/check_structured.py                    # the demo pair, all 24 schemas (a few minutes)
     python scripts/check_structured.py --limit 2          # a quick check that it all runs
     python scripts/check_structured.py -p mine --temperatures 0 --json
+    python scripts/check_structured.py --schemas my-schemas/ --doors api   # your own schemas instead
+
+`--schemas DIR` checks the schemas in a folder instead of the built-in set:
+every `NAME.json` (a JSON schema) with `NAME.txt` beside it (the prompt that
+asks for it).
 
 Each schema's prompt is answered at every temperature, speculative and
 target-only, through two doors:
@@ -44,7 +49,8 @@ from localspec.app.plan import resolve  # noqa: E402
 from localspec.app.session import open_session  # noqa: E402
 from localspec.app.structured_set import StructuredCase, structured_set  # noqa: E402
 from localspec.engine.generation import StopReason  # noqa: E402
-from localspec.engine.grammar import compile_format  # noqa: E402
+from localspec.engine.grammar import compile_format, parse_schema  # noqa: E402
+from localspec.errors import LocalspecError  # noqa: E402
 from localspec.settings import GenerationSettings  # noqa: E402
 
 MODES = ("speculative", "target-only")
@@ -80,6 +86,25 @@ def check_output(text: str, cut_short: bool, schema: dict[str, Any]) -> str:
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     return "" if error is None else f"does not validate: {error.message} (at {error.json_path})"
+
+
+def cases_from_folder(folder: Path) -> tuple[StructuredCase, ...]:
+    """Every `NAME.json` schema in `folder` with the prompt in `NAME.txt` beside it (SystemExit, one line, when
+    a schema has no prompt, a file cannot be read or is not a schema, or there is none)."""
+    cases = []
+    for schema_path in sorted(folder.glob("*.json")):
+        prompt_path = schema_path.with_suffix(".txt")
+        try:
+            schema = parse_schema(schema_path.read_text(encoding="utf-8"), str(schema_path))
+            prompt = prompt_path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"{getattr(exc, 'filename', None) or schema_path}: cannot read it ({exc.__class__.__name__})") from None
+        except LocalspecError as exc:
+            raise SystemExit(str(exc)) from None
+        cases.append(StructuredCase(schema_path.stem, prompt, schema, example=None))
+    if not cases:
+        raise SystemExit(f"{folder}: no NAME.json schemas (each with its prompt in NAME.txt) in it")
+    return tuple(cases)
 
 
 def with_temperature(settings: GenerationSettings, temperature: float) -> GenerationSettings:
@@ -195,6 +220,8 @@ def main() -> int:
     parser.add_argument("--target", help="A target GGUF file instead.")
     parser.add_argument("--draft", help="A draft GGUF file instead.")
     parser.add_argument("--limit", type=int, help="Only the first N schemas of the set.")
+    parser.add_argument("--schemas", type=Path, metavar="DIR",
+                        help="Check the schemas in DIR (NAME.json, with its prompt in NAME.txt) instead of the built-in set.")
     parser.add_argument("--temperatures", default="0,0.8", help="Comma-separated (default 0,0.8).")
     parser.add_argument("--max-tokens", type=int, default=1024, help="Budget per output (default 1024: the set's largest answers, digit strings at their maximum length, take up to about 700 tokens).")
     parser.add_argument("--seed", type=int, default=1234)
@@ -207,7 +234,7 @@ def main() -> int:
         parser.error("--doors takes api, serve or both")
     if args.limit is not None and args.limit < 1:
         parser.error("--limit takes a positive number")
-    cases = structured_set(args.limit)
+    cases = cases_from_folder(args.schemas)[: args.limit] if args.schemas else structured_set(args.limit)
 
     outcomes: list[Outcome] = []
     runs = []

@@ -147,9 +147,11 @@ def test_a_regex_holds_the_output_and_warnings_reach_stderr(tiny_args: list[str]
     result = run_tiny(tiny_args, "--regex", "(yes|no)!", "--max-tokens", "10")
     assert result.exit_code == 0, result.stderr
     assert result.stdout in ("yes!", "no!")
-    schema = '{"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": true, "maxItems": 2}'
+    schema = '{"type": "array", "items": {"type": "integer"}, "uniqueItems": true, "maxItems": 2}'
     result = run_tiny(tiny_args, "--json-schema", schema, "--max-tokens", "4")
     assert 'localspec: warning: --json-schema: Unimplemented keys: ["uniqueItems"]' in result.stderr
+    enforced = '{"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": true}'  # spelled out by localspec
+    assert "warning" not in run_tiny(tiny_args, "--json-schema", enforced, "--max-tokens", "4").stderr
 
 
 # -- chat ----------------------------------------------------------------------------------------------
@@ -301,3 +303,38 @@ def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_
         assert not takes('[1]')  # an object, as OpenAI's json_object means it
         assert not takes('{"a":[{"b":"' + "x" * (STRING_LENGTH_LIMIT + 1))  # a string at any depth
         assert not takes('{"a":[0.1234567891')  # a tenth decimal
+
+
+def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Path, Path]) -> None:
+    """llguidance does not enforce uniqueItems: over an enum of up to 4 values every ordering of distinct
+    values is spelled out; over more, the array is at least no longer than the values it may take."""
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import UNIQUE_VALUES_SPELLED_OUT, bounded_values
+    from localspec.runtime.model import Model
+
+    tags = {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c", 1]}, "uniqueItems": True,
+            "description": "tags"}
+    spelled = bounded_values(tags)
+    assert "uniqueItems" not in spelled and spelled["description"] == "tags"
+    assert len(spelled["anyOf"]) == 1 + 3 + 6 + 6  # 0 to 3 of "a", "b", "c" (1 is not a string)
+    assert len(bounded_values({**tags, "minItems": 2})["anyOf"]) == 6 + 6
+    many = {"type": "array", "items": {"enum": list(range(UNIQUE_VALUES_SPELLED_OUT + 1))}, "uniqueItems": True}
+    assert bounded_values(many) == {**many, "maxItems": UNIQUE_VALUES_SPELLED_OUT + 1}
+    assert bounded_values({**many, "maxItems": 2})["maxItems"] == 2  # the schema's own, tighter
+    assert bounded_values({**many, "items": {"type": "boolean"}})["anyOf"][-1]["maxItems"] == 2
+    open_items = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    assert bounded_values(open_items)["uniqueItems"] is True and "maxItems" not in bounded_values(open_items)
+
+    schema = {"type": "object", "properties": {"t": tags}, "required": ["t"]}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    with Model(tiny_pair[0]) as model:
+        marker = model.tokenize("{", add_special=False)[:-1]
+
+        def takes(text: str) -> bool:
+            tokens = model.tokenize(text, add_special=False)[len(marker):]
+            return LLMatcher(model.grammar_tokenizer(), grammar).validate_tokens(tokens) == len(tokens)
+
+        assert takes('{"t":["c","a"]}') and takes('{"t":[]}')
+        assert not takes('{"t":["a","a"')  # a repeat
+        assert not takes('{"t":["a","b","c",')  # a fourth item

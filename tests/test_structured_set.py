@@ -163,3 +163,24 @@ def test_the_check_script_runs_both_doors_and_exits_by_its_count(long_context_pr
     assert len(report["failures"]) == 4 - report["valid"]
     # Coupled verification and the same seed: each door's speculative text is its target-only text.
     assert report["speculative_identical_to_target_only"] == {"api": "1/1", "serve": "1/1"}
+
+
+def test_the_check_script_reads_a_folder_of_schemas_and_refuses_a_bad_one_in_one_line(tmp_path: Path) -> None:
+    cases_from_folder = script_module("check_structured").cases_from_folder
+    (tmp_path / "b.json").write_text('{"type": "integer"}')
+    (tmp_path / "b.txt").write_text("A number, please.\n")
+    (tmp_path / "a.json").write_text('{"type": "string", "maxLength": 5}')
+    (tmp_path / "a.txt").write_text("A word.")
+    (tmp_path / "notes.txt").write_text("not a prompt of any schema")
+    cases = cases_from_folder(tmp_path)
+    assert [(case.name, case.prompt, case.schema) for case in cases] == [
+        ("a", "A word.", {"type": "string", "maxLength": 5}), ("b", "A number, please.", {"type": "integer"})]
+    (tmp_path / "c.json").write_text('{"type": "string"}')
+    with pytest.raises(SystemExit, match=r"c\.txt: cannot read it"):
+        cases_from_folder(tmp_path)
+    (tmp_path / "c.txt").write_text("x")
+    (tmp_path / "c.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match=r"c\.json: a JSON schema must be a JSON object"):
+        cases_from_folder(tmp_path)
+    with pytest.raises(SystemExit, match="no NAME.json schemas"):
+        cases_from_folder(tmp_path / "a.txt")

@@ -13,6 +13,8 @@ format do not pay for it.
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,13 @@ NUMBER_STEP = 1e-9
 # address or a few sentences fit; a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 _JSON_VALUES = ("const", "enum", "default", "examples")  # keywords whose values are data, not schemas
+
+# `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
+# distinct values: 65 arrays for 4 values, 326 for 5, so only up to this many.
+UNIQUE_VALUES_SPELLED_OUT = 4
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
+_PLAIN_ARRAY_KEYS = {"type", "items", "uniqueItems", "minItems", "maxItems"} | _ANNOTATIONS
+_PLAIN_ITEM_KEYS = {"type", "enum", "const"} | _ANNOTATIONS
 
 # Options for llguidance's JSON-schema compiler. `lenient`: keywords it does
 # not implement (`uniqueItems`, `not`, `if`/`then`, ...) are reported as
@@ -158,11 +167,69 @@ def bounded_values(schema: Any) -> Any:
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
     if "string" in kinds and not schema.keys() & {"maxLength", "enum", "const"}:
-        bounded["maxLength"] = max(STRING_LENGTH_LIMIT, _int_or_zero(schema.get("minLength")))
+        bounded["maxLength"] = max(STRING_LENGTH_LIMIT, _length_or_zero(schema.get("minLength")))
+    if schema.get("uniqueItems") is True:
+        return _unique_items(bounded)
     return bounded
 
 
-def _int_or_zero(value: Any) -> int:
+def _unique_items(array: dict[str, Any]) -> dict[str, Any]:
+    """An array schema with `uniqueItems`, which llguidance does not enforce, held to it where its items take
+    a few known values (an enum, a const, a boolean): every ordering of distinct values spelled out, up to
+    UNIQUE_VALUES_SPELLED_OUT values; above that, no longer than the number of values (no array of unique
+    items is). Other arrays are left as they are (llguidance's warning says uniqueItems is not enforced)."""
+    items = array.get("items")
+    values = _listed_values(items)
+    own_min, own_max = array.get("minItems", 0), array.get("maxItems")
+    if values is None or not _is_count(own_min) or not (own_max is None or _is_count(own_max)):
+        return array  # (a wrong minItems or maxItems: llguidance reports the schema)
+    longest = len(values) if own_max is None else min(own_max, len(values))
+    spelled_out = (len(values) <= UNIQUE_VALUES_SPELLED_OUT and own_min <= longest and array.keys() <= _PLAIN_ARRAY_KEYS
+                   and items.keys() <= _PLAIN_ITEM_KEYS and not _schema_types(array) - {"array"})
+    if not spelled_out:
+        return {**array, "maxItems": longest}
+    orderings = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
+                  "minItems": length, "maxItems": length}
+                 for length in range(own_min, longest + 1) for ordering in itertools.permutations(values, length)]
+    return {**{key: value for key, value in array.items() if key in _ANNOTATIONS}, "anyOf": orderings}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _listed_values(items: Any) -> list[Any] | None:
+    """The distinct values `items` allows (of its `type`, if it has one), where it lists them (enum,
+    const) or is a boolean; else None."""
+    if not isinstance(items, dict):
+        return None
+    kinds = _schema_types(items)
+    if "const" in items:
+        listed = [items["const"]]
+    elif isinstance(items.get("enum"), list):
+        listed = items["enum"]
+    elif kinds == {"boolean"}:
+        listed = [False, True]
+    else:
+        return None
+    distinct = {json.dumps(value, sort_keys=True): value for value in listed if not kinds or _json_type(value) in kinds
+                or (_json_type(value) == "integer" and "number" in kinds)}
+    return list(distinct.values())
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed JSON value ("integer" for whole numbers written without a point)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "")
+
+
+def _length_or_zero(value: Any) -> int:
+    """A schema's length keyword; 0 when it is not a whole number (llguidance then reports the schema)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
