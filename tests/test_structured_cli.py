@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -223,9 +224,19 @@ def test_person_schema_on_the_demo_pair(smollm_f32: Path, smollm_q4_1: Path, tmp
     assert json.loads(texts[0])["age"] == 34
 
 
-def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
+def grammar_takes(model: Any, grammar: str, text: str, whole: bool = False) -> bool:
+    """Whether `grammar` lets the output be `text` (so far, or `whole`: complete), in `model`'s tokens."""
     from llguidance import LLMatcher
 
+    marker = model.tokenize("{", add_special=False)[:-1]  # the word-start mark this vocabulary prepends
+    tokens = model.tokenize(text, add_special=False)[len(marker):]
+    matcher = LLMatcher(model.grammar_tokenizer(), grammar)
+    if matcher.validate_tokens(tokens) != len(tokens):
+        return False
+    return not whole or (matcher.consume_tokens(tokens) and matcher.is_accepting())
+
+
+def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
     from localspec.engine.grammar import NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, bounded_values
     from localspec.runtime.model import Model
 
@@ -241,11 +252,8 @@ def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
     assert schema["properties"]["x"] == {"type": "number"}  # the caller's schema is left as it was
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:
-        marker = model.tokenize("{", add_special=False)[:-1]  # the word-start mark this vocabulary prepends
-
         def takes(text: str) -> bool:
-            tokens = model.tokenize(text, add_special=False)[len(marker):]
-            return LLMatcher(model.grammar_tokenizer(), grammar).validate_tokens(tokens) == len(tokens)
+            return grammar_takes(model, grammar, text)
 
         assert takes('{"x":-12.123456789,"n":999999999999999,"own":0.75}')  # compact: the tiny vocabulary has no space
         assert not takes('{"x":0.1234567891')  # a tenth decimal
@@ -254,8 +262,6 @@ def test_numbers_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
 
 
 def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
-    from llguidance import LLMatcher
-
     from localspec.engine.grammar import STRING_LENGTH_LIMIT, bounded_values
     from localspec.runtime.model import Model
 
@@ -271,11 +277,8 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
     assert "maxLength" not in schema["properties"]["open"]  # the caller's schema is left as it was
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:
-        marker = model.tokenize("{", add_special=False)[:-1]
-
         def takes(text: str) -> bool:
-            tokens = model.tokenize(text, add_special=False)[len(marker):]
-            return LLMatcher(model.grammar_tokenizer(), grammar).validate_tokens(tokens) == len(tokens)
+            return grammar_takes(model, grammar, text)
 
         assert takes('{"open":"' + "a" * STRING_LENGTH_LIMIT + '"}')
         assert not takes('{"open":"' + "a" * (STRING_LENGTH_LIMIT + 1))
@@ -283,21 +286,13 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
 
 
 def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_pair: tuple[Path, Path]) -> None:
-    from llguidance import LLMatcher
-
     from localspec.engine.grammar import STRING_LENGTH_LIMIT
     from localspec.runtime.model import Model
 
     grammar = compile_format(OutputFormat("json", "")).grammar
     with Model(tiny_pair[0]) as model:
-        marker = model.tokenize("{", add_special=False)[:-1]
-
         def takes(text: str, whole: bool = False) -> bool:
-            tokens = model.tokenize(text, add_special=False)[len(marker):]
-            matcher = LLMatcher(model.grammar_tokenizer(), grammar)
-            if matcher.validate_tokens(tokens) != len(tokens):
-                return False
-            return not whole or (matcher.consume_tokens(tokens) and matcher.is_accepting())
+            return grammar_takes(model, grammar, text, whole)
 
         assert takes('{"a":[1,-2.5,true,null,{"b":{"c":[]}}],"d":"' + "x" * STRING_LENGTH_LIMIT + '"}', whole=True)
         assert not takes('[1]')  # an object, as OpenAI's json_object means it
@@ -308,8 +303,6 @@ def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_
 def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Path, Path]) -> None:
     """llguidance does not enforce uniqueItems: over an enum of up to 4 values every ordering of distinct
     values is spelled out; over more, the array is at least no longer than the values it may take."""
-    from llguidance import LLMatcher
-
     from localspec.engine.grammar import UNIQUE_VALUES_SPELLED_OUT, bounded_values
     from localspec.runtime.model import Model
 
@@ -329,11 +322,8 @@ def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Pat
     schema = {"type": "object", "properties": {"t": tags}, "required": ["t"]}
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:
-        marker = model.tokenize("{", add_special=False)[:-1]
-
         def takes(text: str) -> bool:
-            tokens = model.tokenize(text, add_special=False)[len(marker):]
-            return LLMatcher(model.grammar_tokenizer(), grammar).validate_tokens(tokens) == len(tokens)
+            return grammar_takes(model, grammar, text)
 
         assert takes('{"t":["c","a"]}') and takes('{"t":[]}')
         assert not takes('{"t":["a","a"')  # a repeat
