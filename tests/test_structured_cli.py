@@ -267,13 +267,16 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
 
     schema = {"type": "object", "properties": {
         "open": {"type": "string"}, "nullable": {"type": ["string", "null"]}, "own": {"type": "string", "maxLength": 3},
-        "long": {"type": "string", "minLength": STRING_LENGTH_LIMIT + 10}, "choice": {"type": "string", "enum": ["ab"]},
+        "choice": {"type": "string", "enum": ["ab"]},
         "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["open"], "additionalProperties": False}
     bounded = bounded_values(schema)["properties"]
     assert bounded["open"]["maxLength"] == bounded["nullable"]["maxLength"] == STRING_LENGTH_LIMIT
     assert bounded["tags"]["items"]["maxLength"] == STRING_LENGTH_LIMIT  # inside arrays too
     assert bounded["own"] == schema["properties"]["own"] and bounded["choice"] == schema["properties"]["choice"]
-    assert bounded["long"]["maxLength"] == STRING_LENGTH_LIMIT + 10  # never below the schema's own minLength
+    # Never below a length the schema names anywhere (here in an allOf, or a minLength):
+    longer = {"allOf": [{"type": "string"}, {"maxLength": STRING_LENGTH_LIMIT + 100}]}
+    assert bounded_values(longer)["allOf"][0]["maxLength"] == STRING_LENGTH_LIMIT + 100
+    assert bounded_values({"type": "string", "minLength": STRING_LENGTH_LIMIT + 10})["maxLength"] == STRING_LENGTH_LIMIT + 10
     assert "maxLength" not in schema["properties"]["open"]  # the caller's schema is left as it was
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:
@@ -328,3 +331,37 @@ def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Pat
         assert takes('{"t":["c","a"]}') and takes('{"t":[]}')
         assert not takes('{"t":["a","a"')  # a repeat
         assert not takes('{"t":["a","b","c",')  # a fourth item
+
+
+def test_bounds_leave_names_data_and_listed_values_alone_and_never_break_a_schema() -> None:
+    from localspec.engine.grammar import bounded_values
+
+    keyword_names = {"type": "object", "properties": {"uniqueItems": {"type": "boolean"}, "items": {"enum": ["a", "b"]},
+                                                      "const": {"type": "string"}}}
+    assert bounded_values(keyword_names)["properties"]["const"]["maxLength"]  # a property, however it is named
+    assert "anyOf" not in bounded_values(keyword_names)["properties"]
+    assert bounded_values({"type": "number", "enum": [1e20]}) == {"type": "number", "enum": [1e20]}
+    assert bounded_values({"type": "number", "const": 3.14159265358979}) == {"type": "number", "const": 3.14159265358979}
+    untyped = bounded_values({"uniqueItems": True, "items": {"enum": ["a", "b"]}})
+    assert "anyOf" not in untyped  # without "type": "array" other values are allowed too
+    with_prefix = {"type": "array", "prefixItems": [{"type": "integer"}], "items": {"enum": ["a", "b"]}, "uniqueItems": True}
+    assert "maxItems" not in bounded_values(with_prefix) and "anyOf" not in bounded_values(with_prefix)
+    for items in ({"const": "a", "enum": ["b"]}, {"enum": {}}, {"type": {"a": 1}, "enum": ["a"]}):
+        assert "anyOf" not in bounded_values({"type": "array", "items": items, "uniqueItems": True})
+    whole = bounded_values({"type": "array", "items": {"type": "integer", "enum": [1.0, 2]}, "uniqueItems": True})
+    assert len(whole["anyOf"]) == 1 + 2 + 2  # 1.0 is a whole number: an integer
+
+    # Each of these compiles as it did before the bounds (a $ref into a spelled-out array, a pattern
+    # longer than the string bound: the schema as written, with a note).
+    tags = {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}
+    pointing = {"type": "object", "properties": {"tags": tags, "first": {"$ref": "#/properties/tags/items"}}}
+    assert compile_format(OutputFormat("json_schema", json.dumps(pointing))).warnings == ()
+    long_pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]{300}$"}}, "required": ["a"]}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(long_pattern), "p.json"))
+    assert any("do not fit this schema" in warning for warning in compiled.warnings)
+
+
+def test_a_schema_nested_too_deeply_is_one_line() -> None:
+    deep = '{"items": ' * 600 + "{}" + "}" * 600
+    with pytest.raises(InputError, match=r"^deep\.json: the schema is nested too deeply$"):
+        compile_format(OutputFormat("json_schema", deep, "deep.json"))

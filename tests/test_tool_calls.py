@@ -220,6 +220,8 @@ def test_arguments_a_schema_leaves_open_are_bounded_as_for_a_json_schema() -> No
     assert held_to["city"]["maxLength"] == STRING_LENGTH_LIMIT
     assert held_to["days"]["exclusiveMaximum"] == NUMBER_MAGNITUDE_LIMIT
     assert parameters["properties"]["city"] == {"type": "string"}  # the request's own schema is left as it was
+    long_code = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[a-z]{300}$"}}, "required": ["code"]}
+    assert "maxLength" not in json.loads(arguments_json(Tool("f", long_code, {})))["properties"]["code"]  # bounds that do not fit: none
 
 
 # -- reading calls back, and sorting a stream --------------------------------------------------------------

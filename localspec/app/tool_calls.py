@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from ..engine.grammar import CompiledGrammar, OutputFormat, bounded_values, compile_format
+from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format, fitted_schema
 from ..errors import InputError
 from ..textin import clean_text
 
@@ -318,8 +318,8 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
 
 def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
-    numbers and strings it leaves open bounded, as for `--json-schema`)."""
-    schema = {**_closed(_as_object(bounded_values(tool.parameters))), "x-guidance": ARGUMENT_LAYOUT}
+    numbers and strings it leaves open bounded, as for `--json-schema`, where the bounds fit it)."""
+    schema = {**_closed(_as_object(fitted_schema(tool.parameters)[0])), "x-guidance": ARGUMENT_LAYOUT}
     return json.dumps(schema, ensure_ascii=False, allow_nan=False)
 
 

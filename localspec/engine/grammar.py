@@ -45,7 +45,8 @@ NUMBER_STEP = 1e-9
 # open (no maxLength, enum or const), it gets at most this many characters: a name, a title, an
 # address or a few sentences fit; a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
-_JSON_VALUES = ("const", "enum", "default", "examples")  # keywords whose values are data, not schemas
+_NOT_SCHEMAS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
 # distinct values: 65 arrays for 4 values, 326 for 5, so only up to this many.
@@ -125,11 +126,11 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     """Compile and check `fmt`; an invalid schema, grammar or regex raises InputError (one line)."""
     from llguidance import LLMatcher
 
+    notes: list[str] = []
     if fmt.kind == "json":
         grammar = LLMatcher.grammar_from_json_schema(bounded_values(ANY_JSON_OBJECT), overrides=JSON_OPTIONS)
     elif fmt.kind == "json_schema":
-        schema = bounded_values(parse_schema(fmt.source, fmt.origin))
-        grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+        grammar, notes = _schema_grammar(fmt)
     elif fmt.kind == "grammar":
         grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
     else:
@@ -139,7 +140,32 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
         raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', fmt.kind)}")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, fmt.kind)} (not enforced: the output may not satisfy it)"
                      for message in messages)
-    return CompiledGrammar(grammar, warnings)
+    return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
+
+
+def _schema_grammar(fmt: OutputFormat) -> tuple[str, list[str]]:
+    """The grammar of a JSON schema with its open values bounded, and notes for the user (see `fitted_schema`)."""
+    try:
+        _, grammar, bounded = fitted_schema(parse_schema(fmt.source, fmt.origin))
+    except RecursionError:
+        raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
+    if bounded:
+        return grammar, []
+    return grammar, ["the bounds localspec puts on open strings and numbers do not fit this schema, so they are"
+                     " left open (a small model may then run one on until max_tokens)"]
+
+
+def fitted_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
+    """(schema, its llguidance grammar, bounded?): `bounded_values(schema)` where llguidance takes it, else the
+    schema as written (a pattern that asks for longer strings than the bound, say, or the schema's own error,
+    for the caller to report). RecursionError for a schema nested too deeply."""
+    from llguidance import LLMatcher
+
+    bounded = bounded_values(schema)
+    grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
+    if not LLMatcher.validate_grammar_with_warnings(grammar)[0]:
+        return bounded, grammar, True
+    return schema, LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS), False
 
 
 def parse_schema(text: str, origin: str) -> dict[str, Any]:
@@ -152,46 +178,71 @@ def parse_schema(text: str, origin: str) -> dict[str, Any]:
 
 def bounded_values(schema: Any) -> Any:
     """`schema` with every number and string it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT and
-    STRING_LENGTH_LIMIT): a new object, the input untouched."""
+    STRING_LENGTH_LIMIT), and `uniqueItems` over a few listed values spelled out: a new object, the input
+    untouched. Strings are bounded to at least the longest length the schema names anywhere (an `allOf`
+    or a `$ref` may put a schema's minLength or maxLength in another object)."""
+    return _bounded(schema, max([STRING_LENGTH_LIMIT, *_lengths_named(schema)]))
+
+
+def _bounded(schema: Any, string_limit: int) -> Any:
     if isinstance(schema, list):
-        return [bounded_values(item) for item in schema]
+        return [_bounded(item, string_limit) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    bounded = {key: value if key in _JSON_VALUES else bounded_values(value) for key, value in schema.items()}
+    bounded: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _NOT_SCHEMAS:
+            bounded[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
+            bounded[key] = {name: _bounded(subschema, string_limit) for name, subschema in value.items()}
+        else:
+            bounded[key] = _bounded(value, string_limit)
     kinds = _schema_types(schema)
-    if kinds & {"number", "integer"}:
+    listed = schema.keys() & {"enum", "const"}  # its values are given: nothing is open
+    if kinds & {"number", "integer"} and not listed:
         if "maximum" not in schema and "exclusiveMaximum" not in schema:
             bounded["exclusiveMaximum"] = NUMBER_MAGNITUDE_LIMIT
         if "minimum" not in schema and "exclusiveMinimum" not in schema:
             bounded["exclusiveMinimum"] = -NUMBER_MAGNITUDE_LIMIT
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
-    if "string" in kinds and not schema.keys() & {"maxLength", "enum", "const"}:
-        bounded["maxLength"] = max(STRING_LENGTH_LIMIT, _length_or_zero(schema.get("minLength")))
+    if "string" in kinds and not listed and "maxLength" not in schema:
+        bounded["maxLength"] = string_limit
     if schema.get("uniqueItems") is True:
-        return _unique_items(bounded)
+        return _unique_items(schema, bounded)
     return bounded
 
 
-def _unique_items(array: dict[str, Any]) -> dict[str, Any]:
-    """An array schema with `uniqueItems`, which llguidance does not enforce, held to it where its items take
-    a few known values (an enum, a const, a boolean): every ordering of distinct values spelled out, up to
-    UNIQUE_VALUES_SPELLED_OUT values; above that, no longer than the number of values (no array of unique
-    items is). Other arrays are left as they are (llguidance's warning says uniqueItems is not enforced)."""
-    items = array.get("items")
-    values = _listed_values(items)
+def _lengths_named(schema: Any) -> list[int]:
+    """Every minLength and maxLength value anywhere in `schema`."""
+    if isinstance(schema, list):
+        return [length for item in schema for length in _lengths_named(item)]
+    if not isinstance(schema, dict):
+        return []
+    own = [schema[key] for key in ("minLength", "maxLength") if _is_count(schema.get(key))]
+    return own + [length for key, value in schema.items() if key not in _NOT_SCHEMAS for length in _lengths_named(value)]
+
+
+def _unique_items(array: dict[str, Any], bounded: dict[str, Any]) -> dict[str, Any]:
+    """`bounded`, the array schema `array` with `uniqueItems` (which llguidance does not enforce), held to it
+    where its items take a few known values (an enum, a const, booleans): every ordering of distinct values
+    spelled out, up to UNIQUE_VALUES_SPELLED_OUT values, beside its own keywords (a `$ref` may point at
+    them); above that, no longer than the number of values (no array of unique items is). Other arrays
+    are left as they are (llguidance's warning says uniqueItems is not enforced)."""
+    values = _listed_values(array.get("items"))
     own_min, own_max = array.get("minItems", 0), array.get("maxItems")
-    if values is None or not _is_count(own_min) or not (own_max is None or _is_count(own_max)):
-        return array  # (a wrong minItems or maxItems: llguidance reports the schema)
+    if (values is None or "prefixItems" in array or not _is_count(own_min)
+            or not (own_max is None or _is_count(own_max))):
+        return bounded  # (a wrong minItems or maxItems: llguidance reports the schema)
     longest = len(values) if own_max is None else min(own_max, len(values))
     spelled_out = (len(values) <= UNIQUE_VALUES_SPELLED_OUT and own_min <= longest and array.keys() <= _PLAIN_ARRAY_KEYS
-                   and items.keys() <= _PLAIN_ITEM_KEYS and not _schema_types(array) - {"array"})
+                   and _schema_types(array) == {"array"})
     if not spelled_out:
-        return {**array, "maxItems": longest}
+        return {**bounded, "maxItems": longest}
     orderings = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
                   "minItems": length, "maxItems": length}
                  for length in range(own_min, longest + 1) for ordering in itertools.permutations(values, length)]
-    return {**{key: value for key, value in array.items() if key in _ANNOTATIONS}, "anyOf": orderings}
+    return {key: value for key, value in bounded.items() if key != "uniqueItems"} | {"anyOf": orderings}
 
 
 def _is_count(value: Any) -> bool:
@@ -199,38 +250,38 @@ def _is_count(value: Any) -> bool:
 
 
 def _listed_values(items: Any) -> list[Any] | None:
-    """The distinct values `items` allows (of its `type`, if it has one), where it lists them (enum,
-    const) or is a boolean; else None."""
-    if not isinstance(items, dict):
+    """The distinct values `items` allows (of its `type`, if it has one), where it lists them (an enum or
+    a const, not both) or is a boolean, with no other keyword to narrow them; else None."""
+    if not isinstance(items, dict) or not items.keys() <= _PLAIN_ITEM_KEYS or {"enum", "const"} <= items.keys():
         return None
-    kinds = _schema_types(items)
+    kinds = items.get("type", [])
+    kinds = {kinds} if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list | set) or not all(isinstance(kind, str) for kind in kinds):
+        return None
     if "const" in items:
         listed = [items["const"]]
-    elif isinstance(items.get("enum"), list):
+    elif "enum" in items:
         listed = items["enum"]
-    elif kinds == {"boolean"}:
+    elif set(kinds) == {"boolean"}:
         listed = [False, True]
     else:
         return None
-    distinct = {json.dumps(value, sort_keys=True): value for value in listed if not kinds or _json_type(value) in kinds
-                or (_json_type(value) == "integer" and "number" in kinds)}
-    return list(distinct.values())
+    if not isinstance(listed, list):
+        return None
+    of_its_type = [value for value in listed if not kinds or _json_types(value) & set(kinds)]
+    return list({json.dumps(value, sort_keys=True): value for value in of_its_type}.values())
 
 
-def _json_type(value: Any) -> str:
-    """The JSON type of a parsed JSON value ("integer" for whole numbers written without a point)."""
+def _json_types(value: Any) -> set[str]:
+    """The JSON types a parsed JSON value belongs to (a whole number, 2 or 2.0, is both integer and number)."""
     if value is None:
-        return "null"
+        return {"null"}
     if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "")
-
-
-def _length_or_zero(value: Any) -> int:
-    """A schema's length keyword; 0 when it is not a whole number (llguidance then reports the schema)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return {"boolean"}
+    if isinstance(value, (int, float)):
+        whole = isinstance(value, int) or value.is_integer()
+        return {"integer", "number"} if whole else {"number"}
+    return {{str: "string", list: "array", dict: "object"}.get(type(value), "")}
 
 
 def _schema_types(schema: dict[str, Any]) -> set[str]:
