@@ -42,8 +42,9 @@ NUMBER_STEP = 1e-9
 
 # Strings too: a small model can loop inside one (`"name": "src_main_src_src_src...` until
 # max_tokens, on held-out schemas at T=0 as at 0.8). Where a schema leaves a string's length
-# open (no maxLength, enum or const), it gets at most this many characters: a name, a title, an
-# address or a few sentences fit; a schema that wants more says so with its own maxLength.
+# open (no maxLength, enum or const), it gets at most this many characters (or the longest length
+# the schema names anywhere, if that is more): a name, a title, an address or a few sentences fit;
+# a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 _NOT_SCHEMAS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 _SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
