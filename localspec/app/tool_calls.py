@@ -319,7 +319,7 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
 def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
     numbers and strings it leaves open bounded, as for `--json-schema`, where the bounds fit it)."""
-    schema = {**_closed(_as_object(fitted_schema(tool.parameters)[0])), "x-guidance": ARGUMENT_LAYOUT}
+    schema = {**_closed(_as_object(fitted_schema(tool.parameters).schema)), "x-guidance": ARGUMENT_LAYOUT}
     return json.dumps(schema, ensure_ascii=False, allow_nan=False)
 
 

@@ -17,7 +17,7 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
@@ -128,15 +128,16 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     from llguidance import LLMatcher
 
     notes: list[str] = []
+    check: tuple[bool, list[str]] | None = None  # llguidance's verdict on the grammar, where already known
     if fmt.kind == "json":
         grammar = LLMatcher.grammar_from_json_schema(bounded_values(ANY_JSON_OBJECT), overrides=JSON_OPTIONS)
     elif fmt.kind == "json_schema":
-        grammar, notes = _schema_grammar(fmt)
+        grammar, check, notes = _schema_grammar(fmt)
     elif fmt.kind == "grammar":
         grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
     else:
         grammar = LLMatcher.grammar_from_regex(fmt.source)
-    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+    is_error, messages = check if check is not None else LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
         raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', fmt.kind)}")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, fmt.kind)} (not enforced: the output may not satisfy it)"
@@ -144,29 +145,43 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
 
 
-def _schema_grammar(fmt: OutputFormat) -> tuple[str, list[str]]:
-    """The grammar of a JSON schema with its open values bounded, and notes for the user (see `fitted_schema`)."""
+def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], list[str]]:
+    """The grammar of a JSON schema with its open values bounded, llguidance's verdict on it, and notes for
+    the user (see `fitted_schema`)."""
     try:
-        _, grammar, bounded = fitted_schema(parse_schema(fmt.source, fmt.origin))
+        fitted = fitted_schema(parse_schema(fmt.source, fmt.origin))
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
-    if bounded:
-        return grammar, []
-    return grammar, ["the bounds localspec puts on open strings and numbers do not fit this schema, so they are"
-                     " left open (a small model may then run one on until max_tokens)"]
+    if fitted.bounded:
+        return fitted.grammar, fitted.check, []
+    return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings and numbers do not fit this"
+                                          " schema, so they are left open (a small model may then run one on"
+                                          " until max_tokens)"]
 
 
-def fitted_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
-    """(schema, its llguidance grammar, bounded?): `bounded_values(schema)` where llguidance takes it, else the
-    schema as written (a pattern that asks for longer strings than the bound, say, or the schema's own error,
-    for the caller to report). RecursionError for a schema nested too deeply."""
+class FittedSchema(NamedTuple):
+    """A JSON schema as it is held to, its llguidance grammar, llguidance's verdict on that grammar
+    (error?, messages), and whether the schema is the bounded one."""
+
+    schema: dict[str, Any]
+    grammar: str
+    check: tuple[bool, list[str]]
+    bounded: bool
+
+
+def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
+    """`bounded_values(schema)` where llguidance takes it, else the schema as written (a pattern that asks
+    for longer strings than the bound, say, or the schema's own error, for the caller to report), each
+    compiled and checked once. RecursionError for a schema nested too deeply."""
     from llguidance import LLMatcher
 
     bounded = bounded_values(schema)
     grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
-    if not LLMatcher.validate_grammar_with_warnings(grammar)[0]:
-        return bounded, grammar, True
-    return schema, LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS), False
+    check = LLMatcher.validate_grammar_with_warnings(grammar)
+    if not check[0]:
+        return FittedSchema(bounded, grammar, check, True)
+    grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+    return FittedSchema(schema, grammar, LLMatcher.validate_grammar_with_warnings(grammar), False)
 
 
 def parse_schema(text: str, origin: str) -> dict[str, Any]:

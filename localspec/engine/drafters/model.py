@@ -40,14 +40,16 @@ class ModelDrafter:
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         """How many of the prompt's tokens `begin` would evaluate (the rest are cached from before)."""
-        return len(self._to_read(prompt_tokens)) - common_prefix_length(self.model.tokens, self._to_read(prompt_tokens))
+        to_read = self._to_read(prompt_tokens)
+        return len(to_read) - common_prefix_length(self.model.tokens, to_read)
 
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         """Evaluate the prompt ahead of the first draft (counted as prompt time), or, `read_later`,
         draft nothing until `read`."""
-        self.waiting = read_later
-        if not read_later:
-            self.model.sync(self._to_read(prompt_tokens))
+        if read_later:
+            self.waiting = True
+        else:
+            self.read(prompt_tokens)
 
     def read(self, context: Sequence[int]) -> None:
         """Evaluate what `begin` left unread: the context so far but its last token."""
