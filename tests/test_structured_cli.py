@@ -365,3 +365,11 @@ def test_a_schema_nested_too_deeply_is_one_line() -> None:
     deep = '{"items": ' * 600 + "{}" + "}" * 600
     with pytest.raises(InputError, match=r"^deep\.json: the schema is nested too deeply$"):
         compile_format(OutputFormat("json_schema", deep, "deep.json"))
+
+
+@pytest.mark.parametrize("keyword", ["maxLength", "maximum"])
+def test_a_number_llguidance_cannot_take_is_one_line(keyword: str) -> None:
+    kind = "string" if keyword == "maxLength" else "integer"
+    schema = f'{{"type": "object", "properties": {{"a": {{"type": "{kind}", "{keyword}": {10**30}}}}}}}'
+    with pytest.raises(InputError, match=r"^big\.json: [^\n]*1000000000000000000000000000000$"):
+        compile_format(OutputFormat("json_schema", schema, "big.json"))

@@ -152,6 +152,8 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
         fitted = fitted_schema(parse_schema(fmt.source, fmt.origin))
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
+    except ValueError as exc:
+        raise InputError(f"{_name(fmt)}: {_one_line(str(exc), fmt.kind)}") from None
     if fitted.bounded:
         return fitted.grammar, fitted.check, []
     return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings and numbers do not fit this"
@@ -172,12 +174,16 @@ class FittedSchema(NamedTuple):
 def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     """`bounded_values(schema)` where llguidance takes it, else the schema as written (a pattern that asks
     for longer strings than the bound, say, or the schema's own error, for the caller to report), each
-    compiled and checked once. RecursionError for a schema nested too deeply."""
+    compiled and checked once. RecursionError for a schema nested too deeply; ValueError for one llguidance
+    cannot take at all."""
     from llguidance import LLMatcher
 
     bounded = bounded_values(schema)
-    grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
-    check = LLMatcher.validate_grammar_with_warnings(grammar)
+    try:
+        grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
+        check = LLMatcher.validate_grammar_with_warnings(grammar)
+    except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
+        check = (True, [])
     if not check[0]:
         return FittedSchema(bounded, grammar, check, True)
     grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
