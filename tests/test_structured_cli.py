@@ -304,7 +304,7 @@ def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_
 
 
 def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Path, Path]) -> None:
-    """llguidance does not enforce uniqueItems: over an enum of up to 4 values every ordering of distinct
+    """llguidance does not enforce uniqueItems: over an enum of up to 5 values every ordering of distinct
     values is spelled out; over more, the array is at least no longer than the values it may take."""
     from localspec.engine.grammar import UNIQUE_VALUES_SPELLED_OUT, bounded_values
     from localspec.runtime.model import Model
@@ -359,6 +359,38 @@ def test_bounds_leave_names_data_and_listed_values_alone_and_never_break_a_schem
     long_pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]{300}$"}}, "required": ["a"]}
     compiled = compile_format(OutputFormat("json_schema", json.dumps(long_pattern), "p.json"))
     assert any("do not fit this schema" in warning for warning in compiled.warnings)
+
+
+def test_objects_that_list_their_properties_take_no_others(tiny_pair: tuple[Path, Path]) -> None:
+    """At any depth an object that lists its properties and leaves the rest open takes only those: a small model
+    otherwise adds keys until max_tokens. Where closing could refuse a valid value, nothing is closed."""
+    from localspec.engine.grammar import bounded_values
+    from localspec.runtime.model import Model
+
+    person = {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}}}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(person))).grammar
+    with Model(tiny_pair[0]) as model:
+        assert grammar_takes(model, grammar, '{"name":"a","address":{"city":"b"}}', whole=True)
+        assert not grammar_takes(model, grammar, '{"name":"a","age"')
+        assert not grammar_takes(model, grammar, '{"name":"a","address":{"city":"b","zip"')
+
+    open_ = {"type": "object", "properties": {"a": {"const": 1}}, "additionalProperties": {"type": "integer"}}
+    assert bounded_values(open_)["additionalProperties"] == {"type": "integer", "exclusiveMaximum": 10**15,
+                                                             "exclusiveMinimum": -(10**15)}  # as written, bounded
+    unlisted_required = {"type": "object", "properties": {"a": {"const": 1}}, "required": ["b"]}
+    assert "additionalProperties" not in bounded_values(unlisted_required)
+    patterned = {"type": "object", "properties": {"a": {"const": 1}}, "patternProperties": {"^x": {"const": 2}}}
+    assert "additionalProperties" not in bounded_values(patterned)
+    # Merged objects: a closed part would refuse the properties its partner adds.
+    for merged in ({"allOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}]},
+                   {"$defs": {"base": {"properties": {"a": {"const": 1}}}},
+                    "$ref": "#/$defs/base", "properties": {"b": {"const": 2}}},
+                   {"properties": {"kind": {"const": 1}}, "anyOf": [{"properties": {"a": {"const": 1}}}]}):
+        assert "additionalProperties: false" not in json.dumps(bounded_values(merged)).replace('"', "")
+    either = bounded_values({"anyOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}]})
+    assert all(branch["additionalProperties"] is False for branch in either["anyOf"])  # alternatives, not merged
 
 
 def test_a_schema_nested_too_deeply_is_one_line() -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format, fitted_schema
+from ..engine.grammar import CompiledGrammar, OutputFormat, closed_object, compile_format, fitted_schema
 from ..errors import InputError
 from ..textin import clean_text
 
@@ -40,9 +40,6 @@ CHOICES = ("auto", "required", "none")
 # does not implement (`uniqueItems`, `not`, an unknown `format`, ...) are warnings, not errors, as for
 # response_format; the rest of the schema is still enforced.
 ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
-# Keywords that bring properties of their own: `additionalProperties: false` would refuse them (see `_closed`).
-COMBINING_KEYWORDS = ("allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "then", "else",
-                      "dependentSchemas", "dependencies", "unevaluatedProperties")
 _SCHEMA_FAILURE = re.compile(r"^line \d+, column \d+: (?:failed to compile JSON schema: )?")
 MAX_CALLS = 4  # calls in one reply, at most: a small model can otherwise repeat calls until max_tokens
 
@@ -319,7 +316,7 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
 def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
     numbers and strings it leaves open bounded, as for `--json-schema`, where the bounds fit it)."""
-    schema = {**_closed(_as_object(fitted_schema(tool.parameters).schema)), "x-guidance": ARGUMENT_LAYOUT}
+    schema = {**closed_object(_as_object(fitted_schema(tool.parameters).schema)), "x-guidance": ARGUMENT_LAYOUT}
     return json.dumps(schema, ensure_ascii=False, allow_nan=False)
 
 
@@ -327,20 +324,6 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
     """The parameters schema held to objects: the arguments are always a JSON object, even for `{}` (which
     alone allows any value) or a `type` list that allows others too."""
     return schema if schema.get("type") == "object" else {**schema, "type": "object"}
-
-
-def _closed(schema: dict[str, Any]) -> dict[str, Any]:
-    """An object schema that lists its properties and leaves `additionalProperties` open, closed: a small model
-    otherwise invents arguments. Closed only where that keeps every output valid and every valid value of the
-    listed properties reachable: not with no `properties` (`{"type": "object"}` takes any object), nor with a
-    `required` name it does not list, nor where combining keywords or patterns add properties of their own."""
-    properties = schema.get("properties")
-    required = schema.get("required", [])
-    if (not isinstance(properties, dict) or "additionalProperties" in schema
-            or any(keyword in schema for keyword in COMBINING_KEYWORDS)
-            or not isinstance(required, list) or any(name not in properties for name in required)):
-        return schema
-    return {**schema, "additionalProperties": False}
 
 
 # -- reading calls back -----------------------------------------------------------------------------

@@ -47,11 +47,26 @@ NUMBER_STEP = 1e-9
 # a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 _NOT_SCHEMAS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
+
+# Objects, closed: an object that lists its `properties` and says nothing of `additionalProperties` takes
+# only those, as llama.cpp's and xgrammar's schema converters hold it. JSON Schema lets it take any other
+# key too, and a small model invents keys until max_tokens (`"dont recommend": false` forty times on a
+# held-out review schema, an employee's `company` and a product's `tags_by_category` nested ever deeper,
+# at T=0). Every output still validates against the schema as written. Not closed: an object whose
+# `required` names a property it does not list, one with keywords that bring properties of their own, and
+# nothing at all in a schema that merges objects (an `allOf`, or a `$ref`/`anyOf`/`oneOf` beside an
+# object's own keywords), where a closed part would refuse its partner's properties.
+COMBINING_KEYWORDS = {"allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "then", "else",
+                      "dependentSchemas", "dependencies", "unevaluatedProperties"}
+_MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "dependencies"}
+_OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+                    "minProperties", "maxProperties", "dependentRequired", "unevaluatedProperties"}
 _SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
-# distinct values: 65 arrays for 4 values, 326 for 5, so only up to this many.
-UNIQUE_VALUES_SPELLED_OUT = 4
+# distinct values: 65 arrays for 4 values, 326 for 5 (0.2 s to compile), 1957 for 6 (more than llguidance
+# takes), so only up to this many.
+UNIQUE_VALUES_SPELLED_OUT = 5
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
 _PLAIN_ARRAY_KEYS = {"type", "items", "uniqueItems", "minItems", "maxItems"} | _ANNOTATIONS
 _PLAIN_ITEM_KEYS = {"type", "enum", "const"} | _ANNOTATIONS
@@ -156,9 +171,9 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
         raise InputError(f"{_name(fmt)}: {_one_line(str(exc), fmt.kind)}") from None
     if fitted.bounded:
         return fitted.grammar, fitted.check, []
-    return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings and numbers do not fit this"
-                                          " schema, so they are left open (a small model may then run one on"
-                                          " until max_tokens)"]
+    return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings, numbers and objects do not"
+                                          " fit this schema, so they are left open (a small model may then run"
+                                          " one on until max_tokens)"]
 
 
 class FittedSchema(NamedTuple):
@@ -200,15 +215,15 @@ def parse_schema(text: str, origin: str) -> dict[str, Any]:
 
 def bounded_values(schema: Any) -> Any:
     """`schema` with every number and string it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT and
-    STRING_LENGTH_LIMIT), and `uniqueItems` over a few listed values spelled out: a new object, the input
-    untouched. Strings are bounded to at least the longest length the schema names anywhere (an `allOf`
+    STRING_LENGTH_LIMIT), objects that list their properties closed to others (see COMBINING_KEYWORDS), and
+    `uniqueItems` over a few listed values spelled out: a new object, the input untouched. Strings are bounded to at least the longest length the schema names anywhere (an `allOf`
     or a `$ref` may put a schema's minLength or maxLength in another object)."""
-    return _bounded(schema, max([STRING_LENGTH_LIMIT, *_lengths_named(schema)]))
+    return _bounded(schema, max([STRING_LENGTH_LIMIT, *_lengths_named(schema)]), not _merges_objects(schema))
 
 
-def _bounded(schema: Any, string_limit: int) -> Any:
+def _bounded(schema: Any, string_limit: int, close_objects: bool) -> Any:
     if isinstance(schema, list):
-        return [_bounded(item, string_limit) for item in schema]
+        return [_bounded(item, string_limit, close_objects) for item in schema]
     if not isinstance(schema, dict):
         return schema
     bounded: dict[str, Any] = {}
@@ -216,9 +231,11 @@ def _bounded(schema: Any, string_limit: int) -> Any:
         if key in _NOT_SCHEMAS:
             bounded[key] = value
         elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
-            bounded[key] = {name: _bounded(subschema, string_limit) for name, subschema in value.items()}
+            bounded[key] = {name: _bounded(subschema, string_limit, close_objects) for name, subschema in value.items()}
         else:
-            bounded[key] = _bounded(value, string_limit)
+            bounded[key] = _bounded(value, string_limit, close_objects)
+    if close_objects:
+        bounded = closed_object(bounded)
     kinds = _schema_types(schema)
     listed = schema.keys() & {"enum", "const"}  # its values are given: nothing is open
     if kinds & {"number", "integer"} and not listed:
@@ -233,6 +250,32 @@ def _bounded(schema: Any, string_limit: int) -> Any:
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded)
     return bounded
+
+
+def closed_object(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with `additionalProperties: false` where it lists its properties and leaves the others open,
+    and closing keeps every valid value of the listed properties reachable (see COMBINING_KEYWORDS)."""
+    properties = schema.get("properties")
+    required = schema.get("required", [])
+    if (not isinstance(properties, dict) or "additionalProperties" in schema
+            or schema.keys() & COMBINING_KEYWORDS
+            or not isinstance(required, list) or any(name not in properties for name in required)):
+        return schema
+    return {**schema, "additionalProperties": False}
+
+
+def _merges_objects(schema: Any) -> bool:
+    """Whether some part of `schema` is merged with another (an `allOf`, an `if`, or a `$ref`/`anyOf`/`oneOf`
+    beside an object's own keywords), so that closing one would refuse the other's properties."""
+    if isinstance(schema, list):
+        return any(_merges_objects(item) for item in schema)
+    if not isinstance(schema, dict):
+        return False
+    if schema.keys() & _MERGING_KEYWORDS or (schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS):
+        return True
+    children = (value.values() if key in _SCHEMA_MAPS and isinstance(value, dict) else [value]
+                for key, value in schema.items() if key not in _NOT_SCHEMAS)
+    return any(_merges_objects(child) for group in children for child in group)
 
 
 def _lengths_named(schema: Any) -> list[int]:
