@@ -37,6 +37,10 @@ ADAPTIVE_DRAFT_LIMIT = 32  # the longest draft an adaptive draft length consider
 BUILTIN_MODELS = ("smollm2-135m-instruct-f32", "smollm2-135m-instruct-q4_1")
 SEED_MAX = 2**63 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# max_tokens where none is given. Output held to a format gets more room: cut short, it is not valid at all,
+# and a small model's answer may list many items or repeat itself until a bound of the format ends it.
+FREE_TEXT_MAX_TOKENS = 512
+STRUCTURED_MAX_TOKENS = 2048
 INT_MAX = 2**31 - 1  # an integer setting without a declared maximum: llama.cpp's C ints would wrap above this
 
 
@@ -288,8 +292,10 @@ class GenerationSettings(SettingsGroup):
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
-    max_tokens: int = setting(
-        512, "Most tokens to generate.", low=0, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
+    max_tokens: int | None = setting(
+        None, f"Most tokens to generate (default {FREE_TEXT_MAX_TOKENS}; {STRUCTURED_MAX_TOKENS} for output held to a"
+        " format or tools, which is no use cut short).",
+        low=0, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
     )
     stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop", request="stop")
     seed: int | None = setting(None, "Random seed: same seed and settings, same output.", low=0, high=SEED_MAX, flag="--seed", request="seed")
@@ -335,6 +341,17 @@ class GenerationSettings(SettingsGroup):
     def with_seed(self) -> "GenerationSettings":
         """A copy with a concrete seed, drawn at random when none was given."""
         return self if self.seed is not None else dataclasses.replace(self, seed=secrets.randbits(32))
+
+    def budget(self, structured: bool) -> int:
+        """max_tokens, or where none was given, the default for free text or for `structured` output (held to
+        a format or tools)."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return STRUCTURED_MAX_TOKENS if structured else FREE_TEXT_MAX_TOKENS
+
+    def with_budget(self, structured: bool) -> "GenerationSettings":
+        """A copy with a concrete max_tokens (see `budget`)."""
+        return self if self.max_tokens is not None else dataclasses.replace(self, max_tokens=self.budget(structured))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -58,7 +58,7 @@ def one_start(profile: str | None) -> dict[str, float]:
         with phase("render and tokenize the prompt"):
             tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": PROMPT}])
         with phase("create the contexts, sized for the run"):
-            session.reserve_context(len(tokens) + plan.generation.max_tokens)
+            session.reserve_context(len(tokens) + plan.generation.budget(structured=False))
         generation = session.generation(tokens, plan.generation.with_seed())
         with phase("prompt evaluation and the first token"):
             chunks = iter(generation)

@@ -18,7 +18,9 @@ from localspec.config.resolve import resolve_settings
 from localspec.errors import InputError
 from localspec.settings import (
     DEFAULTS,
+    FREE_TEXT_MAX_TOKENS,
     SETTINGS,
+    STRUCTURED_MAX_TOKENS,
     GenerationSettings,
     ModelSettings,
     SpeculativeParams,
@@ -47,7 +49,7 @@ def test_the_readme_states_the_declared_defaults() -> None:
 
     sampling = [str(DEFAULTS["sampling.temperature"]), shown("sampling.top_k", 0), shown("sampling.top_p", 1.0), str(DEFAULTS["sampling.min_p"])]
     assert f"temperature 0 is greedy (defaults {', '.join(sampling)})" in readme
-    assert f"most tokens to generate (default {DEFAULTS['sampling.max_tokens']})" in readme
+    assert f"most tokens to generate (default {FREE_TEXT_MAX_TOKENS}; {STRUCTURED_MAX_TOKENS} for output held" in readme
     assert f"(default {DEFAULTS['speculative.ngram_min']} to {DEFAULTS['speculative.ngram_max']})" in readme
     assert (DEFAULTS["speculative.strategy"], DEFAULTS["speculative.draft_max"]) == ("hybrid", "adaptive")  # "hybrid + adaptive"
 

@@ -155,6 +155,29 @@ def test_a_regex_holds_the_output_and_warnings_reach_stderr(tiny_args: list[str]
     assert "warning" not in run_tiny(tiny_args, "--json-schema", enforced, "--max-tokens", "4").stderr
 
 
+def test_output_held_to_a_format_gets_a_longer_budget_unless_one_is_given(tiny_args: list[str]) -> None:
+    """Cut short, structured output is no use: without --max-tokens it gets STRUCTURED_MAX_TOKENS, free text
+    FREE_TEXT_MAX_TOKENS; a budget given is kept either way (here in a serve request too)."""
+    from localspec.app.openai_request import parse_request
+    from localspec.settings import FREE_TEXT_MAX_TOKENS, STRUCTURED_MAX_TOKENS, GenerationSettings
+
+    def budget(*args: str) -> int:
+        return json.loads(run_tiny(tiny_args, "--json", *args).stdout)["settings"]["max_tokens"]
+
+    assert budget("--regex", "(yes|no)!") == STRUCTURED_MAX_TOKENS > FREE_TEXT_MAX_TOKENS
+    assert budget("--regex", "(yes|no)!", "--max-tokens", "7") == 7
+    assert budget("--stop", "e") == FREE_TEXT_MAX_TOKENS
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    as_json = {**body, "response_format": {"type": "json_object"}}
+
+    def served(request: dict[str, Any]) -> int:
+        return parse_request(request, chat=True, defaults=GenerationSettings(), has_draft=True).fitted(10, 4096).max_tokens
+
+    assert served(as_json) == STRUCTURED_MAX_TOKENS and served(body) == FREE_TEXT_MAX_TOKENS
+    assert served({**as_json, "max_tokens": 9}) == 9
+    assert served({**as_json, "max_tokens": 9000}) == 4096 - 10  # the context's room
+
+
 # -- chat ----------------------------------------------------------------------------------------------
 
 
@@ -288,8 +311,26 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
         assert not takes('{"open":"a","own":"abcd')  # the schema's own maxLength
 
 
-def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_pair: tuple[Path, Path]) -> None:
-    from localspec.engine.grammar import STRING_LENGTH_LIMIT
+def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
+    from localspec.engine.grammar import COLLECTION_LIMIT, bounded_values
+    from localspec.runtime.model import Model
+
+    schema = {"type": "object", "properties": {"open": {"type": "array", "items": {"type": "integer", "maximum": 9}},
+                                               "own": {"type": "array", "maxItems": 2},
+                                               "pair": {"type": "array", "prefixItems": [{"const": 1}], "items": False}}}
+    bounded = bounded_values(schema)["properties"]
+    assert bounded["open"]["maxItems"] == COLLECTION_LIMIT
+    assert bounded["own"]["maxItems"] == 2 and "maxItems" not in bounded["pair"]  # its own bound, or a closed tuple
+    assert bounded_values({"type": "array", "minItems": COLLECTION_LIMIT + 5})["maxItems"] == COLLECTION_LIMIT + 5
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    with Model(tiny_pair[0]) as model:
+        items = ",".join(["1"] * COLLECTION_LIMIT)
+        assert grammar_takes(model, grammar, '{"open":[' + items + "]}", whole=True)
+        assert not grammar_takes(model, grammar, '{"open":[' + items + ",1")
+
+
+def test_format_json_takes_any_object_with_its_values_and_depth_bounded(tiny_pair: tuple[Path, Path]) -> None:
+    from localspec.engine.grammar import COLLECTION_LIMIT, JSON_DEPTH_LIMIT, STRING_LENGTH_LIMIT
     from localspec.runtime.model import Model
 
     grammar = compile_format(OutputFormat("json", "")).grammar
@@ -301,12 +342,18 @@ def test_format_json_takes_any_object_with_its_strings_and_numbers_bounded(tiny_
         assert not takes('[1]')  # an object, as OpenAI's json_object means it
         assert not takes('{"a":[{"b":"' + "x" * (STRING_LENGTH_LIMIT + 1))  # a string at any depth
         assert not takes('{"a":[0.1234567891')  # a tenth decimal
+        deepest = JSON_DEPTH_LIMIT - 1  # arrays inside the object
+        assert takes('{"a":' + "[" * deepest + "1" + "]" * deepest + "}", whole=True)
+        assert not takes('{"a":' + "[" * (deepest + 1))
+        assert takes('{"a":[' + ",".join(["1"] * COLLECTION_LIMIT) + "]}", whole=True)
+        assert not takes('{"a":[' + ",".join(["1"] * (COLLECTION_LIMIT + 1)))
+        assert not takes("{" + ",".join(f'"k{i}":1' for i in range(COLLECTION_LIMIT + 1)))  # properties too
 
 
 def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Path, Path]) -> None:
     """llguidance does not enforce uniqueItems: over an enum of up to 5 values every ordering of distinct
     values is spelled out; over more, the array is at least no longer than the values it may take."""
-    from localspec.engine.grammar import UNIQUE_VALUES_SPELLED_OUT, bounded_values
+    from localspec.engine.grammar import COLLECTION_LIMIT, UNIQUE_VALUES_SPELLED_OUT, bounded_values
     from localspec.runtime.model import Model
 
     tags = {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c", 1]}, "uniqueItems": True,
@@ -320,7 +367,8 @@ def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Pat
     assert bounded_values({**many, "maxItems": 2})["maxItems"] == 2  # the schema's own, tighter
     assert bounded_values({**many, "items": {"type": "boolean"}})["anyOf"][-1]["maxItems"] == 2
     open_items = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
-    assert bounded_values(open_items)["uniqueItems"] is True and "maxItems" not in bounded_values(open_items)
+    assert bounded_values(open_items)["uniqueItems"] is True  # (and bounded as any open array is)
+    assert bounded_values(open_items)["maxItems"] == COLLECTION_LIMIT
 
     schema = {"type": "object", "properties": {"t": tags}, "required": ["t"]}
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
@@ -345,7 +393,7 @@ def test_bounds_leave_names_data_and_listed_values_alone_and_never_break_a_schem
     untyped = bounded_values({"uniqueItems": True, "items": {"enum": ["a", "b"]}})
     assert "anyOf" not in untyped  # without "type": "array" other values are allowed too
     with_prefix = {"type": "array", "prefixItems": [{"type": "integer"}], "items": {"enum": ["a", "b"]}, "uniqueItems": True}
-    assert "maxItems" not in bounded_values(with_prefix) and "anyOf" not in bounded_values(with_prefix)
+    assert "anyOf" not in bounded_values(with_prefix)
     for items in ({"const": "a", "enum": ["b"]}, {"enum": {}}, {"type": {"a": 1}, "enum": ["a"]}):
         assert "anyOf" not in bounded_values({"type": "array", "items": items, "uniqueItems": True})
     whole = bounded_values({"type": "array", "items": {"type": "integer", "enum": [1.0, 2]}, "uniqueItems": True})

@@ -116,7 +116,7 @@ class ChatSession:
     def _fit_context(self) -> tuple[int, str | None]:
         """Drop the oldest exchanges until the prompt leaves room for a reply: (exchanges dropped, or why it cannot fit)."""
         session, conversation = self.session, self.conversation
-        reserve = min(conversation.settings.max_tokens, session.target.n_ctx // 4)
+        reserve = min(conversation.settings.budget(structured=self.grammar is not None), session.target.n_ctx // 4)
         try:
             dropped = conversation.trim_to_fit(lambda messages: len(session.chat_prompt_tokens(messages)),
                                                session.target.n_ctx - reserve)

@@ -95,11 +95,11 @@ class CompletionRequest:
         return self.messages is not None
 
     def fitted(self, prompt_tokens: int, n_ctx: int) -> GenerationSettings:
-        """The settings with `max_tokens` lowered to the room the context leaves after the prompt."""
+        """The settings with `max_tokens` given (see `GenerationSettings.budget`), and lowered to the room the
+        context leaves after the prompt."""
+        settings = self.settings.with_budget(structured=self.response_format is not None or self.tools is not None)
         room = n_ctx - prompt_tokens
-        if self.settings.max_tokens <= room:
-            return self.settings
-        return dataclasses.replace(self.settings, max_tokens=room)
+        return settings if settings.max_tokens <= room else dataclasses.replace(settings, max_tokens=room)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

@@ -67,9 +67,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             prompt_tokens = session.raw_prompt_tokens(text)
         else:
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
-        session.reserve_context(len(prompt_tokens) + plan.generation.max_tokens)
+        grammar = tool_run.grammar if tool_run else compiled.grammar if compiled else None
+        session.reserve_context(len(prompt_tokens) + plan.generation.budget(structured=grammar is not None))
         generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative,
-                                        grammar=tool_run.grammar if tool_run else compiled.grammar if compiled else None)
+                                        grammar=grammar)
         try:
             for chunk in generation:
                 if not as_json and chunk.text and tool_run is None:

@@ -77,7 +77,7 @@ class Generation:
             )
         self.target = target
         self.prompt_tokens = list(prompt_tokens)
-        self.settings = settings.with_seed()
+        self.settings = settings.with_seed().with_budget(structured=grammar is not None)
         self.drafter = drafter
         self.grammar = TokenGrammar.start(target, grammar) if grammar is not None else None
         self.tokens: list[int] = []

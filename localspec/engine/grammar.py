@@ -46,6 +46,14 @@ NUMBER_STEP = 1e-9
 # the schema names anywhere, if that is more): a name, a title, an address or a few sentences fit;
 # a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
+
+# And arrays and objects: at T=0 a small model can list one item after another for ever (a product's
+# tags `"WiFi", "WiFi", …`, a recipe's milk and eggs in turn, on held-out schemas), or one key after
+# another (`"skillId": "8583333"` again and again under `--format json`). An array whose length a schema
+# leaves open (no maxItems, nor a closed list of items) holds at most this many items, and an object that
+# takes keys it does not list (no maxProperties) at most this many properties; a schema that wants more
+# says so with its own maxItems or maxProperties.
+COLLECTION_LIMIT = 64
 _NOT_SCHEMAS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 
 # Objects, closed: an object that lists its `properties` and says nothing of `additionalProperties` takes
@@ -79,18 +87,27 @@ JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE, "lenient"
 # `--format json`: a JSON object, as OpenAI's `json_object` response format and
 # Ollama's `format: json` mean it. Any JSON value (`--json-schema '{}'`) lets a
 # bare number or string run on until max_tokens: on the demo pair at T=0.8,
-# "What is 2+2? Answer in JSON." gave `2.1000000143...` for 150 tokens. Its values,
-# at any depth, are any JSON with strings and numbers bounded as in a schema
-# that leaves them open (see `bounded_values`); keys are not bounded (llguidance
-# does not implement `propertyNames`).
-_ANY_VALUE: dict[str, Any] = {"$ref": "#/$defs/value"}
-ANY_JSON_OBJECT: dict[str, Any] = {
-    "$defs": {"value": {"anyOf": [
-        {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
-        {"type": "array", "items": _ANY_VALUE}, {"type": "object", "additionalProperties": _ANY_VALUE},
-    ]}},
-    "type": "object", "additionalProperties": _ANY_VALUE,
-}
+# "What is 2+2? Answer in JSON." gave `2.1000000143...` for 150 tokens. Its values
+# are any JSON with strings, numbers, arrays and objects bounded as in a schema
+# that leaves them open (see `bounded_values`), nested at most JSON_DEPTH_LIMIT
+# deep: with no depth bound a small model can open one object inside another for
+# ever (`{"type": "json", "data": {"type": "json", "data": {…` at T=0). Keys are
+# not bounded (llguidance does not implement `propertyNames`).
+JSON_DEPTH_LIMIT = 6
+
+
+def _any_json_object(depth: int) -> dict[str, Any]:
+    """A schema for any JSON object whose arrays and objects, itself included, nest at most `depth` deep."""
+    scalars = [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]
+    defs = {}
+    for level in range(1, depth + 1):  # the values inside `level` containers
+        inner = {"$ref": f"#/$defs/level{level + 1}"}
+        containers = [{"type": "array", "items": inner}, {"type": "object", "additionalProperties": inner}]
+        defs[f"level{level}"] = {"anyOf": scalars + (containers if level < depth else [])}
+    return {"$defs": defs, "type": "object", "additionalProperties": {"$ref": "#/$defs/level1"}}
+
+
+ANY_JSON_OBJECT = _any_json_object(JSON_DEPTH_LIMIT)
 
 _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
                     type(None): "null"}
@@ -214,16 +231,27 @@ def parse_schema(text: str, origin: str) -> dict[str, Any]:
 
 
 def bounded_values(schema: Any) -> Any:
-    """`schema` with every number and string it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT and
-    STRING_LENGTH_LIMIT), objects that list their properties closed to others (see COMBINING_KEYWORDS), and
-    `uniqueItems` over a few listed values spelled out: a new object, the input untouched. Strings are bounded to at least the longest length the schema names anywhere (an `allOf`
-    or a `$ref` may put a schema's minLength or maxLength in another object)."""
-    return _bounded(schema, max([STRING_LENGTH_LIMIT, *_lengths_named(schema)]), not _merges_objects(schema))
+    """`schema` with every number, string, array and object it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT,
+    STRING_LENGTH_LIMIT and COLLECTION_LIMIT), objects that list their properties closed to others (see
+    COMBINING_KEYWORDS), and `uniqueItems` over a few listed values spelled out: a new object, the input
+    untouched. Strings and collections are bounded to at least the longest length the schema names anywhere
+    (an `allOf` or a `$ref` may put a schema's minLength or maxItems in another object)."""
+    counts = ("minItems", "maxItems", "minProperties", "maxProperties")
+    limits = _Limits(string=max([STRING_LENGTH_LIMIT, *_counts_named(schema, ("minLength", "maxLength"))]),
+                     collection=max([COLLECTION_LIMIT, *_counts_named(schema, counts)]),
+                     close_objects=not _merges_objects(schema))
+    return _bounded(schema, limits)
 
 
-def _bounded(schema: Any, string_limit: int, close_objects: bool) -> Any:
+class _Limits(NamedTuple):
+    string: int  # the most characters of a string the schema leaves open
+    collection: int  # the most items of an array, or properties of an object, the schema leaves open
+    close_objects: bool  # whether objects that list their properties are closed to others
+
+
+def _bounded(schema: Any, limits: _Limits) -> Any:
     if isinstance(schema, list):
-        return [_bounded(item, string_limit, close_objects) for item in schema]
+        return [_bounded(item, limits) for item in schema]
     if not isinstance(schema, dict):
         return schema
     bounded: dict[str, Any] = {}
@@ -231,10 +259,10 @@ def _bounded(schema: Any, string_limit: int, close_objects: bool) -> Any:
         if key in _NOT_SCHEMAS:
             bounded[key] = value
         elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
-            bounded[key] = {name: _bounded(subschema, string_limit, close_objects) for name, subschema in value.items()}
+            bounded[key] = {name: _bounded(subschema, limits) for name, subschema in value.items()}
         else:
-            bounded[key] = _bounded(value, string_limit, close_objects)
-    if close_objects:
+            bounded[key] = _bounded(value, limits)
+    if limits.close_objects:
         bounded = closed_object(bounded)
     kinds = _schema_types(schema)
     listed = schema.keys() & {"enum", "const"}  # its values are given: nothing is open
@@ -246,7 +274,12 @@ def _bounded(schema: Any, string_limit: int, close_objects: bool) -> Any:
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
     if "string" in kinds and not listed and "maxLength" not in schema:
-        bounded["maxLength"] = string_limit
+        bounded["maxLength"] = limits.string
+    if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
+        bounded["maxItems"] = limits.collection
+    takes_other_keys = bounded.get("additionalProperties") is not False
+    if "object" in kinds and not listed and "maxProperties" not in schema and takes_other_keys:
+        bounded["maxProperties"] = limits.collection
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded)
     return bounded
@@ -271,21 +304,22 @@ def _merges_objects(schema: Any) -> bool:
         return any(_merges_objects(item) for item in schema)
     if not isinstance(schema, dict):
         return False
-    if schema.keys() & _MERGING_KEYWORDS or (schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS):
+    merged_beside = schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS
+    if schema.keys() & _MERGING_KEYWORDS or merged_beside:
         return True
     children = (value.values() if key in _SCHEMA_MAPS and isinstance(value, dict) else [value]
                 for key, value in schema.items() if key not in _NOT_SCHEMAS)
     return any(_merges_objects(child) for group in children for child in group)
 
 
-def _lengths_named(schema: Any) -> list[int]:
-    """Every minLength and maxLength value anywhere in `schema`."""
+def _counts_named(schema: Any, keys: tuple[str, ...]) -> list[int]:
+    """Every count given to one of `keys` (minLength, maxItems, ...) anywhere in `schema`."""
     if isinstance(schema, list):
-        return [length for item in schema for length in _lengths_named(item)]
+        return [count for item in schema for count in _counts_named(item, keys)]
     if not isinstance(schema, dict):
         return []
-    own = [schema[key] for key in ("minLength", "maxLength") if _is_count(schema.get(key))]
-    return own + [length for key, value in schema.items() if key not in _NOT_SCHEMAS for length in _lengths_named(value)]
+    own = [schema[key] for key in keys if _is_count(schema.get(key))]
+    return own + [count for key, value in schema.items() if key not in _NOT_SCHEMAS for count in _counts_named(value, keys)]
 
 
 def _unique_items(array: dict[str, Any], bounded: dict[str, Any]) -> dict[str, Any]:
