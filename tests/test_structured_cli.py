@@ -210,6 +210,16 @@ def test_chat_format_command_sets_shows_and_clears_the_format(tiny_profile: str,
     jsonschema.validate(json.loads(reply), SCHEMA)
 
 
+def test_chat_set_shows_the_budget_the_format_gives(tiny_profile: str) -> None:
+    from localspec.settings import FREE_TEXT_MAX_TOKENS, STRUCTURED_MAX_TOKENS
+
+    command = ["chat", "-p", "tiny", "--threads", "1"]
+    result = CliRunner().invoke(main, command, input=b"/set\n/format json\n/set\n", catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    shown = [line.split(None, 1)[1] for line in result.stderr.splitlines() if line.strip().startswith("max_tokens")]
+    assert shown == [f"{FREE_TEXT_MAX_TOKENS} (the default for free text)", f"{STRUCTURED_MAX_TOKENS} (the default for a format)"]
+
+
 def test_chat_format_flag_holds_every_reply_and_says_when_one_is_cut_short(tiny_profile: str, schema_file: Path) -> None:
     result = chat("the cat\n/set max_tokens 3\nthe dog\n", "--json-schema", str(schema_file))
     assert result.exit_code == 0, result.stderr
@@ -322,6 +332,8 @@ def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pa
     assert bounded["open"]["maxItems"] == COLLECTION_LIMIT
     assert bounded["own"]["maxItems"] == 2 and "maxItems" not in bounded["pair"]  # its own bound, or a closed tuple
     assert bounded_values({"type": "array", "minItems": COLLECTION_LIMIT + 5})["maxItems"] == COLLECTION_LIMIT + 5
+    many = {f"p{i}": {"const": i} for i in range(COLLECTION_LIMIT + 1)}  # an open object listing more than the limit
+    assert bounded_values({"type": "object", "properties": many, "patternProperties": {"^x": {}}})["maxProperties"] >= len(many)
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:
         items = ",".join(["1"] * COLLECTION_LIMIT)

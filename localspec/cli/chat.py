@@ -210,9 +210,14 @@ class ChatLoop:
 
     def cmd_set(self, argument: str) -> None:
         if not argument:
-            values = self.chat.conversation.settings.to_values()
+            settings = self.chat.conversation.settings
+            values = settings.to_values()
             for key in chat_keys():
-                self.say(f"  {key.rpartition('.')[2]:<12} {values.get(key)!r}")
+                shown = repr(values.get(key))
+                if key == "sampling.max_tokens" and settings.max_tokens is None:  # the default, which the format sets
+                    structured = self.chat.grammar is not None
+                    shown = f"{settings.budget(structured)} (the default for {'a format' if structured else 'free text'})"
+                self.say(f"  {key.rpartition('.')[2]:<12} {shown}")
             self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
             self.say(f"  {'format':<12} {_format_text(self.chat.output_format)} (/format)")
             return

@@ -17,7 +17,7 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
@@ -238,7 +238,7 @@ def bounded_values(schema: Any) -> Any:
     (an `allOf` or a `$ref` may put a schema's minLength or maxItems in another object)."""
     counts = ("minItems", "maxItems", "minProperties", "maxProperties")
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *_counts_named(schema, ("minLength", "maxLength"))]),
-                     collection=max([COLLECTION_LIMIT, *_counts_named(schema, counts)]),
+                     collection=max([COLLECTION_LIMIT, _properties_listed(schema), *_counts_named(schema, counts)]),
                      close_objects=not _merges_objects(schema))
     return _bounded(schema, limits)
 
@@ -307,9 +307,7 @@ def _merges_objects(schema: Any) -> bool:
     merged_beside = schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS
     if schema.keys() & _MERGING_KEYWORDS or merged_beside:
         return True
-    children = (value.values() if key in _SCHEMA_MAPS and isinstance(value, dict) else [value]
-                for key, value in schema.items() if key not in _NOT_SCHEMAS)
-    return any(_merges_objects(child) for group in children for child in group)
+    return any(_merges_objects(child) for child in _subschemas(schema))
 
 
 def _counts_named(schema: Any, keys: tuple[str, ...]) -> list[int]:
@@ -319,7 +317,28 @@ def _counts_named(schema: Any, keys: tuple[str, ...]) -> list[int]:
     if not isinstance(schema, dict):
         return []
     own = [schema[key] for key in keys if _is_count(schema.get(key))]
-    return own + [count for key, value in schema.items() if key not in _NOT_SCHEMAS for count in _counts_named(value, keys)]
+    return own + [count for child in _subschemas(schema) for count in _counts_named(child, keys)]
+
+
+def _subschemas(schema: dict[str, Any]) -> Iterator[Any]:
+    """The values of `schema`'s keywords that hold schemas (or lists of them): not data (`enum`, `required`),
+    and in maps of names to schemas (`properties`), the schemas, not the names."""
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            yield from value.values()
+        elif key not in _NOT_SCHEMAS:
+            yield value
+
+
+def _properties_listed(schema: Any) -> int:
+    """How many properties the `properties` maps anywhere in `schema` list, together (merged objects take
+    all of theirs)."""
+    if isinstance(schema, list):
+        return sum(_properties_listed(item) for item in schema)
+    if not isinstance(schema, dict):
+        return 0
+    own = len(schema["properties"]) if isinstance(schema.get("properties"), dict) else 0
+    return own + sum(_properties_listed(child) for child in _subschemas(schema))
 
 
 def _unique_items(array: dict[str, Any], bounded: dict[str, Any]) -> dict[str, Any]:
