@@ -333,7 +333,8 @@ def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pa
     assert bounded["own"]["maxItems"] == 2 and "maxItems" not in bounded["pair"]  # its own bound, or a closed tuple
     assert bounded_values({"type": "array", "minItems": COLLECTION_LIMIT + 5})["maxItems"] == COLLECTION_LIMIT + 5
     many = {f"p{i}": {"const": i} for i in range(COLLECTION_LIMIT + 1)}  # an open object listing more than the limit
-    assert bounded_values({"type": "object", "properties": many, "patternProperties": {"^x": {}}})["maxProperties"] >= len(many)
+    patterned = {"type": "object", "properties": many, "required": list(many), "patternProperties": {"^x": {}}}
+    assert bounded_values(patterned)["maxProperties"] >= len(many)
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     with Model(tiny_pair[0]) as model:
         items = ",".join(["1"] * COLLECTION_LIMIT)
@@ -451,6 +452,33 @@ def test_objects_that_list_their_properties_take_no_others(tiny_pair: tuple[Path
         assert "additionalProperties: false" not in json.dumps(bounded_values(merged)).replace('"', "")
     either = bounded_values({"anyOf": [{"properties": {"a": {"const": 1}}}, {"properties": {"b": {"const": 2}}}]})
     assert all(branch["additionalProperties"] is False for branch in either["anyOf"])  # alternatives, not merged
+
+
+def test_the_bounds_add_no_warning_and_never_undo_the_rest_of_the_schema() -> None:
+    """What localspec adds must not make llguidance warn, nor make it refuse the bounded schema (which would
+    leave every value open): llguidance counts properties only where every listed one is required, and a
+    schema with many spelled-out uniqueItems arrays is too large for it."""
+    from localspec.engine.grammar import COLLECTION_LIMIT, SPELLED_OUT_ORDERINGS, bounded_values, fitted_schema
+
+    def warnings(schema: dict[str, Any]) -> tuple[str, ...]:
+        return compile_format(OutputFormat("json_schema", json.dumps(schema))).warnings
+
+    some_required = {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"], "additionalProperties": True}
+    merged = {"allOf": [{"$ref": "#/$defs/x"}], "$defs": {"x": {"type": "object", "properties": {"a": {"type": "string"}}}}}
+    assert warnings(some_required) == () and warnings(merged) == ()
+    assert bounded_values({"type": "object", "additionalProperties": {"type": "integer"}})["maxProperties"] == COLLECTION_LIMIT
+    five = {"type": "array", "items": {"enum": ["a", "b", "c", "d", "e"]}, "uniqueItems": True}  # 326 orderings
+    many = {"type": "object", "properties": {f"g{i}": five for i in range(2)}}
+    assert 2 * 326 > SPELLED_OUT_ORDERINGS
+    fitted = fitted_schema(many)
+    assert fitted.bounded and fitted.schema["properties"]["g0"]["maxItems"] == 5 and "anyOf" not in fitted.schema["properties"]["g0"]
+    assert fitted_schema({"type": "object", "properties": {"g": five}}).schema["properties"]["g"]["anyOf"]
+    # Lists longer than the bound: a 70-name `required`, a 70-item tuple
+    names = [f"k{i}" for i in range(COLLECTION_LIMIT + 6)]
+    assert fitted_schema({"type": "object", "required": names}).bounded
+    assert bounded_values({"type": "array", "prefixItems": [{"const": 1}] * len(names)})["maxItems"] >= len(names)
+    with pytest.raises(InputError, match="Expected string for 'required' item"):  # one line, not a TypeError
+        compile_format(OutputFormat("json_schema", '{"type": "object", "properties": {"a": {}}, "required": [["a"]]}'))
 
 
 def test_a_schema_nested_too_deeply_is_one_line() -> None:

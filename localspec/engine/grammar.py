@@ -73,8 +73,9 @@ _SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "depe
 
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
 # distinct values: 65 arrays for 4 values, 326 for 5 (0.2 s to compile), 1957 for 6 (more than llguidance
-# takes), so only up to this many.
+# takes), so only up to this many values, and up to SPELLED_OUT_ORDERINGS orderings in one schema.
 UNIQUE_VALUES_SPELLED_OUT = 5
+SPELLED_OUT_ORDERINGS = 400
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
 _PLAIN_ARRAY_KEYS = {"type", "items", "uniqueItems", "minItems", "maxItems"} | _ANNOTATIONS
 _PLAIN_ITEM_KEYS = {"type", "enum", "const"} | _ANNOTATIONS
@@ -204,20 +205,26 @@ class FittedSchema(NamedTuple):
 
 
 def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
-    """`bounded_values(schema)` where llguidance takes it, else the schema as written (a pattern that asks
-    for longer strings than the bound, say, or the schema's own error, for the caller to report), each
+    """`bounded_values(schema)` where llguidance takes it (with uniqueItems spelled out up to
+    SPELLED_OUT_ORDERINGS orderings, else without), else the schema as written (a pattern that asks for
+    longer strings than the bound, say, or the schema's own error, for the caller to report), each
     compiled and checked once. RecursionError for a schema nested too deeply; ValueError for one llguidance
     cannot take at all."""
     from llguidance import LLMatcher
 
-    bounded = bounded_values(schema)
-    try:
-        grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
-        check = LLMatcher.validate_grammar_with_warnings(grammar)
-    except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
-        check = (True, [])
-    if not check[0]:
-        return FittedSchema(bounded, grammar, check, True)
+    orderings = _orderings_in(schema)
+    spell_out = orderings <= SPELLED_OUT_ORDERINGS
+    tries = [bounded_values(schema, spell_out_unique=spell_out)]
+    if spell_out and orderings:  # in case they make the grammar larger than llguidance takes: without them
+        tries.append(bounded_values(schema, spell_out_unique=False))
+    for bounded in tries:
+        try:
+            grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
+            check = LLMatcher.validate_grammar_with_warnings(grammar)
+        except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
+            break
+        if not check[0]:
+            return FittedSchema(bounded, grammar, check, True)
     grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
     return FittedSchema(schema, grammar, LLMatcher.validate_grammar_with_warnings(grammar), False)
 
@@ -230,16 +237,18 @@ def parse_schema(text: str, origin: str) -> dict[str, Any]:
     return schema
 
 
-def bounded_values(schema: Any) -> Any:
+def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     """`schema` with every number, string, array and object it leaves open bounded (see NUMBER_MAGNITUDE_LIMIT,
     STRING_LENGTH_LIMIT and COLLECTION_LIMIT), objects that list their properties closed to others (see
-    COMBINING_KEYWORDS), and `uniqueItems` over a few listed values spelled out: a new object, the input
-    untouched. Strings and collections are bounded to at least the longest length the schema names anywhere
-    (an `allOf` or a `$ref` may put a schema's minLength or maxItems in another object)."""
+    COMBINING_KEYWORDS), and `uniqueItems` over a few listed values spelled out (if `spell_out_unique`): a
+    new object, the input untouched. Strings and collections are bounded to at least the longest length
+    the schema names or lists anywhere (an `allOf` or a `$ref` may put a schema's minLength or maxItems in
+    another object)."""
     counts = ("minItems", "maxItems", "minProperties", "maxProperties")
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *_counts_named(schema, ("minLength", "maxLength"))]),
-                     collection=max([COLLECTION_LIMIT, _properties_listed(schema), *_counts_named(schema, counts)]),
-                     close_objects=not _merges_objects(schema))
+                     collection=max([COLLECTION_LIMIT, _properties_listed(schema), *_counts_named(schema, counts),
+                                     *_list_lengths(schema, ("required", "prefixItems"))]),
+                     close_objects=not _merges_objects(schema), spell_out_unique=spell_out_unique)
     return _bounded(schema, limits)
 
 
@@ -247,6 +256,7 @@ class _Limits(NamedTuple):
     string: int  # the most characters of a string the schema leaves open
     collection: int  # the most items of an array, or properties of an object, the schema leaves open
     close_objects: bool  # whether objects that list their properties are closed to others
+    spell_out_unique: bool  # whether uniqueItems over a few listed values is spelled out
 
 
 def _bounded(schema: Any, limits: _Limits) -> Any:
@@ -277,12 +287,21 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         bounded["maxLength"] = limits.string
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
-    takes_other_keys = bounded.get("additionalProperties") is not False
-    if "object" in kinds and not listed and "maxProperties" not in schema and takes_other_keys:
+    if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
         bounded["maxProperties"] = limits.collection
     if schema.get("uniqueItems") is True:
-        return _unique_items(schema, bounded)
+        return _unique_items(schema, bounded, limits.spell_out_unique)
     return bounded
+
+
+def _counts_keys(bounded: dict[str, Any]) -> bool:
+    """Whether an object schema takes keys it does not list, and llguidance can count them: it enforces
+    maxProperties only where every listed property is required (elsewhere it warns that it does not)."""
+    properties = bounded.get("properties", {})
+    required = bounded.get("required", [])
+    if bounded.get("additionalProperties") is False or not (isinstance(properties, dict) and isinstance(required, list)):
+        return False
+    return all(name in required for name in properties)
 
 
 def closed_object(schema: dict[str, Any]) -> dict[str, Any]:
@@ -292,8 +311,9 @@ def closed_object(schema: dict[str, Any]) -> dict[str, Any]:
     required = schema.get("required", [])
     if (not isinstance(properties, dict) or "additionalProperties" in schema
             or schema.keys() & COMBINING_KEYWORDS
-            or not isinstance(required, list) or any(name not in properties for name in required)):
-        return schema
+            or not isinstance(required, list)
+            or not all(isinstance(name, str) and name in properties for name in required)):
+        return schema  # (a `required` that is not a list of names: llguidance reports the schema)
     return {**schema, "additionalProperties": False}
 
 
@@ -341,26 +361,56 @@ def _properties_listed(schema: Any) -> int:
     return own + sum(_properties_listed(child) for child in _subschemas(schema))
 
 
-def _unique_items(array: dict[str, Any], bounded: dict[str, Any]) -> dict[str, Any]:
+def _list_lengths(schema: Any, keys: tuple[str, ...]) -> list[int]:
+    """The length of every list given to one of `keys` (required, prefixItems) anywhere in `schema`."""
+    if isinstance(schema, list):
+        return [length for item in schema for length in _list_lengths(item, keys)]
+    if not isinstance(schema, dict):
+        return []
+    own = [len(schema[key]) for key in keys if isinstance(schema.get(key), list)]
+    return own + [length for child in _subschemas(schema) for length in _list_lengths(child, keys)]
+
+
+def _orderings_in(schema: Any) -> int:
+    """How many orderings spelling out `uniqueItems` would write into `schema`, in all (see `_orderings`)."""
+    if isinstance(schema, list):
+        return sum(_orderings_in(item) for item in schema)
+    if not isinstance(schema, dict):
+        return 0
+    own = len(_orderings(schema)) if schema.get("uniqueItems") is True else 0
+    return own + sum(_orderings_in(child) for child in _subschemas(schema))
+
+
+def _orderings(array: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Every array of distinct values an array schema with `uniqueItems` may hold, where they can be spelled
+    out: its items a few listed values (an enum, a const, booleans), no keyword beside them to narrow them;
+    else none."""
+    values = _listed_values(array.get("items"))
+    own_min, own_max = array.get("minItems", 0), array.get("maxItems")
+    if (values is None or len(values) > UNIQUE_VALUES_SPELLED_OUT or not _is_count(own_min)
+            or not (own_max is None or _is_count(own_max)) or not array.keys() <= _PLAIN_ARRAY_KEYS
+            or _schema_types(array) != {"array"}):
+        return []
+    longest = len(values) if own_max is None else min(own_max, len(values))
+    return [ordering for length in range(own_min, longest + 1) for ordering in itertools.permutations(values, length)]
+
+
+def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: bool) -> dict[str, Any]:
     """`bounded`, the array schema `array` with `uniqueItems` (which llguidance does not enforce), held to it
     where its items take a few known values (an enum, a const, booleans): every ordering of distinct values
     spelled out, up to UNIQUE_VALUES_SPELLED_OUT values, beside its own keywords (a `$ref` may point at
     them); above that, no longer than the number of values (no array of unique items is). Other arrays
     are left as they are (llguidance's warning says uniqueItems is not enforced)."""
     values = _listed_values(array.get("items"))
-    own_min, own_max = array.get("minItems", 0), array.get("maxItems")
-    if (values is None or "prefixItems" in array or not _is_count(own_min)
-            or not (own_max is None or _is_count(own_max))):
-        return bounded  # (a wrong minItems or maxItems: llguidance reports the schema)
-    longest = len(values) if own_max is None else min(own_max, len(values))
-    spelled_out = (len(values) <= UNIQUE_VALUES_SPELLED_OUT and own_min <= longest and array.keys() <= _PLAIN_ARRAY_KEYS
-                   and _schema_types(array) == {"array"})
-    if not spelled_out:
-        return {**bounded, "maxItems": longest}
-    orderings = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
-                  "minItems": length, "maxItems": length}
-                 for length in range(own_min, longest + 1) for ordering in itertools.permutations(values, length)]
-    return {key: value for key, value in bounded.items() if key != "uniqueItems"} | {"anyOf": orderings}
+    own_max = array.get("maxItems")
+    if values is None or "prefixItems" in array or not (own_max is None or _is_count(own_max)):
+        return bounded  # (a wrong maxItems: llguidance reports the schema)
+    orderings = _orderings(array) if spell_out else []
+    if not orderings:
+        return {**bounded, "maxItems": len(values) if own_max is None else min(own_max, len(values))}
+    arrays = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
+               "minItems": len(ordering), "maxItems": len(ordering)} for ordering in orderings]
+    return {key: value for key, value in bounded.items() if key != "uniqueItems"} | {"anyOf": arrays}
 
 
 def _is_count(value: Any) -> bool:
