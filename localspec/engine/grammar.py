@@ -60,10 +60,10 @@ _NOT_SCHEMAS = {"const", "enum", "default", "examples", "required", "dependentRe
 # only those, as llama.cpp's and xgrammar's schema converters hold it. JSON Schema lets it take any other
 # key too, and a small model invents keys until max_tokens (`"dont recommend": false` forty times on a
 # held-out review schema, an employee's `company` and a product's `tags_by_category` nested ever deeper,
-# at T=0). Every output still validates against the schema as written. Not closed: an object whose
-# `required` names a property it does not list, one with keywords that bring properties of their own, and
-# nothing at all in a schema that merges objects (an `allOf`, or a `$ref`/`anyOf`/`oneOf` beside an
-# object's own keywords), where a closed part would refuse its partner's properties.
+# at T=0). Closing only narrows what the grammar allows. Not closed: an object whose `required` names a
+# property it does not list, one with keywords that bring properties of their own, and nothing at all in a
+# schema that merges objects (an `allOf`, `if`/`then`/`else`, `dependentSchemas`, or a `$ref`/`anyOf`/
+# `oneOf` beside an object's own keywords), where a closed part would refuse its partner's properties.
 COMBINING_KEYWORDS = {"allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "then", "else",
                       "dependentSchemas", "dependencies", "unevaluatedProperties"}
 _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "dependencies"}
@@ -189,9 +189,9 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
         raise InputError(f"{_name(fmt)}: {_one_line(str(exc), fmt.kind)}") from None
     if fitted.bounded:
         return fitted.grammar, fitted.check, []
-    return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings, numbers and objects do not"
-                                          " fit this schema, so they are left open (a small model may then run"
-                                          " one on until max_tokens)"]
+    return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings, numbers, arrays and objects"
+                                          " do not fit this schema, so they are left open (a small model may"
+                                          " then run one on until max_tokens)"]
 
 
 class FittedSchema(NamedTuple):
