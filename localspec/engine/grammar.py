@@ -212,7 +212,7 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     cannot take at all."""
     from llguidance import LLMatcher
 
-    orderings = _orderings_in(schema)
+    orderings = sum(len(_orderings(node)) for node in _schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
     if spell_out and orderings:  # in case they make the grammar larger than llguidance takes: without them
@@ -244,11 +244,15 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     new object, the input untouched. Strings and collections are bounded to at least the longest length
     the schema names or lists anywhere (an `allOf` or a `$ref` may put a schema's minLength or maxItems in
     another object)."""
-    counts = ("minItems", "maxItems", "minProperties", "maxProperties")
-    limits = _Limits(string=max([STRING_LENGTH_LIMIT, *_counts_named(schema, ("minLength", "maxLength"))]),
-                     collection=max([COLLECTION_LIMIT, _properties_listed(schema), *_counts_named(schema, counts),
-                                     *_list_lengths(schema, ("required", "prefixItems"))]),
-                     close_objects=not _merges_objects(schema), spell_out_unique=spell_out_unique)
+    nodes = _schemas_in(schema)
+    lengths = [node[key] for node in nodes for key in ("minLength", "maxLength") if _is_count(node.get(key))]
+    counts = [node[key] for node in nodes for key in ("minItems", "maxItems", "minProperties", "maxProperties")
+              if _is_count(node.get(key))]
+    lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
+    properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
+    limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]),
+                     collection=max([COLLECTION_LIMIT, properties_listed, *counts, *lists]),
+                     close_objects=not any(_merges_here(node) for node in nodes), spell_out_unique=spell_out_unique)
     return _bounded(schema, limits)
 
 
@@ -317,27 +321,20 @@ def closed_object(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "additionalProperties": False}
 
 
-def _merges_objects(schema: Any) -> bool:
-    """Whether some part of `schema` is merged with another (an `allOf`, an `if`, or a `$ref`/`anyOf`/`oneOf`
-    beside an object's own keywords), so that closing one would refuse the other's properties."""
-    if isinstance(schema, list):
-        return any(_merges_objects(item) for item in schema)
-    if not isinstance(schema, dict):
-        return False
+def _merges_here(schema: dict[str, Any]) -> bool:
+    """Whether `schema` merges objects (an `allOf`, an `if`, or a `$ref`/`anyOf`/`oneOf` beside an object's own
+    keywords), so that closing one of them would refuse the other's properties."""
     merged_beside = schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS
-    if schema.keys() & _MERGING_KEYWORDS or merged_beside:
-        return True
-    return any(_merges_objects(child) for child in _subschemas(schema))
+    return bool(schema.keys() & _MERGING_KEYWORDS or merged_beside)
 
 
-def _counts_named(schema: Any, keys: tuple[str, ...]) -> list[int]:
-    """Every count given to one of `keys` (minLength, maxItems, ...) anywhere in `schema`."""
+def _schemas_in(schema: Any) -> list[dict[str, Any]]:
+    """`schema` and every schema inside it, found by keyword (see `_subschemas`)."""
     if isinstance(schema, list):
-        return [count for item in schema for count in _counts_named(item, keys)]
+        return [node for item in schema for node in _schemas_in(item)]
     if not isinstance(schema, dict):
         return []
-    own = [schema[key] for key in keys if _is_count(schema.get(key))]
-    return own + [count for child in _subschemas(schema) for count in _counts_named(child, keys)]
+    return [schema, *(node for child in _subschemas(schema) for node in _schemas_in(child))]
 
 
 def _subschemas(schema: dict[str, Any]) -> Iterator[Any]:
@@ -348,37 +345,6 @@ def _subschemas(schema: dict[str, Any]) -> Iterator[Any]:
             yield from value.values()
         elif key not in _NOT_SCHEMAS:
             yield value
-
-
-def _properties_listed(schema: Any) -> int:
-    """How many properties the `properties` maps anywhere in `schema` list, together (merged objects take
-    all of theirs)."""
-    if isinstance(schema, list):
-        return sum(_properties_listed(item) for item in schema)
-    if not isinstance(schema, dict):
-        return 0
-    own = len(schema["properties"]) if isinstance(schema.get("properties"), dict) else 0
-    return own + sum(_properties_listed(child) for child in _subschemas(schema))
-
-
-def _list_lengths(schema: Any, keys: tuple[str, ...]) -> list[int]:
-    """The length of every list given to one of `keys` (required, prefixItems) anywhere in `schema`."""
-    if isinstance(schema, list):
-        return [length for item in schema for length in _list_lengths(item, keys)]
-    if not isinstance(schema, dict):
-        return []
-    own = [len(schema[key]) for key in keys if isinstance(schema.get(key), list)]
-    return own + [length for child in _subschemas(schema) for length in _list_lengths(child, keys)]
-
-
-def _orderings_in(schema: Any) -> int:
-    """How many orderings spelling out `uniqueItems` would write into `schema`, in all (see `_orderings`)."""
-    if isinstance(schema, list):
-        return sum(_orderings_in(item) for item in schema)
-    if not isinstance(schema, dict):
-        return 0
-    own = len(_orderings(schema)) if schema.get("uniqueItems") is True else 0
-    return own + sum(_orderings_in(child) for child in _subschemas(schema))
 
 
 def _orderings(array: dict[str, Any]) -> list[tuple[Any, ...]]:
