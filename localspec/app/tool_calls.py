@@ -26,6 +26,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -315,8 +316,16 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
 
 def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
-    numbers and strings it leaves open bounded, as for `--json-schema`, where the bounds fit it)."""
-    schema = {**closed_object(_as_object(fitted_schema(tool.parameters).schema)), "x-guidance": ARGUMENT_LAYOUT}
+    values it leaves open bounded, as for `--json-schema`, where the bounds fit it). ValueError for a schema
+    that cannot be written as JSON (NaN)."""
+    return _fitted_arguments(json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False))
+
+
+@lru_cache(maxsize=128)
+def _fitted_arguments(parameters: str) -> str:
+    """`arguments_json` of a parameters schema's JSON text: fitting it compiles it with llguidance once or
+    twice, which an agent sending the same tools with every request need not pay again."""
+    schema = {**closed_object(_as_object(fitted_schema(json.loads(parameters)).schema)), "x-guidance": ARGUMENT_LAYOUT}
     return json.dumps(schema, ensure_ascii=False, allow_nan=False)
 
 
