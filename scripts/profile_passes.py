@@ -13,7 +13,8 @@ Python around it (filling batches, fetching logits: `Model.eval` minus its
 Python (sampling the draft, the length controller), in lookups in the memory of
 earlier text (`--memory`: the local memory `run` drafts from; nothing is added
 to it, nor to its statistics; with how many lookups a pass made and how many
-proposed a draft) and in the rest of the loop. The timers wrap the functions in place; nothing else changes.
+proposed a draft) and in the rest of the loop. The timers wrap the functions in
+place; nothing else changes.
 """
 
 from __future__ import annotations

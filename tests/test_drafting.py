@@ -303,7 +303,6 @@ def test_a_draft_model_reads_a_long_prompt_after_the_first_token(models) -> None
 def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_first_pass(models) -> None:
     target, draft = models
     speculative = SpeculativeParams(strategy="hybrid", draft_max=4)
-    settings = GenerationSettings(SAMPLED, speculative, max_tokens=10, seed=3)
     repeating = [1, *range(260, 270), *range(260, 268)]  # 19 tokens: its tail occurred before, so a lookup drafts
     for seed in range(4):
         settings = GenerationSettings(SAMPLED, speculative, max_tokens=10, seed=seed)
