@@ -3,6 +3,7 @@ and speculative identity within a mode on real weights (slow)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,20 @@ from localspec.settings import SETTINGS, GenerationSettings, ModelSettings, Samp
 # CPU_REPACK's Q4_0 layouts need AVX2 on x86 (or ARM's dot-product extensions); elsewhere nothing is repacked.
 REPACKS_Q4_0 = "AVX2 = 1" in llama().llama_print_system_info().decode()
 needs_repacking = pytest.mark.skipif(not REPACKS_Q4_0, reason="llama.cpp repacks no Q4_0 weights on this CPU")
+
+
+@functools.cache
+def _probed(path: Path) -> ProbeResult:
+    return runtime_repack.probe(path, timeout_s=300)
+
+
+def require_working_repack(*paths: Path) -> None:
+    """Skip unless batched decodes of every one of `paths` with repacked weights survive here, as the probe finds
+    in a child process: llama-cpp-python 0.3.36 crashes on them on CPUs with AMX, and a crash would end the suite."""
+    for path in paths:
+        result = _probed(path)
+        if not result.works:
+            pytest.skip(f"repacked weights of {path.name} do not work on this CPU: {result.detail}")
 
 
 @pytest.fixture(scope="module")
@@ -83,17 +98,17 @@ def test_extra_buffers_repack_q4_0_weights_and_the_placement_says_so(tiny_q4_0: 
 
 
 def test_the_probe_verdict_is_remembered_and_reused(tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is True  # a real child process: batched decodes work here
+    works = repack.extra_buffers_for(tiny_q4_0, ModelSettings())  # a real child process: either verdict is this CPU's
     stored = json.loads(fresh_cache.read_text())
     assert stored["build"] == build_fingerprint()
-    assert stored["verdicts"] == {"F32+Q4_0+Q8_0": {"works": True, "detail": stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]}}
-    assert "batched decodes work" in stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]
+    assert stored["verdicts"] == {"F32+Q4_0+Q8_0": {"works": works, "detail": stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]}}
+    assert ("batched decodes work" if works else "the probe crashed") in stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]
 
     def no_probe(path: Path, timeout_s: float) -> ProbeResult:
         raise AssertionError("probed again")
 
     monkeypatch.setattr(repack, "probe", no_probe)
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is True
+    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is works
     assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(repack="off")) is False
     assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(repack="on")) is True
 
@@ -107,9 +122,16 @@ def test_a_remembered_crash_keeps_auto_off_at_load(tiny_pair: tuple[Path, Path],
     placement = json.loads(result.stdout)["placement"]
     assert placement["target"]["cpu_extra_buffers"] is False and placement["target"]["repacked_bytes"] == 0
     assert placement["draft"]["cpu_extra_buffers"] is False
-    if REPACKS_Q4_0:
-        forced = cli("run", "--target", str(tiny_q4_0), "--draft", str(tiny_pair[1]), "--repack", "on", "--raw", "--threads", "1", "--max-tokens", "2", "--json", "a")
-        assert json.loads(forced.stdout)["placement"]["target"]["repacked_bytes"] > 0
+
+
+@needs_repacking
+def test_repack_on_overrides_a_remembered_crash(tiny_pair: tuple[Path, Path], tiny_q4_0: Path, fresh_cache: Path) -> None:
+    require_working_repack(tiny_q4_0)  # "on" is the user's word: where the crash is real, it would end the suite
+    verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)"}
+    fresh_cache.parent.mkdir(parents=True)
+    fresh_cache.write_text(json.dumps({"build": build_fingerprint(), "verdicts": {"F32+Q4_0+Q8_0": verdict}}))
+    forced = cli("run", "--target", str(tiny_q4_0), "--draft", str(tiny_pair[1]), "--repack", "on", "--raw", "--threads", "1", "--max-tokens", "2", "--json", "a")
+    assert json.loads(forced.stdout)["placement"]["target"]["repacked_bytes"] > 0
 
 
 @pytest.mark.parametrize("contents, note", [
@@ -210,6 +232,7 @@ def assert_greedy_speculative_equals_target_only(session: Session) -> None:
 @pytest.mark.slow
 @needs_repacking
 def test_f32_target_with_a_repacked_q4_0_draft_is_identical_to_target_only(smollm_f32: Path, smollm_q4_0: Path) -> None:
+    require_working_repack(smollm_f32, smollm_q4_0)
     with Session(Model(smollm_f32, extra_buffers=True), Model(smollm_q4_0, extra_buffers=True)) as session:
         assert session.draft.placement.repacked_bytes > 0 and session.target.placement.repacked_bytes == 0
         assert_greedy_speculative_equals_target_only(session)
@@ -221,6 +244,7 @@ def test_a_repacked_q4_0_target_is_identical_to_itself_target_only(smollm_q4_0: 
     """Measured on this CPU (AVX-512): a repacked Q4_0 target's logits for a batch equal its one-token logits
     bit for bit, so greedy speculation equals target-only within the mode. Across modes they do not:
     repacked and plain Q4_0 logits differ (by up to about 1.4 here), so the two are never compared."""
+    require_working_repack(smollm_q4_0)
     with Session(Model(smollm_q4_0, extra_buffers=True), Model(smollm_q4_1)) as session:
         target = session.target
         assert target.placement.repacked_bytes > 0
