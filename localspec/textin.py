@@ -44,17 +44,34 @@ def decode_bytes(data: bytes) -> tuple[str, bool]:
 
 
 def clean_data(value: Any) -> tuple[Any, bool]:
-    """Parsed JSON with `clean_text` applied to every string in it (keys too), and whether anything was replaced."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        items = [clean_data(item) for item in value]
-        return [item for item, _ in items], any(replaced for _, replaced in items)
-    if isinstance(value, dict):
-        pairs = [(clean_text(key), clean_data(item)) for key, item in value.items()]
-        cleaned = {key: item for (key, _), (item, _) in pairs}
-        return cleaned, any(key_replaced or item_replaced for (_, key_replaced), (_, item_replaced) in pairs)
-    return value, False
+    """Parsed JSON with `clean_text` applied to every string in it (keys too), and whether anything was replaced.
+
+    Walked with a stack, not by recursion: however deeply the value nests, the
+    checks that come after it say what is wrong with it, and where.
+    """
+    replaced = False
+
+    def clean(text: Any) -> Any:
+        nonlocal replaced
+        if not isinstance(text, str):
+            return text
+        cleaned, changed = clean_text(text)
+        replaced = replaced or changed
+        return cleaned
+
+    root: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (what to copy, the container it goes in, where)
+    while pending:
+        source, parent, place = pending.pop()
+        if isinstance(source, list):
+            parent[place] = copy = [None] * len(source)
+            pending.extend((item, copy, index) for index, item in enumerate(source))
+        elif isinstance(source, dict):
+            parent[place] = copy = dict.fromkeys(clean(key) for key in source)
+            pending.extend((item, copy, clean(key)) for key, item in source.items())
+        else:
+            parent[place] = clean(source)
+    return root[0], replaced
 
 
 def replaced_warning(where: str) -> str:

@@ -31,6 +31,16 @@ def test_temperature_sharpens() -> None:
     np.testing.assert_allclose(cold, softmax(LOGITS / 0.5))
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-30])
+@pytest.mark.parametrize("filters", [{}, {"top_k": 0, "top_p": 1.0, "min_p": 0.0}, {"top_k": 3, "top_p": 0.9}])
+def test_a_tiny_positive_temperature_is_as_good_as_greedy(temperature: float, filters: dict) -> None:
+    logits = np.array([1e30, -1e30, 3.0, 2.0, 3.5, -2.0], dtype=np.float32)  # scaled without care: inf - inf
+    probs = logits_to_probs(logits, SamplingParams(temperature=temperature, **filters))
+    assert probs[0] == 1.0 and probs.sum() == 1.0
+    tied = logits_to_probs(np.array([2.0, 5.0, 5.0, 1.0]), SamplingParams(temperature=temperature, **filters))
+    np.testing.assert_array_equal(tied, [0.0, 0.5, 0.5, 0.0])
+
+
 def test_top_k_keeps_k_most_likely_and_renormalises() -> None:
     probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
     assert np.count_nonzero(probs) == 2
@@ -87,6 +97,7 @@ def _reference_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return probs
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     # Logits at least 0.5 apart: no ties, so "the k largest" is one well-defined set.

@@ -44,3 +44,10 @@ def test_clean_data_reaches_every_string_in_parsed_json() -> None:
     data = {"k\udce9": ["ok", {"deep": "\ud800"}], "n": 5, "none": None}
     assert clean_data(data) == ({"k\ufffd": ["ok", {"deep": "\ufffd"}], "n": 5, "none": None}, True)
     assert clean_data({"a": ["b"]}) == ({"a": ["b"]}, False)
+    deep: object = "\ud800"
+    for _ in range(5_000):  # deeper than recursion goes: what comes after says what is wrong, and where
+        deep = {"not": [deep]}
+    cleaned, replaced = clean_data(deep)
+    for _ in range(5_000):
+        cleaned = cleaned["not"][0]
+    assert (cleaned, replaced) == ("\ufffd", True)

@@ -306,6 +306,44 @@ def test_wrong_shapes_are_400_naming_the_field(body: dict[str, Any], param: str)
     assert error.value.status == 400 and error.value.param == param, str(error.value)
 
 
+
+@pytest.mark.parametrize("field, value", [
+    ("grammar", 'root ::= "yes"'), ("json_schema", {"type": "object"}), ("n_predict", 8), ("repeat_penalty", 1.1),
+    ("min_tokens", 4), ("ignore_eos", True), ("modalities", ["text", "audio"]), ("prediction", {"content": "x"}),
+])
+def test_other_servers_fields_that_change_the_output_are_refused(field: str, value: Any) -> None:
+    with pytest.raises(ApiError) as error:
+        parse({field: value})
+    assert error.value.status == 400 and error.value.param == field, str(error.value)
+    assert parse({"modalities": ["text"], "repeat_penalty": 1.0, "user": "u1", "metadata": {"a": "b"}}).messages
+
+
+def test_escaped_lone_surrogates_anywhere_in_a_body_become_replacement_characters() -> None:
+    body = json.loads('{"messages": [{"role": "user", "content": "a\\ud800b"}, {"role": "assistant", "content": null,'
+                      ' "tool_calls": [{"id": "c\\udfff", "type": "function", "function": {"name": "add",'
+                      ' "arguments": "{\\"a\\": \\"\\\\ud83d\\"}"}}]}], "stop": ["\\ud800"]}')
+    request = parse_request(body, chat=True, defaults=GenerationSettings(), has_draft=True)
+    assert request.messages[0]["content"] == "a\ufffdb"
+    call = request.messages[1]["tool_calls"][0]
+    assert call["id"] == "c\ufffd" and call["function"]["arguments"] == {"a": "\ufffd"}
+    assert request.settings.stop == ("\ufffd",)
+
+
+def test_arguments_nested_too_deeply_are_400_naming_them() -> None:
+    deep = "[" * 5_000 + "]" * 5_000
+    call = {"id": "c", "type": "function", "function": {"name": "add", "arguments": deep}}
+    with pytest.raises(ApiError) as error:
+        parse({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]})
+    assert error.value.status == 400 and error.value.param == "messages[0].tool_calls[0].function.arguments"
+    with pytest.raises(ApiError) as error:
+        parse({"stream_options": {"include_usage": "yes"}})
+    assert error.value.param == "stream_options.include_usage"
+    with pytest.raises(ApiError) as error:
+        parse({"stop": [f"s{n}" for n in range(17)]})  # each is looked for in every token's text
+    assert error.value.param == "stop" and "at most 16" in str(error.value)
+    assert parse({"stop": [f"s{n}" for n in range(16)]}).settings.stop
+
+
 def test_an_invalid_schema_names_what_llguidance_reported() -> None:
     with pytest.raises(ApiError) as error:
         parse({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}})

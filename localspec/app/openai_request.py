@@ -1,15 +1,18 @@
 """An OpenAI completion request body, checked and turned into what a generation needs.
 
-Every field a client sends is understood, harmless, or refused with a 400 that
-names it: a client asking for something localspec does not do (several choices,
-log-probabilities) must not get plain text as if it had been honoured.
+Every field that changes what a client gets is understood, or refused with a
+400 that names it: a client asking for something localspec does not do (several
+choices, log-probabilities, another server's `grammar` or `n_predict`) must not
+get plain text as if it had been honoured. Fields that change nothing for it
+(`user`, `metadata`, `store`, ...) are ignored.
 `response_format` (JSON, a JSON schema) becomes an llguidance grammar here;
 `tools` are checked here and turned into a grammar per model by `serving`
 (see `tool_calls`). Settings fields (`temperature`, `max_tokens`, `draft_max`, ...) are
 the ones whose declaration names them (`setting(..., request=...)`) and go
 through the same checks as flags and profiles. Text is cleaned the one way text
-from outside is: lone surrogates (a JavaScript client cutting a string inside an
-emoji) become U+FFFD.
+from outside is, in every string of the body (keys too) before anything reads it:
+lone surrogates (a JavaScript client cutting a string inside an emoji, or a
+`"\ud800"` escape) become U+FFFD.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from fastapi.responses import JSONResponse
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..settings import SETTINGS, GenerationSettings
-from ..textin import clean_text
+from ..textin import clean_data, clean_text
 from .tool_calls import ToolError, ToolRequest, history_message, tool_request
 
 # API field -> setting key, from the declarations.
@@ -37,6 +40,15 @@ MAX_MESSAGE_CHARS = 300  # error messages quote at most this much of what the cl
 def _absent_or(*harmless: Any) -> Callable[[Any], bool]:
     """A check that accepts the field's absence and `harmless` values (same type and value)."""
     return lambda value: value is None or any(type(value) is type(h) and value == h for h in harmless)
+
+
+# Each is looked for in every token's text: OpenAI takes 4.
+MAX_STOP_STRINGS = 16
+
+
+def _absent() -> Callable[[Any], bool]:
+    """A check that accepts only the field's absence (or null)."""
+    return lambda value: value is None
 
 
 # Fields that change what the client gets, and the values localspec can honour (by ignoring them).
@@ -52,6 +64,16 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "logit_bias": (_absent_or({}), "no logit bias"),
     "presence_penalty": (_absent_or(0, 0.0), "no repetition penalties"),
     "frequency_penalty": (_absent_or(0, 0.0), "no repetition penalties"),
+    "repeat_penalty": (_absent_or(1, 1.0), "no repetition penalties"),
+    "repetition_penalty": (_absent_or(1, 1.0), "no repetition penalties"),
+    "min_tokens": (_absent_or(0), "no minimum length"),
+    "ignore_eos": (_absent_or(False), "a generation ends at the model's end token"),
+    "n_predict": (_absent(), "give max_tokens"),
+    "grammar": (_absent(), 'give response_format {"type": "json_schema", ...}, or run `localspec run --grammar`'),
+    "json_schema": (_absent(), 'give response_format {"type": "json_schema", "json_schema": {"name", "schema"}}'),
+    "modalities": (_absent_or(["text"]), "text output only"),
+    "audio": (_absent(), "text output only"),
+    "prediction": (_absent(), "no predicted outputs"),
 }
 
 
@@ -106,8 +128,10 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     """The JSON object a request body holds, or a 400."""
     try:
         body = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nested too deeply to parse
+    except ValueError:
         raise ApiError(400, "the request body is not valid JSON") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
@@ -115,6 +139,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 
 def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSettings, has_draft: bool) -> CompletionRequest:
     """Check every field of `body` that matters; raise ApiError(400) naming the first wrong one."""
+    body = clean_data(body)[0]  # "\ud800" escapes decode to lone surrogates, which no tokenizer takes
     _refuse_unsupported(body)
     tools = _tools(body, chat)
     response_format = _response_format(body.get("response_format"))
@@ -205,7 +230,11 @@ def _include_usage(options: Any) -> bool:
         return False
     if not isinstance(options, dict):
         raise ApiError(400, f"stream_options must be an object, got {_quote(options)}", param="stream_options")
-    return _boolean(options, "include_usage", default=False)
+    value = options.get("include_usage")
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(400, f"stream_options.include_usage must be true or false, got {_quote(value)}",
+                       param="stream_options.include_usage")
+    return bool(value)
 
 
 def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: bool) -> GenerationSettings:
@@ -216,6 +245,8 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         if value is None:
             continue
         value = _setting_value(key, value)
+        if key == "sampling.stop" and isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
+            raise ApiError(400, f"stop holds {len(value)} strings; at most {MAX_STOP_STRINGS} are taken", param=name)
         problem = SETTINGS[key].problem(value)
         if problem is not None:
             raise ApiError(400, _shorten(problem.replace(key, name)), param=name)
@@ -234,13 +265,9 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
 
 
 def _setting_value(key: str, value: Any) -> Any:
-    """A request value as the declaration checks it: one stop string as a list, text cleaned, numbers finite."""
+    """A request value as the declaration checks it: one stop string as a list, numbers finite."""
     if key == "sampling.stop" and isinstance(value, str):
         value = [value]
-    if isinstance(value, str):
-        return clean_text(value)[0]
-    if isinstance(value, list):
-        return [clean_text(item)[0] if isinstance(item, str) else item for item in value]
     if SETTINGS[key].kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             value = float(value)  # an integer too large for a float would fail later, in the sampler
@@ -274,7 +301,7 @@ def _message(message: Any, where: str) -> dict[str, Any]:
 def _content(content: Any, where: str) -> str:
     """A message's text: a string, or a list of text parts ({"type": "text", "text": "..."})."""
     if isinstance(content, str):
-        return clean_text(content)[0]
+        return content
     if not isinstance(content, list):
         raise ApiError(400, f"{where} must be a string or a list of text parts, got {_quote(content)}", param=where)
     texts = []
@@ -282,7 +309,7 @@ def _content(content: Any, where: str) -> str:
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
             raise ApiError(400, f"{where}[{i}] must be a text part, {{\"type\": \"text\", \"text\": \"...\"}}"
                            f" (other kinds are not supported), got {_quote(part)}", param=f"{where}[{i}]")
-        texts.append(clean_text(part["text"])[0])
+        texts.append(part["text"])
     return "".join(texts)
 
 
@@ -291,7 +318,7 @@ def _prompt(prompt: Any) -> str:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
         raise ApiError(400, f"prompt must be a non-empty string, got {_quote(prompt)}", param="prompt")
-    return clean_text(prompt)[0]
+    return prompt
 
 
 def _quote(value: Any) -> str:

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.generation import Generation, StopReason
@@ -210,11 +211,14 @@ def _finish_reason(generation: Generation) -> str:
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes `limit` (a chunked body has no Content-Length)."""
     parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise ApiError(413, f"request body larger than {limit} bytes")
-        parts.append(part)
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise ApiError(413, f"request body larger than {limit} bytes")
+            parts.append(part)
+    except ClientDisconnect:  # the client left before it finished sending
+        raise ClientGone() from None
     return b"".join(parts)
 
 
@@ -239,6 +243,8 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
             tokens = session.raw_prompt_tokens(parsed.prompt or "")
     except LocalspecError as exc:  # e.g. a chat template that fails on these messages
         raise ApiError(400, str(exc).split(": ", 1)[-1], param="messages" if parsed.chat else "prompt") from None
+    except RecursionError:  # e.g. tool-call arguments nested too deeply for the template's tojson
+        raise ApiError(400, "the messages are nested too deeply to render", param="messages") from None
     if len(tokens) >= session.target.n_ctx:
         raise ApiError(400, f"the prompt is {len(tokens)} tokens but the context holds {session.target.n_ctx}",
                        param="messages" if parsed.chat else "prompt", code="context_length_exceeded")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Sequence
 
 from ..engine.draft_length import LearnedLengths
@@ -82,23 +83,27 @@ class Session:
             raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
-        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages), bos_token=bos, eos_token=eos,
-                                    tools=tools)
+        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages, tools), bos_token=bos,
+                                    eos_token=eos, tools=tools)
         first_text, first_parsed = chunks[0] if chunks else ("", False)
         add_bos = self.target.adds_bos and not (bos and first_parsed and first_text.startswith(bos))
         tokens = [token for text, parse_special in chunks
                   for token in self.target.tokenize(text, add_special=False, parse_special=parse_special)]
         return [self.target.bos_token, *tokens] if add_bos else tokens
 
-    def _special_texts_in(self, messages: list[dict[str, str]]) -> SpecialTexts:
-        """The vocabulary's special-token texts, or none when no content holds any.
+    def _special_texts_in(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> SpecialTexts:
+        """The vocabulary's special-token texts, or none when no text from outside holds any.
 
-        A content holds special-token text exactly when llama.cpp tokenizes it
-        differently with specials parsed: a cheap test per message that spares the
+        A text holds special-token text exactly when llama.cpp tokenizes it
+        differently with specials parsed: a cheap test per message content (and one
+        for the rest: tool calls and tool definitions as JSON text) that spares the
         usual conversation a scan of the whole vocabulary.
         """
-        contents = [message["content"] for message in messages if isinstance(message.get("content"), str)]
-        return self.target.special_texts() if any(map(self._holds_special_text, contents)) else SpecialTexts(())
+        texts = [message["content"] for message in messages if isinstance(message.get("content"), str)]
+        rest = [{key: value for key, value in message.items() if key not in ("role", "content")} for message in messages]
+        if any(rest) or tools:
+            texts.append(json.dumps([rest, tools], ensure_ascii=False))
+        return self.target.special_texts() if any(map(self._holds_special_text, texts)) else SpecialTexts(())
 
     def _holds_special_text(self, text: str) -> bool:
         """Whether `text` holds special-token text, remembered per text: a chat asks again for

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 from ..engine.grammar import CompiledGrammar, OutputFormat, closed_object, compile_format, fitted_schema
 from ..errors import InputError
-from ..textin import clean_text
+from ..textin import clean_data, clean_text
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 CHOICES = ("auto", "required", "none")
@@ -213,9 +213,11 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
                         f" with arguments a JSON string, got {_quote(call)}", where)
     arguments: Any = clean_text(function.get("arguments", ""))[0]
     try:
-        arguments = json.loads(arguments) if arguments else {}
+        arguments = clean_data(json.loads(arguments))[0] if arguments else {}  # "\ud800" escapes: lone surrogates
     except ValueError:
         pass  # kept as the text it is
+    except RecursionError:
+        raise ToolError(f"{where}.function.arguments is nested too deeply", f"{where}.function.arguments") from None
     call_id = call.get("id")
     return {"id": call_id if isinstance(call_id, str) else "", "type": "function",
             "function": {"name": clean_text(function["name"])[0], "arguments": arguments}}

@@ -164,7 +164,9 @@ def next_token_probs(logits: np.ndarray, params: SamplingParams, allowed: np.nda
         return Probs(np.array([int(np.argmax(logits))]), np.ones(1))
 
     candidates = _min_p_prefilter(logits, params)
-    scaled = np.asarray(logits[candidates], dtype=np.float64) / params.temperature
+    kept = np.asarray(logits[candidates], dtype=np.float64)
+    with np.errstate(over="ignore"):  # shifted first: a tiny temperature gives -inf, never inf - inf
+        scaled = (kept - kept.max()) / params.temperature
     if 0 < params.top_k < len(candidates):
         best = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
         candidates, scaled = candidates[best], scaled[best]

@@ -3,9 +3,10 @@
 Templates come from downloaded files, so they run in Jinja's immutable sandbox:
 no attribute access to Python internals, no mutation of passed-in objects.
 
-Message contents are text from users, not template: `render_chat_chunks` marks
-where they stand so that special-token text typed in a message (`<|im_end|>`)
-is tokenized as plain text and cannot end a turn or open a forged one.
+Message contents, tool calls and tool definitions are text from users, not
+template: `render_chat_chunks` marks where their special-token text stands so
+that `<|im_end|>` typed in a message (or echoed in a tool call's arguments) is
+tokenized as plain text and cannot end a turn or open a forged one.
 """
 
 from __future__ import annotations
@@ -100,36 +101,64 @@ def render_chat_chunks(
 ) -> list[Chunk]:
     """Render `messages` into chunks to tokenize in order, special tokens parsed only where `parse_special`.
 
-    When no content holds special-token text (the usual case) this is the whole
-    rendered text in one chunk with specials parsed, so the tokens are exactly those
-    of tokenizing `render_chat`'s text. Otherwise each such content is rendered as a
-    unique marker, and the text is cut only at the template's own special tokens
-    (never at a content's edges, so BPE merges and SentencePiece's space prefix stay
-    as they would be): the stretches between two of them that hold a marked content
-    become plain chunks with the content put back, the rest stays special. A template
-    that transforms a content (`| trim`, `.split(...)`) sees the marker instead, so
-    such a content goes in unchanged.
+    When no text from outside holds special-token text (the usual case) this is the
+    whole rendered text in one chunk with specials parsed, so the tokens are exactly
+    those of tokenizing `render_chat`'s text. Otherwise each content that holds some is
+    rendered as a unique marker, as is each special-token text in the other fields of
+    messages (tool calls: names, arguments, ids) and in `tools`; the text is cut only
+    at the template's own special tokens (never at a content's edges, so BPE merges
+    and SentencePiece's space prefix stay as they would be): the stretches between two
+    of them that hold a marker become plain chunks with the text put back, the rest
+    stays special. A template that transforms a content (`| trim`, `.split(...)`) sees
+    the marker instead, so such a content goes in unchanged.
     """
-    options = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt,
-               "tools": tools}
-    markers = _content_markers(messages, special)
-    if not markers:
-        return [(render_chat(template, list(messages), **options), True)]
-    marked = [{**message, "content": markers[index]} if index in markers else message
-              for index, message in enumerate(messages)]
-    contents = {marker: messages[index]["content"] for index, marker in markers.items()}
-    pieces = re.split("(" + "|".join(map(re.escape, contents)) + ")", render_chat(template, marked, **options))
-    return _chunks(pieces, contents, special)
+    nonce = secrets.token_hex(8)  # text from outside cannot guess it, so cannot pass for a marker
+    hidden: dict[str, str] = {}  # marker -> the text it stands for
+    marked = [_marked_message(message, special, nonce, hidden) for message in messages]
+    marked_tools = _marked_fields(tools, special, nonce, hidden)
+    options = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt}
+    if not hidden:
+        return [(render_chat(template, list(messages), tools=tools, **options), True)]
+    rendered = render_chat(template, marked, tools=marked_tools, **options)
+    pieces = re.split("(" + "|".join(map(re.escape, hidden)) + ")", rendered)
+    return _chunks(pieces, hidden, special)
 
 
-def _content_markers(messages: Sequence[dict[str, Any]], special: SpecialTexts) -> dict[int, str]:
-    """A unique marker for each message whose content holds special-token text: {message index: marker}."""
-    nonce = secrets.token_hex(8)  # a content cannot guess it, so cannot pass for a marker
-    return {
-        index: f"\ue000{nonce}:{index}\ue001"
-        for index, message in enumerate(messages)
-        if isinstance(message.get("content"), str) and special.found_in(message["content"])
-    }
+def _marked_message(message: dict[str, Any], special: SpecialTexts, nonce: str, hidden: dict[str, str]) -> dict[str, Any]:
+    """`message` with a marker for its content when that holds special-token text, and one for each
+    special-token text in its other fields but its role (each recorded in `hidden`)."""
+    def marked(key: str, value: Any) -> Any:
+        if key == "role":
+            return value
+        if key != "content" or not isinstance(value, str):
+            return _marked_fields(value, special, nonce, hidden)
+        if not special.found_in(value):
+            return value
+        marker = _marker(nonce, hidden)
+        hidden[marker] = value
+        return marker
+    return {key: marked(key, value) for key, value in message.items()}
+
+
+def _marked_fields(value: Any, special: SpecialTexts, nonce: str, hidden: dict[str, str]) -> Any:
+    """JSON-like `value` with each special-token text in its strings (keys too) replaced by a marker."""
+    if isinstance(value, str):
+        def hide(match: re.Match) -> str:
+            marker = _marker(nonce, hidden)
+            hidden[marker] = match.group()
+            return marker
+        return special.pattern.sub(hide, value)
+    if isinstance(value, list):
+        return [_marked_fields(item, special, nonce, hidden) for item in value]
+    if isinstance(value, dict):
+        return {_marked_fields(key, special, nonce, hidden): _marked_fields(item, special, nonce, hidden)
+                for key, item in value.items()}
+    return value
+
+
+def _marker(nonce: str, hidden: dict[str, str]) -> str:
+    """A new marker: private-use characters around the nonce and a count (left alone by `tojson`)."""
+    return f"\ue000{nonce}:{len(hidden)}\ue001"
 
 
 def _chunks(pieces: list[str], contents: dict[str, str], special: SpecialTexts) -> list[Chunk]:
