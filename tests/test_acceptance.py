@@ -99,6 +99,7 @@ def _resample_from_p_target(draft_tokens, q_draft, p_target, rng) -> Accepted:
     return Accepted([*draft_tokens, p_target[k].sample(rng)], k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3])
 def test_the_joint_test_rejects_a_wrong_residual(k: int) -> None:
     """Power check through the same joint test: resampling from p_target after a rejection is caught."""

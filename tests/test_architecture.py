@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "localspec"
 
 # Higher layers may import lower ones, never the reverse; packages of one rank do not import each other.
@@ -110,6 +112,7 @@ print("llama_cpp" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_commands_that_load_no_weights_never_load_llama_cpp(tiny_pair: tuple[Path, Path]) -> None:
     result = subprocess.run(
         [sys.executable, "-c", COMMANDS_WITHOUT_WEIGHTS, str(tiny_pair[0]), str(tiny_pair[0].parent)],

@@ -128,6 +128,7 @@ ALL_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("speculative_name", "sampling_name"), ALL_CASES)
 def test_speculative_tokens_equal_target_only_tokens(pair, speculative_name: str, sampling_name: str) -> None:
     target, draft = pair

@@ -229,6 +229,7 @@ def test_auto_draft_with_stdin_closed_asks_nothing(
     assert exited.value.code == 2 and "localspec draft make" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     target = tmp_path / "target.gguf"
     target.write_bytes(tiny_pair[0].read_bytes())

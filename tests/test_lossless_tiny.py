@@ -112,6 +112,7 @@ def plain_two_token_counts(model: Model, sampling: SamplingParams, n_seeds: int)
     )
 
 
+@pytest.mark.slow
 def test_target_only_baseline_matches_the_same_distribution(tiny_pair: tuple[Path, Path]) -> None:
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     with Model(tiny_pair[0]) as target:
@@ -120,6 +121,7 @@ def test_target_only_baseline_matches_the_same_distribution(tiny_pair: tuple[Pat
     assert chi_square_pvalue(counts, exact) > ALPHA
 
 
+@pytest.mark.slow
 def test_a_draft_used_without_correction_is_detected(tiny_pair: tuple[Path, Path]) -> None:
     """Power check: emitting the draft model's own samples must fail the same test."""
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from localspec.engine.noise import gumbel, hash_tokens, uniforms
@@ -63,6 +64,7 @@ def test_uniforms_are_uniform_and_independent_across_positions_and_tokens() -> N
         assert abs(np.corrcoef(a, b)[0, 1]) < 0.01
 
 
+@pytest.mark.slow
 def test_gumbel_max_draws_each_token_with_its_probability() -> None:
     probs = Probs(np.array([3, 10, 11, 40]), np.array([0.5, 0.25, 0.15, 0.10]))
     sampler = CoupledSampler(seed=77)

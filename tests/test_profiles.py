@@ -301,6 +301,7 @@ def profile_values(draw) -> dict:
     return values
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
 @given(profile_values())
 def test_any_valid_profile_survives_save_and_load(values: dict) -> None:

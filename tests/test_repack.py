@@ -197,6 +197,7 @@ def test_the_probe_turns_a_crash_into_a_verdict_and_a_hang_into_none(
     assert repack.load_verdicts(build_fingerprint()) == {}  # ... and not remembered: the next load asks again
 
 
+@pytest.mark.slow
 def test_a_model_that_does_not_load_is_no_verdict(tmp_path: Path, fresh_cache: Path) -> None:
     broken = write_unloadable_model(tmp_path / "broken.gguf")
     result = runtime_repack.probe(broken, timeout_s=60)

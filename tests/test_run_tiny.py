@@ -129,6 +129,7 @@ def test_a_closed_stdin_without_a_prompt_is_a_usage_error(command: list[str], mo
     assert raised.value.exit_code == 2
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_pipe_ends_quietly(tiny_args: list[str]) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # as `localspec run ... | head -c 1` once head has gone

@@ -261,6 +261,7 @@ def test_the_bearer_scheme_is_case_insensitive(api: Api) -> None:
         assert client.get("/health").status_code == 200
 
 
+@pytest.mark.slow
 def test_max_tokens_is_lowered_to_the_room_the_context_leaves(api: Api) -> None:
     def n_tokens(repeats: int) -> int:
         return len(api.session.raw_prompt_tokens("the cat " * repeats))
@@ -456,6 +457,7 @@ def _check_answer(response: httpx.Response) -> None:
         assert isinstance(answer["error"]["message"], str) and answer["error"]["type"], answer
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(path=st.sampled_from([CHAT, COMPLETIONS]),
        body=st.one_of(BODY, JSON, st.binary(max_size=40)))

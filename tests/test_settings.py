@@ -111,6 +111,7 @@ RUNTIME_VALUES = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flags=st.dictionaries(st.sampled_from(sorted(RUNTIME_VALUES)), st.none(), max_size=6).flatmap(
     lambda chosen: st.fixed_dictionaries({flag: RUNTIME_VALUES[flag] for flag in chosen})

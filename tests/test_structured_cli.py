@@ -454,6 +454,7 @@ def test_objects_that_list_their_properties_take_no_others(tiny_pair: tuple[Path
     assert all(branch["additionalProperties"] is False for branch in either["anyOf"])  # alternatives, not merged
 
 
+@pytest.mark.slow
 def test_the_bounds_add_no_warning_and_never_undo_the_rest_of_the_schema() -> None:
     """What localspec adds must not make llguidance warn, nor make it refuse the bounded schema (which would
     leave every value open): llguidance counts properties only where every listed one is required, and a

@@ -121,6 +121,7 @@ def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path])
     assert ngram.exit_code == 0 and json.loads(ngram.stdout)["settings"]["speculative"]["strategy"] == "ngram"
 
 
+@pytest.mark.slow
 def test_draft_make_auto_keeps_only_the_winner(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     target = tmp_path / "target.gguf"
     target.write_bytes(tiny_pair[0].read_bytes())
