@@ -44,3 +44,14 @@ def test_raise_exception_in_a_template_is_a_clean_error() -> None:
 def test_a_broken_template_is_a_clean_error() -> None:
     with pytest.raises(LocalspecError, match="chat template failed to render"):
         render_chat("{% for m in messages %}", MESSAGES)
+
+
+@pytest.mark.parametrize("template, error", [
+    ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    ("{{ messages[0].content + 1 }}", "TypeError"),
+    ("{{ '%d' % 'x' }}", "TypeError"),
+    ("{{ range(10**9) | list | length }}", "OverflowError"),  # the sandbox refuses huge ranges
+])
+def test_a_template_that_fails_in_python_is_a_clean_error(template: str, error: str) -> None:
+    with pytest.raises(LocalspecError, match=f"chat template failed to render: {error}: "):
+        render_chat(template, MESSAGES)

@@ -121,6 +121,18 @@ def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile:
     assert not (tmp_path / "no").exists()
 
 
+
+def test_paths_no_check_foresaw_are_one_line_each_and_the_chat_goes_on(tiny_profile: str, tmp_path: Path) -> None:
+    too_long = tmp_path / ("x" * 300) / "chat.json"
+    script = f"/save {too_long}\n/load {too_long}\n/save ~no-such-user-here/c.json\n/format grammar {'y' * 300}\nthe cat\n"
+    result = chat(script.encode())
+    assert result.exit_code == 0, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 4 and "Traceback" not in result.stderr, result.stderr
+    assert all("too long" in line for line in (errors[0], errors[1], errors[3])) and "no such user" in errors[2], errors
+    assert len(replies(result.stderr)) == 1  # the chat went on
+
+
 def test_the_history_store_says_its_folder_is_gone(tmp_path: Path) -> None:
     from localspec.app.conversation import Conversation
     from localspec.settings import GenerationSettings

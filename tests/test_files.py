@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,17 @@ def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, sm
     assert read_gguf_header(out).get("general.file_type") == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
     assert seen and seen[-1][0] == seen[-1][1]
     assert [p.name for p in tmp_path.iterdir()] == ["q8.gguf"]
+
+
+
+@pytest.mark.parametrize("value_type, value", [(4, struct.pack("<I", 0)), (8, struct.pack("<Q", 2) + b"64")])
+def test_a_header_with_a_nonsense_alignment_is_corrupt_not_a_crash(tmp_path: Path, value_type: int, value: bytes) -> None:
+    key = b"general.alignment"  # a uint32 0 (a division by zero) or a string
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<I", value_type)
+    path = tmp_path / "odd.gguf"
+    path.write_bytes(header + value)
+    with pytest.raises(InputError, match="corrupt GGUF header .*general.alignment"):
+        read_gguf_header(path)
 
 
 def test_failed_quantize_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,10 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path) -> 
     assert [Path(row["tag"]).name for row in json.loads(cli("memory", "list", "--json").stdout)] == ["a.txt"]
     one_error_line(cli("memory", "remove", str(notes / "sub")), 2, "none of these files")
 
+    for answer in ("n\n", ""):  # no, or no answer at all: nothing cleared, and not an interruption
+        declined = CliRunner().invoke(main, ["memory", "clear"], input=answer)
+        assert declined.exit_code == 0 and "nothing cleared" in declined.stderr, declined.stderr
+    assert len(json.loads(cli("memory", "list", "--json").stdout)) == 1
     cleared = cli("memory", "clear", "--yes")
     assert cleared.exit_code == 0 and json.loads(cli("memory", "list", "--json").stdout) == []
     assert local_memory().index().lookup([*range(260, 266)], 4, min_length=2) is None
@@ -273,3 +278,13 @@ def test_a_session_merges_its_documents_off_the_generation_path(tmp_path: Path) 
     memory.close()
     assert not store.needs_compaction() and len(store.documents()) == 4
     assert not list((tmp_path / "memory" / "segments").glob("*.seg"))  # all merged into the base
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_as_text(tiny_profile: str, tmp_path: Path) -> None:
+    odd = tmp_path / os.fsdecode(b"caf\xe9.txt")  # an invalid byte in a name: a lone surrogate in Python
+    odd.write_text("the cat sat on the mat " * 20)
+    assert cli("memory", "add", "-p", "tiny", str(odd)).exit_code == 0
+    for args in (("memory", "list"), ("memory", "list", "--json")):
+        listed = cli(*args)
+        assert listed.exit_code == 0 and "caf\ufffd.txt" in listed.stdout, listed.stderr
+    assert cli("memory", "remove", str(odd)).exit_code == 0

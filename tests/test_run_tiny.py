@@ -90,6 +90,36 @@ def test_a_model_file_that_cannot_be_read_is_one_line() -> None:
     one_error_line(cli("run", "--target", "/proc/self/mem", "hi"), 2, "/proc/self/mem: cannot read")
 
 
+
+def test_paths_no_check_foresaw_are_one_line(tiny_args: list[str], tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    inline = '[{"type": "function", "function": {"name": "f"}}]' * 8  # JSON where a FILE goes: a name too long
+    one_error_line(cli(*tiny_args, "--tools", inline, "hi"), 2, "cannot read it", "too long")
+    one_error_line(cli(*tiny_args, "--json-schema", str(tmp_path / ("x" * 300) / "s.json"), "hi"), 2, "too long")
+    one_error_line(cli("run", "--target", "~no-such-user-here/m.gguf", "hi"), 2, "cannot expand ~ (no such user)")
+    one_error_line(cli("run", "--target", str(tmp_path / ("x" * 300)), "hi"), 2, "cannot reach it", "too long")
+    one_error_line(cli("bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--temperatures", "0,nan"),
+                   2, "--temperatures", "not a finite number")
+
+
+def test_a_model_path_that_is_not_utf8_loads(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    odd = tmp_path / os.fsdecode(b"caf\xe9.gguf")  # an invalid byte in a file name: a lone surrogate in Python
+    odd.write_bytes(tiny_pair[0].read_bytes())
+    result = cli("run", "--target", str(odd), "--draft", str(tiny_pair[1]), "--raw", "--temperature", "0",
+                 "--threads", "1", "--max-tokens", "3", "the cat")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_draft_make_refuses_to_write_over_its_target(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    target = tmp_path / "target.gguf"
+    target.write_bytes(tiny_pair[0].read_bytes())
+    (tmp_path / "link.gguf").symlink_to(target)
+    for out in (target, tmp_path / "link.gguf", tmp_path / "." / "target.gguf"):
+        one_error_line(cli("draft", "make", str(target), "--type", "q8_0", "--out", str(out), "--force"), 2,
+                       "is TARGET itself")
+    assert target.read_bytes() == tiny_pair[0].read_bytes()
+
+
+
 def test_ctrl_c_during_generation_exits_130_without_a_traceback(tiny_args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import localspec.cli.run as run_module
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..config.files import read_user_text
 from ..config.profiles import update_profile
 from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation
@@ -112,9 +113,9 @@ class BenchResult:
 def read_prompts(path: Path) -> tuple[str, ...]:
     """Prompts from a file, one per line (blank lines skipped; "\\n" inside a line is a newline)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the prompts file ({exc.strerror or exc})") from None
+        lines = read_user_text(path).splitlines()  # a regular file in UTF-8, or one line saying what it is not
+    except InputError as exc:
+        raise InputError(f"cannot read the prompts file: {exc}") from None
     prompts = tuple(line.replace("\\n", "\n") for line in lines if line.strip())
     if not prompts:
         raise InputError(f"{path}: no prompts in the file (one per line)")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..config.paths import user_path
 from ..config.resolve import ResolvedSettings, resolve_settings
 from ..errors import InputError
 from ..models.compat import check_file, check_pair
@@ -86,7 +87,7 @@ def locate_model(
     """The local file for the target or draft: a path, a downloaded hub file or a built-in model."""
     values = settings.values
     if f"{role}.path" in values:
-        return Path(os.path.expandvars(str(values[f"{role}.path"]))).expanduser()
+        return user_path(os.path.expandvars(str(values[f"{role}.path"])))
     if f"{role}.hf_repo" in values:
         repo, filename = values[f"{role}.hf_repo"], values[f"{role}.hf_file"]
         path = hub_local_path(repo, filename)

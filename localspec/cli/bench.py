@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import math
 from typing import Any, Callable
 
 import click
@@ -28,6 +28,7 @@ from ..app.bench import (
 )
 from ..app.structured_bench import ConstrainedPrompt, StructuredResult, run_structured_bench
 from ..app.structured_set import structured_set
+from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
 from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
@@ -61,6 +62,8 @@ def _comma_list(value: str, convert, option: str) -> list:
 
 def _temperature(item: str) -> float:
     value = float(item)
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{item} is not a finite number")
     if value < 0:
         raise click.BadParameter(f"{item} is below 0")
     return value
@@ -191,7 +194,7 @@ def _prompts(spec: str | None) -> tuple[str, ...]:
         if not 1 <= count <= len(DEFAULT_PROMPTS):
             raise click.BadParameter(f"between 1 and {len(DEFAULT_PROMPTS)} built-in prompts", param_hint="--prompts")
         return DEFAULT_PROMPTS[:count]
-    return read_prompts(Path(spec).expanduser())
+    return read_prompts(user_path(spec))
 
 
 def _check_structured_options(

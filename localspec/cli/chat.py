@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
@@ -25,7 +24,7 @@ from ..app.conversation import Conversation, chat_keys
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
-from ..config.paths import history_file, input_history_file
+from ..config.paths import history_file, input_history_file, user_path
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
@@ -167,6 +166,8 @@ class ChatLoop:
             handler(argument)
         except InputError as exc:
             self.say(f"error: {exc}")
+        except OSError as exc:  # a path no check foresaw (a name too long, a folder it may not search): the chat goes on
+            self.say(f"error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
         return True
 
     # -- replies -------------------------------------------------------------------------
@@ -280,7 +281,7 @@ class ChatLoop:
     def cmd_save(self, argument: str) -> None:
         if not argument:
             raise InputError("/save FILE")
-        path = Path(argument).expanduser()
+        path = user_path(argument)
         if not path.parent.is_dir():
             raise InputError(f"{path}: the folder {path.parent} does not exist")
         try:
@@ -292,7 +293,7 @@ class ChatLoop:
     def cmd_load(self, argument: str) -> None:
         if not argument:
             raise InputError("/load FILE")
-        path = Path(argument).expanduser()
+        path = user_path(argument)
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         if replaced:
             warn_replaced(str(path))

@@ -51,6 +51,9 @@ class LocalspecGroup(click.Group):
         except BrokenPipeError:
             sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
             sys.exit(0)
+        except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
+            click.echo(f"error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", err=True)
+            sys.exit(1)
 
 
 class LazyCommands(LocalspecGroup):

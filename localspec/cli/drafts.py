@@ -38,11 +38,19 @@ def make_command(target: Path, type_name: str, out: Path | None, force: bool) ->
     """
     if type_name != AUTO:
         out = out or default_draft_path(target, type_name)
-        if out.exists() and not force:
-            raise InputError(f"{out} exists; pass --force to overwrite")
-    elif out is not None and out.exists() and not force:
+    if out is not None and _same_file(out, target):
+        raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
+    if out is not None and out.exists() and not force:
         raise InputError(f"{out} exists; pass --force to overwrite")
     make_draft_file(target, type_name, out, force=force)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links too); False when either cannot be looked at."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except (OSError, RuntimeError):
+        return False
 
 
 def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None, force: bool = False) -> Path:

@@ -16,7 +16,7 @@ from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
 from ..app.memory_store import MemoryStore
 from ..errors import InputError
 from ..runtime.model import Vocabulary
-from ..textin import decode_bytes, replaced_warning
+from ..textin import clean_text, decode_bytes, replaced_warning
 from .common import stdout_console
 from .loading import resolve_plan
 from .options import PROFILE_OPTION
@@ -120,8 +120,9 @@ def clear_command(yes: bool) -> None:
     if not stores:
         click.echo("the memory is already empty", err=True)
         return
-    if not yes:
-        click.confirm(f"empty {len(stores)} memor{'ies' if len(stores) != 1 else 'y'} in {memory_root()}?", abort=True)
+    if not yes and not _agreed(f"empty {len(stores)} memor{'ies' if len(stores) != 1 else 'y'} in {memory_root()}?"):
+        click.echo("nothing cleared", err=True)
+        return
     for store in stores:
         store.clear()
     click.echo("the memory is empty", err=True)
@@ -132,13 +133,21 @@ def _files(count: int) -> str:
 
 
 def _file_tag(path: Path) -> str:
-    """The tag of what `memory add` added from `path`."""
-    return f"file:{path.absolute()}"
+    """The tag of what `memory add` added from `path` (a name's invalid bytes as U+FFFD: tags are listed as text)."""
+    return clean_text(f"file:{path.absolute()}")[0]
 
 
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
     """Whether `tag` is one of the file tags `prefixes`, or the tag of a file under one of those folders."""
     return tag is not None and any(tag == prefix or tag.startswith(prefix.rstrip("/") + "/") for prefix in prefixes)
+
+
+def _agreed(question: str) -> bool:
+    """A yes from the user to `question`; no answer (end of input, Ctrl-C) is a no."""
+    try:
+        return click.confirm(question)
+    except click.Abort:
+        return False
 
 
 def _name(store: MemoryStore) -> str:

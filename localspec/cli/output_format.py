@@ -9,12 +9,12 @@ prints llguidance's warnings, and `format_from_command` reads chat's
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from ..config.files import read_user_text
+from ..config.paths import user_path
 from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
@@ -62,13 +62,13 @@ def schema_format(value: str) -> OutputFormat:
     """`--json-schema` / `/format schema`: inline JSON when it starts with '{', else a file's text."""
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, "--json-schema"), "--json-schema")
-    path = Path(value).expanduser()
+    path = user_path(value)
     return OutputFormat("json_schema", read_user_text(path), str(path))
 
 
 def grammar_format(value: str) -> OutputFormat:
     """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF)."""
-    path = Path(value).expanduser()
+    path = user_path(value)
     return OutputFormat("grammar", read_user_text(path), str(path))
 
 

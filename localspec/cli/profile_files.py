@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from ..app.plan import locate_model
-from ..config.paths import user_profiles_dir
+from ..config.paths import user_path, user_profiles_dir
 from ..config.profiles import check_name, parse_assignment, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
@@ -36,14 +36,14 @@ def add_command(
     existing = user_profiles_dir() / f"{name}.toml"
     if existing.exists() and not force:
         raise InputError(f"profile {name!r} exists ({existing}); pass --force to overwrite")
-    target_path = Path(target).expanduser().resolve()
+    target_path = user_path(target).resolve()
     values: dict = {"name": name, "target.path": str(target_path)}
     if description:
         values["description"] = clean_input(description, "--description")
     if draft == "auto":
         values["draft.path"] = str(_auto_draft(target_path, make_draft))
     elif draft:
-        values["draft.path"] = str(Path(draft).expanduser().resolve())
+        values["draft.path"] = str(user_path(draft).resolve())
     for assignment in assignments:
         key, value = parse_assignment(clean_input(assignment, "--set"))
         values[key] = value

@@ -12,7 +12,6 @@ one line on stderr and exit code 1.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
@@ -30,6 +29,7 @@ from ..app.tool_calls import (
     tool_request,
 )
 from ..config.files import parse_user_json, read_user_text
+from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..errors import InputError
 from .common import write_stdout
@@ -62,7 +62,7 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
         if choice is not None:
             raise InputError("--tool-choice needs --tools FILE")
         return None
-    path = Path(path).expanduser()
+    path = user_path(path)
     definitions = parse_user_json(read_user_text(path), path)
     try:
         tools = check_tools(definitions, where=str(path))

@@ -34,11 +34,11 @@ LOCK_TIMEOUT_S = 30.0  # a profile write takes milliseconds: this long means a s
 
 def read_user_text(path: Path) -> str:
     """The text of `path`, which must be a regular file in UTF-8 without a byte order mark."""
-    if path.exists() and not path.is_file():  # a folder, or a FIFO that would block the read
-        raise InputError(f"{path}: not a regular file")
     try:
+        if path.exists() and not path.is_file():  # a folder, or a FIFO that would block the read
+            raise InputError(f"{path}: not a regular file")
         data = path.read_bytes()
-    except OSError as exc:
+    except OSError as exc:  # missing, unreadable, a name too long, a folder it may not search
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if data.startswith(codecs.BOM_UTF8):
         raise InputError(f"{path}: starts with a byte order mark (BOM): save it as UTF-8 without BOM")

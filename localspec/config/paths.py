@@ -13,12 +13,22 @@ from pathlib import Path
 
 import platformdirs
 
+from ..errors import InputError
+
 APP_NAME = "localspec"
+
+
+def user_path(text: str | os.PathLike[str]) -> Path:
+    """A path as the user gave it, with `~` and `~user` expanded (an unknown user is a one-line error)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # "~nobody/...": no such user, so no home folder to expand to
+        raise InputError(f"{text}: cannot expand ~ (no such user)") from None
 
 
 def _home_override() -> Path | None:
     value = os.environ.get("LOCALSPEC_HOME")
-    return Path(value).expanduser() if value else None
+    return user_path(value) if value else None
 
 
 def user_config_dir() -> Path:

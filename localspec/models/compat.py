@@ -167,9 +167,17 @@ def check_pair(target: Path, draft: Path) -> None:
         )
 
 
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a regular file; False where it cannot be looked at (`read_gguf_header` says why)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def check_file(path: Path) -> None:
     """Raise InputError unless `path` is a complete GGUF file (remembered once seen whole)."""
-    if not path.is_file():
+    if not _is_file(path):
         read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
     if entries.get(_file_key(path)):
@@ -200,7 +208,7 @@ def check_pair_cached(target: Path, draft: Path) -> CompatReport:
     its vocabulary; a remembered verdict implies both files were whole.
     """
     for path in (target, draft):
-        if not path.is_file():
+        if not _is_file(path):
             read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
     key = f"pair:{file_version(target)}::{file_version(draft)}"

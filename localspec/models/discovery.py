@@ -14,7 +14,7 @@ from typing import Iterable
 
 from gguf import LlamaFileType
 
-from ..config.paths import models_dir
+from ..config.paths import models_dir, user_path
 from ..errors import InputError
 from .compat import VocabInfo, check_compatible
 from .gguf import read_gguf_header
@@ -75,7 +75,7 @@ def scan(folders: Iterable[Path]) -> tuple[list[ModelInfo], list[str]]:
     problems: list[str] = []
     seen: set[Path] = set()
     for folder in folders:
-        folder = Path(folder).expanduser()
+        folder = user_path(folder)
         if not folder.is_dir():
             raise InputError(f"{folder}: not a folder")
         for path in sorted(folder.rglob("*.gguf")):

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..config.paths import user_path
 from ..errors import InputError
 
 GGUF_MAGIC = b"GGUF"
@@ -140,12 +141,16 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
     Raises InputError with a one-line reason for a missing path, a directory, a pipe or device, a file
     that is not GGUF, a corrupt header, or a file shorter than its tensor table says.
     """
-    path = Path(path).expanduser()
-    if not path.exists():
+    path = user_path(path)
+    try:
+        exists, is_dir, is_file = path.exists(), path.is_dir(), path.is_file()
+    except OSError as exc:  # a name too long, a folder it may not search
+        raise InputError(f"{path}: cannot reach it ({exc.strerror or exc})") from None
+    if not exists:
         raise InputError(f"{path}: no such file")
-    if path.is_dir():
+    if is_dir:
         raise InputError(f"{path}: is a directory, not a GGUF model file")
-    if not path.is_file():  # a FIFO or a device: reading it could wait forever
+    if not is_file:  # a FIFO or a device: reading it could wait forever
         raise InputError(f"{path}: not a regular file (a pipe or a device), not a GGUF model file")
     try:
         return _read_header(path)
@@ -193,7 +198,9 @@ def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
         ggml_type = cursor.scalar("<I")
         offset = cursor.scalar("<Q")
         tensors.append(TensorInfo(name, shape, ggml_type, offset))
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
+        raise ValueError(f"general.alignment is {alignment!r}, not a positive integer")
     data_offset = -(-cursor.pos // alignment) * alignment
     data_end = max((t.offset + t.n_bytes for t in tensors), default=0) + data_offset
     if data_end > file_size:

@@ -7,6 +7,7 @@ file next to the destination, which is renamed only once it is complete.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,7 @@ def quantize(
         result: dict[str, int] = {}
         worker = threading.Thread(
             target=lambda: result.setdefault(
-                "status", llama_cpp.llama_model_quantize(str(source).encode(), str(temp_path).encode(), params)
+                "status", llama_cpp.llama_model_quantize(os.fsencode(source), os.fsencode(temp_path), params)
             ),
             daemon=True,
         )

@@ -64,6 +64,8 @@ def render_chat(
         )
     except TemplateError as exc:
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
+    except Exception as exc:  # the template is code from a file: `{{ 1/0 }}`, `{{ messages + 1 }}`, ...
+        raise LocalspecError(f"the chat template failed to render: {type(exc).__name__}: {exc}") from None
 
 
 class SpecialTexts:

@@ -16,6 +16,7 @@ llama.cpp's own buffer), and token pieces are cached.
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
@@ -121,7 +122,7 @@ class Vocabulary(_Freed):
         params.n_gpu_layers = 0
         clear_errors()
         with captured_log():
-            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+            self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
         if not self._model:
             raise LocalspecError(
                 f"{self.path}: llama.cpp could not load the vocabulary ({last_error() or 'no reason given'})"
@@ -166,7 +167,7 @@ class Model(_Freed):
             model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         clear_errors()
         with captured_log() as load_log:
-            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+            self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
         self.placement: Placement = parse_load_log(
