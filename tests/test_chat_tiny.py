@@ -69,6 +69,18 @@ def test_speculative_off_and_on(tiny_profile: str) -> None:
     assert "/speculative on|off" in result.stderr
 
 
+
+def test_flags_given_when_resuming_win_over_the_kept_settings(tiny_profile: str) -> None:
+    first = chat(b"/set temperature 0.5\n/set top_k 7\n/set max_tokens 6\nthe cat\n")
+    assert first.exit_code == 0, first.stderr
+    resumed = chat(b"/set\nthe dog\n", "--continue", "--system", "Be brief.")  # with --temperature 0 --max-tokens 4
+    assert resumed.exit_code == 0, resumed.stderr
+    shown = {line.split()[0]: line.split()[1] for line in resumed.stderr.splitlines() if len(line.split()) >= 2}
+    assert (shown.get("temperature"), shown.get("max_tokens"), shown.get("top_k")) == ("0.0", "4", "7")
+    messages = stored()["messages"]
+    assert messages[0] == {"role": "system", "content": "Be brief."} and len(messages) == 5
+
+
 def bad_conversation_files(folder: Path) -> dict[str, Path]:
     files = {
         "settings not an object": ('{"messages": [{"role": "user", "content": "hi"}], "settings": "x"}', "settings"),

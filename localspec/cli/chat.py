@@ -101,10 +101,15 @@ def chat(
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
-    plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
+    flags = setting_flags(options)
+    plan = resolve_plan(profile, flags, verbose=verbose)
     store = _open_store()
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
                                                            store, continue_latest, resume_id)
+    # Resumed: the settings this command line gives win over those the conversation kept.
+    given = {key: value for key, value in flags.items() if value is not None} if conversation_id is not None else {}
+    conversation.settings = conversation.settings.with_values(
+        {key: value for key, value in given.items() if key in GenerationSettings.keys()})
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     load_draft = plan.generation.speculative.uses_draft_model
     with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
@@ -112,6 +117,8 @@ def chat(
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)
         loop.chat.set_format(output_format, compiled)
+        if "chat.system_prompt" in given:
+            loop.chat.set_system(given["chat.system_prompt"])
         loop.run()
     if store is not None:
         store.close()
