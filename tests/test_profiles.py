@@ -218,6 +218,16 @@ def test_unknown_key_suggests_the_nearest() -> None:
     one_error_line(cli("profile", "show", "typo2"), 2, "unknown section 'speculativ'", "did you mean 'speculative'")
 
 
+@pytest.mark.parametrize("body, fragments", [
+    ('description = {x = 1}\n[target]\npath = "x.gguf"\n', (":1:", "description must be a value, not a table")),
+    ('[target]\npath = "x.gguf"\n[description]\nx = 1\n', (":3:", "description must be a value, not a table")),
+    ('sampling = 0.7\n[target]\npath = "x.gguf"\n', (":1:", "[sampling] is a section of settings, not a value")),
+])
+def test_a_value_for_a_section_or_a_table_for_a_value_says_so(body: str, fragments: tuple[str, ...]) -> None:
+    write_user_profile("shape", body)
+    one_error_line(cli("profile", "show", "shape"), 2, *fragments)
+
+
 @pytest.mark.parametrize(
     "body, fragment",
     [

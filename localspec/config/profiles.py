@@ -106,6 +106,8 @@ def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str,
     values: dict[str, Any] = {}
     for key, value in document.items():
         if isinstance(value, dict):
+            if key in SETTINGS:  # `description = {x = 1}` or a [description] table: a value of the wrong type
+                raise InputError(f"{where}{_line_of(key, text)}: {key} must be a value, not a table")
             if key not in SECTIONS or key == "":
                 raise _unknown(key, text, where, is_section=True)
             for subkey, subvalue in value.items():
@@ -114,6 +116,8 @@ def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str,
                     raise _unknown(dotted, text, where)
                 values[dotted] = subvalue
         else:
+            if key in SECTIONS and key != "":  # `sampling = 0.7`: a section written as a value
+                raise InputError(f"{where}{_line_of(key, text)}: [{key}] is a section of settings, not a value")
             if key not in SETTINGS:
                 raise _unknown(key, text, where)
             values[key] = value
