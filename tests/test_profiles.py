@@ -218,6 +218,11 @@ def test_unknown_key_suggests_the_nearest() -> None:
     one_error_line(cli("profile", "show", "typo2"), 2, "unknown section 'speculativ'", "did you mean 'speculative'")
 
 
+def test_a_chat_template_that_is_not_jinja_is_refused_before_any_model_loads() -> None:
+    write_user_profile("jinja", '[target]\npath = "x.gguf"\n[chat]\ntemplate = "{% for m in messages %}{{ m.content }}"\n')
+    one_error_line(cli("profile", "show", "jinja"), 2, ":4:", "chat.template", "not valid Jinja", "endfor")
+
+
 @pytest.mark.parametrize("body, fragments", [
     ('description = {x = 1}\n[target]\npath = "x.gguf"\n', (":1:", "description must be a value, not a table")),
     ('[target]\npath = "x.gguf"\n[description]\nx = 1\n', (":3:", "description must be a value, not a table")),

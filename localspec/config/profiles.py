@@ -20,6 +20,7 @@ from typing import Any
 import tomlkit
 
 from ..errors import InputError
+from ..runtime.chat_template import template_problem
 from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
 from .atomic import write_text_atomic
 from .files import locked, parse_toml, read_user_text
@@ -132,6 +133,8 @@ def validate(values: dict[str, Any], text: str = "", where: Path | str = "profil
         problem = SETTINGS[dotted].problem(value)
         if problem is not None:
             raise InputError(f"{where}{_line_of(dotted, text)}: {problem}")
+    if isinstance(values.get("chat.template"), str) and (problem := template_problem(values["chat.template"])):
+        raise InputError(f"{where}{_line_of('chat.template', text)}: chat.template: {problem}")
     generation_keys = GenerationSettings.keys()
     GenerationSettings().with_values({k: v for k, v in values.items() if k in generation_keys}, str(where))
     if not any(k.startswith("target.") for k in values):

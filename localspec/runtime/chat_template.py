@@ -17,7 +17,7 @@ import secrets
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
@@ -66,6 +66,15 @@ def render_chat(
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
     except Exception as exc:  # the template is code from a file: `{{ 1/0 }}`, `{{ messages + 1 }}`, ...
         raise LocalspecError(f"the chat template failed to render: {type(exc).__name__}: {exc}") from None
+
+
+def template_problem(template: str) -> str | None:
+    """Why `template` cannot be compiled (Jinja's syntax error and its line), or None: checked before any model loads."""
+    try:
+        _environment().from_string(template)
+    except TemplateSyntaxError as exc:
+        return f"the chat template is not valid Jinja (its line {exc.lineno}: {exc.message})"
+    return None
 
 
 class SpecialTexts:
