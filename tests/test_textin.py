@@ -51,3 +51,9 @@ def test_clean_data_reaches_every_string_in_parsed_json() -> None:
     for _ in range(5_000):
         cleaned = cleaned["not"][0]
     assert (cleaned, replaced) == ("\ufffd", True)
+
+
+def test_json_a_person_wrote_has_its_escaped_lone_surrogates_replaced() -> None:
+    from localspec.config.files import parse_user_json
+
+    assert parse_user_json('{"a\\ud800": ["b\\udfff", "\\ud83d\\ude00"]}', "tools.json") == {"a\ufffd": ["b\ufffd", "\U0001f600"]}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import InputError, LocalspecError
+from ..textin import clean_data
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,9 +65,10 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
 
 
 def parse_user_json(text: str, origin: Path | str) -> Any:
-    """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column)."""
+    """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column);
+    lone surrogates its escapes spell (`"\\ud800"`) become U+FFFD, as in all text from outside."""
     try:
-        return json.loads(text)
+        return clean_data(json.loads(text))[0]
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
