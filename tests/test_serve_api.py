@@ -11,6 +11,7 @@ import logging
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -249,6 +250,31 @@ def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_health_works
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
     assert wrong_method.headers["allow"] == "POST"
     assert api.http.head(api.base + "/health").status_code == 200
+
+
+
+def test_preparing_a_request_never_holds_up_the_server(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiling tools' grammar (or a large schema) runs beside the event loop: /health answers meanwhile."""
+    entered, release, stood_still = threading.Event(), threading.Event(), []
+    real = serving.prepare_tools
+
+    def slow_prepare(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        if not release.wait(10):
+            stood_still.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(serving, "prepare_tools", slow_prepare)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {"messages": [{"role": "user", "content": "the cat"}], "tools": [tool], "max_tokens": 2}
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(api.http.post, api.base + CHAT, json=body, timeout=60)
+        assert entered.wait(10)
+        health = httpx.get(api.base + "/health", timeout=5)  # a connection of its own
+        release.set()
+        answer = pending.result(timeout=60)
+    assert health.status_code == 200 and answer.status_code == 200, answer.text
+    assert not stood_still
 
 
 def test_the_bearer_scheme_is_case_insensitive(api: Api) -> None:

@@ -181,11 +181,13 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
     if model is not None and model != served.model_id:
         raise ApiError(404, f"the model {json.dumps(model)} does not exist; this server has {served.model_id!r}",
                        param="model", code="model_not_found")
-    parsed = parse_request(body, chat=chat, defaults=served.defaults, has_draft=served.has_draft)
+    # Compiling a grammar, rendering and tokenizing take real time on a large schema or many tools: off the
+    # event loop, so that other clients' streams and /health go on meanwhile.
+    parsed = await asyncio.to_thread(parse_request, body, chat=chat, defaults=served.defaults,
+                                     has_draft=served.has_draft)
     async with AsyncExitStack() as hold:
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
-        tools = _tool_setup(served, parsed)
-        tokens = _prompt_tokens(served, parsed, tools)
+        tools, tokens = await asyncio.to_thread(_prepared_prompt, served, parsed)
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
         reply = Reply(served, chat, parsed, tools)
         if parsed.stream:
@@ -220,6 +222,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     except ClientDisconnect:  # the client left before it finished sending
         raise ClientGone() from None
     return b"".join(parts)
+
+
+def _prepared_prompt(served: ServedModel, parsed: CompletionRequest) -> tuple[ToolSetup | None, list[int]]:
+    """The request's tools made ready (if any) and its prompt tokens (run in a worker thread)."""
+    tools = _tool_setup(served, parsed)
+    return tools, _prompt_tokens(served, parsed, tools)
 
 
 def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | None:
