@@ -306,7 +306,6 @@ def test_wrong_shapes_are_400_naming_the_field(body: dict[str, Any], param: str)
     assert error.value.status == 400 and error.value.param == param, str(error.value)
 
 
-
 @pytest.mark.parametrize("field, value", [
     ("grammar", 'root ::= "yes"'), ("json_schema", {"type": "object"}), ("n_predict", 8), ("repeat_penalty", 1.1),
     ("min_tokens", 4), ("ignore_eos", True), ("modalities", ["text", "audio"]), ("prediction", {"content": "x"}),
@@ -335,6 +334,9 @@ def test_arguments_nested_too_deeply_are_400_naming_them() -> None:
     with pytest.raises(ApiError) as error:
         parse({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]})
     assert error.value.status == 400 and error.value.param == "messages[0].tool_calls[0].function.arguments"
+
+
+def test_stream_options_and_stop_strings_are_checked_by_name_and_count() -> None:
     with pytest.raises(ApiError) as error:
         parse({"stream_options": {"include_usage": "yes"}})
     assert error.value.param == "stream_options.include_usage"
