@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ from test_kv_cache import assert_cache_matches_fresh_model
 
 from localspec.app.session import Session
 from localspec.engine.drafters import ModelDrafter
-from localspec.engine.generation import generate_text
+from localspec.engine.generation import Generation, generate_text
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 
@@ -31,6 +32,19 @@ GREEDY = SamplingParams(temperature=0)
 def demo_session(smollm_f32: Path, smollm_q4_1: Path):
     with Session(Model(smollm_f32), Model(smollm_q4_1)) as session:
         yield session
+        _TARGET_ONLY.clear()  # the next session's models are other objects
+
+
+_TARGET_ONLY: dict[tuple, Generation] = {}
+
+
+def target_only(session: Session, tokens: list[int], settings: GenerationSettings) -> Generation:
+    """The target alone on `tokens`, remembered per prompt and settings (drafting aside): the tests here compare
+    many drafting settings with the same few baselines, which were most of the slow suite's time."""
+    key = (tuple(tokens), dataclasses.replace(settings, speculative=SpeculativeParams()))
+    if key not in _TARGET_ONLY:
+        _TARGET_ONLY[key] = generate_text(session.target, tokens, settings)
+    return _TARGET_ONLY[key]
 
 
 @pytest.mark.parametrize("draft_max", [3, 8])
@@ -39,7 +53,7 @@ def test_greedy_speculative_equals_target_only_token_for_token(demo_session: Ses
     for prompt in PROMPTS:
         tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
         settings = GenerationSettings(GREEDY, SpeculativeParams(draft_max=draft_max), max_tokens=64, seed=0)
-        baseline = generate_text(demo_session.target, tokens, settings)
+        baseline = target_only(demo_session, tokens, settings)
         speculative = generate_text(
             demo_session.target, tokens, settings, ModelDrafter(demo_session.draft, GREEDY)
         )
@@ -106,7 +120,7 @@ def test_greedy_lookup_strategies_equal_target_only_token_for_token(demo_session
     for prompt in [*PROMPTS[:3], *COPY_HEAVY_PROMPTS[:2]]:
         tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
         settings = GenerationSettings(GREEDY, SpeculativeParams(strategy=strategy, draft_max=draft_max), max_tokens=64, seed=0)
-        baseline = generate_text(demo_session.target, tokens, settings)
+        baseline = target_only(demo_session, tokens, settings)
         drafted = demo_session.generation(tokens, settings)
         for _ in drafted:
             pass
@@ -150,7 +164,7 @@ def test_coupled_speculative_text_equals_target_only_at_temperature(
     for seed, prompt in enumerate([*PROMPTS, COPY_HEAVY_PROMPTS[0]]):
         tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
         settings = GenerationSettings(SamplingParams(temperature=temperature), speculative, max_tokens=64, seed=100 + seed)
-        baseline = generate_text(demo_session.target, tokens, settings)
+        baseline = target_only(demo_session, tokens, settings)
         drafted = demo_session.generation(tokens, settings)
         for _ in drafted:
             pass
