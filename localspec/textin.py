@@ -67,8 +67,9 @@ def clean_data(value: Any) -> tuple[Any, bool]:
             parent[place] = copy = [None] * len(source)
             pending.extend((item, copy, index) for index, item in enumerate(source))
         elif isinstance(source, dict):
-            parent[place] = copy = dict.fromkeys(clean(key) for key in source)
-            pending.extend((item, copy, clean(key)) for key, item in source.items())
+            keys = [clean(key) for key in source]
+            parent[place] = copy = dict.fromkeys(keys)
+            pending.extend((item, copy, key) for key, item in zip(keys, source.values()))
         else:
             parent[place] = clean(source)
     return root[0], replaced

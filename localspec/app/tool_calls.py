@@ -18,6 +18,10 @@ allows plain text too, which then may not start like a call. `parse_calls`
 reads the calls back from a finished output; `CallStream` decides, as text
 streams in, whether it is plain text (passed on at once) or a call (held
 until the end).
+
+Definitions and messages arrive with their text cleaned (`parse_request` and
+`parse_user_json` replace lone surrogates in every string); only the JSON text
+of earlier calls' `arguments` is parsed, and so cleaned, here.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 from ..engine.grammar import CompiledGrammar, OutputFormat, closed_object, compile_format, fitted_schema
 from ..errors import InputError
-from ..textin import clean_data, clean_text
+from ..textin import clean_data
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 CHOICES = ("auto", "required", "none")
@@ -157,7 +161,7 @@ def _tool(tool: Any, where: str) -> Tool:
     if not _allows_an_object(parameters.get("type", "object")):
         raise ToolError(f"{where}.function.parameters must describe an object (the arguments), got type "
                         f"{_quote(parameters['type'])}", f"{where}.function.parameters")
-    definition = {"name": name, **({"description": clean_text(description)[0]} if description else {}),
+    definition = {"name": name, **({"description": description} if description else {}),
                   "parameters": parameters}
     return Tool(name, parameters, {"type": "function", "function": definition})
 
@@ -194,7 +198,7 @@ def history_message(message: dict[str, Any], role: str, content: str | None, whe
         if not isinstance(call_id, str):
             raise ToolError(f"{where}.tool_call_id must be a string (the id of the call this answers)",
                             f"{where}.tool_call_id")
-        return {"role": "tool", "content": content or "", "tool_call_id": clean_text(call_id)[0]}
+        return {"role": "tool", "content": content or "", "tool_call_id": call_id}
     calls = message.get("tool_calls")
     if role != "assistant" or calls is None:
         return {"role": role, "content": content or ""}
@@ -211,7 +215,7 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
             or not isinstance(function.get("arguments", ""), str):
         raise ToolError(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}"
                         f" with arguments a JSON string, got {_quote(call)}", where)
-    arguments: Any = clean_text(function.get("arguments", ""))[0]
+    arguments: Any = function.get("arguments", "")
     try:
         arguments = clean_data(json.loads(arguments))[0] if arguments else {}  # "\ud800" escapes: lone surrogates
     except ValueError:
@@ -220,7 +224,7 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
         raise ToolError(f"{where}.function.arguments is nested too deeply", f"{where}.function.arguments") from None
     call_id = call.get("id")
     return {"id": call_id if isinstance(call_id, str) else "", "type": "function",
-            "function": {"name": clean_text(function["name"])[0], "arguments": arguments}}
+            "function": {"name": function["name"], "arguments": arguments}}
 
 
 # -- the model's syntax and its prompt ------------------------------------------------------------

@@ -30,7 +30,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
-from .common import write_stdout
+from .common import os_error_text, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -174,7 +174,7 @@ class ChatLoop:
         except InputError as exc:
             self.say(f"error: {exc}")
         except OSError as exc:  # a path no check foresaw (a name too long, a folder it may not search): the chat goes on
-            self.say(f"error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+            self.say(f"error: {os_error_text(exc)}")
         return True
 
     # -- replies -------------------------------------------------------------------------

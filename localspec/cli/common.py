@@ -52,8 +52,13 @@ class LocalspecGroup(click.Group):
             sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
             sys.exit(0)
         except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
-            click.echo(f"error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", err=True)
+            click.echo(f"error: {os_error_text(exc)}", err=True)
             sys.exit(1)
+
+
+def os_error_text(exc: OSError) -> str:
+    """An error from the operating system as one line: the file it concerns, then why."""
+    return f"{exc.filename}: {exc.strerror or exc}" if exc.filename else str(exc.strerror or exc)
 
 
 class LazyCommands(LocalspecGroup):

@@ -46,10 +46,10 @@ def make_command(target: Path, type_name: str, out: Path | None, force: bool) ->
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one file (through links too); False when either cannot be looked at."""
+    """Whether two paths name one file (through links too); False when either does not exist or cannot be looked at."""
     try:
-        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
-    except (OSError, RuntimeError):
+        return a.samefile(b)
+    except OSError:
         return False
 
 
