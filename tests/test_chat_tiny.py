@@ -219,3 +219,98 @@ def test_the_turn_seed_wraps_at_the_largest_seed(tiny_profile: str) -> None:
     assert result.exit_code == 0, result.stderr
     seeds = [line.split("seed ")[1].split(" ")[0] for line in replies(result.stderr)]
     assert seeds == [str(SEED_MAX), "0"]  # seed + turn, modulo SEED_MAX + 1: never out of range
+
+
+# -- turns that cannot be answered, trimming, retries: the conversation and its stored copy -----------
+
+REFUSING_TEMPLATE = ("{% for m in messages %}{% if 'boom' in m['content'] %}{{ raise_exception('boom is refused') }}"
+                     "{% endif %}{{ m['content'] }} {% endfor %}")
+
+
+def refusing_profile(tiny_pair: tuple[Path, Path]) -> None:
+    """The profile "tiny" with a template that refuses any message holding "boom" (as Gemma's refuses roles out of turn)."""
+    from localspec.config.paths import user_profiles_dir
+
+    path = user_profiles_dir() / "tiny.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n'
+                    f'[chat]\ntemplate = "{REFUSING_TEMPLATE}"\n')
+
+
+def contents() -> list[str]:
+    return [message["content"] for message in stored()["messages"]]
+
+
+def test_a_message_too_long_for_the_context_leaves_the_conversation_as_it_was(tiny_profile: str) -> None:
+    result = chat(b"the cat\nthe dog\n" + b"cat " * 2000 + b"\nthe end\n", "--n-ctx", "256")
+    assert result.exit_code == 0, result.stderr
+    assert "does not fit the context" in result.stderr and len(replies(result.stderr)) == 3
+    kept = contents()
+    assert len(kept) == 6 and kept[0::2] == ["the cat", "the dog", "the end"]
+
+
+def test_a_template_that_refuses_a_message_undoes_that_turn_and_the_chat_goes_on(tiny_pair: tuple[Path, Path]) -> None:
+    refusing_profile(tiny_pair)
+    result = chat(b"the cat\nboom\nthe dog\n")
+    assert result.exit_code == 0, result.stderr
+    assert "boom is refused" in result.stderr and "Traceback" not in result.stderr
+    assert len(replies(result.stderr)) == 2
+    assert contents()[0::2] == ["the cat", "the dog"]
+
+
+def test_a_retry_that_fails_keeps_the_old_reply(tiny_pair: tuple[Path, Path]) -> None:
+    refusing_profile(tiny_pair)
+    result = chat(b"the cat\n/system boom\n/retry\n")
+    assert result.exit_code == 0, result.stderr
+    assert "boom is refused" in result.stderr
+    messages = stored()["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"] and messages[1]["content"] == "the cat"
+
+
+def test_retry_without_a_reply_to_a_user_message_changes_nothing(tiny_profile: str, tmp_path: Path) -> None:
+    saved = tmp_path / "greeting.json"
+    saved.write_text('{"messages": [{"role": "assistant", "content": "Hello! Ask me anything."}]}')
+    result = chat(f"/load {saved}\n/retry\n/save {tmp_path / 'again.json'}\n".encode())
+    assert result.exit_code == 0, result.stderr
+    assert "(no reply to retry)" in result.stderr
+    assert '"Hello! Ask me anything."' in (tmp_path / "again.json").read_text()
+
+
+def test_old_exchanges_left_out_of_the_prompt_stay_in_the_history(tiny_profile: str) -> None:
+    questions = [" ".join([f"the {animal} sat on the mat and looked at the door"] * 3) for animal in ("cat", "dog", "cow", "owl", "fox")]
+    result = chat("".join(q + "\n" for q in questions).encode(), "--n-ctx", "128")
+    assert result.exit_code == 0, result.stderr
+    assert "oldest exchange" in result.stderr and "the history keeps them" in result.stderr
+    assert contents()[0::2] == questions
+
+
+def test_save_does_not_replace_a_file_it_did_not_write_without_force(tiny_profile: str, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    mine = tmp_path / "chat.json"
+    result = chat(f"the cat\n/save {notes}\n/save {mine}\nthe dog\n/save {mine}\n/save {tmp_path}/\n".encode())
+    assert result.exit_code == 0, result.stderr
+    assert f"{notes} exists: /save --force {notes} replaces it" in result.stderr
+    assert notes.read_text() == "my notes\n" and '"the dog"' in mine.read_text()  # saved twice: the second replaced the first
+    assert "names a folder" in result.stderr
+    forced = chat(f"/save --force {notes}\n".encode(), "--continue")
+    assert forced.exit_code == 0, forced.stderr
+    assert '"the dog"' in notes.read_text()
+
+
+def test_a_nul_in_a_path_and_a_message_that_starts_with_a_slash(tiny_profile: str) -> None:
+    result = chat(b"/save a\x00b\n/format schema a\x00b\n//etc/hosts: what is it?\n/etc/hosts\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("a path cannot hold a NUL character") == 2 and "Traceback" not in result.stderr
+    assert "unknown command /etc/hosts" in result.stderr and len(replies(result.stderr)) == 1
+    assert contents()[0] == "/etc/hosts: what is it?"
+
+
+def test_settings_changed_before_the_first_message_store_nothing(tiny_profile: str) -> None:
+    result = chat(b"the cat\n/reset\n/set temperature 0.2\n/system Be brief.\n/undo\n")
+    assert result.exit_code == 0, result.stderr
+    store = HistoryStore(history_file())
+    try:
+        assert len(store.list()) == 1
+    finally:
+        store.close()

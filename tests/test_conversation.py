@@ -28,19 +28,24 @@ def words(messages: list[dict[str, str]]) -> int:
 
 def test_undo_drops_the_last_exchange_and_retry_the_last_reply() -> None:
     chat = conversation("hi", "hello", "how are you", "fine")
-    assert chat.drop_last_reply() == "how are you" and chat.messages[-1].content == "how are you"
+    assert chat.drop_last_reply().content == "fine" and chat.messages[-1].content == "how are you"
+    assert chat.drop_last_reply() is None and len(chat.messages) == 3  # no reply at the end: nothing changes
     assert chat.undo() == 1 and [m.content for m in chat.messages] == ["hi", "hello"]
     assert chat.undo() == 2 and chat.messages == [] and chat.undo() == 0
     assert chat.drop_last_reply() is None
+    greeting = conversation()
+    greeting.add("assistant", "Hello!")
+    assert greeting.drop_last_reply() is None and len(greeting.messages) == 1  # a reply to no user message stays
 
 
-def test_trimming_drops_the_oldest_exchanges_but_never_the_system_prompt() -> None:
+def test_the_window_leaves_out_the_oldest_exchanges_but_never_the_system_prompt() -> None:
     chat = conversation("one two three", "four five", "six seven", "eight", "nine ten eleven twelve")
-    assert chat.trim_to_fit(words, limit=9) == 1  # 2 (system) + 2 + 1 + 4 = 9 after dropping the first exchange
-    assert chat.system == "Be brief." and [m.content for m in chat.messages][0] == "six seven"
-    assert chat.trim_to_fit(words, limit=6) == 1 and [m.content for m in chat.messages] == ["nine ten eleven twelve"]
+    assert chat.window_start(words, limit=9) == 2  # 2 (system) + 2 + 1 + 4 = 9 without the first exchange
+    assert [m["content"] for m in chat.prompt_messages(2)] == ["Be brief.", "six seven", "eight", "nine ten eleven twelve"]
+    assert chat.window_start(words, limit=6, start=2) == 4 and len(chat.messages) == 5  # the conversation keeps them all
+    assert chat.window_start(words, limit=100, start=4) == 4  # the window never moves back
     with pytest.raises(InputError, match="does not fit the context"):
-        chat.trim_to_fit(words, limit=3)
+        chat.window_start(words, limit=3)
 
 
 def test_set_takes_short_or_dotted_names_and_checks_ranges() -> None:

@@ -104,6 +104,26 @@ def test_atomic_writes_follow_links_and_refuse_devices(tmp_path: Path) -> None:
     assert Path("/dev/null").is_char_device()
 
 
+def test_an_atomic_write_keeps_the_permissions_of_the_file_it_replaces(tmp_path: Path) -> None:
+    import os
+
+    from localspec.config.atomic import write_text_atomic
+
+    shared = tmp_path / "shared.toml"
+    shared.write_text("old")
+    shared.chmod(0o644)
+    write_text_atomic(shared, "new")
+    assert shared.stat().st_mode & 0o777 == 0o644
+    umask = os.umask(0o027)
+    try:
+        write_text_atomic(tmp_path / "new.toml", "x")
+        write_text_atomic(shared, "private", private=True)
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "new.toml").stat().st_mode & 0o777 == 0o640  # a new file: what the umask leaves
+    assert shared.stat().st_mode & 0o777 == 0o600
+
+
 def test_an_atomic_write_flushes_the_file_then_the_folder_it_was_renamed_in(tmp_path: Path, monkeypatch) -> None:
     import os
     import stat

@@ -52,6 +52,7 @@ class ChatSession:
         self.output_format: OutputFormat | None = None  # what replies are held to (None: free text)
         self.grammar: CompiledGrammar | None = None
         self.turns = 0
+        self.window = 0  # the first message the model sees: older exchanges no longer fit its context
 
     def can_speculate(self) -> bool:
         """Whether the settings' strategy has what it drafts with (a loaded draft model, or lookup alone)."""
@@ -60,22 +61,42 @@ class ChatSession:
     # -- turns ---------------------------------------------------------------------------
 
     def ask(self, text: str, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply:
-        """Add the user's message (stored at once) and generate the reply."""
+        """Add the user's message (stored at once) and generate the reply; when no reply can be made
+        (the message does not fit, generation fails) the message goes again and the reply says why."""
         self.conversation.add("user", text)
         self.save_last()
-        return self.reply(on_chunk, on_note)
+        reply = self._reply(on_chunk, on_note)
+        if reply.error is not None:
+            self.conversation.messages.pop()
+            self.save_all()
+        return reply
 
-    def reply(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply:
+    def retry(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply | None:
+        """/retry: generate the last reply again, with the next seed (None: the conversation does not end
+        with a reply to a user message). When no new reply can be made, the old one stays."""
+        old = self.conversation.drop_last_reply()
+        if old is None:
+            return None
+        self.save_all()
+        reply = self._reply(on_chunk, on_note)
+        if reply.error is not None:
+            self.conversation.messages.append(old)
+            self.save_all()
+        return reply
+
+    def _reply(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply:
         """Generate the assistant's reply to the conversation so far, streaming each chunk to `on_chunk`.
 
-        When even the last message does not fit the context, or generation fails,
-        the turn is undone and the reply says why. Ctrl-C ends the reply, not the chat.
+        When even the last message does not fit the context, or the prompt cannot be rendered, or
+        generation fails, nothing is added and the reply says why. Ctrl-C ends the reply, not the chat.
         """
-        dropped, problem = self._fit_context()
-        if problem is not None:
-            return Reply(None, error=problem)
+        try:
+            dropped = self._fit_context()
+        except LocalspecError as exc:  # too long, or the chat template refuses these messages
+            return Reply(None, error=str(exc))
         if dropped:
-            on_note(f"(dropped the {dropped} oldest exchange{'s' if dropped > 1 else ''} to fit the context)")
+            on_note(f"(the model no longer sees the {'oldest exchange' if dropped == 1 else f'{dropped} oldest exchanges'}:"
+                    " the context is full; the history keeps them)")
         self.turns += 1
         settings = self.conversation.settings
         settings = dataclasses.replace(settings, seed=((settings.seed or 0) + self.turns) % (SEED_MAX + 1))
@@ -90,7 +111,7 @@ class ChatSession:
 
         forget_hook = on_fatal(keep_partial_reply)
         try:
-            tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages())
+            tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages(self.window))
             generation = self.session.generation(tokens, settings, speculative=self.speculative,
                                                  grammar=self.grammar.grammar if self.grammar else None)
             for chunk in generation:
@@ -99,8 +120,6 @@ class ChatSession:
             self.session.recover_caches()  # a decode may have been cut short before its bookkeeping
             interrupted = True
         except LocalspecError as exc:
-            self.conversation.undo()
-            self.save_all()
             return Reply(None, error=str(exc))
         finally:
             forget_hook()
@@ -113,20 +132,16 @@ class ChatSession:
             self.totals.add(generation.stats)
         return Reply(generation, interrupted)
 
-    def _fit_context(self) -> tuple[int, str | None]:
-        """Drop the oldest exchanges until the prompt leaves room for a reply: (exchanges dropped, or why it cannot fit)."""
+    def _fit_context(self) -> int:
+        """Move the window of messages the model sees past the oldest exchanges until the prompt leaves room
+        for a reply; return how many exchanges it left behind. The conversation (and its stored copy) keeps
+        them all. InputError when even the last message does not fit."""
         session, conversation = self.session, self.conversation
         reserve = min(conversation.settings.budget(structured=self.grammar is not None), session.target.n_ctx // 4)
-        try:
-            dropped = conversation.trim_to_fit(lambda messages: len(session.chat_prompt_tokens(messages)),
-                                               session.target.n_ctx - reserve)
-        except InputError as exc:
-            conversation.undo()
-            self.save_all()
-            return 0, str(exc)
-        if dropped:
-            self.save_all()
-        return dropped, None
+        old = min(self.window, len(conversation.messages))
+        self.window = conversation.window_start(lambda messages: len(session.chat_prompt_tokens(messages)),
+                                                session.target.n_ctx - reserve, old)
+        return sum(message.role == "assistant" for message in conversation.messages[old:self.window])
 
     # -- edits -----------------------------------------------------------------------------
 
@@ -161,23 +176,18 @@ class ChatSession:
         self.save_all()
         return dropped
 
-    def drop_last_reply(self) -> bool:
-        """For /retry: drop the last reply (stored); False when there is none."""
-        if self.conversation.drop_last_reply() is None:
-            return False
-        self.save_all()
-        return True
-
     def reset(self) -> None:
         """A new conversation with the same settings and system prompt, stored once it has a message."""
         self.conversation = Conversation(self.conversation.settings, self.conversation.system)
         self.conversation_id = None
+        self.window = 0
         self.session.reset_caches()
 
     def load(self, conversation: Conversation) -> None:
         """Continue `conversation` (from /load) as a new stored one."""
         self.conversation = conversation
         self.conversation_id = None
+        self.window = 0
         self.save_all()
 
     # -- storage -------------------------------------------------------------------------
@@ -188,7 +198,9 @@ class ChatSession:
                     if self.conversation_id is not None else self._start(store))
 
     def save_all(self) -> None:
-        """Store the whole conversation again (after an edit)."""
+        """Store the whole conversation again (after an edit); one not stored yet is stored once it has a message."""
+        if self.conversation_id is None and not self.conversation.messages:
+            return
         self._store(lambda store: store.update(self.conversation_id, self.conversation)
                     if self.conversation_id is not None else self._start(store))
 

@@ -43,10 +43,10 @@ class Conversation:
     system: str | None = None
     messages: list[Message] = field(default_factory=list)
 
-    def prompt_messages(self) -> list[dict[str, str]]:
-        """What the chat template renders: the system prompt, then every message."""
+    def prompt_messages(self, start: int = 0) -> list[dict[str, str]]:
+        """What the chat template renders: the system prompt, then the messages from `start` on."""
         system = [{"role": "system", "content": self.system}] if self.system else []
-        return system + [{"role": m.role, "content": m.content} for m in self.messages]
+        return system + [{"role": m.role, "content": m.content} for m in self.messages[start:]]
 
     def add(self, role: str, content: str, interrupted: bool = False) -> Message:
         message = Message(role, content, interrupted)
@@ -62,27 +62,27 @@ class Conversation:
         del self.messages[last_user:]
         return dropped
 
-    def drop_last_reply(self) -> str | None:
-        """For /retry: remove the last assistant reply; return the user message it answered (None if there is none)."""
-        if not self.messages or self.messages[-1].role != "assistant":
+    def drop_last_reply(self) -> Message | None:
+        """For /retry: remove the last message and return it, if it is a reply to a user message (else None,
+        and nothing changes)."""
+        if len(self.messages) < 2 or self.messages[-1].role != "assistant" or self.messages[-2].role != "user":
             return None
-        self.messages.pop()
-        return self.messages[-1].content if self.messages and self.messages[-1].role == "user" else None
+        return self.messages.pop()
 
-    def trim_to_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int) -> int:
-        """Drop the oldest exchanges until the rendered prompt is at most `limit` tokens; return how many went.
+    def window_start(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int, start: int = 0) -> int:
+        """The first message a prompt of at most `limit` tokens can show: from `start`, whole exchanges are
+        left out, oldest first, until the rendered prompt fits. The conversation itself does not change.
 
-        The system prompt and the last user message are never dropped; if even they do
-        not fit, the conversation is left as it is and InputError says so.
+        The system prompt and the last user message always stay; if even they do not fit,
+        InputError says so.
         """
-        dropped = 0
-        while prompt_length(self.prompt_messages()) > limit:
-            first_reply = next((i for i, m in enumerate(self.messages) if m.role == "assistant"), None)
+        start = min(start, len(self.messages))
+        while prompt_length(self.prompt_messages(start)) > limit:
+            first_reply = next((i for i in range(start, len(self.messages)) if self.messages[i].role == "assistant"), None)
             if first_reply is None or first_reply >= len(self.messages) - 1:
                 raise InputError("this message alone does not fit the context: shorten it or raise --n-ctx")
-            del self.messages[: first_reply + 1]
-            dropped += 1
-        return dropped
+            start = first_reply + 1
+        return start
 
     def set(self, key: str, raw: str) -> str:
         """`/set KEY VALUE` for any sampling, speculative or generation setting; returns the dotted key set."""

@@ -161,7 +161,7 @@ class MemoryStore:
         _make_private_folder(self._segments)
         encoded = json.dumps(header).encode("utf-8")
         try:
-            with atomic_path(self._segments / f"{name}.seg") as temporary:
+            with atomic_path(self._segments / f"{name}.seg", private=True) as temporary:
                 _save_bytes(temporary, SEGMENT_MAGIC + len(encoded).to_bytes(4, "little") + encoded + data)
         except FileNotFoundError:  # the temporary file was deleted under it: cleared, this document with the rest
             return None
@@ -242,7 +242,7 @@ class MemoryStore:
                 counts = self._usage()
                 for key, value in zip(USAGE_KEYS, (lookups, hits, proposed, accepted)):
                     counts[key] += int(value)
-                write_text_atomic(path, json.dumps(counts))
+                write_text_atomic(path, json.dumps(counts), private=True)
         except LocalspecError as exc:
             self._report(f"{path}: usage not counted ({exc})", repair=False)
 
@@ -483,7 +483,7 @@ class MemoryStore:
             "format": FORMAT_VERSION, "generation": generation, "tokens": sum(piece.length + 1 for _, piece in kept),
             "documents": len(kept), "merged": merged,
         }
-        write_text_atomic(self._pointer, json.dumps(pointer))
+        write_text_atomic(self._pointer, json.dumps(pointer), private=True)
 
     def _generation_folders(self) -> list[Path]:
         if not self.root.is_dir():

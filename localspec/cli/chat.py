@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
@@ -61,10 +62,11 @@ COMMANDS = {
     "/undo": "drop the last exchange",
     "/retry": "generate the last reply again",
     "/reset": "start a new conversation",
-    "/save": "FILE: write the conversation as JSON",
+    "/save": "[--force] FILE: write the conversation as JSON (--force: replace a file it did not write)",
     "/load": "FILE: continue a conversation saved with /save",
     "/exit": "leave (or Ctrl-D)",
 }
+COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
 MULTILINE = '"""'
 
 
@@ -136,6 +138,7 @@ class ChatLoop:
         self.show_stats = stats
         self.highlight = highlight
         self.colour = colour
+        self.saved_files: set[Path] = set()  # what /save wrote in this chat: saved again without --force
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -152,11 +155,14 @@ class ChatLoop:
             text = line.strip()
             if not text:
                 continue
-            if text.startswith("/"):
+            message = line.strip("\n")
+            if text.startswith(COMMAND_ESCAPE):
+                message = message.replace(COMMAND_ESCAPE, "/", 1)
+            elif text.startswith("/"):
                 if not self.command(text):
                     return
                 continue
-            self.show(self.chat.ask(line.strip("\n"), self._stream, self.say))
+            self.show(self.chat.ask(message, self._stream, self.say))
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave the chat."""
@@ -167,7 +173,8 @@ class ChatLoop:
         handler = getattr(self, f"cmd_{name[1:]}", None)
         if name not in COMMANDS or handler is None:
             near = difflib.get_close_matches(name, list(COMMANDS), n=1)
-            self.say(f"unknown command {name}" + (f": did you mean {near[0]}?" if near else "") + " (/help lists them)")
+            self.say(f"unknown command {name}" + (f": did you mean {near[0]}?" if near else "")
+                     + f" (/help lists them; a message that starts with / is sent as {COMMAND_ESCAPE}...)")
             return True
         try:
             handler(argument)
@@ -215,6 +222,7 @@ class ChatLoop:
     def cmd_help(self, argument: str) -> None:
         for name, what in COMMANDS.items():
             self.say(f"  {name:<13} {what}")
+        self.say(f"  a message that starts with a slash: type it as {COMMAND_ESCAPE}... (one slash is sent)")
 
     def cmd_set(self, argument: str) -> None:
         if not argument:
@@ -276,25 +284,32 @@ class ChatLoop:
         self.say("(last exchange dropped)" if self.chat.undo() else "(nothing to undo)")
 
     def cmd_retry(self, argument: str) -> None:
-        if not self.chat.drop_last_reply():
+        reply = self.chat.retry(self._stream, self.say)  # a new seed: at temperature > 0 another sample, at 0 the same reply
+        if reply is None:
             self.say("(no reply to retry)")
             return
-        self.show(self.chat.reply(self._stream, self.say))  # a new seed: at temperature > 0 another sample, at 0 the same reply
+        self.show(reply)
 
     def cmd_reset(self, argument: str) -> None:
         self.chat.reset()
         self.say("(new conversation)")
 
     def cmd_save(self, argument: str) -> None:
-        if not argument:
-            raise InputError("/save FILE")
-        path = user_path(argument)
+        force, name = _force_flag(argument)
+        if not name:
+            raise InputError("/save [--force] FILE")
+        if name.endswith(("/", os.sep)):
+            raise InputError(f"{name}: names a folder; /save writes a file")
+        path = user_path(name)
         if not path.parent.is_dir():
             raise InputError(f"{path}: the folder {path.parent} does not exist")
+        if path.is_file() and not force and path.resolve() not in self.saved_files:
+            raise InputError(f"{path} exists: /save --force {name} replaces it")
         try:
             write_text_atomic(path, json.dumps(self.chat.conversation.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             raise InputError(f"{path}: cannot write ({exc.strerror})") from None
+        self.saved_files.add(path.resolve())
         self.say(f"(saved to {path})")
 
     def cmd_load(self, argument: str) -> None:
@@ -314,6 +329,13 @@ class ChatLoop:
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
+
+
+def _force_flag(argument: str) -> tuple[bool, str]:
+    """(--force given, the rest) of a command's argument."""
+    if argument == "--force" or argument.startswith("--force "):
+        return True, argument[len("--force"):].strip()
+    return False, argument
 
 
 def _open_store() -> HistoryStore | None:

@@ -2,13 +2,16 @@
 
 The temp file's contents are flushed to disk before the rename and the folder
 after it (where the system allows it), so a power cut right after a write
-leaves the whole new file, not the old one, none, or a truncated one.
+leaves the whole new file, not the old one, none, or a truncated one. A file
+replaced keeps its permissions; a new one gets the usual ones (what the umask
+leaves of rw-rw-rw-), or rw------- when it is private.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -17,12 +20,13 @@ from ..errors import InputError
 
 
 @contextlib.contextmanager
-def atomic_path(destination: str | Path) -> Iterator[Path]:
+def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to `destination`; on success rename it into place.
 
     If the body raises (or the process dies), `destination` is untouched and the
     temporary file is removed (or left with a name no reader mistakes for the real one).
     A destination that exists but is not a regular file (a device, a folder) is refused.
+    `private`: readable by its owner only (else it keeps the permissions of the file it replaces).
     """
     destination = Path(destination).resolve()  # through symlinks: replace the file a link points to, not the link
     if destination.exists() and not destination.is_file():
@@ -33,11 +37,24 @@ def atomic_path(destination: str | Path) -> Iterator[Path]:
     temp_path = Path(temp_name)
     try:
         yield temp_path
+        os.chmod(temp_path, _mode_for(destination, private))
         _flush_file(temp_path)
         os.replace(temp_path, destination)
         _flush_folder(destination.parent)
     finally:
         temp_path.unlink(missing_ok=True)
+
+
+def _mode_for(destination: Path, private: bool) -> int:
+    """The permissions the new file gets (see the module docstring)."""
+    if private:
+        return 0o600
+    try:
+        return stat.S_IMODE(destination.stat().st_mode)
+    except OSError:  # a new file
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _flush_file(path: Path) -> None:
@@ -63,7 +80,7 @@ def _flush_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
-def write_text_atomic(destination: str | Path, text: str) -> None:
-    """Replace `destination` with `text` in one step."""
-    with atomic_path(destination) as temp_path:
+def write_text_atomic(destination: str | Path, text: str, *, private: bool = False) -> None:
+    """Replace `destination` with `text` in one step (`private`: see `atomic_path`)."""
+    with atomic_path(destination, private=private) as temp_path:
         temp_path.write_text(text, encoding="utf-8")

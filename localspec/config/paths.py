@@ -19,7 +19,10 @@ APP_NAME = "localspec"
 
 
 def user_path(text: str | os.PathLike[str]) -> Path:
-    """A path as the user gave it, with `~` and `~user` expanded (an unknown user is a one-line error)."""
+    """A path as the user gave it, with `~` and `~user` expanded (an unknown user, or a NUL character,
+    which no path can hold, is a one-line error)."""
+    if "\0" in os.fspath(text):
+        raise InputError(f"{os.fspath(text)!r}: a path cannot hold a NUL character")
     try:
         return Path(text).expanduser()
     except RuntimeError:  # "~nobody/...": no such user, so no home folder to expand to
