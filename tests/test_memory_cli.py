@@ -282,9 +282,28 @@ def test_a_session_merges_its_documents_off_the_generation_path(tmp_path: Path) 
 
 def test_a_file_name_that_is_not_utf8_is_listed_as_text(tiny_profile: str, tmp_path: Path) -> None:
     odd = tmp_path / os.fsdecode(b"caf\xe9.txt")  # an invalid byte in a name: a lone surrogate in Python
+    other = tmp_path / os.fsdecode(b"caf\xe8.txt")  # ...another, which must keep a tag of its own
     odd.write_text("the cat sat on the mat " * 20)
-    assert cli("memory", "add", "-p", "tiny", str(odd)).exit_code == 0
-    for args in (("memory", "list"), ("memory", "list", "--json")):
-        listed = cli(*args)
-        assert listed.exit_code == 0 and "caf\ufffd.txt" in listed.stdout, listed.stderr
+    other.write_text("the dog sat on the rug " * 20)
+    assert cli("memory", "add", "-p", "tiny", str(odd), str(other)).exit_code == 0
+    listed = cli("memory", "list")
+    assert listed.exit_code == 0 and "caf\\xe9.txt" in listed.stdout and "caf\\xe8.txt" in listed.stdout, listed.stderr
+    tags = [row["tag"] for row in json.loads(cli("memory", "list", "--json").stdout)]
+    assert sorted(tag.rpartition("/")[2] for tag in tags) == ["caf\\xe8.txt", "caf\\xe9.txt"]
     assert cli("memory", "remove", str(odd)).exit_code == 0
+    assert "caf\\xe8.txt" in cli("memory", "list").stdout  # the other file stays
+
+
+def test_a_file_keeps_one_tag_however_it_is_named_and_an_empty_path_is_refused(tiny_profile: str, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("the cat sat on the mat " * 20)
+    (tmp_path / "link").symlink_to(folder)
+    for name in (folder / "a.txt", folder / ".." / "docs" / "a.txt", tmp_path / "link" / "a.txt"):
+        assert cli("memory", "add", "-p", "tiny", str(name)).exit_code == 0
+    assert len(json.loads(cli("memory", "list", "--json").stdout)) == 1  # added again: replaced, not doubled
+    for command in (("memory", "add", "-p", "tiny", ""), ("memory", "remove", "")):
+        refused = cli(*command)
+        assert refused.exit_code != 0 and "an empty path" in refused.stderr
+    assert cli("memory", "remove", str(tmp_path / "link")).exit_code == 0
+    assert json.loads(cli("memory", "list", "--json").stdout) == []

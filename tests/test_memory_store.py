@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -19,7 +20,7 @@ import pytest
 
 from localspec.app.memory_store import MemoryStore
 from localspec.engine.suffix_index import MultiIndex
-from localspec.errors import InputError
+from localspec.errors import InputError, LocalspecError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -414,6 +415,40 @@ def test_garbage_in_every_file_never_raises(tmp_path: Path) -> None:
     assert store.documents() == [] and store.problems
     store.add(document(6), "run")
     assert found(store.index(), document(6))
+
+
+def test_numbers_out_of_range_in_any_file_are_damage_not_a_crash(tmp_path: Path) -> None:
+    _, generation = compacted_store(tmp_path)
+    segment = MemoryStore(tmp_path).add(document(7), "run")
+    path = tmp_path / "segments" / f"{segment}.seg"
+    path.write_bytes(path.read_bytes().replace(b'"added": ', b'"added": 1e300, "x": '))
+    pointer = json.loads((tmp_path / "CURRENT.json").read_text(encoding="utf-8"))
+    (tmp_path / "CURRENT.json").write_text(json.dumps({**pointer, "tokens": float("inf")}), encoding="utf-8")
+    table = json.loads((generation / "documents.json").read_text(encoding="utf-8"))
+    table["documents"][0]["added"] = float("nan")
+    (generation / "documents.json").write_text(json.dumps(table), encoding="utf-8")
+    store = MemoryStore(tmp_path)
+    listed = store.documents()
+    assert all(math.isfinite(entry["added"]) for entry in listed) and store.problems
+    assert MemoryStore(tmp_path).documents() == listed  # repaired: every kept time a time
+
+
+def test_a_file_the_system_will_not_read_fails_the_read_and_nothing_is_repaired_away(tmp_path: Path, monkeypatch) -> None:
+    compacted_store(tmp_path)  # documents 1-3 in the base, 4 in a segment
+    real_load = np.load
+
+    def refused(path, *args, **kwargs):
+        if Path(path).name == "tokens.npy":
+            raise PermissionError(13, "Permission denied")
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", refused)
+    store = MemoryStore(tmp_path)
+    with pytest.raises(LocalspecError, match="tokens.npy: cannot be read .Permission denied.; the memory is left as it is"):
+        store.documents()
+    monkeypatch.setattr(np, "load", real_load)
+    again = MemoryStore(tmp_path)
+    assert [entry["tag"] for entry in again.documents()] == ["1", "2", "3", "4"] and again.problems == []
 
 
 # Processes -----------------------------------------------------------------------------------------------------------

@@ -20,18 +20,21 @@ generation deleted, and readers skip any segment CURRENT.json lists as merged,
 so a crash between the steps loses and doubles nothing. A reader that finds a
 file gone (replaced under it) reads again once.
 
-Damage (a file that cannot be read, lengths that disagree, a pointer to
-nothing) is reported once in `problems`, one line naming the file, and the
+Damage (a file whose contents are not what the store wrote: lengths that
+disagree, a pointer to nothing) is reported once in `problems`, one line naming the file, and the
 store goes on with what remains and repairs itself at once: a suffix array is
 rebuilt from its tokens, a damaged document table drops its base (tokens whose
 documents are unknown could not be removed by tag), a damaged segment is
-deleted. A missing folder is an empty memory.
+deleted. A missing folder is an empty memory. A file the system will not let
+this process read (permissions, an I/O error) is not damage: the read fails with
+a LocalspecError and nothing is repaired, so nothing of it is lost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -77,6 +80,16 @@ _NAME = re.compile(r"(seg|gen)-\d{20}-\d+-[0-9a-f]{8}")
 
 class _Damaged(Exception):
     """A file of the store that cannot be used; the message says why."""
+
+
+def _unreadable(path: Path, exc: OSError) -> LocalspecError:
+    """A file of the store the system will not let this process read: the memory cannot be used as it is."""
+    return LocalspecError(f"{path}: cannot be read ({exc.strerror or exc}); the memory is left as it is")
+
+
+def _is_time(value: Any) -> bool:
+    """A Unix time as the store writes them (`time.time()`): a finite number, not before 1970 nor after 3000."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 3.3e10
 
 
 class _Replaced(Exception):
@@ -369,18 +382,25 @@ class MemoryStore:
 
     def _read_pointer(self) -> tuple[str | None, frozenset[str], tuple[int, int]]:
         """(generation, merged segment names, (tokens, documents) in the base) from CURRENT.json; none: empty."""
-        value, error = read_cache_json(self._pointer)
-        if error is not None:
-            raise _Damaged(error)
-        if value is None:
+        try:
+            text = self._pointer.read_bytes()
+        except FileNotFoundError:
             return None, frozenset(), (0, 0)
+        except OSError as exc:
+            raise _unreadable(self._pointer, exc) from None
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8
+            raise _Damaged(str(exc)) from None
+        if value is None:
+            raise _Damaged("it holds null")
         try:
             generation = value["generation"]
             if generation is not None and not (isinstance(generation, str) and _NAME.fullmatch(generation)):
                 raise _Damaged("not a generation name")
             merged = frozenset(_names(value["merged"]))
             counts = (int(value["tokens"]), int(value["documents"]))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise _Damaged(f"not a memory pointer: {exc}") from None
         if value.get("format") != FORMAT_VERSION:
             raise _Damaged(f"format {value.get('format')!r}, not {FORMAT_VERSION}")
@@ -655,8 +675,10 @@ def _read_segment(path: Path, with_tokens: bool) -> _Segment:
             data = handle.read() if with_tokens else None
     except FileNotFoundError:
         raise
+    except IsADirectoryError:
+        raise _Damaged("a folder, not a segment") from None
     except OSError as exc:
-        raise _Damaged(f"unreadable: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     size = header["tokens"]
     tokens = None
     if data is not None:
@@ -676,7 +698,7 @@ def _segment_header(raw: bytes) -> dict[str, Any]:
         valid = (
             isinstance(header, dict) and header.get("source") in SOURCES
             and (header.get("tag") is None or isinstance(header["tag"], str))
-            and isinstance(header.get("added"), (int, float)) and isinstance(header.get("tokens"), int)
+            and _is_time(header.get("added")) and isinstance(header.get("tokens"), int)
             and header["tokens"] >= 0 and isinstance(header.get("crc32"), int)
         )
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -689,10 +711,14 @@ def _segment_header(raw: bytes) -> dict[str, Any]:
 def _read_table(path: Path) -> dict[str, Any]:
     """A generation's documents.json, its shape checked; FileNotFoundError if it is gone."""
     try:
-        table = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, RecursionError) as exc:
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    try:
+        table = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise _Damaged(f"unreadable: {exc}") from None
     try:
         if table["format"] != FORMAT_VERSION:
@@ -702,10 +728,10 @@ def _read_table(path: Path) -> dict[str, Any]:
             if not (
                 entry["source"] in SOURCES and (entry["tag"] is None or isinstance(entry["tag"], str))
                 and isinstance(entry["start"], int) and isinstance(entry["length"], int)
-                and isinstance(entry["added"], (int, float))
+                and _is_time(entry["added"])
             ):
                 raise _Damaged("a document entry is malformed")
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise _Damaged(f"not a document table: {exc}") from None
     return table
 
@@ -736,7 +762,9 @@ def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
         array = np.load(path, mmap_mode="r", allow_pickle=False) if size else np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, EOFError) as exc:
+    except OSError as exc:  # the system's refusal (permissions, I/O, no memory to map it), not the file's contents
+        raise _unreadable(path, exc) from None
+    except (ValueError, EOFError) as exc:
         raise _Damaged(f"unreadable: {exc}") from None
     if array.ndim != 1 or array.dtype != dtype or len(array) != size:
         raise _Damaged(f"holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} ({size},)")

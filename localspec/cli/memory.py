@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -14,9 +16,10 @@ from rich.text import Text
 
 from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
 from ..app.memory_store import MemoryStore
+from ..config.paths import user_path
 from ..errors import InputError
 from ..runtime.model import Vocabulary
-from ..textin import clean_text, decode_bytes, replaced_warning
+from ..textin import decode_bytes, replaced_warning
 from .common import stdout_console
 from .loading import resolve_plan
 from .options import PROFILE_OPTION
@@ -37,12 +40,13 @@ def memory_group() -> None:
 
 @memory_group.command("add")
 @PROFILE_OPTION
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH...")
-def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
+@click.argument("names", nargs=-1, required=True, metavar="PATH...")
+def add_command(profile: str | None, names: tuple[str, ...]) -> None:
     """Add text files (or every text file under a folder) for the profile's target vocabulary.
 
     Adding a file again replaces what it added before.
     """
+    paths = _paths(names)
     candidates = {_file_tag(file): file for path in paths for file in _files_under(path)}  # each file once
     texts = {tag: text for tag, file in candidates.items() if (text := _read_text(file)) is not None and text.strip()}
     skipped = len(candidates) - len(texts)
@@ -56,22 +60,25 @@ def add_command(profile: str | None, paths: tuple[Path, ...]) -> None:
         tokenized = {tag: np.asarray(vocabulary.tokenize(text, add_special=False), dtype=np.int32)
                      for tag, text in texts.items()}
     store = open_store(plan.target.path)
-    store.remove_tags(tokenized)  # what these files added before: at most one rebuild for all of them
-    kept = [len(tokens) for tag, tokens in tokenized.items()
-            if store.add(tokens, source="file", tag=tag, compact=False) is not None]  # merged once, below
-    store.compact()
+    with _reporting_problems([store]):
+        store.remove_tags(tokenized)  # what these files added before: at most one rebuild for all of them
+        kept = [len(tokens) for tag, tokens in tokenized.items()
+                if store.add(tokens, source="file", tag=tag, compact=False) is not None]  # merged once, below
+        store.compact()
     click.echo(f"added {_files(len(kept))}, {sum(kept)} tokens ({store.root})", err=True)
 
 
 @memory_group.command("remove")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="PATH...")
-def remove_command(paths: tuple[Path, ...]) -> None:
+@click.argument("names", nargs=-1, required=True, metavar="PATH...")
+def remove_command(names: tuple[str, ...]) -> None:
     """Remove files added with `memory add` (a folder: every file under it)."""
-    prefixes = [_file_tag(path) for path in paths]
+    prefixes = [_file_tag(path) for path in _paths(names)]
     removed = 0
-    for store in stores_of(LOCAL_OWNER):
-        tags = {doc["tag"] for doc in store.documents() if _under_any(doc["tag"], prefixes)}
-        removed += store.remove_tags(tags)  # at most one rebuild per memory
+    stores = stores_of(LOCAL_OWNER)
+    with _reporting_problems(stores):
+        for store in stores:
+            tags = {doc["tag"] for doc in store.documents() if _under_any(doc["tag"], prefixes)}
+            removed += store.remove_tags(tags)  # at most one rebuild per memory
     if not removed:
         raise InputError("none of these files is in the memory")
     click.echo(f"removed {removed} tokens", err=True)
@@ -81,7 +88,9 @@ def remove_command(paths: tuple[Path, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def list_command(as_json: bool) -> None:
     """List what the memories hold, one document per line."""
-    rows = [{"memory": _name(store), **doc} for store in stores_of(owner=None) for doc in store.documents()]
+    stores = stores_of(owner=None)
+    with _reporting_problems(stores):
+        rows = [{"memory": _name(store), **doc} for store in stores for doc in store.documents()]
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
@@ -96,7 +105,9 @@ def list_command(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def stats_command(as_json: bool) -> None:
     """Tokens stored and how often drafting from them paid off, per memory."""
-    stats = {_name(store): store.stats() for store in stores_of(owner=None)}
+    stores = stores_of(owner=None)
+    with _reporting_problems(stores):
+        stats = {_name(store): store.stats() for store in stores}
     if as_json:
         click.echo(json.dumps(stats, indent=2, ensure_ascii=False))
         return
@@ -132,9 +143,32 @@ def _files(count: int) -> str:
     return f"{count} file{'s' * (count != 1)}"
 
 
+def _paths(names: tuple[str, ...]) -> list[Path]:
+    """The paths named (an empty name, as an unset shell variable gives, is refused: it would mean this folder)."""
+    if any(not name for name in names):
+        raise InputError("an empty path: name a file or folder (`.` for this folder)")
+    return [user_path(name) for name in names]
+
+
+@contextmanager
+def _reporting_problems(stores: list[MemoryStore]) -> Iterator[None]:
+    """Say on stderr, once each, what damage the stores found (and repaired) while the block read them."""
+    try:
+        yield
+    finally:
+        for store in stores:
+            for problem in store.problems:
+                click.echo(f"localspec: {problem}", err=True)
+
+
 def _file_tag(path: Path) -> str:
-    """The tag of what `memory add` added from `path` (a name's invalid bytes as U+FFFD: tags are listed as text)."""
-    return clean_text(f"file:{path.absolute()}")[0]
+    """The tag of what `memory add` added from `path`: its resolved path (one tag however the file is named;
+    bytes that are not UTF-8 shown as \\xNN escapes, so that two such names stay apart)."""
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a link loop: the path as given
+        resolved = path.absolute()
+    return "file:" + os.fsencode(resolved).decode("utf-8", "backslashreplace")
 
 
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
@@ -180,5 +214,5 @@ def _read_text(file: Path) -> str | None:
         return None
     text, replaced = decode_bytes(data)
     if replaced:
-        click.echo(f"warning: {replaced_warning(str(file))}", err=True)
+        click.echo(replaced_warning(str(file)), err=True)
     return text
