@@ -70,6 +70,8 @@ class Setting:
             return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {value!r}"
         if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison, inf every lower bound
             return f"{self.key} must be a finite number, got {value!r}"
+        if self.kind is float and isinstance(value, int) and not _fits_a_float(value):
+            return f"{self.key} must be a finite number, got an integer of {len(str(abs(value)))} digits"
         texts = value if self.kind is list else [value] if isinstance(value, str) else []
         if any(_SURROGATE.search(text) for text in texts):
             return f"{self.key} must be valid UTF-8 text, got {value!r}"  # a lone surrogate cannot be written or tokenized
@@ -429,6 +431,14 @@ def _kind_of(hint: Any) -> type:
 
 def _as_profile_value(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def _fits_a_float(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 def _has_kind(value: Any, kind: type) -> bool:

@@ -191,6 +191,17 @@ def test_pull_of_a_missing_file_is_one_line(hub: FakeHub) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("command", [("pull", "spaced"), ("run", "-p", "spaced", "x"), ("profile", "check", "spaced")])
+def test_a_repository_name_the_hub_refuses_is_one_line(command: tuple[str, ...]) -> None:
+    path = user_profiles_dir() / "spaced.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('[target]\nhf_repo = "TheBloke/Llama 2-7B-GGUF"\nhf_file = "x.gguf"\n')
+    result = cli(*command)
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "invalid hub repository 'TheBloke/Llama 2-7B-GGUF'" in errors[0]
+
+
 @pytest.mark.slow  # huggingface_hub retries a refused connection with back-off for about 20 s
 def test_pull_with_nothing_listening_is_one_line(monkeypatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused
@@ -239,6 +250,21 @@ def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tu
     assert len(drafts) == 1 and "wrote" in added.stderr and "expected speed-up" in added.stderr
     assert json.loads(cli("profile", "show", "made", "--json").output)["draft.path"]["value"] == str(drafts[0].resolve())
     assert cli("profile", "check", "made").exit_code == 0
+
+
+def test_models_scan_lists_odd_files_as_unreadable_and_goes_on(tmp_path: Path, tiny_pair) -> None:
+    from tiny_models import random_weights, write_model
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "tiny.gguf").symlink_to(tiny_pair[0])
+    (folder / "loop.gguf").symlink_to(folder / "loop.gguf")  # a link to itself
+    (folder / "nowhere.gguf").symlink_to(folder / "missing.gguf")
+    write_model(folder / "odd.gguf", random_weights(300, seed=3), n_vocab=300, context_length="abc")  # a context length that is not a number
+    report = json.loads(cli("models", "scan", str(folder), "--json").output)
+    described = {Path(m["path"]).name: m for group in report["groups"] for m in group}
+    assert set(described) == {"tiny.gguf", "odd.gguf"} and described["odd.gguf"]["context_length"] is None
+    assert sorted(Path(line.split(":")[0]).name for line in report["unreadable"]) == ["loop.gguf", "nowhere.gguf"]
 
 
 @pytest.mark.slow

@@ -380,6 +380,19 @@ def test_non_finite_numbers_are_refused_in_profiles(value: str) -> None:
     assert not (user_profiles_dir() / "demo.toml").exists()  # the shipped profile was not copied for nothing
 
 
+def test_numbers_too_large_for_python_or_a_float_are_one_line(tmp_path: Path) -> None:
+    digits = "9" * 5000
+    path = write_user_profile("huge", f'[target]\npath = "x.gguf"\n[sampling]\nseed = {digits}\n')
+    one_error_line(cli("profile", "show", "huge"), 2, f"{path}: invalid TOML: a number with more than 4300 digits")
+    assert "invalid: invalid TOML: a number with more than 4300 digits" in cli("profile", "list").stdout
+    one_error_line(cli("profile", "set", "demo", f"sampling.seed={digits}"), 2, "a number with more than 4300 digits")
+    hot = write_user_profile("hot", f'[target]\npath = "x.gguf"\n[sampling]\ntemperature = {digits[:400]}\n')
+    one_error_line(cli("profile", "show", "hot"), 2, f"{hot}:4: sampling.temperature must be a finite number")
+    schema = tmp_path / "huge.json"
+    schema.write_text(f'{{"type": "integer", "maximum": {digits}}}')
+    one_error_line(cli("run", "--json-schema", str(schema), "x"), 2, f"{schema}: not valid JSON (a number with more than")
+
+
 def test_a_rule_between_settings_is_checked_when_the_profile_is_saved() -> None:
     path = write_user_profile("rules", '[target]\npath = "x.gguf"\n')
     one_error_line(cli("profile", "set", "rules", "speculative.ngram_min=5"), 2,

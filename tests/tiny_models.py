@@ -114,7 +114,7 @@ def write_model(
     n_vocab: int,
     changed_token_id: int | None = None,
     tokenizer_model: str = "llama",
-    context_length: int = CONTEXT_LENGTH,
+    context_length: int | str = CONTEXT_LENGTH,
     space_token: bool = False,
     special_pieces: Sequence[tuple[str, int]] = (),
 ) -> Path:
@@ -122,7 +122,10 @@ def write_model(
     tokens, types = vocabulary(n_vocab, changed_token_id, space_token, special_pieces)
     writer = GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
-    writer.add_context_length(context_length)
+    if isinstance(context_length, str):  # a header llama.cpp would refuse, for tests of odd files
+        writer.add_string("llama.context_length", context_length)
+    else:
+        writer.add_context_length(context_length)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(N_LAYER)
     writer.add_feed_forward_length(N_FF)

@@ -54,6 +54,9 @@ def read_user_text(path: Path) -> str:
         ) from None
 
 
+TOO_LONG_A_NUMBER = "a number with more than 4300 digits"
+
+
 def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
     """TOML text parsed, or a one-line error naming `path` (invalid TOML, or nested too deep to read)."""
     try:
@@ -62,6 +65,8 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
         raise InputError(f"{path}: invalid TOML: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: invalid TOML: nested too deeply to read") from None
+    except ValueError:  # Python's limit on the digits of an integer read from text
+        raise InputError(f"{path}: invalid TOML: {TOO_LONG_A_NUMBER}") from None
 
 
 def parse_user_json(text: str, origin: Path | str) -> Any:
@@ -73,6 +78,8 @@ def parse_user_json(text: str, origin: Path | str) -> Any:
         raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
         raise InputError(f"{origin}: not valid JSON (nested too deeply to read)") from None
+    except ValueError:  # Python's limit on the digits of an integer read from text
+        raise InputError(f"{origin}: not valid JSON ({TOO_LONG_A_NUMBER})") from None
 
 
 def read_cache_json(path: Path) -> tuple[Any, str | None]:

@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..runtime.chat_template import template_problem
 from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
 from .atomic import write_text_atomic
-from .files import locked, parse_toml, read_user_text
+from .files import TOO_LONG_A_NUMBER, locked, parse_toml, read_user_text
 from .paths import shipped_profiles_dir, user_profiles_dir
 
 if sys.version_info >= (3, 11):
@@ -326,6 +326,8 @@ def parse_value(raw: str, kind: type) -> Any:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: brackets nested thousands deep
         value = raw.strip()
+    except ValueError:  # Python's limit on the digits of an integer read from text
+        raise InputError(f"{raw.strip()[:20]}...: {TOO_LONG_A_NUMBER}") from None
     if kind is list and isinstance(value, str):
         value = [value]
     return value

@@ -79,7 +79,11 @@ def scan(folders: Iterable[Path]) -> tuple[list[ModelInfo], list[str]]:
         if not folder.is_dir():
             raise InputError(f"{folder}: not a folder")
         for path in sorted(folder.rglob("*.gguf")):
-            resolved = path.resolve()
+            try:
+                resolved = path.resolve(strict=True)
+            except (OSError, RuntimeError) as exc:  # a dangling link, a link loop
+                problems.append(f"{path}: cannot be opened ({getattr(exc, 'strerror', None) or 'a link that leads nowhere'})")
+                continue
             if resolved in seen or not path.is_file():
                 continue
             seen.add(resolved)

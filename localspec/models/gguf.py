@@ -81,19 +81,23 @@ class GGUFHeader:
 
     @property
     def context_length(self) -> int | None:
+        """The context length the model was trained for; None where the header does not give a positive integer."""
         value = self.metadata.get(f"{self.architecture}.context_length")
-        return int(value) if value is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class _Cursor:
     """Sequential little-endian reads over the header bytes."""
 
-    def __init__(self, data: bytes, path: Path) -> None:
+    def __init__(self, data: bytes, path: Path, file_size: int) -> None:
         self.data = data
         self.pos = 0
         self.path = path
+        self.file_size = file_size
 
     def need(self, n: int) -> None:
+        if self.pos + n > self.file_size:  # the file ends first (cut short, or a corrupt length): read no further
+            raise _PastTheEnd()
         if self.pos + n > len(self.data):
             raise _ShortHeader()
 
@@ -135,6 +139,10 @@ class _ShortHeader(Exception):
     """The header needs more bytes than were read so far."""
 
 
+class _PastTheEnd(Exception):
+    """The header needs more bytes than the file holds."""
+
+
 def read_gguf_header(path: str | Path) -> GGUFHeader:
     """Parse the header of the GGUF file at `path`.
 
@@ -170,8 +178,10 @@ def _read_header(path: Path) -> GGUFHeader:
             data = handle.read(window)
             try:
                 return _parse(data, path, file_size)
+            except _PastTheEnd:
+                raise InputError(f"{path}: truncated GGUF file (header ends early)") from None
             except _ShortHeader:
-                if len(data) < window:
+                if len(data) < window:  # the whole file was read (it shrank while being read)
                     raise InputError(f"{path}: truncated GGUF file (header ends early)") from None
                 window *= 4
             except (ValueError, KeyError, struct.error, OverflowError, MemoryError) as exc:
@@ -179,7 +189,7 @@ def _read_header(path: Path) -> GGUFHeader:
 
 
 def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
-    cursor = _Cursor(data, path)
+    cursor = _Cursor(data, path, file_size)
     cursor.pos = 4
     version = cursor.scalar("<I")
     if version not in (2, 3):

@@ -26,9 +26,16 @@ ProgressCallback = Callable[[int, int | None], None]
 
 
 def _check_reference(repo: str, filename: str) -> None:
+    """InputError unless `repo` is a repository id the hub takes ('org/name') and `filename` a path inside it."""
     parts = Path(repo).parts + Path(filename).parts
     if ".." in parts or repo.startswith("/") or filename.startswith("/") or repo.count("/") != 1:
         raise InputError(f"invalid hub reference {repo}/{filename}: expected hf_repo = 'org/name' and a file inside it")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise InputError(f"invalid hub repository {repo!r}: {' '.join(str(exc).split())}") from None
 
 
 def _endpoint() -> str | None:

@@ -40,7 +40,8 @@ def parse_endpoints(values: Iterable[str]) -> tuple[str, ...]:
         for item in str(value).split(","):
             item = item.strip()
             host, colon, port = item.rpartition(":")
-            if not colon or not host or " " in host or not port.isdigit() or not 0 < int(port) < 65536:
+            digits = port.isascii() and port.isdigit()  # not "²" or "٣": digits to Unicode, not to a port number
+            if not colon or not host or " " in host or not digits or not 0 < int(port) < 65536:
                 raise InputError(f"RPC worker address {item!r} is not HOST:PORT (e.g. 192.168.1.20:{DEFAULT_PORT})")
             if item not in endpoints:
                 endpoints.append(item)
@@ -71,9 +72,13 @@ def _function(name: str, prototype: type) -> ctypes._CFuncPtr:
 def check_reachable(endpoint: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
     """Refuse a worker that does not accept a connection within `timeout` seconds."""
     host, _, port = endpoint.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # [::1]: an IPv6 address written as in URLs
+        host = host[1:-1]
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
+    except UnicodeError:  # a label too long, or text the IDNA codec cannot encode
+        raise LocalspecError(f"RPC worker {endpoint}: {host!r} is not a valid host name") from None
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
         raise LocalspecError(f"RPC worker {endpoint} is unreachable ({reason}): is `localspec worker` running there?") from None
