@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli
 from click.testing import CliRunner, Result
 
 from localspec.app.history import HistoryStore, HistoryUnavailable
@@ -314,3 +316,30 @@ def test_settings_changed_before_the_first_message_store_nothing(tiny_profile: s
         assert len(store.list()) == 1
     finally:
         store.close()
+
+
+def test_history_shows_stored_text_exactly_and_safely_and_survives_other_programs_rows() -> None:
+    from localspec.app.conversation import Conversation
+    from localspec.settings import GenerationSettings
+
+    store = HistoryStore(history_file())
+    written = Conversation(GenerationSettings())
+    written.add("user", "\nhello \x1b[31mred\x1b[0m and a backslash \\")
+    written.add("assistant", "ok [bold]x[/bold]")
+    first = store.start(written)
+    other = Conversation(GenerationSettings())
+    other.add("user", "second")
+    second = store.start(other)
+    with store._db:  # rows another program could leave: a time out of range, settings that are not JSON, bytes
+        store._db.execute("UPDATE conversations SET updated = 1e300, settings = 'not json' WHERE id = ?", (second,))
+        store._db.execute("INSERT INTO messages (conversation, role, content) VALUES (?, 'user', ?)", (second, b"\xffblob"))
+    store.close()
+    shown = cli("history", "show", str(first))
+    assert shown.exit_code == 0
+    assert shown.stdout == "user: \nhello \\x1b[31mred\\x1b[0m and a backslash \\\nassistant: ok [bold]x[/bold]\n"
+    listed = cli("history", "list")
+    assert listed.exit_code == 0 and "hello \\x1b[31mred" in listed.stdout and "\x1b" not in listed.stdout
+    assert json.loads(cli("history", "list", "--json").stdout)[0]["updated"] is None
+    damaged = cli("history", "show", str(second))
+    assert damaged.exit_code != 0 and f"conversation {second} is damaged" in damaged.stderr
+    assert "Traceback" not in damaged.stderr

@@ -211,6 +211,14 @@ def test_invalid_toml_names_file_and_line() -> None:
     assert line.startswith("error:")
 
 
+def test_a_bad_value_is_named_by_its_own_line_when_two_sections_share_the_key() -> None:
+    path = write_user_profile("twice", '[target]\npath = "t.gguf"\nn_ctx = 4096\n\n[draft]\npath = "d.gguf"\nn_ctx = 1.5\n')
+    one_error_line(cli("profile", "show", "twice"), 2, f"{path}:7: draft.n_ctx must be an integer")
+    dotted = write_user_profile("dotted", 'target.path = "t.gguf"\ndraft.path = "d.gguf"\ndraft.n_batch = "x"\n')
+    one_error_line(cli("profile", "show", "dotted"), 2, f"{dotted}:3: draft.n_batch must be")
+    one_error_line(cli("profile", "set", "demo", "draft.n_ctx=1.5"), 2, "profile demo: draft.n_ctx must be an integer")
+
+
 def test_unknown_key_suggests_the_nearest() -> None:
     write_user_profile("typo", '[target]\npath = "x.gguf"\n[sampling]\ntemprature = 0.5\n')
     one_error_line(cli("profile", "show", "typo"), 2, ":4:", "unknown key 'sampling.temprature'", "did you mean 'sampling.temperature'")

@@ -8,11 +8,13 @@ progress. A database that is corrupt or locked by another process raises
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+from ..textin import clean_text
 from .conversation import Conversation, Message
 
 SCHEMA = """
@@ -121,7 +123,8 @@ class HistoryStore:
             " FROM conversations c LEFT JOIN messages m ON m.conversation = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
         )
         return [
-            {"id": cid, "started": started, "updated": updated, "messages": count, "first_message": first or ""}
+            {"id": cid, "started": _time(started), "updated": _time(updated), "messages": count,
+             "first_message": _text(first)}
             for cid, started, updated, count, first in rows
         ]
 
@@ -133,12 +136,17 @@ class HistoryStore:
         if not found:
             return None
         system, settings = found[0]
-        messages = [{"role": "system", "content": system}] if system else []
+        messages = [{"role": "system", "content": _text(system)}] if system else []
         for role, content, interrupted in self._read(
             "SELECT role, content, interrupted FROM messages WHERE conversation = ? ORDER BY id", (conversation_id,)
         ):
-            messages.append({"role": role, "content": content, **({"interrupted": True} if interrupted else {})})
-        return {"messages": messages, "settings": json.loads(settings)}
+            messages.append({"role": _text(role), "content": _text(content), **({"interrupted": True} if interrupted else {})})
+        try:
+            kept_settings = json.loads(_text(settings))
+        except (ValueError, RecursionError) as exc:
+            raise HistoryUnavailable(f"chat history {self.path}: conversation {conversation_id} is damaged"
+                                     f" (its settings are not JSON: {exc})") from None
+        return {"messages": messages, "settings": kept_settings}
 
     def remove(self, conversation_id: int) -> bool:
         if not _is_row_id(conversation_id):
@@ -147,6 +155,22 @@ class HistoryStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _text(value: Any) -> str:
+    """A stored text as text, whatever another program wrote there (bytes are decoded, invalid UTF-8 replaced)."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return clean_text(value.decode("utf-8", "replace"))[0]
+    return clean_text(str(value))[0]
+
+
+def _time(value: Any) -> float | None:
+    """A stored Unix time, or None where another program left something else."""
+    if isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value < 3.3e10:
+        return float(value)
+    return None
 
 
 def _is_row_id(value: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import ipaddress
 import os
+import re
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -177,6 +178,15 @@ class StatusLine:
         if self._status is not None:
             self._status.stop()
             self._status = None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown_plainly(text: str) -> str:
+    """Stored text made safe to print on a terminal: control characters (an escape sequence that would
+    recolour or move the cursor) shown as \\xNN escapes; line breaks and tabs kept."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def human_size(n_bytes: float) -> str:

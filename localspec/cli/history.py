@@ -6,7 +6,6 @@ import json
 from datetime import datetime
 
 import click
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -14,7 +13,7 @@ from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.memory import LOCAL_OWNER, conversation_tag, stores_of
 from ..config.paths import history_file
 from ..errors import InputError, LocalspecError
-from .common import stdout_console
+from .common import shown_plainly, stdout_console
 
 
 def _store() -> HistoryStore:
@@ -42,9 +41,9 @@ def list_command(as_json: bool) -> None:
         return
     table = Table("id", "updated", "messages", "first message", box=None)
     for row in rows:
-        when = datetime.fromtimestamp(row["updated"]).strftime("%Y-%m-%d %H:%M")
-        first = row["first_message"].splitlines()[0][:60] if row["first_message"] else ""
-        table.add_row(str(row["id"]), when, str(row["messages"]), Text(first))  # Text: the user's words, not markup
+        when = datetime.fromtimestamp(row["updated"]).strftime("%Y-%m-%d %H:%M") if row["updated"] is not None else "?"
+        first = next((line.strip() for line in row["first_message"].splitlines() if line.strip()), "")[:60]
+        table.add_row(str(row["id"]), when, str(row["messages"]), Text(shown_plainly(first)))  # Text: the user's words, not markup
     stdout_console.print(table)
 
 
@@ -64,7 +63,9 @@ def show_command(conversation_id: int, as_json: bool) -> None:
         return
     for message in data["messages"]:
         mark = " (interrupted)" if message.get("interrupted") else ""
-        stdout_console.print(f"[bold]{message['role']}[/bold]{mark}: {escape(message['content'])}", markup=True, highlight=False)
+        # Text, not markup: the words exactly as written (a trailing backslash too); control characters as escapes.
+        line = Text.assemble((shown_plainly(message["role"]), "bold"), f"{mark}: ", shown_plainly(message["content"]))
+        stdout_console.print(line, highlight=False)
 
 
 @history_group.command("remove")

@@ -108,7 +108,7 @@ def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str,
     for key, value in document.items():
         if isinstance(value, dict):
             if key in SETTINGS:  # `description = {x = 1}` or a [description] table: a value of the wrong type
-                raise InputError(f"{where}{_line_of(key, text)}: {key} must be a value, not a table")
+                raise InputError(f"{where}{line_of(key, text)}: {key} must be a value, not a table")
             if key not in SECTIONS or key == "":
                 raise _unknown(key, text, where, is_section=True)
             for subkey, subvalue in value.items():
@@ -118,7 +118,7 @@ def flatten(document: dict[str, Any], text: str, where: Path | str) -> dict[str,
                 values[dotted] = subvalue
         else:
             if key in SECTIONS and key != "":  # `sampling = 0.7`: a section written as a value
-                raise InputError(f"{where}{_line_of(key, text)}: [{key}] is a section of settings, not a value")
+                raise InputError(f"{where}{line_of(key, text)}: [{key}] is a section of settings, not a value")
             if key not in SETTINGS:
                 raise _unknown(key, text, where)
             values[key] = value
@@ -132,9 +132,9 @@ def validate(values: dict[str, Any], text: str = "", where: Path | str = "profil
             raise _unknown(dotted, text, where)
         problem = SETTINGS[dotted].problem(value)
         if problem is not None:
-            raise InputError(f"{where}{_line_of(dotted, text)}: {problem}")
+            raise InputError(f"{where}{line_of(dotted, text)}: {problem}")
     if isinstance(values.get("chat.template"), str) and (problem := template_problem(values["chat.template"])):
-        raise InputError(f"{where}{_line_of('chat.template', text)}: chat.template: {problem}")
+        raise InputError(f"{where}{line_of('chat.template', text)}: chat.template: {problem}")
     generation_keys = GenerationSettings.keys()
     GenerationSettings().with_values({k: v for k, v in values.items() if k in generation_keys}, str(where))
     if not any(k.startswith("target.") for k in values):
@@ -164,17 +164,33 @@ def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -
         matches = [c for c in candidates if c.rpartition(".")[2] == matches[0]][:1]
     hint = f" (did you mean {matches[0]!r}?)" if matches else ""
     kind = "section" if is_section else "key"
-    return InputError(f"{where}{_line_of(key, text)}: unknown {kind} {key!r}{hint}")
+    return InputError(f"{where}{line_of(key, text)}: unknown {kind} {key!r}{hint}")
 
 
-def _line_of(dotted: str, text: str) -> str:
-    """':N' for the line where the key's last part is assigned (best effort), else ''."""
-    leaf = dotted.rpartition(".")[2]
-    pattern = re.compile(rf"^\s*(\[\s*{re.escape(leaf)}\s*\]|{re.escape(leaf)}\s*=)")
+_TABLE_HEADER = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+")
+_ASSIGNED_KEY = re.compile(r"^\s*([A-Za-z0-9_\-.\"' ]+?)\s*=")
+
+
+def line_of(dotted: str, text: str) -> str:
+    """':N' for the line that sets the dotted key (a `key =` line under its [section], a `section.key =`
+    line, or the key's own [table] header), else ''."""
+    section = ""
     for number, line in enumerate(text.splitlines(), start=1):
-        if pattern.match(line):
+        header = _TABLE_HEADER.match(line)
+        if header:
+            section = _plain_key(header.group(1))
+            if section == dotted or section.startswith(dotted + "."):
+                return f":{number}"
+            continue
+        assigned = _ASSIGNED_KEY.match(line)
+        if assigned and ".".join(part for part in (section, _plain_key(assigned.group(1))) if part) == dotted:
             return f":{number}"
     return ""
+
+
+def _plain_key(key: str) -> str:
+    """A TOML key as dotted text: 'draft . "n_ctx"' -> 'draft.n_ctx'."""
+    return ".".join(part.strip().strip("\"'") for part in key.split("."))
 
 
 # -- reading and writing ---------------------------------------------------------------------
@@ -299,6 +315,9 @@ def update_profile(name: str, changes: dict[str, Any]) -> Path:
     """
     _existing_file(name)  # refuses a name that is invalid or not a profile
     path = user_profiles_dir() / f"{name}.toml"
+    for dotted, value in changes.items():  # a value given here is named as given, not by a line of the file
+        if (problem := SETTINGS[dotted].problem(value)) is not None:
+            raise InputError(f"profile {name}: {problem}")
     with locked(path):
         current = path if path.is_file() else _existing_file(name)
         text = read_user_text(current)

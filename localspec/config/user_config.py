@@ -10,7 +10,7 @@ from ..errors import InputError
 from .atomic import write_text_atomic
 from .files import locked, parse_toml, read_user_text
 from .paths import config_file
-from .profiles import name_problem
+from .profiles import line_of, name_problem
 
 KNOWN_KEYS = ("default_profile",)
 
@@ -28,11 +28,12 @@ def _parse(text: str, path: Path) -> dict:
     config = parse_toml(text, path)
     unknown = [key for key in config if key not in KNOWN_KEYS]
     if unknown:
-        raise InputError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(KNOWN_KEYS)})")
+        raise InputError(f"{path}{line_of(unknown[0], text)}: unknown key {unknown[0]!r} (known: {', '.join(KNOWN_KEYS)})")
+    where = f"{path}{line_of('default_profile', text)}"
     if "default_profile" in config and not isinstance(config["default_profile"], str):
-        raise InputError(f"{path}: default_profile must be a string")
+        raise InputError(f"{where}: default_profile must be a string")
     if "default_profile" in config and name_problem(config["default_profile"]) is not None:
-        raise InputError(f"{path}: default_profile {config['default_profile']!r}: {name_problem(config['default_profile'])}")
+        raise InputError(f"{where}: default_profile {config['default_profile']!r}: {name_problem(config['default_profile'])}")
     return config
 
 
