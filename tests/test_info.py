@@ -37,6 +37,16 @@ def test_info_reports_versions_devices_features_and_folders() -> None:
     assert ("exact" in invariance) == report["cpu_batch_invariant"]
 
 
+def test_info_still_reports_with_a_broken_config_and_says_what_is_wrong_with_it() -> None:
+    from localspec.config.paths import config_file
+
+    config_file().parent.mkdir(parents=True, exist_ok=True)
+    config_file().write_text("default_profile = 5\n")
+    result = cli("info")
+    assert result.exit_code == 0, result.stderr
+    assert "default profile: unknown (" in result.stdout and "default_profile must be a string" in result.stdout
+
+
 def test_info_says_gpu_offload_only_with_a_gpu_device_and_names_llama_cpp_s_build() -> None:
     report = json.loads(cli("info", "--json").output)
     local_gpus = [d["name"] for d in report["devices"] if d["type"] in ("GPU", "integrated GPU") and not d["name"].startswith("RPC")]

@@ -11,6 +11,10 @@ lose to a slower one.
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
+import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +41,7 @@ MEASURE_PROMPTS = (
 )
 MEASURE_TOKENS = 48
 MEASURE_TEMPERATURES = (0.0, 0.8)
+_CANDIDATE_PID = re.compile(r"\.candidate-[a-z0-9_]+-(\d+)-[0-9a-f]+\.gguf$")
 
 
 @dataclass(frozen=True)
@@ -94,31 +99,70 @@ def make_fastest_draft(
     """Make a draft at each of `types`, measure each against the target, keep the fastest.
 
     The winner is written to `out` (default: next to the target, named after its
-    type); every other candidate is removed, also when something fails.
+    type). A candidate is removed as soon as a faster one is measured, and every
+    one left when something fails; ones a killed run left behind are swept.
+    Without `overwrite`, an existing file where the winner could go is refused
+    before anything is made.
     """
     target_info = describe(target)
     folder = (out or target).parent
+    if not overwrite:
+        for destination in [out] if out is not None else [default_draft_path(target, name) for name in types]:
+            if destination.exists():
+                raise InputError(f"{destination} exists (from an earlier draft make?): use it, or pass --force"
+                                 " to measure again and replace it")
+    _sweep_abandoned_candidates(folder, target)
     reports: list[CandidateReport] = []
-    candidates: dict[str, Path] = {}
+    best: tuple[CandidateReport, Path] | None = None
+    measuring: Path | None = None
     try:
         with Model(target) as target_model:
             prompts = _measuring_prompts(target_model)
             baseline = _target_speed(target_model, prompts)
             for type_name in types:
                 on_status(f"making and measuring a {type_name} draft")
-                path = folder / f".{target.stem}.candidate-{type_name}.gguf"
-                candidates[type_name] = quantize(target, path, type_name)
-                reports.append(_measure(target_model, prompts, path, type_name, baseline))
-        winner = max(reports, key=lambda report: report.expected_speedup)
+                measuring = folder / f".{target.stem}.candidate-{type_name}-{os.getpid()}-{secrets.token_hex(4)}.gguf"
+                quantize(target, measuring, type_name)
+                report = _measure(target_model, prompts, measuring, type_name, baseline)
+                reports.append(report)
+                if best is None or report.expected_speedup > best[0].expected_speedup:
+                    slower, best = (best[1] if best is not None else None), (report, measuring)
+                else:
+                    slower = measuring
+                measuring = None
+                if slower is not None:
+                    slower.unlink(missing_ok=True)
+        if best is None:
+            raise ValueError("no candidate types to measure")
+        winner, winner_path = best
         destination = out or default_draft_path(target, winner.type_name)
-        if destination.exists() and not overwrite:
+        if destination.exists() and not overwrite:  # made meanwhile
             raise InputError(f"{destination} exists; pass --force to overwrite")
         with atomic_path(destination) as temp_path:
-            candidates.pop(winner.type_name).replace(temp_path)
+            winner_path.replace(temp_path)
     finally:
-        for path in candidates.values():
-            path.unlink(missing_ok=True)
+        for path in (measuring, best[1] if best is not None else None):
+            if path is not None:
+                path.unlink(missing_ok=True)
     return MadeDraft(destination, describe(destination).size_bytes, target_info.size_bytes), reports
+
+
+def _sweep_abandoned_candidates(folder: Path, target: Path) -> None:
+    """Delete candidates of `target` that a run no longer running left behind (killed before its clean-up)."""
+    for path in folder.glob(f".{glob.escape(target.stem)}.candidate-*.gguf"):
+        match = _CANDIDATE_PID.search(path.name)
+        if match is not None and not _running(int(match.group(1))):
+            path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or no such number: leave its file
+        return True
+    return True
 
 
 def _measuring_prompts(target: Model) -> list[list[int]]:

@@ -11,6 +11,7 @@ from ..app.repack import load_verdicts
 from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
 from ..config.resolve import DEMO_PROFILE
 from ..config.user_config import default_profile_name
+from ..errors import InputError
 from ..runtime.devices import build_info, devices
 from ..runtime.library import default_threads
 from ..runtime.repack import build_fingerprint
@@ -33,7 +34,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         "cpu_repack": load_verdicts(build_fingerprint()),
         "folders": {"profiles": str(user_profiles_dir()), "cache": str(cache_dir()), "models": str(models_dir()),
                     "data": str(data_dir())},
-        "default_profile": default_profile_name() or DEMO_PROFILE,
+        "default_profile": _default_profile_text(),
     }
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -57,6 +58,15 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     for name, folder in report["folders"].items():
         out(f"{name} folder: {folder}")
     out(f"default profile: {report['default_profile']}")
+
+
+def _default_profile_text() -> str:
+    """The profile commands run without -p; a broken config.toml is reported here, not fatal: info is what a
+    bug report starts from."""
+    try:
+        return default_profile_name() or DEMO_PROFILE
+    except InputError as exc:
+        return f"unknown ({exc})"
 
 
 def _llama_cpp_text(build: dict[str, str]) -> str:
