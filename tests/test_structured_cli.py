@@ -50,6 +50,7 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("json_schema", '{"type": "foo"}', "s.json"), ["s.json: ", "Invalid type: foo"]),
     (OutputFormat("json_schema", '{"type":\n "object",}', "s.json"), ["s.json: not valid JSON (line 2, column 11"]),
     (OutputFormat("json_schema", "[1]", "s.json"), ["s.json: a JSON schema must be a JSON object", "an array"]),
+    (OutputFormat("json_schema", '{"maximum": NaN}', "/format schema"), ["/format schema: not valid JSON (NaN is not a JSON number)"]),
     (OutputFormat("json_schema", '{"$ref": "#/nowhere"}', "--json-schema"), ["--json-schema: ", "/nowhere"]),
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),

@@ -58,10 +58,10 @@ def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
     return OutputFormat("regex", clean_input(value, "--regex"), "--regex")
 
 
-def schema_format(value: str) -> OutputFormat:
+def schema_format(value: str, given_as: str = "--json-schema") -> OutputFormat:
     """`--json-schema` / `/format schema`: inline JSON when it starts with '{', else a file's text."""
     if value.lstrip().startswith("{"):
-        return OutputFormat("json_schema", clean_input(value, "--json-schema"), "--json-schema")
+        return OutputFormat("json_schema", clean_input(value, given_as), given_as)
     path = user_path(value)
     return OutputFormat("json_schema", read_user_text(path), str(path))
 
@@ -92,7 +92,7 @@ def format_from_command(argument: str) -> OutputFormat | None:
         return OutputFormat("json", "", "--format json")
     if word in ("schema", "grammar", "regex") and rest:
         if word == "schema":
-            return schema_format(rest)
+            return schema_format(rest, "/format schema")
         if word == "grammar":
             return grammar_format(rest)
         return OutputFormat("regex", rest, "/format regex")

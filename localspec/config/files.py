@@ -69,11 +69,21 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
         raise InputError(f"{path}: invalid TOML: {TOO_LONG_A_NUMBER}") from None
 
 
+class _NotAJSONNumber(ValueError):
+    """NaN, Infinity or -Infinity: Python's json reads them, JSON has no such numbers."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotAJSONNumber(f"{name} is not a JSON number")
+
+
 def parse_user_json(text: str, origin: Path | str) -> Any:
     """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column);
     lone surrogates its escapes spell (`"\\ud800"`) become U+FFFD, as in all text from outside."""
     try:
-        return clean_data(json.loads(text))[0]
+        return clean_data(json.loads(text, parse_constant=_refuse_constant))[0]
+    except _NotAJSONNumber as exc:
+        raise InputError(f"{origin}: not valid JSON ({exc})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
