@@ -60,6 +60,18 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
 
 
+def test_unset_brings_back_the_default_and_a_new_location_replaces_the_old(tiny_pair: tuple[Path, Path]) -> None:
+    path = write_user_profile("mine", '[target]\npath = "t.gguf"\n[draft]\nbuiltin = "smollm2-135m-instruct-q4_1"\n'
+                                      '[sampling]\n# cool\ntemperature = 0.2\nmax_tokens = 64\n')
+    assert cli("profile", "unset", "mine", "sampling.max_tokens").exit_code == 0
+    assert "max_tokens" not in path.read_text() and "# cool" in path.read_text()
+    one_error_line(cli("profile", "unset", "mine", "sampling.max_tokens"), 2, "profile mine does not set sampling.max_tokens")
+    one_error_line(cli("profile", "unset", "mine", "sampling.temprature"), 2, "did you mean 'sampling.temperature'?")
+    assert cli("profile", "set", "mine", f"draft.path={tiny_pair[1]}").exit_code == 0
+    shown = json.loads(cli("profile", "show", "mine", "--json").output)
+    assert shown["draft.path"]["value"] == str(tiny_pair[1]) and "draft.builtin" not in shown
+
+
 @pytest.mark.slow
 def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
     target, draft = pair

@@ -13,7 +13,7 @@ from ..config.paths import user_path, user_profiles_dir
 from ..config.profiles import check_name, parse_assignment, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
-from ..models.compat import check_pair, check_pair_cached
+from ..models.compat import check_file, check_pair, check_pair_cached
 from ..models.discovery import describe, find_drafts
 from ..textin import clean_input
 from .common import stdout_console
@@ -49,8 +49,8 @@ def add_command(
         values[key] = value
     if "draft.path" in values:
         check_pair(Path(values["target.path"]), Path(values["draft.path"]))
-    elif not target_path.is_file():
-        raise InputError(f"{target_path}: no such file")
+    elif "target.path" in values:  # (--set may have given the target another location)
+        check_file(Path(values["target.path"]))
     path = save_profile(name, values)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
 

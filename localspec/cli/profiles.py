@@ -122,6 +122,21 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
     click.echo(f"saved {path}", err=True)
 
 
+@profile_group.command("unset")
+@click.argument("name")
+@click.argument("keys", nargs=-1, required=True, metavar="KEY...")
+def unset_command(name: str, keys: tuple[str, ...]) -> None:
+    """Remove settings from NAME, so that their defaults apply again (a shipped profile is copied to your
+    profiles first).
+
+    \b
+    Example:
+      localspec profile unset mine sampling.max_tokens speculative.draft_max
+    """
+    path = update_profile(name, {}, unset=tuple(clean_input(key, "a KEY argument").strip() for key in keys))
+    click.echo(f"saved {path}", err=True)
+
+
 @profile_group.command("remove")
 @click.argument("name")
 def remove_command(name: str) -> None:

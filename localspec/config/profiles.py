@@ -306,25 +306,49 @@ def _text_to_keep(path: Path) -> str:
     return text
 
 
-def update_profile(name: str, changes: dict[str, Any]) -> Path:
-    """Set `changes` in profile `name`, under its lock so that concurrent updates all survive.
+def update_profile(name: str, changes: dict[str, Any], unset: tuple[str, ...] = ()) -> Path:
+    """Set `changes` in profile `name` and remove the keys `unset`, under its lock so that concurrent
+    updates all survive.
 
     A shipped profile becomes a user profile, its comments kept. The file is read
     again inside the lock, and only the result is validated: a change may repair
-    a profile that is invalid today.
+    a profile that is invalid today. Giving a model a new location (`draft.path`,
+    `draft.hf_repo`, `draft.builtin`) replaces the one it had. A key to unset that
+    the profile does not set is InputError.
     """
     _existing_file(name)  # refuses a name that is invalid or not a profile
     path = user_profiles_dir() / f"{name}.toml"
     for dotted, value in changes.items():  # a value given here is named as given, not by a line of the file
         if (problem := SETTINGS[dotted].problem(value)) is not None:
             raise InputError(f"profile {name}: {problem}")
+    for dotted in unset:
+        if dotted not in SETTINGS:
+            raise _unknown(dotted, "", "setting")
     with locked(path):
         current = path if path.is_file() else _existing_file(name)
         text = read_user_text(current)
-        values = {**parse_values(text, current), **changes}
+        values = parse_values(text, current)
+        for dotted in unset:
+            if dotted not in values:
+                raise InputError(f"profile {name} does not set {dotted}")
+            del values[dotted]
+        values = {**_without_replaced_locations(values, changes), **changes}
         validate(values, text, where=f"profile {name}")
         write_text_atomic(path, render_profile(values, text))
     return path
+
+
+_LOCATION_KINDS = (("path",), ("hf_repo", "hf_file"), ("builtin",))  # the ways a model section says where its file is
+
+
+def _without_replaced_locations(values: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`values` without the location keys of each model whose location `changes` gives in another way."""
+    dropped = set()
+    for role in ROLES:
+        given = {kind for kind in _LOCATION_KINDS if any(f"{role}.{key}" in changes for key in kind)}
+        if given:
+            dropped |= {f"{role}.{key}" for kind in _LOCATION_KINDS if kind not in given for key in kind}
+    return {key: value for key, value in values.items() if key not in dropped}
 
 
 def parse_assignment(assignment: str) -> tuple[str, Any]:
