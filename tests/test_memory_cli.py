@@ -158,6 +158,20 @@ def test_memory_add_keeps_the_targets_tokens(tiny_profile: str, tiny_pair: tuple
     assert proposal is not None and proposal.tokens == tokens[12:20]
 
 
+def test_memory_add_for_another_target_and_for_the_demo_without_deriving_it(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    from localspec.config.paths import cache_dir
+    from localspec.models.compat import vocab_identity
+    from localspec.models.demo import demo_draft_path
+
+    (tmp_path / "notes.txt").write_text("the cat sat on the mat " * 20)
+    assert cli("memory", "add", "--target", str(tiny_pair[0]), str(tmp_path / "notes.txt")).exit_code == 0
+    assert (memory_root() / vocab_identity(tiny_pair[0]) / LOCAL_OWNER).is_dir()
+    demo = cli("memory", "add", str(tmp_path / "notes.txt"))  # the demo profile: its F32 target is not derived for this
+    assert demo.exit_code == 0, demo.stderr
+    assert (memory_root() / vocab_identity(demo_draft_path()) / LOCAL_OWNER).is_dir()
+    assert not list(cache_dir().glob("*.gguf")) and "preparing" not in demo.stderr
+
+
 def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path: Path) -> None:
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "missing.txt")), 2, "no such file")
     (tmp_path / "empty").mkdir()

@@ -103,6 +103,15 @@ def locate_model(
     raise InputError(f"no {role} model: give --{role} PATH or a profile with a [{role}] section")
 
 
+def vocabulary_file(settings: ResolvedSettings, role: str = "target") -> Path:
+    """A local file with the vocabulary of the target (or draft): its own file, except that a built-in model
+    still to be derived is read from the file it is derived from (the same vocabulary), not derived for that."""
+    if settings.values.get(f"{role}.builtin") == "smollm2-135m-instruct-f32" and not any(
+            f"{role}.{key}" in settings.values for key in ("path", "hf_repo")):
+        return demo_draft_path()
+    return locate_model(settings, role)
+
+
 def _runtime(settings: ResolvedSettings, role: str) -> ModelSettings:
     runtime = _build(settings, lambda: ModelSettings.from_values(settings.values, role))
     if not runtime.rpc:

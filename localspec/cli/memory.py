@@ -16,12 +16,14 @@ from rich.text import Text
 
 from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
 from ..app.memory_store import MemoryStore
+from ..app.plan import vocabulary_file
+from ..config.resolve import resolve_settings
+from ..models.compat import check_file
 from ..config.paths import user_path
 from ..errors import InputError
 from ..runtime.model import Vocabulary
 from ..textin import decode_bytes, replaced_warning
 from .common import stdout_console
-from .loading import resolve_plan
 from .options import PROFILE_OPTION
 
 LARGEST_FILE_BYTES = 4 << 20  # a larger file is most likely data, not text worth drafting from
@@ -40,9 +42,11 @@ def memory_group() -> None:
 
 @memory_group.command("add")
 @PROFILE_OPTION
+@click.option("--target", help="For this target GGUF's vocabulary instead of the profile's target.")
 @click.argument("names", nargs=-1, required=True, metavar="PATH...")
-def add_command(profile: str | None, names: tuple[str, ...]) -> None:
-    """Add text files (or every text file under a folder) for the profile's target vocabulary.
+def add_command(profile: str | None, target: str | None, names: tuple[str, ...]) -> None:
+    """Add text files (or every text file under a folder) for the vocabulary of the profile's target
+    (or of --target).
 
     Adding a file again replaces what it added before.
     """
@@ -55,11 +59,12 @@ def add_command(profile: str | None, names: tuple[str, ...]) -> None:
         raise InputError("no text files to add" + (f" ({why})" if skipped else ""))
     if skipped:
         click.echo(why, err=True)
-    plan = resolve_plan(profile, {})
-    with Vocabulary(plan.target.path) as vocabulary:  # the tokenizer alone: no weights loaded
+    model = vocabulary_file(resolve_settings(profile, {"target.path": target} if target else {}))
+    check_file(model)
+    with Vocabulary(model) as vocabulary:  # the tokenizer alone: no weights loaded
         tokenized = {tag: np.asarray(vocabulary.tokenize(text, add_special=False), dtype=np.int32)
                      for tag, text in texts.items()}
-    store = open_store(plan.target.path)
+    store = open_store(model)
     with _reporting_problems([store]):
         store.remove_tags(tokenized)  # what these files added before: at most one rebuild for all of them
         kept = [len(tokens) for tag, tokens in tokenized.items()
