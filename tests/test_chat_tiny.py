@@ -343,3 +343,21 @@ def test_history_shows_stored_text_exactly_and_safely_and_survives_other_program
     damaged = cli("history", "show", str(second))
     assert damaged.exit_code != 0 and f"conversation {second} is damaged" in damaged.stderr
     assert "Traceback" not in damaged.stderr
+
+
+def test_adding_to_a_conversation_removed_meanwhile_says_so() -> None:
+    from localspec.app.conversation import Conversation, Message
+    from localspec.settings import GenerationSettings
+
+    chatting, other_shell = HistoryStore(history_file()), HistoryStore(history_file())
+    try:
+        conversation = Conversation(GenerationSettings())
+        conversation.add("user", "the cat")
+        kept = chatting.start(conversation)
+        assert other_shell.remove(kept)
+        for write in (lambda: chatting.add(kept, Message("assistant", "sat")), lambda: chatting.update(kept, conversation)):
+            with pytest.raises(HistoryUnavailable, match=f"conversation {kept} was removed from the chat history"):
+                write()
+    finally:
+        chatting.close()
+        other_shell.close()

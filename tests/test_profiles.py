@@ -60,6 +60,20 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
 
 
+def test_what_profile_list_lists_the_other_commands_find_and_removing_the_default_says_so() -> None:
+    folder = user_profiles_dir()
+    (folder / "odd.toml").mkdir(parents=True)
+    (folder / "gone.toml").symlink_to(folder / "nowhere.toml")
+    one_error_line(cli("profile", "show", "odd"), 2, "odd.toml: not a regular file")
+    one_error_line(cli("profile", "show", "gone"), 2, "gone.toml: cannot read it")
+    one_error_line(cli("profile", "remove", "odd"), 2, "is a folder, not a profile file")
+    assert cli("profile", "remove", "gone").exit_code == 0 and not (folder / "gone.toml").is_symlink()
+    write_user_profile("mine", '[target]\npath = "x.gguf"\n')
+    assert cli("profile", "default", "mine").exit_code == 0
+    removed = cli("profile", "remove", "mine")
+    assert removed.exit_code == 0 and "mine was the default profile" in removed.stderr
+
+
 def test_unset_brings_back_the_default_and_a_new_location_replaces_the_old(tiny_pair: tuple[Path, Path]) -> None:
     path = write_user_profile("mine", '[target]\npath = "t.gguf"\n[draft]\nbuiltin = "smollm2-135m-instruct-q4_1"\n'
                                       '[sampling]\n# cool\ntemperature = 0.2\nmax_tokens = 64\n')

@@ -89,14 +89,21 @@ class HistoryStore:
         return int(conversation_id)
 
     def add(self, conversation_id: int, message: Message) -> None:
+        self._require(conversation_id)
         self._write(
             "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
             (conversation_id, message.role, message.content, int(message.interrupted)),
         )
         self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
+    def _require(self, conversation_id: int) -> None:
+        """HistoryUnavailable, saying so, when the conversation was removed (`history remove` from another shell)."""
+        if not self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)):
+            raise HistoryUnavailable(f"conversation {conversation_id} was removed from the chat history")
+
     def update(self, conversation_id: int, conversation: Conversation) -> None:
         """Rewrite the system prompt, the settings and the messages (after /undo, /retry, /system, /set)."""
+        self._require(conversation_id)
         try:
             with self._db:
                 self._db.execute(

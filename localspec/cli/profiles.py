@@ -143,13 +143,25 @@ def remove_command(name: str) -> None:
     """Delete user profile NAME (shipped profiles cannot be removed)."""
     path = user_profiles_dir() / f"{check_name(name)}.toml"
     with locked(path):  # not in the middle of someone's `profile set`
-        if not path.is_file():
+        if path.is_dir() and not path.is_symlink():
+            raise InputError(f"{path} is a folder, not a profile file: remove it yourself if you mean to")
+        if not (path.exists() or path.is_symlink()):
             if profile_file(name) is not None:
                 raise InputError(f"{name!r} is a shipped profile and cannot be removed")
             raise InputError(f"no user profile named {name!r}")
-        path.unlink()
+        path.unlink()  # a file, or a link (dangling too: `profile list` shows it)
     shipped_left = profile_file(name)
     click.echo(f"removed {path}" + (" (the shipped profile of that name applies again)" if shipped_left else ""), err=True)
+    if not shipped_left and _is_default(name):
+        click.echo(f"note: {name} was the default profile: commands without -p fail until"
+                   " `localspec profile default NAME` names another", err=True)
+
+
+def _is_default(name: str) -> bool:
+    try:
+        return default_profile_name() == name
+    except InputError:  # a broken config.toml: said where it is read
+        return False
 
 
 @profile_group.command("default")

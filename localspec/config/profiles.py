@@ -197,11 +197,13 @@ def _plain_key(key: str) -> str:
 
 
 def profile_file(name: str) -> Path | None:
-    """The file a profile name resolves to: the user's first, then the shipped one."""
+    """The file a profile name resolves to: the user's first, then the shipped one. Whatever `profile list`
+    lists under the name (a folder or a dangling link too) is what the name resolves to: reading it then says
+    what is wrong with it."""
     check_name(name)
     for folder in (user_profiles_dir(), shipped_profiles_dir()):
         candidate = folder / f"{name}.toml"
-        if candidate.is_file():
+        if candidate.exists() or candidate.is_symlink():
             return candidate
     return None
 
