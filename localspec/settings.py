@@ -41,6 +41,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # and a small model's answer may list many items or repeat itself until a bound of the format ends it.
 FREE_TEXT_MAX_TOKENS = 512
 STRUCTURED_MAX_TOKENS = 2048
+MAX_THREADS = 512  # ggml's own limit (GGML_MAX_N_THREADS): more threads crash the process, with no message
 INT_MAX = 2**31 - 1  # an integer setting without a declared maximum: llama.cpp's C ints would wrap above this
 
 
@@ -203,7 +204,7 @@ class ModelSettings(SettingsGroup):
         " on this machine finds them working), 'on' or 'off'.",
         choices=REPACK_MODES, flag={"target": "--repack", "draft": "--draft-repack"},
     )
-    n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, flag="--threads")
+    n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, high=MAX_THREADS, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
     n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")
 

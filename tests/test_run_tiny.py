@@ -26,13 +26,42 @@ def warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("warning:")]
 
 
-def test_invalid_utf8_in_the_prompt_argument_stop_and_system_is_replaced(tiny_args: list[str]) -> None:
+def test_invalid_utf8_in_the_prompt_argument_stop_and_system_is_replaced(tiny_profile: str) -> None:
     # Python hands an invalid byte on the command line over as a lone surrogate ('\xe9' -> '\udce9').
-    result = cli(*tiny_args, "--max-tokens", "4", "--stop", "x\udce9", "--system", "\ud800", "caf\udce9 the cat")
+    result = cli("run", "-p", tiny_profile, "--temperature", "0", "--threads", "1", "--max-tokens", "4",
+                 "--stop", "x\udce9", "--system", "\ud800", "caf\udce9 the cat")
     assert result.exit_code == 0, result.stderr
     assert sorted(line.split(" is not")[0] for line in warnings(result.stderr)) == \
         ["warning: --stop", "warning: --system", "warning: the prompt"]
     assert result.stdout_bytes.decode("utf-8")
+
+
+def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args: list[str], tiny_pair) -> None:
+    for draft in (str(tiny_pair[1]), "/nonexistent.gguf"):  # the draft is neither loaded nor looked for
+        alone = cli("run", "--target", str(tiny_pair[0]), "--draft", draft, "--raw", "--n-batch", "1",
+                    "--no-speculative", "--max-tokens", "3", "the cat")
+        assert alone.exit_code == 0 and "note:" not in alone.stderr, alone.stderr
+    one_error_line(cli(*tiny_args, "--system", "Be brief.", "the cat"), 2, "--system goes into the chat template")
+    one_error_line(cli(*tiny_args, "--threads", "100000", "the cat"), 2, "--threads", "1<=x<=512")
+
+
+def test_a_prompt_no_context_could_hold_is_refused_before_tokenizing(tiny_args: list[str]) -> None:
+    import time
+
+    started = time.perf_counter()
+    result = CliRunner().invoke(main, [*tiny_args, "--n-ctx", "256", "--max-tokens", "4"], input=b"a" * 2_000_000,
+                                catch_exceptions=False)
+    assert time.perf_counter() - started < 10  # tokenizing it would take minutes
+    one_error_line(result, 2, "the prompt is 2000000 bytes, more than a context of 256 tokens can hold")
+
+
+def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:
+    at_budget = cli(*tiny_args, "--max-tokens", "3", "the cat")
+    assert at_budget.exit_code == 0 and at_budget.stderr.strip().endswith("localspec: stopped at --max-tokens 3")
+    at_context = cli(*tiny_args, "--n-ctx", "256", "--max-tokens", "600", "the cat " * 10)
+    assert at_context.exit_code == 0 and "stopped where the context ends (256 tokens)" in at_context.stderr
+    as_json = cli(*tiny_args, "--max-tokens", "3", "--json", "the cat")
+    assert as_json.exit_code == 0 and "stopped" not in as_json.stderr  # the JSON says it: stop_reason
 
 
 def test_invalid_utf8_on_stdin_is_replaced_with_one_warning(tiny_args: list[str]) -> None:

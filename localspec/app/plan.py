@@ -59,19 +59,22 @@ def resolve(
     *,
     on_derive_start: Callable[[str], None] | None = None,
     on_progress: ProgressCallback | None = None,
+    speculative: bool = True,
 ) -> Plan:
-    """The plan for a command run with `flags` (dotted keys, None: not given) on `profile_name`."""
+    """The plan for a command run with `flags` (dotted keys, None: not given) on `profile_name`;
+    without `speculative` (the target alone) the draft is neither looked for nor checked."""
     settings = resolve_settings(profile_name, flags)
     target = ModelChoice("target", locate_model(settings, "target", on_derive_start, on_progress), _runtime(settings, "target"))
     draft = None
-    if settings.has_model("draft"):
+    if speculative and settings.has_model("draft"):
         draft = ModelChoice("draft", locate_model(settings, "draft", on_derive_start, on_progress), _runtime(settings, "draft"))
         check_pair(target.path, draft.path)
     else:
         check_file(target.path)
-    generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None)
+    generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None, drafts=speculative)
     notes += _context_notes([choice for choice in (target, draft) if choice is not None])
-    if generation.speculative.uses_draft_model and draft is None and settings.sources["speculative.strategy"] != "default":
+    if (speculative and generation.speculative.uses_draft_model and draft is None
+            and settings.sources["speculative.strategy"] != "default"):
         raise InputError(
             f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
         )
@@ -123,20 +126,21 @@ def _runtime(settings: ResolvedSettings, role: str) -> ModelSettings:
 
 
 def _generation_settings(
-    settings: ResolvedSettings, target_runtime: ModelSettings, with_draft: bool
+    settings: ResolvedSettings, target_runtime: ModelSettings, with_draft: bool, drafts: bool = True
 ) -> tuple[GenerationSettings, tuple[str, ...]]:
-    """The generation settings, with the draft length fitted to what one target batch can verify."""
+    """The generation settings, with the draft length fitted to what one target batch can verify
+    (`drafts` False: the command generates with the target alone, so nothing needs fitting)."""
     values = dict(settings.values)
     notes: list[str] = []
     verify_rows = target_runtime.n_batch
     if target_runtime.n_ctx is not None:
         verify_rows = min(verify_rows, target_runtime.n_ctx)  # llama.cpp caps a batch at the context size
     draft_max = values["speculative.draft_max"]
-    drafts = with_draft or values["speculative.strategy"] == "ngram"
+    drafts = drafts and (with_draft or values["speculative.strategy"] == "ngram")
     if drafts and verify_rows < 2:
         raise InputError(
             f"{settings.describe('target.n_batch')} leaves no room to verify draft tokens:"
-            " raise it, or run without a draft (--no-speculative)"
+            " raise it, or generate with the target alone (`run --no-speculative`, `chat --no-speculative`)"
         )
     if drafts and isinstance(draft_max, int) and draft_max + 1 > verify_rows:
         values["speculative.draft_max"] = verify_rows - 1

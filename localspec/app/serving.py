@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.generation import Generation, StopReason
 from ..engine.stats import SpecStats
-from ..errors import LocalspecError
+from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request
@@ -243,6 +243,11 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | N
 
 def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSetup | None = None) -> list[int]:
     session = served.queue.session
+    texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)] if parsed.messages else [parsed.prompt or ""]
+    try:
+        session.refuse_text_too_long(sum(len(text.encode("utf-8", "replace")) for text in texts))
+    except InputError as exc:
+        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
     try:
         if parsed.messages is not None:
             messages, definitions = chat_input(parsed.messages, tools, served.queue.session.chat_template())

@@ -21,6 +21,7 @@ from .memory import SessionMemory, open_store
 from .plan import Plan
 from .repack import extra_buffers_for, verbose_notes
 
+CHEAP_BYTES_PER_TOKEN = 4  # below this many bytes a token of context, `refuse_text_too_long` does not scan the vocabulary
 MAX_SPECIAL_VERDICTS = 256  # contents remembered by `Session._holds_special_text`
 
 
@@ -61,6 +62,18 @@ class Session:
         """Add a finished generation's prompt and output to the memory (when there is one and its settings use it)."""
         if self.memory is not None and generation.settings.speculative.memory:
             self.memory.remember(generation.prompt_tokens, generation.tokens, source, tag)
+
+    def refuse_text_too_long(self, n_bytes: int) -> None:
+        """InputError when `n_bytes` of prompt text (the messages' texts) cannot fit the largest context the
+        target can have, whatever their tokens: checked before tokenizing, which takes llama.cpp minutes
+        over megabytes of text. A prompt of up to a few bytes a token is let through without the check."""
+        limit = self.target.context_limit
+        if n_bytes <= CHEAP_BYTES_PER_TOKEN * limit:
+            return
+        longest = self.target.longest_token_bytes()
+        if n_bytes > longest * limit:
+            raise InputError(f"the prompt is {n_bytes} bytes, more than a context of {limit} tokens can hold"
+                             f" (this vocabulary's tokens are at most {longest} bytes): shorten the prompt")
 
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""

@@ -10,10 +10,11 @@ from ..app.session import Session, open_session
 from .common import status_line, stderr_console
 
 
-def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False) -> Plan:
+def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, speculative: bool = True) -> Plan:
     """`app.plan.resolve` with a progress bar on stderr while a model file is derived, and its notes shown once."""
     with status_line(stderr_console.is_terminal and not verbose) as status:
-        plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance)
+        plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance,
+                       speculative=speculative)
     for note in plan.notes:
         click.echo(f"note: {note}", err=True)
     return plan

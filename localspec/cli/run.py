@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from ..config.resolve import FLAG_SOURCE
 from ..engine.generation import StopReason
+from ..errors import InputError
 from .common import read_prompt, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -57,10 +59,13 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     compiled = compile_output_format(output_format)
     tool_run = tool_run_from_options(options, raw or output_format is not None)
     text = read_prompt(prompt)
-    plan = resolve_plan(profile, setting_flags(options), verbose=verbose)
+    plan = resolve_plan(profile, setting_flags(options), verbose=verbose, speculative=not no_speculative)
+    if raw and plan.settings.sources.get("chat.system_prompt") == FLAG_SOURCE:
+        raise InputError("--system goes into the chat template, which --raw leaves out: give one or the other")
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
     # The contexts are created once the prompt's length is known, sized for this one run.
     with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True) as session:
+        session.refuse_text_too_long(len(text.encode("utf-8", "replace")))
         if tool_run is not None:
             prompt_tokens = tool_run.prompt_tokens(session, [*session.system_messages(), {"role": "user", "content": text}])
         elif raw:
@@ -81,6 +86,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             raise
         session.remember(generation, "run")
         session_placement = session.placement()
+        context_size = session.target.n_ctx
     if as_json:
         report = {
             "text": generation.text,
@@ -120,3 +126,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     if (output_format is not None or tool_run is not None) and (cut_short := cut_short_message(generation.stop_reason)):
         click.echo(f"localspec: {cut_short}", err=True)
         sys.exit(1)
+    if generation.stop_reason == StopReason.LENGTH and not as_json:  # free text may stop anywhere: say where it did
+        budget = generation.settings.max_tokens
+        if len(generation.tokens) < budget:
+            click.echo(f"localspec: stopped where the context ends ({context_size} tokens), before --max-tokens {budget}",
+                       err=True)
+        else:
+            click.echo(f"localspec: stopped at --max-tokens {budget}", err=True)

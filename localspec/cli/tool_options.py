@@ -72,6 +72,8 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
     except ToolError as exc:
         raise InputError(f"{exc}".replace("tool_choice", "--tool-choice")) from None
     if request is None:
+        if not tools:
+            raise InputError(f"{path}: holds no tools (an empty list): leave out --tools instead")
         raise InputError("--tool-choice none offers no tools: leave out --tools instead")
     return request
 

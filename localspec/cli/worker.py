@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
-from ..errors import LocalspecError
+from ..errors import InputError, LocalspecError
 from ..runtime.library import default_threads
 from ..runtime.devices import describe_device
 from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
+from ..settings import MAX_THREADS
 from .common import is_loopback
 
 START_SECONDS = 0.5  # the server binds at once; one that has not failed by then is listening
@@ -20,7 +21,7 @@ START_SECONDS = 0.5  # the server binds at once; one that has not failed by then
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads when lending the CPU [all cores].")
+@click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), default=None, help="CPU threads when lending the CPU [all cores].")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
               help="Keep received tensors in DIR, so the next load of the same model reads them from disk.")
 def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> None:
@@ -36,6 +37,7 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
       localspec run --rpc 192.168.1.20:50052 "Hi"    # on the machine that runs the model
     """
     require_rpc()
+    host = _listen_address(host)
     _check_can_listen(host, port)
     if cache_dir:  # llama.cpp writes into it but does not create it
         try:
@@ -61,10 +63,20 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
     raise LocalspecError("llama.cpp's RPC server stopped")
 
 
+def _listen_address(host: str) -> str:
+    """The IPv4 address to listen on: llama.cpp's RPC server takes nothing else (a name is resolved here)."""
+    if ":" in host:
+        raise InputError(f"--host {host}: llama.cpp's RPC server listens on IPv4 addresses only")
+    try:
+        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+    except (OSError, UnicodeError):
+        raise InputError(f"--host {host}: not an IPv4 address or a name this machine resolves to one") from None
+
+
 def _check_can_listen(host: str, port: int) -> None:
     """Refuse an address this machine cannot listen on (taken, or not its own) before llama.cpp tries."""
     try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        with socket.socket(socket.AF_INET) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
     except OSError as exc:

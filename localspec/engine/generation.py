@@ -71,9 +71,10 @@ class Generation:
         if not prompt_tokens:
             raise LocalspecError("the prompt is empty: give at least one token of text")
         if len(prompt_tokens) > target.n_ctx:
+            most = target.n_ctx_train
             raise LocalspecError(
-                f"the prompt is {len(prompt_tokens)} tokens but the context holds {target.n_ctx}:"
-                " shorten the prompt or raise n_ctx"
+                f"the prompt is {len(prompt_tokens)} tokens but the context holds {target.n_ctx}: shorten the prompt"
+                + (f" or raise n_ctx (this model takes up to {most})" if most > target.n_ctx else "")
             )
         self.target = target
         self.prompt_tokens = list(prompt_tokens)

@@ -188,6 +188,7 @@ class Model(_Freed):
                 self.close()
                 raise
         self._tokens: list[int] = []
+        self._longest_piece: int | None = None
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
         self._special_texts: SpecialTexts | None = None
@@ -279,6 +280,19 @@ class Model(_Freed):
                 piece = self._pieces[token] = self._token_bytes(token, special=False)
             return piece
         return self._token_bytes(token, special=True)
+
+    @property
+    def context_limit(self) -> int:
+        """The most tokens this model's context can hold: the configured n_ctx, within its training length
+        (the context itself is not created for this)."""
+        return self._largest_n_ctx
+
+    def longest_token_bytes(self) -> int:
+        """The most bytes of text one token stands for (a scan of the vocabulary, done once)."""
+        if self._longest_piece is None:
+            self._longest_piece = max((len(self._token_bytes(token, special=False)) for token in range(self.n_vocab)),
+                                      default=1)
+        return self._longest_piece
 
     def _token_bytes(self, token: int, *, special: bool) -> bytes:
         buffer = ctypes.create_string_buffer(64)
