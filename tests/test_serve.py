@@ -190,3 +190,23 @@ def test_demo_pair_matches_run_frees_the_engine_on_disconnect_and_queues(smollm_
             sock.listen()
     finally:
         print(server.stop())  # the server's log, shown when the test fails
+
+
+def test_ctrl_c_while_the_server_starts_ends_it_quietly(tiny_pair: tuple[Path, Path]) -> None:
+    import signal
+
+    path = user_profiles_dir() / "tiny.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n')
+    for delay in (0.0, 0.002, 0.02):
+        process = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-p", "tiny", "--port", "0"],
+                                   stderr=subprocess.PIPE, text=True)
+        seen = ""
+        while "Ctrl-C stops" not in seen:
+            line = process.stderr.readline()
+            assert line, seen
+            seen += line
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=30)[1]
+        assert process.returncode in (0, 130) and "Traceback" not in rest and "never awaited" not in rest, rest

@@ -108,10 +108,20 @@ def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
         (["--draft-max", "0,4"], "--draft-max"),
         (["--temperatures", "0,-1"], "--temperatures"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--draft-min", "4", "--draft-max", "8,2"], "speculative.draft_min (4) must not exceed speculative.draft_max (2)"),
     ],
 )
 def test_bench_bad_input_is_one_line(tiny_profile: str, args: list[str], fragment: str) -> None:
     one_error_line(cli("bench", "-p", tiny_profile, *args), 2, fragment)
+
+
+def test_swept_draft_lengths_are_fitted_to_what_a_pass_verifies(tiny_profile: str) -> None:
+    result = cli("bench", "-p", tiny_profile, "--n-batch", "4", "--draft-max", "2,16", "--temperatures", "0",
+                 "--prompts", "1", "--max-tokens", "8", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "draft_max 16 measured as 3" in result.stderr
+    assert sorted(row["draft_max"] for row in json.loads(result.stdout)["results"]) == [2, 3]
 
 
 def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path]) -> None:

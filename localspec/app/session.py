@@ -93,7 +93,8 @@ class Session:
         """
         template = self.chat_template()
         if template is None:
-            raise InputError(f"{self.target.path.name} has no chat template: pass --raw for plain completion")
+            raise InputError(f"{self.target.path.name} has no chat template: use plain completion (`run --raw`),"
+                             " or give it one (a profile's [chat] template)")
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
         chunks = render_chat_chunks(template, messages, self._special_texts_in(messages, tools), bos_token=bos,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Callable
 
 import click
@@ -22,18 +23,21 @@ from ..app.bench import (
     BenchResult,
     best_by_temperature,
     best_overall,
+    case_settings,
     read_prompts,
     run_bench,
     save_fastest,
 )
+from ..app.plan import Plan
 from ..app.structured_bench import ConstrainedPrompt, StructuredResult, run_structured_bench
 from ..app.structured_set import structured_set
 from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
+from ..errors import LocalspecError
 from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
-from .common import stderr_console, stdout_console
+from .common import stderr_console, stdout_console, write_stdout
 from .loading import load_session, resolve_plan
 from .output_format import compile_output_format, schema_format
 from .options import (
@@ -129,6 +133,8 @@ def bench(
       localspec bench --structured --temperatures 0,0.8
       localspec bench --json-schema person.json --prompt "Extract the person from: ..."
     """
+    if sys.stdout is None:  # `>&-`: the results would go nowhere, after minutes of measuring
+        raise LocalspecError("stdout is closed: nowhere to write the results")
     _check_structured_options(prompts_spec, prompt_text, json_schema, structured, limit, save)
     temps = _comma_list(temperatures, _temperature, "--temperatures")
     prompts = (clean_input(prompt_text, "--prompt"),) if prompt_text is not None else _prompts(prompts_spec)
@@ -140,9 +146,12 @@ def bench(
     if save and not (profile or not flags.get("target.path")):
         raise click.UsageError("--save writes into a profile: name one with --profile")
     plan = resolve_plan(profile, flags, verbose=verbose)
+    if plan.generation.max_tokens == 0:
+        raise click.BadParameter("bench measures generated tokens: give 1 or more", param_hint="--max-tokens")
     speculative = plan.generation.speculative
     chosen_strategies = _comma_list(strategies, _strategy, "--strategy") if strategies else [speculative.strategy]
-    chosen_lengths = _comma_list(draft_maxes, _draft_max, "--draft-max") if draft_maxes else [speculative.draft_max]
+    chosen_lengths = _fitted_lengths(plan, _comma_list(draft_maxes, _draft_max, "--draft-max")) if draft_maxes \
+        else [speculative.draft_max]
     needs_draft = [s for s in chosen_strategies if s != "ngram"]
     if needs_draft and plan.draft is None:
         raise click.UsageError(f"this run has no draft model, which strategy {needs_draft[0]} needs: give --draft, or --strategy ngram")
@@ -150,6 +159,8 @@ def bench(
     if save and speculative.verify not in chosen_verify:
         raise click.UsageError(f"--save writes a setting for verify = {speculative.verify} (the profile's): include it in --verify")
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
+    for case in cases:  # a combination the settings refuse (draft_min above a swept draft_max) before anything loads
+        case_settings(plan.generation, case)
 
     with load_session(plan, load_draft=bool(needs_draft), verbose=verbose, remember_lengths=not cold,
                       memory_owner=None) as session:
@@ -168,11 +179,11 @@ def bench(
             results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold)
     best = best_by_temperature(results)
     if as_json:
-        click.echo(json.dumps({
+        write_stdout(json.dumps({
             **_header(plan, placement, len(prompts), repeat),
             "results": [r.to_dict() for r in results],
             "best": {str(t): r.to_dict() for t, r in best.items()},
-        }, indent=2))
+        }, indent=2) + "\n")
     else:
         stdout_console.print(_table(results, best))
     _advise(results, best)
@@ -184,6 +195,20 @@ def bench(
             click.echo(f"nothing saved: the fastest setting ({strategy}, draft_max {draft_max}) is {speedup:.2f}x the target alone", err=True)
         else:
             click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x across temperatures) to {path}", err=True)
+
+
+def _fitted_lengths(plan: Plan, lengths: list[int | str]) -> list[int | str]:
+    """The swept draft lengths, each lowered (with a note) to what one target pass can verify, as `run` does."""
+    runtime = plan.target.runtime
+    most = min(runtime.n_batch, runtime.n_ctx or runtime.n_batch) - 1
+    fitted = []
+    for length in lengths:
+        if isinstance(length, int) and length > most:
+            click.echo(f"note: draft_max {length} measured as {most}: one target pass verifies at most {most + 1}"
+                       " tokens (target.n_batch)", err=True)
+            length = most
+        fitted.append(length)
+    return list(dict.fromkeys(fitted))
 
 
 def _prompts(spec: str | None) -> tuple[str, ...]:
@@ -249,11 +274,11 @@ def _report_structured(
 ) -> None:
     """The structured bench's results: one JSON object on stdout, or a table."""
     if as_json:
-        click.echo(json.dumps({
+        write_stdout(json.dumps({
             **_header(plan, placement, len(prompts), repeat),
             "schemas": list(dict.fromkeys(prompt.name for prompt in prompts)),
             "results": [r.to_dict() for r in results],
-        }, indent=2))
+        }, indent=2) + "\n")
     else:
         stdout_console.print(_structured_table(results))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from typing import Any
 
 import click
@@ -48,23 +49,27 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
     flags = setting_flags(options)
     plan = resolve_plan(profile, flags, verbose=verbose)
     memory_owner = serve_owner(api_key) if flags.get("speculative.memory") else None
-    if not is_loopback(host) and api_key is None:
-        click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     model_id = plan.profile_name or plan.target.path.stem
     listener = _bind(host, port)  # before loading: a taken port is one line, not a load and then uvicorn's error
     port = listener.getsockname()[1]
+    if not is_loopback(host) and api_key is None:
+        click.echo(f"warning: listening on {host} without --api-key: anyone who can reach it can use it", err=True)
     AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown
     with listener, load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose,
                                         memory_owner=memory_owner) as session:
         queue = GenerationQueue(session, queue_size)
         served = ServedModel(queue, plan.generation, model_id)
+        # No lifespan: the app has no start-up or shutdown hooks, and uvicorn logs a cancelled lifespan task
+        # as an error traceback when Ctrl-C comes while it starts.
         config = uvicorn.Config(create_app(served, api_key), log_level="info" if verbose else "warning",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, lifespan="off")
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
         click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
         try:
-            server.run(sockets=[listener])
+            with warnings.catch_warnings():  # Ctrl-C before uvicorn's loop starts leaves its coroutine unawaited
+                warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+                server.run(sockets=[listener])
         finally:
             queue.close()  # the worker may still be finishing (and remembering) a reply
 

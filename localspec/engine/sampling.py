@@ -23,6 +23,7 @@ generation. How it draws is `speculative.verify`:
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -200,7 +201,7 @@ def _min_p_prefilter(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     applied afterwards to the survivors.
     """
     if params.min_p > 0.0 and params.top_p >= 1.0:
-        threshold = float(np.max(logits)) + params.temperature * np.log(params.min_p) - _PREFILTER_SLACK
+        threshold = float(np.max(logits)) + params.temperature * math.log(params.min_p) - _PREFILTER_SLACK  # (a huge T: -inf)
         return np.flatnonzero(logits >= threshold)
     return np.arange(logits.shape[-1])
 
