@@ -361,3 +361,17 @@ def test_adding_to_a_conversation_removed_meanwhile_says_so() -> None:
     finally:
         chatting.close()
         other_shell.close()
+
+
+def test_load_keeps_every_system_message_and_names_settings_it_ignores(tiny_profile: str, tmp_path: Path) -> None:
+    saved = tmp_path / "chat.json"
+    saved.write_text(json.dumps({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+                                              {"role": "system", "content": "Be kind."}],
+                                 "settings": {"sampling.temprature": 0.5}}))
+    utf16 = tmp_path / "utf16.json"
+    utf16.write_bytes(saved.read_text().encode("utf-16"))
+    result = chat(f"/load {saved}\n/load {utf16}\n".encode())
+    assert result.exit_code == 0, result.stderr
+    assert "setting 'sampling.temprature' is not known here: ignored (did you mean 'sampling.temperature'?)" in result.stderr
+    assert f"error: {utf16}: is UTF-16, not UTF-8" in result.stderr
+    assert stored()["messages"][0] == {"role": "system", "content": "Be brief.\n\nBe kind."}

@@ -7,6 +7,7 @@ JSON form (`to_json`) is what `/save` writes and `history show --json` prints.
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import json
 import reprlib
@@ -42,6 +43,7 @@ class Conversation:
     settings: GenerationSettings
     system: str | None = None
     messages: list[Message] = field(default_factory=list)
+    ignored_settings: list[str] = field(default_factory=list, compare=False, repr=False)  # read but not known here
 
     def prompt_messages(self, start: int = 0) -> list[dict[str, str]]:
         """What the chat template renders: the system prompt, then the messages from `start` on."""
@@ -107,6 +109,9 @@ class Conversation:
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise InputError('expected {"messages": [...], "settings": {...}}')
         conversation = cls(_settings_from_json(data.get("settings"), defaults))
+        if isinstance(data.get("settings"), dict):
+            conversation.ignored_settings = [key for key in data["settings"] if key not in GenerationSettings.keys()]
+        systems = []
         for message in data["messages"]:
             if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
                 raise InputError(f"not a chat message: {reprlib.repr(message)}")
@@ -115,9 +120,10 @@ class Conversation:
             if not isinstance(message.get("interrupted", False), bool):
                 raise InputError(f"a message's \"interrupted\" must be true or false: {reprlib.repr(message)}")
             if message["role"] == "system":
-                conversation.system = message["content"]
+                systems.append(message["content"])  # one system prompt: several are kept, joined
             else:
                 conversation.add(message["role"], message["content"], message.get("interrupted", False))
+        conversation.system = "\n\n".join(systems) if systems else None
         return conversation
 
     @classmethod
@@ -129,11 +135,15 @@ class Conversation:
         if path.exists() and not path.is_file():
             raise InputError(f"{path}: {'is a directory' if path.is_dir() else 'not a regular file'}, not a saved conversation")
         try:
-            text, replaced = decode_bytes(path.read_bytes())
-            data, replaced_in_json = clean_data(json.loads(text))
-            return cls.from_json(data, defaults), replaced or replaced_in_json
+            raw = path.read_bytes()
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            raise InputError(f"{path}: is UTF-16, not UTF-8: save it as UTF-8")
+        try:
+            text, replaced = decode_bytes(raw)
+            data, replaced_in_json = clean_data(json.loads(text))
+            return cls.from_json(data, defaults), replaced or replaced_in_json
         except (ValueError, RecursionError) as exc:  # not JSON, or nested too deep to read
             raise InputError(f"{path}: not a saved conversation ({exc})") from None
         except InputError as exc:

@@ -319,6 +319,10 @@ class ChatLoop:
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         if replaced:
             warn_replaced(str(path))
+        for key in conversation.ignored_settings:
+            near = difflib.get_close_matches(key, list(GenerationSettings.keys()), n=1)
+            self.say(f"note: {path}: setting {key!r} is not known here: ignored"
+                     + (f" (did you mean {near[0]!r}?)" if near else ""))
         self.chat.load(conversation)
         self.say(f"(loaded {len(conversation.messages)} messages from {path})")
 
