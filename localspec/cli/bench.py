@@ -29,7 +29,11 @@ from ..app.bench import (
     save_fastest,
 )
 from ..app.plan import Plan
-from ..app.structured_bench import ConstrainedPrompt, StructuredResult, run_structured_bench
+from ..app.structured_bench import (
+    ConstrainedPrompt,
+    StructuredResult,
+    run_structured_bench,
+)
 from ..app.structured_set import structured_set
 from ..config.paths import user_path
 from ..engine.generation import Generation
@@ -39,7 +43,6 @@ from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
 from .common import stderr_console, stdout_console, write_stdout
 from .loading import load_session, resolve_plan
-from .output_format import compile_output_format, schema_format
 from .options import (
     PROFILE_OPTION,
     VERBOSE_OPTION,
@@ -47,6 +50,7 @@ from .options import (
     setting_flags,
     setting_options,
 )
+from .output_format import compile_output_format, schema_format
 
 BENCH_MAX_TOKENS = 128
 BENCH_SEED = 1234

@@ -17,10 +17,10 @@ from rich.text import Text
 from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
 from ..app.memory_store import MemoryStore
 from ..app.plan import vocabulary_file
-from ..config.resolve import resolve_settings
-from ..models.compat import check_file
 from ..config.paths import user_path
+from ..config.resolve import resolve_settings
 from ..errors import InputError
+from ..models.compat import check_file
 from ..runtime.model import Vocabulary
 from ..textin import decode_bytes, replaced_warning
 from .common import stdout_console

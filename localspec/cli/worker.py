@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, LocalspecError
-from ..runtime.library import default_threads
 from ..runtime.devices import describe_device
+from ..runtime.library import default_threads
 from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
 from ..settings import MAX_THREADS
 from .common import is_loopback
