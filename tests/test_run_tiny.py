@@ -212,3 +212,17 @@ def test_a_stdout_that_cannot_be_written_is_one_line(tiny_args: list[str], stdou
             result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60)
     lines = result.stderr.decode().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and "stdout" in lines[0], result.stderr.decode()
+
+
+def test_ctrl_c_while_the_commands_import_ends_quietly() -> None:
+    import signal
+    import time
+
+    for delay in (0.05, 0.1, 0.15, 0.2):  # importing localspec.cli takes a few tenths of a second
+        process = subprocess.Popen([sys.executable, "-m", "localspec", "info"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        stderr = process.communicate(timeout=60)[1]
+        # (Python's own start-up, before localspec runs, may still print its traceback: not ours to quiet.)
+        assert f"localspec{os.sep}cli" not in stderr, stderr
