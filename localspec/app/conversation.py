@@ -7,7 +7,6 @@ JSON form (`to_json`) is what `/save` writes and `history show --json` prints.
 
 from __future__ import annotations
 
-import codecs
 import difflib
 import json
 import reprlib
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..config.files import refuse_utf16
 from ..config.profiles import parse_value
 from ..errors import InputError
 from ..settings import SETTINGS, GenerationSettings
@@ -138,8 +138,7 @@ class Conversation:
             raw = path.read_bytes()
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-        if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            raise InputError(f"{path}: is UTF-16, not UTF-8: save it as UTF-8")
+        refuse_utf16(raw, path)
         try:
             text, replaced = decode_bytes(raw)
             data, replaced_in_json = clean_data(json.loads(text))

@@ -8,12 +8,12 @@ progress. A database that is corrupt or locked by another process raises
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+from ..config.files import is_unix_time
 from ..textin import clean_text
 from .conversation import Conversation, Message
 
@@ -85,11 +85,14 @@ class HistoryStore:
             (now, now, conversation.system, settings),
         ).lastrowid
         for message in conversation.messages:
-            self.add(conversation_id, message)
+            self._insert(conversation_id, message)
         return int(conversation_id)
 
     def add(self, conversation_id: int, message: Message) -> None:
         self._require(conversation_id)
+        self._insert(conversation_id, message)
+
+    def _insert(self, conversation_id: int, message: Message) -> None:
         self._write(
             "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
             (conversation_id, message.role, message.content, int(message.interrupted)),
@@ -175,9 +178,7 @@ def _text(value: Any) -> str:
 
 def _time(value: Any) -> float | None:
     """A stored Unix time, or None where another program left something else."""
-    if isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value < 3.3e10:
-        return float(value)
-    return None
+    return float(value) if is_unix_time(value) else None
 
 
 def _is_row_id(value: int) -> bool:

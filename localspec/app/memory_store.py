@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import secrets
@@ -50,7 +49,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..config.atomic import atomic_path, write_text_atomic
-from ..config.files import lock_path, locked, read_cache_json
+from ..config.files import is_unix_time, lock_path, locked, read_cache_json
 from ..engine.suffix_index import (
     SEPARATOR,
     MultiIndex,
@@ -85,11 +84,6 @@ class _Damaged(Exception):
 def _unreadable(path: Path, exc: OSError) -> LocalspecError:
     """A file of the store the system will not let this process read: the memory cannot be used as it is."""
     return LocalspecError(f"{path}: cannot be read ({exc.strerror or exc}); the memory is left as it is")
-
-
-def _is_time(value: Any) -> bool:
-    """A Unix time as the store writes them (`time.time()`): a finite number, not before 1970 nor after 3000."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 3.3e10
 
 
 class _Replaced(Exception):
@@ -698,7 +692,7 @@ def _segment_header(raw: bytes) -> dict[str, Any]:
         valid = (
             isinstance(header, dict) and header.get("source") in SOURCES
             and (header.get("tag") is None or isinstance(header["tag"], str))
-            and _is_time(header.get("added")) and isinstance(header.get("tokens"), int)
+            and is_unix_time(header.get("added")) and isinstance(header.get("tokens"), int)
             and header["tokens"] >= 0 and isinstance(header.get("crc32"), int)
         )
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -728,7 +722,7 @@ def _read_table(path: Path) -> dict[str, Any]:
             if not (
                 entry["source"] in SOURCES and (entry["tag"] is None or isinstance(entry["tag"], str))
                 and isinstance(entry["start"], int) and isinstance(entry["length"], int)
-                and _is_time(entry["added"])
+                and is_unix_time(entry["added"])
             ):
                 raise _Damaged("a document entry is malformed")
     except (KeyError, TypeError, ValueError, OverflowError) as exc:

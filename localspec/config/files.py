@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,8 +44,7 @@ def read_user_text(path: Path) -> str:
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if data.startswith(codecs.BOM_UTF8):
         raise InputError(f"{path}: starts with a byte order mark (BOM): save it as UTF-8 without BOM")
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise InputError(f"{path}: is UTF-16, not UTF-8: save it as UTF-8")
+    refuse_utf16(data, path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -52,6 +52,19 @@ def read_user_text(path: Path) -> str:
         raise InputError(
             f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
         ) from None
+
+
+def refuse_utf16(data: bytes, path: Path) -> None:
+    """InputError when a file's bytes start with a UTF-16 byte order mark: text from files is UTF-8."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise InputError(f"{path}: is UTF-16, not UTF-8: save it as UTF-8")
+
+
+def is_unix_time(value: Any) -> bool:
+    """Whether a value read back from a file or database is a Unix time as `time.time()` writes them:
+    a finite number, not before 1970 nor after the year 3000."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value < 3.3e10)
 
 
 TOO_LONG_A_NUMBER = "a number with more than 4300 digits"
