@@ -125,6 +125,13 @@ def _runtime(settings: ResolvedSettings, role: str) -> ModelSettings:
         raise InputError(f"{exc} [{settings.describe(f'{role}.rpc')}]") from None
 
 
+def verify_rows_of(target_runtime: ModelSettings) -> int:
+    """The most tokens one target pass can verify: a batch, which llama.cpp caps at the context size."""
+    if target_runtime.n_ctx is None:
+        return target_runtime.n_batch
+    return min(target_runtime.n_batch, target_runtime.n_ctx)
+
+
 def _generation_settings(
     settings: ResolvedSettings, target_runtime: ModelSettings, with_draft: bool, drafts: bool = True
 ) -> tuple[GenerationSettings, tuple[str, ...]]:
@@ -132,9 +139,7 @@ def _generation_settings(
     (`drafts` False: the command generates with the target alone, so nothing needs fitting)."""
     values = dict(settings.values)
     notes: list[str] = []
-    verify_rows = target_runtime.n_batch
-    if target_runtime.n_ctx is not None:
-        verify_rows = min(verify_rows, target_runtime.n_ctx)  # llama.cpp caps a batch at the context size
+    verify_rows = verify_rows_of(target_runtime)
     draft_max = values["speculative.draft_max"]
     drafts = drafts and (with_draft or values["speculative.strategy"] == "ngram")
     if drafts and verify_rows < 2:

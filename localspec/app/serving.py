@@ -245,7 +245,7 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
     session = served.queue.session
     texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)] if parsed.messages else [parsed.prompt or ""]
     try:
-        session.refuse_text_too_long(sum(len(text.encode("utf-8", "replace")) for text in texts))
+        session.refuse_text_too_long(texts)
     except InputError as exc:
         raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
     try:

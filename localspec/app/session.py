@@ -63,10 +63,11 @@ class Session:
         if self.memory is not None and generation.settings.speculative.memory:
             self.memory.remember(generation.prompt_tokens, generation.tokens, source, tag)
 
-    def refuse_text_too_long(self, n_bytes: int) -> None:
-        """InputError when `n_bytes` of prompt text (the messages' texts) cannot fit the largest context the
-        target can have, whatever their tokens: checked before tokenizing, which takes llama.cpp minutes
-        over megabytes of text. A prompt of up to a few bytes a token is let through without the check."""
+    def refuse_text_too_long(self, texts: Sequence[str]) -> None:
+        """InputError when the prompt's texts (a prompt, or the messages' contents) cannot fit the largest
+        context the target can have, whatever their tokens: checked before tokenizing, which takes llama.cpp
+        minutes over megabytes of text. A prompt of up to a few bytes a token is let through without the check."""
+        n_bytes = sum(len(text.encode("utf-8", "replace")) for text in texts)
         limit = self.target.context_limit
         if n_bytes <= CHEAP_BYTES_PER_TOKEN * limit:
             return

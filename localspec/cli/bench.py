@@ -28,7 +28,7 @@ from ..app.bench import (
     run_bench,
     save_fastest,
 )
-from ..app.plan import Plan
+from ..app.plan import Plan, verify_rows_of
 from ..app.structured_bench import (
     ConstrainedPrompt,
     StructuredResult,
@@ -203,8 +203,7 @@ def bench(
 
 def _fitted_lengths(plan: Plan, lengths: list[int | str]) -> list[int | str]:
     """The swept draft lengths, each lowered (with a note) to what one target pass can verify, as `run` does."""
-    runtime = plan.target.runtime
-    most = min(runtime.n_batch, runtime.n_ctx or runtime.n_batch) - 1
+    most = verify_rows_of(plan.target.runtime) - 1
     fitted = []
     for length in lengths:
         if isinstance(length, int) and length > most:
