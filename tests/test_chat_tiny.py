@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -375,3 +376,69 @@ def test_load_keeps_every_system_message_and_names_settings_it_ignores(tiny_prof
     assert "setting 'sampling.temprature' is not known here: ignored (did you mean 'sampling.temperature'?)" in result.stderr
     assert f"error: {utf16}: is UTF-16, not UTF-8" in result.stderr
     assert stored()["messages"][0] == {"role": "system", "content": "Be brief.\n\nBe kind."}
+
+
+class _LinesThatRunAHook(io.BytesIO):
+    """Piped chat input that runs `hook` once, just before the line at `at` is read."""
+
+    def __init__(self, data: bytes, at: int, hook) -> None:
+        super().__init__(data)
+        self.lines_read, self.at, self.hook = 0, at, hook
+
+    def readline(self, *args) -> bytes:
+        if self.lines_read == self.at:
+            self.hook()
+        self.lines_read += 1
+        return super().readline(*args)
+
+
+def test_two_chats_on_one_conversation_keep_both(tiny_profile: str) -> None:
+    """A chat resumes conversation 1; meanwhile another chat resumes it too and adds an exchange:
+    neither overwrites the other, and the first goes on as a new conversation that keeps its own turns."""
+    assert chat(b"the cat\n").exit_code == 0
+
+    def another_chat_writes() -> None:
+        assert chat(b"the bird\n/undo\nthe fish\n", "--continue").exit_code == 0
+
+    command = ["chat", "-p", "tiny", "--temperature", "0", "--max-tokens", "4", "--threads", "1", "--continue"]
+    lines = _LinesThatRunAHook(b"the dog\n/undo\nthe cow\n", at=1, hook=another_chat_writes)
+    result = CliRunner().invoke(main, command, input=lines, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert "conversation 1 was changed by another chat meanwhile; this chat goes on as conversation 2" in result.stderr
+    store = HistoryStore(history_file())
+    try:
+        users = {c: [m["content"] for m in store.get(c)["messages"] if m["role"] == "user"] for c in (1, 2)}
+    finally:
+        store.close()
+    assert users == {1: ["the cat", "the dog", "the fish"], 2: ["the cat", "the cow"]}
+
+
+def test_a_store_writes_only_at_the_revision_it_knows(tmp_path: Path) -> None:
+    import sqlite3
+
+    from localspec.app.conversation import Conversation
+    from localspec.app.history import ConversationChanged
+    from localspec.settings import GenerationSettings
+
+    path = tmp_path / "history.db"
+    with sqlite3.connect(path) as old:  # a database from before revisions, with one conversation
+        old.executescript("CREATE TABLE conversations (id INTEGER PRIMARY KEY, started REAL NOT NULL,"
+                          " updated REAL NOT NULL, system TEXT, settings TEXT NOT NULL);"
+                          "INSERT INTO conversations VALUES (1, 0, 0, NULL, '{}');")
+    old.close()
+    first, second = HistoryStore(path), HistoryStore(path)
+    try:
+        assert first.get(1) is not None and second.get(1) is not None
+        first.add(1, Conversation(GenerationSettings()).add("user", "from the first"))
+        with pytest.raises(ConversationChanged):
+            second.add(1, Conversation(GenerationSettings()).add("user", "from the second"))
+        with pytest.raises(ConversationChanged):
+            second.update(1, Conversation(GenerationSettings()))
+        assert [m["content"] for m in second.get(1)["messages"]] == ["from the first"]  # reading catches up
+        second.add(1, Conversation(GenerationSettings()).add("user", "from the second"))
+        with pytest.raises(ConversationChanged):
+            first.update(1, Conversation(GenerationSettings()))
+        assert [m["content"] for m in first.get(1)["messages"]] == ["from the first", "from the second"]
+    finally:
+        first.close()
+        second.close()

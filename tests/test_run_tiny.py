@@ -64,6 +64,15 @@ def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:
     assert as_json.exit_code == 0 and "stopped" not in as_json.stderr  # the JSON says it: stop_reason
 
 
+def test_a_context_larger_than_the_model_was_trained_for_is_lowered_with_a_note(tiny_args: list[str],
+                                                                               tiny_pair: tuple[Path, Path]) -> None:
+    result = cli(*tiny_args, "--n-ctx", "4096", "--max-tokens", "3", "the cat")
+    assert result.exit_code == 0, result.stderr
+    for model in tiny_pair:
+        assert f"note: n_ctx 4096 is more than {model.name} was trained for: its context holds 256 tokens" in result.stderr
+    assert "note:" not in cli(*tiny_args, "--n-ctx", "256", "--max-tokens", "3", "the cat").stderr
+
+
 def test_invalid_utf8_on_stdin_is_replaced_with_one_warning(tiny_args: list[str]) -> None:
     result = CliRunner().invoke(main, [*tiny_args, "--max-tokens", "4", "--json"], input=b"caf\xe9 the cat", catch_exceptions=False)
     assert result.exit_code == 0, result.stderr

@@ -224,7 +224,8 @@ def test_the_harmless_values_of_those_fields_are_accepted(api: Api) -> None:
 
 @pytest.mark.parametrize("field, value", [
     ("stream", "yes"), ("stream", 1), ("stream_options", "x"), ("stream_options", ["include_usage"]),
-    ("speculative", "no"), ("max_tokens", "8"), ("max_tokens", 10**30), ("seed", 1.5), ("stop", [1]),
+    ("speculative", "no"), ("max_tokens", "8"), ("max_tokens", 10**30), ("max_tokens", 0),
+    ("max_completion_tokens", 0), ("seed", 1.5), ("stop", [1]),
     ("strategy", "bogus"), ("draft_max", 0), ("model", "gpt-9"),
 ])
 def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, value: Any) -> None:

@@ -20,7 +20,7 @@ from ..errors import InputError, LocalspecError
 from ..runtime.fatal import on_fatal
 from ..settings import SEED_MAX
 from .conversation import Conversation
-from .history import HistoryStore, HistoryUnavailable
+from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag
 from .session import Session
 
@@ -211,7 +211,11 @@ class ChatSession:
         if self.store is None:
             return
         try:
-            action(self.store)
+            try:
+                action(self.store)
+            except ConversationChanged as exc:  # another chat resumed it too: keep both, this one as a new conversation
+                self._start(self.store)
+                self.warn(f"note: {exc} meanwhile; this chat goes on as conversation {self.conversation_id} (both are kept)")
         except HistoryUnavailable as exc:
             self.warn(f"warning: {exc}; this chat is no longer saved")
             self.store = None

@@ -3,6 +3,10 @@
 One transaction per message, so a crash or kill loses at most the reply in
 progress. A database that is corrupt or locked by another process raises
 `HistoryUnavailable` with one line; the chat then runs unsaved.
+
+Each conversation has a revision, raised by every write. A store writes to a
+conversation only at the revision it last read or wrote there: two chats that
+resume the same conversation do not overwrite each other (`ConversationChanged`).
 """
 
 from __future__ import annotations
@@ -10,8 +14,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..config.files import is_unix_time
 from ..textin import clean_text
@@ -23,7 +28,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     started REAL NOT NULL,
     updated REAL NOT NULL,
     system TEXT,
-    settings TEXT NOT NULL
+    settings TEXT NOT NULL,
+    revision INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -39,6 +45,10 @@ class HistoryUnavailable(Exception):
     """The history database cannot be used (corrupt, locked, unwritable)."""
 
 
+class ConversationChanged(HistoryUnavailable):
+    """Another process wrote to the conversation since this store last read or wrote it."""
+
+
 class HistoryStore:
     """Conversations and their messages, written one message per transaction."""
 
@@ -51,8 +61,12 @@ class HistoryStore:
             self._db.execute("PRAGMA foreign_keys = ON")
             with self._db:
                 self._db.executescript(SCHEMA)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(conversations)")}
+                if "revision" not in columns:  # a database from before revisions
+                    self._db.execute("ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0")
         except (sqlite3.Error, OSError) as exc:
             raise HistoryUnavailable(f"chat history {path} cannot be used ({exc})") from None
+        self._revisions: dict[int, Any] = {}  # conversation id -> the revision this store last read or wrote
 
     def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         try:
@@ -80,46 +94,63 @@ class HistoryStore:
         """Store a new conversation (with any messages it already has); return its id."""
         now = time.time()
         settings = json.dumps(conversation.to_json()["settings"])
-        conversation_id = self._write(
-            "INSERT INTO conversations (started, updated, system, settings) VALUES (?, ?, ?, ?)",
-            (now, now, conversation.system, settings),
-        ).lastrowid
-        for message in conversation.messages:
-            self._insert(conversation_id, message)
-        return int(conversation_id)
+        try:
+            with self._db:
+                conversation_id = int(self._db.execute(
+                    "INSERT INTO conversations (started, updated, system, settings) VALUES (?, ?, ?, ?)",
+                    (now, now, conversation.system, settings),
+                ).lastrowid)
+                self._insert_messages(conversation_id, conversation.messages)
+        except sqlite3.Error as exc:
+            raise self._unavailable("written", exc) from None
+        self._revisions[conversation_id] = 0
+        return conversation_id
 
     def add(self, conversation_id: int, message: Message) -> None:
-        self._require(conversation_id)
-        self._insert(conversation_id, message)
-
-    def _insert(self, conversation_id: int, message: Message) -> None:
-        self._write(
-            "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
-            (conversation_id, message.role, message.content, int(message.interrupted)),
-        )
-        self._write("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
-
-    def _require(self, conversation_id: int) -> None:
-        """HistoryUnavailable, saying so, when the conversation was removed (`history remove` from another shell)."""
-        if not self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)):
-            raise HistoryUnavailable(f"conversation {conversation_id} was removed from the chat history")
+        """Append one message to a stored conversation."""
+        with self._writing(conversation_id):
+            self._insert_messages(conversation_id, [message])
 
     def update(self, conversation_id: int, conversation: Conversation) -> None:
         """Rewrite the system prompt, the settings and the messages (after /undo, /retry, /system, /set)."""
-        self._require(conversation_id)
+        with self._writing(conversation_id):
+            self._db.execute(
+                "UPDATE conversations SET system = ?, settings = ? WHERE id = ?",
+                (conversation.system, json.dumps(conversation.to_json()["settings"]), conversation_id),
+            )
+            self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
+            self._insert_messages(conversation_id, conversation.messages)
+
+    @contextmanager
+    def _writing(self, conversation_id: int) -> Iterator[None]:
+        """One transaction that writes to a conversation at the revision this store knows, and raises it.
+
+        Raises HistoryUnavailable when the conversation was removed meanwhile
+        (`history remove` in another shell), ConversationChanged when another
+        process wrote to it since this store last read or wrote it.
+        """
         try:
             with self._db:
-                self._db.execute(
-                    "UPDATE conversations SET updated = ?, system = ?, settings = ? WHERE id = ?",
-                    (time.time(), conversation.system, json.dumps(conversation.to_json()["settings"]), conversation_id),
-                )
-                self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
-                self._db.executemany(
-                    "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
-                    [(conversation_id, m.role, m.content, int(m.interrupted)) for m in conversation.messages],
-                )
+                self._db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the write
+                found = self._db.execute("SELECT revision FROM conversations WHERE id = ?", (conversation_id,)).fetchall()
+                if not found:
+                    raise HistoryUnavailable(f"conversation {conversation_id} was removed from the chat history")
+                revision = found[0][0]
+                if conversation_id in self._revisions and self._revisions[conversation_id] != revision:
+                    raise ConversationChanged(f"conversation {conversation_id} was changed by another chat")
+                yield
+                new_revision = (revision if isinstance(revision, int) else 0) + 1
+                self._db.execute("UPDATE conversations SET updated = ?, revision = ? WHERE id = ?",
+                                 (time.time(), new_revision, conversation_id))
         except sqlite3.Error as exc:
             raise self._unavailable("written", exc) from None
+        self._revisions[conversation_id] = new_revision
+
+    def _insert_messages(self, conversation_id: int, messages: list[Message]) -> None:
+        self._db.executemany(
+            "INSERT INTO messages (conversation, role, content, interrupted) VALUES (?, ?, ?, ?)",
+            [(conversation_id, m.role, m.content, int(m.interrupted)) for m in messages],
+        )
 
     def latest(self) -> int | None:
         rows = self._read("SELECT id FROM conversations ORDER BY updated DESC, id DESC LIMIT 1")
@@ -142,10 +173,10 @@ class HistoryStore:
         """The conversation in `/save`'s JSON form, or None."""
         if not _is_row_id(conversation_id):
             return None
-        found = self._read("SELECT system, settings FROM conversations WHERE id = ?", (conversation_id,))
+        found = self._read("SELECT system, settings, revision FROM conversations WHERE id = ?", (conversation_id,))
         if not found:
             return None
-        system, settings = found[0]
+        system, settings, self._revisions[conversation_id] = found[0]
         messages = [{"role": "system", "content": _text(system)}] if system else []
         for role, content, interrupted in self._read(
             "SELECT role, content, interrupted FROM messages WHERE conversation = ? ORDER BY id", (conversation_id,)

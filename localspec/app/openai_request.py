@@ -250,6 +250,8 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         problem = SETTINGS[key].problem(value)
         if problem is not None:
             raise ApiError(400, _shorten(problem.replace(key, name)), param=name)
+        if key == "sampling.max_tokens" and value == 0:  # as OpenAI's API: a request for nothing is a mistake
+            raise ApiError(400, f"{name} must be at least 1, got 0", param=name)
         values[key], names[key] = value, name
     try:
         settings = defaults.with_values(values)

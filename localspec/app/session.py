@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
+from ..config.resolve import DEFAULT_SOURCE
 from ..engine.draft_length import LearnedLengths
 from ..engine.drafters import build_drafter, drafts_from_memory
 from ..engine.generation import Generation
@@ -184,6 +185,7 @@ def open_session(
     *,
     load_draft: bool = True,
     on_status: Callable[[str], None] = lambda message: None,
+    on_note: Callable[[str], None] = lambda message: None,
     verbose: bool = False,
     remember_lengths: bool = True,
     memory_owner: str | None = None,
@@ -193,7 +195,9 @@ def open_session(
 
     With `remember_lengths` the adaptive draft lengths start from what earlier
     processes learned for this pair on this machine, and what this one learns is
-    saved when the session closes (`bench --cold` turns it off). `memory_owner`
+    saved when the session closes (`bench --cold` turns it off). `on_note` is told
+    what the user should know of the loaded models (a context smaller than n_ctx
+    asked for). `memory_owner`
     names the memory of earlier text the session drafts from and adds to (see
     `app.memory`; None: none). With `size_contexts_later` the models' contexts
     are created by `Session.reserve_context` (a one-shot run, sized for it) or on
@@ -211,6 +215,10 @@ def open_session(
         except BaseException:
             target.close()
             raise
+    for role, model in (("target", target), ("draft", draft)):
+        asked = plan.settings.sources.get(f"{role}.n_ctx", DEFAULT_SOURCE) != DEFAULT_SOURCE
+        if model is not None and model.context_note is not None and asked:  # (the default is lowered quietly)
+            on_note(model.context_note)
     length_cache = LengthCache(target, draft, notes=verbose_notes(verbose)) if remember_lengths else None
     memory = None
     if memory_owner is not None:

@@ -22,8 +22,12 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, spe
 
 def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True,
                  memory_owner: str | None = LOCAL_OWNER, size_contexts_later: bool = False) -> Session:
-    """`app.session.open_session` with a status spinner on stderr while the weights load."""
+    """`app.session.open_session` with a status spinner on stderr while the weights load, and its notes after it."""
+    notes: list[str] = []
     with status_line(stderr_console.is_terminal and not verbose) as status:
-        return open_session(plan, load_draft=load_draft, on_status=status.show, verbose=verbose,
-                            remember_lengths=remember_lengths, memory_owner=memory_owner,
-                            size_contexts_later=size_contexts_later)
+        session = open_session(plan, load_draft=load_draft, on_status=status.show, on_note=notes.append, verbose=verbose,
+                               remember_lengths=remember_lengths, memory_owner=memory_owner,
+                               size_contexts_later=size_contexts_later)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    return session

@@ -179,6 +179,10 @@ class Model(_Freed):
 
         n_ctx = settings.n_ctx or self.n_ctx_train
         self._largest_n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
+        self.context_note: str | None = None  # why the context is smaller than n_ctx asked
+        if self._largest_n_ctx < n_ctx:
+            self.context_note = (f"n_ctx {n_ctx} is more than {self.path.name} was trained for:"
+                                 f" its context holds {self._largest_n_ctx} tokens")
         self._runs_on_cpu = _runs_on_cpu(settings)  # decided now: RPC workers a later model registers do not change it
         self._ctx: Any = None
         if not size_context_later:
