@@ -77,7 +77,7 @@ def clean_data(value: Any) -> tuple[Any, bool]:
 
 def replaced_warning(where: str) -> str:
     """The one warning line for text from `where` (e.g. "the prompt", "stdin") that needed replacing."""
-    return f"warning: {where} is not valid UTF-8 text; invalid parts were replaced with \N{REPLACEMENT CHARACTER}"
+    return f"warning: {where} is not valid UTF-8 text; invalid parts were replaced with \ufffd"
 
 
 def warn_replaced(where: str) -> None:
