@@ -181,7 +181,7 @@ def test_a_context_llama_cpp_rounds_up_is_noted(tiny_pair: tuple[Path, Path]) ->
     result = cli("run", "--target", str(tiny_pair[0]), "--no-speculative", "--n-ctx", "16", "--max-tokens", "1", "--raw", "hi")
     assert result.exit_code == 0, result.stderr
     assert "note: n_ctx 16 becomes 256: llama.cpp rounds the context up to a multiple of 256" in result.stderr
-    quiet = cli("run", "--target", str(tiny_pair[0]), "--no-speculative", "--n-ctx", "512", "--max-tokens", "1", "--raw", "hi")
+    quiet = cli("run", "--target", str(tiny_pair[0]), "--no-speculative", "--n-ctx", "256", "--max-tokens", "1", "--raw", "hi")
     assert "n_ctx" not in quiet.stderr
     from localspec.runtime.model import Model
 
