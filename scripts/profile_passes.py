@@ -5,6 +5,7 @@
     python scripts/profile_passes.py -p mine --tokens 128
     python scripts/profile_passes.py --target t.gguf --draft d.gguf --raw --json
     python scripts/profile_passes.py --strategy hybrid --memory   # with the local memory, as `run` drafts
+    python scripts/profile_passes.py --prompts-file mine.txt --strategy ngram   # your own prompts, one a line
 
 For speculative and target-only generation it reports, per target pass, the
 milliseconds spent inside `llama_decode` (target and draft apart), in the
@@ -25,8 +26,9 @@ import json
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from pathlib import Path
 
-from localspec.app.bench import BENCH_PROMPTS
+from localspec.app.bench import BENCH_PROMPTS, read_prompts
 from localspec.app.memory import LOCAL_OWNER
 from localspec.app.plan import resolve
 from localspec.app.session import Session, open_session
@@ -129,7 +131,9 @@ def main() -> None:
     parser.add_argument("--draft", default=None, help="Draft GGUF (instead of a profile's).")
     parser.add_argument("--strategy", default=None, help="model, ngram or hybrid (default: the profile's).")
     parser.add_argument("--draft-max", default=None, help="A number or 'adaptive' (default: the profile's).")
-    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=4, help="How many prompts (default 4).")
+    parser.add_argument("--prompts-file", default=None,
+                        help="Prompts, one a line (\\n for a line break), instead of the built-in ones.")
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--temperatures", default="0,0.8")
     parser.add_argument("--raw", action="store_true", help="Plain completion (for models without a chat template).")
@@ -141,10 +145,11 @@ def main() -> None:
              "speculative.strategy": args.strategy,
              "speculative.draft_max": args.draft_max if args.draft_max in (None, "adaptive") else int(args.draft_max)}
     plan = resolve(args.profile, flags)
+    texts = BENCH_PROMPTS if args.prompts_file is None else read_prompts(Path(args.prompts_file))
     report = []
     with open_session(plan, memory_owner=LOCAL_OWNER if args.memory else None) as session:
         prompts = [session.raw_prompt_tokens(text) if args.raw else
-                   session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in BENCH_PROMPTS[: args.prompts]]
+                   session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in texts[: args.prompts]]
         try:
             for temperature in (float(t) for t in args.temperatures.split(",")):
                 for speculative in (True, False):

@@ -12,7 +12,12 @@ progress:
   apart, since llama.cpp computes a lone token with other kernels: cheaper than
   the line through batches says (on the demo target 14.5 ms, where the line
   through 2..17 rows gives about 17.5), or dearer where a build with llamafile's
-  kernels has it padded to two rows.
+  kernels has it padded to two rows. Every pass measures the same target,
+  whoever drafted it, so the controllers of one session share these costs
+  (`VerifyCosts`). A pass that took more than 1.5 times what the estimates
+  expect of it counts as 1.5 times: a moment when the machine was busy (another
+  process, a virtual machine's stolen time) otherwise skews the fitted slope
+  and shortens the drafts for many passes.
 
 Each pass it drafts the k that maximises expected tokens per second,
 
@@ -50,6 +55,7 @@ _PRIOR_SLOPE = 0.2  # V(n) = a + b·n with b = 0.2·a until the slope is measure
 _EXPLORE_EVERY = 8
 _PATIENCE = 2  # from a plan of nothing, explorations that lost their first token, in a row, before backing off
 _MAX_BACKOFF = 4  # ...after which each further one doubles the wait for the next, up to 8·2⁴ passes
+_OUTLIER = 1.5  # a pass slower than this many times the cost expected of it counts as this many times it
 _RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
@@ -79,20 +85,83 @@ def _bin(confidence: float) -> int:
     return next((i for i, edge in enumerate(_CONFIDENCE_BINS) if confidence <= edge), len(_CONFIDENCE_BINS))
 
 
+class VerifyCosts:
+    """The target's measured cost of a pass of n tokens: V(1) apart, V(n) = a + b·n fitted to the batches."""
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
+        self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
+
+    def record(self, n_tokens: int, seconds: float) -> None:
+        """One pass over `n_tokens` took `seconds` (an outlier counts as _OUTLIER times the cost expected of it)."""
+        if self.by_size:  # what the measurements so far expect of this size
+            seconds = min(seconds, _OUTLIER * self.cost(n_tokens))
+        self._line = None
+        size = self.by_size.setdefault(n_tokens, [seconds, 0.0])
+        size[0], size[1] = _running_mean(size[0], size[1], seconds)
+        for other in self.by_size.values():
+            other[1] *= _DECAY
+
+    def cost(self, n_tokens: int) -> float:
+        """Seconds for a target pass over `n_tokens` tokens: the measured mean of one-token passes,
+        else a + b·n fitted to the running mean cost of each batch size."""
+        if n_tokens == 1 and 1 in self.by_size:
+            return self.by_size[1][0]
+        intercept, slope = self.line()
+        return intercept + slope * n_tokens
+
+    def line(self) -> tuple[float, float]:
+        """(a, b) of V(n) = a + b·n (computed once per change of the measurements)."""
+        if self._line is None:
+            self._line = self._fit_line()
+        return self._line
+
+    def _fit_line(self) -> tuple[float, float]:
+        points = [(n, mean, weight) for n, (mean, weight) in self.by_size.items()]
+        batches = [point for point in points if point[0] >= 2]
+        if len(batches) >= 2:
+            points = batches  # a lone token's kernels are not on the batches' line (see `cost`)
+        if not points:
+            return 1.0, _PRIOR_SLOPE  # arbitrary unit: only ratios matter before any measurement
+        total = sum(w for _, _, w in points)
+        mean_n = sum(n * w for n, _, w in points) / total
+        mean_t = sum(t * w for _, t, w in points) / total
+        spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
+        if spread > 0:
+            slope = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points) / spread
+            intercept = mean_t - slope * mean_n
+            if slope > 0 and intercept > 0:
+                return intercept, slope
+        a = mean_t / (1 + _PRIOR_SLOPE * mean_n)
+        return a, a * _PRIOR_SLOPE
+
+    def as_dict(self) -> dict[str, list[float]]:
+        return {str(n): list(mean_and_weight) for n, mean_and_weight in self.by_size.items()}
+
+    def restore(self, state: dict[str, Any], largest: int) -> None:
+        """Start from `as_dict()`'s output, each entry weighing little; ValueError (nothing changed) when it is not one."""
+        by_size = {}
+        for n, (mean, weight) in state.items():
+            if not 1 <= int(n) <= largest:
+                raise ValueError(f"batch size {n} out of range")
+            by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
+        self.by_size, self._line = by_size, None
+
+
 class AdaptiveLength:
     """Chooses each pass's draft length from measured acceptance and costs (see the module docstring)."""
 
     uses_confidence = True
 
-    def __init__(self, limit: int = ADAPTIVE_DRAFT_LIMIT) -> None:
+    def __init__(self, limit: int = ADAPTIVE_DRAFT_LIMIT, verify: VerifyCosts | None = None) -> None:
+        """`verify`: the target's pass costs, shared with the session's other controllers (None: its own)."""
         self.limit = limit
         self.reached = [0.0] * limit  # decayed count of drafts that reached position i+1
         self.accepted = [0.0] * limit  # ... and were accepted there
         self.first_step_cost: float | None = None  # seconds for a pass's first draft token (its own catch-up included)
         self.draft_cost: float | None = None  # seconds for each further draft token
         self._first_step_weight = self._draft_weight = 0.0  # how many measurements each cost stands for
-        self.verify_by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
-        self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
+        self.verify = verify if verify is not None else VerifyCosts()
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
         self.passes = 0
@@ -133,37 +202,12 @@ class AdaptiveLength:
         return total
 
     def verify_cost(self, n_tokens: int) -> float:
-        """Seconds for a target pass over `n_tokens` tokens: the measured mean of one-token passes,
-        else a + b·n fitted to the running mean cost of each batch size."""
-        if n_tokens == 1 and 1 in self.verify_by_size:
-            return self.verify_by_size[1][0]
-        intercept, slope = self._verify_line()
-        return intercept + slope * n_tokens
+        """Seconds for a target pass over `n_tokens` tokens (see `VerifyCosts.cost`)."""
+        return self.verify.cost(n_tokens)
 
-    def _verify_line(self) -> tuple[float, float]:
-        """(a, b) of V(n) = a + b·n (computed once per change of the measurements)."""
-        if self._line is None:
-            self._line = self._fit_verify_line()
-        return self._line
-
-    def _fit_verify_line(self) -> tuple[float, float]:
-        points = [(n, mean, weight) for n, (mean, weight) in self.verify_by_size.items()]
-        batches = [point for point in points if point[0] >= 2]
-        if len(batches) >= 2:
-            points = batches  # a lone token's kernels are not on the batches' line (see verify_cost)
-        if not points:
-            return 1.0, _PRIOR_SLOPE  # arbitrary unit: only ratios matter before any measurement
-        total = sum(w for _, _, w in points)
-        mean_n = sum(n * w for n, _, w in points) / total
-        mean_t = sum(t * w for _, t, w in points) / total
-        spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
-        if spread > 0:
-            slope = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points) / spread
-            intercept = mean_t - slope * mean_n
-            if slope > 0 and intercept > 0:
-                return intercept, slope
-        a = mean_t / (1 + _PRIOR_SLOPE * mean_n)
-        return a, a * _PRIOR_SLOPE
+    @property
+    def verify_by_size(self) -> dict[int, list[float]]:
+        return self.verify.by_size
 
     def pass_cost(self, k: int) -> float:
         """Seconds for a pass that drafts k tokens and verifies k+1.
@@ -242,11 +286,7 @@ class AdaptiveLength:
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
         """A pass's verdict and cost; a pass that drafted nothing (n_proposed 0) measures V(1) only."""
-        self._line = None
-        size = self.verify_by_size.setdefault(n_proposed + 1, [verify_seconds, 0.0])
-        size[0], size[1] = _running_mean(size[0], size[1], verify_seconds)
-        for other in self.verify_by_size.values():
-            other[1] *= _DECAY
+        self.verify.record(n_proposed + 1, verify_seconds)
         if n_proposed == 0:
             return
         if self._probing:
@@ -272,7 +312,7 @@ class AdaptiveLength:
         return {
             "first_step_cost": self.first_step_cost,
             "draft_cost": self.draft_cost,
-            "verify_by_size": {str(n): list(mean_and_weight) for n, mean_and_weight in self.verify_by_size.items()},
+            "verify_by_size": self.verify.as_dict(),
         }
 
     def acceptance_counts(self) -> dict[str, Any]:
@@ -281,15 +321,15 @@ class AdaptiveLength:
                 "bin_reached": self.bin_reached, "bin_accepted": self.bin_accepted}
 
     def restore_costs(self, state: dict[str, Any]) -> None:
-        """Start from costs saved by `costs()`; ValueError (nothing changed) when `state` is not such a dict."""
+        """Start from costs saved by `costs()`; ValueError (nothing changed) when `state` is not such a dict.
+
+        Verify costs shared with other controllers are taken only while none are measured or restored yet.
+        """
         first, draft = _seconds_or_none(state["first_step_cost"]), _seconds_or_none(state["draft_cost"])
-        by_size = {}
-        for n, (mean, weight) in state["verify_by_size"].items():
-            if not 1 <= int(n) <= self.limit + 1:
-                raise ValueError(f"batch size {n} out of range")
-            by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
-        self.first_step_cost, self.draft_cost, self.verify_by_size = first, draft, by_size
-        self._line = None
+        VerifyCosts().restore(state["verify_by_size"], self.limit + 1)  # checked before anything changes
+        if not self.verify.by_size:
+            self.verify.restore(state["verify_by_size"], self.limit + 1)
+        self.first_step_cost, self.draft_cost = first, draft
         self._first_step_weight = self._draft_weight = _RESTORED_WEIGHT
 
     def restore_acceptance(self, state: dict[str, Any]) -> None:
@@ -337,7 +377,7 @@ class LearnedLengths:
     """Adaptive controllers kept across generations, and what earlier processes learned.
 
     One controller per drafting side ("model", "ngram<n>" by match length, "memory"), verification mode,
-    temperature band and output held to a grammar or not. A new controller starts
+    temperature band and output held to a grammar or not; all of them share the target's verify costs. A new controller starts
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
     of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added
     under a grammar); a saved entry that does not fit is ignored and the controller
@@ -348,6 +388,7 @@ class LearnedLengths:
         self.saved_costs = dict(saved_costs or {})
         self.saved_acceptance = dict(saved_acceptance or {})
         self.controllers: dict[tuple[str, ...], AdaptiveLength] = {}
+        self.verify = VerifyCosts()  # one target: every controller's passes measure the same costs
         self.dropped: list[str] = []  # saved entries that did not fit (for --verbose)
 
     def controller(self, side: str, verify: str, temperature: float, constrained: bool = False) -> AdaptiveLength:
@@ -357,7 +398,7 @@ class LearnedLengths:
         return self.controllers[key]
 
     def _restored(self, side: str, acceptance_key: str) -> AdaptiveLength:
-        controller = AdaptiveLength()
+        controller = AdaptiveLength(verify=self.verify)
         for name, saved, restore in ((side, self.saved_costs, controller.restore_costs),
                                      (acceptance_key, self.saved_acceptance, controller.restore_acceptance)):
             if name in saved:
