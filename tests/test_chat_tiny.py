@@ -439,6 +439,18 @@ def test_a_store_writes_only_at_the_revision_it_knows(tmp_path: Path) -> None:
         with pytest.raises(ConversationChanged):
             first.update(1, Conversation(GenerationSettings()))
         assert [m["content"] for m in first.get(1)["messages"]] == ["from the first", "from the second"]
+        # Another program (an older localspec) writes without knowing of revisions: the triggers count it.
+        with sqlite3.connect(path) as other:
+            other.execute("INSERT INTO messages (conversation, role, content) VALUES (1, 'user', 'from elsewhere')")
+        other.close()
+        with pytest.raises(ConversationChanged):
+            first.add(1, Conversation(GenerationSettings()).add("user", "lost?"))
+        # A removed conversation's id given to a new one: a store that knew the old one does not write into it.
+        first.get(1)
+        second.remove(1)
+        assert second.start(Conversation(GenerationSettings())) == 1
+        with pytest.raises(ConversationChanged):
+            first.update(1, Conversation(GenerationSettings()))
     finally:
         first.close()
         second.close()

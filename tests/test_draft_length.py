@@ -135,9 +135,9 @@ def test_moments_when_the_machine_was_busy_do_not_shorten_the_drafts(outlier: fl
         _simulate_with_busy_moments(controller, alpha, a, b, passes=300, seed=seed)
         relative.append(true_rate(controller.best_length(32), alpha, 0.0, a, b) / best_rate)
     if outlier == 1.5:
-        assert min(relative) >= 0.9 and np.mean(relative) >= 0.95, relative
+        assert min(relative) >= 0.85 and np.mean(relative) >= 0.96, relative
     else:
-        assert min(relative) < 0.9, relative  # what the limit is for
+        assert np.mean(relative) < 0.94, relative  # what the limit is for
 
 
 def test_every_controller_of_a_session_shares_the_targets_verify_costs() -> None:
@@ -149,3 +149,33 @@ def test_every_controller_of_a_session_shares_the_targets_verify_costs() -> None
         by_model.observe(k, 0, 0.02 + 0.002 * (k + 1))
     assert by_lookup.verify_cost(9) == pytest.approx(0.02 + 0.002 * 9)
     assert by_lookup.costs()["verify_by_size"] == by_model.costs()["verify_by_size"]
+
+
+def test_restored_costs_far_below_todays_give_way_at_once() -> None:
+    """Costs saved on a quiet machine (a tenth of today's) are not outliers' yardstick: this process's own
+    passes replace them within a few passes."""
+    from localspec.engine.draft_length import VerifyCosts
+
+    verify = VerifyCosts()
+    verify.restore({str(n): [0.002 + 0.0002 * n, 30.0] for n in range(2, 10)}, 33)
+    for _ in range(3):
+        for n in range(2, 10):
+            verify.record(n, 0.02 + 0.002 * n)
+    assert verify.cost(5) == pytest.approx(0.03, rel=0.1)
+
+
+def test_the_shared_verify_costs_start_from_the_side_that_measured_most() -> None:
+    from localspec.engine.draft_length import LearnedLengths
+
+    def saved(seconds: float, weight: float) -> dict:
+        return {"first_step_cost": None, "draft_cost": None, "verify_by_size": {"2": [seconds, weight], "9": [seconds * 2, weight]}}
+
+    learned = LearnedLengths({"ngram3": saved(0.5, 0.2), "model": saved(0.03, 40.0), "memory": saved(0.9, 1.0)})
+    assert learned.controller("ngram3", "coupled", 0.0).verify_cost(2) == pytest.approx(0.03)
+    assert learned.controller("memory", "coupled", 0.0).verify_cost(9) == pytest.approx(0.06)
+
+
+def test_a_pass_that_evaluated_forced_tokens_measures_no_cost() -> None:
+    controller = AdaptiveLength()
+    controller.observe(3, 2, None)
+    assert controller.verify_by_size == {} and controller.overall_acceptance() < 0.8  # the verdict still counts

@@ -66,10 +66,11 @@ def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:
 
 def test_a_context_larger_than_the_model_was_trained_for_is_lowered_with_a_note(tiny_args: list[str],
                                                                                tiny_pair: tuple[Path, Path]) -> None:
-    result = cli(*tiny_args, "--n-ctx", "4096", "--max-tokens", "3", "the cat")
+    result = cli(*tiny_args, "--n-ctx", "300", "--max-tokens", "3", "the cat")
     assert result.exit_code == 0, result.stderr
+    assert "rounds the context up" not in result.stderr  # (300 would become 512, were it not lowered to 256)
     for model in tiny_pair:
-        assert f"note: n_ctx 4096 is more than {model.name} was trained for: its context holds 256 tokens" in result.stderr
+        assert f"note: n_ctx 300 is more than {model.name} was trained for: its context holds 256 tokens" in result.stderr
     assert "note:" not in cli(*tiny_args, "--n-ctx", "256", "--max-tokens", "3", "the cat").stderr
 
 

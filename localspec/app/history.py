@@ -4,14 +4,16 @@ One transaction per message, so a crash or kill loses at most the reply in
 progress. A database that is corrupt or locked by another process raises
 `HistoryUnavailable` with one line; the chat then runs unsaved.
 
-Each conversation has a revision, raised by every write. A store writes to a
-conversation only at the revision it last read or wrote there: two chats that
-resume the same conversation do not overwrite each other (`ConversationChanged`).
+Each conversation has a revision, raised by every change to it (by triggers, so
+whatever program makes it). A store writes to a conversation only at the
+revision it last read or wrote there: two chats that resume the same
+conversation do not overwrite each other (`ConversationChanged`).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -40,6 +42,22 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 """
 
+# Every change to a conversation raises its revision, whatever program makes it (an older localspec too).
+REVISION_TRIGGERS = """
+CREATE TRIGGER IF NOT EXISTS message_added AFTER INSERT ON messages
+BEGIN UPDATE conversations SET revision = revision + 1 WHERE id = NEW.conversation; END;
+CREATE TRIGGER IF NOT EXISTS message_removed AFTER DELETE ON messages
+BEGIN UPDATE conversations SET revision = revision + 1 WHERE id = OLD.conversation; END;
+CREATE TRIGGER IF NOT EXISTS message_edited AFTER UPDATE ON messages
+BEGIN UPDATE conversations SET revision = revision + 1 WHERE id IN (OLD.conversation, NEW.conversation); END;
+CREATE TRIGGER IF NOT EXISTS conversation_edited AFTER UPDATE OF system, settings ON conversations
+BEGIN UPDATE conversations SET revision = revision + 1 WHERE id = NEW.id; END;
+"""
+
+
+_FIRST_REVISION_BITS = 62  # a new conversation's first revision: random, with room to count up from it
+_REMOVED = object()
+
 
 class HistoryUnavailable(Exception):
     """The history database cannot be used (corrupt, locked, unwritable)."""
@@ -61,12 +79,20 @@ class HistoryStore:
             self._db.execute("PRAGMA foreign_keys = ON")
             with self._db:
                 self._db.executescript(SCHEMA)
-                columns = {row[1] for row in self._db.execute("PRAGMA table_info(conversations)")}
-                if "revision" not in columns:  # a database from before revisions
-                    self._db.execute("ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0")
+            self._add_revisions()
         except (sqlite3.Error, OSError) as exc:
             raise HistoryUnavailable(f"chat history {path} cannot be used ({exc})") from None
         self._revisions: dict[int, Any] = {}  # conversation id -> the revision this store last read or wrote
+
+    def _add_revisions(self) -> None:
+        """Give a database from before revisions its revision column and triggers (once, whoever gets there first)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")  # two processes opening an old database at once: one adds them
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(conversations)")}
+            if "revision" not in columns:
+                self._db.execute("ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0")
+            for statement in REVISION_TRIGGERS.split("END;")[:-1]:
+                self._db.execute(statement + "END;")
 
     def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         try:
@@ -96,14 +122,15 @@ class HistoryStore:
         settings = json.dumps(conversation.to_json()["settings"])
         try:
             with self._db:
+                # A random first revision: a removed conversation's id may be given again, never with its revisions.
                 conversation_id = int(self._db.execute(
-                    "INSERT INTO conversations (started, updated, system, settings) VALUES (?, ?, ?, ?)",
-                    (now, now, conversation.system, settings),
+                    "INSERT INTO conversations (started, updated, system, settings, revision) VALUES (?, ?, ?, ?, ?)",
+                    (now, now, conversation.system, settings, secrets.randbits(_FIRST_REVISION_BITS)),
                 ).lastrowid)
                 self._insert_messages(conversation_id, conversation.messages)
+                self._revisions[conversation_id] = self._revision(conversation_id)
         except sqlite3.Error as exc:
             raise self._unavailable("written", exc) from None
-        self._revisions[conversation_id] = 0
         return conversation_id
 
     def add(self, conversation_id: int, message: Message) -> None:
@@ -132,19 +159,21 @@ class HistoryStore:
         try:
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the write
-                found = self._db.execute("SELECT revision FROM conversations WHERE id = ?", (conversation_id,)).fetchall()
-                if not found:
+                revision = self._revision(conversation_id)
+                if revision is _REMOVED:
                     raise HistoryUnavailable(f"conversation {conversation_id} was removed from the chat history")
-                revision = found[0][0]
                 if conversation_id in self._revisions and self._revisions[conversation_id] != revision:
                     raise ConversationChanged(f"conversation {conversation_id} was changed by another chat")
-                yield
-                new_revision = (revision if isinstance(revision, int) else 0) + 1
-                self._db.execute("UPDATE conversations SET updated = ?, revision = ? WHERE id = ?",
-                                 (time.time(), new_revision, conversation_id))
+                yield  # the writes raise the revision (REVISION_TRIGGERS)
+                self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+                self._revisions[conversation_id] = self._revision(conversation_id)
         except sqlite3.Error as exc:
             raise self._unavailable("written", exc) from None
-        self._revisions[conversation_id] = new_revision
+
+    def _revision(self, conversation_id: int) -> Any:
+        """The conversation's revision as stored (any value another program left), or _REMOVED."""
+        found = self._db.execute("SELECT revision FROM conversations WHERE id = ?", (conversation_id,)).fetchall()
+        return found[0][0] if found else _REMOVED
 
     def _insert_messages(self, conversation_id: int, messages: list[Message]) -> None:
         self._db.executemany(

@@ -72,7 +72,6 @@ def resolve(
     else:
         check_file(target.path)
     generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None, drafts=speculative)
-    notes += _context_notes([choice for choice in (target, draft) if choice is not None])
     if (speculative and generation.speculative.uses_draft_model and draft is None
             and settings.sources["speculative.strategy"] != "default"):
         raise InputError(
@@ -157,20 +156,6 @@ def _generation_settings(
     own = {key: values[key] for key in GenerationSettings.keys() if key in values}
     generation = _build(settings, lambda: GenerationSettings().with_values(own))
     return generation, tuple(notes)
-
-
-LLAMA_CONTEXT_STEP = 256  # llama.cpp rounds every context size up to a multiple of this
-
-
-def _context_notes(choices: list[ModelChoice]) -> tuple[str, ...]:
-    """Say so when llama.cpp will round a context size up (`--n-ctx 16` gives 256 tokens of context)."""
-    sizes = sorted({choice.runtime.n_ctx for choice in choices if choice.runtime.n_ctx})
-    return tuple(
-        f"n_ctx {size} becomes {-(-size // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP}:"
-        f" llama.cpp rounds the context up to a multiple of {LLAMA_CONTEXT_STEP}"
-        for size in sizes
-        if size % LLAMA_CONTEXT_STEP
-    )
 
 
 def _build(settings: ResolvedSettings, make: Callable[[], Any]) -> Any:

@@ -28,6 +28,6 @@ def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, 
         session = open_session(plan, load_draft=load_draft, on_status=status.show, on_note=notes.append, verbose=verbose,
                                remember_lengths=remember_lengths, memory_owner=memory_owner,
                                size_contexts_later=size_contexts_later)
-    for note in notes:
+    for note in dict.fromkeys(notes):  # (the same note for both models is said once)
         click.echo(f"note: {note}", err=True)
     return session

@@ -56,6 +56,7 @@ _EXPLORE_EVERY = 8
 _PATIENCE = 2  # from a plan of nothing, explorations that lost their first token, in a row, before backing off
 _MAX_BACKOFF = 4  # ...after which each further one doubles the wait for the next, up to 8·2⁴ passes
 _OUTLIER = 1.5  # a pass slower than this many times the cost expected of it counts as this many times it
+_MEASURED_BEFORE_CLIPPING = 4  # passes of its own a process records before it limits outliers
 _RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
@@ -77,7 +78,7 @@ class FixedLength:
     def record_draft_step(self, seconds: float, first: bool = False) -> None:
         pass
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         pass
 
 
@@ -91,11 +92,17 @@ class VerifyCosts:
     def __init__(self) -> None:
         self.by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
         self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
+        self.measured = 0  # passes recorded by this process (restored costs are not measurements)
 
     def record(self, n_tokens: int, seconds: float) -> None:
-        """One pass over `n_tokens` took `seconds` (an outlier counts as _OUTLIER times the cost expected of it)."""
-        if self.by_size:  # what the measurements so far expect of this size
-            seconds = min(seconds, _OUTLIER * self.cost(n_tokens))
+        """One pass over `n_tokens` took `seconds`; above _OUTLIER times what this process's measurements
+        expect of it, it counts as that."""
+        if self.measured >= _MEASURED_BEFORE_CLIPPING:  # the estimates are this process's own, not restored ones
+            expected = self.cost(n_tokens)
+            if n_tokens in self.by_size and self.by_size[n_tokens][1] >= 1.0:  # (the line may miss a size it measured)
+                expected = max(expected, self.by_size[n_tokens][0])
+            seconds = min(seconds, _OUTLIER * expected)
+        self.measured += 1
         self._line = None
         size = self.by_size.setdefault(n_tokens, [seconds, 0.0])
         size[0], size[1] = _running_mean(size[0], size[1], seconds)
@@ -284,9 +291,11 @@ class AdaptiveLength:
         else:
             self.draft_cost, self._draft_weight = _running_mean(self.draft_cost, self._draft_weight, seconds)
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
-        """A pass's verdict and cost; a pass that drafted nothing (n_proposed 0) measures V(1) only."""
-        self.verify.record(n_proposed + 1, verify_seconds)
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
+        """A pass's verdict and cost; a pass that drafted nothing (n_proposed 0) measures V(1) only, and one
+        that evaluated forced tokens too (verify_seconds None) no cost at all."""
+        if verify_seconds is not None:
+            self.verify.record(n_proposed + 1, verify_seconds)
         if n_proposed == 0:
             return
         if self._probing:
@@ -390,6 +399,23 @@ class LearnedLengths:
         self.controllers: dict[tuple[str, ...], AdaptiveLength] = {}
         self.verify = VerifyCosts()  # one target: every controller's passes measure the same costs
         self.dropped: list[str] = []  # saved entries that did not fit (for --verbose)
+        self._restore_verify()
+
+    def _restore_verify(self) -> None:
+        """Start the shared verify costs from the saved side that measured most (a side's entry that does not
+        fit is left for `_restored` to drop)."""
+        def measured(side: str) -> float:
+            try:
+                return sum(float(weight) for _, weight in self.saved_costs[side]["verify_by_size"].values())
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+                return -1.0
+
+        for side in sorted(self.saved_costs, key=measured, reverse=True):
+            try:
+                self.verify.restore(self.saved_costs[side]["verify_by_size"], ADAPTIVE_DRAFT_LIMIT + 1)
+                return
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+                continue
 
     def controller(self, side: str, verify: str, temperature: float, constrained: bool = False) -> AdaptiveLength:
         key = (side, verify, temperature_band(temperature), *(("constrained",) if constrained else ()))

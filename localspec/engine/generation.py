@@ -279,7 +279,8 @@ class Generation:
             return
         forced_drafts = sum(forced_at[: len(draft.tokens)])
         self.stats.record_pass(len(draft.tokens) - forced_drafts, n_accepted - sum(forced_at[:n_accepted]))
-        self.drafter.observe(len(draft.tokens), n_accepted, verify_seconds)
+        # (a batch that also evaluated forced tokens costs more than its draft: it measures no verify cost)
+        self.drafter.observe(len(draft.tokens), n_accepted, None if n_forced else verify_seconds)
 
     def _emit(self, new_tokens: list[int], n_accepted: int, context: list[int]) -> Chunk:
         """Append accepted tokens up to an end-of-generation token, a stop string or the grammar's end."""

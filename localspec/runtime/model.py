@@ -51,6 +51,19 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+LLAMA_CONTEXT_STEP = 256  # llama.cpp rounds every context size up to a multiple of this
+
+
+def _context_note(asked: int, largest: int, name: str) -> str | None:
+    """What a user who asked for an n_ctx of `asked` should know of the context they get (None: nothing)."""
+    if largest < asked:
+        return f"n_ctx {asked} is more than {name} was trained for: its context holds {largest} tokens"
+    if largest % LLAMA_CONTEXT_STEP:
+        rounded = -(-largest // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP
+        return f"n_ctx {largest} becomes {rounded}: llama.cpp rounds the context up to a multiple of {LLAMA_CONTEXT_STEP}"
+    return None
+
+
 def _runs_on_cpu(settings: ModelSettings) -> bool:
     """Whether a model with these settings is computed by the CPU alone (no GPU, no RPC worker)."""
     if rpc.worker_devices(settings.rpc) or rpc.registered_workers():
@@ -179,10 +192,7 @@ class Model(_Freed):
 
         n_ctx = settings.n_ctx or self.n_ctx_train
         self._largest_n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
-        self.context_note: str | None = None  # why the context is smaller than n_ctx asked
-        if self._largest_n_ctx < n_ctx:
-            self.context_note = (f"n_ctx {n_ctx} is more than {self.path.name} was trained for:"
-                                 f" its context holds {self._largest_n_ctx} tokens")
+        self.context_note = _context_note(n_ctx, self._largest_n_ctx, self.path.name)
         self._runs_on_cpu = _runs_on_cpu(settings)  # decided now: RPC workers a later model registers do not change it
         self._ctx: Any = None
         if not size_context_later:

@@ -48,5 +48,6 @@ class Drafter(Protocol):
         grammar: TokenGrammar | None = None,
     ) -> Draft: ...
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
-        """The target's verdict on the pass just verified, and what the pass cost (n_proposed 0: it drafted nothing)."""
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
+        """The target's verdict on the pass just verified, and what the pass cost (n_proposed 0: it drafted nothing;
+        verify_seconds None: the pass also evaluated tokens a grammar forced, so its cost is not a draft's)."""

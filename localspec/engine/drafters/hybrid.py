@@ -101,7 +101,7 @@ class HybridDrafter:
         self._declined[side] = 0 if self._retrying else declined
         return self._retrying
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         if self._last is None:
             return
         self._last.observe(n_proposed, n_accepted, verify_seconds)

@@ -129,7 +129,7 @@ class MemoryDrafter:
             expected += kept
         return expected / by_model.verify_cost(len(self.confidences) + 1)
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         self.use.proposed += n_proposed
         self.use.accepted += n_accepted
         self.length.observe(n_proposed, n_accepted, verify_seconds)

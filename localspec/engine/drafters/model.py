@@ -133,6 +133,6 @@ class ModelDrafter:
         """Drafts to be verified by rejection sampling carry one q per token (`rows`); greedy and coupled ones need none."""
         return Draft(tokens, rows if sampler.verifies_by_rejection and not self.sampling.greedy else None)
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         """Pass the target's verdict and the verify pass's cost to the length controller."""
         self.length.observe(n_proposed, n_accepted, verify_seconds)

@@ -121,6 +121,6 @@ class NGramDrafter:
             return math.inf  # nothing measured to compare with: a lookup is free, take it
         return self.length.expected_tokens(self.proposed) / by_model.verify_cost(self.proposed + 1)
 
-    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float) -> None:
+    def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         """Pass the target's verdict and the verify pass's cost to the length controller."""
         self.length.observe(n_proposed, n_accepted, verify_seconds)
