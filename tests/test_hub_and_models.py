@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import cli, one_error_line
 
 from localspec.cli import main
 from localspec.config.paths import models_dir, user_profiles_dir
@@ -202,13 +202,42 @@ def test_a_repository_name_the_hub_refuses_is_one_line(command: tuple[str, ...])
     assert "invalid hub repository 'TheBloke/Llama 2-7B-GGUF'" in errors[0]
 
 
-@pytest.mark.slow  # huggingface_hub retries a refused connection with back-off for about 20 s
-def test_pull_with_nothing_listening_is_one_line(monkeypatch) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused
+@pytest.mark.parametrize("endpoint, reason", [
+    ("http://127.0.0.1:9", "cannot connect to 127.0.0.1:9 (Connection refused)"),  # the discard port: refused
+    ("http://no-such-hub.invalid", "cannot find no-such-hub.invalid"),  # a name that never resolves
+])
+def test_a_hub_that_cannot_be_reached_is_one_line_at_once(monkeypatch, endpoint: str, reason: str) -> None:
+    """Not after huggingface_hub's 20 s of retries, each printing a line."""
+    import time
+
+    for variable in ("https_proxy", "http_proxy", "all_proxy", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
     write_hub_profile()
+    started = time.perf_counter()
     result = cli("pull", "tinyhub")
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.exit_code == 1 and len(errors) == 1 and errors[0].startswith("error: download of org/tiny-GGUF")
+    assert time.perf_counter() - started < 10
+    errors = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("localspec:")]
+    assert result.exit_code == 1 and len(errors) == 1 and errors[0].startswith("error: download of org/tiny-GGUF/"), errors
+    assert reason in errors[0], errors
+
+
+@pytest.mark.parametrize("endpoint", ["http://hub:abc", "ftp://hub", "http://", "http://hub:99999"])
+def test_a_malformed_hf_endpoint_is_one_line(monkeypatch, endpoint: str) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    write_hub_profile()
+    for command in (("pull", "tinyhub"), ("run", "-p", "tinyhub", "hi")):
+        one_error_line(cli(*command), 2, f"HF_ENDPOINT {endpoint!r} is not a hub URL")
+
+
+def test_pull_offline_says_so(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    user_profiles_dir().mkdir(parents=True, exist_ok=True)
+    (user_profiles_dir() / "offline.toml").write_text('[target]\nhf_repo = "org/never-pulled"\nhf_file = "m.gguf"\n')
+    result = cli("pull", "offline")
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("localspec: downloading")]
+    assert result.exit_code == 1 and errors == [
+        "error: download of org/never-pulled/m.gguf failed: HF_HUB_OFFLINE is set and the file is not in the cache"]
 
 
 def test_draft_make_then_auto_picks_it(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:

@@ -10,8 +10,10 @@ earlier versions (`<models>/<org>/<repo>/<file>`) are still found there.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+from urllib.parse import urlsplit
 
 import huggingface_hub  # its functions load on first use (the package's own lazy imports), so this is cheap
 
@@ -27,6 +29,7 @@ ProgressCallback = Callable[[int, int | None], None]
 
 def _check_reference(repo: str, filename: str) -> None:
     """InputError unless `repo` is a repository id the hub takes ('org/name') and `filename` a path inside it."""
+    _check_endpoint()
     parts = Path(repo).parts + Path(filename).parts
     if ".." in parts or repo.startswith("/") or filename.startswith("/") or repo.count("/") != 1:
         raise InputError(f"invalid hub reference {repo}/{filename}: expected hf_repo = 'org/name' and a file inside it")
@@ -41,6 +44,24 @@ def _check_reference(repo: str, filename: str) -> None:
 def _endpoint() -> str | None:
     """HF_ENDPOINT as it is now (huggingface_hub reads it once, at import)."""
     return os.environ.get("HF_ENDPOINT") or None
+
+
+def _check_endpoint() -> None:
+    """InputError unless HF_ENDPOINT, where set, is an http(s) URL with a host (huggingface_hub fails to import
+    on a malformed one)."""
+    endpoint = _endpoint()
+    if endpoint is None:
+        return
+    problem = None
+    try:
+        url = urlsplit(endpoint)
+        url.port  # noqa: B018 (parses the port: ValueError when it is not a number in range)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            problem = "expected http(s)://host[:port]"
+    except ValueError as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise InputError(f"HF_ENDPOINT {endpoint!r} is not a hub URL ({problem})")
 
 
 def _cache_dir() -> str | None:
@@ -70,6 +91,10 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     """
     _check_reference(repo, filename)
     where = f"{repo}/{filename}"
+    if not _offline():
+        problem = _unreachable(_endpoint() or DEFAULT_ENDPOINT)
+        if problem is not None:
+            raise LocalspecError(f"download of {where} failed: {problem}")
     try:
         path = Path(
             huggingface_hub.hf_hub_download(
@@ -77,6 +102,7 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
                 filename,
                 endpoint=_endpoint(),
                 cache_dir=_cache_dir(),
+                local_files_only=_offline(),  # HF_HUB_OFFLINE as it is now (huggingface_hub reads it at import)
                 tqdm_class=_reporting_progress(on_progress),
             )
         )
@@ -85,7 +111,8 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
         reason = _HTTP_REASONS.get(status, _first_line(exc))
         raise LocalspecError(f"download of {where} failed: HTTP {status or '?'} ({reason})") from None
     except (huggingface_hub.errors.OfflineModeIsEnabled, huggingface_hub.errors.EntryNotFoundError) as exc:
-        raise LocalspecError(f"download of {where} failed: {_first_line(exc)}") from None
+        reason = "HF_HUB_OFFLINE is set and the file is not in the cache" if _offline() else _first_line(exc)
+        raise LocalspecError(f"download of {where} failed: {reason}") from None
     except Exception as exc:  # transport errors of the HTTP client (connection refused, reset, timeouts)
         raise LocalspecError(
             f"download of {where} failed ({type(exc).__name__}: {_first_line(exc)}); run the same command to resume"
@@ -102,6 +129,44 @@ _HTTP_REASONS = {
     403: "forbidden: accept the model's licence on the hub, and set HF_TOKEN",
     404: "no such repository or file on the hub",
 }
+
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+CONNECT_TIMEOUT_S = 10.0
+_PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why the hub at `endpoint` cannot be reached at all (no name, no route, refused), or None.
+
+    huggingface_hub retries such failures with back-off for about 20 s, printing a
+    line each time; a name that does not resolve or a refused connection will not
+    mend in that time. Through a proxy the host is the proxy's to reach: not checked.
+    """
+    if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES):
+        return None
+    url = urlsplit(endpoint)  # (checked by `_check_endpoint`)
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"cannot find {host} ({exc.args[-1] if exc.args else exc}): no network, or set HF_ENDPOINT to a mirror"
+    last: OSError | None = None
+    for family, kind, protocol, _, address in addresses:
+        try:
+            with socket.socket(family, kind, protocol) as connection:
+                connection.settimeout(CONNECT_TIMEOUT_S)
+                connection.connect(address)
+            return None
+        except OSError as exc:
+            last = exc
+    reason = "timed out" if isinstance(last, TimeoutError) else (last.strerror or str(last)) if last else "no address"
+    return f"cannot connect to {host}:{port} ({reason})"
 
 
 def _first_line(exc: BaseException) -> str:
