@@ -196,10 +196,9 @@ def open_session(
     With `remember_lengths` the adaptive draft lengths start from what earlier
     processes learned for this pair on this machine, and what this one learns is
     saved when the session closes (`bench --cold` turns it off). `on_note` is told
-    what the user should know of the loaded models (a context smaller than n_ctx
-    asked for). `memory_owner`
-    names the memory of earlier text the session drafts from and adds to (see
-    `app.memory`; None: none). With `size_contexts_later` the models' contexts
+    what the user should know of the loaded models (the context an n_ctx they
+    asked for became). `memory_owner` names the memory of earlier text the
+    session drafts from and adds to (see `app.memory`; None: none). With `size_contexts_later` the models' contexts
     are created by `Session.reserve_context` (a one-shot run, sized for it) or on
     first use; otherwise now, at their configured size.
     """

@@ -386,7 +386,8 @@ class LearnedLengths:
     """Adaptive controllers kept across generations, and what earlier processes learned.
 
     One controller per drafting side ("model", "ngram<n>" by match length, "memory"), verification mode,
-    temperature band and output held to a grammar or not; all of them share the target's verify costs. A new controller starts
+    temperature band and output held to a grammar or not, all sharing the target's verify costs (started from
+    the saved side that measured most). A new controller starts
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
     of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added
     under a grammar); a saved entry that does not fit is ignored and the controller
