@@ -162,6 +162,12 @@ def test_restored_costs_far_below_todays_give_way_at_once() -> None:
         for n in range(2, 10):
             verify.record(n, 0.02 + 0.002 * n)
     assert verify.cost(5) == pytest.approx(0.03, rel=0.1)
+    verify.restore({"1": [0.0015, 30.0], "6": [0.003, 30.0]}, 33)  # a lone token too: its own passes rule at once
+    for _ in range(4):
+        verify.record(6, 0.034)
+    for _ in range(2):
+        verify.record(1, 0.0125)
+    assert verify.cost(1) == pytest.approx(0.0125, rel=0.1)
 
 
 def test_the_shared_verify_costs_start_from_the_side_that_measured_most() -> None:

@@ -202,14 +202,20 @@ class HistoryStore:
         """The conversation in `/save`'s JSON form, or None."""
         if not _is_row_id(conversation_id):
             return None
-        found = self._read("SELECT system, settings, revision FROM conversations WHERE id = ?", (conversation_id,))
+        try:
+            with self._db:  # one read transaction: the revision is that of the messages read
+                self._db.execute("BEGIN")
+                found = self._db.execute("SELECT system, settings, revision FROM conversations WHERE id = ?",
+                                         (conversation_id,)).fetchall()
+                rows = self._db.execute("SELECT role, content, interrupted FROM messages WHERE conversation = ? ORDER BY id",
+                                        (conversation_id,)).fetchall()
+        except sqlite3.Error as exc:
+            raise self._unavailable("read", exc) from None
         if not found:
             return None
         system, settings, self._revisions[conversation_id] = found[0]
         messages = [{"role": "system", "content": _text(system)}] if system else []
-        for role, content, interrupted in self._read(
-            "SELECT role, content, interrupted FROM messages WHERE conversation = ? ORDER BY id", (conversation_id,)
-        ):
+        for role, content, interrupted in rows:
             messages.append({"role": _text(role), "content": _text(content), **({"interrupted": True} if interrupted else {})})
         try:
             kept_settings = json.loads(_text(settings))

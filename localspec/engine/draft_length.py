@@ -92,22 +92,31 @@ class VerifyCosts:
     def __init__(self) -> None:
         self.by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
         self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
-        self.measured = 0  # passes recorded by this process (restored costs are not measurements)
+        self.own: dict[int, int] = {}  # batch size -> passes of it this process recorded (restored costs are not)
 
     def record(self, n_tokens: int, seconds: float) -> None:
         """One pass over `n_tokens` took `seconds`; above _OUTLIER times what this process's measurements
         expect of it, it counts as that."""
-        if self.measured >= _MEASURED_BEFORE_CLIPPING:  # the estimates are this process's own, not restored ones
+        if self._expects_from_own_measurements(n_tokens):
             expected = self.cost(n_tokens)
-            if n_tokens in self.by_size and self.by_size[n_tokens][1] >= 1.0:  # (the line may miss a size it measured)
+            if self.own.get(n_tokens):  # (the line may miss a size it measured)
                 expected = max(expected, self.by_size[n_tokens][0])
             seconds = min(seconds, _OUTLIER * expected)
-        self.measured += 1
+        self.own[n_tokens] = self.own.get(n_tokens, 0) + 1
         self._line = None
         size = self.by_size.setdefault(n_tokens, [seconds, 0.0])
         size[0], size[1] = _running_mean(size[0], size[1], seconds)
         for other in self.by_size.values():
             other[1] *= _DECAY
+
+    def _expects_from_own_measurements(self, n_tokens: int) -> bool:
+        """Whether what `cost(n_tokens)` says rests on passes this process measured (a restored cost is
+        replaced by the first pass of its size: see `_running_mean`), after _MEASURED_BEFORE_CLIPPING in all."""
+        if sum(self.own.values()) < _MEASURED_BEFORE_CLIPPING:
+            return False
+        if n_tokens == 1:
+            return bool(self.own.get(1))
+        return bool(self.own.get(n_tokens)) or sum(1 for n in self.own if n >= 2) >= 2
 
     def cost(self, n_tokens: int) -> float:
         """Seconds for a target pass over `n_tokens` tokens: the measured mean of one-token passes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
@@ -46,9 +47,9 @@ def _endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
-def _check_endpoint() -> None:
-    """InputError unless HF_ENDPOINT, where set, is an http(s) URL with a host (huggingface_hub fails to import
-    on a malformed one)."""
+def _check_endpoint(to_download: bool = False) -> None:
+    """InputError when HF_ENDPOINT is set to what huggingface_hub cannot even import with (a URL whose port does
+    not parse); `to_download`: also unless it is an http(s) URL with a host."""
     endpoint = _endpoint()
     if endpoint is None:
         return
@@ -56,7 +57,7 @@ def _check_endpoint() -> None:
     try:
         url = urlsplit(endpoint)
         url.port  # noqa: B018 (parses the port: ValueError when it is not a number in range)
-        if url.scheme not in ("http", "https") or not url.hostname:
+        if to_download and (url.scheme not in ("http", "https") or not url.hostname):
             problem = "expected http(s)://host[:port]"
     except ValueError as exc:
         problem = str(exc)
@@ -90,6 +91,7 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     offline mode, or a file that turns out not to be GGUF.
     """
     _check_reference(repo, filename)
+    _check_endpoint(to_download=True)
     where = f"{repo}/{filename}"
     if not _offline():
         problem = _unreachable(_endpoint() or DEFAULT_ENDPOINT)
@@ -133,11 +135,19 @@ _HTTP_REASONS = {
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CONNECT_TIMEOUT_S = 10.0
-_PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy")
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    """Offline mode as huggingface_hub decides it (HF_HUB_OFFLINE, or TRANSFORMERS_OFFLINE), as the environment is now."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _through_a_proxy() -> bool:
+    """Whether downloads go through a proxy (environment, or the system's settings on macOS and Windows)."""
+    import urllib.request  # (only when downloading)
+
+    return any(scheme in urllib.request.getproxies() for scheme in ("http", "https", "all"))
 
 
 def _unreachable(endpoint: str) -> str | None:
@@ -147,26 +157,33 @@ def _unreachable(endpoint: str) -> str | None:
     line each time; a name that does not resolve or a refused connection will not
     mend in that time. Through a proxy the host is the proxy's to reach: not checked.
     """
-    if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES):
+    if _through_a_proxy():
         return None
     url = urlsplit(endpoint)  # (checked by `_check_endpoint`)
     host = url.hostname or ""
     port = url.port or (443 if url.scheme == "https" else 80)
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    advice = "check HF_ENDPOINT" if _endpoint() else "no network, or set HF_ENDPOINT to a mirror"
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        return f"cannot find {host} ({exc.args[-1] if exc.args else exc}): no network, or set HF_ENDPOINT to a mirror"
+    except (OSError, UnicodeError) as exc:  # (socket.gaierror is an OSError)
+        return f"cannot find {host} ({exc.args[-1] if exc.args else exc}): {advice}"
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S  # for all the addresses together
     last: OSError | None = None
     for family, kind, protocol, _, address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            last = TimeoutError()
+            break
         try:
             with socket.socket(family, kind, protocol) as connection:
-                connection.settimeout(CONNECT_TIMEOUT_S)
+                connection.settimeout(left)
                 connection.connect(address)
             return None
         except OSError as exc:
             last = exc
     reason = "timed out" if isinstance(last, TimeoutError) else (last.strerror or str(last)) if last else "no address"
-    return f"cannot connect to {host}:{port} ({reason})"
+    return f"cannot connect to {where} ({reason}): {advice}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -56,10 +56,10 @@ LLAMA_CONTEXT_STEP = 256  # llama.cpp rounds every context size up to a multiple
 
 def _context_note(asked: int, largest: int, name: str) -> str | None:
     """What a user who asked for an n_ctx of `asked` should know of the context they get (None: nothing)."""
+    rounded = -(-largest // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP
     if largest < asked:
-        return f"n_ctx {asked} is more than {name} was trained for: its context holds {largest} tokens"
-    if largest % LLAMA_CONTEXT_STEP:
-        rounded = -(-largest // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP
+        return f"n_ctx {asked} is more than {name} was trained for: its context holds {rounded} tokens"
+    if largest != rounded:
         return f"n_ctx {largest} becomes {rounded}: llama.cpp rounds the context up to a multiple of {LLAMA_CONTEXT_STEP}"
     return None
 
