@@ -170,7 +170,11 @@ def resolve_key(key: str) -> str:
     matches = [k for k in keys if k == key or k.rpartition(".")[2] == key]
     if len(matches) == 1:
         return matches[0]
-    near = difflib.get_close_matches(key, [k.rpartition(".")[2] for k in keys], n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    raise InputError(f"unknown setting {key!r}{hint}; /set lists them")
+    raise InputError(f"unknown setting {key!r}{did_you_mean(key, [k.rpartition('.')[2] for k in keys])}; /set lists them")
+
+
+def did_you_mean(name: str, known: list[str]) -> str:
+    """' (did you mean 'x'?)' naming the known name nearest `name`, or '' when none is near."""
+    near = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from ..app.chat_session import ChatSession, Reply
-from ..app.conversation import Conversation, chat_keys
+from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
@@ -320,9 +320,8 @@ class ChatLoop:
         if replaced:
             warn_replaced(str(path))
         for key in conversation.ignored_settings:
-            near = difflib.get_close_matches(key, list(GenerationSettings.keys()), n=1)
             self.say(f"note: {path}: setting {key!r} is not known here: ignored"
-                     + (f" (did you mean {near[0]!r}?)" if near else ""))
+                     + did_you_mean(key, list(GenerationSettings.keys())))
         self.chat.load(conversation)
         self.say(f"(loaded {len(conversation.messages)} messages from {path})")
 
