@@ -224,3 +224,29 @@ def test_a_draft_step_after_forced_tokens_is_not_measured_as_a_draft_step(spaced
         proposal = ModelDrafter(draft, T1, length=length).propose(context, 10, CoupledSampler(1), 0, state)
         assert target.detokenize(proposal.tokens).endswith((" mat", " sky"))
     assert length.steps == [True, False]
+
+
+def test_a_pass_that_also_evaluated_forced_tokens_is_not_timed_as_a_verify_pass(spaced_pair: tuple[Path, Path]) -> None:
+    """Its batch held the forced tokens besides the draft: its time would overstate what verifying the draft costs."""
+    speculative = SpeculativeParams(strategy="model", draft_max=3)
+    events: list[tuple[str, object]] = []
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        for seed, grammar in [(seed, grammar) for seed in range(4) for grammar in (FORCED_GRAMMAR, WORDS_GRAMMAR)]:
+            drafter = build_drafter(speculative, T1, draft)
+            observe = drafter.observe
+            drafter.observe = lambda n, k, seconds: (events.append(("observe", seconds)), observe(n, k, seconds))
+            generation = Generation(target, PROMPT, GenerationSettings(T1, speculative, max_tokens=12, seed=seed),
+                                    drafter, grammar)
+            emit_forced = generation._emit_forced
+            generation._emit_forced = lambda context: (chunk := emit_forced(context), events.append(("forced", len(chunk.tokens))))[0]
+            for _ in generation:
+                pass
+    timed = {True: [], False: []}  # after forced tokens or not -> what observe was told
+    forced_before = 0
+    for kind, value in events:
+        if kind == "forced":
+            forced_before = value
+        else:
+            timed[forced_before > 0].append(value)
+    assert timed[True] and all(seconds is None for seconds in timed[True])
+    assert timed[False] and all(isinstance(seconds, float) for seconds in timed[False])
