@@ -34,6 +34,7 @@ from localspec.app.plan import resolve
 from localspec.app.session import Session, open_session
 from localspec.engine import generation as generation_module
 from localspec.engine.drafters import MemoryUse
+from localspec.errors import InputError
 from localspec.runtime.library import llama
 from localspec.runtime.model import Model
 
@@ -144,8 +145,11 @@ def main() -> None:
     flags = {"sampling.max_tokens": args.tokens, "sampling.seed": 1, "target.path": args.target, "draft.path": args.draft,
              "speculative.strategy": args.strategy,
              "speculative.draft_max": args.draft_max if args.draft_max in (None, "adaptive") else int(args.draft_max)}
+    try:
+        texts = BENCH_PROMPTS if args.prompts_file is None else read_prompts(Path(args.prompts_file))
+    except InputError as exc:
+        parser.error(str(exc))
     plan = resolve(args.profile, flags)
-    texts = BENCH_PROMPTS if args.prompts_file is None else read_prompts(Path(args.prompts_file))
     report = []
     with open_session(plan, memory_owner=LOCAL_OWNER if args.memory else None) as session:
         prompts = [session.raw_prompt_tokens(text) if args.raw else
