@@ -39,6 +39,7 @@ def replies(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("[")]
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_invalid_utf8_in_piped_input_is_replaced_with_one_warning(tiny_profile: str) -> None:
     result = chat(b"caf\xe9 the cat\n")
     assert result.exit_code == 0, result.stderr

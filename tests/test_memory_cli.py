@@ -158,6 +158,7 @@ def test_memory_add_keeps_the_targets_tokens(tiny_profile: str, tiny_pair: tuple
     assert proposal is not None and proposal.tokens == tokens[12:20]
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_memory_add_for_another_target_and_for_the_demo_without_deriving_it(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
     from localspec.config.paths import cache_dir
     from localspec.models.compat import vocab_identity

@@ -462,6 +462,7 @@ def test_profile_commands_print_user_text_literally_not_as_markup() -> None:
     assert "[x].gguf" in cli("profile", "list").output
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_concurrent_updates_of_one_profile_all_survive() -> None:
     """Each writer holds the profile's lock over its read-modify-write, so no change undoes another."""
     write_user_profile("busy", '[target]\npath = "x.gguf"\n')

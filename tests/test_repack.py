@@ -157,6 +157,7 @@ def test_a_corrupt_or_stale_cache_is_dropped_and_probed_again(
     assert note in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_verdicts_saved_at_once_by_several_writers_all_survive(fresh_cache: Path) -> None:
     kinds = [f"F32+Q{n}_0" for n in range(8)]
     start = threading.Barrier(len(kinds))
@@ -184,6 +185,7 @@ def test_a_model_wholly_on_a_gpu_is_not_probed(tiny_q4_0: Path, fake_probe: list
     assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(n_gpu_layers=10)) is True and fake_probe == [tiny_q4_0]
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_the_probe_turns_a_crash_into_a_verdict_and_a_hang_into_none(
     tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -224,6 +224,7 @@ def test_a_stdout_that_cannot_be_written_is_one_line(tiny_args: list[str], stdou
     assert result.returncode == 1 and len(lines) == 1 and "stdout" in lines[0], result.stderr.decode()
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_ctrl_c_while_the_commands_import_ends_quietly() -> None:
     import signal
     import time

@@ -10,6 +10,7 @@ import pytest
 from cli_helpers import run_script, script_module
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path, Path]) -> None:
     target, draft = tiny_pair
     result = run_script("profile_passes", "--target", str(target), "--draft", str(draft), "--raw", "--prompts", "2",
@@ -27,6 +28,7 @@ def test_per_pass_profile_splits_each_pass_into_its_parts(tiny_pair: tuple[Path,
         assert 0 <= row["python_share"] < 1
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_per_pass_profile_reports_the_memory_lookups(tiny_pair: tuple[Path, Path]) -> None:
     target, draft = tiny_pair
     result = run_script("profile_passes", "--target", str(target), "--draft", str(draft), "--raw", "--prompts", "2",

@@ -12,12 +12,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
-import openai
 import pytest
 
 from localspec.config.paths import user_profiles_dir
+
+if TYPE_CHECKING:  # openai takes most of a second to import: only the tests that speak to a server load it
+    import openai
 
 pytestmark = pytest.mark.slow  # real server processes (tiny models, and the demo pair in the last test)
 
@@ -50,6 +53,8 @@ class Server:
         raise RuntimeError("the server did not start")
 
     def client(self, api_key: str = "none") -> openai.OpenAI:
+        import openai
+
         return openai.OpenAI(base_url=f"{self.base}/v1", api_key=api_key, max_retries=0)
 
     def stop(self) -> str:
@@ -88,6 +93,8 @@ def test_chat_completions_plain_and_streamed(tiny_server: Server) -> None:
 
 
 def test_bad_requests_get_the_right_status_and_the_server_goes_on(tiny_server: Server) -> None:
+    import openai
+
     client = tiny_server.client()
     with pytest.raises(openai.BadRequestError) as bad:
         ask(client, "hi", temperature=-1)
@@ -123,6 +130,8 @@ def test_concurrent_clients_get_their_sequential_answers(tiny_server: Server) ->
 
 
 def test_an_api_key_guards_everything_but_health(tiny_pair: tuple[Path, Path]) -> None:
+    import openai
+
     server = Server("--target", str(tiny_pair[0]), "--api-key", "s3cret")
     try:
         assert httpx.get(f"{server.base}/health").status_code == 200

@@ -11,14 +11,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import jsonschema
-import openai
 import pytest
 from test_serve import Server
 
 from localspec.app.tool_calls import ToolSyntax, parse_calls
+
+if TYPE_CHECKING:  # imported where used: openai takes most of a second, and these tests are all slow
+    import openai
 
 pytestmark = pytest.mark.slow  # the demo pair's real weights
 
@@ -151,6 +153,8 @@ def test_response_format_json_object_and_schema_parse_and_validate(client: opena
 
 
 def test_bad_shapes_and_schemas_are_400_naming_the_field(client: openai.OpenAI) -> None:
+    import openai
+
     for extra, param in (
         ({"response_format": {"type": "json_schema", "json_schema": {"schema": PERSON}}}, "response_format.json_schema.name"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},

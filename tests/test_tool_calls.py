@@ -402,6 +402,7 @@ def test_a_schema_that_cannot_be_written_as_json_is_one_line() -> None:
         prepare_tools(request(tools=[infinite]), PLAIN, lambda text: False)
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_a_deeply_nested_tools_file_or_schema_is_one_line(tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

@@ -24,6 +24,7 @@ from localspec.engine.stats import SpecStats
 
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_bench_json_holds_every_configuration_and_the_best(tiny_profile: str) -> None:
     result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "12", "--temperatures", "0,1",
                  "--strategy", "model,ngram,hybrid", "--draft-max", "2,adaptive", "--repeat", "2", "--json")
