@@ -185,3 +185,42 @@ def test_a_pass_that_evaluated_forced_tokens_measures_no_cost() -> None:
     controller = AdaptiveLength()
     controller.observe(3, 2, None)
     assert controller.verify_by_size == {} and controller.overall_acceptance() < 0.8  # the verdict still counts
+
+
+def test_a_long_prompt_is_read_by_the_draft_model_only_where_the_drafts_will_pay_for_it() -> None:
+    controller = AdaptiveLength()
+    simulate(controller, 0.9, 0.008, 0.021, 0.005, passes=200)
+    saving = controller.saving_per_token()
+    _, best = analytic_best(0.9, 0.008, 0.021, 0.005)
+    # A target-only pass less the best plan's cost per token, as far as 200 passes tell.
+    assert saving == pytest.approx(0.021 + 0.005 - 1 / best, rel=0.25)
+    for _ in range(3):
+        controller.record_read(1000, 8.0)  # 8 ms a prompt token
+    assert controller.reading_cost(500) == pytest.approx(4.0)
+    # 500 tokens to read cost 4 s: the expected answer (256 tokens, well within the budget) saves less.
+    assert 256 * saving < 4.0
+    assert not controller.worth_reading(500, 1, budget_left=2000)
+    # Once the answer has gone on long enough that drafting would have saved what the reading costs, it pays.
+    threshold = int(4.0 / saving) + 1
+    assert not controller.worth_reading(500, threshold - 2, budget_left=2000)
+    assert controller.worth_reading(500, threshold, budget_left=2000)
+    # ...unless the budget is nearly spent; and a short prompt is read at once.
+    assert not controller.worth_reading(500, threshold, budget_left=threshold // 2)
+    assert controller.worth_reading(20, 1, budget_left=2000)
+    # Where drafting does not pay, nothing is worth reading.
+    poor = AdaptiveLength()
+    simulate(poor, 0.05, 0.010, 0.020, 0.010, passes=200)
+    assert poor.saving_per_token() == 0.0 and not poor.worth_reading(20, 1000, budget_left=2000)
+
+
+def test_the_reading_cost_is_saved_and_restored_with_the_other_costs() -> None:
+    controller = AdaptiveLength()
+    before = controller.reading_cost(100)
+    controller.record_read(100, 0.5)
+    assert controller.reading_cost(100) == pytest.approx(0.5) != before
+    restored = AdaptiveLength()
+    restored.restore_costs(controller.costs())
+    assert restored.reading_cost(100) == pytest.approx(0.5)
+    older = {key: value for key, value in controller.costs().items() if key != "read_cost"}  # saved by an older version
+    restored.restore_costs(older)
+    assert restored.read_cost is None

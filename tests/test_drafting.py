@@ -262,6 +262,9 @@ class _Recorded:
         self.events.append(("begin", len(prompt_tokens), read_later))
         self.drafter.begin(prompt_tokens, read_later)
 
+    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+        return self.drafter.ready_to_read(n_generated, budget_left)
+
     def read(self, context) -> None:
         self.events.append(("read", len(context)))
         self.drafter.read(context)
@@ -298,6 +301,30 @@ def test_a_draft_model_reads_a_long_prompt_after_the_first_token(models) -> None
         events.append(("emitted", len(generation.tokens)))
     assert events[:2] == [("begin", len(long_prompt), False), ("propose", len(long_prompt))]
     assert ("read", len(long_prompt) + 1) not in events
+
+
+def test_a_draft_model_leaves_a_long_prompt_unread_for_a_short_answer_it_cannot_pay_back(models) -> None:
+    target, draft = models
+    long_prompt = [1, *range(260, 280), *range(279, 259, -1)]  # 40 tokens the draft model has not seen
+    length = AdaptiveLength()
+    length.record_read(100, 100.0)  # a second a token: reading this prompt costs far more than drafting could save
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max="adaptive"), max_tokens=12, seed=4)
+    draft.clear()
+    events: list = []
+    generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=length), events))
+    for _ in generation:
+        pass
+    assert not any(event[0] == "read" for event in events) and draft.tokens == ()
+    assert generation.stats.draft_tokens_proposed == 0
+    assert generation.tokens == generate_text(target, long_prompt, settings).tokens  # same seed, target-only
+    # Cheap to read: the draft model reads it after the first token, as a fixed length does.
+    length.read_cost = 1e-6
+    events.clear()
+    generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=length), events))
+    for _ in generation:
+        events.append(("emitted", len(generation.tokens)))
+    assert events[2:4] == [("emitted", 1), ("read", len(long_prompt) + 1)]
+    assert generation.stats.draft_tokens_proposed > 0
 
 
 def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_first_pass(models) -> None:

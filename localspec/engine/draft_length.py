@@ -19,6 +19,10 @@ progress:
   process, a virtual machine's stolen time) otherwise skews the fitted slope
   and shortens the drafts for many passes.
 
+It also measures what a draft model's reading of a prompt costs per token
+(batched), which with the expected saving per generated token decides when a
+draft model reads a long prompt at all (`worth_reading`).
+
 Each pass it drafts the k that maximises expected tokens per second,
 
     E[tokens](k) / (D(k) + V(k+1)),   E[tokens](k) = 1 + Σ_{i≤k} Π_{j≤i} α_j,
@@ -58,6 +62,10 @@ _MAX_BACKOFF = 4  # ...after which each further one doubles the wait for the nex
 _OUTLIER = 1.5  # a pass slower than this many times the cost expected of it counts as this many times it
 _MEASURED_BEFORE_CLIPPING = 4  # passes of its own a process records before it limits outliers
 _RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
+_PRIOR_READ_SHARE = 0.5  # a prompt token read in a batch, until measured: this share of a draft step
+# The answer length `worth_reading` expects before it has seen one (at most the budget): about a
+# paragraph, what a chat's or a one-shot run's answer is as a rule.
+EXPECTED_ANSWER_TOKENS = 256
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
 
@@ -176,7 +184,8 @@ class AdaptiveLength:
         self.accepted = [0.0] * limit  # ... and were accepted there
         self.first_step_cost: float | None = None  # seconds for a pass's first draft token (its own catch-up included)
         self.draft_cost: float | None = None  # seconds for each further draft token
-        self._first_step_weight = self._draft_weight = 0.0  # how many measurements each cost stands for
+        self.read_cost: float | None = None  # seconds per prompt token a draft model reads in a batch
+        self._first_step_weight = self._draft_weight = self._read_weight = 0.0  # how many measurements each cost stands for
         self.verify = verify if verify is not None else VerifyCosts()
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
@@ -240,6 +249,32 @@ class AdaptiveLength:
     def rate(self, k: int) -> float:
         return self.expected_tokens(k) / self.pass_cost(k)
 
+    def saving_per_token(self) -> float:
+        """Seconds drafting is expected to save per generated token: a target-only pass, less the best
+        plan's cost per token it emits (0 where drafting is not expected to pay)."""
+        k = self.best_length(self.limit)
+        return max(0.0, self.verify_cost(1) - self.pass_cost(k) / self.expected_tokens(k))
+
+    def reading_cost(self, n_tokens: int) -> float:
+        """Seconds for a draft model to read `n_tokens` prompt tokens (a prior share of a draft step until measured)."""
+        if self.read_cost is not None:
+            return n_tokens * self.read_cost
+        step = self.draft_cost if self.draft_cost is not None else 0.3 * self.verify_cost(1)
+        return n_tokens * _PRIOR_READ_SHARE * step
+
+    def worth_reading(self, n_unread: int, n_generated: int, budget_left: int) -> bool:
+        """Whether a draft model that has `n_unread` prompt tokens to read should read them now,
+        `n_generated` tokens into a generation with room for `budget_left` more.
+
+        Reading pays once the tokens drafted after it save more than it costs. The answer's length is
+        unknown: it is expected to be `EXPECTED_ANSWER_TOKENS` long, or, once longer than that, to go
+        on for as long again (the ski-rental rule: a long prompt is read once the time drafting would
+        have saved reaches what the reading costs, so a short answer never pays for a read it cannot
+        earn back and a long one loses at most that much); never beyond the budget.
+        """
+        horizon = min(max(n_generated, EXPECTED_ANSWER_TOKENS), budget_left)
+        return horizon * self.saving_per_token() >= self.reading_cost(n_unread)
+
     def best_length(self, room: int) -> int:
         """The k in 0..min(room, limit) with the highest rate (the shortest of equals): one sweep over k."""
         overall = self.overall_acceptance()
@@ -300,6 +335,11 @@ class AdaptiveLength:
         else:
             self.draft_cost, self._draft_weight = _running_mean(self.draft_cost, self._draft_weight, seconds)
 
+    def record_read(self, n_tokens: int, seconds: float) -> None:
+        """The measured cost of a draft model's reading `n_tokens` prompt tokens at once."""
+        if n_tokens > 0:
+            self.read_cost, self._read_weight = _running_mean(self.read_cost, self._read_weight, seconds / n_tokens)
+
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         """A pass's verdict and cost; a pass that drafted nothing (n_proposed 0) measures V(1) only, and one
         that evaluated forced tokens too (verify_seconds None) no cost at all."""
@@ -330,6 +370,7 @@ class AdaptiveLength:
         return {
             "first_step_cost": self.first_step_cost,
             "draft_cost": self.draft_cost,
+            "read_cost": self.read_cost,
             "verify_by_size": self.verify.as_dict(),
         }
 
@@ -344,11 +385,12 @@ class AdaptiveLength:
         Verify costs shared with other controllers are taken only while none are measured or restored yet.
         """
         first, draft = _seconds_or_none(state["first_step_cost"]), _seconds_or_none(state["draft_cost"])
+        read = _seconds_or_none(state.get("read_cost"))  # absent from what older versions saved
         VerifyCosts().restore(state["verify_by_size"], self.limit + 1)  # checked before anything changes
         if not self.verify.by_size:
             self.verify.restore(state["verify_by_size"], self.limit + 1)
-        self.first_step_cost, self.draft_cost = first, draft
-        self._first_step_weight = self._draft_weight = _RESTORED_WEIGHT
+        self.first_step_cost, self.draft_cost, self.read_cost = first, draft, read
+        self._first_step_weight = self._draft_weight = self._read_weight = _RESTORED_WEIGHT
 
     def restore_acceptance(self, state: dict[str, Any]) -> None:
         """Start from counts saved by `acceptance_counts()`; ValueError (nothing changed) when `state` is not such a dict."""

@@ -98,7 +98,7 @@ class Generation:
         context = list(self.prompt_tokens)
         self._evaluate_prompt(context)
         # A draft model that must still read much of the prompt reads it after the first token, which
-        # is not kept waiting for it (lookups may draft the first pass; the draft model does not).
+        # is not kept waiting for it (lookups may draft the first pass; the draft model does not), or later.
         drafter_reads_later = self.drafter is not None and self.drafter.prompt_to_read(context) >= READ_AFTER_FIRST_TOKEN
         if self.drafter is not None:
             self._prompt_time(lambda: self.drafter.begin(context, read_later=drafter_reads_later))
@@ -114,7 +114,10 @@ class Generation:
                 if room is None:
                     self.stop_reason = self.stop_reason or StopReason.LENGTH
                     break
-                if drafter_reads_later and self.tokens and room > 0:  # the first token is out, and drafts are to come
+                # The first token is out, drafts are to come, and the reading is expected to pay for itself
+                # (a long prompt may be left unread by a draft model for a short answer: see `worth_reading`).
+                budget_left = self.settings.max_tokens - len(self.tokens)
+                if drafter_reads_later and room > 0 and self.drafter.ready_to_read(len(self.tokens), budget_left):
                     self._prompt_time(lambda: self.drafter.read(context))
                     drafter_reads_later = False
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).

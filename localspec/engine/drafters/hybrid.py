@@ -57,6 +57,9 @@ class HybridDrafter:
             if side is not None:
                 side.begin(prompt_tokens, read_later)
 
+    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+        return self.by_model.ready_to_read(n_generated, budget_left) if self.by_model is not None else True
+
     def read(self, context: Sequence[int]) -> None:
         if self.by_model is not None:
             self.by_model.read(context)

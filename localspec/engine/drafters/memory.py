@@ -80,6 +80,9 @@ class MemoryDrafter:
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return 0
 
+    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+        return True
+
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         pass
 

@@ -10,9 +10,11 @@ import numpy as np
 from ...runtime.model import Model, common_prefix_length
 from ...settings import SamplingParams
 from ..constraint import TokenGrammar
-from ..draft_length import DraftLength, FixedLength
+from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Confidence, Probs, Sampler, masked_argmax, next_token_probs
 from .base import Draft
+
+READ_MEASURED_FROM = 16  # prompt tokens a read must evaluate to measure the cost per token (less is mostly overhead)
 
 
 class ModelDrafter:
@@ -37,6 +39,7 @@ class ModelDrafter:
         self.p_min = p_min
         self.length = length or FixedLength(model.n_ctx)
         self.waiting = False  # told to read the prompt later: no drafts until `read`
+        self._unread = 0  # prompt tokens `begin` left to `read`
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         """How many of the prompt's tokens `begin` would evaluate (the rest are cached from before)."""
@@ -48,13 +51,30 @@ class ModelDrafter:
         draft nothing until `read`."""
         if read_later:
             self.waiting = True
+            self._unread = self.prompt_to_read(prompt_tokens)
         else:
             self.read(prompt_tokens)
 
+    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+        """Whether to read the prompt now, `n_generated` tokens into a generation that may make `budget_left`
+        more: once the first token is out, when the reading is expected to pay (`AdaptiveLength.worth_reading`;
+        a fixed draft length always reads then)."""
+        if n_generated == 0:
+            return False
+        if not isinstance(self.length, AdaptiveLength):
+            return True
+        return self.length.worth_reading(self._unread, n_generated, budget_left)
+
     def read(self, context: Sequence[int]) -> None:
-        """Evaluate what `begin` left unread: the context so far but its last token."""
+        """Evaluate what `begin` left unread: the context so far but its last token (a long read is timed
+        for the length controller)."""
         self.waiting = False
-        self.model.sync(self._to_read(context))
+        to_read = self._to_read(context)
+        n_new = len(to_read) - common_prefix_length(self.model.tokens, to_read)
+        started = time.perf_counter()
+        self.model.sync(to_read)
+        if n_new >= READ_MEASURED_FROM and isinstance(self.length, AdaptiveLength):
+            self.length.record_read(n_new, time.perf_counter() - started)
 
     def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
         return prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1]

@@ -78,6 +78,9 @@ class NGramDrafter:
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return 0  # no model: indexing the prompt is quick
 
+    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+        return True
+
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         self.index.reset(prompt_tokens)
 
