@@ -327,6 +327,17 @@ def test_a_draft_model_leaves_a_long_prompt_unread_for_a_short_answer_it_cannot_
     assert generation.stats.draft_tokens_proposed > 0
 
 
+def test_a_prompt_longer_than_the_draft_models_context_is_not_read(models) -> None:
+    _, draft = models
+    draft.sync([1, 260, 261])
+    too_long = [1, *[260 + i % 20 for i in range(draft.n_ctx)]]  # no room left to draft in: reading it would be wasted
+    drafter = ModelDrafter(draft, SAMPLED)
+    assert drafter.prompt_to_read(too_long) == 0
+    drafter.begin(too_long)
+    assert draft.tokens == (1, 260, 261)
+    assert drafter.propose(too_long, 4, StreamSampler(np.random.default_rng(0)), 0).tokens == []
+
+
 def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_first_pass(models) -> None:
     target, draft = models
     speculative = SpeculativeParams(strategy="hybrid", draft_max=4)

@@ -77,7 +77,12 @@ class ModelDrafter:
             self.length.record_read(n_new, time.perf_counter() - started)
 
     def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
-        return prompt_tokens[: min(len(prompt_tokens), self.model.n_ctx) - 1]
+        """What the draft model must hold before it drafts: all but the last token; what it holds
+        already where the prompt leaves its context no room to draft in (it will not draft, so reading
+        would be wasted)."""
+        if len(prompt_tokens) > self.model.n_ctx:
+            return self.model.tokens
+        return prompt_tokens[:-1]
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
