@@ -207,10 +207,14 @@ def test_a_long_prompt_is_read_by_the_draft_model_only_where_the_drafts_will_pay
     # ...unless the budget is nearly spent; and a short prompt is read at once.
     assert not controller.worth_reading(500, threshold, budget_left=threshold // 2)
     assert controller.worth_reading(20, 1, budget_left=2000)
-    # Where drafting does not pay, nothing is worth reading.
+    # Where drafting does not pay, a long prompt is not worth reading, but a short one is still read:
+    # the controller keeps measuring (at most a tenth of the answer's target-only time).
     poor = AdaptiveLength()
     simulate(poor, 0.05, 0.010, 0.020, 0.010, passes=200)
-    assert poor.saving_per_token() == 0.0 and not poor.worth_reading(20, 1000, budget_left=2000)
+    poor.record_read(100, 0.5)
+    assert poor.saving_per_token() == 0.0
+    assert not poor.worth_reading(500, 1, budget_left=2000)
+    assert poor.worth_reading(20, 1, budget_left=2000)
 
 
 def test_the_reading_cost_is_saved_and_restored_with_the_other_costs() -> None:

@@ -66,6 +66,7 @@ _PRIOR_READ_SHARE = 0.5  # a prompt token read in a batch, until measured: this 
 # The answer length `worth_reading` expects before it has seen one (at most the budget): about a
 # paragraph, what a chat's or a one-shot run's answer is as a rule.
 EXPECTED_ANSWER_TOKENS = 256
+_CHEAP_READ_SHARE = 0.1  # a prompt reading costing at most this share of target-only decoding of the answer is always taken
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
 
@@ -270,10 +271,15 @@ class AdaptiveLength:
         unknown: it is expected to be `EXPECTED_ANSWER_TOKENS` long, or, once longer than that, to go
         on for as long again (the ski-rental rule: a long prompt is read once the time drafting would
         have saved reaches what the reading costs, so a short answer never pays for a read it cannot
-        earn back and a long one loses at most that much); never beyond the budget.
+        earn back and a long one loses at most that much); never beyond the budget. A reading that
+        costs at most a tenth of target-only decoding over that answer is taken in any case, so that a
+        controller whose estimates say drafting does not pay still measures it now and then.
         """
         horizon = min(max(n_generated, EXPECTED_ANSWER_TOKENS), budget_left)
-        return horizon * self.saving_per_token() >= self.reading_cost(n_unread)
+        cost = self.reading_cost(n_unread)
+        if cost <= _CHEAP_READ_SHARE * horizon * self.verify_cost(1):
+            return True  # cheap next to the answer: read, so that drafts keep being measured where they seemed not to pay
+        return horizon * self.saving_per_token() >= cost
 
     def best_length(self, room: int) -> int:
         """The k in 0..min(room, limit) with the highest rate (the shortest of equals): one sweep over k."""
