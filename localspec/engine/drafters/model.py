@@ -39,7 +39,7 @@ class ModelDrafter:
         self.p_min = p_min
         self.length = length or FixedLength(model.n_ctx)
         self.waiting = False  # told to read the prompt later: no drafts until `read`
-        self._unread = 0  # prompt tokens `begin` left to `read`
+        self._unread = self._prompt_length = 0  # prompt tokens `begin` left to `read`, of how many
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         """How many of the prompt's tokens `begin` would evaluate (the rest are cached from before)."""
@@ -51,7 +51,7 @@ class ModelDrafter:
         draft nothing until `read`."""
         if read_later:
             self.waiting = True
-            self._unread = self.prompt_to_read(prompt_tokens)
+            self._unread, self._prompt_length = self.prompt_to_read(prompt_tokens), len(prompt_tokens)
         else:
             self.read(prompt_tokens)
 
@@ -63,11 +63,12 @@ class ModelDrafter:
             return False
         if not isinstance(self.length, AdaptiveLength):
             return True
-        return self.length.worth_reading(self._unread, n_generated, budget_left)
+        room = self.model.n_ctx - self._prompt_length - n_generated  # the draft model drafts only while the context fits
+        return self.length.worth_reading(self._unread + n_generated, n_generated, min(budget_left, room))
 
     def read(self, context: Sequence[int]) -> None:
-        """Evaluate what `begin` left unread: the context so far but its last token (a long read is timed
-        for the length controller)."""
+        """Evaluate what `begin` left unread: the context so far but its last token, unless the context
+        overflows the draft model's (see `_to_read`); a long read is timed for the length controller."""
         self.waiting = False
         to_read = self._to_read(context)
         n_new = len(to_read) - common_prefix_length(self.model.tokens, to_read)
