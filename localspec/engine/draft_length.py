@@ -188,6 +188,7 @@ class AdaptiveLength:
         self.first_step_cost: float | None = None  # seconds for a pass's first draft token (its own catch-up included)
         self.draft_cost: float | None = None  # seconds for each further draft token
         self.read_cost: float | None = None  # seconds per prompt token a draft model reads in a batch
+        self.made_unread = 0  # tokens generated (this session) since a draft model left a long prompt unread
         self._first_step_weight = self._draft_weight = self._read_weight = 0.0  # how many measurements each cost stands for
         self.verify = verify if verify is not None else VerifyCosts()
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
@@ -267,8 +268,8 @@ class AdaptiveLength:
 
     def worth_reading(self, n_unread: int, n_generated: int, budget_left: int) -> bool:
         """Whether a draft model that has `n_unread` tokens to read (the prompt and what was generated
-        since) should read them now, `n_generated` tokens into a generation with room for `budget_left`
-        more drafts.
+        since) should read them now, after `n_generated` tokens were made without it (in this generation
+        and, in a chat, earlier ones), with room for `budget_left` more drafts.
 
         Reading pays once the tokens drafted after it save more than it costs. How many are to come is
         unknown: `EXPECTED_ANSWER_TOKENS` early in an answer, as many again as were made once more than

@@ -40,6 +40,7 @@ class ModelDrafter:
         self.length = length or FixedLength(model.n_ctx)
         self.waiting = False  # told to read the prompt later: no drafts until `read`
         self._unread = self._prompt_length = 0  # prompt tokens `begin` left to `read`, of how many
+        self._made_before = 0
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         """How many of the prompt's tokens `begin` would evaluate (the rest are cached from before)."""
@@ -52,19 +53,23 @@ class ModelDrafter:
         if read_later:
             self.waiting = True
             self._unread, self._prompt_length = self.prompt_to_read(prompt_tokens), len(prompt_tokens)
+            # Tokens earlier generations of the session made while it lagged (a chat about a long document).
+            self._made_before = self.length.made_unread if isinstance(self.length, AdaptiveLength) else 0
         else:
             self.read(prompt_tokens)
 
     def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
         """Whether to read the prompt now, `n_generated` tokens into a generation that may make `budget_left`
-        more: once the first token is out, when the reading is expected to pay (`AdaptiveLength.worth_reading`;
-        a fixed draft length always reads then)."""
+        more: once the first token is out, when the reading is expected to pay (`AdaptiveLength.worth_reading`,
+        counting the tokens earlier generations made while this model lagged; a fixed draft length always
+        reads then)."""
         if n_generated == 0:
             return False
         if not isinstance(self.length, AdaptiveLength):
             return True
         room = self.model.n_ctx - self._prompt_length - n_generated  # the draft model drafts only while the context fits
-        return self.length.worth_reading(self._unread + n_generated, n_generated, min(budget_left, room))
+        self.length.made_unread = self._made_before + n_generated
+        return self.length.worth_reading(self._unread + n_generated, self.length.made_unread, min(budget_left, room))
 
     def read(self, context: Sequence[int]) -> None:
         """Evaluate what `begin` left unread: the context so far but its last token, unless the context
@@ -74,8 +79,10 @@ class ModelDrafter:
         n_new = len(to_read) - common_prefix_length(self.model.tokens, to_read)
         started = time.perf_counter()
         self.model.sync(to_read)
-        if n_new >= READ_MEASURED_FROM and isinstance(self.length, AdaptiveLength):
-            self.length.record_read(n_new, time.perf_counter() - started)
+        if isinstance(self.length, AdaptiveLength):
+            self.length.made_unread = 0
+            if n_new >= READ_MEASURED_FROM:
+                self.length.record_read(n_new, time.perf_counter() - started)
 
     def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
         """What the draft model must hold before it drafts: all but the last token; what it holds
