@@ -206,6 +206,10 @@ def test_a_long_prompt_is_read_by_the_draft_model_only_where_the_drafts_will_pay
     assert controller.worth_reading(500, threshold, budget_left=2000)
     # ...unless the budget is nearly spent; and a short prompt is read at once.
     assert not controller.worth_reading(500, threshold, budget_left=threshold // 2)
+    # In a chat the tokens made over earlier turns count, whatever this answer's budget: the next turns draft too.
+    assert not controller.worth_reading(500, threshold, budget_left=40)
+    assert controller.worth_reading(500, threshold, budget_left=40, later_turns=True)
+    assert not controller.worth_reading(500, threshold - 2, budget_left=40, later_turns=True)
     assert controller.worth_reading(20, 1, budget_left=2000)
     # Where drafting does not pay, a long prompt is not worth reading, but a short one is still read:
     # the controller keeps measuring (at most a tenth of the answer's target-only time).

@@ -331,8 +331,8 @@ def test_tokens_made_while_the_draft_model_lagged_count_on_into_the_next_turn(mo
     _, draft = models
 
     class Recording(AdaptiveLength):
-        def worth_reading(self, n_unread: int, n_generated: int, budget_left: int) -> bool:
-            self.asked = (n_unread, n_generated)
+        def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False) -> bool:
+            self.asked = (n_unread, n_generated, later_turns)
             return False
 
     length = Recording()
@@ -340,13 +340,13 @@ def test_tokens_made_while_the_draft_model_lagged_count_on_into_the_next_turn(mo
     draft.clear()
     first = ModelDrafter(draft, SAMPLED, length=length)
     first.begin(prompt, read_later=True)
-    assert not first.ready_to_read(30, 100) and length.asked == (40 + 30, 30)
+    assert not first.ready_to_read(30, 100) and length.asked == (40 + 30, 30, False)
     # The chat's next turn: the prompt holds the first answer and a new message; the 30 tokens made
     # without drafts still count towards paying for the reading.
     second_prompt = [*prompt, *range(260, 280), *range(260, 270), 261, 262]
     second = ModelDrafter(draft, SAMPLED, length=length)
     second.begin(second_prompt, read_later=True)
-    assert not second.ready_to_read(5, 100) and length.asked == (len(second_prompt) - 1 + 5, 35)
+    assert not second.ready_to_read(5, 100) and length.asked == (len(second_prompt) - 1 + 5, 35, True)
     second.read([*second_prompt, 263])
     assert length.made_unread == 0 and draft.tokens == (*second_prompt,)
 

@@ -266,20 +266,24 @@ class AdaptiveLength:
         step = self.draft_cost if self.draft_cost is not None else 0.3 * self.verify_cost(1)
         return n_tokens * _PRIOR_READ_SHARE * step
 
-    def worth_reading(self, n_unread: int, n_generated: int, budget_left: int) -> bool:
+    def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False) -> bool:
         """Whether a draft model that has `n_unread` tokens to read (the prompt and what was generated
         since) should read them now, after `n_generated` tokens were made without it (in this generation
-        and, in a chat, earlier ones), with room for `budget_left` more drafts.
+        and, `later_turns`, earlier ones of a session whose next generations will use what it reads: a
+        chat's, or `serve`'s), with room for `budget_left` more drafts in this generation.
 
         Reading pays once the tokens drafted after it save more than it costs. How many are to come is
         unknown: `EXPECTED_ANSWER_TOKENS` early in an answer, as many again as were made once more than
         that were (the ski-rental rule: a long prompt is read once the time drafting would have saved
         reaches what the reading costs, so a short answer never pays for a read it cannot earn back and
-        a long one loses at most that much); never more than the budget. A reading that costs at most a
-        tenth of target-only decoding over those tokens is taken in any case, so that a controller
-        whose estimates say drafting does not pay still measures it now and then.
+        a long one loses at most that much); never more than this generation's budget, unless later
+        turns will draft too. A reading that costs at most a tenth of target-only decoding over those
+        tokens is taken in any case, so that a controller whose estimates say drafting does not pay
+        still measures it now and then.
         """
         horizon = min(max(n_generated, EXPECTED_ANSWER_TOKENS), budget_left)
+        if later_turns:
+            horizon = max(horizon, n_generated)
         cost = self.reading_cost(n_unread)
         if cost <= _CHEAP_READ_SHARE * horizon * self.verify_cost(1):
             return True  # cheap next to the answer: read, so that drafts keep being measured where they seemed not to pay

@@ -69,7 +69,8 @@ class ModelDrafter:
             return True
         room = self.model.n_ctx - self._prompt_length - n_generated  # the draft model drafts only while the context fits
         self.length.made_unread = self._made_before + n_generated
-        return self.length.worth_reading(self._unread + n_generated, self.length.made_unread, min(budget_left, room))
+        return self.length.worth_reading(self._unread + n_generated, self.length.made_unread, min(budget_left, room),
+                                         later_turns=self._made_before > 0)
 
     def read(self, context: Sequence[int]) -> None:
         """Evaluate what `begin` left unread: the context so far but its last token, unless the context
