@@ -83,3 +83,11 @@ def test_compare_llamacpp_reads_llamacpp_timings_and_pairs_ratios() -> None:
     assert ratio.low < 1 < ratio.high and math.isclose(ratio.low * ratio.high, 2)
     one_prompt = compare.paired_ratio({(0, 0): 20.0, (0, 1): 40.0}, {(0, 0): 10.0, (0, 1): 20.0})
     assert one_prompt.units == 2 and math.isclose(one_prompt.geometric_mean, 2) and math.isclose(one_prompt.low, 2)
+
+
+def test_long_prompt_bench_builds_long_readme_excerpts_with_a_question() -> None:
+    bench = script_module("bench_long_prompts")
+    prompts = bench.long_prompts(3)
+    assert len(prompts) == 3 and len(set(prompts)) == 3
+    assert all(len(p) > 4200 and p.endswith("what does the text above describe?") for p in prompts)
+    assert bench.geometric_mean([2.0, 0.5, 1.0]) == pytest.approx(1.0)
