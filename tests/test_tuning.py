@@ -159,3 +159,19 @@ def test_draft_make_auto_leaves_nothing_when_it_fails(tmp_path: Path) -> None:
     result = cli("draft", "make", str(target))
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["odd.gguf"]
+
+
+def test_a_slower_speculative_setting_is_put_down_to_short_answers_or_to_the_machine(capsys: pytest.CaptureFixture) -> None:
+    from localspec.cli.bench import _advise
+
+    def slower(tokens_per_run: int) -> BenchResult:
+        result = BenchResult(BenchCase("hybrid", "adaptive", 0.0), runs=2)
+        result.speculative = SpecStats(tokens_generated=2 * tokens_per_run, generation_seconds=1.0)
+        result.baseline = SpecStats(tokens_generated=2 * tokens_per_run, generation_seconds=0.9)
+        return result
+
+    _advise([], {0.0: slower(8)})
+    assert "on answers of 8 tokens" in capsys.readouterr().err
+    _advise([], {0.0: slower(128)})
+    err = capsys.readouterr().err
+    assert "slower than the target alone (0.90x): run without a draft" in err and "answers of" not in err

@@ -54,6 +54,7 @@ from .output_format import compile_output_format, schema_format
 
 BENCH_MAX_TOKENS = 128
 BENCH_SEED = 1234
+SHORT_ANSWER_TOKENS = 64  # below this a slower speculative run is put down to the answers' length, not the machine
 SWEPT = ("sampling.temperature", "speculative.strategy", "speculative.draft_max", "speculative.verify")
 
 
@@ -342,7 +343,8 @@ def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
             f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max), r.case.verify,
             f"{r.speculative.tokens_per_second or 0:.1f} tok/s", f"{r.baseline.tokens_per_second or 0:.1f} tok/s",
             f"{r.speedup:.2f}x{mark}", f"±{r.spread / 2:.2f}" if r.spread else "-",
-            f"{r.speculative.acceptance_rate or 0:.1%}", f"{r.speculative.mean_accepted_length or 0:.2f}",
+            f"{r.speculative.acceptance_rate:.1%}" if r.speculative.acceptance_rate is not None else "-",
+            f"{r.speculative.mean_accepted_length or 0:.2f}",
             f"{r.cost_ratio:.2f}" if r.cost_ratio is not None else "-", f"{r.identical_prompts}/{r.runs}",
         )
     return table
@@ -350,10 +352,20 @@ def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
 
 def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
     for temperature, result in best.items():
-        if result.speedup < 1.0:
+        if result.speedup >= 1.0:
+            continue
+        setting = f"({result.case.strategy}, draft_max {result.case.draft_max})"
+        answer = result.speculative.tokens_generated / max(result.runs, 1)
+        if answer < SHORT_ANSWER_TOKENS:  # the draft model may not have read the prompts at all (worth_reading)
             click.echo(
-                f"warning: at T={temperature:g} even the fastest setting ({result.case.strategy}, draft_max"
-                f" {result.case.draft_max}) is slower than the target alone ({result.speedup:.2f}x):"
-                " run without a draft (--no-speculative) on this machine",
+                f"note: at T={temperature:g} the fastest setting {setting} was not faster than the target alone"
+                f" ({result.speedup:.2f}x) on answers of {answer:.0f} tokens, too few to pay for the draft model's"
+                " reading of a prompt: measure with a larger --max-tokens",
+                err=True,
+            )
+        else:
+            click.echo(
+                f"warning: at T={temperature:g} even the fastest setting {setting} is slower than the target alone"
+                f" ({result.speedup:.2f}x): run without a draft (--no-speculative) on this machine",
                 err=True,
             )
