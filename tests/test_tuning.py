@@ -175,3 +175,7 @@ def test_a_slower_speculative_setting_is_put_down_to_short_answers_or_to_the_mac
     _advise([], {0.0: slower(128)})
     err = capsys.readouterr().err
     assert "slower than the target alone (0.90x): run without a draft" in err and "answers of" not in err
+    fixed = slower(8)
+    fixed.case = BenchCase("model", 3, 0.0)  # a fixed length reads every prompt: its short answers explain nothing
+    _advise([], {0.0: fixed})
+    assert "run without a draft" in capsys.readouterr().err

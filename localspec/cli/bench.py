@@ -54,7 +54,7 @@ from .output_format import compile_output_format, schema_format
 
 BENCH_MAX_TOKENS = 128
 BENCH_SEED = 1234
-SHORT_ANSWER_TOKENS = 64  # below this a slower speculative run is put down to the answers' length, not the machine
+SHORT_ANSWER_TOKENS = 64  # below this a slower adaptive setting is put down to the answers' length, not the machine
 SWEPT = ("sampling.temperature", "speculative.strategy", "speculative.draft_max", "speculative.verify")
 
 
@@ -356,7 +356,7 @@ def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
             continue
         setting = f"({result.case.strategy}, draft_max {result.case.draft_max})"
         answer = result.speculative.tokens_generated / max(result.runs, 1)
-        if answer < SHORT_ANSWER_TOKENS:  # the draft model may not have read the prompts at all (worth_reading)
+        if result.case.draft_max == "adaptive" and answer < SHORT_ANSWER_TOKENS:  # it may leave prompts unread (worth_reading)
             click.echo(
                 f"note: at T={temperature:g} the fastest setting {setting} was not faster than the target alone"
                 f" ({result.speedup:.2f}x) on answers of {answer:.0f} tokens, too few to pay for the draft model's"
