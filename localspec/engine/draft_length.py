@@ -56,6 +56,7 @@ _PRIOR_ACCEPTANCE = 0.8
 _PRIOR_WEIGHT = 2.0  # position estimates lean on the overall rate until they have this many samples
 _DECAY = 0.98  # per pass: older passes count less, so the estimates follow the text
 _PRIOR_SLOPE = 0.2  # V(n) = a + b·n with b = 0.2·a until the slope is measured (CPU: a 9-token batch ≈ 2.3 single steps)
+_PRIOR_DRAFT_SHARE = 0.3  # a draft token costs this share of a one-token target pass until measured
 _EXPLORE_EVERY = 8
 _PATIENCE = 2  # from a plan of nothing, explorations that lost their first token, in a row, before backing off
 _MAX_BACKOFF = 4  # ...after which each further one doubles the wait for the next, up to 8·2⁴ passes
@@ -246,7 +247,7 @@ class AdaptiveLength:
         """
         if k == 0:
             return self.verify_cost(1) + (self.draft_cost or 0.0)
-        step = self.draft_cost if self.draft_cost is not None else 0.3 * self.verify_cost(1)
+        step = self._draft_step()
         first = self.first_step_cost if self.first_step_cost is not None else step
         return first + (k - 1) * step + self.verify_cost(k + 1)
 
@@ -263,8 +264,11 @@ class AdaptiveLength:
         """Seconds for a draft model to read `n_tokens` prompt tokens (a prior share of a draft step until measured)."""
         if self.read_cost is not None:
             return n_tokens * self.read_cost
-        step = self.draft_cost if self.draft_cost is not None else 0.3 * self.verify_cost(1)
-        return n_tokens * _PRIOR_READ_SHARE * step
+        return n_tokens * _PRIOR_READ_SHARE * self._draft_step()
+
+    def _draft_step(self) -> float:
+        """Seconds for a further draft token: measured, else _PRIOR_DRAFT_SHARE of a target pass."""
+        return self.draft_cost if self.draft_cost is not None else _PRIOR_DRAFT_SHARE * self.verify_cost(1)
 
     def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False) -> bool:
         """Whether a draft model that has `n_unread` tokens to read (the prompt and what was generated

@@ -54,9 +54,14 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 LLAMA_CONTEXT_STEP = 256  # llama.cpp rounds every context size up to a multiple of this
 
 
+def _rounded_context(n_tokens: int) -> int:
+    """The context llama.cpp creates for `n_tokens`: the next multiple of LLAMA_CONTEXT_STEP."""
+    return -(-n_tokens // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP
+
+
 def _context_note(asked: int, largest: int, name: str) -> str | None:
     """What a user who asked for an n_ctx of `asked` should know of the context they get (None: nothing)."""
-    rounded = -(-largest // LLAMA_CONTEXT_STEP) * LLAMA_CONTEXT_STEP
+    rounded = _rounded_context(largest)
     if largest < asked:
         return f"n_ctx {asked} is more than {name} was trained for: its context holds {rounded} tokens"
     if largest != rounded:
@@ -217,7 +222,7 @@ class Model(_Freed):
         and a one-shot run never needs more.
         """
         if self._ctx is None:
-            self._create_context(min(self._largest_n_ctx, -(-max(n_tokens, 1) // 256) * 256))
+            self._create_context(min(self._largest_n_ctx, _rounded_context(max(n_tokens, 1))))
 
     def _ensure_context(self) -> None:
         if self._ctx is None:
