@@ -72,6 +72,15 @@ def main() -> None:
     parser.add_argument("--temperatures", default="0")
     parser.add_argument("--before", type=Path, default=None, help="another checkout of localspec to run side by side")
     args = parser.parse_args()
+    try:
+        budgets = [int(n) for n in args.max_tokens.split(",")]
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+    except ValueError as exc:
+        parser.error(f"--max-tokens and --temperatures take comma-separated numbers ({exc})")
+    if args.prompts < 1 or any(n < 1 for n in budgets) or any(not 0 <= t < math.inf for t in temperatures):
+        parser.error("--prompts and budgets must be at least 1, temperatures finite and at least 0")
+    if args.before is not None and not (args.before / "localspec" / "__init__.py").is_file():
+        parser.error(f"--before {args.before}: not a checkout of localspec (no localspec/__init__.py)")
 
     contenders: dict[str, tuple[dict[str, str], list[str]]] = {"speculative": ({}, []), "target-only": ({}, ["--no-speculative"])}
     with tempfile.TemporaryDirectory() as folder:
@@ -84,11 +93,11 @@ def main() -> None:
             for model in cache_dir().glob("*.gguf"):  # the demo's derived target: linked, not copied
                 (before_cache / "localspec" / model.name).symlink_to(model)
             contenders["before"] = ({"PYTHONPATH": str(args.before.resolve()), "XDG_CACHE_HOME": str(before_cache)}, [])
-        cases = [("long", p, int(n)) for n in args.max_tokens.split(",") for p in long_prompts(args.prompts)]
+        cases = [("long", p, n) for n in budgets for p in long_prompts(args.prompts)]
         cases += [("short", p, 128) for p in SHORT_PROMPTS]
         for name, (env, extra) in contenders.items():  # a warm-up each: the first process pays for cold files
             run(SHORT_PROMPTS[0], 16, 0.0, env, extra)
-        for temperature in (float(t) for t in args.temperatures.split(",")):
+        for temperature in temperatures:
             ratios: dict[tuple[str, str], list[float]] = {}
             for i, (kind, prompt, max_tokens) in enumerate(cases):
                 names = list(contenders)

@@ -91,3 +91,16 @@ def test_long_prompt_bench_builds_long_readme_excerpts_with_a_question() -> None
     assert len(prompts) == 3 and len(set(prompts)) == 3
     assert all(len(p) > 4200 and p.endswith("what does the text above describe?") for p in prompts)
     assert bench.geometric_mean([2.0, 0.5, 1.0]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("bad", [["--max-tokens", "abc"], ["--temperatures", "nan"], ["--prompts", "0"],
+                                 ["--before", "/nonexistent"]])
+def test_long_prompt_bench_refuses_bad_arguments_in_one_line(bad: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    bench = script_module("bench_long_prompts")
+    monkeypatch.setattr("sys.argv", ["bench_long_prompts.py", *bad])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("bench_long_prompts.py: error: ")  # argparse's usage, then one line
