@@ -66,8 +66,8 @@ class _CountingDrafter:
     def begin(self, prompt_tokens, read_later: bool = False) -> None:
         self.drafter.begin(prompt_tokens, read_later)
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
-        return self.drafter.ready_to_read(n_generated, budget_left)
+    def ready_to_read(self, context, n_generated: int, budget_left: int) -> bool:
+        return self.drafter.ready_to_read(context, n_generated, budget_left)
 
     def read(self, context) -> None:
         self.drafter.read(context)

@@ -211,6 +211,9 @@ def test_a_long_prompt_is_read_by_the_draft_model_only_where_the_drafts_will_pay
     assert controller.worth_reading(500, threshold, budget_left=40, later_turns=True)
     assert not controller.worth_reading(500, threshold - 2, budget_left=40, later_turns=True)
     assert controller.worth_reading(20, 1, budget_left=2000)
+    # Where lookups are expected to draft nine tokens in ten, drafting by the model saves on the tenth only.
+    assert not controller.worth_reading(500, threshold, budget_left=2000, uncovered_share=0.1)
+    assert controller.worth_reading(500, 10 * threshold, budget_left=20000, uncovered_share=0.1)
     # Where drafting does not pay, a long prompt is not worth reading, but a short one is still read:
     # the controller keeps measuring (at most a tenth of the answer's target-only time).
     poor = AdaptiveLength()

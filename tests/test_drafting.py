@@ -179,6 +179,47 @@ def test_hybrid_passes_over_a_lookup_the_model_beats_and_retries_it_now_and_then
         assert hybrid._last is lookup
 
 
+def test_a_hybrids_draft_model_waits_to_read_a_long_prompt_while_lookups_draft_the_answer(models) -> None:
+    _, draft = models
+
+    class Recording(AdaptiveLength):
+        def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False,
+                          uncovered_share: float = 1.0) -> bool:
+            self.shares.append(uncovered_share)
+            return super().worth_reading(n_unread, n_generated, budget_left, later_turns, uncovered_share)
+
+    model_length = Recording()
+    model_length.shares = []
+    for _ in range(40):  # drafting by the model pays: 3 of 3 kept, each draft token a tenth of a pass
+        model_length.observe(3, 3, 0.013)
+        model_length.observe(0, 0, 0.010)
+    model_length.record_draft_step(0.001, first=True)
+    model_length.record_draft_step(0.001)
+    model_length.record_read(100, 0.5)  # 5 ms a prompt token: more than a tenth of target-only decoding
+    lookup = NGramDrafter(2, 4, lambda n: AdaptiveLength())
+    hybrid = HybridDrafter(lookup, ModelDrafter(draft, SAMPLED, length=model_length))
+    prompt = [1, *range(260, 300)]  # 40 tokens the draft model has not seen
+    draft.clear()
+    hybrid.begin(prompt, read_later=True)
+    # The first token tells nothing about whether the answer copies the prompt: no reading yet.
+    assert not hybrid.ready_to_read([*prompt, 260], 1, 100) and model_length.shares == []
+    # The answer's tail occurs in the prompt: a lookup drafts this pass, so reading would save nothing now.
+    copying = [*prompt, 260, 261]
+    assert lookup.expected_kept(copying) >= 1
+    assert not hybrid.ready_to_read(copying, 2, 100) and model_length.shares == [0.0]
+    # Nothing to look up, and nothing drafted by lookups yet: the whole saving counts, and the reading pays.
+    assert hybrid.ready_to_read([*prompt, 299, 5], 2, 100) and model_length.shares[-1] == 1.0
+    # After lookups kept 9 of the last 10 tokens, only the rest counts; here too little to pay for the reading.
+    hybrid.propose(copying, 9, StreamSampler(np.random.default_rng(0)), 2)
+    assert hybrid._last is lookup
+    hybrid.observe(9, 9, 0.02)
+    assert not hybrid.ready_to_read([*prompt, 299, 5], 12, 100)
+    assert model_length.shares[-1] == pytest.approx(2 / 11)
+    # A new generation starts with nothing known of its lookups.
+    hybrid.begin(prompt, read_later=True)
+    assert hybrid.ready_to_read([*prompt, 299, 5], 2, 100) and model_length.shares[-1] == 1.0
+
+
 def test_hybrid_retries_a_declined_lookup_less_often_while_its_retries_are_rejected(models) -> None:
     _, draft = models
     model_length, lookup_lengths = AdaptiveLength(), {n: AdaptiveLength() for n in (2, 3)}
@@ -262,8 +303,8 @@ class _Recorded:
         self.events.append(("begin", len(prompt_tokens), read_later))
         self.drafter.begin(prompt_tokens, read_later)
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
-        return self.drafter.ready_to_read(n_generated, budget_left)
+    def ready_to_read(self, context, n_generated: int, budget_left: int) -> bool:
+        return self.drafter.ready_to_read(context, n_generated, budget_left)
 
     def read(self, context) -> None:
         self.events.append(("read", len(context)))
@@ -331,7 +372,8 @@ def test_tokens_made_while_the_draft_model_lagged_count_on_into_the_next_turn(mo
     _, draft = models
 
     class Recording(AdaptiveLength):
-        def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False) -> bool:
+        def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False,
+                          uncovered_share: float = 1.0) -> bool:
             self.asked = (n_unread, n_generated, later_turns)
             return False
 
@@ -340,13 +382,13 @@ def test_tokens_made_while_the_draft_model_lagged_count_on_into_the_next_turn(mo
     draft.clear()
     first = ModelDrafter(draft, SAMPLED, length=length)
     first.begin(prompt, read_later=True)
-    assert not first.ready_to_read(30, 100) and length.asked == (40 + 30, 30, False)
+    assert not first.ready_to_read(prompt, 30, 100) and length.asked == (40 + 30, 30, False)
     # The chat's next turn: the prompt holds the first answer and a new message; the 30 tokens made
     # without drafts still count towards paying for the reading.
     second_prompt = [*prompt, *range(260, 280), *range(260, 270), 261, 262]
     second = ModelDrafter(draft, SAMPLED, length=length)
     second.begin(second_prompt, read_later=True)
-    assert not second.ready_to_read(5, 100) and length.asked == (len(second_prompt) - 1 + 5, 35, True)
+    assert not second.ready_to_read(second_prompt, 5, 100) and length.asked == (len(second_prompt) - 1 + 5, 35, True)
     second.read([*second_prompt, 263])
     assert length.made_unread == 0 and draft.tokens == (*second_prompt,)
 

@@ -270,11 +270,13 @@ class AdaptiveLength:
         """Seconds for a further draft token: measured, else _PRIOR_DRAFT_SHARE of a target pass."""
         return self.draft_cost if self.draft_cost is not None else _PRIOR_DRAFT_SHARE * self.verify_cost(1)
 
-    def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False) -> bool:
+    def worth_reading(self, n_unread: int, n_generated: int, budget_left: int, later_turns: bool = False,
+                      uncovered_share: float = 1.0) -> bool:
         """Whether a draft model that has `n_unread` tokens to read (the prompt and what was generated
         since) should read them now, after `n_generated` tokens were made without it (in this generation
         and, `later_turns`, earlier ones of a session whose next generations will use what it reads: a
-        chat's, or `serve`'s), with room for `budget_left` more drafts in this generation.
+        chat's, or `serve`'s), with room for `budget_left` more drafts in this generation, where lookups
+        are expected to draft all but `uncovered_share` of the tokens to come (its drafts save time on those only).
 
         Reading pays once the tokens drafted after it save more than it costs. How many are to come is
         unknown: `EXPECTED_ANSWER_TOKENS` early in an answer, as many again as were made once more than
@@ -291,7 +293,7 @@ class AdaptiveLength:
         cost = self.reading_cost(n_unread)
         if cost <= _CHEAP_READ_SHARE * horizon * self.verify_cost(1):
             return True  # cheap next to the answer: read, so that drafts keep being measured where they seemed not to pay
-        return horizon * self.saving_per_token() >= cost
+        return horizon * uncovered_share * self.saving_per_token() >= cost
 
     def best_length(self, room: int) -> int:
         """The k in 0..min(room, limit) with the highest rate (the shortest of equals): one sweep over k."""

@@ -118,7 +118,7 @@ class Generation:
                 # The first token is out, drafts are to come, and the reading is expected to pay for itself
                 # (a long prompt may be left unread by a draft model for a short answer: see `worth_reading`).
                 budget_left = self.settings.max_tokens - len(self.tokens)
-                if drafter_reads_later and room > 0 and self.drafter.ready_to_read(len(self.tokens), budget_left):
+                if drafter_reads_later and room > 0 and self.drafter.ready_to_read(context, len(self.tokens), budget_left):
                     self._prompt_time(lambda: self.drafter.read(context))
                     drafter_reads_later = False
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).

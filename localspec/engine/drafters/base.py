@@ -4,8 +4,8 @@ A drafter answers these calls: `prompt_to_read(prompt_tokens)`, how many
 prompt tokens a draft model of its has still to evaluate (0 for lookups);
 `begin(prompt_tokens, read_later)` before a generation, where a draft model
 reads the prompt, unless told to read it later, in `read(context)` (it drafts
-nothing until then), which the generation calls once `ready_to_read(n_generated,
-budget_left)` says the reading is expected to pay;
+nothing until then), which the generation calls once `ready_to_read(context,
+n_generated, budget_left)` says the reading is expected to pay;
 `propose(context, max_tokens, sampler, position, grammar)`, which returns new
 candidate tokens (never the context itself), the first of them at `position`
 of the generation, drawn with `sampler`, all allowed by `grammar` when the
@@ -42,7 +42,7 @@ class Drafter(Protocol):
 
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None: ...
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool: ...
+    def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool: ...
 
     def read(self, context: Sequence[int]) -> None: ...
 

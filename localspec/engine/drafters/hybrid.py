@@ -10,7 +10,10 @@ short one), the draft model's from its controller, both over the same
 measured verify costs. Under a grammar a lookup must keep at least a few tokens
 after the grammar's cut to be used instead of the draft model (any lookup beats
 no draft at all: without a draft model, or while it has still to read the
-prompt, see `Generation`). The choice is made per pass before
+prompt, see `Generation`; a draft model that has a long prompt to read waits
+while lookups draft, and reads only where the tokens lookups have not drafted
+lately would pay for the reading, so an answer that copies its prompt is not
+slowed by it: `ready_to_read`). The choice is made per pass before
 anything is drafted, from the context, the grammar's state, the memory
 (unchanged during a generation) and what earlier passes measured, never from
 the draws to come, so each pass is exactly one of them: a deterministic lookup
@@ -37,6 +40,14 @@ from .ngram import NGramDrafter
 _SHORTEST_LOOKUP_UNDER_A_GRAMMAR = 3
 _RETRY_DECLINED_EVERY = 8  # one declined lookup draft in this many is drafted anyway, to measure it again
 _MAX_BACKOFF = 4  # each retry that lost its first token doubles the wait, up to 8·2⁴ declined drafts
+# A draft model that has yet to read the prompt waits while a lookup is expected to keep this many
+# tokens of this pass's draft, and weighs what reading would save by the share of recent tokens lookups
+# did not draft, each pass weighing this much less than the next.
+_LOOKUP_COVERS = 1.0
+_RECENT_DECAY = 0.9
+# Nor does it read before this many tokens are out: the first rarely continues the prompt even in an
+# answer that copies it (a lookup needs the tail of two), and a pass without drafts costs one token's saving.
+_TOKENS_BEFORE_READING = 2
 
 
 class HybridDrafter:
@@ -48,6 +59,9 @@ class HybridDrafter:
         self._declined: dict[object, int] = {}  # by side: drafts passed over for the model's since its last retry
         self._fruitless: dict[object, int] = {}  # by side: retries in a row whose first token was rejected
         self._retrying = False  # the pass being verified drafts a declined lookup anyway
+        # Tokens of this generation's recent passes (older passes weighing less), and of those the draft
+        # tokens lookups had kept: what a draft model that has yet to read the prompt could still speed up.
+        self._recent_made = self._recent_from_lookups = 0.0
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
@@ -56,9 +70,22 @@ class HybridDrafter:
         for side in (self.lookup, self.memory, self.by_model):
             if side is not None:
                 side.begin(prompt_tokens, read_later)
+        self._recent_made = self._recent_from_lookups = 0.0
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
-        return self.by_model.ready_to_read(n_generated, budget_left) if self.by_model is not None else True
+    def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
+        """Whether the draft model should read the prompt now: not before the second token, not while a
+        lookup is expected to draft this pass anyway (at least one token kept), and after that only for the
+        share of the tokens to come that lookups have lately not drafted (a copying answer may never need
+        the draft model)."""
+        if self.by_model is None:
+            return True
+        if n_generated < _TOKENS_BEFORE_READING:
+            return False
+        lookup_drafts_now = any(side is not None and side.expected_kept(context) >= _LOOKUP_COVERS
+                                for side in (self.lookup, self.memory))
+        uncovered = (self._recent_made - self._recent_from_lookups + 1) / (self._recent_made + 1)
+        return self.by_model.ready_to_read(context, n_generated, budget_left,
+                                           uncovered_share=0.0 if lookup_drafts_now else uncovered)
 
     def read(self, context: Sequence[int]) -> None:
         if self.by_model is not None:
@@ -105,6 +132,9 @@ class HybridDrafter:
         return self._retrying
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
+        from_lookup = n_accepted if self._last is not self.by_model else 0
+        self._recent_made = self._recent_made * _RECENT_DECAY + n_accepted + 1
+        self._recent_from_lookups = self._recent_from_lookups * _RECENT_DECAY + from_lookup
         if self._last is None:
             return
         self._last.observe(n_proposed, n_accepted, verify_seconds)

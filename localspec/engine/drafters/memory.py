@@ -20,6 +20,7 @@ from typing import Protocol, Sequence
 from ..constraint import TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Sampler
+from ...settings import ADAPTIVE_DRAFT_LIMIT
 from .base import NO_DRAFT, Draft
 
 # The shortest tail of the context a memory match must cover. Short matches in a large memory
@@ -80,7 +81,7 @@ class MemoryDrafter:
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return 0
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+    def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
         return True
 
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
@@ -111,6 +112,21 @@ class MemoryDrafter:
         self.use.hits += 1
         self.length.record_draft_step((time.perf_counter() - started) / len(tokens))
         return Draft(tokens, None)
+
+    def expected_kept(self, context: Sequence[int]) -> float:
+        """How many draft tokens the memory's continuation here is expected to have kept, judged without
+        drafting (0 without a match; its whole continuation where the length is fixed)."""
+        proposal = self.memory.lookup(context, ADAPTIVE_DRAFT_LIMIT, min_length=self.min_match, max_length=MAX_MATCH,
+                                      min_share=MIN_SHARE)
+        if proposal is None:
+            return 0.0
+        if not isinstance(self.length, AdaptiveLength):
+            return float(len(proposal.tokens))
+        expected, kept = 0.0, 1.0
+        for share in proposal.shares:
+            kept *= self.length.acceptance_at_confidence(confidence(share, proposal.occurrences, proposal.match_length))
+            expected += kept
+        return expected
 
     def _worth_drafting(self, proposal: Proposal) -> list[float]:
         """The confidence of each of the proposal's tokens up to where one more is not worth its verify row."""

@@ -58,11 +58,12 @@ class ModelDrafter:
         else:
             self.read(prompt_tokens)
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+    def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int,
+                      uncovered_share: float = 1.0) -> bool:
         """Whether to read the prompt now, `n_generated` tokens into a generation that may make `budget_left`
         more: once the first token is out, when the reading is expected to pay (`AdaptiveLength.worth_reading`,
-        counting the tokens earlier generations made while this model lagged; a fixed draft length always
-        reads then)."""
+        counting the tokens earlier generations made while this model lagged, and only the `uncovered_share`
+        of the tokens to come that lookups will not draft; a fixed draft length always reads then)."""
         if n_generated == 0:
             return False
         if not isinstance(self.length, AdaptiveLength):
@@ -70,7 +71,7 @@ class ModelDrafter:
         room = self.model.n_ctx - self._prompt_length - n_generated  # the draft model drafts only while the context fits
         self.length.made_unread = self._made_before + n_generated
         return self.length.worth_reading(self._unread + n_generated, self.length.made_unread, min(budget_left, room),
-                                         later_turns=self._made_before > 0)
+                                         later_turns=self._made_before > 0, uncovered_share=uncovered_share)
 
     def read(self, context: Sequence[int]) -> None:
         """Evaluate what `begin` left unread: the context so far but its last token, unless the context

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 from ..constraint import TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Sampler
+from ...settings import ADAPTIVE_DRAFT_LIMIT
 from .base import NO_DRAFT, Draft
 
 
@@ -78,7 +79,7 @@ class NGramDrafter:
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return 0  # no model: indexing the prompt is quick
 
-    def ready_to_read(self, n_generated: int, budget_left: int) -> bool:
+    def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
         return True
 
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
@@ -116,6 +117,17 @@ class NGramDrafter:
         self.length.record_draft_step((time.perf_counter() - started) / len(tokens))
         self.proposed = len(tokens)
         return Draft(tokens, None)
+
+    def expected_kept(self, context: Sequence[int]) -> float:
+        """How many draft tokens a lookup here is expected to have kept, judged without drafting (0 without
+        a match; a match's whole continuation where its length is fixed)."""
+        n, tokens = self.lookup(context, ADAPTIVE_DRAFT_LIMIT)
+        if not tokens:
+            return 0.0
+        length = self.lengths[n]
+        if not isinstance(length, AdaptiveLength):
+            return float(len(tokens))
+        return length.expected_tokens(length.best_length(len(tokens))) - 1
 
     def expected_rate(self, by_model: DraftLength) -> float:
         """Expected tokens per second of the draft just proposed, verified in one pass, in the units of the
