@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Bytecode caches (gitignored) are written even where PYTHONDONTWRITEBYTECODE is set: compiling the
+# package and the tests afresh in every run, and in every `localspec` process a test starts, costs seconds.
+sys.dont_write_bytecode = False
 sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_models import write_pair  # noqa: E402
