@@ -51,7 +51,7 @@ def test_no_memory_neither_drafts_from_nor_adds_to_it(tiny_profile: str) -> None
     assert stores_of(LOCAL_OWNER) == [] or local_memory().documents() == []
 
 
-def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path) -> None:
+def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     notes = tmp_path / "notes"
     (notes / "sub").mkdir(parents=True)
     (notes / "a.txt").write_text("the cat sat on the mat " * 20)
@@ -74,9 +74,12 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path) -> 
     assert [Path(row["tag"]).name for row in json.loads(cli("memory", "list", "--json").stdout)] == ["a.txt"]
     one_error_line(cli("memory", "remove", str(notes / "sub")), 2, "none of these files")
 
-    for answer in ("n\n", ""):  # no, or no answer at all: nothing cleared, and not an interruption
+    # From a script (no terminal to answer at) it takes --yes: a silent "no" would look like success.
+    one_error_line(cli("memory", "clear"), 2, "give --yes")
+    monkeypatch.setattr("localspec.cli.memory._at_a_terminal", lambda: True)
+    for answer in ("n\n", ""):  # no, or no answer at all: nothing cleared, and it says so by its exit status
         declined = CliRunner().invoke(main, ["memory", "clear"], input=answer)
-        assert declined.exit_code == 0 and "nothing cleared" in declined.stderr, declined.stderr
+        assert declined.exit_code == 1 and "nothing cleared" in declined.stderr, declined.stderr
     assert len(json.loads(cli("memory", "list", "--json").stdout)) == 1
     cleared = cli("memory", "clear", "--yes")
     assert cleared.exit_code == 0 and json.loads(cli("memory", "list", "--json").stdout) == []

@@ -375,10 +375,16 @@ def test_damaged_base_tokens_drop_the_base(tmp_path: Path) -> None:
     assert_reported_once_then_repaired(tmp_path, "tokens.npy", [4])
 
 
-def test_a_damaged_suffix_array_is_rebuilt_from_the_tokens(tmp_path: Path) -> None:
+@pytest.mark.parametrize("contents", ["short", "zeros", "out of range", "shuffled"])
+def test_a_damaged_suffix_array_is_rebuilt_from_the_tokens(tmp_path: Path, contents: str) -> None:
     _, generation = compacted_store(tmp_path)
-    np.save(generation / "suffixes.npy", np.zeros(7, dtype=np.int32))
-    assert_reported_once_then_repaired(tmp_path, "suffixes.npy", [1, 2, 3, 4])
+    good = np.load(generation / "suffixes.npy")
+    damaged = {"short": np.zeros(7, dtype=np.int32),  # the wrong length
+               "zeros": np.zeros_like(good),  # the right shape, wrong contents
+               "out of range": np.full_like(good, 10**6),
+               "shuffled": np.random.default_rng(0).permutation(good)}[contents]
+    np.save(generation / "suffixes.npy", damaged)
+    assert_reported_once_then_repaired(tmp_path, "suffixes.npy", [1, 2, 3, 4])  # rebuilt into a new base
 
 
 def test_a_document_table_that_does_not_fit_drops_the_base(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from localspec.engine.suffix_index import (
     SuffixIndex,
     join_documents,
     reversed_suffix_array,
+    suffix_array_fault,
     weighted_continuation,
 )
 
@@ -279,3 +280,16 @@ def test_lookup_time_at_three_million_tokens() -> None:
         f" median {np.median(milliseconds):.3f} ms, p99 {np.percentile(milliseconds, 99):.3f} ms,"
         f" max {milliseconds.max():.3f} ms"
     )
+
+
+def test_the_sampled_check_passes_every_true_suffix_array_and_fails_other_contents() -> None:
+    rng = np.random.default_rng(7)
+    texts = [[5], [1, 2, 3], rng.integers(0, 3, size=2000).tolist(), [7] * 500 + [8] * 500,
+             rng.integers(0, 50000, size=5000).tolist()]
+    for documents in (texts, [texts[2], texts[3]], [[4, 4, 4]] * 30):
+        tokens = join_documents(documents)
+        suffixes = reversed_suffix_array(tokens)
+        assert suffix_array_fault(tokens, suffixes) is None
+        assert suffix_array_fault(tokens, np.zeros_like(suffixes)) is not None
+        assert suffix_array_fault(tokens, suffixes[::-1].copy()) is not None
+        assert suffix_array_fault(tokens, suffixes + len(tokens)) is not None

@@ -56,6 +56,7 @@ from ..engine.suffix_index import (
     SuffixIndex,
     join_documents,
     reversed_suffix_array,
+    suffix_array_fault,
 )
 from ..errors import InputError, LocalspecError
 
@@ -418,6 +419,9 @@ class MemoryStore:
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, merged, 0)
         try:
             suffixes = _load_array(folder / "suffixes.npy", np.int32, size)
+            fault = suffix_array_fault(tokens, suffixes)
+            if fault is not None:
+                raise _Damaged(fault)
         except _Damaged as exc:
             self._report(f"{folder / 'suffixes.npy'}: damaged ({exc}); rebuilt from the tokens")
             suffixes = reversed_suffix_array(np.asarray(tokens))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ from ..app.memory_store import MemoryStore
 from ..app.plan import vocabulary_file
 from ..config.paths import user_path
 from ..config.resolve import resolve_settings
-from ..errors import InputError
+from ..errors import InputError, LocalspecError
 from ..models.compat import check_file
 from ..runtime.model import Vocabulary
 from ..textin import decode_bytes, replaced_warning
@@ -136,9 +137,11 @@ def clear_command(yes: bool) -> None:
     if not stores:
         click.echo("the memory is already empty", err=True)
         return
-    if not yes and not _agreed(f"empty {len(stores)} memor{'ies' if len(stores) != 1 else 'y'} in {memory_root()}?"):
-        click.echo("nothing cleared", err=True)
-        return
+    if not yes:
+        if not _at_a_terminal():
+            raise InputError("memory clear asks before emptying the memory: give --yes where no one can answer")
+        if not _agreed(f"empty {len(stores)} memor{'ies' if len(stores) != 1 else 'y'} in {memory_root()}?"):
+            raise LocalspecError("nothing cleared")
     for store in stores:
         store.clear()
     click.echo("the memory is empty", err=True)
@@ -179,6 +182,11 @@ def _file_tag(path: Path) -> str:
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
     """Whether `tag` is one of the file tags `prefixes`, or the tag of a file under one of those folders."""
     return tag is not None and any(tag == prefix or tag.startswith(prefix.rstrip("/") + "/") for prefix in prefixes)
+
+
+def _at_a_terminal() -> bool:
+    """Whether someone can answer a question: stdin is a terminal."""
+    return sys.stdin is not None and sys.stdin.isatty()
 
 
 def _agreed(question: str) -> bool:

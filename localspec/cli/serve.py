@@ -22,7 +22,9 @@ from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_opti
 
 @click.command()
 @PROFILE_OPTION
-@setting_options()
+@setting_options(exclude=("speculative.memory",))
+@click.option("--memory/--no-memory", "memory", default=None,
+              help="Keep a memory of what each API key's requests wrote, to draft from (off unless given).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told otherwise).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY",
@@ -30,7 +32,8 @@ from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_opti
 @click.option("--queue", "queue_size", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Requests that may wait while one generates; more get 429.")
 @VERBOSE_OPTION
-def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_size: int, verbose: bool, **options: Any) -> None:
+def serve(profile: str | None, memory: bool | None, host: str, port: int, api_key: str | None, queue_size: int,
+          verbose: bool, **options: Any) -> None:
     """Serve the profile's models over an OpenAI-compatible API (/v1/chat/completions, /v1/completions).
 
     Settings in a request (temperature, top_p, max_tokens, stop, seed, draft_max,
@@ -47,11 +50,13 @@ def serve(profile: str | None, host: str, port: int, api_key: str | None, queue_
     """
     api_key = _checked_api_key(api_key)
     flags = setting_flags(options)
+    if memory is not None:
+        flags["speculative.memory"] = memory
     plan = resolve_plan(profile, flags, verbose=verbose)
     if plan.generation.max_tokens == 0:  # every request without max_tokens would get an empty reply
         raise click.BadParameter("must be at least 1 to serve (as a request's max_tokens)",
                                  param_hint="--max-tokens / sampling.max_tokens")
-    memory_owner = serve_owner(api_key) if flags.get("speculative.memory") else None
+    memory_owner = serve_owner(api_key) if memory else None  # never from a profile: the operator turns it on
     model_id = plan.profile_name or plan.target.path.stem
     listener = _bind(host, port)  # before loading: a taken port is one line, not a load and then uvicorn's error
     port = listener.getsockname()[1]

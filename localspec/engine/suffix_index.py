@@ -73,6 +73,36 @@ def reversed_suffix_array(tokens: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(pydivsufsort.divsufsort(np.ascontiguousarray(ranks[::-1])), dtype=np.int32)
 
 
+def suffix_array_fault(tokens: np.ndarray, suffix_array: np.ndarray, samples: int = 64, depth: int = 64) -> str | None:
+    """What is wrong with `suffix_array` as `reversed_suffix_array(tokens)`, judged from `samples` pairs of
+    neighbouring entries spread over it (each in range, distinct, and in order over `depth` tokens), or None.
+
+    A cheap check for opening a memory-mapped index (a few thousand reads): an
+    array overwritten or truncated to other contents fails it; a few wrong
+    entries may pass (their lookups then propose wrong drafts, or raise IndexError).
+    """
+    size = len(tokens)
+    if size < 2:
+        return None
+    text = memoryview(np.ascontiguousarray(tokens))
+    for i in np.unique(np.linspace(0, size - 2, num=min(samples, size - 1)).astype(np.int64)):
+        a, b = int(suffix_array[i]), int(suffix_array[i + 1])
+        if not (0 <= a < size and 0 <= b < size) or a == b:
+            return f"entry {i} or {i + 1} is out of range or repeated"
+        # Entry s reads the text backwards from position size-1-s; ranks order like the token ids.
+        for offset in range(depth):
+            if a + offset >= size or b + offset >= size:
+                if b + offset >= size and a + offset < size:
+                    return f"entries {i} and {i + 1} are out of order"
+                break
+            x, y = text[size - 1 - a - offset], text[size - 1 - b - offset]
+            if x != y:
+                if x > y:
+                    return f"entries {i} and {i + 1} are out of order"
+                break
+    return None
+
+
 def _dense_ranks(tokens: np.ndarray) -> np.ndarray:
     """Each token's rank among the distinct tokens (order kept), as narrow as they fit.
 
