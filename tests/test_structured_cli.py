@@ -55,6 +55,8 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
     (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
+    # llguidance's position would be in the grammar's Lark conversion, not the file: left out
+    (OutputFormat("grammar", 'root ::= x\nx ::= "a"{3,1}\n', "g.gbnf"), ["g.gbnf: range end must be >= start"]),
 ])
 def test_an_invalid_format_is_one_line_naming_llguidances_message(fmt: OutputFormat, fragments: list[str]) -> None:
     with pytest.raises(InputError) as raised:
@@ -156,6 +158,19 @@ def test_a_regex_holds_the_output_and_warnings_reach_stderr(tiny_args: list[str]
     assert "warning" not in run_tiny(tiny_args, "--json-schema", enforced, "--max-tokens", "4").stderr
 
 
+@pytest.mark.parametrize("name, grammar", [
+    ("answer.lark", 'start: ANSWER "!"\nANSWER: "yes" | "no"\n'),
+    ("answer.gbnf", 'root ::= answer "!"\nanswer ::= "yes" | "no"\n'),  # converted to Lark
+])
+def test_a_grammar_file_holds_the_output(tiny_args: list[str], tmp_path: Path, name: str, grammar: str) -> None:
+    path = tmp_path / name
+    path.write_text(grammar, encoding="utf-8")
+    for extra in ([], ["--no-speculative"], ["--temperature", "1", "--seed", "3"]):
+        result = run_tiny(tiny_args, "--grammar", str(path), "--max-tokens", "10", *extra)
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout in ("yes!", "no!"), result.stdout
+
+
 def test_output_held_to_a_format_gets_a_longer_budget_unless_one_is_given(tiny_args: list[str]) -> None:
     """Cut short, structured output is no use: without --max-tokens it gets STRUCTURED_MAX_TOKENS, free text
     FREE_TEXT_MAX_TOKENS; a budget given is kept either way (here in a serve request too)."""
@@ -209,6 +224,18 @@ def test_chat_format_command_sets_shows_and_clears_the_format(tiny_profile: str,
     assert lines[-1].startswith("(format: off;")
     (reply,) = stored_replies()
     jsonschema.validate(json.loads(reply), SCHEMA)
+
+
+def test_chat_format_grammar_regex_and_json_hold_the_replies_that_follow(tiny_profile: str, tmp_path: Path) -> None:
+    grammar = tmp_path / "answer.lark"
+    grammar.write_text('start: ("yes" | "no") "!"\n', encoding="utf-8")
+    result = chat(f"/format grammar {grammar}\nthe cat\n/format regex (red|blue)\\.\nthe dog\n/format json\nthe bird\n")
+    assert result.exit_code == 0, result.stderr
+    held, regex, as_json = stored_replies()
+    assert held in ("yes!", "no!") and regex in ("red.", "blue.")
+    assert as_json.startswith("{")  # a JSON object, whole or (random weights ramble in a string) said to be cut short
+    cut_short = "(reply output cut short by max_tokens or the context (stop reason length): it may not match the format)"
+    assert cut_short in result.stderr.splitlines() or isinstance(json.loads(as_json), dict)
 
 
 def test_chat_set_shows_the_budget_the_format_gives(tiny_profile: str) -> None:

@@ -171,9 +171,11 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     else:
         grammar = LLMatcher.grammar_from_regex(fmt.source)
     is_error, messages = check if check is not None else LLMatcher.validate_grammar_with_warnings(grammar)
+    # Positions in a GBNF file's messages would point into its Lark conversion, not the file: dropped.
+    kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
     if is_error:
-        raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', fmt.kind)}")
-    warnings = tuple(f"{_name(fmt)}: {_one_line(message, fmt.kind)} (not enforced: the output may not satisfy it)"
+        raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', kind)}")
+    warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
                      for message in messages)
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
 
@@ -452,7 +454,8 @@ def _one_line(message: str, kind: str) -> str:
     """llguidance's message as one line: its first line, with the `error: ...` detail of a regex error appended.
 
     Positions `at 3(7): ` become `line 3, column 7: ` in a grammar; for a regex
-    they point into the grammar llguidance wraps it in, so they are dropped.
+    they point into the grammar llguidance wraps it in, and for a GBNF grammar
+    (kind "converted") into its Lark conversion, so they are dropped.
     """
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     if not lines:
