@@ -218,6 +218,10 @@ def test_a_hybrids_draft_model_waits_to_read_a_long_prompt_while_lookups_draft_t
     # A new generation starts with nothing known of its lookups.
     hybrid.begin(prompt, read_later=True)
     assert hybrid.ready_to_read([*prompt, 299, 5], 2, 100) and model_length.shares[-1] == 1.0
+    # A fixed draft length weighs nothing: its model reads after the first token, lookup or not.
+    fixed = HybridDrafter(NGramDrafter(2, 4), ModelDrafter(draft, SAMPLED, length=FixedLength(4)))
+    fixed.begin(prompt, read_later=True)
+    assert fixed.ready_to_read([*prompt, 260], 1, 100) and fixed.ready_to_read(copying, 2, 100)
 
 
 def test_hybrid_retries_a_declined_lookup_less_often_while_its_retries_are_rejected(models) -> None:

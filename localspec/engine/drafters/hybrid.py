@@ -73,12 +73,14 @@ class HybridDrafter:
         self._recent_made = self._recent_from_lookups = 0.0
 
     def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
-        """Whether the draft model should read the prompt now: not before the second token, not while a
-        lookup is expected to draft this pass anyway (at least one token kept), and after that only for the
-        share of the tokens to come that lookups have lately not drafted (a copying answer may never need
-        the draft model)."""
+        """Whether the draft model should read the prompt now. With an adaptive length: not before the second
+        token, not while a lookup is expected to draft this pass anyway (at least one token kept), and after
+        that only for the share of the tokens to come that lookups have lately not drafted (a copying answer
+        may never need the draft model); with a fixed one, after the first token."""
         if self.by_model is None:
             return True
+        if not isinstance(self.by_model.length, AdaptiveLength):  # nothing measured to weigh: read after the first token
+            return self.by_model.ready_to_read(context, n_generated, budget_left)
         if n_generated < _TOKENS_BEFORE_READING:
             return False
         lookup_drafts_now = any(side is not None and side.expected_kept(context) >= _LOOKUP_COVERS
