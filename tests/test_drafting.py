@@ -218,6 +218,14 @@ def test_a_hybrids_draft_model_waits_to_read_a_long_prompt_while_lookups_draft_t
     # A new generation starts with nothing known of its lookups.
     hybrid.begin(prompt, read_later=True)
     assert hybrid.ready_to_read([*prompt, 299, 5], 2, 100) and model_length.shares[-1] == 1.0
+    # Under a grammar, lookups are cut short and answers are short: the reading is not put off to the second token.
+    hybrid.begin(prompt, read_later=True)
+    from localspec.engine.constraint import TokenGrammar
+    from localspec.engine.grammar import OutputFormat, compile_format
+
+    grammar = TokenGrammar.start(draft, compile_format(OutputFormat("regex", ".*")).grammar)
+    hybrid.propose([*prompt, 299], 4, StreamSampler(np.random.default_rng(0)), 0, grammar=grammar)
+    assert hybrid.ready_to_read([*prompt, 299, 5], 1, 100)
     # A fixed draft length weighs nothing: its model reads after the first token, lookup or not.
     fixed = HybridDrafter(NGramDrafter(2, 4), ModelDrafter(draft, SAMPLED, length=FixedLength(4)))
     fixed.begin(prompt, read_later=True)

@@ -46,7 +46,8 @@ _MAX_BACKOFF = 4  # each retry that lost its first token doubles the wait, up to
 _LOOKUP_COVERS = 1.0
 _RECENT_DECAY = 0.9
 # Nor does it read before this many tokens are out: the first rarely continues the prompt even in an
-# answer that copies it (a lookup needs the tail of two), and a pass without drafts costs one token's saving.
+# answer that copies it (a lookup needs the tail of two), and a pass without drafts costs one token's saving
+# (not waited for under a grammar: its short answers weigh a pass more, and lookups are cut short there).
 _TOKENS_BEFORE_READING = 2
 
 
@@ -62,6 +63,7 @@ class HybridDrafter:
         # Tokens of this generation's recent passes (older passes weighing less), and of those the draft
         # tokens lookups had kept: what a draft model that has yet to read the prompt could still speed up.
         self._recent_made = self._recent_from_lookups = 0.0
+        self._held_to_a_grammar = False  # the last pass drafted under a grammar (lookups are cut short there)
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
@@ -74,14 +76,14 @@ class HybridDrafter:
 
     def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
         """Whether the draft model should read the prompt now. With an adaptive length: not before the second
-        token, not while a lookup is expected to draft this pass anyway (at least one token kept), and after
+        token (unless held to a grammar), not while a lookup is expected to draft this pass anyway (at least one token kept), and after
         that only for the share of the tokens to come that lookups have lately not drafted (a copying answer
         may never need the draft model); with a fixed one, after the first token."""
         if self.by_model is None:
             return True
         if not isinstance(self.by_model.length, AdaptiveLength):  # nothing measured to weigh: read after the first token
             return self.by_model.ready_to_read(context, n_generated, budget_left)
-        if n_generated < _TOKENS_BEFORE_READING:
+        if n_generated < _TOKENS_BEFORE_READING and not self._held_to_a_grammar:
             return False
         lookup_drafts_now = any(side is not None and side.expected_kept(context) >= _LOOKUP_COVERS
                                 for side in (self.lookup, self.memory))
@@ -97,6 +99,7 @@ class HybridDrafter:
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
         grammar: TokenGrammar | None = None,
     ) -> Draft:
+        self._held_to_a_grammar = grammar is not None
         model_drafts = self.by_model is not None and not self.by_model.waiting
         shortest = _SHORTEST_LOOKUP_UNDER_A_GRAMMAR if grammar is not None and model_drafts else 1
         for side in (self.lookup, self.memory):
