@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.engine.draft_length import AdaptiveLength, FixedLength
+from localspec.engine.draft_length import AdaptiveLength, FixedLength, LearnedLengths
 
 
 def true_rate(k: int, alpha: float, draft_cost: float, a: float, b: float) -> float:
@@ -222,6 +222,28 @@ def test_a_long_prompt_is_read_by_the_draft_model_only_where_the_drafts_will_pay
     assert poor.saving_per_token() == 0.0
     assert not poor.worth_reading(500, 1, budget_left=2000)
     assert poor.worth_reading(20, 1, budget_left=2000)
+
+
+def test_a_temperature_band_with_nothing_saved_starts_from_the_nearest_bands_acceptance() -> None:
+    kept, lost = AdaptiveLength(), AdaptiveLength()
+    for _ in range(50):
+        kept.observe(6, 6, 0.01)
+        lost.observe(6, 1, 0.01)
+    learned = LearnedLengths({}, {"model/coupled/greedy": kept.acceptance_counts(),
+                                  "model/coupled/high/constrained": lost.acceptance_counts()})
+    medium = learned.controller("model", "coupled", 0.8)
+    assert medium.reached == pytest.approx([count * 0.25 for count in kept.reached])
+    assert medium.overall_acceptance() > 0.95 > AdaptiveLength().overall_acceptance()
+    assert learned.controller("model", "coupled", 0.0).reached == kept.reached  # its own band, as saved
+    # Only the same side, verification and constraint lend: a constrained band borrows the constrained one.
+    assert learned.controller("model", "coupled", 0.3, constrained=True).overall_acceptance() < 0.6 < AdaptiveLength().overall_acceptance()
+    for side, verify in (("ngram2", "coupled"), ("model", "rejection")):
+        assert learned.controller(side, verify, 0.8).reached == AdaptiveLength().reached
+    # What it learns is saved under its own band; the band it borrowed from is kept as it was.
+    medium.plan(8)
+    medium.observe(3, 0, 0.01)
+    assert learned.acceptance()["model/coupled/greedy"] == kept.acceptance_counts()
+    assert learned.acceptance()["model/coupled/medium"]["reached"][0] == pytest.approx(kept.reached[0] * 0.25 * 0.98 + 1)
 
 
 def test_the_reading_cost_is_saved_and_restored_with_the_other_costs() -> None:
