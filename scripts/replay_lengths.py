@@ -13,12 +13,18 @@ It then measures this machine's costs once (a target pass of n tokens for every 
 the policies use; a draft step; a pass's first draft step, which evaluates two
 tokens), and replays every policy on the recorded paths against those costs: each
 fixed length, and `AdaptiveLength` (the `model` side of the defaults) warm (its
-second round over the prompts) and cold (from its priors on every prompt).
+second round over the prompts) and from a new start on every prompt: from its
+priors alone; with the costs known (as in a new temperature band on a machine
+it has run on); and, with two temperatures or more, also with the acceptance
+borrowed from the nearest other temperature's warm controller, as
+`LearnedLengths` starts a new band.
 
 Wall-clock benchmarks on a shared machine move by more than the few percent that
 separate these policies; a replay does not. What it leaves out is what its cost
-model leaves out (Python's share of a pass, a few percent), and a quantized draft's
-batched reading may round a draw differently from its one-token steps.
+model leaves out (Python's share of a pass, a few percent; a pass that drafts
+nothing is charged no catch-up for the draft model; a draft is not cut at an
+end-of-generation token), and a quantized draft's batched reading may round a
+draw differently from its one-token steps.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import numpy as np
 from localspec.app.bench import BENCH_PROMPTS, read_prompts
 from localspec.app.plan import resolve
 from localspec.app.session import Session, open_session
-from localspec.engine.draft_length import AdaptiveLength
+from localspec.engine.draft_length import BORROWED_WEIGHT, AdaptiveLength
 from localspec.engine.sampling import Confidence, CoupledSampler, next_token_probs
 from localspec.errors import InputError
 from localspec.settings import ADAPTIVE_DRAFT_LIMIT, GenerationSettings
@@ -46,7 +52,7 @@ TIMING_REPEATS = 7  # median of this many timings per cost
 
 
 @dataclass
-class Path_:
+class RecordedPath:
     """A target-only output and, at each of its positions, the draft model's draw and its probability of it."""
 
     output: list[int]
@@ -74,7 +80,7 @@ class Costs:
         return drafting + self.verify[k + 1]
 
 
-def record_path(session: Session, prompt: list[int], settings: GenerationSettings) -> Path_:
+def record_path(session: Session, prompt: list[int], settings: GenerationSettings) -> RecordedPath:
     generation = session.generation(prompt, settings, speculative=False)
     for _ in generation:
         pass
@@ -89,7 +95,7 @@ def record_path(session: Session, prompt: list[int], settings: GenerationSetting
             next_token_probs(row, settings.sampling), position)
         drafted.append(token)
         confidence.append(Confidence(row)[token])
-    return Path_(output, drafted, confidence)
+    return RecordedPath(output, drafted, confidence)
 
 
 def _median_seconds(run: Callable[[], object]) -> float:
@@ -122,7 +128,7 @@ def measure_costs(session: Session, context: list[int], largest: int) -> Costs:
     return Costs(verify, draft_step=_median_seconds(step(1)), first_step=_median_seconds(step(2)))
 
 
-def replay_fixed(paths: list[Path_], costs: Costs, k: int) -> tuple[float, int]:
+def replay_fixed(paths: list[RecordedPath], costs: Costs, k: int) -> tuple[float, int]:
     """(tokens per second, passes) drafting `k` a pass."""
     seconds, passes = 0.0, 0
     for path in paths:
@@ -135,15 +141,16 @@ def replay_fixed(paths: list[Path_], costs: Costs, k: int) -> tuple[float, int]:
     return sum(len(path.output) for path in paths) / seconds, passes
 
 
-def replay_adaptive(paths: list[Path_], costs: Costs, cold: bool) -> tuple[float, int]:
-    """(tokens per second, passes) of the adaptive controller: warm (its second round over the paths, the first
-    one learning) or cold (a new controller for every path)."""
+def replay_adaptive(paths: list[RecordedPath], costs: Costs,
+                    new_start: Callable[[], AdaptiveLength] | None = None) -> tuple[float, AdaptiveLength]:
+    """(tokens per second, the controller) of the adaptive controller: warm (one controller, its second round
+    over the paths measured, the first one learning), or, given `new_start`, a controller it makes for every path."""
     controller = AdaptiveLength()
-    for round_number in range(1 if cold else 2):
+    for round_number in range(1 if new_start else 2):
         seconds, passes = 0.0, 0
         for path in paths:
-            if cold:
-                controller = AdaptiveLength()
+            if new_start:
+                controller = new_start()
             position = 0
             while position < len(path.output):
                 room = len(path.output) - position - 1
@@ -160,7 +167,28 @@ def replay_adaptive(paths: list[Path_], costs: Costs, cold: bool) -> tuple[float
                 seconds += costs.pass_cost(drafts)
                 position += kept + 1
                 passes += 1
-    return sum(len(path.output) for path in paths) / seconds, passes
+    return sum(len(path.output) for path in paths) / seconds, controller
+
+
+def borrowed_start(donor: AdaptiveLength) -> Callable[[], AdaptiveLength]:
+    """New controllers as `LearnedLengths` starts a new temperature band: the donor's costs, and its acceptance at
+    the weight a borrowed band gets."""
+    def new() -> AdaptiveLength:
+        controller = AdaptiveLength()
+        controller.restore_costs(donor.costs())
+        controller.restore_acceptance({name: [count * BORROWED_WEIGHT for count in counts]
+                                       for name, counts in donor.acceptance_counts().items()})
+        return controller
+    return new
+
+
+def costs_known(donor: AdaptiveLength) -> Callable[[], AdaptiveLength]:
+    """New controllers with the donor's costs and the priors' acceptance."""
+    def new() -> AdaptiveLength:
+        controller = AdaptiveLength()
+        controller.restore_costs(donor.costs())
+        return controller
+    return new
 
 
 def main() -> None:
@@ -198,18 +226,25 @@ def main() -> None:
         costs = measure_costs(session, prompts[0], ADAPTIVE_DRAFT_LIMIT + 1)
         report["costs_ms"] = {"draft_step": costs.draft_step * 1000, "first_draft_step": costs.first_step * 1000,
                               "verify": {n: seconds * 1000 for n, seconds in costs.verify.items()}}
+        paths = {}
         for temperature in temperatures:
             sampling = dataclasses.replace(plan.generation.sampling, temperature=temperature)
             settings = dataclasses.replace(plan.generation, sampling=sampling)
-            paths = [record_path(session, prompt, settings) for prompt in prompts]
-            agreement = sum(a == b for p in paths for a, b in zip(p.output, p.drafted)) / max(1, sum(len(p.output) for p in paths))
-            rows = {f"fixed {k}": replay_fixed(paths, costs, k) for k in fixed}
-            rows["adaptive (warm)"] = replay_adaptive(paths, costs, cold=False)
-            rows["adaptive (cold)"] = replay_adaptive(paths, costs, cold=True)
-            best = max(rate for name, (rate, _) in rows.items() if name.startswith("fixed"))
-            report[f"T={temperature:g}"] = {"draft_agrees": agreement, "policies": {
-                name: {"tokens_per_second": rate, "passes": passes, "of_best_fixed": rate / best}
-                for name, (rate, passes) in rows.items()}}
+            paths[temperature] = [record_path(session, prompt, settings) for prompt in prompts]
+    warm = {temperature: replay_adaptive(paths[temperature], costs) for temperature in temperatures}
+    for temperature in temperatures:
+        ours = paths[temperature]
+        agreement = sum(a == b for p in ours for a, b in zip(p.output, p.drafted)) / max(1, sum(len(p.output) for p in ours))
+        rows = {f"fixed {k}": replay_fixed(ours, costs, k)[0] for k in fixed}
+        rows["adaptive (warm)"] = warm[temperature][0]
+        rows["adaptive (priors)"] = replay_adaptive(ours, costs, AdaptiveLength)[0]
+        rows["adaptive (costs known)"] = replay_adaptive(ours, costs, costs_known(warm[temperature][1]))[0]
+        others = sorted((t for t in temperatures if t != temperature), key=lambda t: abs(t - temperature))
+        if others:
+            rows["adaptive (borrowed)"] = replay_adaptive(ours, costs, borrowed_start(warm[others[0]][1]))[0]
+        best = max(rate for name, rate in rows.items() if name.startswith("fixed"))
+        report[f"T={temperature:g}"] = {"draft_agrees": agreement, "policies": {
+            name: {"tokens_per_second": rate, "of_best_fixed": rate / best} for name, rate in rows.items()}}
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -219,8 +254,7 @@ def main() -> None:
         if key.startswith("T="):
             print(f"\n{key} (draft's draw equals the target's at {value['draft_agrees']:.1%} of positions)")
             for name, row in value["policies"].items():
-                print(f"  {name:<17} {row['tokens_per_second']:6.1f} tok/s  {row['passes']:4} passes  "
-                      f"{row['of_best_fixed']:.3f} of the best fixed length")
+                print(f"  {name:<22} {row['tokens_per_second']:6.1f} tok/s  {row['of_best_fixed']:.3f} of the best fixed length")
 
 
 if __name__ == "__main__":

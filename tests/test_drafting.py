@@ -206,16 +206,21 @@ def test_a_hybrids_draft_model_waits_to_read_a_long_prompt_while_lookups_draft_t
     # The answer's tail occurs in the prompt: a lookup drafts this pass, so reading would save nothing now.
     copying = [*prompt, 260, 261]
     assert lookup.expected_kept(copying) >= 1
-    assert not hybrid.ready_to_read(copying, 2, 100) and model_length.shares == [0.0]
+    assert not hybrid.ready_to_read(copying, 2, 100) and model_length.shares == []  # (the model is not even asked)
+    model_length.read_cost, cost = 1e-9, model_length.read_cost  # however cheap the reading
+    assert not hybrid.ready_to_read(copying, 2, 100)
+    model_length.read_cost = cost
     # Nothing to look up, and nothing drafted by lookups yet: the whole saving counts, and the reading pays.
     assert hybrid.ready_to_read([*prompt, 299, 5], 2, 100) and model_length.shares[-1] == 1.0
     # After lookups kept 9 of the last 10 tokens, only the rest counts; here too little to pay for the reading.
     hybrid.propose(copying, 9, StreamSampler(np.random.default_rng(0)), 2)
     assert hybrid._last is lookup
     hybrid.observe(9, 9, 0.02)
-    assert not hybrid.ready_to_read([*prompt, 299, 5], 12, 100)
-    assert model_length.shares[-1] == pytest.approx(2 / 11)
+    made = [*copying, *range(262, 271), 5]  # the 9 drafts kept and the target's own token, not from the prompt
+    assert not hybrid.ready_to_read(made, 12, 100)
+    assert model_length.shares[-1] == pytest.approx(1 / 11)  # all 10 of that pass's tokens came without the model
     # A new generation starts with nothing known of its lookups.
+    model_length.made_unread = 0
     hybrid.begin(prompt, read_later=True)
     assert hybrid.ready_to_read([*prompt, 299, 5], 2, 100) and model_length.shares[-1] == 1.0
     # Under a grammar, lookups are cut short and answers are short: the reading is not put off to the second token.

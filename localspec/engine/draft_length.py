@@ -448,8 +448,9 @@ def _count(value: Any) -> float:
 
 TEMPERATURE_BANDS = ("greedy", "low", "medium", "high")
 # A band with no acceptance of its own starts from the nearest band's counts, at this weight: a pair that
-# agrees at one temperature mostly agrees at the next (replayed on the demo pair, 4% faster than the priors).
-_BORROWED_WEIGHT = 0.25
+# agrees at one temperature mostly agrees at the next (the demo pair's draft model, replayed by
+# scripts/replay_lengths.py: 3-7% faster than starting from the priors with the costs known).
+BORROWED_WEIGHT = 0.25
 
 
 def temperature_band(temperature: float) -> str:
@@ -467,8 +468,9 @@ class LearnedLengths:
     the saved side that measured most). A new controller starts
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
     of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added
-    under a grammar); a saved entry that does not fit is ignored and the controller
-    starts from its priors.
+    under a grammar); a saved entry that does not fit is ignored. A key with no acceptance of its own starts
+    from the nearest temperature band's of the same side, verification and constraint (`BORROWED_WEIGHT`),
+    else from the priors.
     """
 
     def __init__(self, saved_costs: dict[str, Any] | None = None, saved_acceptance: dict[str, Any] | None = None) -> None:
@@ -517,7 +519,7 @@ class LearnedLengths:
 
     def _borrow_acceptance(self, controller: AdaptiveLength, acceptance_key: str) -> None:
         """Start `controller` from the acceptance saved for the nearest other temperature band of the same side,
-        verification and constraint, its counts weighing `_BORROWED_WEIGHT` as much (its priors where none fits)."""
+        verification and constraint, its counts weighing `BORROWED_WEIGHT` as much (its priors where none fits)."""
         side, verify, band, *constrained = acceptance_key.split("/")
         here = TEMPERATURE_BANDS.index(band)
         for other in sorted(TEMPERATURE_BANDS, key=lambda name: abs(TEMPERATURE_BANDS.index(name) - here)):
@@ -525,7 +527,7 @@ class LearnedLengths:
             if other == band or state is None:
                 continue
             try:
-                controller.restore_acceptance({name: [float(count) * _BORROWED_WEIGHT for count in counts]
+                controller.restore_acceptance({name: [float(count) * BORROWED_WEIGHT for count in counts]
                                                for name, counts in state.items()})
                 return
             except (ValueError, TypeError, KeyError, AttributeError, OverflowError):

@@ -27,7 +27,8 @@ from .textstream import TextStream
 # A draft model that has at least this many prompt tokens still to read reads them after the
 # first token at the earliest (about 3 ms a token for the demo draft): a first pass without a draft
 # costs a pass's worth of drafted tokens, less than the wait it spares the first token. A long prompt
-# may be read later, or not at all (`ModelDrafter.ready_to_read`).
+# may be read later, or not at all (`ModelDrafter.ready_to_read`; `HybridDrafter.ready_to_read` also
+# waits while lookups draft).
 READ_AFTER_FIRST_TOKEN = 16
 
 

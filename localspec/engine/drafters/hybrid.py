@@ -10,10 +10,10 @@ short one), the draft model's from its controller, both over the same
 measured verify costs. Under a grammar a lookup must keep at least a few tokens
 after the grammar's cut to be used instead of the draft model (any lookup beats
 no draft at all: without a draft model, or while it has still to read the
-prompt, see `Generation`; a draft model that has a long prompt to read waits
-while lookups draft, and reads only where the tokens lookups have not drafted
-lately would pay for the reading, so an answer that copies its prompt is not
-slowed by it: `ready_to_read`). The choice is made per pass before
+prompt, see `Generation`). A draft model with a long prompt still to read waits
+while lookups draft, and reads only where the saving on what lookups have lately
+not drafted pays for the reading (`ready_to_read`): an answer that copies its
+prompt is not slowed by a reading it does not need. The choice is made per pass before
 anything is drafted, from the context, the grammar's state, the memory
 (unchanged during a generation) and what earlier passes measured, never from
 the draws to come, so each pass is exactly one of them: a deterministic lookup
@@ -43,7 +43,7 @@ _MAX_BACKOFF = 4  # each retry that lost its first token doubles the wait, up to
 # A draft model that has yet to read the prompt waits while a lookup is expected to keep this many
 # tokens of this pass's draft, and weighs what reading would save by the share of recent tokens lookups
 # did not draft, each pass weighing this much less than the next.
-_LOOKUP_COVERS = 1.0
+_KEPT_BY_A_LOOKUP_THAT_DRAFTS = 1.0
 _RECENT_DECAY = 0.9
 # Nor does it read before this many tokens are out: the first rarely continues the prompt even in an
 # answer that copies it (a lookup needs the tail of two), and a pass without drafts costs one token's saving
@@ -63,7 +63,7 @@ class HybridDrafter:
         # Tokens of this generation's recent passes (older passes weighing less), and of those the draft
         # tokens lookups had kept: what a draft model that has yet to read the prompt could still speed up.
         self._recent_made = self._recent_from_lookups = 0.0
-        self._held_to_a_grammar = False  # the last pass drafted under a grammar (lookups are cut short there)
+        self._held_to_a_grammar = False  # this generation drafts under a grammar (lookups are cut short there)
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
@@ -73,23 +73,32 @@ class HybridDrafter:
             if side is not None:
                 side.begin(prompt_tokens, read_later)
         self._recent_made = self._recent_from_lookups = 0.0
+        self._held_to_a_grammar = False  # (known from the first pass's `propose`)
 
     def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
-        """Whether the draft model should read the prompt now. With an adaptive length: not before the second
-        token (unless held to a grammar), not while a lookup is expected to draft this pass anyway (at least one token kept), and after
-        that only for the share of the tokens to come that lookups have lately not drafted (a copying answer
-        may never need the draft model); with a fixed one, after the first token."""
+        """Whether the draft model should read the prompt now.
+
+        With a fixed length: after the first token. With an adaptive one, without a grammar: not before
+        the second token, not while a lookup is expected to keep a token of this pass's draft, and then
+        only where the saving on the share of recent tokens lookups did not draft pays for the reading
+        (a copying answer may never need the draft model). Under a grammar lookups are cut short, so
+        only the cost of the reading is weighed, after the first token.
+        """
         if self.by_model is None:
             return True
         if not isinstance(self.by_model.length, AdaptiveLength):  # nothing measured to weigh: read after the first token
             return self.by_model.ready_to_read(context, n_generated, budget_left)
-        if n_generated < _TOKENS_BEFORE_READING and not self._held_to_a_grammar:
+        if self._held_to_a_grammar:
+            return self.by_model.ready_to_read(context, n_generated, budget_left)
+        if n_generated < _TOKENS_BEFORE_READING or self._lookup_drafts(context):
             return False
-        lookup_drafts_now = any(side is not None and side.expected_kept(context) >= _LOOKUP_COVERS
-                                for side in (self.lookup, self.memory))
         uncovered = (self._recent_made - self._recent_from_lookups + 1) / (self._recent_made + 1)
-        return self.by_model.ready_to_read(context, n_generated, budget_left,
-                                           uncovered_share=0.0 if lookup_drafts_now else uncovered)
+        return self.by_model.ready_to_read(context, n_generated, budget_left, uncovered_share=uncovered)
+
+    def _lookup_drafts(self, context: Sequence[int]) -> bool:
+        """Whether a lookup (the context's, or the memory's) is expected to keep a token of a draft here."""
+        return any(side is not None and side.expected_kept(context) >= _KEPT_BY_A_LOOKUP_THAT_DRAFTS
+                   for side in (self.lookup, self.memory))
 
     def read(self, context: Sequence[int]) -> None:
         if self.by_model is not None:
@@ -137,7 +146,8 @@ class HybridDrafter:
         return self._retrying
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
-        from_lookup = n_accepted if self._last is not self.by_model else 0
+        # A lookup pass that kept drafts made all its tokens, the target's own last one too, without the model.
+        from_lookup = n_accepted + 1 if self._last is not self.by_model and n_accepted else 0
         self._recent_made = self._recent_made * _RECENT_DECAY + n_accepted + 1
         self._recent_from_lookups = self._recent_from_lookups * _RECENT_DECAY + from_lookup
         if self._last is None:

@@ -116,8 +116,11 @@ class MemoryDrafter:
     def expected_kept(self, context: Sequence[int]) -> float:
         """How many draft tokens the memory's continuation here is expected to have kept, judged without
         drafting (0 without a match; its whole continuation where the length is fixed)."""
+        started = time.perf_counter()
         proposal = self.memory.lookup(context, ADAPTIVE_DRAFT_LIMIT, min_length=self.min_match, max_length=MAX_MATCH,
                                       min_share=MIN_SHARE)
+        self.use.lookups += 1  # (a lookup like any other: counted, and timed)
+        self.use.seconds += time.perf_counter() - started
         if proposal is None:
             return 0.0
         if not isinstance(self.length, AdaptiveLength):
