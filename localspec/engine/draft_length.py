@@ -449,7 +449,7 @@ def _count(value: Any) -> float:
 TEMPERATURE_BANDS = ("greedy", "low", "medium", "high")
 # A band with no acceptance of its own starts from the nearest band's counts, at this weight: a pair that
 # agrees at one temperature mostly agrees at the next (the demo pair's draft model, replayed by
-# scripts/replay_lengths.py: 3-7% faster than starting from the priors with the costs known).
+# scripts/replay_lengths.py: 5-7% faster than starting from the priors with the costs known).
 BORROWED_WEIGHT = 0.25
 
 
