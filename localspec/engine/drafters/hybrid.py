@@ -60,8 +60,8 @@ class HybridDrafter:
         self._declined: dict[object, int] = {}  # by side: drafts passed over for the model's since its last retry
         self._fruitless: dict[object, int] = {}  # by side: retries in a row whose first token was rejected
         self._retrying = False  # the pass being verified drafts a declined lookup anyway
-        # Tokens of this generation's recent passes (older passes weighing less), and of those the draft
-        # tokens lookups had kept: what a draft model that has yet to read the prompt could still speed up.
+        # Tokens of this generation's recent passes (older passes weighing less), and of those the tokens of
+        # passes whose lookup drafts were kept: the rest is what a draft model yet to read could speed up.
         self._recent_made = self._recent_from_lookups = 0.0
         self._held_to_a_grammar = False  # this generation drafts under a grammar (lookups are cut short there)
 
@@ -86,9 +86,7 @@ class HybridDrafter:
         """
         if self.by_model is None:
             return True
-        if not isinstance(self.by_model.length, AdaptiveLength):  # nothing measured to weigh: read after the first token
-            return self.by_model.ready_to_read(context, n_generated, budget_left)
-        if self._held_to_a_grammar:
+        if not isinstance(self.by_model.length, AdaptiveLength) or self._held_to_a_grammar:
             return self.by_model.ready_to_read(context, n_generated, budget_left)
         if n_generated < _TOKENS_BEFORE_READING or self._lookup_drafts(context):
             return False

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ...settings import ADAPTIVE_DRAFT_LIMIT
 from ..constraint import TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Sampler
-from ...settings import ADAPTIVE_DRAFT_LIMIT
 from .base import NO_DRAFT, Draft
 
 # The shortest tail of the context a memory match must cover. Short matches in a large memory

@@ -17,10 +17,10 @@ import math
 import time
 from typing import Callable, Sequence
 
+from ...settings import ADAPTIVE_DRAFT_LIMIT
 from ..constraint import TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Sampler
-from ...settings import ADAPTIVE_DRAFT_LIMIT
 from .base import NO_DRAFT, Draft
 
 
