@@ -16,8 +16,8 @@ fixed length, and `AdaptiveLength` (the `model` side of the defaults) warm (its
 second round over the prompts) and from a new start on every prompt: from its
 priors alone; with the costs known (as in a new temperature band on a machine
 it has run on); and, with two temperatures or more, also with the acceptance
-borrowed from the nearest other temperature's warm controller, as
-`LearnedLengths` starts a new band.
+borrowed from the warm controller of the nearest temperature in another band,
+through `LearnedLengths` as it starts a new band.
 
 Wall-clock benchmarks on a shared machine move by more than the few percent that
 separate these policies; a replay does not. What it leaves out is what its cost
@@ -43,7 +43,11 @@ import numpy as np
 from localspec.app.bench import BENCH_PROMPTS, read_prompts
 from localspec.app.plan import resolve
 from localspec.app.session import Session, open_session
-from localspec.engine.draft_length import BORROWED_WEIGHT, AdaptiveLength
+from localspec.engine.draft_length import (
+    AdaptiveLength,
+    LearnedLengths,
+    temperature_band,
+)
 from localspec.engine.sampling import Confidence, CoupledSampler, next_token_probs
 from localspec.errors import InputError
 from localspec.settings import ADAPTIVE_DRAFT_LIMIT, GenerationSettings
@@ -170,24 +174,13 @@ def replay_adaptive(paths: list[RecordedPath], costs: Costs,
     return sum(len(path.output) for path in paths) / seconds, controller
 
 
-def borrowed_start(donor: AdaptiveLength) -> Callable[[], AdaptiveLength]:
-    """New controllers as `LearnedLengths` starts a new temperature band: the donor's costs, and its acceptance at
-    the weight a borrowed band gets."""
+def new_band_start(donor: AdaptiveLength, temperature: float, lender: float | None = None) -> Callable[[], AdaptiveLength]:
+    """New controllers as `LearnedLengths` starts a temperature band it holds no acceptance for, on a machine
+    whose costs it knows (the donor's), with the donor's acceptance saved for the band of `lender` (None: none
+    saved, so the priors')."""
     def new() -> AdaptiveLength:
-        controller = AdaptiveLength()
-        controller.restore_costs(donor.costs())
-        controller.restore_acceptance({name: [count * BORROWED_WEIGHT for count in counts]
-                                       for name, counts in donor.acceptance_counts().items()})
-        return controller
-    return new
-
-
-def costs_known(donor: AdaptiveLength) -> Callable[[], AdaptiveLength]:
-    """New controllers with the donor's costs and the priors' acceptance."""
-    def new() -> AdaptiveLength:
-        controller = AdaptiveLength()
-        controller.restore_costs(donor.costs())
-        return controller
+        saved = {} if lender is None else {f"model/coupled/{temperature_band(lender)}": donor.acceptance_counts()}
+        return LearnedLengths({"model": donor.costs()}, saved).controller("model", "coupled", temperature)
     return new
 
 
@@ -238,10 +231,12 @@ def main() -> None:
         rows = {f"fixed {k}": replay_fixed(ours, costs, k)[0] for k in fixed}
         rows["adaptive (warm)"] = warm[temperature][0]
         rows["adaptive (priors)"] = replay_adaptive(ours, costs, AdaptiveLength)[0]
-        rows["adaptive (costs known)"] = replay_adaptive(ours, costs, costs_known(warm[temperature][1]))[0]
-        others = sorted((t for t in temperatures if t != temperature), key=lambda t: abs(t - temperature))
-        if others:
-            rows["adaptive (borrowed)"] = replay_adaptive(ours, costs, borrowed_start(warm[others[0]][1]))[0]
+        rows["adaptive (costs known)"] = replay_adaptive(ours, costs, new_band_start(warm[temperature][1], temperature))[0]
+        lenders = sorted((t for t in temperatures if temperature_band(t) != temperature_band(temperature)),
+                         key=lambda t: abs(t - temperature))
+        if lenders:
+            rows["adaptive (borrowed)"] = replay_adaptive(
+                ours, costs, new_band_start(warm[lenders[0]][1], temperature, lender=lenders[0]))[0]
         best = max(rate for name, rate in rows.items() if name.startswith("fixed"))
         report[f"T={temperature:g}"] = {"draft_agrees": agreement, "policies": {
             name: {"tokens_per_second": rate, "of_best_fixed": rate / best} for name, rate in rows.items()}}

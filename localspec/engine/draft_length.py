@@ -446,11 +446,12 @@ def _count(value: Any) -> float:
     return count
 
 
+_UNFIT = (ValueError, TypeError, KeyError, AttributeError, OverflowError)  # what a saved entry that does not fit raises
 TEMPERATURE_BANDS = ("greedy", "low", "medium", "high")
 # A band with no acceptance of its own starts from the nearest band's counts, at this weight: a pair that
 # agrees at one temperature mostly agrees at the next (the demo pair's draft model, replayed by
 # scripts/replay_lengths.py: 5-7% faster than starting from the priors with the costs known).
-BORROWED_WEIGHT = 0.25
+_BORROWED_WEIGHT = 0.25
 
 
 def temperature_band(temperature: float) -> str:
@@ -469,7 +470,7 @@ class LearnedLengths:
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance
     of its key (`saved_acceptance["side/verify/band"]`, with "/constrained" added
     under a grammar); a saved entry that does not fit is ignored. A key with no acceptance of its own starts
-    from the nearest temperature band's of the same side, verification and constraint (`BORROWED_WEIGHT`),
+    from the nearest temperature band's of the same side, verification and constraint (`_BORROWED_WEIGHT`),
     else from the priors.
     """
 
@@ -487,14 +488,14 @@ class LearnedLengths:
         def measured(side: str) -> float:
             try:
                 return sum(float(weight) for _, weight in self.saved_costs[side]["verify_by_size"].values())
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            except _UNFIT:
                 return -1.0
 
         for side in sorted(self.saved_costs, key=measured, reverse=True):
             try:
                 self.verify.restore(self.saved_costs[side]["verify_by_size"], ADAPTIVE_DRAFT_LIMIT + 1)
                 return
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            except _UNFIT:
                 continue
 
     def controller(self, side: str, verify: str, temperature: float, constrained: bool = False) -> AdaptiveLength:
@@ -510,7 +511,7 @@ class LearnedLengths:
             if name in saved:
                 try:
                     restore(saved[name])
-                except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+                except _UNFIT as exc:
                     self.dropped.append(f"{name}: {exc}")
                     del saved[name]  # neither tried again nor saved back
         if acceptance_key not in self.saved_acceptance:
@@ -519,7 +520,7 @@ class LearnedLengths:
 
     def _borrow_acceptance(self, controller: AdaptiveLength, acceptance_key: str) -> None:
         """Start `controller` from the acceptance saved for the nearest other temperature band of the same side,
-        verification and constraint, its counts weighing `BORROWED_WEIGHT` as much (its priors where none fits)."""
+        verification and constraint, its counts weighing `_BORROWED_WEIGHT` as much (its priors where none fits)."""
         side, verify, band, *constrained = acceptance_key.split("/")
         here = TEMPERATURE_BANDS.index(band)
         for other in sorted(TEMPERATURE_BANDS, key=lambda name: abs(TEMPERATURE_BANDS.index(name) - here)):
@@ -527,10 +528,10 @@ class LearnedLengths:
             if other == band or state is None:
                 continue
             try:
-                controller.restore_acceptance({name: [float(count) * BORROWED_WEIGHT for count in counts]
+                controller.restore_acceptance({name: [float(count) * _BORROWED_WEIGHT for count in counts]
                                                for name, counts in state.items()})
                 return
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            except _UNFIT:
                 continue  # (dropped, with a line for --verbose, when its own band is asked for)
 
     def costs(self) -> dict[str, Any]:

@@ -98,8 +98,7 @@ class MemoryDrafter:
         or `grammar` stops it."""
         started = time.perf_counter()
         room = self.length.plan(max_tokens)
-        proposal = self.memory.lookup(context, room, min_length=self.min_match, max_length=MAX_MATCH,
-                                      min_share=MIN_SHARE) if room > 0 else None
+        proposal = self._lookup(context, room) if room > 0 else None
         self.use.lookups += 1
         self.confidences = self._worth_drafting(proposal) if proposal is not None else []
         tokens = list(proposal.tokens[: len(self.confidences)]) if proposal is not None else []
@@ -117,19 +116,19 @@ class MemoryDrafter:
         """How many draft tokens the memory's continuation here is expected to have kept, judged without
         drafting (0 without a match; its whole continuation where the length is fixed)."""
         started = time.perf_counter()
-        proposal = self.memory.lookup(context, ADAPTIVE_DRAFT_LIMIT, min_length=self.min_match, max_length=MAX_MATCH,
-                                      min_share=MIN_SHARE)
+        proposal = self._lookup(context, ADAPTIVE_DRAFT_LIMIT)
         self.use.lookups += 1  # (a lookup like any other: counted, and timed)
         self.use.seconds += time.perf_counter() - started
         if proposal is None:
             return 0.0
         if not isinstance(self.length, AdaptiveLength):
             return float(len(proposal.tokens))
-        expected, kept = 0.0, 1.0
-        for share in proposal.shares:
-            kept *= self.length.acceptance_at_confidence(confidence(share, proposal.occurrences, proposal.match_length))
-            expected += kept
-        return expected
+        return _expected_kept(self.length, [confidence(share, proposal.occurrences, proposal.match_length)
+                                            for share in proposal.shares])
+
+    def _lookup(self, context: Sequence[int], max_tokens: int) -> Proposal | None:
+        return self.memory.lookup(context, max_tokens, min_length=self.min_match, max_length=MAX_MATCH,
+                                  min_share=MIN_SHARE)
 
     def _worth_drafting(self, proposal: Proposal) -> list[float]:
         """The confidence of each of the proposal's tokens up to where one more is not worth its verify row."""
@@ -145,13 +144,18 @@ class MemoryDrafter:
         draft model's controller `by_model` (whose verify costs are measured on the same target)."""
         if not isinstance(self.length, AdaptiveLength) or not isinstance(by_model, AdaptiveLength):
             return math.inf  # nothing measured to compare with: a lookup is free, take it
-        expected, kept = 1.0, 1.0
-        for value in self.confidences:
-            kept *= self.length.acceptance_at_confidence(value)
-            expected += kept
-        return expected / by_model.verify_cost(len(self.confidences) + 1)
+        return (1 + _expected_kept(self.length, self.confidences)) / by_model.verify_cost(len(self.confidences) + 1)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         self.use.proposed += n_proposed
         self.use.accepted += n_accepted
         self.length.observe(n_proposed, n_accepted, verify_seconds)
+
+
+def _expected_kept(length: AdaptiveLength, confidences: Sequence[float]) -> float:
+    """Expected draft tokens kept of a draft whose tokens have these confidences: Σ_i Π_{j≤i} α(confidence_j)."""
+    expected, kept = 0.0, 1.0
+    for value in confidences:
+        kept *= length.acceptance_at_confidence(value)
+        expected += kept
+    return expected
