@@ -21,13 +21,16 @@ import json
 import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_llamacpp import geometric_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT_PROMPTS = ["Why is the sky blue?", "Give three tips for learning a new language.",
@@ -59,10 +62,6 @@ def run(prompt: str, max_tokens: int, temperature: float, env: dict[str, str], e
     report = json.loads(done.stdout)
     return {"wall": wall, "tokens": report["tokens"], "drafted": report["stats"]["draft_tokens_proposed"],
             "prompt_tokens": report["stats"]["prompt_tokens"]}
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def main() -> None:
