@@ -32,11 +32,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -49,7 +50,7 @@ from localspec.engine.draft_length import (
     temperature_band,
 )
 from localspec.engine.sampling import Confidence, CoupledSampler, next_token_probs
-from localspec.errors import InputError
+from localspec.errors import InputError, LocalspecError
 from localspec.settings import ADAPTIVE_DRAFT_LIMIT, GenerationSettings
 
 TIMING_REPEATS = 7  # median of this many timings per cost
@@ -142,7 +143,7 @@ def replay_fixed(paths: list[RecordedPath], costs: Costs, k: int) -> tuple[float
             seconds += costs.pass_cost(drafts)
             position += path.kept_from(position, drafts) + 1
             passes += 1
-    return sum(len(path.output) for path in paths) / seconds, passes
+    return sum(len(path.output) for path in paths) / seconds if seconds else 0.0, passes
 
 
 def replay_adaptive(paths: list[RecordedPath], costs: Costs,
@@ -171,7 +172,7 @@ def replay_adaptive(paths: list[RecordedPath], costs: Costs,
                 seconds += costs.pass_cost(drafts)
                 position += kept + 1
                 passes += 1
-    return sum(len(path.output) for path in paths) / seconds, controller
+    return sum(len(path.output) for path in paths) / seconds if seconds else 0.0, controller
 
 
 def new_band_start(donor: AdaptiveLength, temperature: float, lender: float | None = None) -> Callable[[], AdaptiveLength]:
@@ -184,38 +185,16 @@ def new_band_start(donor: AdaptiveLength, temperature: float, lender: float | No
     return new
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-p", "--profile", default=None)
-    parser.add_argument("--target", default=None, help="Target GGUF (instead of a profile's).")
-    parser.add_argument("--draft", default=None, help="Draft GGUF (instead of a profile's).")
-    parser.add_argument("--prompts", type=int, default=6, help="How many prompts (default 6).")
-    parser.add_argument("--prompts-file", default=None, help="Prompts, one a line (\\n for a line break).")
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--temperatures", default="0,0.8")
-    parser.add_argument("--fixed", default="4,6,8,10,12,16", help="Fixed draft lengths to replay (default 4,6,8,10,12,16).")
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--raw", action="store_true", help="Plain completion (for models without a chat template).")
-    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
-    args = parser.parse_args()
-    try:
-        fixed = [int(k) for k in args.fixed.split(",")]
-        temperatures = [float(t) for t in args.temperatures.split(",")]
-        texts = BENCH_PROMPTS if args.prompts_file is None else read_prompts(Path(args.prompts_file))
-    except (ValueError, InputError) as exc:
-        parser.error(str(exc))
-    if not all(1 <= k <= ADAPTIVE_DRAFT_LIMIT for k in fixed) or not all(t >= 0 for t in temperatures) or args.tokens < 2:
-        parser.error(f"fixed lengths must be 1 to {ADAPTIVE_DRAFT_LIMIT}, temperatures at least 0, --tokens at least 2")
-    flags = {"sampling.max_tokens": args.tokens, "sampling.seed": args.seed, "target.path": args.target,
-             "draft.path": args.draft, "speculative.strategy": "model", "speculative.verify": "coupled",
-             "speculative.memory": False}
+def replay(args: argparse.Namespace, flags: dict[str, object], texts: Sequence[str], fixed: list[int],
+           temperatures: list[float], parser: argparse.ArgumentParser) -> tuple[dict[str, Any], Costs]:
+    """Record the paths and costs, and replay every policy: the report, and the costs measured."""
     plan = resolve(args.profile, flags)
-    report: dict[str, object] = {}
+    report: dict[str, Any] = {}
     with open_session(plan, remember_lengths=False, memory_owner=None) as session:
         if session.draft is None:
             parser.error("the profile has no draft model to replay")
         prompts = [session.raw_prompt_tokens(text) if args.raw else
-                   session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in texts[: args.prompts]]
+                   session.chat_prompt_tokens([{"role": "user", "content": text}]) for text in texts]
         costs = measure_costs(session, prompts[0], ADAPTIVE_DRAFT_LIMIT + 1)
         report["costs_ms"] = {"draft_step": costs.draft_step * 1000, "first_draft_step": costs.first_step * 1000,
                               "verify": {n: seconds * 1000 for n, seconds in costs.verify.items()}}
@@ -239,7 +218,41 @@ def main() -> None:
                 ours, costs, new_band_start(warm[lenders[0]][1], temperature, lender=lenders[0]))[0]
         best = max(rate for name, rate in rows.items() if name.startswith("fixed"))
         report[f"T={temperature:g}"] = {"draft_agrees": agreement, "policies": {
-            name: {"tokens_per_second": rate, "of_best_fixed": rate / best} for name, rate in rows.items()}}
+            name: {"tokens_per_second": rate, "of_best_fixed": rate / best if best else 0.0} for name, rate in rows.items()}}
+    return report, costs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-p", "--profile", default=None)
+    parser.add_argument("--target", default=None, help="Target GGUF (instead of a profile's).")
+    parser.add_argument("--draft", default=None, help="Draft GGUF (instead of a profile's).")
+    parser.add_argument("--prompts", type=int, default=6, help="How many prompts (default 6).")
+    parser.add_argument("--prompts-file", default=None, help="Prompts, one a line (\\n for a line break).")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--temperatures", default="0,0.8")
+    parser.add_argument("--fixed", default="4,6,8,10,12,16", help="Fixed draft lengths to replay (default 4,6,8,10,12,16).")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--raw", action="store_true", help="Plain completion (for models without a chat template).")
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    args = parser.parse_args()
+    try:
+        fixed = [int(k) for k in args.fixed.split(",")]
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+        texts = BENCH_PROMPTS if args.prompts_file is None else read_prompts(Path(args.prompts_file))
+    except (ValueError, InputError) as exc:
+        parser.error(str(exc))
+    if (not all(1 <= k <= ADAPTIVE_DRAFT_LIMIT for k in fixed) or not all(0 <= t < math.inf for t in temperatures)
+            or args.tokens < 2 or args.prompts < 1):
+        parser.error(f"fixed lengths must be 1 to {ADAPTIVE_DRAFT_LIMIT}, temperatures finite and at least 0, "
+                     "--tokens at least 2, --prompts at least 1")
+    flags = {"sampling.max_tokens": args.tokens, "sampling.seed": args.seed, "target.path": args.target,
+             "draft.path": args.draft, "speculative.strategy": "model", "speculative.verify": "coupled",
+             "speculative.memory": False}
+    try:
+        report, costs = replay(args, flags, texts[: args.prompts], fixed, temperatures, parser)
+    except LocalspecError as exc:  # a bad profile or model file: one line
+        raise SystemExit(f"replay_lengths: {exc}") from None
     if args.json:
         print(json.dumps(report, indent=2))
         return

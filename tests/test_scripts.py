@@ -53,6 +53,29 @@ def test_replayed_lengths_keep_drafts_while_the_draft_agrees_with_the_output() -
     assert rate > 0 and controller.passes >= 2
 
 
+@pytest.mark.parametrize("bad", [["--prompts", "0"], ["--temperatures", "inf"], ["--temperatures", "nan"],
+                                 ["--fixed", "0"], ["--fixed", "x"], ["--tokens", "1"],
+                                 ["--prompts-file", "/nonexistent"]])
+def test_replay_lengths_refuses_bad_arguments_in_one_line(bad: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    replay = script_module("replay_lengths")
+    monkeypatch.setattr("sys.argv", ["replay_lengths.py", *bad])
+    with pytest.raises(SystemExit) as exit_:
+        replay.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("replay_lengths.py: error: ")
+
+
+@pytest.mark.slow  # over a third of a second: a subprocess
+def test_replay_lengths_names_a_bad_model_file_in_one_line(tmp_path: Path) -> None:
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("not a model")
+    result = run_script("replay_lengths", "--target", str(not_gguf), "--draft", str(not_gguf), timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"replay_lengths: {not_gguf}")
+
+
 @pytest.mark.slow
 def test_replay_lengths_runs_on_the_tiny_pair(tiny_pair: tuple[Path, Path]) -> None:
     target, draft = tiny_pair
