@@ -53,20 +53,6 @@ def test_replayed_lengths_keep_drafts_while_the_draft_agrees_with_the_output() -
     assert rate > 0 and controller.passes >= 2
 
 
-@pytest.mark.parametrize("bad", [["--prompts", "0"], ["--temperatures", "inf"], ["--temperatures", "nan"],
-                                 ["--fixed", "0"], ["--fixed", "x"], ["--tokens", "1"],
-                                 ["--prompts-file", "/nonexistent"]])
-def test_replay_lengths_refuses_bad_arguments_in_one_line(bad: list[str], monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture) -> None:
-    replay = script_module("replay_lengths")
-    monkeypatch.setattr("sys.argv", ["replay_lengths.py", *bad])
-    with pytest.raises(SystemExit) as exit_:
-        replay.main()
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("replay_lengths.py: error: ")
-
-
 @pytest.mark.slow  # over a third of a second: a subprocess
 def test_replay_lengths_names_a_bad_model_file_in_one_line(tmp_path: Path) -> None:
     not_gguf = tmp_path / "notes.gguf"
@@ -145,14 +131,19 @@ def test_long_prompt_bench_builds_long_readme_excerpts_with_a_question() -> None
     assert bench.geometric_mean([2.0, 0.5, 1.0]) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("bad", [["--max-tokens", "abc"], ["--temperatures", "nan"], ["--prompts", "0"],
-                                 ["--before", "/nonexistent"]])
-def test_long_prompt_bench_refuses_bad_arguments_in_one_line(bad: list[str], monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture) -> None:
-    bench = script_module("bench_long_prompts")
-    monkeypatch.setattr("sys.argv", ["bench_long_prompts.py", *bad])
+@pytest.mark.parametrize("script, bad", [
+    *(("bench_long_prompts", bad) for bad in (["--max-tokens", "abc"], ["--temperatures", "nan"], ["--prompts", "0"],
+                                              ["--before", "/nonexistent"])),
+    *(("replay_lengths", bad) for bad in (["--prompts", "0"], ["--temperatures", "inf"], ["--temperatures", "nan"],
+                                          ["--fixed", "0"], ["--fixed", "x"], ["--tokens", "1"],
+                                          ["--prompts-file", "/nonexistent"])),
+])
+def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script: str, bad: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    module = script_module(script)
+    monkeypatch.setattr("sys.argv", [f"{script}.py", *bad])
     with pytest.raises(SystemExit) as exit_:
-        bench.main()
+        module.main()
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("bench_long_prompts.py: error: ")  # argparse's usage, then one line
+    assert err.strip().splitlines()[-1].startswith(f"{script}.py: error: ")  # argparse's usage, then one line
