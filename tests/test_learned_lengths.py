@@ -133,6 +133,31 @@ def test_restored_costs_give_way_to_this_machines_measurements() -> None:
     assert k >= 2 and true_rate >= 0.95 * analytic_best(0.9, 0.009, 0.021, 0.005)[1]
 
 
+def test_restored_costs_follow_this_processs_one_token_pass_until_measured_again() -> None:
+    """Costs a process saved while another ran beside it (every pass about three times slower) must not keep a
+    draft model from reading the prompt in an idle process: not reading, it would never measure them again."""
+    saved = {"model": {"first_step_cost": 0.050, "draft_cost": 0.0146, "read_cost": 0.031,
+                       "verify_by_size": {"1": [0.118, 1.7], "2": [0.238, 0.86], "5": [0.125, 1.9],
+                                          "7": [0.066, 0.94], "11": [0.097, 2.7], "13": [0.102, 0.96]}}}
+    controller = LearnedLengths(saved, {}).controller("model", "coupled", 0.0)
+    assert controller.read_cost == pytest.approx(0.031)  # as saved, until this process measures its own passes
+    for _ in range(2):
+        controller.observe(0, 0, 0.038)  # this process's first one-token passes: the machine is idle now
+    idle_share = controller.verify_cost(1) / 0.118
+    assert idle_share < 0.4
+    assert controller.read_cost == pytest.approx(0.031 * idle_share)
+    assert controller.first_step_cost == pytest.approx(0.050 * idle_share)
+    assert controller.verify_cost(5) < 0.125 * 0.5  # restored batch sizes follow too
+    assert controller.worth_reading(60, 2, 126)  # a 60-token prompt with 126 tokens to go: read
+    # Saved back in this process's terms: each cost still the same share of the one-token pass.
+    costs = controller.costs()
+    assert costs["read_cost"] / costs["verify_by_size"]["1"][0] == pytest.approx(0.031 / 0.118)
+    # Measured here, a cost is this process's own (the restored one, in its terms, weighs a tenth).
+    controller.record_draft_step(0.015)
+    assert 0.0135 < controller.draft_cost < 0.015
+    assert controller.read_cost == pytest.approx(0.031 * controller.verify_cost(1) / 0.118)
+
+
 def test_exploration_drafts_in_full_whatever_the_estimates_say() -> None:
     controller = AdaptiveLength()
     controller.draft_cost = 10.0  # a wildly wrong estimate: keep_going would stop after every token

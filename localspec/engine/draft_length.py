@@ -42,7 +42,12 @@ so that one does not spoil the other: its costs (a property of the machine and
 the models' files) and its acceptance (a property of the pair, the drafting
 side, the verification mode and the temperature). Both can be saved and
 restored as plain JSON-able dicts, so a later process starts where this one
-stopped (`localspec/app/learned_lengths.py`).
+stopped (`localspec/app/learned_lengths.py`). A machine's speed moves (another
+process, a busy host), so restored costs are kept as shares of the one-token
+target pass they were measured beside, and follow this process's one-token
+passes until they are measured again: costs saved while the machine was three
+times slower do not make drafting look worthless on an idle one, where the
+draft model, never reading the prompt, would never measure them again.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ _PRIOR_READ_SHARE = 0.3
 # about a paragraph, what a chat's or a one-shot run's answer is as a rule.
 EXPECTED_ANSWER_TOKENS = 256
 _CHEAP_READ_SHARE = 0.1  # a prompt reading costing at most this share of target-only decoding of the answer is always taken
+_STEP_COSTS = ("first_step_cost", "draft_cost", "read_cost")  # a draft model's costs, in seconds (see AdaptiveLength)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
 
@@ -105,6 +111,20 @@ class VerifyCosts:
         self.by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
         self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
         self.own: dict[int, int] = {}  # batch size -> passes of it this process recorded (restored costs are not)
+        self._unit: float | None = None  # the restored one-token pass, beside which the restored sizes were measured
+
+    def one_token(self) -> float | None:
+        """Seconds of a one-token pass (this process's measurement, else the restored one); None: neither."""
+        return self.by_size[1][0] if 1 in self.by_size else None
+
+    def drift(self) -> float:
+        """How much slower (>1) or faster this process's one-token passes run than the restored one."""
+        return self.by_size[1][0] / self._unit if self._unit and self.own.get(1) else 1.0
+
+    def _mean(self, n_tokens: int) -> float:
+        """The mean cost of passes of `n_tokens`: a restored size not measured here follows the drift."""
+        mean = self.by_size[n_tokens][0]
+        return mean if self.own.get(n_tokens) or n_tokens == 1 else mean * self.drift()
 
     def record(self, n_tokens: int, seconds: float) -> None:
         """One pass over `n_tokens` took `seconds`; above _OUTLIER times what this process's measurements
@@ -114,9 +134,11 @@ class VerifyCosts:
             if self.own.get(n_tokens):  # (the line may miss a size it measured)
                 expected = max(expected, self.by_size[n_tokens][0])
             seconds = min(seconds, _OUTLIER * expected)
+        size = self.by_size.setdefault(n_tokens, [seconds, 0.0])
+        if n_tokens != 1:
+            size[0] = self._mean(n_tokens)  # a restored cost in this process's terms, before it is averaged in
         self.own[n_tokens] = self.own.get(n_tokens, 0) + 1
         self._line = None
-        size = self.by_size.setdefault(n_tokens, [seconds, 0.0])
         size[0], size[1] = _running_mean(size[0], size[1], seconds)
         for other in self.by_size.values():
             other[1] *= _DECAY
@@ -145,7 +167,7 @@ class VerifyCosts:
         return self._line
 
     def _fit_line(self) -> tuple[float, float]:
-        points = [(n, mean, weight) for n, (mean, weight) in self.by_size.items()]
+        points = [(n, self._mean(n), weight) for n, (_, weight) in self.by_size.items()]
         batches = [point for point in points if point[0] >= 2]
         if len(batches) >= 2:
             points = batches  # a lone token's kernels are not on the batches' line (see `cost`)
@@ -164,7 +186,7 @@ class VerifyCosts:
         return a, a * _PRIOR_SLOPE
 
     def as_dict(self) -> dict[str, list[float]]:
-        return {str(n): list(mean_and_weight) for n, mean_and_weight in self.by_size.items()}
+        return {str(n): [self._mean(n), weight] for n, (_, weight) in self.by_size.items()}
 
     def restore(self, state: dict[str, Any], largest: int) -> None:
         """Start from `as_dict()`'s output, each entry weighing little; ValueError (nothing changed) when it is not one."""
@@ -174,6 +196,7 @@ class VerifyCosts:
                 raise ValueError(f"batch size {n} out of range")
             by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
         self.by_size, self._line = by_size, None
+        self._unit = by_size[1][0] if 1 in by_size else None
 
 
 class AdaptiveLength:
@@ -186,11 +209,13 @@ class AdaptiveLength:
         self.limit = limit
         self.reached = [0.0] * limit  # decayed count of drafts that reached position i+1
         self.accepted = [0.0] * limit  # ... and were accepted there
-        self.first_step_cost: float | None = None  # seconds for a pass's first draft token (its own catch-up included)
-        self.draft_cost: float | None = None  # seconds for each further draft token
-        self.read_cost: float | None = None  # seconds per prompt token a draft model reads in a batch
+        # Seconds, by name (see the properties below), how many measurements each stands for, and which of
+        # them were restored and not measured since (those follow the verify costs' drift: see `_cost`).
+        self._costs: dict[str, float | None] = dict.fromkeys(_STEP_COSTS)
+        self._weights: dict[str, float] = dict.fromkeys(_STEP_COSTS, 0.0)
+        self._restored: set[str] = set()
+        self._unit: float | None = None  # the one-token target pass the restored costs were measured beside
         self.made_unread = 0  # tokens generated (this session) since a draft model left a long prompt unread
-        self._first_step_weight = self._draft_weight = self._read_weight = 0.0  # how many measurements each cost stands for
         self.verify = verify if verify is not None else VerifyCosts()
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
@@ -204,6 +229,52 @@ class AdaptiveLength:
         self._tries = 0  # exploring passes so far (they alternate longer and shorter)
 
     # -- estimates ------------------------------------------------------------------------
+
+    @property
+    def first_step_cost(self) -> float | None:
+        """Seconds for a pass's first draft token (its own catch-up included); None: not measured."""
+        return self._cost("first_step_cost")
+
+    @first_step_cost.setter
+    def first_step_cost(self, seconds: float | None) -> None:
+        self._set_cost("first_step_cost", seconds)
+
+    @property
+    def draft_cost(self) -> float | None:
+        """Seconds for each further draft token; None: not measured."""
+        return self._cost("draft_cost")
+
+    @draft_cost.setter
+    def draft_cost(self, seconds: float | None) -> None:
+        self._set_cost("draft_cost", seconds)
+
+    @property
+    def read_cost(self) -> float | None:
+        """Seconds per prompt token a draft model reads in a batch; None: not measured."""
+        return self._cost("read_cost")
+
+    @read_cost.setter
+    def read_cost(self, seconds: float | None) -> None:
+        self._set_cost("read_cost", seconds)
+
+    def _cost(self, name: str) -> float | None:
+        """A cost in this process's terms: a restored one scaled as this process's one-token target pass is
+        to the one it was measured beside (the machine may be busier or idler now)."""
+        seconds = self._costs[name]
+        now = self.verify.one_token()
+        if seconds is None or name not in self._restored or not self._unit or now is None:
+            return seconds
+        return seconds * now / self._unit
+
+    def _set_cost(self, name: str, seconds: float | None) -> None:
+        self._costs[name] = seconds
+        self._restored.discard(name)
+
+    def _measure(self, name: str, seconds: float) -> None:
+        """Average one measurement into a cost (a restored one first taken in this process's terms)."""
+        mean = self._cost(name)
+        self._restored.discard(name)
+        self._costs[name], self._weights[name] = _running_mean(mean, self._weights[name], seconds)
 
     def overall_acceptance(self) -> float:
         reached, accepted = sum(self.reached), sum(self.accepted)
@@ -350,15 +421,12 @@ class AdaptiveLength:
 
     def record_draft_step(self, seconds: float, first: bool = False) -> None:
         """The measured cost of one draft token (`first`: a pass's first, which includes the draft's own catch-up)."""
-        if first:
-            self.first_step_cost, self._first_step_weight = _running_mean(self.first_step_cost, self._first_step_weight, seconds)
-        else:
-            self.draft_cost, self._draft_weight = _running_mean(self.draft_cost, self._draft_weight, seconds)
+        self._measure("first_step_cost" if first else "draft_cost", seconds)
 
     def record_read(self, n_tokens: int, seconds: float) -> None:
         """The measured cost of a draft model's reading `n_tokens` prompt tokens at once."""
         if n_tokens > 0:
-            self.read_cost, self._read_weight = _running_mean(self.read_cost, self._read_weight, seconds / n_tokens)
+            self._measure("read_cost", seconds / n_tokens)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
         """A pass's verdict and cost; a pass that drafted nothing (n_proposed 0) measures V(1) only, and one
@@ -403,14 +471,16 @@ class AdaptiveLength:
         """Start from costs saved by `costs()`; ValueError (nothing changed) when `state` is not such a dict.
 
         Verify costs shared with other controllers are taken only while none are measured or restored yet.
+        The draft costs follow this process's one-token target pass from the one saved beside them.
         """
-        first, draft = _seconds_or_none(state["first_step_cost"]), _seconds_or_none(state["draft_cost"])
-        read = _seconds_or_none(state.get("read_cost"))  # absent from what older versions saved
-        VerifyCosts().restore(state["verify_by_size"], self.limit + 1)  # checked before anything changes
+        costs = {name: _seconds_or_none(state.get(name)) for name in _STEP_COSTS}  # (older saves lack read_cost)
+        saved_verify = VerifyCosts()
+        saved_verify.restore(state["verify_by_size"], self.limit + 1)  # checked before anything changes
         if not self.verify.by_size:
             self.verify.restore(state["verify_by_size"], self.limit + 1)
-        self.first_step_cost, self.draft_cost, self.read_cost = first, draft, read
-        self._first_step_weight = self._draft_weight = self._read_weight = _RESTORED_WEIGHT
+        self._costs, self._unit = costs, saved_verify.one_token()
+        self._restored = {name for name, seconds in costs.items() if seconds is not None}
+        self._weights = dict.fromkeys(_STEP_COSTS, _RESTORED_WEIGHT)
 
     def restore_acceptance(self, state: dict[str, Any]) -> None:
         """Start from counts saved by `acceptance_counts()`; ValueError (nothing changed) when `state` is not such a dict."""
