@@ -112,8 +112,24 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match() -> None:
     assert lookup.propose(context, 3, StreamSampler(np.random.default_rng(0)), 0) == Draft([7, 8, 9], None)
     context += [7, 3]  # (7, 3) never occurred, nor (6, 7, 3)... but (7,) alone is below n_min
     assert lookup.propose(context, 3, StreamSampler(np.random.default_rng(0)), 0).tokens == []
-    context += [5, 6, 7]  # now (5, 6, 7) matched twice: the latest earlier occurrence wins
+    context += [5, 6, 7]  # now (5, 6, 7) occurred twice, going on with 8 and with 3: a tie goes to the latest
     assert lookup.propose(context, 2, StreamSampler(np.random.default_rng(0)), 0).tokens == [3, 5]
+
+
+def test_a_lookup_follows_what_most_earlier_occurrences_continue_with_and_stops_where_they_part() -> None:
+    """', and the baker … , and the smell … , and the farmers … , and fresh … , and': the three occurrences
+    that go on with ' the' outvote the latest one; after ' the' they part three ways, so the draft stops."""
+    lookup = NGramDrafter(n_min=2, n_max=4)
+    sampler = StreamSampler(np.random.default_rng(0))
+    comma, and_, the = 1, 2, 3
+    context = [10, comma, and_, the, 20, 11, comma, and_, the, 21, 12, comma, and_, the, 22,
+               13, comma, and_, 30, 31, 14, comma, and_]
+    lookup.begin(context)
+    assert lookup.propose(context, 8, sampler, 0).tokens == [the]
+    context += [the]  # (', and the') went on three ways: a third of them would agree with any draft
+    assert lookup.propose(context, 8, sampler, 0).tokens == []
+    context += [21]  # ('and the 21') occurred once: its continuation, as far as it goes
+    assert lookup.propose(context, 5, sampler, 0).tokens == [12, comma, and_, the, 22]
 
 
 def test_each_match_length_has_its_own_length_controller() -> None:
