@@ -105,7 +105,7 @@ def test_a_draft_never_outgrows_one_target_batch(tiny_pair: tuple[Path, Path]) -
     assert len(stats.proposed_at) == 3 and stats.tokens_generated == 30
 
 
-def test_ngram_lookup_proposes_what_followed_the_latest_match() -> None:
+def test_ngram_lookup_proposes_what_followed_the_longest_match() -> None:
     lookup = NGramDrafter(n_min=2, n_max=3)
     context = [1, 5, 6, 7, 8, 9, 5, 6]
     lookup.begin(context)

@@ -152,10 +152,27 @@ def test_restored_costs_follow_this_processs_one_token_pass_until_measured_again
     # Saved back in this process's terms: each cost still the same share of the one-token pass.
     costs = controller.costs()
     assert costs["read_cost"] / costs["verify_by_size"]["1"][0] == pytest.approx(0.031 / 0.118)
-    # Measured here, a cost is this process's own (the restored one, in its terms, weighs a tenth).
+    # Measured here, a cost is this process's own (the restored one, in its terms, weighs a tenth), and so is a
+    # batch size: scaled once as it is averaged in, not again after.
     controller.record_draft_step(0.015)
     assert 0.0135 < controller.draft_cost < 0.015
     assert controller.read_cost == pytest.approx(0.031 * controller.verify_cost(1) / 0.118)
+    controller.observe(4, 4, 0.060)
+    averaged = controller.verify.mean(5)
+    assert averaged == pytest.approx(0.125 * idle_share + (0.060 - 0.125 * idle_share) / 1.1, rel=0.01)
+    controller.observe(0, 0, 0.030)  # the one-token pass moves again: the measured size does not follow it
+    assert controller.verify.mean(5) == averaged
+
+
+def test_without_a_saved_one_token_pass_restored_costs_follow_the_smallest_saved_one() -> None:
+    """A process whose every pass drafted saved no one-token pass: the smallest saved pass is the reference."""
+    saved = {"first_step_cost": 0.050, "draft_cost": 0.015, "read_cost": 0.030,
+             "verify_by_size": {"2": [0.120, 1.0], "9": [0.300, 1.0]}}
+    controller = LearnedLengths({"model": saved}, {}).controller("model", "coupled", 0.0)
+    controller.observe(1, 1, 0.040)  # a pass that drafted one token: two tokens verified
+    share = controller.verify.mean(2) / 0.120
+    assert share < 0.5 and controller.read_cost == pytest.approx(0.030 * share)
+    assert controller.verify.mean(9) == pytest.approx(0.300 * share)
 
 
 def test_exploration_drafts_in_full_whatever_the_estimates_say() -> None:

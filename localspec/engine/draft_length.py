@@ -43,11 +43,13 @@ the models' files) and its acceptance (a property of the pair, the drafting
 side, the verification mode and the temperature). Both can be saved and
 restored as plain JSON-able dicts, so a later process starts where this one
 stopped (`localspec/app/learned_lengths.py`). A machine's speed moves (another
-process, a busy host), so restored costs are kept as shares of the one-token
-target pass they were measured beside, and follow this process's one-token
-passes until they are measured again: costs saved while the machine was three
-times slower do not make drafting look worthless on an idle one, where the
-draft model, never reading the prompt, would never measure them again.
+process, a busy host), so restored costs are kept as shares of the smallest
+target pass saved beside them (one token, unless every pass of that process
+drafted), and follow this process's passes of that size until measured again:
+costs saved while the machine was three times slower do not make drafting look
+worthless on an idle one, where the draft model, never reading the prompt,
+would never measure them again. (A pass over a long context costs a little more
+too, and scales the restored costs with it.)
 """
 
 from __future__ import annotations
@@ -111,20 +113,23 @@ class VerifyCosts:
         self.by_size: dict[int, list[float]] = {}  # tokens in the batch -> [running mean seconds, decayed count]
         self._line: tuple[float, float] | None = None  # V(n)'s fitted (a, b); None: to be fitted again
         self.own: dict[int, int] = {}  # batch size -> passes of it this process recorded (restored costs are not)
-        self._unit: float | None = None  # the restored one-token pass, beside which the restored sizes were measured
-
-    def one_token(self) -> float | None:
-        """Seconds of a one-token pass (this process's measurement, else the restored one); None: neither."""
-        return self.by_size[1][0] if 1 in self.by_size else None
+        # The smallest restored batch size, and its restored cost: the other restored sizes follow its drift.
+        self.reference: int | None = None
+        self._unit = 0.0
 
     def drift(self) -> float:
-        """How much slower (>1) or faster this process's one-token passes run than the restored one."""
-        return self.by_size[1][0] / self._unit if self._unit and self.own.get(1) else 1.0
+        """How much slower (>1) or faster this process's passes of the reference size run than the restored ones."""
+        if self.reference is None or not self.own.get(self.reference):
+            return 1.0
+        return self.by_size[self.reference][0] / self._unit
 
-    def _mean(self, n_tokens: int) -> float:
-        """The mean cost of passes of `n_tokens`: a restored size not measured here follows the drift."""
+    def mean(self, n_tokens: int) -> float | None:
+        """The mean cost of passes of `n_tokens` (None: none measured or restored); a restored size not measured
+        here follows the drift."""
+        if n_tokens not in self.by_size:
+            return None
         mean = self.by_size[n_tokens][0]
-        return mean if self.own.get(n_tokens) or n_tokens == 1 else mean * self.drift()
+        return mean if self.own.get(n_tokens) or n_tokens == self.reference else mean * self.drift()
 
     def record(self, n_tokens: int, seconds: float) -> None:
         """One pass over `n_tokens` took `seconds`; above _OUTLIER times what this process's measurements
@@ -134,9 +139,9 @@ class VerifyCosts:
             if self.own.get(n_tokens):  # (the line may miss a size it measured)
                 expected = max(expected, self.by_size[n_tokens][0])
             seconds = min(seconds, _OUTLIER * expected)
+        if n_tokens in self.by_size and n_tokens != self.reference:
+            self.by_size[n_tokens][0] = self.mean(n_tokens)  # a restored cost in this process's terms, averaged in
         size = self.by_size.setdefault(n_tokens, [seconds, 0.0])
-        if n_tokens != 1:
-            size[0] = self._mean(n_tokens)  # a restored cost in this process's terms, before it is averaged in
         self.own[n_tokens] = self.own.get(n_tokens, 0) + 1
         self._line = None
         size[0], size[1] = _running_mean(size[0], size[1], seconds)
@@ -167,7 +172,7 @@ class VerifyCosts:
         return self._line
 
     def _fit_line(self) -> tuple[float, float]:
-        points = [(n, self._mean(n), weight) for n, (_, weight) in self.by_size.items()]
+        points = [(n, self.mean(n), weight) for n, (_, weight) in self.by_size.items()]
         batches = [point for point in points if point[0] >= 2]
         if len(batches) >= 2:
             points = batches  # a lone token's kernels are not on the batches' line (see `cost`)
@@ -186,7 +191,7 @@ class VerifyCosts:
         return a, a * _PRIOR_SLOPE
 
     def as_dict(self) -> dict[str, list[float]]:
-        return {str(n): [self._mean(n), weight] for n, (_, weight) in self.by_size.items()}
+        return {str(n): [self.mean(n), weight] for n, (_, weight) in self.by_size.items()}
 
     def restore(self, state: dict[str, Any], largest: int) -> None:
         """Start from `as_dict()`'s output, each entry weighing little; ValueError (nothing changed) when it is not one."""
@@ -196,7 +201,8 @@ class VerifyCosts:
                 raise ValueError(f"batch size {n} out of range")
             by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
         self.by_size, self._line = by_size, None
-        self._unit = by_size[1][0] if 1 in by_size else None
+        self.reference = min(by_size) if by_size else None
+        self._unit = by_size[self.reference][0] if by_size else 0.0
 
 
 class AdaptiveLength:
@@ -214,7 +220,7 @@ class AdaptiveLength:
         self._costs: dict[str, float | None] = dict.fromkeys(_STEP_COSTS)
         self._weights: dict[str, float] = dict.fromkeys(_STEP_COSTS, 0.0)
         self._restored: set[str] = set()
-        self._unit: float | None = None  # the one-token target pass the restored costs were measured beside
+        self._verify_saved: VerifyCosts | None = None  # the target's costs saved beside the restored ones
         self.made_unread = 0  # tokens generated (this session) since a draft model left a long prompt unread
         self.verify = verify if verify is not None else VerifyCosts()
         self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
@@ -258,13 +264,14 @@ class AdaptiveLength:
         self._set_cost("read_cost", seconds)
 
     def _cost(self, name: str) -> float | None:
-        """A cost in this process's terms: a restored one scaled as this process's one-token target pass is
-        to the one it was measured beside (the machine may be busier or idler now)."""
+        """A cost in this process's terms: a restored one scaled as the target's pass of the reference size
+        costs now to what it cost beside it (the machine may be busier or idler now)."""
         seconds = self._costs[name]
-        now = self.verify.one_token()
-        if seconds is None or name not in self._restored or not self._unit or now is None:
+        if seconds is None or name not in self._restored or self._verify_saved is None:
             return seconds
-        return seconds * now / self._unit
+        reference = self._verify_saved.reference
+        now = self.verify.mean(reference) if reference is not None else None
+        return seconds * (now / self._verify_saved.mean(reference)) if now is not None else seconds  # (× 1.0: unchanged)
 
     def _set_cost(self, name: str, seconds: float | None) -> None:
         self._costs[name] = seconds
@@ -318,9 +325,16 @@ class AdaptiveLength:
         """
         if k == 0:
             return self.verify_cost(1) + (self.draft_cost or 0.0)
-        step = self._draft_step()
-        first = self.first_step_cost if self.first_step_cost is not None else step
-        return first + (k - 1) * step + self.verify_cost(k + 1)
+        return self._drafting_cost(k, *self._step_costs()) + self.verify_cost(k + 1)
+
+    def _step_costs(self) -> tuple[float, float]:
+        """(first, further): seconds for a pass's first draft token and for each one after it."""
+        step, first = self._draft_step(), self.first_step_cost
+        return (first if first is not None else step), step
+
+    @staticmethod
+    def _drafting_cost(k: int, first: float, step: float) -> float:
+        return first + (k - 1) * step
 
     def rate(self, k: int) -> float:
         return self.expected_tokens(k) / self.pass_cost(k)
@@ -369,12 +383,13 @@ class AdaptiveLength:
     def best_length(self, room: int) -> int:
         """The k in 0..min(room, limit) with the highest rate (the shortest of equals): one sweep over k."""
         overall = self.overall_acceptance()
+        first, step = self._step_costs()  # (read once: restored costs are scaled on every read)
         best_k, best_rate = 0, self.rate(0)
         expected, keep = 1.0, 1.0
         for k in range(1, min(room, self.limit) + 1):
             keep *= self._acceptance(k, overall)
             expected += keep
-            rate = expected / self.pass_cost(k)
+            rate = expected / (self._drafting_cost(k, first, step) + self.verify_cost(k + 1))
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
@@ -473,12 +488,13 @@ class AdaptiveLength:
         Verify costs shared with other controllers are taken only while none are measured or restored yet.
         The draft costs follow this process's one-token target pass from the one saved beside them.
         """
-        costs = {name: _seconds_or_none(state.get(name)) for name in _STEP_COSTS}  # (older saves lack read_cost)
+        costs = {name: _seconds_or_none(state[name] if name != "read_cost" else state.get(name))
+                 for name in _STEP_COSTS}  # (older saves lack read_cost)
         saved_verify = VerifyCosts()
         saved_verify.restore(state["verify_by_size"], self.limit + 1)  # checked before anything changes
         if not self.verify.by_size:
             self.verify.restore(state["verify_by_size"], self.limit + 1)
-        self._costs, self._unit = costs, saved_verify.one_token()
+        self._costs, self._verify_saved = costs, saved_verify
         self._restored = {name for name, seconds in costs.items() if seconds is not None}
         self._weights = dict.fromkeys(_STEP_COSTS, _RESTORED_WEIGHT)
 
@@ -605,7 +621,7 @@ class LearnedLengths:
                 continue  # (dropped, with a line for --verbose, when its own band is asked for)
 
     def costs(self) -> dict[str, Any]:
-        """Costs by side: the saved ones, updated by this process's controllers (for a side with several, the first made)."""
+        """Costs by side: the saved ones, updated by this process's controllers (for a side with several, the last made)."""
         learned = dict(self.saved_costs)
         for (side, *_), controller in self.controllers.items():
             if controller.passes:

@@ -1,4 +1,4 @@
-"""Prompt lookup: draft the tokens that followed the latest earlier occurrence of the context's last n tokens.
+"""Prompt lookup: draft the tokens that followed earlier occurrences of the context's last n tokens.
 
 Needs no draft model. Where an answer copies its prompt (edit this code,
 extract these fields, repeat this text) long runs are found and verified in
