@@ -15,8 +15,10 @@ from localspec.engine.drafters import (
     NGramDrafter,
     build_drafter,
 )
+from localspec.engine.drafters.ngram import NGramIndex
 from localspec.engine.generation import Generation, generate_text
 from localspec.engine.sampling import StreamSampler, softmax
+from localspec.engine.suffix_index import MAX_OCCURRENCES
 from localspec.runtime.model import Model
 from localspec.settings import (
     GenerationSettings,
@@ -130,6 +132,15 @@ def test_a_lookup_follows_what_most_earlier_occurrences_continue_with_and_stops_
     assert lookup.propose(context, 8, sampler, 0).tokens == []
     context += [21]  # ('and the 21') occurred once: its continuation, as far as it goes
     assert lookup.propose(context, 5, sampler, 0).tokens == [12, comma, and_, the, 22]
+
+
+def test_a_frequent_n_gram_keeps_its_latest_occurrences() -> None:
+    index = NGramIndex(2, 2)
+    context = [7, 8, 1] * 300 + [7, 8]
+    index.extend_to(context)
+    n, starts = index.match()
+    assert n == 2 and starts == [3 * i + 2 for i in range(300 - MAX_OCCURRENCES, 300)]
+    assert index.continuation(starts, 5) == [1, 7, 8, 1, 7]  # all of them agree
 
 
 def test_each_match_length_has_its_own_length_controller() -> None:

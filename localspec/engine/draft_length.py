@@ -271,7 +271,8 @@ class AdaptiveLength:
             return seconds
         reference = self._verify_saved.reference
         now = self.verify.mean(reference) if reference is not None else None
-        return seconds * (now / self._verify_saved.mean(reference)) if now is not None else seconds  # (× 1.0: unchanged)
+        # (the ratio first: where the pass costs what it did, the cost is exactly the saved one)
+        return seconds * (now / self._verify_saved.mean(reference)) if now is not None else seconds
 
     def _set_cost(self, name: str, seconds: float | None) -> None:
         self._costs[name] = seconds
@@ -334,6 +335,7 @@ class AdaptiveLength:
 
     @staticmethod
     def _drafting_cost(k: int, first: float, step: float) -> float:
+        """Seconds to draft k ≥ 1 tokens."""
         return first + (k - 1) * step
 
     def rate(self, k: int) -> float:
@@ -486,7 +488,7 @@ class AdaptiveLength:
         """Start from costs saved by `costs()`; ValueError (nothing changed) when `state` is not such a dict.
 
         Verify costs shared with other controllers are taken only while none are measured or restored yet.
-        The draft costs follow this process's one-token target pass from the one saved beside them.
+        The draft costs follow this process's passes of the smallest size saved beside them (see `_cost`).
         """
         costs = {name: _seconds_or_none(state[name] if name != "read_cost" else state.get(name))
                  for name in _STEP_COSTS}  # (older saves lack read_cost)
