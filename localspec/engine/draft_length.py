@@ -205,6 +205,13 @@ class VerifyCosts:
         self._unit = by_size[self.reference][0] if by_size else 0.0
 
 
+def _step_cost(name: str, what: str) -> property:
+    """An `AdaptiveLength` cost as an attribute: read through `_cost` (a restored one in this process's
+    terms), set as measured."""
+    return property(lambda self: self._cost(name), lambda self, seconds: self._set_cost(name, seconds),
+                    doc=f"Seconds for {what}; None: not measured.")
+
+
 class AdaptiveLength:
     """Chooses each pass's draft length from measured acceptance and costs (see the module docstring)."""
 
@@ -236,32 +243,9 @@ class AdaptiveLength:
 
     # -- estimates ------------------------------------------------------------------------
 
-    @property
-    def first_step_cost(self) -> float | None:
-        """Seconds for a pass's first draft token (its own catch-up included); None: not measured."""
-        return self._cost("first_step_cost")
-
-    @first_step_cost.setter
-    def first_step_cost(self, seconds: float | None) -> None:
-        self._set_cost("first_step_cost", seconds)
-
-    @property
-    def draft_cost(self) -> float | None:
-        """Seconds for each further draft token; None: not measured."""
-        return self._cost("draft_cost")
-
-    @draft_cost.setter
-    def draft_cost(self, seconds: float | None) -> None:
-        self._set_cost("draft_cost", seconds)
-
-    @property
-    def read_cost(self) -> float | None:
-        """Seconds per prompt token a draft model reads in a batch; None: not measured."""
-        return self._cost("read_cost")
-
-    @read_cost.setter
-    def read_cost(self, seconds: float | None) -> None:
-        self._set_cost("read_cost", seconds)
+    first_step_cost = _step_cost("first_step_cost", "a pass's first draft token (its own catch-up included)")
+    draft_cost = _step_cost("draft_cost", "each further draft token")
+    read_cost = _step_cost("read_cost", "each prompt token a draft model reads in a batch")
 
     def _cost(self, name: str) -> float | None:
         """A cost in this process's terms: a restored one scaled as the target's pass of the reference size
