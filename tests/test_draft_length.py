@@ -83,11 +83,14 @@ def test_probes_where_drafting_never_pays_grow_rare_and_come_back_when_it_pays()
 
 
 def test_estimates_match_the_synthetic_truth() -> None:
-    controller = AdaptiveLength()
-    simulate(controller, alpha=0.8, draft_cost=0.01, a=0.02, b=0.004, passes=800, seed=3)
-    assert controller.overall_acceptance() == pytest.approx(0.8, abs=0.05)
-    assert controller.draft_cost == pytest.approx(0.01, rel=0.1)
-    assert controller.verify_cost(9) == pytest.approx(0.02 + 0.004 * 9, rel=0.1)
+    acceptances = []
+    for seed in range(6):  # (the acceptance follows the last few dozen passes: one run's estimate is noisy)
+        controller = AdaptiveLength()
+        simulate(controller, alpha=0.8, draft_cost=0.01, a=0.02, b=0.004, passes=800, seed=seed)
+        acceptances.append(controller.overall_acceptance())
+        assert controller.draft_cost == pytest.approx(0.01, rel=0.1)
+        assert controller.verify_cost(9) == pytest.approx(0.02 + 0.004 * 9, rel=0.1)
+    assert min(acceptances) > 0.7 and np.mean(acceptances) == pytest.approx(0.8, abs=0.03)
 
 
 def test_early_stop_when_the_draft_is_unsure() -> None:
@@ -138,6 +141,21 @@ def test_moments_when_the_machine_was_busy_do_not_shorten_the_drafts(outlier: fl
         assert min(relative) >= 0.85 and np.mean(relative) >= 0.96, relative
     else:
         assert np.mean(relative) < 0.94, relative  # what the limit is for
+
+
+def test_one_slow_pass_at_a_size_seldom_drafted_does_not_tilt_the_line() -> None:
+    """Passes of 3 to 7 tokens measured pass after pass, then one exploring pass of 11 tokens slowed by a busy
+    moment (limited to 1.5 times what was expected of it): the long sizes' cost stays near the truth, so the
+    drafts do not shrink for the rest of the run (a least-squares line gave that one pass the most leverage)."""
+    controller = AdaptiveLength()
+    a, b = 0.031, 0.0055
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        for n in range(3, 8):
+            controller.observe(n - 1, n - 1, (a + b * n) * rng.uniform(0.97, 1.03))
+    controller.observe(10, 10, 3 * (a + b * 11))
+    for n in (11, 16):
+        assert controller.verify_cost(n) == pytest.approx(a + b * n, rel=0.1)
 
 
 def test_every_controller_of_a_session_shares_the_targets_verify_costs() -> None:

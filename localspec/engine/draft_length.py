@@ -8,7 +8,9 @@ progress:
   draft model's own last token of the pass before; what lookup passes added is
   not counted: it is paid whenever the model drafts next) and each further token;
 - the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent
-  passes of two tokens or more; a one-token pass (nothing drafted) is measured
+  passes of two tokens or more (its slope the weighted median of the slopes
+  between batch sizes, so that one slow pass at a long size cannot tilt it);
+  a one-token pass (nothing drafted) is measured
   apart, since llama.cpp computes a lone token with other kernels: cheaper than
   the line through batches says (on the demo target 14.5 ms, where the line
   through 2..17 rows gives about 17.5), or dearer where a build with llamafile's
@@ -70,6 +72,7 @@ _MAX_BACKOFF = 4  # ...after which each further one doubles the wait for the nex
 _OUTLIER = 1.5  # a pass slower than this many times the cost expected of it counts as this many times it
 _MEASURED_BEFORE_CLIPPING = 4  # passes of its own a process records before it limits outliers
 _RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
+_FAINTEST_WEIGHT = 1e-9  # (a restored batch size's weight never reaches 0: the fit divides by their sum)
 # A prompt token read in a batch, until measured: this share of a draft step (0.7 measured on a 2-core
 # Xeon, about 0.25 on a 2-core EPYC; erring low keeps reading, as every prompt was read before).
 _PRIOR_READ_SHARE = 0.3
@@ -172,21 +175,25 @@ class VerifyCosts:
         return self._line
 
     def _fit_line(self) -> tuple[float, float]:
-        points = [(n, self.mean(n), weight) for n, (_, weight) in self.by_size.items()]
+        points = [(n, self.mean(n), weight) for n, (_, weight) in sorted(self.by_size.items())]
         batches = [point for point in points if point[0] >= 2]
         if len(batches) >= 2:
             points = batches  # a lone token's kernels are not on the batches' line (see `cost`)
         if not points:
             return 1.0, _PRIOR_SLOPE  # arbitrary unit: only ratios matter before any measurement
+        if len(points) >= 2:
+            # The weighted median of the slopes between sizes (Theil-Sen; a pair weighs its sizes' weights
+            # and how far apart they are): one pass slowed by a busy moment, at a size seldom measured,
+            # would pull a least-squares slope far (a long draft's size has the most leverage), and every
+            # draft would then look dearer the longer it is.
+            slope = _weighted_median([((t_j - t_i) / (n_j - n_i), w_i * w_j * (n_j - n_i))
+                                      for i, (n_i, t_i, w_i) in enumerate(points) for n_j, t_j, w_j in points[i + 1:]])
+            intercept = _weighted_median([(t - slope * n, w) for n, t, w in points])
+            if slope > 0 and intercept > 0:
+                return intercept, slope
         total = sum(w for _, _, w in points)
         mean_n = sum(n * w for n, _, w in points) / total
         mean_t = sum(t * w for _, t, w in points) / total
-        spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
-        if spread > 0:
-            slope = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points) / spread
-            intercept = mean_t - slope * mean_n
-            if slope > 0 and intercept > 0:
-                return intercept, slope
         a = mean_t / (1 + _PRIOR_SLOPE * mean_n)
         return a, a * _PRIOR_SLOPE
 
@@ -194,12 +201,23 @@ class VerifyCosts:
         return {str(n): [self.mean(n), weight] for n, (_, weight) in self.by_size.items()}
 
     def restore(self, state: dict[str, Any], largest: int) -> None:
-        """Start from `as_dict()`'s output, each entry weighing little; ValueError (nothing changed) when it is not one."""
+        """Start from `as_dict()`'s output, weighing little; ValueError (nothing changed) when it is not one.
+
+        The entries keep their weights relative to one another, scaled so that the heaviest weighs
+        _RESTORED_WEIGHT: a size measured once, long ago (while the machine was busy, say), stays a
+        faint point beside the sizes measured pass after pass, rather than pulling the fitted slope
+        as hard as they do (which made every draft look dearer the longer it was, and kept drafts
+        short: the long sizes were then never measured again).
+        """
         by_size = {}
         for n, (mean, weight) in state.items():
             if not 1 <= int(n) <= largest:
                 raise ValueError(f"batch size {n} out of range")
-            by_size[int(n)] = [_seconds(mean), min(_count(weight), _RESTORED_WEIGHT)]
+            by_size[int(n)] = [_seconds(mean), _count(weight)]
+        heaviest = max((weight for _, weight in by_size.values()), default=0.0)
+        scale = _RESTORED_WEIGHT / heaviest if heaviest > _RESTORED_WEIGHT else 1.0
+        for size in by_size.values():
+            size[1] = max(size[1] * scale, _FAINTEST_WEIGHT)
         self.by_size, self._line = by_size, None
         self.reference = min(by_size) if by_size else None
         self._unit = by_size[self.reference][0] if by_size else 0.0
@@ -621,6 +639,17 @@ class LearnedLengths:
             if controller.passes:
                 learned["/".join(key)] = controller.acceptance_counts()
         return learned
+
+
+def _weighted_median(values: list[tuple[float, float]]) -> float:
+    """The value at which half of the total weight lies on each side ((value, weight) pairs, not all weightless)."""
+    ordered = sorted(values)
+    half, below = sum(weight for _, weight in ordered) / 2, 0.0
+    for value, weight in ordered:
+        below += weight
+        if below >= half:
+            return value
+    return ordered[-1][0]
 
 
 def _running_mean(mean: float | None, weight: float, sample: float) -> tuple[float, float]:
