@@ -143,6 +143,20 @@ def test_a_frequent_n_gram_keeps_its_latest_occurrences() -> None:
     assert index.continuation(starts, 5) == [1, 7, 8, 1, 7]  # all of them agree
 
 
+def test_in_a_loop_the_latest_turns_abstain_where_they_reach_the_end_of_the_context() -> None:
+    """A loop of period 8 at the end of its fourth turn: the tail (7, 8) occurred three times before, and
+    the later two occurrences' continuations run into the end of the context after 16 and 8 tokens. What
+    they go on with is being written now, not a disagreement: the draft goes on as the oldest turn does
+    (counted as disagreeing, they cut it at 16 tokens)."""
+    index = NGramIndex(2, 2)
+    turn = [1, 2, 3, 4, 5, 6, 7, 8]
+    context = [50, 51] + turn * 4
+    index.extend_to(context)
+    n, starts = index.match()
+    assert n == 2 and [len(context) - start for start in starts] == [24, 16, 8]
+    assert index.continuation(starts, 24) == turn * 3
+
+
 def test_each_match_length_has_its_own_length_controller() -> None:
     lengths = {n: AdaptiveLength() for n in (2, 3, 4)}
     lookup = NGramDrafter(n_min=2, n_max=4, length_for=lengths.__getitem__)

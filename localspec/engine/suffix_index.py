@@ -296,14 +296,16 @@ class MultiIndex:
         self.problems.append(f"{name}: damaged (a lookup read past its text); left out")
 
 
-def weighted_continuation(rows: np.ndarray, min_share: float) -> tuple[list[int], list[float]]:
+def weighted_continuation(rows: np.ndarray, min_share: float, unknown: int | None = None) -> tuple[list[int], list[float]]:
     """Tokens (and the running share after each) that the rows of following tokens, oldest row first, agree on most.
 
     At each step, among the rows still on the path, the token most of them
     continue with (ties: the latest row's), never a separator; the share is
     multiplied by its count over the rows on the path (rows that end there
     included), and the walk stops before the share would fall below
-    `min_share`, when no row goes on, or after the rows' width.
+    `min_share`, when no row goes on, or after the rows' width. A row that
+    reaches `unknown` (the sequence's own end: what follows is not written
+    yet) leaves the path there without counting against the others.
     """
     on_path = np.arange(len(rows))
     tokens: list[int] = []
@@ -313,13 +315,17 @@ def weighted_continuation(rows: np.ndarray, min_share: float) -> tuple[list[int]
         # Every row on the path agrees for a stretch: take it whole, the share unchanged.
         block = rows[on_path, depth:]
         lead = block[0]
-        agreed = (block == lead).all(axis=0) & (lead != SEPARATOR)
+        agreed = (block == lead).all(axis=0) & (lead != SEPARATOR) & (lead != unknown)
         run = int(np.argmin(agreed)) if not agreed.all() else len(agreed)
         tokens.extend(int(token) for token in lead[:run])
         shares.extend([share] * run)
         depth += run
         if depth >= width:
             break
+        if unknown is not None:
+            on_path = on_path[rows[on_path, depth] != unknown]
+            if not on_path.size:
+                break
         column = rows[on_path, depth]
         token, count = _most_frequent(column)
         if token is None or share * count / len(on_path) < min_share:

@@ -9,8 +9,10 @@ A short n-gram often occurs several times with different continuations (", and
 the baker", ", and the smell"): the draft follows what most earlier occurrences
 continue with (ties: the latest), and stops where fewer than half of them would
 have agreed with it so far, rather than drafting the latest occurrence's
-continuation whole into a likely rejection. A match that occurred once is
-drafted as far as its continuation goes.
+continuation whole into a likely rejection. An occurrence whose continuation
+reaches the end of the context (in a loop, the turns just before this one)
+abstains from there on. A match that occurred once is drafted as far as its
+continuation goes.
 
 How far a lookup is worth drafting depends on how long a match it continues:
 on the demo pair a 4-token match's continuation was kept 91% of the time, a
@@ -35,6 +37,7 @@ from .base import NO_DRAFT, Draft
 
 # The draft goes on while at least this share of the earlier occurrences would have agreed with it so far.
 MIN_SHARE = 0.5
+_NOT_WRITTEN_YET = SEPARATOR - 1  # fills a continuation past the sequence's end (no token id is negative)
 
 
 class NGramIndex:
@@ -87,11 +90,13 @@ class NGramIndex:
             return []
         if len(starts) == 1:
             return self._tokens[starts[0] : starts[0] + max_tokens]
-        rows = np.full((len(starts), max_tokens), SEPARATOR, dtype=np.int64)  # (separators past the sequence's end)
+        rows = np.full((len(starts), max_tokens), _NOT_WRITTEN_YET, dtype=np.int64)
         for row, start in zip(rows, starts):
             following = self._tokens[start : start + max_tokens]
             row[: len(following)] = following
-        return weighted_continuation(rows, MIN_SHARE)[0]
+        # An occurrence whose continuation reaches the sequence's end (a loop, its latest turn) abstains from
+        # there on: what it goes on with is being written now, not a disagreement.
+        return weighted_continuation(rows, MIN_SHARE, unknown=_NOT_WRITTEN_YET)[0]
 
 
 class NGramDrafter:
