@@ -90,7 +90,7 @@ def test_estimates_match_the_synthetic_truth() -> None:
         acceptances.append(controller.overall_acceptance())
         assert controller.draft_cost == pytest.approx(0.01, rel=0.1)
         assert controller.verify_cost(9) == pytest.approx(0.02 + 0.004 * 9, rel=0.1)
-    assert min(acceptances) > 0.7 and np.mean(acceptances) == pytest.approx(0.8, abs=0.03)
+    assert 0.7 < min(acceptances) and max(acceptances) < 0.9 and np.mean(acceptances) == pytest.approx(0.8, abs=0.03)
 
 
 def test_early_stop_when_the_draft_is_unsure() -> None:
@@ -141,6 +141,13 @@ def test_moments_when_the_machine_was_busy_do_not_shorten_the_drafts(outlier: fl
         assert min(relative) >= 0.85 and np.mean(relative) >= 0.96, relative
     else:
         assert np.mean(relative) < 0.94, relative  # what the limit is for
+
+
+def test_the_weighted_median_splits_an_exact_tie() -> None:
+    from localspec.engine.draft_length import _weighted_median
+
+    assert _weighted_median([(2.0, 1.0), (1.0, 1.0)]) == 1.5
+    assert _weighted_median([(1.0, 1.0), (2.0, 3.0), (9.0, 1.0)]) == 2.0
 
 
 def test_one_slow_pass_at_a_size_seldom_drafted_does_not_tilt_the_line() -> None:

@@ -192,6 +192,18 @@ def test_sizes_measured_once_while_the_machine_was_busy_stay_faint_beside_the_si
         assert controller.verify_cost(n) == pytest.approx(line(n), rel=0.1)
 
 
+def test_restored_batch_sizes_keep_their_weights_relative_to_one_another() -> None:
+    from localspec.engine.draft_length import VerifyCosts
+
+    verify = VerifyCosts()
+    verify.restore({"2": [0.04, 8.0], "5": [0.06, 2.0], "20": [0.3, 0.0016], "30": [0.4, 0.0]}, 33)
+    weights = {n: weight for n, (_, weight) in verify.by_size.items()}
+    assert weights[2] == pytest.approx(0.1) and weights[5] == pytest.approx(0.025)  # the heaviest weighs a tenth
+    assert weights[20] == pytest.approx(0.1 * 0.0016 / 8) and 0 < weights[30] <= 1e-9
+    verify.restore({"2": [0.04, 0.05], "5": [0.06, 0.01]}, 33)  # light ones are not made heavier
+    assert [weight for _, weight in verify.by_size.values()] == pytest.approx([0.05, 0.01])
+
+
 def test_exploration_drafts_in_full_whatever_the_estimates_say() -> None:
     controller = AdaptiveLength()
     controller.draft_cost = 10.0  # a wildly wrong estimate: keep_going would stop after every token

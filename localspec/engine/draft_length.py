@@ -8,8 +8,9 @@ progress:
   draft model's own last token of the pass before; what lookup passes added is
   not counted: it is paid whenever the model drafts next) and each further token;
 - the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent
-  passes of two tokens or more (its slope the weighted median of the slopes
-  between batch sizes, so that one slow pass at a long size cannot tilt it);
+  passes of two tokens or more (once four sizes or more are measured, its
+  slope is the weighted median of the slopes between them, so that one slow
+  pass at a long size does not tilt it);
   a one-token pass (nothing drafted) is measured
   apart, since llama.cpp computes a lone token with other kernels: cheaper than
   the line through batches says (on the demo target 14.5 ms, where the line
@@ -73,6 +74,7 @@ _OUTLIER = 1.5  # a pass slower than this many times the cost expected of it cou
 _MEASURED_BEFORE_CLIPPING = 4  # passes of its own a process records before it limits outliers
 _RESTORED_WEIGHT = 0.1  # a cost saved by an earlier process serves until this process measures it (its first sample weighs 0.9)
 _FAINTEST_WEIGHT = 1e-9  # (a restored batch size's weight never reaches 0: the fit divides by their sum)
+_ROBUST_FROM_SIZES = 4  # batch sizes measured before V(n)'s slope is a median of slopes rather than least squares
 # A prompt token read in a batch, until measured: this share of a draft step (0.7 measured on a 2-core
 # Xeon, about 0.25 on a 2-core EPYC; erring low keeps reading, as every prompt was read before).
 _PRIOR_READ_SHARE = 0.3
@@ -181,7 +183,10 @@ class VerifyCosts:
             points = batches  # a lone token's kernels are not on the batches' line (see `cost`)
         if not points:
             return 1.0, _PRIOR_SLOPE  # arbitrary unit: only ratios matter before any measurement
-        if len(points) >= 2:
+        total = sum(w for _, _, w in points)
+        mean_n = sum(n * w for n, _, w in points) / total
+        mean_t = sum(t * w for _, t, w in points) / total
+        if len(points) >= _ROBUST_FROM_SIZES:
             # The weighted median of the slopes between sizes (Theil-Sen; a pair weighs its sizes' weights
             # and how far apart they are): one pass slowed by a busy moment, at a size seldom measured,
             # would pull a least-squares slope far (a long draft's size has the most leverage), and every
@@ -189,11 +194,12 @@ class VerifyCosts:
             slope = _weighted_median([((t_j - t_i) / (n_j - n_i), w_i * w_j * (n_j - n_i))
                                       for i, (n_i, t_i, w_i) in enumerate(points) for n_j, t_j, w_j in points[i + 1:]])
             intercept = _weighted_median([(t - slope * n, w) for n, t, w in points])
-            if slope > 0 and intercept > 0:
-                return intercept, slope
-        total = sum(w for _, _, w in points)
-        mean_n = sum(n * w for n, _, w in points) / total
-        mean_t = sum(t * w for _, t, w in points) / total
+        else:  # (with the plan's size and its neighbours alone, a median would jump between two neighbours' slopes)
+            spread = sum(w * (n - mean_n) ** 2 for n, _, w in points)
+            slope = sum(w * (n - mean_n) * (t - mean_t) for n, t, w in points) / spread if spread > 0 else 0.0
+            intercept = mean_t - slope * mean_n
+        if slope > 0 and intercept > 0:
+            return intercept, slope
         a = mean_t / (1 + _PRIOR_SLOPE * mean_n)
         return a, a * _PRIOR_SLOPE
 
@@ -642,12 +648,15 @@ class LearnedLengths:
 
 
 def _weighted_median(values: list[tuple[float, float]]) -> float:
-    """The value at which half of the total weight lies on each side ((value, weight) pairs, not all weightless)."""
+    """The value at which half of the total weight lies on each side ((value, weight) pairs, not all weightless);
+    where half of it lies exactly up to one value, the mean of that value and the next."""
     ordered = sorted(values)
     half, below = sum(weight for _, weight in ordered) / 2, 0.0
-    for value, weight in ordered:
+    for i, (value, weight) in enumerate(ordered):
         below += weight
         if below >= half:
+            if math.isclose(below, half, rel_tol=1e-12) and i + 1 < len(ordered):
+                return (value + ordered[i + 1][0]) / 2
             return value
     return ordered[-1][0]
 
