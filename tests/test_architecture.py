@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -21,12 +22,19 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
+def _import_nodes(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The import statements of `path`, at any depth (parsed once for all the tests here)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return tuple(node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 def _imports(path: Path) -> set[str]:
     """Absolute names of the localspec modules `path` imports (at any depth in the file)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(path):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -81,8 +89,7 @@ def test_no_import_cycles() -> None:
 
 def test_only_the_runtime_imports_llama_cpp() -> None:
     def imports_llama_cpp(path: Path) -> bool:
-        nodes = ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        return any(isinstance(node, (ast.Import, ast.ImportFrom)) and "llama_cpp" in ast.dump(node) for node in nodes)
+        return any("llama_cpp" in ast.dump(node) for node in _import_nodes(path))
 
     assert [module for module, path in MODULES.items() if imports_llama_cpp(path)] == ["localspec.runtime.library"]
 
