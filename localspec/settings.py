@@ -201,7 +201,8 @@ class ModelSettings(SettingsGroup):
     )
     repack: str = setting(
         "auto", "llama.cpp's repacked CPU weight layouts for the {role} model: 'auto' (on where a one-time probe"
-        " on this machine finds them working), 'on' or 'off'.",
+        " on this machine finds them working; a draft model takes them one token per decode where only batches fail),"
+        " 'on' or 'off'.",
         choices=REPACK_MODES, flag={"target": "--repack", "draft": "--draft-repack"},
     )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, high=MAX_THREADS, flag="--threads")

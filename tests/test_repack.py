@@ -28,19 +28,21 @@ from localspec.settings import SETTINGS, GenerationSettings, ModelSettings, Samp
 
 # CPU_REPACK's Q4_0 layouts need AVX2 on x86 (or ARM's dot-product extensions); elsewhere nothing is repacked.
 REPACKS_Q4_0 = "AVX2 = 1" in llama().llama_print_system_info().decode()
+ON, OFF, ONE_TOKEN = repack.Repacking.ON, repack.Repacking.OFF, repack.Repacking.ONE_TOKEN
 needs_repacking = pytest.mark.skipif(not REPACKS_Q4_0, reason="llama.cpp repacks no Q4_0 weights on this CPU")
 
 
 @functools.cache
-def _probed(path: Path) -> ProbeResult:
-    return runtime_repack.probe(path, timeout_s=300)
+def _probed(path: Path, one_token: bool = False) -> ProbeResult:
+    return runtime_repack.probe(path, timeout_s=300, one_token=one_token)
 
 
-def require_working_repack(*paths: Path) -> None:
-    """Skip unless batched decodes of every one of `paths` with repacked weights survive here, as the probe finds
-    in a child process: llama-cpp-python 0.3.36 crashes on them on CPUs with AMX, and a crash would end the suite."""
+def require_working_repack(*paths: Path, one_token: bool = False) -> None:
+    """Skip unless decodes of every one of `paths` with repacked weights survive here (batched ones, or `one_token`
+    at a time), as the probe finds in a child process: llama-cpp-python 0.3.36 crashes on batches on some CPUs with
+    AMX, and a crash would end the suite."""
     for path in paths:
-        result = _probed(path)
+        result = _probed(path, one_token)
         if not result.works:
             pytest.skip(f"repacked weights of {path.name} do not work on this CPU: {result.detail}")
 
@@ -61,7 +63,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fake_probe(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Replace the child-process probe by one that says "works" and records each path it was asked about."""
     calls: list[Path] = []
-    monkeypatch.setattr(repack, "probe", lambda path, timeout_s: calls.append(path) or ProbeResult(True, "fake"))
+    monkeypatch.setattr(repack, "probe", lambda path, timeout_s, one_token=False: calls.append(path) or ProbeResult(True, "fake"))
     return calls
 
 
@@ -98,23 +100,23 @@ def test_extra_buffers_repack_q4_0_weights_and_the_placement_says_so(tiny_q4_0: 
 
 
 def test_the_probe_verdict_is_remembered_and_reused(tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    works = repack.extra_buffers_for(tiny_q4_0, ModelSettings())  # a real child process: either verdict is this CPU's
+    works = repack.repacking_for(tiny_q4_0, ModelSettings()) is ON  # a real child process: either verdict is this CPU's
     stored = json.loads(fresh_cache.read_text())
     assert stored["build"] == build_fingerprint()
     assert stored["verdicts"] == {"F32+Q4_0+Q8_0": {"works": works, "detail": stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]}}
     assert ("batched decodes work" if works else "the probe crashed") in stored["verdicts"]["F32+Q4_0+Q8_0"]["detail"]
 
-    def no_probe(path: Path, timeout_s: float) -> ProbeResult:
+    def no_probe(path: Path, timeout_s: float, one_token: bool = False) -> ProbeResult:
         raise AssertionError("probed again")
 
     monkeypatch.setattr(repack, "probe", no_probe)
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is works
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(repack="off")) is False
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(repack="on")) is True
+    assert (repack.repacking_for(tiny_q4_0, ModelSettings()) is ON) is works
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(repack="off")) is OFF
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(repack="on")) is ON
 
 
 def test_a_remembered_crash_keeps_auto_off_at_load(tiny_pair: tuple[Path, Path], tiny_q4_0: Path, fresh_cache: Path) -> None:
-    verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)"}
+    verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)", "one_token": False, "one_token_detail": "crashed too"}
     fresh_cache.parent.mkdir(parents=True)
     fresh_cache.write_text(json.dumps({"build": build_fingerprint(), "verdicts": {"F32+Q4_0+Q8_0": verdict, "F32": verdict}}))
     result = cli("run", "--target", str(tiny_q4_0), "--draft", str(tiny_pair[1]), "--raw", "--threads", "1", "--max-tokens", "2", "--json", "a")
@@ -122,6 +124,74 @@ def test_a_remembered_crash_keeps_auto_off_at_load(tiny_pair: tuple[Path, Path],
     placement = json.loads(result.stdout)["placement"]
     assert placement["target"]["cpu_extra_buffers"] is False and placement["target"]["repacked_bytes"] == 0
     assert placement["draft"]["cpu_extra_buffers"] is False
+
+
+def test_where_only_batches_fail_a_draft_model_asks_once_for_one_token_decodes(
+    tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[bool] = []
+    answers = {False: ProbeResult(False, "the probe crashed (SIGSEGV)"), True: ProbeResult(True, "one-token decodes work")}
+    monkeypatch.setattr(repack, "probe", lambda path, timeout_s, one_token=False: calls.append(one_token) or answers[one_token])
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is OFF  # a target verifies in batches
+    assert calls == [False]
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(), one_token_ok=True) is ONE_TOKEN
+    assert calls == [False, True]
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(), one_token_ok=True) is ONE_TOKEN  # remembered
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is OFF
+    assert calls == [False, True]
+    assert json.loads(fresh_cache.read_text())["verdicts"]["F32+Q4_0+Q8_0"] == {
+        "works": False, "detail": "the probe crashed (SIGSEGV)", "one_token": True, "one_token_detail": "one-token decodes work"}
+    answers[True] = ProbeResult(False, "the probe crashed (SIGILL)")
+    fresh_cache.unlink()
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(), one_token_ok=True) is OFF
+    assert json.loads(fresh_cache.read_text())["verdicts"]["F32+Q4_0+Q8_0"]["one_token"] is False
+
+
+def test_a_malformed_one_token_verdict_is_dropped(tiny_q4_0: Path, fresh_cache: Path, fake_probe: list[Path]) -> None:
+    verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)", "one_token": "yes"}
+    fresh_cache.parent.mkdir(parents=True)
+    fresh_cache.write_text(json.dumps({"build": build_fingerprint(), "verdicts": {"F32+Q4_0+Q8_0": verdict}}))
+    assert repack.load_verdicts(build_fingerprint()) == {}
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(), one_token_ok=True) is ON and fake_probe == [tiny_q4_0]
+
+
+def test_a_model_decoding_one_token_at_a_time_gives_the_rows_a_batch_gives(tiny_pair: tuple[Path, Path]) -> None:
+    settings = ModelSettings(n_ctx=64, n_threads=1)
+    with Model(tiny_pair[0], settings) as batched, Model(tiny_pair[0], settings, one_token_decodes=True) as one_by_one:
+        sizes: list[int] = []
+        decode = one_by_one._decode
+        one_by_one._decode = lambda tokens, rows: sizes.append(len(tokens)) or decode(tokens, rows)
+        tokens = [3, 17, 5, 9, 11, 2]
+        for logits in ("all", 3, "last"):
+            batched.clear()
+            one_by_one.clear()
+            expected = batched.eval(tokens, logits=logits)
+            assert np.allclose(one_by_one.eval(tokens, logits=logits), expected, atol=1e-4), logits
+        assert one_by_one.eval([4, 4], logits="none").shape == (0, batched.n_vocab)
+        assert set(sizes) == {1} and len(sizes) == 3 * len(tokens) + 2
+        assert list(one_by_one.tokens) == [*tokens, 4, 4]
+        assert one_by_one.placement.summary().endswith("one token per decode")
+
+
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
+@needs_repacking
+def test_a_draft_that_decodes_one_token_at_a_time_runs_repacked_where_batches_crash(
+    tiny_pair: tuple[Path, Path], tiny_q4_0: Path, fresh_cache: Path
+) -> None:
+    require_working_repack(tiny_q4_0, one_token=True)
+    verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)"}  # as on a machine whose AMX tiles fail
+    fresh_cache.parent.mkdir(parents=True)
+    fresh_cache.write_text(json.dumps({"build": build_fingerprint(), "verdicts": {"F32+Q4_0+Q8_0": verdict}}))
+    args = ("run", "--target", str(tiny_pair[0]), "--draft", str(tiny_q4_0), "--raw", "--threads", "1",
+            "--temperature", "0", "--max-tokens", "24", "--json", "a b")
+    result = cli(*args)
+    assert result.exit_code == 0, result.stderr
+    placement = json.loads(result.stdout)["placement"]["draft"]
+    assert placement["repacked_bytes"] > 0 and placement["one_token_decodes"] is True
+    assert json.loads(fresh_cache.read_text())["verdicts"]["F32+Q4_0+Q8_0"]["one_token"] is True
+    plain = cli(*args[:-2], "--draft-repack", "off", *args[-2:])
+    assert json.loads(plain.stdout)["placement"]["draft"]["one_token_decodes"] is False
+    assert json.loads(plain.stdout)["text"] == json.loads(result.stdout)["text"]  # greedy: the target's text either way
 
 
 @needs_repacking
@@ -148,12 +218,12 @@ def test_a_corrupt_or_stale_cache_is_dropped_and_probed_again(
         contents = json.dumps({"build": build_fingerprint(), "verdicts": {"F32+Q4_0+Q8_0": {"works": "yes"}}})
     fresh_cache.parent.mkdir(parents=True)
     fresh_cache.write_text(contents)
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is True
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is ON
     assert capsys.readouterr().err == ""  # silent without --verbose
     assert fake_probe == [tiny_q4_0]
     assert json.loads(fresh_cache.read_text())["verdicts"] == {"F32+Q4_0+Q8_0": {"works": True, "detail": "fake"}}
     fresh_cache.write_text(contents)
-    repack.extra_buffers_for(tiny_q4_0, ModelSettings(), verbose=True)
+    repack.repacking_for(tiny_q4_0, ModelSettings(), verbose=True)
     assert note in capsys.readouterr().err
 
 
@@ -181,8 +251,8 @@ def test_remembered_weight_types_nested_too_deeply_are_read_again(tiny_q4_0: Pat
 
 def test_a_model_wholly_on_a_gpu_is_not_probed(tiny_q4_0: Path, fake_probe: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(repack, "gpu_devices", lambda: ["CUDA0"])  # as on a machine with a GPU
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is False and fake_probe == []
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings(n_gpu_layers=10)) is True and fake_probe == [tiny_q4_0]
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is OFF and fake_probe == []
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(n_gpu_layers=10)) is ON and fake_probe == [tiny_q4_0]
 
 
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input
@@ -195,7 +265,7 @@ def test_the_probe_turns_a_crash_into_a_verdict_and_a_hang_into_none(
     assert runtime_repack.probe(tiny_q4_0, timeout_s=0.2) == ProbeResult(None, "the probe did not answer in 0.2 s")
     monkeypatch.setattr(repack, "PROBE_TIMEOUT_S", 0.2)  # a load spike on a shared machine: slow, not broken
     monkeypatch.setattr(repack, "PROBE_SECONDS_PER_GIB", 0.0)
-    assert repack.extra_buffers_for(tiny_q4_0, ModelSettings()) is False  # the plain layout this time ...
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is OFF  # the plain layout this time ...
     assert repack.load_verdicts(build_fingerprint()) == {}  # ... and not remembered: the next load asks again
 
 
@@ -204,7 +274,7 @@ def test_a_model_that_does_not_load_is_no_verdict(tmp_path: Path, fresh_cache: P
     broken = write_unloadable_model(tmp_path / "broken.gguf")
     result = runtime_repack.probe(broken, timeout_s=60)
     assert result.works is None and "could not load" in result.detail
-    assert repack.extra_buffers_for(broken, ModelSettings()) is False
+    assert repack.repacking_for(broken, ModelSettings()) is OFF
     assert not fresh_cache.exists()  # nothing remembered: the next load asks again
 
 
@@ -238,6 +308,17 @@ def test_f32_target_with_a_repacked_q4_0_draft_is_identical_to_target_only(smoll
     require_working_repack(smollm_f32, smollm_q4_0)
     with Session(Model(smollm_f32, extra_buffers=True), Model(smollm_q4_0, extra_buffers=True)) as session:
         assert session.draft.placement.repacked_bytes > 0 and session.target.placement.repacked_bytes == 0
+        assert_greedy_speculative_equals_target_only(session)
+
+
+@pytest.mark.slow
+def test_f32_target_with_a_q4_1_draft_repacked_one_token_at_a_time_is_identical_to_target_only(
+    smollm_f32: Path, smollm_q4_1: Path
+) -> None:
+    """The demo pair as `auto` loads it on a machine where repacked Q4_1 weights fail on batches only."""
+    require_working_repack(smollm_q4_1, one_token=True)
+    draft = Model(smollm_q4_1, extra_buffers=True, one_token_decodes=True)
+    with Session(Model(smollm_f32), draft) as session:
         assert_greedy_speculative_equals_target_only(session)
 
 

@@ -28,8 +28,8 @@ from ..errors import InputError
 from ..models.discovery import describe
 from ..models.quantize import quantize
 from ..runtime.model import Model
-from ..settings import GenerationSettings, SamplingParams, SpeculativeParams
-from .session import Session
+from ..settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
+from .session import Session, load_draft_model
 
 AUTO = "auto"
 CANDIDATE_TYPES = ("q8_0", "q6_k", "q4_k_m", "q4_1", "q4_0")
@@ -200,7 +200,7 @@ def _measure(
 ) -> CandidateReport:
     single, per_extra_token = baseline
     stats = SpecStats()
-    with Model(path) as draft:
+    with load_draft_model(path, ModelSettings()) as draft:  # (its CPU layout as a session would load it)
         for temperature in MEASURE_TEMPERATURES:
             sampling = SamplingParams(temperature=temperature)
             for tokens in prompts:

@@ -2,13 +2,16 @@
 
 "auto" asks `runtime.repack.probe` once per llama.cpp build, CPU and kind of
 weights (the set of tensor types in the file, e.g. "F32+Q4_0+Q6_K") and
-remembers the verdict in the cache folder. It is a cache, not a user's file: an
-entry that is unreadable, malformed or from another build or CPU is dropped and
-probed again, silently (said with --verbose).
+remembers the verdict in the cache folder. Where batched decodes fail, a model
+that may decode one token at a time (a draft model) asks a second probe, and
+uses the repacked weights one token per decode where that works. It is a cache,
+not a user's file: an entry that is unreadable, malformed or from another build
+or CPU is dropped and probed again, silently (said with --verbose).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from pathlib import Path
@@ -35,26 +38,49 @@ def cache_file() -> Path:
     return cache_dir() / CACHE_FILE_NAME
 
 
-def extra_buffers_for(path: Path, settings: ModelSettings, *, verbose: bool = False) -> bool:
-    """Whether to load `path` with the extra CPU buffer types under `settings.repack` (auto, on or off)."""
+class Repacking(enum.Enum):
+    """How a model uses llama.cpp's extra CPU buffer types."""
+
+    OFF = "off"
+    ON = "on"
+    ONE_TOKEN = "one token per decode"  # repacked, but never a batch: where only batched decodes fail
+
+
+def repacking_for(path: Path, settings: ModelSettings, *, one_token_ok: bool = False, verbose: bool = False) -> Repacking:
+    """How to load `path` under `settings.repack` (auto, on or off); `one_token_ok`: the model may decode one
+    token at a time (a draft model does so anyway), so repacked weights that fail on batches only can serve it."""
     if settings.repack != "auto":
-        return settings.repack == "on"
+        return Repacking.ON if settings.repack == "on" else Repacking.OFF
     if settings.n_gpu_layers in (None, ALL_LAYERS) and gpu_devices():
-        return False  # every layer on a GPU: the CPU keeps only the token embeddings, which are never repacked
+        return Repacking.OFF  # every layer on a GPU: the CPU keeps only the token embeddings, which are never repacked
     weights = weight_types(path)
     build = build_fingerprint()
-    verdicts = load_verdicts(build, verbose=verbose)
-    if weights in verdicts:
-        return verdicts[weights]["works"]
+    verdict = load_verdicts(build, verbose=verbose).get(weights)
+    if verdict is None:
+        result = _probe(path, weights, verbose=verbose)
+        if result.works is None:
+            return Repacking.OFF  # no verdict (the model would not load, or no answer in time): nothing remembered, the plain layout this time
+        verdict = save_verdict(build, weights, result, verbose=verbose)
+    if verdict["works"]:
+        return Repacking.ON
+    if not one_token_ok:
+        return Repacking.OFF
+    if "one_token" not in verdict:
+        result = _probe(path, weights, one_token=True, verbose=verbose)
+        if result.works is None:
+            return Repacking.OFF
+        verdict = save_verdict(build, weights, ProbeResult(False, verdict["detail"]), one_token=result, verbose=verbose)
+    return Repacking.ONE_TOKEN if verdict["one_token"] else Repacking.OFF
+
+
+def _probe(path: Path, weights: str, *, one_token: bool = False, verbose: bool = False) -> ProbeResult:
     note = verbose_notes(verbose)
-    note(f"probing llama.cpp's repacked CPU weights for {weights} in a child process (once per build and CPU)")
+    how = "one token at a time" if one_token else "batched"
+    note(f"probing llama.cpp's repacked CPU weights for {weights}, {how}, in a child process (once per build and CPU)")
     size_gib = path.stat().st_size / 2**30
-    result = probe(path, PROBE_TIMEOUT_S + PROBE_SECONDS_PER_GIB * size_gib)
-    note(f"repacked CPU weights for {weights}: {_verdict_text(result)}")
-    if result.works is None:
-        return False  # no verdict (the model would not load, or no answer in time): nothing remembered, the plain layout this time
-    save_verdict(build, weights, result, verbose=verbose)
-    return result.works
+    result = probe(path, PROBE_TIMEOUT_S + PROBE_SECONDS_PER_GIB * size_gib, one_token=one_token)
+    note(f"repacked CPU weights for {weights}, {how}: {_verdict_text(result)}")
+    return result
 
 
 def weight_types(path: Path) -> str:
@@ -112,21 +138,34 @@ def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
         return {}
     verdicts = {}
     for weights, entry in stored["verdicts"].items():
-        if isinstance(entry, dict) and isinstance(entry.get("works"), bool) and isinstance(entry.get("detail"), str):
+        if _well_formed(entry):
             verdicts[weights] = entry
         else:
             note(f"dropping the malformed repack cache entry for {weights}")
     return verdicts
 
 
-def save_verdict(build: str, weights: str, result: ProbeResult, *, verbose: bool = False) -> None:
-    """Remember one verdict beside the others for this build (a cache that cannot be written only costs time)."""
+def _well_formed(entry: object) -> bool:
+    """{"works": bool, "detail": str}, and where batches failed maybe {"one_token": bool, "one_token_detail": str}."""
+    if not (isinstance(entry, dict) and isinstance(entry.get("works"), bool) and isinstance(entry.get("detail"), str)):
+        return False
+    return "one_token" not in entry or (isinstance(entry["one_token"], bool) and isinstance(entry.get("one_token_detail"), str))
+
+
+def save_verdict(build: str, weights: str, result: ProbeResult, *, one_token: ProbeResult | None = None,
+                 verbose: bool = False) -> dict:
+    """Remember one verdict (`one_token`: the one-token probe's, where batches failed) beside the others for
+    this build, and return it (a cache that cannot be written only costs time)."""
+    verdict: dict = {"works": result.works, "detail": result.detail}
+    if one_token is not None:
+        verdict.update(one_token=one_token.works, one_token_detail=one_token.detail)
     try:
         with locked(cache_file(), timeout_s=LOCK_TIMEOUT_S):  # a verdict another process saved meanwhile is kept
-            verdicts = {**load_verdicts(build), weights: {"works": result.works, "detail": result.detail}}
+            verdicts = {**load_verdicts(build), weights: verdict}
             write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
     except (OSError, LocalspecError) as exc:
         verbose_notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
+    return verdict
 
 
 def _verdict_text(result: ProbeResult) -> str:

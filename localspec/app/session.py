@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..config.resolve import DEFAULT_SOURCE
@@ -16,11 +17,11 @@ from ..engine.generation import Generation
 from ..errors import InputError
 from ..runtime.chat_template import SpecialTexts, render_chat_chunks
 from ..runtime.model import Model
-from ..settings import ChatSettings, GenerationSettings
+from ..settings import ChatSettings, GenerationSettings, ModelSettings
 from .learned_lengths import LengthCache
 from .memory import SessionMemory, open_store
 from .plan import Plan
-from .repack import extra_buffers_for, verbose_notes
+from .repack import Repacking, repacking_for, verbose_notes
 
 CHEAP_BYTES_PER_TOKEN = 4  # below this many bytes a token of context, `refuse_text_too_long` does not scan the vocabulary
 MAX_SPECIAL_VERDICTS = 256  # contents remembered by `Session._holds_special_text`
@@ -180,6 +181,14 @@ class Session:
         self.close()
 
 
+def load_draft_model(path: Path, settings: ModelSettings, *, verbose: bool = False, size_context_later: bool = False) -> Model:
+    """Load a draft model. It decodes one token at a time while drafting, so weights repacked for kernels
+    that fail on batches only still serve it, one token per decode (its prompt is then read a token at a time)."""
+    repacking = repacking_for(path, settings, one_token_ok=True, verbose=verbose)
+    return Model(path, settings, verbose=verbose, size_context_later=size_context_later,
+                 extra_buffers=repacking is not Repacking.OFF, one_token_decodes=repacking is Repacking.ONE_TOKEN)
+
+
 def open_session(
     plan: Plan,
     *,
@@ -203,14 +212,15 @@ def open_session(
     first use; otherwise now, at their configured size.
     """
     on_status(f"loading target {plan.target.path.name}")
+    repacking = repacking_for(plan.target.path, plan.target.runtime, verbose=verbose)
     target = Model(plan.target.path, plan.target.runtime, verbose=verbose, size_context_later=size_contexts_later,
-                   extra_buffers=extra_buffers_for(plan.target.path, plan.target.runtime, verbose=verbose))
+                   extra_buffers=repacking is not Repacking.OFF)
     draft = None
     if plan.draft is not None and load_draft:
         on_status(f"loading draft {plan.draft.path.name}")
         try:
-            draft = Model(plan.draft.path, plan.draft.runtime, verbose=verbose, size_context_later=size_contexts_later,
-                          extra_buffers=extra_buffers_for(plan.draft.path, plan.draft.runtime, verbose=verbose))
+            draft = load_draft_model(plan.draft.path, plan.draft.runtime, verbose=verbose,
+                                     size_context_later=size_contexts_later)
         except BaseException:
             target.close()
             raise

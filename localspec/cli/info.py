@@ -91,4 +91,11 @@ def _repack_text(verdicts: dict[str, dict]) -> str:
     """What the probes found per kind of weights, e.g. 'F32+Q4_0+Q8_0 on (batched decodes work ...)'."""
     if not verdicts:
         return "not probed yet (probed on a model's first load)"
-    return "; ".join(f"{weights} {'on' if entry['works'] else 'off'} ({entry['detail']})" for weights, entry in verdicts.items())
+    return "; ".join(_verdict_text(weights, entry) for weights, entry in verdicts.items())
+
+
+def _verdict_text(weights: str, entry: dict) -> str:
+    text = f"{weights} {'on' if entry['works'] else 'off'} ({entry['detail']})"
+    if "one_token" in entry:
+        text += f", for a draft one token per decode {'on' if entry['one_token'] else 'off'} ({entry['one_token_detail']})"
+    return text

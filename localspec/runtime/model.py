@@ -163,11 +163,16 @@ class Model(_Freed):
 
     def __init__(
         self, path: str | Path, settings: ModelSettings = ModelSettings(), verbose: bool = False,
-        *, extra_buffers: bool | None = None, size_context_later: bool = False,
+        *, extra_buffers: bool | None = None, one_token_decodes: bool = False, size_context_later: bool = False,
     ) -> None:
         """`extra_buffers`: allow llama.cpp's extra CPU buffer types (repacked weights). None: only when
         `settings.repack` is "on"; "auto" is decided by the caller (`app.repack`), which probes first,
         because on some CPUs and builds they crash on batched decodes.
+
+        `one_token_decodes`: hand llama.cpp one token per decode, whatever `eval` is given (the rows
+        asked for are gathered). Where repacked weights crash on batches but not on a lone token (AMX
+        tiles that a virtual machine does not provide: a lone token takes another kernel), a draft model,
+        which decodes one token at a time anyway, still gets their faster kernels.
 
         The context (the KV cache) is created at once, at its configured size, unless
         `size_context_later`: then `reserve` sizes it for one run, or first use creates it."""
@@ -189,8 +194,9 @@ class Model(_Freed):
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
         self.placement: Placement = parse_load_log(
-            "".join(load_log), rpc.registered_workers(), extra_buffers=extra_buffers
+            "".join(load_log), rpc.registered_workers(), extra_buffers=extra_buffers, one_token_decodes=one_token_decodes
         )
+        self.one_token_decodes = one_token_decodes
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -466,6 +472,8 @@ class Model(_Freed):
             )
         if logits == "all" and len(tokens) > n_batch:
             raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {n_batch}")
+        if self.one_token_decodes and len(tokens) > 1:
+            return self._eval_one_by_one(tokens, logits)
         n_rows = 0
         for start in range(0, len(tokens), n_batch):
             chunk = tokens[start : start + n_batch]
@@ -482,6 +490,17 @@ class Model(_Freed):
             return np.empty((0, self.n_vocab), dtype=np.float32)
         rows = self._output_logits(n_rows)
         return rows.copy() if copy else rows
+
+    def _eval_one_by_one(self, tokens: Sequence[int], logits: str | int) -> np.ndarray:
+        """`eval` for a model that decodes one token at a time: the same rows, each copied as it comes."""
+        n_rows = {"none": 0, "last": 1, "all": len(tokens)}.get(logits, logits)  # (an int is checked by `eval`)
+        rows = []
+        for i, token in enumerate(tokens):
+            wanted = i >= len(tokens) - n_rows
+            self._decode([token], rows=slice(None) if wanted else None)
+            if wanted:
+                rows.append(self._output_logits(1)[0].copy())
+        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
 
     def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
         """Logits for the token that follows `context` (whose last token is (re)evaluated)."""

@@ -26,6 +26,7 @@ class Placement:
     weights: dict[str, int] = field(default_factory=dict)
     workers: dict[str, str] = field(default_factory=dict)  # RPC device name -> the worker's HOST:PORT
     extra_buffers: bool = False  # whether llama.cpp was allowed its extra CPU buffer types (repacked layouts)
+    one_token_decodes: bool = False  # whether every decode takes one token (see `Model`'s one_token_decodes)
 
     @property
     def total_layers(self) -> int:
@@ -45,6 +46,8 @@ class Placement:
         """E.g. "31 layers on CPU, 57 MiB repacked" or "31/31 layers offloaded (20 on RPC0 (10.0.0.2:50052), 11 on CUDA0)"."""
         mib = self.repacked_bytes / 2**20
         repacked = f", {mib:.{0 if mib >= 10 else 2}f} MiB repacked" if self.repacked_bytes else ""
+        if self.one_token_decodes:
+            repacked += ", one token per decode"
         if not self.layers:
             return "placement unknown" + repacked
         if self.offloaded_layers == 0:
@@ -62,14 +65,16 @@ class Placement:
             "workers": {device: self.workers[device] for device in self.layers if device in self.workers},
             "cpu_extra_buffers": self.extra_buffers,
             "repacked_bytes": self.repacked_bytes,
+            "one_token_decodes": self.one_token_decodes,
         }
 
 
-def parse_load_log(log: str, workers: dict[str, str] | None = None, *, extra_buffers: bool = False) -> Placement:
+def parse_load_log(log: str, workers: dict[str, str] | None = None, *, extra_buffers: bool = False,
+                   one_token_decodes: bool = False) -> Placement:
     """The placement llama.cpp logged while loading one model (`workers`: RPC device name -> address;
-    `extra_buffers`: whether the load allowed llama.cpp's extra CPU buffer types)."""
+    `extra_buffers`: whether the load allowed llama.cpp's extra CPU buffer types; `one_token_decodes`: see `Model`)."""
     layers: dict[str, int] = {}
     for _index, device in _LAYER_LINE.findall(log):
         layers[device.strip()] = layers.get(device.strip(), 0) + 1
     weights = {name: int(float(mib) * 2**20) for name, mib in _BUFFER_LINE.findall(log)}
-    return Placement(layers, weights, dict(workers or {}), extra_buffers)
+    return Placement(layers, weights, dict(workers or {}), extra_buffers, one_token_decodes)

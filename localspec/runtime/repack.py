@@ -10,6 +10,12 @@ then one token (a draft step). A signal or a non-zero exit there is a verdict,
 not a crash of ours. A hang is no verdict: on a busy machine a healthy probe can
 be slow, and one slow moment must not turn repacking off for good.
 
+Where batches crash, a second probe (`one_token=True`) decodes the same tokens
+one at a time: a lone token takes other kernels (on AMX machines, AVX-512 VNNI
+rather than AMX tiles, which some virtual machines do not provide), so a model
+that decodes one token at a time, a draft model, may still use the faster layout
+(`Model`'s one_token_decodes).
+
 `build_fingerprint()` names what the verdict depends on: llama.cpp's build and
 the CPU. Remembering verdicts is the caller's business (`app.repack`).
 """
@@ -35,7 +41,7 @@ from .model import Model
 
 _INCONCLUSIVE_EXIT = 2  # the child could not load the model at all: no verdict about repacking
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-_CHILD = "import sys; from localspec.runtime.repack import probe_here; probe_here(sys.argv[1])"
+_CHILD = "import sys; from localspec.runtime.repack import probe_here; probe_here(sys.argv[1], sys.argv[2] == 'one-token')"
 
 
 @dataclass(frozen=True)
@@ -69,11 +75,13 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def probe(path: Path, timeout_s: float) -> ProbeResult:
-    """Load `path` with the extra CPU buffer types and decode batches in a child process; say how it went."""
+def probe(path: Path, timeout_s: float, *, one_token: bool = False) -> ProbeResult:
+    """Load `path` with the extra CPU buffer types and decode batches (`one_token`: the same tokens one
+    at a time) in a child process; say how it went."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+    mode = "one-token" if one_token else "batched"
     try:
-        child = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True,
+        child = subprocess.run([sys.executable, "-c", _CHILD, str(path), mode], capture_output=True, text=True,
                                env=env, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         return ProbeResult(None, f"the probe did not answer in {timeout_s:g} s")
@@ -84,14 +92,15 @@ def probe(path: Path, timeout_s: float) -> ProbeResult:
         return ProbeResult(None, f"the probe could not load the model ({last_line})")
     if child.returncode != 0:
         return ProbeResult(False, f"the probe failed (exit {child.returncode}: {last_line})")
-    return ProbeResult(True, child.stdout.strip() or "batched decodes work")
+    return ProbeResult(True, child.stdout.strip() or f"{mode} decodes work")
 
 
-def probe_here(path: str) -> None:
-    """The child's side: exit 0 (printing what was repacked) when batched decodes with extra buffers work."""
+def probe_here(path: str, one_token: bool = False) -> None:
+    """The child's side: exit 0 (printing what was repacked) when decodes with extra buffers work: batched
+    ones (a verify pass, a rollback, another pass, a draft step), or, `one_token`, the same tokens one at a time."""
     settings = ModelSettings(n_gpu_layers=0, n_ctx=64, n_batch=16, repack="on")
     try:
-        model = Model(path, settings, extra_buffers=True)
+        model = Model(path, settings, extra_buffers=True, one_token_decodes=one_token)
     except LocalspecError as exc:
         print(exc, file=sys.stderr)
         sys.exit(_INCONCLUSIVE_EXIT)
@@ -103,5 +112,5 @@ def probe_here(path: str) -> None:
     if not all(np.isfinite(block).all() for block in rows):
         sys.exit("the logits are not finite")
     repacked = model.placement.repacked_bytes
-    print(f"batched decodes work ({repacked / 2**20:.0f} MiB repacked)" if repacked else
-          "batched decodes work (nothing repacked for these weight types)")
+    works = "one-token decodes work" if one_token else "batched decodes work"
+    print(f"{works} ({repacked / 2**20:.0f} MiB repacked)" if repacked else f"{works} (nothing repacked for these weight types)")
