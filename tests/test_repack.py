@@ -56,6 +56,7 @@ def tiny_q4_0(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFac
 @pytest.fixture
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(repack, "gpu_devices", lambda: [])  # (a model wholly on a GPU is never probed)
     return repack.cache_file()
 
 
@@ -147,6 +148,15 @@ def test_where_only_batches_fail_a_draft_model_asks_once_for_one_token_decodes(
     assert json.loads(fresh_cache.read_text())["verdicts"]["F32+Q4_0+Q8_0"]["one_token"] is False
 
 
+def test_a_batched_verdict_saved_again_keeps_the_one_token_verdict(fresh_cache: Path) -> None:
+    crashed = ProbeResult(False, "the probe crashed (SIGSEGV)")
+    repack.save_verdict("this build", "F32+Q4_1", crashed, one_token=ProbeResult(True, "one-token decodes work"))
+    repack.save_verdict("this build", "F32+Q4_1", crashed)  # another process, which probed batches only meanwhile
+    assert repack.load_verdicts("this build")["F32+Q4_1"]["one_token"] is True
+    repack.save_verdict("this build", "F32+Q4_1", ProbeResult(True, "batched decodes work"))
+    assert "one_token" not in repack.load_verdicts("this build")["F32+Q4_1"]
+
+
 def test_a_malformed_one_token_verdict_is_dropped(tiny_q4_0: Path, fresh_cache: Path, fake_probe: list[Path]) -> None:
     verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)", "one_token": "yes"}
     fresh_cache.parent.mkdir(parents=True)
@@ -158,9 +168,6 @@ def test_a_malformed_one_token_verdict_is_dropped(tiny_q4_0: Path, fresh_cache: 
 def test_a_model_decoding_one_token_at_a_time_gives_the_rows_a_batch_gives(tiny_pair: tuple[Path, Path]) -> None:
     settings = ModelSettings(n_ctx=64, n_threads=1)
     with Model(tiny_pair[0], settings) as batched, Model(tiny_pair[0], settings, one_token_decodes=True) as one_by_one:
-        sizes: list[int] = []
-        decode = one_by_one._decode
-        one_by_one._decode = lambda tokens, rows: sizes.append(len(tokens)) or decode(tokens, rows)
         tokens = [3, 17, 5, 9, 11, 2]
         for logits in ("all", 3, "last"):
             batched.clear()
@@ -168,8 +175,9 @@ def test_a_model_decoding_one_token_at_a_time_gives_the_rows_a_batch_gives(tiny_
             expected = batched.eval(tokens, logits=logits)
             assert np.allclose(one_by_one.eval(tokens, logits=logits), expected, atol=1e-4), logits
         assert one_by_one.eval([4, 4], logits="none").shape == (0, batched.n_vocab)
-        assert set(sizes) == {1} and len(sizes) == 3 * len(tokens) + 2
         assert list(one_by_one.tokens) == [*tokens, 4, 4]
+        lib = llama()
+        assert lib.llama_n_ubatch(one_by_one._ctx) == 1 and lib.llama_n_ubatch(batched._ctx) > 1
         assert one_by_one.placement.summary().endswith("one token per decode")
 
 
@@ -188,7 +196,8 @@ def test_a_draft_that_decodes_one_token_at_a_time_runs_repacked_where_batches_cr
     assert result.exit_code == 0, result.stderr
     placement = json.loads(result.stdout)["placement"]["draft"]
     assert placement["repacked_bytes"] > 0 and placement["one_token_decodes"] is True
-    assert json.loads(fresh_cache.read_text())["verdicts"]["F32+Q4_0+Q8_0"]["one_token"] is True
+    stored = json.loads(fresh_cache.read_text())["verdicts"]["F32+Q4_0+Q8_0"]
+    assert stored["one_token"] is True and stored["one_token_detail"].startswith("one-token decodes work")
     plain = cli(*args[:-2], "--draft-repack", "off", *args[-2:])
     assert json.loads(plain.stdout)["placement"]["draft"]["one_token_decodes"] is False
     assert json.loads(plain.stdout)["text"] == json.loads(result.stdout)["text"]  # greedy: the target's text either way

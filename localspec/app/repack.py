@@ -161,7 +161,11 @@ def save_verdict(build: str, weights: str, result: ProbeResult, *, one_token: Pr
         verdict.update(one_token=one_token.works, one_token_detail=one_token.detail)
     try:
         with locked(cache_file(), timeout_s=LOCK_TIMEOUT_S):  # a verdict another process saved meanwhile is kept
-            verdicts = {**load_verdicts(build), weights: verdict}
+            verdicts = load_verdicts(build)
+            earlier = verdicts.get(weights, {})
+            if one_token is None and "one_token" in earlier and earlier["works"] == result.works:
+                verdict.update(one_token=earlier["one_token"], one_token_detail=earlier["one_token_detail"])
+            verdicts[weights] = verdict
             write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
     except (OSError, LocalspecError) as exc:
         verbose_notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")

@@ -185,6 +185,8 @@ def load_draft_model(path: Path, settings: ModelSettings, *, verbose: bool = Fal
     """Load a draft model. It decodes one token at a time while drafting, so weights repacked for kernels
     that fail on batches only still serve it, one token per decode (its prompt is then read a token at a time)."""
     repacking = repacking_for(path, settings, one_token_ok=True, verbose=verbose)
+    if repacking is Repacking.ONE_TOKEN:
+        verbose_notes(verbose)(f"{path.name}: repacked CPU weights, one token per decode (batches of them fail here)")
     return Model(path, settings, verbose=verbose, size_context_later=size_context_later,
                  extra_buffers=repacking is not Repacking.OFF, one_token_decodes=repacking is Repacking.ONE_TOKEN)
 

@@ -169,9 +169,9 @@ class Model(_Freed):
         `settings.repack` is "on"; "auto" is decided by the caller (`app.repack`), which probes first,
         because on some CPUs and builds they crash on batched decodes.
 
-        `one_token_decodes`: hand llama.cpp one token per decode, whatever `eval` is given (the rows
-        asked for are gathered). Where repacked weights crash on batches but not on a lone token (AMX
-        tiles that a virtual machine does not provide: a lone token takes another kernel), a draft model,
+        `one_token_decodes`: let llama.cpp compute one token at a time (a micro-batch of one: it splits
+        every batch itself). Where repacked weights crash on batches but not on a lone token (AMX tiles
+        that a virtual machine does not provide: a lone token takes another kernel), a draft model,
         which decodes one token at a time anyway, still gets their faster kernels.
 
         The context (the KV cache) is created at once, at its configured size, unless
@@ -196,7 +196,6 @@ class Model(_Freed):
         self.placement: Placement = parse_load_log(
             "".join(load_log), rpc.registered_workers(), extra_buffers=extra_buffers, one_token_decodes=one_token_decodes
         )
-        self.one_token_decodes = one_token_decodes
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -242,7 +241,7 @@ class Model(_Freed):
         context_params = llama_cpp.llama_context_default_params()
         context_params.n_ctx = n_ctx
         context_params.n_batch = self.settings.n_batch
-        context_params.n_ubatch = self.settings.n_batch
+        context_params.n_ubatch = 1 if self.placement.one_token_decodes else self.settings.n_batch
         context_params.n_seq_max = 1
         context_params.n_threads = n_threads
         context_params.n_threads_batch = n_threads
@@ -472,8 +471,6 @@ class Model(_Freed):
             )
         if logits == "all" and len(tokens) > n_batch:
             raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {n_batch}")
-        if self.one_token_decodes and len(tokens) > 1:
-            return self._eval_one_by_one(tokens, logits)
         n_rows = 0
         for start in range(0, len(tokens), n_batch):
             chunk = tokens[start : start + n_batch]
@@ -490,17 +487,6 @@ class Model(_Freed):
             return np.empty((0, self.n_vocab), dtype=np.float32)
         rows = self._output_logits(n_rows)
         return rows.copy() if copy else rows
-
-    def _eval_one_by_one(self, tokens: Sequence[int], logits: str | int) -> np.ndarray:
-        """`eval` for a model that decodes one token at a time: the same rows, each copied as it comes."""
-        n_rows = {"none": 0, "last": 1, "all": len(tokens)}.get(logits, logits)  # (an int is checked by `eval`)
-        rows = []
-        for i, token in enumerate(tokens):
-            wanted = i >= len(tokens) - n_rows
-            self._decode([token], rows=slice(None) if wanted else None)
-            if wanted:
-                rows.append(self._output_logits(1)[0].copy())
-        return np.stack(rows) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
 
     def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
         """Logits for the token that follows `context` (whose last token is (re)evaluated)."""

@@ -97,7 +97,8 @@ def probe(path: Path, timeout_s: float, *, one_token: bool = False) -> ProbeResu
 
 def probe_here(path: str, one_token: bool = False) -> None:
     """The child's side: exit 0 (printing what was repacked) when decodes with extra buffers work: batched
-    ones (a verify pass, a rollback, another pass, a draft step), or, `one_token`, the same tokens one at a time."""
+    ones (a verify pass, a rollback, another pass, a draft step, a prompt read), or, `one_token`, the same
+    computed one token at a time."""
     settings = ModelSettings(n_gpu_layers=0, n_ctx=64, n_batch=16, repack="on")
     try:
         model = Model(path, settings, extra_buffers=True, one_token_decodes=one_token)
@@ -109,6 +110,7 @@ def probe_here(path: str, one_token: bool = False) -> None:
     model.keep(3)  # drafts rejected: roll the KV cache back
     rows.append(model.eval(tokens[3:], logits="all"))
     rows.append(model.eval(tokens[:1], logits="last"))  # a draft step: one token
+    model.eval(tokens, logits="none")  # a prompt read
     if not all(np.isfinite(block).all() for block in rows):
         sys.exit("the logits are not finite")
     repacked = model.placement.repacked_bytes
