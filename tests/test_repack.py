@@ -258,7 +258,9 @@ def test_remembered_weight_types_nested_too_deeply_are_read_again(tiny_q4_0: Pat
     assert list(json.loads(remembered.read_text()).values()) == ["F32+Q4_0+Q8_0"]
 
 
-def test_a_model_wholly_on_a_gpu_is_not_probed(tiny_q4_0: Path, fake_probe: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_model_wholly_on_a_gpu_is_not_probed(
+    tiny_q4_0: Path, fresh_cache: Path, fake_probe: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(repack, "gpu_devices", lambda: ["CUDA0"])  # as on a machine with a GPU
     assert repack.repacking_for(tiny_q4_0, ModelSettings()) is OFF and fake_probe == []
     assert repack.repacking_for(tiny_q4_0, ModelSettings(n_gpu_layers=10)) is ON and fake_probe == [tiny_q4_0]
