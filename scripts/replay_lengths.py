@@ -99,7 +99,7 @@ def record_path(session: Session, prompt: list[int], settings: GenerationSetting
         token = int(np.argmax(row)) if settings.sampling.greedy else sampler.draw(
             next_token_probs(row, settings.sampling), position)
         drafted.append(token)
-        confidence.append(Confidence(row)[token])
+        confidence.append(Confidence(row).certainty(token, settings.sampling.greedy))
     return RecordedPath(output, drafted, confidence)
 
 

@@ -60,6 +60,37 @@ def test_p_min_stops_exactly_where_the_draft_model_is_unsure(models, p_min: floa
     assert min(lengths) < 6  # the threshold really cut drafts short
 
 
+class _RecordingLength(FixedLength):
+    """A fixed length that asks for, and keeps, the drafter's certainty of each token."""
+
+    uses_confidence = True
+
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.certainties: list[float] = []
+
+    def keep_going(self, n_drafted: int, confidence: float) -> bool:
+        self.certainties.append(confidence)
+        return True
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.0), SAMPLED], ids=["greedy", "sampled"])
+def test_the_length_controller_weighs_greedy_drafts_by_their_lead_and_sampled_ones_by_their_probability(
+    models, sampling: SamplingParams,
+) -> None:
+    _, draft = models
+    length = _RecordingLength(5)
+    proposal = ModelDrafter(draft, sampling, length=length).propose(PROMPT, 5, StreamSampler(np.random.default_rng(3)), 0)
+    assert len(length.certainties) == len(proposal.tokens) - 1 == 4  # (the last token needs no verdict)
+    for i, (token, certainty) in enumerate(zip(proposal.tokens, length.certainties)):
+        p = softmax(draft.next_logits([*PROMPT, *proposal.tokens[:i]]).astype(np.float64))
+        if sampling.greedy:
+            runner_up = np.sort(p)[-2]
+            assert token == int(np.argmax(p)) and certainty == pytest.approx(1 - runner_up / p[token], abs=1e-5)
+        else:
+            assert certainty == pytest.approx(p[token], rel=1e-4)
+
+
 def test_without_p_min_every_draft_uses_all_its_room(models) -> None:
     _, draft = models
     proposal = ModelDrafter(draft, SAMPLED).propose(PROMPT, 5, StreamSampler(np.random.default_rng(0)), 0)

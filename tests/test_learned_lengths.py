@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import cli
 from test_draft_length import analytic_best, simulate
 
-from localspec.app.learned_lengths import FILE_NAME, LengthCache
+from localspec.app.learned_lengths import FILE_NAME, FORMAT_VERSION, LengthCache
 from localspec.app.session import Session
 from localspec.config.paths import cache_dir
 from localspec.engine.draft_length import AdaptiveLength, LearnedLengths, temperature_band
@@ -71,11 +71,12 @@ def test_costs_belong_to_the_machine_and_acceptance_to_the_pair(tiny_pair: tuple
 
 def _entries(machine: str, pair: str) -> str:
     """A cache whose entries are found by this pair on this machine (MACHINE and PAIR in `content` are their keys)."""
-    return '{"version": 1, "machines": {"MACHINE": ' + machine + '}, "pairs": {"PAIR": ' + pair + "}}"
+    return f'{{"version": {FORMAT_VERSION}, "machines": {{"MACHINE": ' + machine + '}, "pairs": {"PAIR": ' + pair + "}}"
 
 
 @pytest.mark.parametrize("content, note", [
-    ("{not json", "ignoring"), ('{"version": 99}', "ignoring"), ('{"version": 1, "machines": [], "pairs": {}}', "ignoring"),
+    ("{not json", "ignoring"), ('{"version": 99}', "ignoring"), (f'{{"version": {FORMAT_VERSION}, "machines": [], "pairs": {{}}}}', "ignoring"),
+    ('{"version": 1, "machines": {}, "pairs": {}}', "ignoring"),
     ("\udcff", "ignoring"), ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     (_entries('{"costs": "x", "used": 1}', "{}"), "ignoring"),
     (_entries('{"costs": 5, "used": 1}', "{}"), "ignoring"),
@@ -98,7 +99,7 @@ def test_a_corrupt_cache_is_dropped_quietly_and_rebuilt(
         _generate(session)
     assert any(note in said for said in notes)  # said only to --verbose
     state = json.loads(cache_file.read_text())
-    assert state["version"] == 1 and len(state["machines"]) == len(state["pairs"]) == 1
+    assert state["version"] == FORMAT_VERSION and len(state["machines"]) == len(state["pairs"]) == 1
 
 
 def _draft_and_verify(controller: AdaptiveLength, draft_cost: float, passes: int, alpha: float = 0.9) -> None:

@@ -146,6 +146,20 @@ def test_sparse_distribution_agrees_with_the_dense_vector(p_dense, q_dense, seed
         assert difference is None
 
 
+def test_a_tokens_lead_is_how_far_it_outweighs_the_likeliest_other() -> None:
+    logits = np.array([0.0, 2.0, 1.5, -1.0], dtype=np.float32)
+    confidence = Confidence(logits)
+    assert confidence.lead(1) == pytest.approx(1 - np.exp(-0.5), rel=1e-6)  # the top token, over the second
+    assert confidence.lead(2) == 0.0 and confidence.lead(0) == 0.0  # another token is likelier
+    assert Confidence(np.array([3.0, 3.0], dtype=np.float32)).lead(0) == 0.0  # a tie leads nothing
+    # Under a grammar's mask only the allowed tokens compete: token 2 leads token 0 there.
+    masked = Confidence(logits, np.array([0, 2]))
+    assert masked.lead(2) == pytest.approx(1 - np.exp(-1.5), rel=1e-6)
+    assert Confidence(logits, np.array([3])).lead(3) == 1.0  # the only token allowed
+    assert confidence.certainty(1, greedy=True) == confidence.lead(1)
+    assert confidence.certainty(2, greedy=False) == confidence[2]
+
+
 def test_confidence_is_the_plain_softmax() -> None:
     logits = (np.random.default_rng(0).standard_normal(5000) * 4).astype(np.float32)
     confidence, exact = Confidence(logits), softmax(logits)

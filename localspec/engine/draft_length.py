@@ -33,10 +33,13 @@ Each pass it drafts the k that maximises expected tokens per second,
 
 (which is (1 − α^(k+1)) / (1 − α) when every α_j = α). While drafting it stops
 early once one more token is worth less than it costs at that rate: the chance
-that the tokens drafted so far are all kept is estimated from the draft's own
-probability of each of them, through an acceptance rate measured per
-probability bin (a draft model's probabilities are rarely calibrated as they
-are). Every 8 passes it tries k ± 1, so that the verify cost's slope stays
+that the tokens drafted so far are all kept is estimated from the drafter's
+certainty of each of them, through an acceptance rate measured per certainty
+bin (a draft model's probabilities are rarely calibrated as they are). A draft
+model's certainty of a token is its probability where the tokens are sampled,
+and its lead over the runner-up where they are greedy (`Confidence.certainty`):
+the two mean different things, so greedy bins are never lent to sampled ones or
+back (`LearnedLengths`). Every 8 passes it tries k ± 1, so that the verify cost's slope stays
 measurable; where it plans to draft nothing and such tries keep losing their
 first token (a memory of unrelated text), it tries less and less often.
 
@@ -254,12 +257,12 @@ class AdaptiveLength:
         self._verify_saved: VerifyCosts | None = None  # the target's costs saved beside the restored ones
         self.made_unread = 0  # tokens generated (this session) since a draft model left a long prompt unread
         self.verify = verify if verify is not None else VerifyCosts()
-        self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the draft's probability of them
+        self.bin_reached = [0.0] * (len(_CONFIDENCE_BINS) + 1)  # judged draft tokens by the drafter's certainty of them
         self.bin_accepted = [0.0] * (len(_CONFIDENCE_BINS) + 1)
         self.passes = 0
         self._rate = 0.0  # expected tokens per second of the current plan
         self._kept_so_far = 1.0  # estimated chance that every token of the draft in progress is kept
-        self._confidences: list[float] = []  # the draft's probability of each token it drafted this pass
+        self._confidences: list[float] = []  # the drafter's certainty of each token it drafted this pass
         self._exploring = False  # this pass drafts its planned length whatever keep_going would say
         self._probing = False  # ...and the plan was to draft nothing
         self._fruitless = 0  # probes in a row whose first draft token was rejected
@@ -305,7 +308,7 @@ class AdaptiveLength:
         return (self.accepted[i] + _PRIOR_WEIGHT * overall) / (self.reached[i] + _PRIOR_WEIGHT)
 
     def acceptance_at_confidence(self, confidence: float) -> float:
-        """Measured acceptance of draft tokens the draft gave about this probability."""
+        """Measured acceptance of draft tokens drafted with about this certainty."""
         i = _bin(confidence)
         return (self.bin_accepted[i] + _PRIOR_WEIGHT * self.overall_acceptance()) / (self.bin_reached[i] + _PRIOR_WEIGHT)
 
@@ -616,15 +619,18 @@ class LearnedLengths:
 
     def _borrow_acceptance(self, controller: AdaptiveLength, acceptance_key: str) -> None:
         """Start `controller` from the acceptance saved for the nearest other temperature band of the same side,
-        verification and constraint, its counts weighing `_BORROWED_WEIGHT` as much (its priors where none fits)."""
+        verification and constraint, its counts weighing `_BORROWED_WEIGHT` as much (its priors where none fits).
+        Between greedy and sampled bands only the counts by position are lent: their certainties differ."""
         side, verify, band, *constrained = acceptance_key.split("/")
         here = TEMPERATURE_BANDS.index(band)
         for other in sorted(TEMPERATURE_BANDS, key=lambda name: abs(TEMPERATURE_BANDS.index(name) - here)):
             state = self.saved_acceptance.get("/".join((side, verify, other, *constrained)))
             if other == band or state is None:
                 continue
+            lent = _BORROWED_WEIGHT if (other == "greedy") == (band == "greedy") else 0.0
             try:
-                controller.restore_acceptance({name: [float(count) * _BORROWED_WEIGHT for count in counts]
+                controller.restore_acceptance({name: [float(count) * (lent if name.startswith("bin_") else _BORROWED_WEIGHT)
+                                                      for count in counts]
                                                for name, counts in state.items()})
                 return
             except _UNFIT:

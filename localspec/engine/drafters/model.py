@@ -142,7 +142,7 @@ class ModelDrafter:
                     rows.append(q)
                 if along is not None:
                     along.consume([token])
-                new, certainties = [token], [confidence[token] if confidence is not None else 1.0]
+                new, certainties = [token], [confidence.certainty(token, self.sampling.greedy) if confidence is not None else 1.0]
                 now = time.perf_counter()
                 if not after_forced:
                     self.length.record_draft_step(now - started, first=not tokens)
