@@ -205,6 +205,11 @@ class ModelSettings(SettingsGroup):
         " 'on' or 'off'.",
         choices=REPACK_MODES, flag={"target": "--repack", "draft": "--draft-repack"},
     )
+    prompt_cache: bool = setting(
+        True, "Keep the model's reading of the last prompt in the cache folder, so that a later run whose"
+        " prompt starts alike (a system prompt, an instruction) skips reading that part (on the CPU, where llama.cpp"
+        " reads a text alike in any batches).", flag="--prompt-cache",
+    )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, high=MAX_THREADS, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
     n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")

@@ -21,6 +21,7 @@ from ..settings import ChatSettings, GenerationSettings, ModelSettings
 from .learned_lengths import LengthCache
 from .memory import SessionMemory, open_store
 from .plan import Plan
+from .prompt_cache import PromptCache
 from .repack import Repacking, repacking_for, verbose_notes
 
 CHEAP_BYTES_PER_TOKEN = 4  # below this many bytes a token of context, `refuse_text_too_long` does not scan the vocabulary
@@ -33,14 +34,19 @@ class Session:
     def __init__(
         self, target: Model, draft: Model | None = None, chat: ChatSettings = ChatSettings(),
         length_cache: LengthCache | None = None, memory: SessionMemory | None = None,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         """`length_cache`: where adaptive draft lengths are loaded from now and saved to on `close` (none: kept in memory);
-        `memory`: the memory of earlier text to draft from and add to (none: no memory)."""
+        `memory`: the memory of earlier text to draft from and add to (none: no memory);
+        `prompt_cache`: where the models' reading of the last prompt is restored from, for the models whose
+        settings allow it, when they hold nothing yet, and saved to on `close` (none: not kept)."""
         self.target = target
         self.draft = draft
         self.chat = chat
         self.length_cache = length_cache
         self.memory = memory
+        self.prompt_cache = prompt_cache
+        self._last_prompt: list[int] | None = None  # the latest generation's prompt (what `close` saves)
         self._special_verdicts: dict[str, bool] = {}  # content -> holds special-token text (`_holds_special_text`)
         # Adaptive draft-length controllers, kept across generations (and across runs with a cache).
         self.learned_lengths = length_cache.load() if length_cache is not None else LearnedLengths()
@@ -52,6 +58,11 @@ class Session:
         """A generation from `prompt_tokens` with the settings' drafting strategy (target only when
         `speculative` is off, or when the strategy needs a draft model and there is none), held to
         `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given."""
+        if self.prompt_cache is not None:
+            for model in self._prompt_cached_models():
+                if not model.tokens:
+                    self.prompt_cache.restore(model, prompt_tokens)
+            self._last_prompt = list(prompt_tokens)
         drafter = None
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
             memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None
@@ -162,8 +173,14 @@ class Session:
         if self.draft is not None:
             self.draft.drop_unrecorded()
 
+    def _prompt_cached_models(self) -> list[Model]:
+        return [model for model in (self.target, self.draft) if model is not None and model.settings.prompt_cache]
+
     def close(self) -> None:
         try:
+            if self.prompt_cache is not None and self._last_prompt is not None:
+                for model in self._prompt_cached_models():
+                    self.prompt_cache.save(model, self._last_prompt)
             if self.memory is not None:
                 self.memory.close()
             if self.length_cache is not None:
@@ -201,6 +218,7 @@ def open_session(
     remember_lengths: bool = True,
     memory_owner: str | None = None,
     size_contexts_later: bool = False,
+    prompt_cache: bool = False,
 ) -> Session:
     """Load the plan's models (the draft only when there is one and `load_draft`).
 
@@ -211,7 +229,9 @@ def open_session(
     asked for became). `memory_owner` names the memory of earlier text the
     session drafts from and adds to (see `app.memory`; None: none). With `size_contexts_later` the models' contexts
     are created by `Session.reserve_context` (a one-shot run, sized for it) or on
-    first use; otherwise now, at their configured size.
+    first use; otherwise now, at their configured size. With `prompt_cache` a model
+    whose settings allow it starts from its reading of the last prompt saved by an
+    earlier session (see `app.prompt_cache`), and this session's is saved on close.
     """
     on_status(f"loading target {plan.target.path.name}")
     repacking = repacking_for(plan.target.path, plan.target.runtime, verbose=verbose)
@@ -234,4 +254,5 @@ def open_session(
     memory = None
     if memory_owner is not None:
         memory = SessionMemory(lambda: open_store(plan.target.path, memory_owner), notes=verbose_notes(True))  # always said
-    return Session(target, draft, plan.chat, length_cache, memory)
+    prompts = PromptCache(notes=verbose_notes(verbose)) if prompt_cache else None
+    return Session(target, draft, plan.chat, length_cache, memory, prompts)

@@ -114,7 +114,7 @@ def chat(
         {key: value for key, value in given.items() if key in GenerationSettings.keys()})
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     load_draft = plan.generation.speculative.uses_draft_model
-    with load_session(plan, load_draft=load_draft, verbose=verbose) as session:
+    with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.memory import LOCAL_OWNER, conversation_tag, stores_of
+from ..app.prompt_cache import forget_prompts
 from ..config.paths import history_file
 from ..errors import InputError, LocalspecError
 from .common import shown_plainly, stdout_console
@@ -71,10 +72,11 @@ def show_command(conversation_id: int, as_json: bool) -> None:
 @history_group.command("remove")
 @click.argument("conversation_id", type=int, metavar="ID")
 def remove_command(conversation_id: int) -> None:
-    """Delete conversation ID (and its tokens from the memory)."""
+    """Delete conversation ID (and its tokens from the memory and the saved prompts)."""
     # The memory first: should that fail, the conversation is still there to remove again.
     try:
         forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
+        forget_prompts()  # (the models' saved reading of the last prompt may be this conversation's)
     except OSError as exc:
         raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {exc}") from None
     try:

@@ -21,13 +21,14 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, spe
 
 
 def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True,
-                 memory_owner: str | None = LOCAL_OWNER, size_contexts_later: bool = False) -> Session:
+                 memory_owner: str | None = LOCAL_OWNER, size_contexts_later: bool = False,
+                 prompt_cache: bool = False) -> Session:
     """`app.session.open_session` with a status spinner on stderr while the weights load, and its notes after it."""
     notes: list[str] = []
     with status_line(stderr_console.is_terminal and not verbose) as status:
         session = open_session(plan, load_draft=load_draft, on_status=status.show, on_note=notes.append, verbose=verbose,
                                remember_lengths=remember_lengths, memory_owner=memory_owner,
-                               size_contexts_later=size_contexts_later)
+                               size_contexts_later=size_contexts_later, prompt_cache=prompt_cache)
     for note in dict.fromkeys(notes):  # (the same note for both models is said once)
         click.echo(f"note: {note}", err=True)
     return session

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..app.memory import LOCAL_OWNER, memory_root, open_store, stores_of
 from ..app.memory_store import MemoryStore
+from ..app.prompt_cache import forget_prompts
 from ..app.plan import vocabulary_file
 from ..config.paths import user_path
 from ..config.resolve import resolve_settings
@@ -132,9 +133,10 @@ def stats_command(as_json: bool) -> None:
 @memory_group.command("clear")
 @click.option("--yes", is_flag=True, help="Do not ask.")
 def clear_command(yes: bool) -> None:
-    """Empty every memory (run, chat, added files and serve's)."""
+    """Empty every memory (run, chat, added files and serve's), and the models' saved reading of the last prompt."""
     stores = stores_of(owner=None)
     if not stores:
+        _forget_prompts()
         click.echo("the memory is already empty", err=True)
         return
     if not yes:
@@ -144,7 +146,15 @@ def clear_command(yes: bool) -> None:
             raise LocalspecError("nothing cleared")
     for store in stores:
         store.clear()
+    _forget_prompts()
     click.echo("the memory is empty", err=True)
+
+
+def _forget_prompts() -> None:
+    try:
+        forget_prompts()
+    except OSError as exc:
+        raise LocalspecError(f"could not delete the saved prompts: {exc}") from None
 
 
 def _files(count: int) -> str:

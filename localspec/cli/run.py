@@ -64,7 +64,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         raise InputError("--system goes into the chat template, which --raw leaves out: give one or the other")
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
     # The contexts are created once the prompt's length is known, sized for this one run.
-    with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True) as session:
+    with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True,
+                      prompt_cache=True) as session:
         session.refuse_text_too_long([text])
         if tool_run is not None:
             prompt_tokens = tool_run.prompt_tokens(session, [*session.system_messages(), {"role": "user", "content": text}])

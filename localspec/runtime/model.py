@@ -430,6 +430,37 @@ class Model(_Freed):
             return
         del self._tokens[n:]
 
+    @property
+    def reads_alike_in_any_batch(self) -> bool:
+        """Whether this model's cache holds the same keys and values for a text however its reading was
+        split into batches (computed by the CPU alone, without llamafile's kernels)."""
+        return self._runs_on_cpu and lone_token_computed_like_a_batch()
+
+    def cache_state(self) -> bytes:
+        """The cache's contents (llama.cpp's sequence state: the keys and values of `tokens`)."""
+        self._ensure_context()
+        size = self._llama.llama_state_seq_get_size(self._ctx, SEQ_ID)
+        buffer = (ctypes.c_uint8 * size)()
+        written = self._llama.llama_state_seq_get_data(self._ctx, buffer, size, SEQ_ID)
+        return bytes(buffer)[:written]
+
+    def restore_cache_state(self, tokens: Sequence[int], state: bytes) -> bool:
+        """Make the cache hold `tokens` from `cache_state()`'s output for them; False (the cache left
+        empty) where llama.cpp refuses it (another model's, too long for this context, malformed)."""
+        self._ensure_context()
+        self.clear()
+        if not 0 < len(tokens) <= self._n_ctx or not state:
+            return False
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        clear_errors()
+        restored = self._llama.llama_state_seq_set_data(self._ctx, buffer, len(state), SEQ_ID) == len(state)
+        if not (restored and self._llama.llama_memory_seq_pos_min(self._memory, SEQ_ID) == 0
+                and self._llama.llama_memory_seq_pos_max(self._memory, SEQ_ID) == len(tokens) - 1):
+            self.clear()  # (a state of another length than `tokens` is not theirs)
+            return False
+        self._tokens = list(tokens)
+        return True
+
     def drop_unrecorded(self) -> None:
         """Drop what the cache holds past `tokens`: a decode interrupted (Ctrl-C) after llama.cpp
         stored its tokens but before they were recorded. The recorded prefix stays cached."""

@@ -1,0 +1,154 @@
+"""Each model's reading of the last prompt, kept in the cache folder for the next process.
+
+A one-shot `localspec run` starts with empty models, and each reads its whole
+prompt, the chat template's system part too, which is the same run after run
+(21 of the 41 tokens of a short question to the demo models: about 0.2 s of a
+one-token-per-decode draft's reading, and 0.15 s of the target's). When a
+session closes, `PromptCache.save` writes each model's cache state for the
+prompt it read (llama.cpp's sequence state: the keys and values of its tokens);
+the next session's `restore` loads it where its own prompt starts with the same
+tokens, and only the rest is read.
+
+Restored keys and values must be what reading would have computed, or the text
+would depend on what the cache held. So only models that read a text alike
+however it is split into batches take part (`Model.reads_alike_in_any_batch`:
+the CPU without llamafile's kernels, where the demo models' logits after a
+prompt read in one batch, in pieces or token by token are the same bit for bit).
+
+It is a cache: one file per model file, build and placement, replaced by the
+latest save (written atomically; two processes' saves leave one whole file);
+one that does not fit (truncated, another format, refused by llama.cpp) is
+ignored and replaced. It holds a prompt's tokens, so `history remove` and
+`memory clear` empty it too (`forget_prompts`), and `--no-prompt-cache` keeps
+a run from reading or writing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..config.atomic import atomic_path
+from ..config.files import file_version
+from ..config.paths import cache_dir
+from ..runtime.model import Model, common_prefix_length
+from ..runtime.repack import build_fingerprint
+
+FOLDER_NAME = "prompts"
+MAGIC = b"localspec prompt cache 1\n"  # then one line of JSON ({"tokens": [...]}), then the state's bytes
+MIN_TOKENS = 4  # a shorter common start is not worth a file's reading or writing
+MAX_STATE_BYTES = 64 * 2**20  # a longer prompt is saved up to the tokens whose state fits
+_MAX_HEADER_BYTES = 16 * 2**20  # (a header line longer than this is not one this module wrote)
+
+
+def prompts_folder() -> Path:
+    return cache_dir() / FOLDER_NAME
+
+
+def forget_prompts() -> None:
+    """Delete every saved prompt state (they hold prompts' tokens); OSError where the folder cannot be removed."""
+    if prompts_folder().exists():
+        shutil.rmtree(prompts_folder())
+
+
+class PromptCache:
+    """Saves and restores the models' states for the last prompt (`folder`: the cache folder's by default)."""
+
+    def __init__(self, folder: Path | None = None, notes: Callable[[str], None] = lambda message: None) -> None:
+        self.folder = folder or prompts_folder()
+        self.notes = notes
+        self._saved: dict[str, tuple[int, ...]] = {}  # file name -> the tokens it holds (as read or written here)
+        self._paths: dict[int, Path | None] = {}  # id(model) -> its file
+
+    def restore(self, model: Model, prompt: Sequence[int]) -> int:
+        """Load the saved state of `model` where it starts like `prompt` (keeping that common start);
+        the number of tokens the model then holds (0: nothing restored, the model untouched)."""
+        path = self._path(model)
+        if path is None or not model.reads_alike_in_any_batch:
+            return 0
+        read = self._read(path, model.n_vocab)
+        if read is None:
+            return 0
+        tokens, state = read
+        common = common_prefix_length(tokens, prompt)
+        if common < MIN_TOKENS:
+            return 0
+        if not model.restore_cache_state(tokens, state):
+            self.notes(f"prompt cache: llama.cpp refused {path}; it will be replaced")
+            self._saved[path.name] = ()  # (nothing usable: `save` replaces it)
+            return 0
+        model.keep(common)
+        return common
+
+    def save(self, model: Model, prompt: Sequence[int]) -> None:
+        """Save what `model` holds of `prompt` (its cache is cut to that), unless the file holds it already.
+        Problems are only noted: a cache that cannot be written costs speed, nothing else."""
+        path = self._path(model)
+        if path is None or not model.reads_alike_in_any_batch:
+            return
+        model.drop_unrecorded()  # (an interrupted decode's cells would be saved with the rest)
+        n = common_prefix_length(model.tokens, prompt)
+        held = self._saved[path.name] if path.name in self._saved else self._held(path)
+        if n < MIN_TOKENS or (held is not None and len(held) >= n and held[:n] == tuple(prompt[:n])):
+            return
+        model.keep(n)
+        state = model.cache_state()
+        if len(state) > MAX_STATE_BYTES:  # keep the start of a long prompt: its state grows with every token
+            model.keep(n * MAX_STATE_BYTES // len(state))
+            state = model.cache_state()
+        tokens = model.tokens
+        if len(tokens) < MIN_TOKENS or len(state) > MAX_STATE_BYTES:
+            return
+        header = json.dumps({"tokens": list(tokens)}).encode() + b"\n"
+        try:
+            with atomic_path(path, private=True) as temp:
+                temp.write_bytes(MAGIC + header + state)
+        except OSError as exc:
+            self.notes(f"prompt cache: could not save {path} ({exc})")
+            return
+        self._saved[path.name] = tuple(tokens)
+
+    def _path(self, model: Model) -> Path | None:
+        """The file for this model file, llama.cpp build and placement (None: the model file is gone)."""
+        if id(model) not in self._paths:
+            try:
+                identity = file_version(model.path)
+            except OSError:
+                self._paths[id(model)] = None
+                return None
+            placement = json.dumps(model.placement.to_dict(), sort_keys=True)
+            digest = hashlib.sha256("\n".join((identity, build_fingerprint(), placement)).encode("utf-8", "surrogateescape"))
+            self._paths[id(model)] = self.folder / f"{digest.hexdigest()[:24]}.state"
+        return self._paths[id(model)]
+
+    def _held(self, path: Path) -> tuple[int, ...] | None:
+        """The tokens the file holds (None: no file, or not one of ours)."""
+        read = self._read(path, None, header_only=True)
+        return read[0] if read is not None else None
+
+    def _read(self, path: Path, n_vocab: int | None, header_only: bool = False) -> tuple[tuple[int, ...], bytes] | None:
+        """(tokens, state) from the file; None where there is none or it does not fit (noted)."""
+        try:
+            with path.open("rb") as file:
+                if file.read(len(MAGIC)) != MAGIC:
+                    raise ValueError("not a prompt cache of this version")
+                header = json.loads(file.readline(_MAX_HEADER_BYTES))
+                tokens = tuple(header["tokens"])
+                if not all(type(token) is int and 0 <= token < (n_vocab or 2**31) for token in tokens):
+                    raise ValueError("tokens out of range")
+                state = b"" if header_only else file.read(MAX_STATE_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            problem = str(exc)
+        else:
+            if header_only or 0 < len(state) <= MAX_STATE_BYTES:
+                self._saved[path.name] = tokens
+                return tokens, state
+            problem = f"its state is {'empty' if not state else 'too large'}"
+        self.notes(f"prompt cache: ignoring {path} ({problem}); it will be replaced")
+        self._saved[path.name] = ()  # (nothing usable: `save` replaces it)
+        return None

@@ -1,0 +1,118 @@
+"""The models' reading of the last prompt, saved by one session and restored by the next (`app.prompt_cache`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import cli
+
+from localspec.app import prompt_cache as prompt_cache_module
+from localspec.app.prompt_cache import MAGIC, PromptCache, prompts_folder
+from localspec.app.session import Session
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
+
+FIRST = [1, 260, 265, 270, 262, 260, 265, 271]
+SECOND = [*FIRST[:5], 275, 277, 279, 262]  # starts like FIRST for 5 tokens
+SAMPLED_MODEL = GenerationSettings(SamplingParams(temperature=0.8), SpeculativeParams(strategy="model", draft_max=4),
+                                   max_tokens=16, seed=3)
+RUNTIME = ModelSettings(n_threads=1)
+
+
+def _session(paths: tuple[Path, Path], folder: Path | None, notes: list[str] | None = None) -> Session:
+    cache = PromptCache(folder, notes=(notes if notes is not None else []).append) if folder is not None else None
+    return Session(Model(paths[0], RUNTIME), Model(paths[1], RUNTIME), prompt_cache=cache)
+
+
+def _generate(session: Session, prompt: list[int]) -> list[int]:
+    generation = session.generation(prompt, SAMPLED_MODEL)
+    for _ in generation:
+        pass
+    return list(generation.tokens)
+
+
+def test_a_later_session_reads_only_what_its_prompt_does_not_share(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    with _session(tiny_pair, tmp_path) as first:
+        _generate(first, FIRST)
+    assert len(list(tmp_path.glob("*.state"))) == 2  # the target's and the draft's
+    cache = PromptCache(tmp_path)
+    with Model(tiny_pair[0], RUNTIME) as restored, Model(tiny_pair[0], RUNTIME) as fresh:
+        assert cache.restore(restored, SECOND) == 5 and restored.tokens == tuple(SECOND[:5])
+        # What it holds is what reading computes, bit for bit: the next logits are the same.
+        np.testing.assert_array_equal(restored.next_logits(SECOND), fresh.next_logits(SECOND))
+        assert cache.restore(restored, [1, 275, 276, 277, 278]) == 0  # (it holds tokens already: untouched)
+        assert restored.tokens == tuple(SECOND)
+    with Model(tiny_pair[0], RUNTIME) as other_start:
+        assert cache.restore(other_start, [1, 275, 276, 277, 278]) == 0 and other_start.tokens == ()
+
+
+def test_the_text_is_the_same_with_a_restored_prompt(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    with _session(tiny_pair, None) as plain:
+        expected = _generate(plain, SECOND)
+    for _ in range(2):  # the first session saves FIRST's reading, the next ones restore its start
+        with _session(tiny_pair, tmp_path) as cached:
+            _generate(cached, FIRST)
+        with _session(tiny_pair, tmp_path) as cached:
+            assert _generate(cached, SECOND) == expected
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "tokens out of range", "another format", "empty state"])
+def test_a_damaged_file_is_ignored_and_replaced(tiny_pair: tuple[Path, Path], tmp_path: Path, damage: str) -> None:
+    with _session(tiny_pair, tmp_path) as first:
+        expected = _generate(first, FIRST)
+    for path in tmp_path.glob("*.state"):
+        content = path.read_bytes()
+        header_end = content.index(b"\n", len(MAGIC)) + 1
+        path.write_bytes({
+            "truncated": content[: (header_end + len(content)) // 2],
+            "garbage": MAGIC + b"{not json\n" + content[header_end:],
+            "tokens out of range": MAGIC + json.dumps({"tokens": [1, 2, 3, 10**9, 5, 6, 7, 8]}).encode() + b"\n" + content[header_end:],
+            "another format": b"localspec prompt cache 0\n" + content[len(MAGIC):],
+            "empty state": content[:header_end],
+        }[damage])
+    notes: list[str] = []
+    with _session(tiny_pair, tmp_path, notes) as second:
+        assert _generate(second, FIRST) == expected
+    assert notes and all(note.startswith("prompt cache: ") for note in notes)
+    with Model(tiny_pair[0], RUNTIME) as model:  # saved again, whole
+        assert PromptCache(tmp_path).restore(model, FIRST) == len(FIRST)
+
+
+def test_nothing_is_kept_where_a_prompt_read_in_pieces_could_differ(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Model, "reads_alike_in_any_batch", property(lambda self: False))
+    with _session(tiny_pair, tmp_path) as session:
+        _generate(session, FIRST)
+    assert not list(tmp_path.glob("*"))
+
+
+def test_a_long_prompt_is_saved_up_to_the_bytes_allowed(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prompt = [1, *range(260, 280), *range(279, 259, -1)]
+    with Model(tiny_pair[0], RUNTIME) as model:
+        model.sync(prompt)
+        whole = len(model.cache_state())
+        monkeypatch.setattr(prompt_cache_module, "MAX_STATE_BYTES", whole // 2)
+        PromptCache(tmp_path).save(model, prompt)
+    with Model(tiny_pair[0], RUNTIME) as model:
+        kept = PromptCache(tmp_path).restore(model, prompt)
+        assert prompt_cache_module.MIN_TOKENS <= kept < len(prompt) and model.tokens == tuple(prompt[:kept])
+
+
+def test_run_keeps_the_prompt_unless_told_not_to_and_memory_clear_empties_it(tiny_pair: tuple[Path, Path]) -> None:
+    models = ["--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--max-tokens", "4", "--threads", "1",
+              "--strategy", "model", "--draft-max", "2"]  # (a fixed length: the draft model reads the prompt)
+    cli("memory", "clear", "--yes")
+    assert cli("run", *models, "--no-prompt-cache", "--no-memory", "one two three four five six").exit_code == 0
+    assert not list(prompts_folder().glob("*.state"))
+    first = cli("run", *models, "--no-memory", "--temperature", "0", "one two three four five six")
+    assert first.exit_code == 0 and len(list(prompts_folder().glob("*.state"))) == 2
+    again = cli("run", *models, "--no-memory", "--temperature", "0", "one two three four five six")
+    assert again.stdout == first.stdout
+    assert cli("memory", "clear", "--yes").exit_code == 0
+    assert not prompts_folder().exists()
