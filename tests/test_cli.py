@@ -194,8 +194,6 @@ def test_bench_needs_a_draft(smollm_f32: Path) -> None:
     assert result.returncode == 2 and b"no draft model" in result.stderr
 
 
-@pytest.mark.skipif("'LLAMAFILE = 1' in __import__('llama_cpp').llama_print_system_info().decode()",
-                    reason="llama.cpp built with llamafile: a lone token differs from a batch (README)")
 def test_same_seed_same_text_with_and_without_speculation(pair_args: list[str]) -> None:
     """The README's promise on the defaults (hybrid, adaptive length, coupled verification), at T=0.8."""
     args = ["run", *pair_args, "--seed", "42", "--temperature", "0.8", "--max-tokens", "40", "Write a short poem about the sea."]

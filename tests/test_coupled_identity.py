@@ -217,8 +217,8 @@ def test_identity_where_the_context_fills(tiny_pair: tuple[Path, Path]) -> None:
 
 
 def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_batch(pair, monkeypatch) -> None:
-    """On a llama.cpp built with llamafile's kernels a one-token pass gets a second row (dropped after):
-    the text and the cache are as without it, and every pass of the run is a batch."""
+    """On a llama.cpp built with llamafile's kernels a one-token pass gets a second row (dropped after),
+    target-only decoding's too: the text and the cache are as without it, and every pass of a run is a batch."""
     from localspec.runtime import model as model_module
 
     monkeypatch.setattr(model_module, "lone_token_computed_like_a_batch", lambda: False)
@@ -232,8 +232,11 @@ def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_ba
     passes = batch_sizes[1:]  # after the prompt
     assert passes and min(passes) >= 2 and 2 in passes  # padded lone passes happened, and no pass was one row
     assert list(target.tokens) == [*PROMPT, *drafted.tokens][: len(target.tokens)]
+    batch_sizes.clear()
+    padded_alone = generate_text(target, PROMPT, settings)
+    assert min(batch_sizes[1:]) == 2 and list(target.tokens) == [*PROMPT, *padded_alone.tokens][: len(target.tokens)]
     monkeypatch.undo()
-    assert drafted.tokens == generate_text(target, PROMPT, settings).tokens
+    assert drafted.tokens == padded_alone.tokens == generate_text(target, PROMPT, settings).tokens
 
 
 @pytest.mark.skipif("not lone_token_computed_like_a_batch()", reason="llama.cpp built with llamafile kernels")

@@ -34,7 +34,7 @@ def test_info_reports_versions_devices_features_and_folders() -> None:
     # Whether a lone token is computed like a batch follows from llamafile's kernels being built in.
     assert report["cpu_batch_invariant"] == ("LLAMAFILE" not in report["cpu_features"])
     invariance = next(line for line in text.splitlines() if line.startswith("same seed, same text"))
-    assert ("exact" in invariance) == report["cpu_batch_invariant"]
+    assert "exact" in invariance and ("alike alone and in a batch" in invariance) == report["cpu_batch_invariant"]
 
 
 def test_info_still_reports_with_a_broken_config_and_says_what_is_wrong_with_it() -> None:

@@ -147,7 +147,6 @@ def test_a_token_is_computed_alike_alone_and_in_a_batch_exactly_where_info_says_
     assert np.array_equal(alone, batched) == _batch_invariant()
 
 
-@pytest.mark.skipif("not _batch_invariant()", reason="llama.cpp built with llamafile: a lone token differs from a batch")
 @pytest.mark.parametrize("temperature", [0.8, 1.0])
 @pytest.mark.parametrize(
     "speculative",
@@ -174,7 +173,6 @@ def test_coupled_speculative_text_equals_target_only_at_temperature(
     assert rejected > 0
 
 
-@pytest.mark.skipif("not _batch_invariant()", reason="llama.cpp built with llamafile: a lone token differs from a batch")
 def test_constrained_output_is_identical_with_and_without_speculation(demo_session: Session) -> None:
     """Under a JSON schema, coupled verification: the same seed gives the same tokens, and every output validates."""
     import json

@@ -49,7 +49,9 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     out(f"CPU features: {' '.join(report['cpu_features']) or '-'}; default threads: {report['default_threads']}")
     out("same seed, same text as --no-speculative on the CPU: " + (
         "exact (a token is computed alike alone and in a batch)" if report["cpu_batch_invariant"]
-        else "near-ties can differ (built with llamafile's kernels; to rebuild: "
+        else "exact, every target pass a batch (built with llamafile's kernels, which compute a lone token unlike"
+             " a batch: a one-token pass gets a second, discarded row, and target-only decoding costs 4-9% more;"
+             " no prompt cache; to rebuild without them: "
              'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python)'))
     for device in report["devices"]:
         memory = f"{human_size(device['memory_free'])} free of {human_size(device['memory_total'])}"

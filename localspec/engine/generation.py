@@ -262,10 +262,10 @@ class Generation:
         fresh = n_forced + 1
         self.target.sync(context[:-fresh])
         tokens = [*context[-fresh:], *draft.tokens]
-        if self.drafter is not None and len(tokens) == 1 and self.target.pads_lone_tokens(len(context)):
+        if len(tokens) == 1 and self.target.pads_lone_tokens(len(context)):
             # A lone token would take llama.cpp's single-row kernels, which round unlike a batch's:
-            # a second row (a copy, dropped with the rejected drafts in step 4) keeps every pass of a
-            # speculative run computed alike, however many tokens each drafted.
+            # a second row (a copy, dropped with the rejected drafts in step 4) keeps every pass, of a
+            # speculative run however many tokens each drafted and of target-only decoding, computed alike.
             tokens.append(context[-1])
         rows = len(draft.tokens) + 1
         # A view of llama.cpp's buffer: `accept` uses it up before the target decodes again.
