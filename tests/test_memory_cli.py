@@ -12,6 +12,7 @@ from cli_helpers import cli, one_error_line
 from click.testing import CliRunner
 
 from localspec.app.history import HistoryStore
+from localspec.app.prompt_cache import prompts_folder
 from localspec.app.memory import LOCAL_OWNER, conversation_tag, memory_root, serve_owner, stores_of
 from localspec.cli import main
 from localspec.config.paths import history_file
@@ -233,9 +234,11 @@ def test_history_remove_takes_the_conversation_out_of_the_memory(tiny_profile: s
     store.close()
     tagged = [doc for doc in local_memory().documents() if doc["tag"] == conversation_tag(conversation_id)]
     assert len(tagged) == 2 and {doc["source"] for doc in tagged} == {"chat"}  # one document per turn
+    assert list(prompts_folder().glob("*.state"))  # the chat's last prompt, as the models read it
     removed = cli("history", "remove", str(conversation_id))
     assert removed.exit_code == 0 and "from the memory" in removed.stderr
     assert local_memory().documents() == []
+    assert not prompts_folder().exists()  # (it held this conversation)
 
 
 def test_serve_keeps_no_memory_unless_told_and_then_one_per_api_key(tiny_profile: str) -> None:

@@ -90,6 +90,54 @@ def test_nothing_is_kept_where_a_prompt_read_in_pieces_could_differ(
     assert not list(tmp_path.glob("*"))
 
 
+def test_a_cache_that_keeps_no_positions_takes_no_part(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A recurrent state or a sliding window cannot keep a prompt's start: nothing is saved for such a model."""
+    monkeypatch.setattr(Model, "keeps_every_position", property(lambda self: False))
+    with _session(tiny_pair, tmp_path) as session:
+        _generate(session, FIRST)
+    assert not list(tmp_path.glob("*"))
+
+
+def test_a_saved_prompt_longer_than_the_context_is_passed_over_quietly(tmp_path: Path) -> None:
+    from tiny_models import write_pair
+
+    (tmp_path / "models").mkdir()
+    target_path, _ = write_pair(tmp_path / "models", context_length=1024)
+    long_prompt = [1, *(260 + i % 20 for i in range(300))]
+    with Model(target_path, RUNTIME) as model:
+        model.sync(long_prompt)
+        PromptCache(tmp_path).save(model, long_prompt)
+    notes: list[str] = []
+    with Model(target_path, ModelSettings(n_threads=1, n_ctx=256)) as small:
+        assert small.n_ctx < len(long_prompt)
+        assert PromptCache(tmp_path, notes=notes.append).restore(small, long_prompt[:20]) == 0 and not notes
+        assert small.tokens == ()
+
+
+def test_a_failed_save_costs_only_the_saved_prompt(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prompt cache is saved last, and its failure is a note: the draft lengths are saved all the same."""
+    from localspec.app.learned_lengths import LengthCache
+
+    def fail(self, model, prompt):
+        raise MemoryError("no room for the state")
+
+    monkeypatch.setattr(PromptCache, "save", fail)
+    notes: list[str] = []
+    target, draft = Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME)
+    lengths_file = tmp_path / "lengths.json"
+    with Session(target, draft, length_cache=LengthCache(target, draft, lengths_file),
+                 prompt_cache=PromptCache(tmp_path / "prompts", notes=notes.append)) as session:
+        adaptive = GenerationSettings(SamplingParams(temperature=0.8), SpeculativeParams(strategy="model"), max_tokens=12, seed=1)
+        for _ in session.generation(FIRST, adaptive):
+            pass
+    assert lengths_file.exists()
+    assert notes and all("MemoryError" in note for note in notes)
+
+
 def test_a_long_prompt_is_saved_up_to_the_bytes_allowed(
     tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

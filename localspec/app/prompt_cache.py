@@ -13,7 +13,8 @@ Restored keys and values must be what reading would have computed, or the text
 would depend on what the cache held. So only models that read a text alike
 however it is split into batches take part (`Model.reads_alike_in_any_batch`:
 the CPU without llamafile's kernels, where the demo models' logits after a
-prompt read in one batch, in pieces or token by token are the same bit for bit).
+prompt read in one batch, in pieces or token by token are the same bit for bit),
+and whose cache keeps every position (not a recurrent state, not a sliding window).
 
 It is a cache: one file per model file, build and placement, replaced by the
 latest save (written atomically; two processes' saves leave one whole file);
@@ -34,6 +35,7 @@ from typing import Callable, Sequence
 from ..config.atomic import atomic_path
 from ..config.files import file_version
 from ..config.paths import cache_dir
+from ..errors import InputError
 from ..runtime.model import Model, common_prefix_length
 from ..runtime.repack import build_fingerprint
 
@@ -61,20 +63,20 @@ class PromptCache:
         self.folder = folder or prompts_folder()
         self.notes = notes
         self._saved: dict[str, tuple[int, ...]] = {}  # file name -> the tokens it holds (as read or written here)
-        self._paths: dict[int, Path | None] = {}  # id(model) -> its file
+        self._paths: dict[tuple[str, str], Path] = {}  # (model path, placement) -> its file
 
     def restore(self, model: Model, prompt: Sequence[int]) -> int:
         """Load the saved state of `model` where it starts like `prompt` (keeping that common start);
         the number of tokens the model then holds (0: nothing restored, the model untouched)."""
         path = self._path(model)
-        if path is None or not model.reads_alike_in_any_batch:
+        if path is None:
             return 0
         read = self._read(path, model.n_vocab)
         if read is None:
             return 0
         tokens, state = read
         common = common_prefix_length(tokens, prompt)
-        if common < MIN_TOKENS:
+        if common < MIN_TOKENS or len(tokens) > model.n_ctx:  # (a context sized for a shorter run cannot take it)
             return 0
         if not model.restore_cache_state(tokens, state):
             self.notes(f"prompt cache: llama.cpp refused {path}; it will be replaced")
@@ -87,7 +89,7 @@ class PromptCache:
         """Save what `model` holds of `prompt` (its cache is cut to that), unless the file holds it already.
         Problems are only noted: a cache that cannot be written costs speed, nothing else."""
         path = self._path(model)
-        if path is None or not model.reads_alike_in_any_batch:
+        if path is None:
             return
         model.drop_unrecorded()  # (an interrupted decode's cells would be saved with the rest)
         n = common_prefix_length(model.tokens, prompt)
@@ -95,34 +97,38 @@ class PromptCache:
         if n < MIN_TOKENS or (held is not None and len(held) >= n and held[:n] == tuple(prompt[:n])):
             return
         model.keep(n)
-        state = model.cache_state()
-        if len(state) > MAX_STATE_BYTES:  # keep the start of a long prompt: its state grows with every token
-            model.keep(n * MAX_STATE_BYTES // len(state))
-            state = model.cache_state()
+        size = model.cache_state_size()
+        if size > MAX_STATE_BYTES:  # keep the start of a long prompt (its state grows with every token), measured first
+            model.keep(n * MAX_STATE_BYTES // size)
+            size = model.cache_state_size()
         tokens = model.tokens
-        if len(tokens) < MIN_TOKENS or len(state) > MAX_STATE_BYTES:
+        if len(tokens) < MIN_TOKENS or size > MAX_STATE_BYTES:
             return
-        header = json.dumps({"tokens": list(tokens)}).encode() + b"\n"
+        state = model.cache_state()
         try:
-            with atomic_path(path, private=True) as temp:
-                temp.write_bytes(MAGIC + header + state)
-        except OSError as exc:
+            with atomic_path(path, private=True) as temp, temp.open("wb") as file:
+                file.write(MAGIC)
+                file.write(json.dumps({"tokens": list(tokens)}).encode() + b"\n")
+                file.write(state)
+        except (OSError, InputError) as exc:  # (InputError: the path is taken by something not a file)
             self.notes(f"prompt cache: could not save {path} ({exc})")
             return
         self._saved[path.name] = tuple(tokens)
 
     def _path(self, model: Model) -> Path | None:
-        """The file for this model file, llama.cpp build and placement (None: the model file is gone)."""
-        if id(model) not in self._paths:
+        """The file for this model file, llama.cpp build and placement (None: the model takes no part: see
+        the module docstring; or its file is gone)."""
+        if not (model.reads_alike_in_any_batch and model.keeps_every_position):
+            return None
+        key = (str(model.path), json.dumps(model.placement.to_dict(), sort_keys=True))
+        if key not in self._paths:
             try:
                 identity = file_version(model.path)
             except OSError:
-                self._paths[id(model)] = None
                 return None
-            placement = json.dumps(model.placement.to_dict(), sort_keys=True)
-            digest = hashlib.sha256("\n".join((identity, build_fingerprint(), placement)).encode("utf-8", "surrogateescape"))
-            self._paths[id(model)] = self.folder / f"{digest.hexdigest()[:24]}.state"
-        return self._paths[id(model)]
+            digest = hashlib.sha256("\n".join((identity, build_fingerprint(), key[1])).encode("utf-8", "surrogateescape"))
+            self._paths[key] = self.folder / f"{digest.hexdigest()[:24]}.state"
+        return self._paths[key]
 
     def _held(self, path: Path) -> tuple[int, ...] | None:
         """The tokens the file holds (None: no file, or not one of ours)."""
@@ -142,8 +148,8 @@ class PromptCache:
                 state = b"" if header_only else file.read(MAX_STATE_BYTES + 1)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            problem = str(exc)
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # (RecursionError: nested too deeply)
+            problem = str(exc) or type(exc).__name__
         else:
             if header_only or 0 < len(state) <= MAX_STATE_BYTES:
                 self._saved[path.name] = tokens

@@ -173,19 +173,28 @@ class Session:
         if self.draft is not None:
             self.draft.drop_unrecorded()
 
+    def _save_prompts(self) -> None:
+        """Save the models' reading of the last prompt (last: a cache, whose failure costs only speed)."""
+        if self.prompt_cache is None or self._last_prompt is None:
+            return
+        for model in self._prompt_cached_models():
+            try:
+                self.prompt_cache.save(model, self._last_prompt)
+            except Exception as exc:  # (out of memory for a huge state, a model that failed mid-decode)
+                self.prompt_cache.notes(f"prompt cache: not saved ({type(exc).__name__}: {exc})")
+        self.prompt_cache = None
+
     def _prompt_cached_models(self) -> list[Model]:
         return [model for model in (self.target, self.draft) if model is not None and model.settings.prompt_cache]
 
     def close(self) -> None:
         try:
-            if self.prompt_cache is not None and self._last_prompt is not None:
-                for model in self._prompt_cached_models():
-                    self.prompt_cache.save(model, self._last_prompt)
             if self.memory is not None:
                 self.memory.close()
             if self.length_cache is not None:
                 self.length_cache.save(self.learned_lengths)
                 self.length_cache = None
+            self._save_prompts()
         finally:
             self.target.close()
             if self.draft is not None:

@@ -99,7 +99,7 @@ def _draft_max(item: str) -> int | str:
 
 @click.command()
 @PROFILE_OPTION
-@setting_options(exclude=SWEPT)
+@setting_options(exclude=(*SWEPT, "target.prompt_cache", "draft.prompt_cache"))  # (bench reads every prompt)
 @click.option("--temperatures", default="0,0.8", show_default=True, help="Temperatures to measure, comma-separated.")
 @click.option("--strategy", "strategies", help="Strategies to compare, comma-separated: model,ngram,hybrid [the profile's].")
 @click.option("--verify", "verify_modes", help="Verification modes to compare, comma-separated: coupled,rejection [the profile's].")

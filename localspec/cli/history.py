@@ -76,7 +76,6 @@ def remove_command(conversation_id: int) -> None:
     # The memory first: should that fail, the conversation is still there to remove again.
     try:
         forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
-        forget_prompts()  # (the models' saved reading of the last prompt may be this conversation's)
     except OSError as exc:
         raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {exc}") from None
     try:
@@ -85,5 +84,9 @@ def remove_command(conversation_id: int) -> None:
         raise LocalspecError(str(exc)) from None
     if not removed:
         raise InputError(f"no conversation {conversation_id}")
+    try:
+        forget_prompts()  # (the models' saved reading of the last prompt may be this conversation's)
+    except OSError as exc:
+        raise LocalspecError(f"removed conversation {conversation_id}, but not the saved prompts: {exc}") from None
     also = f" and its {forgotten} tokens from the memory" if forgotten else ""
     click.echo(f"removed conversation {conversation_id}{also}", err=True)

@@ -22,7 +22,7 @@ from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_opti
 
 @click.command()
 @PROFILE_OPTION
-@setting_options(exclude=("speculative.memory",))
+@setting_options(exclude=("speculative.memory", "target.prompt_cache", "draft.prompt_cache"))  # (serve keeps its models loaded)
 @click.option("--memory/--no-memory", "memory", default=None,
               help="Keep a memory of what each API key's requests wrote, to draft from (off unless given).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told otherwise).")

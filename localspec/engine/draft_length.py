@@ -92,7 +92,7 @@ _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # 
 class FixedLength:
     """Always draft up to `k` tokens."""
 
-    uses_confidence = False  # keep_going ignores the draft's probabilities: the drafter need not compute them
+    uses_confidence = False  # keep_going ignores the drafter's certainty: the drafter need not compute it
 
     def __init__(self, k: int) -> None:
         self.k = k
@@ -432,7 +432,7 @@ class AdaptiveLength:
         return k
 
     def keep_going(self, n_drafted: int, confidence: float) -> bool:
-        """Whether to draft token n_drafted+1, given the draft's probability of the token it just drafted.
+        """Whether to draft token n_drafted+1, given the drafter's certainty of the token it just drafted.
 
         One more token adds P(all n_drafted kept)·α_{n+1} expected tokens and costs one
         draft step plus one more verify row; below the plan's rate it is a loss.
@@ -620,14 +620,17 @@ class LearnedLengths:
     def _borrow_acceptance(self, controller: AdaptiveLength, acceptance_key: str) -> None:
         """Start `controller` from the acceptance saved for the nearest other temperature band of the same side,
         verification and constraint, its counts weighing `_BORROWED_WEIGHT` as much (its priors where none fits).
-        Between greedy and sampled bands only the counts by position are lent: their certainties differ."""
+        Between a draft model's greedy and sampled bands only the counts by position are lent: its certainties
+        differ there (see `Confidence.certainty`)."""
         side, verify, band, *constrained = acceptance_key.split("/")
         here = TEMPERATURE_BANDS.index(band)
         for other in sorted(TEMPERATURE_BANDS, key=lambda name: abs(TEMPERATURE_BANDS.index(name) - here)):
             state = self.saved_acceptance.get("/".join((side, verify, other, *constrained)))
             if other == band or state is None:
                 continue
-            lent = _BORROWED_WEIGHT if (other == "greedy") == (band == "greedy") else 0.0
+            # (a lookup's or the memory's certainty is the share of earlier occurrences agreeing at any temperature)
+            alike = side != "model" or (other == "greedy") == (band == "greedy")
+            lent = _BORROWED_WEIGHT if alike else 0.0
             try:
                 controller.restore_acceptance({name: [float(count) * (lent if name.startswith("bin_") else _BORROWED_WEIGHT)
                                                       for count in counts]

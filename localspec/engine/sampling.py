@@ -150,8 +150,8 @@ class Confidence:
         return float(np.exp(np.float32(self._logits[token]) - self._top_logit)) / self._normalizer
 
     def lead(self, token: int) -> float:
-        """How far `token` leads every other token: 1 − p(the likeliest other) / p(token), in [0, 1)
-        (0 where another is at least as likely)."""
+        """How far `token` leads every other token: 1 − p(the likeliest other) / p(token), in [0, 1]
+        (0 where another is at least as likely; 1 where no other is possible)."""
         logit = np.float32(self._logits[token])
         if logit < self._top_logit or len(self._within) < 2:
             return 0.0 if logit < self._top_logit else 1.0

@@ -433,16 +433,29 @@ class Model(_Freed):
     @property
     def reads_alike_in_any_batch(self) -> bool:
         """Whether this model's cache holds the same keys and values for a text however its reading was
-        split into batches (computed by the CPU alone, without llamafile's kernels)."""
-        return self._runs_on_cpu and lone_token_computed_like_a_batch()
+        split into batches (computed by the CPU alone, on a machine with no GPU to take batches over,
+        without llamafile's kernels)."""
+        return self._runs_on_cpu and not gpu_devices() and lone_token_computed_like_a_batch()
+
+    @property
+    def keeps_every_position(self) -> bool:
+        """Whether the cache keeps each token's keys and values, so that a prefix of them can be kept
+        and restored (not a recurrent or hybrid model's state, nor a sliding window's)."""
+        model = self._model
+        return not (self._llama.llama_model_is_recurrent(model) or self._llama.llama_model_is_hybrid(model)
+                    or self._llama.llama_model_n_swa(model) > 0)
+
+    def cache_state_size(self) -> int:
+        """Bytes `cache_state()` would return now."""
+        self._ensure_context()
+        return self._llama.llama_state_seq_get_size(self._ctx, SEQ_ID)
 
     def cache_state(self) -> bytes:
         """The cache's contents (llama.cpp's sequence state: the keys and values of `tokens`)."""
-        self._ensure_context()
-        size = self._llama.llama_state_seq_get_size(self._ctx, SEQ_ID)
+        size = self.cache_state_size()
         buffer = (ctypes.c_uint8 * size)()
         written = self._llama.llama_state_seq_get_data(self._ctx, buffer, size, SEQ_ID)
-        return bytes(buffer)[:written]
+        return ctypes.string_at(buffer, written)
 
     def restore_cache_state(self, tokens: Sequence[int], state: bytes) -> bool:
         """Make the cache hold `tokens` from `cache_state()`'s output for them; False (the cache left
