@@ -38,8 +38,8 @@ certainty of each of them, through an acceptance rate measured per certainty
 bin (a draft model's probabilities are rarely calibrated as they are). A draft
 model's certainty of a token is its probability where the tokens are sampled,
 and its lead over the runner-up where they are greedy (`Confidence.certainty`):
-the two mean different things, so greedy bins are never lent to sampled ones or
-back (`LearnedLengths`). Every 8 passes it tries k ± 1, so that the verify cost's slope stays
+the two mean different things, so a draft model's greedy bins are never lent
+to its sampled ones or back (`LearnedLengths`). Every 8 passes it tries k ± 1, so that the verify cost's slope stays
 measurable; where it plans to draft nothing and such tries keep losing their
 first token (a memory of unrelated text), it tries less and less often.
 
