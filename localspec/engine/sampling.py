@@ -129,33 +129,43 @@ class Confidence:
     """The model's own next-token probabilities (temperature 1, no filter but a grammar's mask), for p_min and the draft length.
 
     A heuristic, not part of what is sampled, so it is computed in float32 over
-    the whole vocabulary: one pass of exp, no float64 copy of the row.
+    the whole vocabulary: one pass of exp (only once a probability is asked for:
+    a greedy draft's lead needs none), no float64 copy of the row.
     """
 
-    __slots__ = ("_logits", "_within", "_top_logit", "_normalizer")
+    __slots__ = ("_logits", "_within", "_top", "_top_logit", "_normalizer")
 
     def __init__(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> None:
         """`allowed`: a grammar's mask; the probabilities are then those renormalised over it."""
         self._logits = logits
         self._within = logits if allowed is None else logits[allowed]
-        self._top_logit = np.float32(np.max(self._within))
-        self._normalizer = float(np.exp(np.asarray(self._within, dtype=np.float32) - self._top_logit).sum())
+        self._top = int(np.argmax(self._within))  # (its index in `_within`)
+        self._top_logit = np.float32(self._within[self._top])
+        self._normalizer: float | None = None
+
+    def _sum(self) -> float:
+        if self._normalizer is None:
+            self._normalizer = float(np.exp(np.asarray(self._within, dtype=np.float32) - self._top_logit).sum())
+        return self._normalizer
 
     def max(self) -> float:
         """The largest probability."""
-        return 1.0 / self._normalizer
+        return 1.0 / self._sum()
 
     def __getitem__(self, token: int) -> float:
         """One token's probability (read while `logits` is still valid)."""
-        return float(np.exp(np.float32(self._logits[token]) - self._top_logit)) / self._normalizer
+        return float(np.exp(np.float32(self._logits[token]) - self._top_logit)) / self._sum()
 
     def lead(self, token: int) -> float:
         """How far `token` leads every other token: 1 − p(the likeliest other) / p(token), in [0, 1]
         (0 where another is at least as likely; 1 where no other is possible)."""
         logit = np.float32(self._logits[token])
-        if logit < self._top_logit or len(self._within) < 2:
-            return 0.0 if logit < self._top_logit else 1.0
-        runner_up = np.float32(np.partition(self._within, -2)[-2])
+        if logit < self._top_logit:
+            return 0.0
+        others = [part for part in (self._within[: self._top], self._within[self._top + 1 :]) if len(part)]
+        if not others:
+            return 1.0
+        runner_up = max(np.float32(np.max(part)) for part in others)  # (the top logit again where two tie: lead 0)
         return float(1.0 - np.exp(runner_up - logit))
 
     def certainty(self, token: int, greedy: bool) -> float:
