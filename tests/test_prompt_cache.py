@@ -81,20 +81,27 @@ def test_a_damaged_file_is_ignored_and_replaced(tiny_pair: tuple[Path, Path], tm
         assert PromptCache(tmp_path).restore(model, FIRST) == len(FIRST)
 
 
-def test_nothing_is_kept_where_a_prompt_read_in_pieces_could_differ(
-    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(Model, "reads_alike_in_any_batch", property(lambda self: False))
-    with _session(tiny_pair, tmp_path) as session:
-        _generate(session, FIRST)
-    assert not list(tmp_path.glob("*"))
+def test_a_state_of_no_use_to_the_prompt_is_not_read(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    with _session(tiny_pair, tmp_path) as first:
+        _generate(first, FIRST)
+    for path in tmp_path.glob("*.state"):  # damaged after its header: reading the state would say so
+        content = path.read_bytes()
+        path.write_bytes(content[: content.index(b"\n", len(MAGIC)) + 1])
+    notes: list[str] = []
+    with Model(tiny_pair[0], RUNTIME) as model:
+        assert PromptCache(tmp_path, notes=notes.append).restore(model, [1, 275, 276, 277, 278]) == 0
+        assert not notes and model.tokens == ()
+        assert PromptCache(tmp_path, notes=notes.append).restore(model, FIRST) == 0 and notes  # (of use: read, damaged)
 
 
-def test_a_cache_that_keeps_no_positions_takes_no_part(
-    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("unfit", [
+    "reads_alike_in_any_batch",  # a prompt read in pieces could differ from one read whole
+    "keeps_every_position",  # a recurrent state or a sliding window cannot keep a prompt's start
+])
+def test_nothing_is_kept_for_a_model_the_cache_cannot_serve(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unfit: str,
 ) -> None:
-    """A recurrent state or a sliding window cannot keep a prompt's start: nothing is saved for such a model."""
-    monkeypatch.setattr(Model, "keeps_every_position", property(lambda self: False))
+    monkeypatch.setattr(Model, unfit, property(lambda self: False))
     with _session(tiny_pair, tmp_path) as session:
         _generate(session, FIRST)
     assert not list(tmp_path.glob("*"))

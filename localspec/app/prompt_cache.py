@@ -71,13 +71,14 @@ class PromptCache:
         path = self._path(model)
         if path is None:
             return 0
-        read = self._read(path, model.n_vocab)
-        if read is None:
+        def usable(tokens: tuple[int, ...]) -> bool:  # (a context sized for a shorter run cannot take a longer state)
+            return common_prefix_length(tokens, prompt) >= MIN_TOKENS and len(tokens) <= model.n_ctx
+
+        read = self._read(path, model.n_vocab, wants_state=usable)  # (a state of no use here is not read)
+        if read is None or read[1] is None:
             return 0
         tokens, state = read
         common = common_prefix_length(tokens, prompt)
-        if common < MIN_TOKENS or len(tokens) > model.n_ctx:  # (a context sized for a shorter run cannot take it)
-            return 0
         if not model.restore_cache_state(tokens, state):
             self.notes(f"prompt cache: llama.cpp refused {path}; it will be replaced")
             self._saved[path.name] = ()  # (nothing usable: `save` replaces it)
@@ -132,11 +133,13 @@ class PromptCache:
 
     def _held(self, path: Path) -> tuple[int, ...] | None:
         """The tokens the file holds (None: no file, or not one of ours)."""
-        read = self._read(path, None, header_only=True)
+        read = self._read(path, None, wants_state=lambda tokens: False)
         return read[0] if read is not None else None
 
-    def _read(self, path: Path, n_vocab: int | None, header_only: bool = False) -> tuple[tuple[int, ...], bytes] | None:
-        """(tokens, state) from the file; None where there is none or it does not fit (noted)."""
+    def _read(self, path: Path, n_vocab: int | None,
+              wants_state: Callable[[tuple[int, ...]], bool]) -> tuple[tuple[int, ...], bytes | None] | None:
+        """(tokens, state) from the file, the state only where `wants_state(tokens)` (else None); None where
+        there is no file or it does not fit (noted)."""
         try:
             with path.open("rb") as file:
                 if file.read(len(MAGIC)) != MAGIC:
@@ -145,13 +148,13 @@ class PromptCache:
                 tokens = tuple(header["tokens"])
                 if not all(type(token) is int and 0 <= token < (n_vocab or 2**31) for token in tokens):
                     raise ValueError("tokens out of range")
-                state = b"" if header_only else file.read(MAX_STATE_BYTES + 1)
+                state = file.read(MAX_STATE_BYTES + 1) if wants_state(tokens) else None
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # (RecursionError: nested too deeply)
             problem = str(exc) or type(exc).__name__
         else:
-            if header_only or 0 < len(state) <= MAX_STATE_BYTES:
+            if state is None or 0 < len(state) <= MAX_STATE_BYTES:
                 self._saved[path.name] = tokens
                 return tokens, state
             problem = f"its state is {'empty' if not state else 'too large'}"
