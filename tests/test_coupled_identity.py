@@ -219,10 +219,8 @@ def test_identity_where_the_context_fills(tiny_pair: tuple[Path, Path]) -> None:
 def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_batch(pair, monkeypatch) -> None:
     """On a llama.cpp built with llamafile's kernels a one-token pass gets a second row (dropped after),
     target-only decoding's too: the text and the cache are as without it, and every pass of a run is a batch."""
-    from localspec.runtime import model as model_module
-
-    monkeypatch.setattr(model_module, "lone_token_computed_like_a_batch", lambda: False)
     target, draft = pair
+    monkeypatch.setattr(target, "_lone_reads_differ", True)
     batch_sizes: list[int] = []
     evaluate = target.eval
     monkeypatch.setattr(target, "eval", lambda tokens, **kwargs: batch_sizes.append(len(tokens)) or evaluate(tokens, **kwargs))

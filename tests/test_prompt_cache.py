@@ -95,7 +95,7 @@ def test_a_state_of_no_use_to_the_prompt_is_not_read(tiny_pair: tuple[Path, Path
 
 
 @pytest.mark.parametrize("unfit", [
-    "reads_alike_in_any_batch",  # a prompt read in pieces could differ from one read whole
+    "reads_alike_in_batches",  # a prompt read in pieces could differ from one read whole
     "keeps_every_position",  # a recurrent state or a sliding window cannot keep a prompt's start
 ])
 def test_nothing_is_kept_for_a_model_the_cache_cannot_serve(
@@ -171,3 +171,60 @@ def test_run_keeps_the_prompt_unless_told_not_to_and_memory_clear_empties_it(tin
     assert again.stdout == first.stdout
     assert cli("memory", "clear", "--yes").exit_code == 0
     assert not prompts_folder().exists()
+
+
+# Where llamafile's kernels compute a token read alone unlike a batch's (llama.cpp's default CPU build),
+# a saved state holds only tokens read in batches, and what follows a restored state is read in batches.
+# On such a build the logits below differ without these rules; on the exact build they hold trivially,
+# and the bookkeeping is checked on both by declaring lone reads to differ.
+LONGER = [*FIRST, 266, 272, 263]
+
+
+def _lone_reads_differ(model: Model, monkeypatch: pytest.MonkeyPatch) -> Model:
+    monkeypatch.setattr(model, "_lone_reads_differ", model.lone_reads_differ or True)
+    return model
+
+
+def test_a_token_read_alone_is_not_saved_where_lone_reads_differ(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with Model(tiny_pair[0], RUNTIME) as model:
+        _lone_reads_differ(model, monkeypatch)
+        model.next_logits(FIRST)  # FIRST[:-1] in a batch, its last token alone (as a draft model reads)
+        assert model.tokens_read_in_batches == len(FIRST) - 1
+        PromptCache(tmp_path).save(model, FIRST)
+    with Model(tiny_pair[0], RUNTIME) as restored, Model(tiny_pair[0], RUNTIME) as fresh:
+        assert PromptCache(tmp_path).restore(restored, LONGER) == len(FIRST) - 1
+        np.testing.assert_array_equal(restored.next_logits(LONGER), fresh.next_logits(LONGER))
+
+
+def test_one_token_after_a_restored_state_is_read_with_the_token_before_it(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with Model(tiny_pair[0], RUNTIME) as model:
+        model.sync(FIRST)
+        PromptCache(tmp_path).save(model, FIRST)
+    with Model(tiny_pair[0], RUNTIME) as restored, Model(tiny_pair[0], RUNTIME) as fresh:
+        _lone_reads_differ(restored, monkeypatch)
+        assert PromptCache(tmp_path).restore(restored, LONGER) == len(FIRST)
+        decodes: list[int] = []
+        decode = restored._decode
+        monkeypatch.setattr(restored, "_decode", lambda tokens, rows: decodes.append(len(tokens)) or decode(tokens, rows))
+        restored.sync(LONGER[: len(FIRST) + 1])  # one token missing: the restored last one is read again with it
+        assert decodes == [2] and restored.tokens_read_in_batches == len(FIRST) + 1
+        fresh.sync(LONGER[: len(FIRST) + 1])  # (read whole)
+        np.testing.assert_array_equal(restored.eval(LONGER[len(FIRST) + 1:]), fresh.eval(LONGER[len(FIRST) + 1:]))
+
+
+def test_a_long_read_leaves_no_token_alone_where_lone_reads_differ(
+    tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokens = [1, *(260 + i % 20 for i in range(16))]  # 17 tokens: batches of 8 would leave the last alone
+    with Model(tiny_pair[0], ModelSettings(n_threads=1, n_batch=8)) as split, Model(tiny_pair[0], RUNTIME) as whole:
+        _lone_reads_differ(split, monkeypatch)
+        decodes: list[int] = []
+        decode = split._decode
+        monkeypatch.setattr(split, "_decode", lambda batch, rows: decodes.append(len(batch)) or decode(batch, rows))
+        last_two = split.eval(tokens, logits=2)
+        assert decodes == [8, 7, 2] and split.tokens_read_in_batches == len(tokens)
+        np.testing.assert_array_equal(last_two, whole.eval(tokens, logits=2))

@@ -11,10 +11,13 @@ tokens, and only the rest is read.
 
 Restored keys and values must be what reading would have computed, or the text
 would depend on what the cache held. So only models that read a text alike
-however it is split into batches take part (`Model.reads_alike_in_any_batch`:
-the CPU without llamafile's kernels, where the demo models' logits after a
-prompt read in one batch, in pieces or token by token are the same bit for bit),
-and whose cache keeps every position (not a recurrent state, not a sliding window).
+however it is split into batches take part (`Model.reads_alike_in_batches`:
+the CPU alone, where the demo models' logits after a prompt read in one batch or
+in pieces are the same bit for bit), and whose cache keeps every position (not a
+recurrent state, not a sliding window). Where llamafile's kernels compute a token
+read alone otherwise (`Model.lone_reads_differ`), only the tokens read in batches
+are saved, and the model reads the rest of a prompt after a restored state in
+batches of two or more.
 
 It is a cache: one file per model file, build and placement, replaced by the
 latest save (written atomically; two processes' saves leave one whole file);
@@ -93,7 +96,7 @@ class PromptCache:
         if path is None:
             return
         model.drop_unrecorded()  # (an interrupted decode's cells would be saved with the rest)
-        n = common_prefix_length(model.tokens, prompt)
+        n = min(common_prefix_length(model.tokens, prompt), model.tokens_read_in_batches)
         held = self._saved[path.name] if path.name in self._saved else self._held(path)
         if n < MIN_TOKENS or (held is not None and len(held) >= n and held[:n] == tuple(prompt[:n])):
             return
@@ -119,7 +122,7 @@ class PromptCache:
     def _path(self, model: Model) -> Path | None:
         """The file for this model file, llama.cpp build and placement (None: the model takes no part: see
         the module docstring; or its file is gone)."""
-        if not (model.reads_alike_in_any_batch and model.keeps_every_position):
+        if not (model.reads_alike_in_batches and model.keeps_every_position):
             return None
         key = (str(model.path), json.dumps(model.placement.to_dict(), sort_keys=True))
         if key not in self._paths:

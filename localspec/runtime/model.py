@@ -212,6 +212,11 @@ class Model(_Freed):
                 self.close()
                 raise
         self._tokens: list[int] = []
+        # Where llama.cpp computes a token read alone unlike one read in a batch, the position of the first
+        # token read alone (None: none is), and whether the cache holds just a restored state.
+        self._lone_reads_differ = not lone_token_computed_like_a_batch() and not self.placement.one_token_decodes
+        self._first_read_alone: int | None = None
+        self._holds_restored_state = False
         self._longest_piece: int | None = None
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
@@ -409,14 +414,29 @@ class Model(_Freed):
         """The tokens whose keys and values the cache holds, in position order."""
         return tuple(self._tokens)
 
+    @property
+    def lone_reads_differ(self) -> bool:
+        """Whether llama.cpp computes a token read alone unlike one read in a batch of two or more.
+
+        Its llamafile matrix kernels (on unless built with -DGGML_LLAMAFILE=OFF) take over from two rows
+        up and round differently from the single-row kernels; a model computed one token at a time
+        (`one_token_decodes`) reads every token alone, so alike.
+        """
+        return self._lone_reads_differ
+
     def pads_lone_tokens(self, context_length: int) -> bool:
         """Whether a one-token pass over a context of `context_length` should be padded to two rows.
 
-        Where llama.cpp computes a lone token unlike a batch (its llamafile kernels), a pass of
-        two rows is computed like every longer one; there must be room for the second row.
+        Where a lone token is computed unlike a batch (`lone_reads_differ`), a pass of two rows is
+        computed like every longer one; there must be room for the second row.
         """
-        return (not lone_token_computed_like_a_batch() and self.n_batch >= 2
-                and context_length + 1 <= self.n_ctx)
+        return self._lone_reads_differ and self.n_batch >= 2 and context_length + 1 <= self.n_ctx
+
+    @property
+    def tokens_read_in_batches(self) -> int:
+        """How many of `tokens`, from the first, were computed as a batch computes them: all of them
+        unless `lone_reads_differ` and one was read alone."""
+        return len(self._tokens) if self._first_read_alone is None else self._first_read_alone
 
     def keep(self, n: int) -> None:
         """Keep the first `n` cached tokens and drop the rest."""
@@ -429,13 +449,15 @@ class Model(_Freed):
             self.sync(kept)
             return
         del self._tokens[n:]
+        if self._first_read_alone is not None and self._first_read_alone >= n:
+            self._first_read_alone = None
 
     @property
-    def reads_alike_in_any_batch(self) -> bool:
+    def reads_alike_in_batches(self) -> bool:
         """Whether this model's cache holds the same keys and values for a text however its reading was
-        split into batches (computed by the CPU alone, on a machine with no GPU to take batches over,
-        without llamafile's kernels)."""
-        return self._runs_on_cpu and not gpu_devices() and lone_token_computed_like_a_batch()
+        split into batches of two or more tokens (computed by the CPU alone, on a machine with no GPU to
+        take batches over). Where `lone_reads_differ`, a token read alone is computed otherwise."""
+        return self._runs_on_cpu and not gpu_devices()
 
     @property
     def keeps_every_position(self) -> bool:
@@ -472,6 +494,7 @@ class Model(_Freed):
             self.clear()  # (a state of another length than `tokens` is not theirs)
             return False
         self._tokens = list(tokens)
+        self._holds_restored_state = True
         return True
 
     def drop_unrecorded(self) -> None:
@@ -487,10 +510,18 @@ class Model(_Freed):
         if self._ctx is not None:
             self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
         self._tokens = []
+        self._first_read_alone = None
+        self._holds_restored_state = False
 
     def sync(self, tokens: Sequence[int]) -> None:
-        """Make the cache hold exactly `tokens`, reusing the longest common prefix."""
+        """Make the cache hold exactly `tokens`, reusing the longest common prefix.
+
+        Where `lone_reads_differ`, the first read after a restored state (saved from batches) does not
+        read one token alone: it reads the restored last token again with it, as a reading of the whole
+        text would have computed them."""
         self.keep(common_prefix_length(self._tokens, tokens))
+        if self._holds_restored_state and self._lone_reads_differ and len(tokens) == len(self._tokens) + 1:
+            self.keep(len(self._tokens) - 1)
         missing = list(tokens[len(self._tokens) :])
         if missing:
             self.eval(missing, logits="none")
@@ -505,8 +536,9 @@ class Model(_Freed):
         """
         self._ensure_context()
         n_batch = self._n_batch
+        batches = self._batches(len(tokens))
         if isinstance(logits, int):
-            if not 0 < logits <= min(len(tokens), n_batch) or (len(tokens) - logits) // n_batch != (len(tokens) - 1) // n_batch:
+            if not batches or not 0 < logits <= len(batches[-1]):
                 raise ValueError(f"cannot return the last {logits} rows of {len(tokens)} tokens in one batch of {n_batch}")
             logits = "all" if logits == len(tokens) else logits
         if len(self._tokens) + len(tokens) > self._n_ctx:
@@ -516,9 +548,9 @@ class Model(_Freed):
         if logits == "all" and len(tokens) > n_batch:
             raise ValueError(f"cannot return logits for {len(tokens)} tokens in one batch of {n_batch}")
         n_rows = 0
-        for start in range(0, len(tokens), n_batch):
-            chunk = tokens[start : start + n_batch]
-            is_final_chunk = start + n_batch >= len(tokens)
+        for batch in batches:
+            chunk = tokens[batch.start : batch.stop]
+            is_final_chunk = batch.stop == len(tokens)
             if logits == "all":
                 n_rows = len(chunk)
                 self._decode(chunk, rows=slice(None))
@@ -531,6 +563,15 @@ class Model(_Freed):
             return np.empty((0, self.n_vocab), dtype=np.float32)
         rows = self._output_logits(n_rows)
         return rows.copy() if copy else rows
+
+    def _batches(self, n_tokens: int) -> list[range]:
+        """The positions (within a read of `n_tokens`) each decode takes: n_batch at a time. Where
+        `lone_reads_differ`, a last batch of one token takes one from the batch before it."""
+        n_batch = self._n_batch
+        starts = [*range(0, n_tokens, n_batch), n_tokens]
+        if self._lone_reads_differ and len(starts) > 2 and n_tokens - starts[-2] == 1 and n_batch > 2:
+            starts[-2] -= 1
+        return [range(start, stop) for start, stop in zip(starts, starts[1:])]
 
     def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
         """Logits for the token that follows `context` (whose last token is (re)evaluated)."""
@@ -551,6 +592,9 @@ class Model(_Freed):
         status = self._llama.llama_decode(self._ctx, self._batch)
         if status != 0:
             raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")
+        if n == 1 and self._lone_reads_differ and self._first_read_alone is None:
+            self._first_read_alone = first_position
+        self._holds_restored_state = False
         self._tokens.extend(tokens)
 
     def _output_logits(self, n_rows: int) -> np.ndarray:
