@@ -183,4 +183,4 @@ def test_without_rpc_support_the_error_says_how_to_reinstall(monkeypatch, tiny_p
 
     monkeypatch.setattr(rpc, "_rpc_registry", lambda: None)
     line = one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "127.0.0.1:1", "--raw", "hi"), 1, "no RPC backend")
-    assert 'CMAKE_ARGS="-DGGML_RPC=on -DGGML_LLAMAFILE=OFF"' in line and "--no-cache-dir" in line
+    assert 'CMAKE_ARGS="-DGGML_RPC=on"' in line and "--no-cache-dir" in line

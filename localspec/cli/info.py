@@ -48,10 +48,11 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         f"RPC workers: {'yes (layers can go to workers: --rpc)' if report['rpc'] else f'no (to add them: {REINSTALL})'}")
     out(f"CPU features: {' '.join(report['cpu_features']) or '-'}; default threads: {report['default_threads']}")
     out("same seed, same text as --no-speculative on the CPU: " + (
-        "exact (a token is computed alike alone and in a batch)" if report["cpu_batch_invariant"]
-        else "exact, every target pass a batch (built with llamafile's kernels, which compute a lone token unlike"
-             " a batch: a one-token pass gets a second, discarded row, and target-only decoding costs 4-9% more;"
-             " no prompt cache; to rebuild without them: "
+        "exact (built without llamafile's kernels: a token is computed alike alone and in a batch)"
+        if report["cpu_batch_invariant"]
+        else "exact, every target pass a batch (llama.cpp's default build: its llamafile kernels compute a lone"
+             " token unlike a batch, so a one-token pass gets a second, discarded row; they make verify batches"
+             " faster, target-only decoding 4-9% slower; to build without them: "
              'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python)'))
     for device in report["devices"]:
         memory = f"{human_size(device['memory_free'])} free of {human_size(device['memory_total'])}"

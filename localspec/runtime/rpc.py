@@ -23,7 +23,7 @@ from ..errors import InputError, LocalspecError
 from . import fatal
 from .devices import backend_name, device_handles, device_name, device_type, ggml
 
-REINSTALL = 'CMAKE_ARGS="-DGGML_RPC=on -DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+REINSTALL = 'CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 DEFAULT_PORT = 50052
 CONNECT_TIMEOUT_SECONDS = 3.0
 _ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
