@@ -254,3 +254,34 @@ def test_a_token_past_256_cached_tokens_is_computed_alike_in_a_pass_of_its_own_a
             target.sync(tokens[: length - 1])
             in_batch = target.eval(tokens[length - 1 : length + 4], logits="all")[0]
             assert np.array_equal(alone, in_batch), length
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_padded_pass_carries_a_guess_and_the_text_is_the_same(pair, monkeypatch, temperature: float) -> None:
+    """Where a pass with nothing drafted is padded to two rows, the second row carries a guess (the token that
+    followed the last token's latest occurrence): some are kept, and the text is target-only's."""
+    target, _ = pair
+    monkeypatch.setattr(target, "_lone_reads_differ", True)
+    speculative = SpeculativeParams(strategy="ngram", draft_max=4, ngram_min=3, ngram_max=3)  # few lookups: many guesses
+    guesses = kept = 0
+    for seed in range(N_SEEDS):
+        settings = GenerationSettings(SamplingParams(temperature=temperature), speculative, max_tokens=MAX_TOKENS, seed=seed)
+        drafted = generate_text(target, PROMPT, settings, build_drafter(speculative, settings.sampling, None))
+        assert drafted.tokens == generate_text(target, PROMPT, settings).tokens
+        assert drafted.stats.target_passes + drafted.stats.draft_tokens_accepted + drafted.stats.guesses_kept \
+            >= drafted.stats.tokens_generated  # every token came from a pass, a kept draft or a kept guess
+        guesses, kept = guesses + drafted.stats.guesses, kept + drafted.stats.guesses_kept
+    assert guesses > kept > 0
+
+
+def test_no_guess_where_the_text_would_depend_on_it(pair, monkeypatch) -> None:
+    """Under rejection verification at T > 0 the text depends on the drafts: padded passes stay padded."""
+    target, _ = pair
+    monkeypatch.setattr(target, "_lone_reads_differ", True)
+    speculative = SpeculativeParams(strategy="ngram", draft_max=4, verify="rejection")
+    settings = GenerationSettings(SAMPLINGS["t1.0"], speculative, max_tokens=MAX_TOKENS, seed=1)
+    assert generate_text(target, PROMPT, settings, build_drafter(speculative, settings.sampling, None)).stats.guesses == 0
+    unpadded = dataclasses.replace(speculative, verify="coupled")
+    monkeypatch.setattr(target, "_lone_reads_differ", False)  # (no padded pass, no guess)
+    settings = dataclasses.replace(settings, speculative=unpadded)
+    assert generate_text(target, PROMPT, settings, build_drafter(unpadded, settings.sampling, None)).stats.guesses == 0

@@ -20,6 +20,7 @@ from ..settings import GenerationSettings
 from .acceptance import accept
 from .constraint import TokenGrammar
 from .drafters import NO_DRAFT, Draft, Drafter
+from .guess import LatestFollowers
 from .sampling import Sampler, make_sampler
 from .stats import SpecStats
 from .textstream import TextStream
@@ -88,6 +89,7 @@ class Generation:
         self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
         self._stream = TextStream(self.settings.stop)
         self._prompt_seconds_in_loop = 0.0  # the drafter's reading of the prompt after the first token
+        self._followers = LatestFollowers() if drafter is not None else None  # guesses for padded passes
 
     @property
     def text(self) -> str:
@@ -125,9 +127,13 @@ class Generation:
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).
                 position = len(self.tokens)
                 draft = self._propose(context, room, sampler, position)
+                guessed = not draft.tokens and self._guess_padding(context, room, len(forced.tokens), sampler)
+                if guessed:
+                    draft = Draft([guessed], None)
                 # 2. One target pass scores [last, d_1..d_k] (after any forced tokens): k+1 rows of logits,
                 #    each masked by the grammar's state after the drafts before it.
                 draft, allowed, forced_at = self._masked(draft)
+                guessed = guessed and bool(draft.tokens)  # (a guess the grammar rejects is no guess)
                 target_logits, verify_seconds = self._score(context, draft, len(forced.tokens))
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(
@@ -136,7 +142,7 @@ class Generation:
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
-                self._record(draft, n_accepted, verify_seconds, forced_at, len(forced.tokens))
+                self._record(draft, n_accepted, verify_seconds, forced_at, len(forced.tokens), guessed=bool(guessed))
                 # 6. Emit the new tokens, up to an end-of-generation token, a stop string or the grammar's end.
                 chunk = self._emit(new_tokens, n_accepted, context)
                 if self.stop_reason is not None:  # an end token or a stop string among the kept drafts:
@@ -252,6 +258,14 @@ class Generation:
                 return Draft(draft.tokens[: i + 1], None if draft.q_draft is None else draft.q_draft[: i + 1])
         return draft
 
+    def _guess_padding(self, context: list[int], room: int, n_forced: int, sampler: Sampler) -> int | None:
+        """A one-token guess (see `engine.guess`) where a speculative pass with nothing drafted would be padded
+        with a row of no use, and the text cannot depend on a draft (coupled verification, or greedy); else None."""
+        if (self._followers is None or room <= 0 or n_forced or not self.target.pads_lone_tokens(len(context))
+                or (sampler.verifies_by_rejection and not self.settings.sampling.greedy)):
+            return None
+        return self._followers.guess(context)
+
     def _score(self, context: list[int], draft: Draft, n_forced: int = 0) -> tuple[np.ndarray, float]:
         """The target's logits at the k+1 positions, and the seconds the pass took.
 
@@ -273,11 +287,15 @@ class Generation:
         return logits, time.perf_counter() - started
 
     def _record(self, draft: Draft, n_accepted: int, verify_seconds: float, forced_at: list[bool],
-                n_forced: int = 0) -> None:
+                n_forced: int = 0, guessed: bool = False) -> None:
         """Count the pass. Tokens a grammar forced (`forced_at[i]`: row i's token) are counted as forced,
-        not as drafts proposed and kept; the drafter is told the whole draft, which it paid for."""
+        not as drafts proposed and kept; the drafter is told the whole draft, which it paid for. A padded
+        pass's guess is counted apart: for the drafter it was a pass that drafted nothing."""
         self.stats.forced_tokens += sum(forced_at[: n_accepted + 1])
-        if not draft.tokens:
+        if guessed:
+            self.stats.guesses += 1
+            self.stats.guesses_kept += n_accepted - sum(forced_at[:n_accepted])
+        if not draft.tokens or guessed:
             self.stats.target_passes += 1
             if self.drafter is not None and not n_forced:  # (with forced tokens the pass was a batch)
                 self.drafter.observe(0, 0, verify_seconds)  # what a pass that drafts nothing costs
