@@ -3,9 +3,8 @@
 #   -DGGML_RPC=on   llama.cpp's RPC backend (localspec worker, --rpc)
 #   llamafile on    llama.cpp's default CPU build (its llamafile matrix kernels), as users get it;
 #                   the identity tests then check that every target pass is computed as a batch
-#                   (README, "Same seed, same text").
-# Set LOCALSPEC_EXACT_BUILD=1 (with CMAKE_ARGS="-DGGML_RPC=on -DGGML_LLAMAFILE=OFF") to test the
-# build without llamafile's kernels instead.
+#                   (README, "Same seed, same text"). With -DGGML_LLAMAFILE=OFF in CMAKE_ARGS, the
+#                   build without them is what is checked for instead.
 #
 # pip's wheel cache keys a wheel it built by the source it came from, not by CMAKE_ARGS, so a
 # machine that once built llama-cpp-python otherwise hands that build back whatever CMAKE_ARGS
@@ -13,8 +12,10 @@
 # build in its place, so this happens once per machine.
 set -euo pipefail
 
-if [ "${LOCALSPEC_EXACT_BUILD:-}" = 1 ]; then want_llamafile=0; llamafile_flag="-DGGML_LLAMAFILE=OFF"
-else want_llamafile=1; llamafile_flag="-DGGML_LLAMAFILE=ON"; fi
+case "${CMAKE_ARGS:-}" in
+    *-DGGML_LLAMAFILE=OFF*) want_llamafile=0; llamafile_flag="-DGGML_LLAMAFILE=OFF" ;;
+    *) want_llamafile=1; llamafile_flag="-DGGML_LLAMAFILE=ON" ;;
+esac
 check="import llama_cpp, sys
 info = llama_cpp.llama_print_system_info().decode()
 sys.exit(0 if llama_cpp.llama_supports_rpc() and ('LLAMAFILE = 1' in info) == bool($want_llamafile) else 1)"

@@ -250,3 +250,19 @@ def test_a_pass_that_also_evaluated_forced_tokens_is_not_timed_as_a_verify_pass(
             timed[forced_before > 0].append(value)
     assert timed[True] and all(seconds is None for seconds in timed[True])
     assert timed[False] and all(isinstance(seconds, float) for seconds in timed[False])
+
+
+def test_a_padded_pass_guesses_only_what_the_grammar_allows(spaced_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a pass with nothing drafted is padded to two rows, its second row's guess (the last token's latest
+    follower: 270 after the prompt, which the grammar forbids) is validated first; the matcher never sees a token
+    it has not allowed, and the text is target-only's."""
+    speculative = SpeculativeParams(strategy="ngram", draft_max=4, ngram_min=4, ngram_max=4)  # few lookups: guesses
+    with Model(spaced_pair[0]) as target:
+        monkeypatch.setattr(target, "_lone_reads_differ", True)
+        guesses = 0
+        for seed in range(6):
+            settings = GenerationSettings(T1, speculative, max_tokens=24, seed=seed)
+            drafted = generate_text(target, REPEATING_PROMPT, settings, build_drafter(speculative, T1, None), WORDS_GRAMMAR)
+            assert drafted.tokens == generate_text(target, REPEATING_PROMPT, settings, None, WORDS_GRAMMAR).tokens
+            guesses += drafted.stats.guesses
+    assert guesses > 0

@@ -174,8 +174,8 @@ def test_run_keeps_the_prompt_unless_told_not_to_and_memory_clear_empties_it(tin
 
 
 # Where llamafile's kernels compute a token read alone unlike a batch's (llama.cpp's default CPU build),
-# a saved state holds only tokens read in batches, and what follows a restored state is read in batches.
-# On such a build the logits below differ without these rules; on the exact build they hold trivially,
+# a saved state holds only tokens read in batches, and a lone missing token is read as a batch reads it.
+# On such a build the logits below differ without these rules; built without llamafile they hold trivially,
 # and the bookkeeping is checked on both by declaring lone reads to differ.
 LONGER = [*FIRST, 266, 272, 263]
 
@@ -190,7 +190,8 @@ def test_a_token_read_alone_is_not_saved_where_lone_reads_differ(
 ) -> None:
     with Model(tiny_pair[0], RUNTIME) as model:
         _lone_reads_differ(model, monkeypatch)
-        model.next_logits(FIRST)  # FIRST[:-1] in a batch, its last token alone (as a draft model reads)
+        model.sync(FIRST[:-1])
+        model.eval(FIRST[-1:])  # its last token alone, as a draft model's step reads one
         assert model.tokens_read_in_batches == len(FIRST) - 1
         PromptCache(tmp_path).save(model, FIRST)
     with Model(tiny_pair[0], RUNTIME) as restored, Model(tiny_pair[0], RUNTIME) as fresh:
@@ -198,22 +199,31 @@ def test_a_token_read_alone_is_not_saved_where_lone_reads_differ(
         np.testing.assert_array_equal(restored.next_logits(LONGER), fresh.next_logits(LONGER))
 
 
-def test_one_token_after_a_restored_state_is_read_with_the_token_before_it(
+def test_one_missing_token_is_read_as_a_batch_reads_it(
     tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """After a restored state, or where the cache held another text (an earlier request's), one missing
+    token is read in a padded pair: the cache then holds what a reading of the whole text holds."""
     with Model(tiny_pair[0], RUNTIME) as model:
         model.sync(FIRST)
         PromptCache(tmp_path).save(model, FIRST)
-    with Model(tiny_pair[0], RUNTIME) as restored, Model(tiny_pair[0], RUNTIME) as fresh:
-        _lone_reads_differ(restored, monkeypatch)
-        assert PromptCache(tmp_path).restore(restored, LONGER) == len(FIRST)
+    with Model(tiny_pair[0], RUNTIME) as reused, Model(tiny_pair[0], RUNTIME) as fresh:
+        _lone_reads_differ(reused, monkeypatch)
         decodes: list[int] = []
-        decode = restored._decode
-        monkeypatch.setattr(restored, "_decode", lambda tokens, rows: decodes.append(len(tokens)) or decode(tokens, rows))
-        restored.sync(LONGER[: len(FIRST) + 1])  # one token missing: the restored last one is read again with it
-        assert decodes == [2] and restored.tokens_read_in_batches == len(FIRST) + 1
+        decode = reused._decode
+        monkeypatch.setattr(reused, "_decode", lambda tokens, rows: decodes.append(len(tokens)) or decode(tokens, rows))
         fresh.sync(LONGER[: len(FIRST) + 1])  # (read whole)
-        np.testing.assert_array_equal(restored.eval(LONGER[len(FIRST) + 1:]), fresh.eval(LONGER[len(FIRST) + 1:]))
+        for held in ("restored", "another text"):
+            if held == "restored":
+                assert PromptCache(tmp_path).restore(reused, LONGER) == len(FIRST)
+            else:
+                reused.sync([*FIRST, 280, 281])
+            decodes.clear()
+            reused.sync(LONGER[: len(FIRST) + 1])  # one token missing
+            assert decodes == [2] and reused.tokens == tuple(LONGER[: len(FIRST) + 1])
+            assert reused.tokens_read_in_batches == len(FIRST) + 1
+            np.testing.assert_array_equal(reused.eval(LONGER[len(FIRST) + 1:]), fresh.eval(LONGER[len(FIRST) + 1:]), held)
+            fresh.keep(len(FIRST) + 1)
 
 
 def test_a_long_read_leaves_no_token_alone_where_lone_reads_differ(

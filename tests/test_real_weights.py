@@ -67,15 +67,18 @@ def test_greedy_speculative_equals_target_only_token_for_token(demo_session: Ses
 def test_kv_rollback_on_real_weights(demo_session: Session, smollm_f32: Path) -> None:
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": "Say something surprising."}])
-    settings = GenerationSettings(sampling, SpeculativeParams(draft_max=6), max_tokens=48, seed=11)
-    generation = generate_text(demo_session.target, tokens, settings, ModelDrafter(demo_session.draft, sampling))
+    for seed in range(11, 16):  # until a run rejects drafts (most do)
+        settings = GenerationSettings(sampling, SpeculativeParams(draft_max=6), max_tokens=48, seed=seed)
+        generation = generate_text(demo_session.target, tokens, settings, ModelDrafter(demo_session.draft, sampling))
+        if generation.stats.draft_tokens_accepted < generation.stats.draft_tokens_proposed:
+            break
     assert generation.stats.draft_tokens_accepted < generation.stats.draft_tokens_proposed
     # The cache holds the prompt and generated tokens (plus accepted drafts), nothing rejected.
     context = [*tokens, *generation.tokens]
     assert list(demo_session.target.tokens) == context[: len(demo_session.target.tokens)]
-    # Batched and incremental prefill round differently in llama.cpp's CPU kernels, so
-    # real-weight logits agree to ~1e-2, not bit for bit.
-    assert_cache_matches_fresh_model(demo_session.target, smollm_f32, atol=0.1)
+    # Every target pass is a batch (padded where a lone token is computed otherwise), as a fresh model's
+    # reading is: the logits agree to rounding.
+    assert_cache_matches_fresh_model(demo_session.target, smollm_f32)
 
 
 def test_same_seed_same_output(demo_session: Session) -> None:

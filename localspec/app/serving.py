@@ -444,4 +444,6 @@ def _speculative(generation: Generation) -> dict[str, Any]:
         "target_passes": stats.target_passes,
         "draft_tokens_proposed": stats.draft_tokens_proposed,
         "draft_tokens_accepted": stats.draft_tokens_accepted,
+        "guesses": stats.guesses,
+        "guesses_kept": stats.guesses_kept,
     }

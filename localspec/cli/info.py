@@ -51,9 +51,9 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         "exact (built without llamafile's kernels: a token is computed alike alone and in a batch)"
         if report["cpu_batch_invariant"]
         else "exact, every target pass a batch (llama.cpp's default build: its llamafile kernels compute a lone"
-             " token unlike a batch, so a one-token pass gets a second, discarded row; they make verify batches"
-             " faster, target-only decoding 4-9% slower; to build without them: "
-             'CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --force-reinstall --no-cache-dir llama-cpp-python)'))
+             " token unlike a batch, so a one-token pass gets a second row, a guess in speculative runs; they make"
+             " verify batches faster, target-only decoding 4-9% slower; to build without them, add"
+             ' -DGGML_LLAMAFILE=OFF to CMAKE_ARGS and pip install --force-reinstall --no-cache-dir llama-cpp-python)'))
     for device in report["devices"]:
         memory = f"{human_size(device['memory_free'])} free of {human_size(device['memory_total'])}"
         out(f"device {device['name']} ({device['type']}): {device['description']}, {memory}")

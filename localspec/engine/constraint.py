@@ -70,13 +70,15 @@ class TokenGrammar:
 
         A draft is kept up to the grammar's end, and where the grammar forces a
         token, only if it is that token (a lookup may spell forced text otherwise):
-        the draft keeps len(masks) - 1 tokens. `tokens` must be valid here, one
-        after the other (drafted under this grammar). The state is unchanged.
+        the draft keeps len(masks) - 1 tokens, up to the first the grammar does
+        not allow (the matcher never sees a token it has not allowed: its errors
+        are permanent). The state is unchanged.
         """
         mask, forced = self.next_tokens()
         masks, forced_at = [mask], [forced]
         for token in tokens:
-            if self.stopped or forced and token != mask[0]:
+            at = int(np.searchsorted(mask, token))
+            if self.stopped or at == len(mask) or mask[at] != token:
                 break
             self.consume([token])
             mask, forced = self.next_tokens()

@@ -127,13 +127,12 @@ class Generation:
                 # 1. The drafter proposes up to `room` tokens d_1..d_k, the first at position n = len(tokens).
                 position = len(self.tokens)
                 draft = self._propose(context, room, sampler, position)
-                guessed = not draft.tokens and self._guess_padding(context, room, len(forced.tokens), sampler)
-                if guessed:
-                    draft = Draft([guessed], None)
+                guess = None if draft.tokens else self._guess_padding(context, room, len(forced.tokens), sampler)
+                if guess is not None:
+                    draft = Draft([guess], None)
                 # 2. One target pass scores [last, d_1..d_k] (after any forced tokens): k+1 rows of logits,
                 #    each masked by the grammar's state after the drafts before it.
                 draft, allowed, forced_at = self._masked(draft)
-                guessed = guessed and bool(draft.tokens)  # (a guess the grammar rejects is no guess)
                 target_logits, verify_seconds = self._score(context, draft, len(forced.tokens))
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(
@@ -142,7 +141,7 @@ class Generation:
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
-                self._record(draft, n_accepted, verify_seconds, forced_at, len(forced.tokens), guessed=bool(guessed))
+                self._record(draft, n_accepted, verify_seconds, forced_at, len(forced.tokens), guessed=guess is not None)
                 # 6. Emit the new tokens, up to an end-of-generation token, a stop string or the grammar's end.
                 chunk = self._emit(new_tokens, n_accepted, context)
                 if self.stop_reason is not None:  # an end token or a stop string among the kept drafts:
@@ -260,11 +259,15 @@ class Generation:
 
     def _guess_padding(self, context: list[int], room: int, n_forced: int, sampler: Sampler) -> int | None:
         """A one-token guess (see `engine.guess`) where a speculative pass with nothing drafted would be padded
-        with a row of no use, and the text cannot depend on a draft (coupled verification, or greedy); else None."""
+        with a row of no use, and the text cannot depend on a draft (coupled verification, or greedy); else None.
+        Under a grammar, only a guess it allows (its matcher must never see a token it has not validated)."""
         if (self._followers is None or room <= 0 or n_forced or not self.target.pads_lone_tokens(len(context))
                 or (sampler.verifies_by_rejection and not self.settings.sampling.greedy)):
             return None
-        return self._followers.guess(context)
+        guess = self._followers.guess(context)
+        if guess is None or (self.grammar is not None and self.grammar.validate([guess]) != 1):
+            return None
+        return guess
 
     def _score(self, context: list[int], draft: Draft, n_forced: int = 0) -> tuple[np.ndarray, float]:
         """The target's logits at the k+1 positions, and the seconds the pass took.

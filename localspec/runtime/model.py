@@ -213,10 +213,9 @@ class Model(_Freed):
                 raise
         self._tokens: list[int] = []
         # Where llama.cpp computes a token read alone unlike one read in a batch, the position of the first
-        # token read alone (None: none is), and whether the cache holds just a restored state.
+        # token read alone (None: none is).
         self._lone_reads_differ = not lone_token_computed_like_a_batch() and not self.placement.one_token_decodes
         self._first_read_alone: int | None = None
-        self._holds_restored_state = False
         self._longest_piece: int | None = None
         self._pieces: dict[int, bytes] = {}
         self._end_of_generation: dict[int, bool] = {}
@@ -494,7 +493,6 @@ class Model(_Freed):
             self.clear()  # (a state of another length than `tokens` is not theirs)
             return False
         self._tokens = list(tokens)
-        self._holds_restored_state = True
         return True
 
     def drop_unrecorded(self) -> None:
@@ -511,19 +509,19 @@ class Model(_Freed):
             self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
         self._tokens = []
         self._first_read_alone = None
-        self._holds_restored_state = False
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Make the cache hold exactly `tokens`, reusing the longest common prefix.
 
-        Where `lone_reads_differ`, the first read after a restored state (saved from batches) does not
-        read one token alone: it reads the restored last token again with it, as a reading of the whole
-        text would have computed them."""
+        Where `lone_reads_differ`, one missing token is read with a copy of it after it (then dropped),
+        as a batch computes it: the cache then holds what reading the whole text computes, whatever
+        it held before (a restored prompt, an earlier request's text)."""
         self.keep(common_prefix_length(self._tokens, tokens))
-        if self._holds_restored_state and self._lone_reads_differ and len(tokens) == len(self._tokens) + 1:
-            self.keep(len(self._tokens) - 1)
         missing = list(tokens[len(self._tokens) :])
-        if missing:
+        if len(missing) == 1 and self.pads_lone_tokens(len(tokens)):
+            self.eval(missing * 2, logits="none")
+            self.keep(len(tokens))
+        elif missing:
             self.eval(missing, logits="none")
 
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last", copy: bool = True) -> np.ndarray:
@@ -566,7 +564,7 @@ class Model(_Freed):
 
     def _batches(self, n_tokens: int) -> list[range]:
         """The positions (within a read of `n_tokens`) each decode takes: n_batch at a time. Where
-        `lone_reads_differ`, a last batch of one token takes one from the batch before it."""
+        `lone_reads_differ`, a last batch of one token takes one from the batch before it (n_batch > 2)."""
         n_batch = self._n_batch
         starts = [*range(0, n_tokens, n_batch), n_tokens]
         if self._lone_reads_differ and len(starts) > 2 and n_tokens - starts[-2] == 1 and n_batch > 2:
@@ -574,9 +572,10 @@ class Model(_Freed):
         return [range(start, stop) for start, stop in zip(starts, starts[1:])]
 
     def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
-        """Logits for the token that follows `context` (whose last token is (re)evaluated)."""
-        self.sync(context[:-1])
-        return self.eval(context[-1:], logits="last", copy=copy)[0]
+        """Logits for the token that follows `context` (whose last token is (re)evaluated, in one batch
+        with whatever the cache lacks before it)."""
+        self.keep(common_prefix_length(self._tokens, context[:-1]))
+        return self.eval(context[len(self._tokens) :], logits="last", copy=copy)[0]
 
     def _decode(self, tokens: Sequence[int], rows: slice | None) -> None:
         """Decode `tokens` at the next positions, asking for logits on `rows` of the batch (None: none)."""
@@ -594,7 +593,6 @@ class Model(_Freed):
             raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")
         if n == 1 and self._lone_reads_differ and self._first_read_alone is None:
             self._first_read_alone = first_position
-        self._holds_restored_state = False
         self._tokens.extend(tokens)
 
     def _output_logits(self, n_rows: int) -> np.ndarray:
