@@ -35,3 +35,8 @@ def test_no_drafting_reports_no_acceptance() -> None:
     stats.target_passes = 3
     assert stats.acceptance_rate is None and "no drafting" in stats.summary()
     assert stats.to_dict()["tokens_per_second"] == 6.0
+
+
+def test_a_run_that_only_guessed_says_how_its_guesses_fared() -> None:
+    stats = SpecStats(tokens_generated=4, generation_seconds=0.5, target_passes=3, guesses=2, guesses_kept=1)
+    assert stats.acceptance_rate is None and "1/2 guesses kept" in stats.summary() and "no drafting" not in stats.summary()

@@ -101,7 +101,7 @@ class SpecStats:
         speed = f"{self.tokens_per_second:.1f} tok/s" if self.tokens_per_second else "- tok/s"
         line = f"{self.tokens_generated} tokens, {speed}, prompt {self.prompt_tokens} tok in {self.prompt_seconds:.2f}s"
         if self.acceptance_rate is None:
-            return line + ", no drafting"
+            return line + (f", {self.guesses_kept}/{self.guesses} guesses kept" if self.guesses else ", no drafting")
         return (
             line
             + f", acceptance {self.acceptance_rate:.1%} ({self.draft_tokens_accepted}/{self.draft_tokens_proposed}),"
