@@ -31,7 +31,7 @@ class SpecStats:
     draft_seconds: float = 0.0  # part of generation_seconds spent drafting
     forced_tokens: int = 0  # of tokens_generated, those a grammar forced (appended without sampling)
     mask_seconds: float = 0.0  # part of generation_seconds spent computing grammar masks for the target
-    guesses: int = 0  # passes that would have been padded and carried a one-token guess instead (`engine.guess`)
+    guesses: int = 0  # passes that would have been padded and carried a one-token guess instead (`Generation._guess_padding`)
     guesses_kept: int = 0  # of those guesses, the ones the target kept (not counted as drafts)
 
     def record_pass(self, n_proposed: int, n_accepted: int) -> None:
