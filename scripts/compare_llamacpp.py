@@ -26,9 +26,16 @@ on the rendered text: --raw tokenizes `<|im_start|>` as plain text); the script 
 two tools report different prompt lengths. llama.cpp gets localspec's default sampling
 (top-k 0, top-p 1, min-p 0.05), the same context size, threads and max tokens.
 
-Speed is generated tokens over generation time, prompt excluded, as each tool reports it:
-localspec's `--json` stats (`tokens_per_second`), llama.cpp's "decoded N tokens in S seconds"
-line. The table gives, per temperature, each contender's tok/s (mean ± standard deviation over
+Speed is generated tokens over generation time, prompt excluded: localspec's `--json` stats
+(`tokens_per_second`: the tokens of its text, an end-of-generation token ends it and is not
+counted), and for llama.cpp the seconds of its "decoded N tokens in S seconds" line over the same
+count of its own text. Its N counts otherwise: both tools count the end-of-generation token,
+llama-lookup goes on counting (and printing) what its draft held after one wherever the target
+agreed, and llama-lookup draws its first token from the prompt's evaluation, timed as "encoded",
+not "decoded". So the script counts the tokens of the text a tool printed before its first
+end-of-generation token (the text re-tokenized with the target's vocabulary), less llama-lookup's
+first; `--json` keeps N and its speed as printed (`printed_tokens`, `printed_tokens_per_second`).
+The table gives, per temperature, each contender's tok/s (mean ± standard deviation over
 prompts × repeats) and ratios with a paired 95% confidence interval: the geometric mean over
 prompts of each prompt's ratio (itself the geometric mean over repeats; with a single prompt the
 repeats are the units). Against llama.cpp the ratio uses its faster draft length (by geometric
@@ -63,6 +70,7 @@ from localspec.errors import InputError, LocalspecError
 from localspec.models.demo import demo_draft_path, demo_target_path
 from localspec.models.gguf import read_gguf_header
 from localspec.runtime.chat_template import render_chat
+from localspec.runtime.model import Vocabulary
 from localspec.settings import ModelSettings, SamplingParams
 
 ORDINARY_PROMPTS: tuple[str, ...] = (
@@ -157,6 +165,7 @@ class Setup:
     max_tokens: int
     n_ctx: int
     llamacpp_args: tuple[str, ...]
+    counter: "TextTokens | None" = None  # counts the tokens of llama.cpp's text (None: N as printed)
 
 
 def fixed_name(k: int) -> str:
@@ -302,6 +311,35 @@ class LlamaCppReport:
     accepted: int | None
 
 
+class TextTokens:
+    """Counts the tokens of the text a llama.cpp example printed, up to its first end-of-generation token."""
+
+    TRAILER = "\n\n\n\n"  # what both examples print after their text where no end token ends it
+
+    def __init__(self, target: Path) -> None:
+        header = read_gguf_header(target)
+        tokens = header.get("tokenizer.ggml.tokens") or []
+        ids = {header.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")} - {None}
+        self.end_texts = tuple(tokens[i] for i in ids if isinstance(i, int) and 0 <= i < len(tokens))
+        self.vocabulary = Vocabulary(target)
+
+    def count(self, stdout: str, rendered_prompt: str) -> int | None:
+        """Tokens of the generated text in `stdout` (the prompt, echoed, then the text); None where the output
+        does not have that shape."""
+        at = stdout.find(rendered_prompt)
+        if at < 0:
+            return None
+        text = stdout[at + len(rendered_prompt):]
+        ends = [text.find(end) for end in self.end_texts if end and end in text]
+        if ends:
+            text = text[: min(ends)]
+        elif text.endswith(self.TRAILER):
+            text = text[: -len(self.TRAILER)]
+        else:
+            return None
+        return len(self.vocabulary.tokenize(text, add_special=False)) if text else 0
+
+
 def parse_llamacpp_output(output: str) -> LlamaCppReport:
     """Read the timing lines of a llama.cpp example's output (stdout and stderr together)."""
     found = {name: pattern.search(output) for name, pattern in LLAMACPP_PATTERNS.items()}
@@ -347,8 +385,16 @@ def measure(setup: Setup, contender: Contender, prompt: Prompt, temperature: flo
         extra["load_seconds"] = report.load_seconds
     if report.drafted:
         extra["acceptance_rate"] = (report.accepted or 0) / report.drafted
-    return Measurement(**common, tokens_per_second=report.tokens_per_second,
-                       tokens_generated=report.tokens_generated, prompt_tokens=report.prompt_tokens,
+    tokens, speed = report.tokens_generated, report.tokens_per_second
+    counted = setup.counter.count(result.stdout, prompt.rendered) if setup.counter is not None else None
+    if counted is not None:
+        extra["printed_tokens"], extra["printed_tokens_per_second"] = tokens, speed
+        # llama-lookup's first token came from the prompt's evaluation: its decoding is not in the decode time.
+        tokens = max(counted - (contender.tool == LOOKUP_TOOL), 0)
+        speed = tokens / report.generation_seconds if report.generation_seconds > 0 else 0.0
+    elif setup.counter is not None:
+        extra["uncounted"] = 1.0  # its output had another shape: N as printed
+    return Measurement(**common, tokens_per_second=speed, tokens_generated=tokens, prompt_tokens=report.prompt_tokens,
                        generation_seconds=report.generation_seconds, wall_seconds=wall, extra=extra)
 
 
@@ -599,18 +645,24 @@ def make_setup(args: argparse.Namespace) -> Setup:
         target, draft = demo_target_path(), demo_draft_path()
     return Setup(localspec=localspec_launcher(), bin_dir=bin_dir, target=target, draft=draft, profile=args.profile,
                  explicit_models=args.target is not None, threads=args.threads, max_tokens=args.max_tokens,
-                 n_ctx=ModelSettings().n_ctx or 4096, llamacpp_args=tuple(args.llamacpp_args.split()))
+                 n_ctx=ModelSettings().n_ctx or 4096, llamacpp_args=tuple(args.llamacpp_args.split()),
+                 counter=TextTokens(target))
 
 
-def check_prompt_lengths(measurements: Sequence[Measurement]) -> list[str]:
-    """Warnings for prompts where the two tools counted different prompt tokens."""
+def check_measurements(measurements: Sequence[Measurement]) -> list[str]:
+    """Warnings for prompts where the two tools counted different prompt tokens, and for llama.cpp runs
+    whose text could not be counted."""
     lengths: dict[int, set[int]] = defaultdict(set)
     kinds: dict[int, str] = {}
     for m in measurements:
         lengths[m.prompt].add(m.prompt_tokens)
         kinds[m.prompt] = m.kind
-    return [f"prompt {index} ({kinds[index]}): the tools counted {sorted(counts)} prompt tokens"
-            for index, counts in lengths.items() if len(counts) > 1]
+    warnings = [f"prompt {index} ({kinds[index]}): the tools counted {sorted(counts)} prompt tokens"
+                for index, counts in lengths.items() if len(counts) > 1]
+    uncounted = sum(1 for m in measurements if m.extra.get("uncounted"))
+    if uncounted:
+        warnings.append(f"{uncounted} llama.cpp runs printed text of another shape: their speed counts N as printed")
+    return warnings
 
 
 def run_all(setup: Setup, prompts: Sequence[Prompt], args: argparse.Namespace) -> tuple[list[Measurement], list[float]]:
@@ -662,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     sections = summary(measurements, args.temperatures)
     first_token = time_to_first_token(measurements, first_bytes, args.temperatures[0])
-    warnings = check_prompt_lengths(measurements)
+    warnings = check_measurements(measurements)
     if args.json:
         print(json.dumps({"target": str(setup.target), "draft": str(setup.draft), "threads": setup.threads,
                           "max_tokens": setup.max_tokens, "repeat": args.repeat, "summary": sections,

@@ -123,6 +123,23 @@ def test_compare_llamacpp_reads_llamacpp_timings_and_pairs_ratios() -> None:
     assert one_prompt.units == 2 and math.isclose(one_prompt.geometric_mean, 2) and math.isclose(one_prompt.low, 2)
 
 
+@pytest.mark.slow  # real weights (the demo's vocabulary)
+def test_compare_llamacpp_counts_the_tokens_of_the_text_llamacpp_printed(smollm_q4_1: Path) -> None:
+    """llama.cpp's N counts the end token and, in llama-lookup, what its draft held after it: the script
+    counts the text before the first end-of-generation token, as `localspec run` does."""
+    compare = script_module("compare_llamacpp")
+    counter = compare.TextTokens(smollm_q4_1)
+    rendered = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"
+    answer = "Sunlight scatters off the air, and blue light scatters most."
+    expected = len(counter.vocabulary.tokenize(answer, add_special=False))
+    assert "<|im_end|>" in counter.end_texts and expected > 5
+    lookup = f"\n\n{rendered}{answer}<|im_end|>\n<|im_end|>\n\n\n\n"  # llama-lookup went on past its end token
+    simple = f"\n\n{rendered}{answer}\n\n\n\n"  # llama-speculative-simple prints no end token
+    assert counter.count(lookup, rendered) == counter.count(simple, rendered) == expected
+    assert counter.count(f"\n\n{rendered}{answer}\n\nand more", rendered) is None  # another shape: not counted
+    assert counter.count(answer, rendered) is None  # no prompt echoed
+
+
 def test_long_prompt_bench_builds_long_readme_excerpts_with_a_question() -> None:
     bench = script_module("bench_long_prompts")
     prompts = bench.long_prompts(3)
