@@ -312,16 +312,20 @@ class LlamaCppReport:
 
 
 class TextTokens:
-    """Counts the tokens of the text a llama.cpp example printed, up to its first end-of-generation token."""
+    """Counts the tokens of the text a llama.cpp example printed, up to its first end-of-generation token.
+
+    The text is tokenized again (special tokens' text as those tokens), which gives the tokens the
+    model generated wherever it generated the usual tokenization of its text (at T=0 on the demo pair
+    the count equalled `localspec run`'s on every prompt tried). The text of an end-of-generation
+    token, written out as plain text, would end the count early.
+    """
 
     TRAILER = "\n\n\n\n"  # what both examples print after their text where no end token ends it
 
     def __init__(self, target: Path) -> None:
-        header = read_gguf_header(target)
-        tokens = header.get("tokenizer.ggml.tokens") or []
-        ids = {header.get(f"tokenizer.ggml.{name}_token_id") for name in ("eos", "eot", "eom")} - {None}
-        self.end_texts = tuple(tokens[i] for i in ids if isinstance(i, int) and 0 <= i < len(tokens))
+        tokens = read_gguf_header(target).get("tokenizer.ggml.tokens") or []
         self.vocabulary = Vocabulary(target)
+        self.end_texts = tuple(tokens[i] for i in self.vocabulary.end_of_generation_ids() if i < len(tokens) and tokens[i])
 
     def count(self, stdout: str, rendered_prompt: str) -> int | None:
         """Tokens of the generated text in `stdout` (the prompt, echoed, then the text); None where the output
@@ -330,14 +334,14 @@ class TextTokens:
         if at < 0:
             return None
         text = stdout[at + len(rendered_prompt):]
-        ends = [text.find(end) for end in self.end_texts if end and end in text]
+        ends = [text.find(end) for end in self.end_texts if end in text]
         if ends:
             text = text[: min(ends)]
         elif text.endswith(self.TRAILER):
             text = text[: -len(self.TRAILER)]
         else:
             return None
-        return len(self.vocabulary.tokenize(text, add_special=False)) if text else 0
+        return len(self.vocabulary.tokenize(text, add_special=False, parse_special=True)) if text else 0
 
 
 def parse_llamacpp_output(output: str) -> LlamaCppReport:

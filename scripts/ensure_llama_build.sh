@@ -12,10 +12,12 @@
 # build in its place, so this happens once per machine.
 set -euo pipefail
 
-case "${CMAKE_ARGS:-}" in
-    *-DGGML_LLAMAFILE=OFF*) want_llamafile=0; llamafile_flag="-DGGML_LLAMAFILE=OFF" ;;
-    *) want_llamafile=1; llamafile_flag="-DGGML_LLAMAFILE=ON" ;;
-esac
+# (CMake's false values, in any case: OFF, 0, NO, FALSE, N)
+if [[ " ${CMAKE_ARGS:-} " =~ [[:space:]]-DGGML_LLAMAFILE(:BOOL)?=([Oo][Ff][Ff]|0|[Nn][Oo]?|[Ff][Aa][Ll][Ss][Ee])[[:space:]] ]]; then
+    want_llamafile=0; llamafile_flag="-DGGML_LLAMAFILE=OFF"
+else
+    want_llamafile=1; llamafile_flag="-DGGML_LLAMAFILE=ON"
+fi
 check="import llama_cpp, sys
 info = llama_cpp.llama_print_system_info().decode()
 sys.exit(0 if llama_cpp.llama_supports_rpc() and ('LLAMAFILE = 1' in info) == bool($want_llamafile) else 1)"

@@ -238,3 +238,39 @@ def test_a_long_read_leaves_no_token_alone_where_lone_reads_differ(
         last_two = split.eval(tokens, logits=2)
         assert decodes == [8, 7, 2] and split.tokens_read_in_batches == len(tokens)
         np.testing.assert_array_equal(last_two, whole.eval(tokens, logits=2))
+
+
+def test_in_batches_of_two_an_odd_reading_pads_its_last_token(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With n_batch 2 no batch can take the last of an odd number of tokens: it is read in a padded pair, so
+    that a fresh reading caches what a restored one completed by `sync` does (and is saved whole)."""
+    tokens = [1, *(260 + i % 20 for i in range(6))]  # 7 tokens
+    with Model(tiny_pair[0], ModelSettings(n_threads=1, n_batch=2)) as pairs, Model(tiny_pair[0], RUNTIME) as whole:
+        _lone_reads_differ(pairs, monkeypatch)
+        decodes: list[int] = []
+        decode = pairs._decode
+        monkeypatch.setattr(pairs, "_decode", lambda batch, rows: decodes.append(len(batch)) or decode(batch, rows))
+        pairs.sync(tokens)
+        assert decodes == [2, 2, 2, 2] and pairs.tokens == tuple(tokens) and pairs.tokens_read_in_batches == len(tokens)
+        whole.sync(tokens)
+        np.testing.assert_array_equal(pairs.eval([262]), whole.eval([262]))
+
+
+def test_no_pass_is_padded_where_the_cache_cannot_drop_a_token(
+    tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A recurrent model's state cannot drop the copy a padded pass adds (it would read the whole text again,
+    every token): there each token is read alone, and no pass carries a guess."""
+    with Model(tiny_pair[0], RUNTIME) as model:
+        _lone_reads_differ(model, monkeypatch)
+        assert model.pads_lone_tokens(4)
+        monkeypatch.setattr(model, "_drops_a_suffix", False)
+        assert not model.pads_lone_tokens(4)
+        decodes: list[int] = []
+        decode = model._decode
+        monkeypatch.setattr(model, "_decode", lambda batch, rows: decodes.append(len(batch)) or decode(batch, rows))
+        model.sync(FIRST[:-1])
+        decodes.clear()
+        model.sync(FIRST)
+        assert decodes == [1]

@@ -132,7 +132,7 @@ def test_compare_llamacpp_counts_the_tokens_of_the_text_llamacpp_printed(smollm_
     rendered = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"
     answer = "Sunlight scatters off the air, and blue light scatters most."
     expected = len(counter.vocabulary.tokenize(answer, add_special=False))
-    assert "<|im_end|>" in counter.end_texts and expected > 5
+    assert {"<|im_end|>", "<|endoftext|>"} <= set(counter.end_texts) and expected > 5
     lookup = f"\n\n{rendered}{answer}<|im_end|>\n<|im_end|>\n\n\n\n"  # llama-lookup went on past its end token
     simple = f"\n\n{rendered}{answer}\n\n\n\n"  # llama-speculative-simple prints no end token
     assert counter.count(lookup, rendered) == counter.count(simple, rendered) == expected

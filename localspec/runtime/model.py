@@ -151,6 +151,10 @@ class Vocabulary(_Freed):
         """Text to token ids, as `Model.tokenize`."""
         return _tokenize(self._llama, self._vocab, text, add_special, parse_special)
 
+    def end_of_generation_ids(self) -> list[int]:
+        """The ids llama.cpp ends a generation at (end of text, end of turn...)."""
+        return [i for i in range(self._llama.llama_vocab_n_tokens(self._vocab)) if self._llama.llama_vocab_is_eog(self._vocab, i)]
+
     def close(self) -> None:
         """Free the vocabulary. Safe to call twice."""
         if getattr(self, "_model", None):
@@ -215,6 +219,9 @@ class Model(_Freed):
         # Where llama.cpp computes a token read alone unlike one read in a batch, the position of the first
         # token read alone (None: none is).
         self._lone_reads_differ = not lone_token_computed_like_a_batch() and not self.placement.one_token_decodes
+        # A recurrent (or hybrid) model's state cannot drop its last token: no padded pass can be undone there.
+        self._drops_a_suffix = not (self._llama.llama_model_is_recurrent(self._model)
+                                    or self._llama.llama_model_is_hybrid(self._model))
         self._first_read_alone: int | None = None
         self._longest_piece: int | None = None
         self._pieces: dict[int, bytes] = {}
@@ -427,9 +434,11 @@ class Model(_Freed):
         """Whether a one-token pass over a context of `context_length` should be padded to two rows.
 
         Where a lone token is computed unlike a batch (`lone_reads_differ`), a pass of two rows is
-        computed like every longer one; there must be room for the second row.
+        computed like every longer one; there must be room for the second row, and the cache must be
+        able to drop it (not a recurrent model's state, which would have to read the whole text again).
         """
-        return self._lone_reads_differ and self.n_batch >= 2 and context_length + 1 <= self.n_ctx
+        return (self._lone_reads_differ and self._drops_a_suffix and self.n_batch >= 2
+                and context_length + 1 <= self.n_ctx)
 
     @property
     def tokens_read_in_batches(self) -> int:
@@ -513,13 +522,16 @@ class Model(_Freed):
     def sync(self, tokens: Sequence[int]) -> None:
         """Make the cache hold exactly `tokens`, reusing the longest common prefix.
 
-        Where `lone_reads_differ`, one missing token is read with a copy of it after it (then dropped),
-        as a batch computes it: the cache then holds what reading the whole text computes, whatever
-        it held before (a restored prompt, an earlier request's text)."""
+        Where `lone_reads_differ`, a missing token that would be read alone (the only one, or the last of
+        an odd number in batches of two) is read with a copy of it after it (then dropped), as a batch
+        computes it: the cache then holds what reading the whole text computes, whatever it held before
+        (a restored prompt, an earlier request's text)."""
         self.keep(common_prefix_length(self._tokens, tokens))
         missing = list(tokens[len(self._tokens) :])
-        if len(missing) == 1 and self.pads_lone_tokens(len(tokens)):
-            self.eval(missing * 2, logits="none")
+        if missing and self.pads_lone_tokens(len(tokens)) and len(self._batches(len(missing))[-1]) == 1:
+            if len(missing) > 1:
+                self.eval(missing[:-1], logits="none")
+            self.eval(missing[-1:] * 2, logits="none")
             self.keep(len(tokens))
         elif missing:
             self.eval(missing, logits="none")
