@@ -48,7 +48,7 @@ SPECULATIVE = {
 
 @pytest.fixture(scope="module")
 def pair(tiny_pair: tuple[Path, Path]):
-    with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
+    with Model(tiny_pair[0]) as target, Model(tiny_pair[1], proposes_only=True) as draft:  # (as a session loads it)
         yield target, draft
 
 

@@ -274,3 +274,26 @@ def test_no_pass_is_padded_where_the_cache_cannot_drop_a_token(
         decodes.clear()
         model.sync(FIRST)
         assert decodes == [1]
+
+
+def test_a_draft_model_takes_flash_attention_and_its_saved_reading_is_kept_apart(
+    tiny_pair: tuple[Path, Path], tmp_path: Path,
+) -> None:
+    """On the CPU a draft model (its logits only propose) computes attention with llama.cpp's faster flash
+    kernel, which stores a reading otherwise: a state saved by one is never restored into the other."""
+    from localspec.app.session import load_draft_model
+
+    with load_draft_model(tiny_pair[1], RUNTIME) as loaded:
+        assert not loaded.flash_attention_off
+    with Model(tiny_pair[1], RUNTIME) as plain, Model(tiny_pair[1], RUNTIME, proposes_only=True) as draft:
+        assert plain.flash_attention_off and not draft.flash_attention_off
+        for model in (plain, draft):
+            model.sync(FIRST)
+        np.testing.assert_allclose(draft.eval([262]), plain.eval([262]), atol=1e-3)  # the same model, computed otherwise
+        cache = PromptCache(tmp_path)
+        cache.save(plain, FIRST)
+        draft.clear()
+        assert cache.restore(draft, FIRST) == 0 and draft.tokens == ()
+        draft.sync(SECOND)
+        cache.save(draft, SECOND)
+        assert len(list(tmp_path.glob("*.state"))) == 2

@@ -30,7 +30,7 @@ GREEDY = SamplingParams(temperature=0)
 
 @pytest.fixture(scope="module")
 def demo_session(smollm_f32: Path, smollm_q4_1: Path):
-    with Session(Model(smollm_f32), Model(smollm_q4_1)) as session:
+    with Session(Model(smollm_f32), Model(smollm_q4_1, proposes_only=True)) as session:  # (the draft as a session loads it)
         yield session
         _TARGET_ONLY.clear()  # the next session's models are other objects
 

@@ -124,7 +124,9 @@ class PromptCache:
         the module docstring; or its file is gone)."""
         if not (model.reads_alike_in_batches and model.keeps_every_position):
             return None
-        key = (str(model.path), json.dumps(model.placement.to_dict(), sort_keys=True))
+        # (flash attention stores the values otherwise: a state saved without it is not one with it)
+        key = (str(model.path), json.dumps({**model.placement.to_dict(), "flash_attention_off": model.flash_attention_off},
+                                           sort_keys=True))
         if key not in self._paths:
             try:
                 identity = file_version(model.path)

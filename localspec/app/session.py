@@ -209,11 +209,12 @@ class Session:
 
 def load_draft_model(path: Path, settings: ModelSettings, *, verbose: bool = False, size_context_later: bool = False) -> Model:
     """Load a draft model. It decodes one token at a time while drafting, so weights repacked for kernels
-    that fail on batches only still serve it, one token per decode (its prompt is then read a token at a time)."""
+    that fail on batches only still serve it, one token per decode (its prompt is then read a token at a time);
+    its logits only propose, so it takes the faster attention kernel (`Model`'s `proposes_only`)."""
     repacking = repacking_for(path, settings, one_token_ok=True, verbose=verbose)
     if repacking is Repacking.ONE_TOKEN:
         verbose_notes(verbose)(f"{path.name}: repacked CPU weights, one token per decode (batches of them fail here)")
-    return Model(path, settings, verbose=verbose, size_context_later=size_context_later,
+    return Model(path, settings, verbose=verbose, size_context_later=size_context_later, proposes_only=True,
                  extra_buffers=repacking is not Repacking.OFF, one_token_decodes=repacking is Repacking.ONE_TOKEN)
 
 
