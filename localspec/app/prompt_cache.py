@@ -19,10 +19,10 @@ read alone otherwise (`Model.lone_reads_differ`), only the tokens read in batche
 are saved, and the model reads the rest of a prompt after a restored state in
 batches of two or more.
 
-It is a cache: one file per model file, build and placement, replaced by the
-latest save (written atomically; two processes' saves leave one whole file);
-one that does not fit (truncated, another format, refused by llama.cpp) is
-ignored and replaced. It holds a prompt's tokens, so `history remove` and
+It is a cache: one file per model file, build, placement and attention
+kernel, replaced by the latest save (written atomically; two processes' saves
+leave one whole file); one that does not fit (truncated, another format,
+refused by llama.cpp) is ignored and replaced. It holds a prompt's tokens, so `history remove` and
 `memory clear` empty it too (`forget_prompts`), and `--no-prompt-cache` keeps
 a run from reading or writing it.
 """
