@@ -239,7 +239,7 @@ def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_ba
 def test_a_token_past_256_cached_tokens_is_computed_alike_in_a_pass_of_its_own_and_in_a_batch(tmp_path: Path) -> None:
     """Past 256 cached tokens the CPU's flash attention split a lone token's attention unlike a batch's
     rows (logits 0.01-0.05 apart on the demo target): target-only and speculative text then parted at
-    near-ties. Models on the CPU run without it. (Where llamafile's kernels compute a lone token unlike
+    near-ties. Targets on the CPU run without it. (Where llamafile's kernels compute a lone token unlike
     a batch, a pass of its own is a padded pair, as target-only decoding makes it.)"""
     from tiny_models import write_pair
 

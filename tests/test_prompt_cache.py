@@ -24,7 +24,7 @@ RUNTIME = ModelSettings(n_threads=1)
 
 def _session(paths: tuple[Path, Path], folder: Path | None, notes: list[str] | None = None) -> Session:
     cache = PromptCache(folder, notes=(notes if notes is not None else []).append) if folder is not None else None
-    return Session(Model(paths[0], RUNTIME), Model(paths[1], RUNTIME), prompt_cache=cache)
+    return Session(Model(paths[0], RUNTIME), Model(paths[1], RUNTIME, proposes_only=True), prompt_cache=cache)  # (as loaded)
 
 
 def _generate(session: Session, prompt: list[int]) -> list[int]:
@@ -297,3 +297,26 @@ def test_a_draft_model_takes_flash_attention_and_its_saved_reading_is_kept_apart
         draft.sync(SECOND)
         cache.save(draft, SECOND)
         assert len(list(tmp_path.glob("*.state"))) == 2
+
+
+@pytest.mark.parametrize("verify", ["coupled", "rejection"])
+def test_a_draft_with_flash_attention_is_restored_only_where_its_probabilities_cannot_change_the_text(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: str,
+) -> None:
+    """A draft computes a reading split otherwise (a restored prompt, then the rest) a little otherwise with the
+    flash kernel; under rejection sampling at a temperature its probabilities decide which drafts are kept, so
+    there it reads the prompt whole (coupled verification and greedy drafts are only checked against the target)."""
+    with _session(tiny_pair, tmp_path) as first:
+        _generate(first, FIRST)
+    restored: list[str] = []
+    restore = PromptCache.restore
+    monkeypatch.setattr(PromptCache, "restore",
+                        lambda self, model, prompt: restored.append(model.path.name) or restore(self, model, prompt))
+    for sampling in (SamplingParams(temperature=0.8), SamplingParams(temperature=0.0)):
+        restored.clear()
+        settings = GenerationSettings(sampling, SpeculativeParams(strategy="model", draft_max=4, verify=verify), max_tokens=8, seed=3)
+        with _session(tiny_pair, tmp_path) as later:
+            for _ in later.generation(FIRST, settings):
+                pass
+        drafts_decide = verify == "rejection" and not sampling.greedy
+        assert restored == ([tiny_pair[0].name] if drafts_decide else [tiny_pair[0].name, tiny_pair[1].name])

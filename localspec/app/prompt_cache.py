@@ -17,7 +17,10 @@ in pieces are the same bit for bit), and whose cache keeps every position (not a
 recurrent state, not a sliding window). Where llamafile's kernels compute a token
 read alone otherwise (`Model.lone_reads_differ`), only the tokens read in batches
 are saved, and the model reads the rest of a prompt after a restored state in
-batches of two or more.
+batches of two or more. A draft model computes attention with the flash kernel,
+which reads a text split otherwise a little otherwise: `Session` restores its
+state only where its probabilities cannot change the text (not under rejection
+sampling at a temperature).
 
 It is a cache: one file per model file, build, placement and attention
 kernel, replaced by the latest save (written atomically; two processes' saves

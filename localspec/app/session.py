@@ -60,7 +60,7 @@ class Session:
         `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given."""
         if self.prompt_cache is not None:
             for model in self._prompt_cached_models():
-                if not model.tokens:
+                if not model.tokens and (model.flash_attention_off or not _drafts_decide_the_text(settings)):
                     self.prompt_cache.restore(model, prompt_tokens)
             self._last_prompt = list(prompt_tokens)
         drafter = None
@@ -205,6 +205,17 @@ class Session:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _drafts_decide_the_text(settings: GenerationSettings) -> bool:
+    """Whether the draft model's probabilities enter the text (rejection sampling at a temperature).
+
+    A draft model computes attention with the flash kernel (`Model`'s `proposes_only`), which on the
+    CPU computes a reading split into other batches (a restored prompt and the rest) a little otherwise
+    than one read whole: harmless where drafts are only checked against the target's own draws, but under
+    rejection sampling its probabilities decide which drafts are kept, so it then reads the prompt whole,
+    and the same seed keeps giving the same text."""
+    return settings.speculative.verify == "rejection" and not settings.sampling.greedy
 
 
 def load_draft_model(path: Path, settings: ModelSettings, *, verbose: bool = False, size_context_later: bool = False) -> Model:
