@@ -482,9 +482,7 @@ class Model(_Freed):
     def keeps_every_position(self) -> bool:
         """Whether the cache keeps each token's keys and values, so that a prefix of them can be kept
         and restored (not a recurrent or hybrid model's state, nor a sliding window's)."""
-        model = self._model
-        return not (self._llama.llama_model_is_recurrent(model) or self._llama.llama_model_is_hybrid(model)
-                    or self._llama.llama_model_n_swa(model) > 0)
+        return self._drops_a_suffix and self._llama.llama_model_n_swa(self._model) == 0
 
     def cache_state_size(self) -> int:
         """Bytes `cache_state()` would return now."""
