@@ -74,10 +74,11 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
         click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
+        # Ctrl-C before uvicorn's loop starts leaves its coroutine unawaited. The interrupt's traceback holds
+        # the coroutine until the process exits, where Python warns of it: so the filter stays for the process.
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
         try:
-            with warnings.catch_warnings():  # Ctrl-C before uvicorn's loop starts leaves its coroutine unawaited
-                warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
-                server.run(sockets=[listener])
+            server.run(sockets=[listener])
         finally:
             queue.close()  # the worker may still be finishing (and remembering) a reply
 
