@@ -10,8 +10,10 @@ LLAMA_CPP is a llama.cpp checkout built with
 `cmake --build build --target llama-speculative-simple llama-lookup` (for instance the one vendored
 in the llama-cpp-python sdist, so both tools run the same llama.cpp).
 
-Every run is a fresh process, as a user would start it (localspec with --no-memory: a memory of the
-earlier runs of the same prompts would draft repeats). Per prompt, repeat and temperature the
+Every run is a fresh process, as a user would start it with a prompt it has not seen (localspec with
+--no-memory and --no-prompt-cache: a memory of the earlier runs of the same prompts would draft
+repeats, and the last run's saved reading of the prompt would spare the next contender its reading).
+Per prompt, repeat and temperature the
 contenders run one after the other, in an order that rotates from prompt to prompt:
 
   ordinary prompts     localspec target-only (`run --no-speculative`), localspec's defaults (`run`),
@@ -191,10 +193,12 @@ def localspec_command(setup: Setup, contender: Contender, prompt: Prompt, temper
     command = [*setup.localspec, "run", "-p", setup.profile]
     if setup.explicit_models:
         command += ["--target", str(setup.target), "--draft", str(setup.draft)]
-    # --no-memory: the same prompts run again and again here, and drafting from the memory of the
-    # earlier runs would measure repeats, not text seen for the first time (llama.cpp keeps nothing).
+    # --no-memory, --no-prompt-cache: the same prompts run again and again here. Drafting from the memory
+    # of the earlier runs would measure repeats, not text seen for the first time, and the models' saved
+    # reading of the prompt would spare whichever contender runs second the draft model's reading, which a
+    # new prompt never spares (llama.cpp keeps neither).
     command += ["--temperature", f"{temperature:g}", "--max-tokens", str(max_tokens), "--seed", str(seed),
-                "--threads", str(setup.threads), "--no-memory", *contender.flags]
+                "--threads", str(setup.threads), "--no-memory", "--no-prompt-cache", *contender.flags]
     if as_json:
         command.append("--json")
     return [*command, "--", prompt.text]

@@ -152,11 +152,10 @@ class _NoiseKeyedByDrawOrder(CoupledSampler):
         super().__init__(seed)
         self.draws = 0
 
-    def draw(self, probs: Probs, position: int) -> int:
+    def _scores(self, probs: Probs, position: int) -> np.ndarray:  # (what `draw` and `draw_with_lead` draw by)
         self.draws += 1
         with np.errstate(divide="ignore"):
-            scores = np.log(probs.values) + gumbel(self.seed, self.draws, probs.ids)
-        return int(probs.ids[int(np.argmax(scores))])
+            return np.log(probs.values) + gumbel(self.seed, self.draws, probs.ids)
 
 
 def test_a_wrong_coupling_fails_the_identity_test(pair, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -271,7 +271,7 @@ def test_a_temperature_band_with_nothing_saved_starts_from_the_nearest_bands_acc
     assert learned.acceptance()["model/coupled/medium"]["reached"][0] == pytest.approx(kept.reached[0] * 0.25 * 0.98 + 1)
 
 
-def test_greedy_and_sampled_bands_lend_each_other_positions_but_not_certainty_bins() -> None:
+def test_under_rejection_greedy_and_sampled_bands_lend_each_other_positions_but_not_certainty_bins() -> None:
     greedy = AdaptiveLength()
     for _ in range(20):
         greedy.plan(8)
@@ -279,14 +279,17 @@ def test_greedy_and_sampled_bands_lend_each_other_positions_but_not_certainty_bi
         greedy.keep_going(2, 0.9)
         greedy.observe(2, 1, 0.01)
     assert sum(greedy.bin_reached) > 0
-    # A greedy draft's certainty is its lead over the runner-up, a sampled one's its probability.
-    sampled = LearnedLengths({}, {"model/coupled/greedy": greedy.acceptance_counts()}).controller("model", "coupled", 0.8)
+    # Under rejection a greedy draft's certainty is its lead over the runner-up, a sampled one's its probability.
+    sampled = LearnedLengths({}, {"model/rejection/greedy": greedy.acceptance_counts()}).controller("model", "rejection", 0.8)
     assert sampled.reached == pytest.approx([count * 0.25 for count in greedy.reached])
     assert sum(sampled.bin_reached) == 0
-    from_low = LearnedLengths({}, {"model/coupled/low": greedy.acceptance_counts()}).controller("model", "coupled", 0.8)
+    from_low = LearnedLengths({}, {"model/rejection/low": greedy.acceptance_counts()}).controller("model", "rejection", 0.8)
     assert from_low.bin_reached == pytest.approx([count * 0.25 for count in greedy.bin_reached])
-    back = LearnedLengths({}, {"model/coupled/low": greedy.acceptance_counts()}).controller("model", "coupled", 0.0)
+    back = LearnedLengths({}, {"model/rejection/low": greedy.acceptance_counts()}).controller("model", "rejection", 0.0)
     assert sum(back.bin_reached) == 0 and sum(back.reached) > 0
+    # Under coupled verification both are leads (a sampled draft's of its noisy score): the bins are lent too.
+    coupled = LearnedLengths({}, {"model/coupled/greedy": greedy.acceptance_counts()}).controller("model", "coupled", 0.8)
+    assert coupled.bin_reached == pytest.approx([count * 0.25 for count in greedy.bin_reached])
 
 
 def test_the_reading_cost_is_saved_and_restored_with_the_other_costs() -> None:

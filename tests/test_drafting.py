@@ -17,7 +17,8 @@ from localspec.engine.drafters import (
 )
 from localspec.engine.drafters.ngram import NGramIndex
 from localspec.engine.generation import Generation, generate_text
-from localspec.engine.sampling import StreamSampler, softmax
+from localspec.engine.noise import gumbel
+from localspec.engine.sampling import CoupledSampler, StreamSampler, softmax
 from localspec.engine.suffix_index import MAX_OCCURRENCES
 from localspec.runtime.model import Model
 from localspec.settings import (
@@ -75,7 +76,7 @@ class _RecordingLength(FixedLength):
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.0), SAMPLED], ids=["greedy", "sampled"])
-def test_the_length_controller_weighs_greedy_drafts_by_their_lead_and_sampled_ones_by_their_probability(
+def test_under_rejection_the_length_controller_weighs_greedy_drafts_by_their_lead_and_sampled_ones_by_their_probability(
     models, sampling: SamplingParams,
 ) -> None:
     _, draft = models
@@ -89,6 +90,20 @@ def test_the_length_controller_weighs_greedy_drafts_by_their_lead_and_sampled_on
             assert token == int(np.argmax(p)) and certainty == pytest.approx(1 - runner_up / p[token], abs=1e-5)
         else:
             assert certainty == pytest.approx(p[token], rel=1e-4)
+
+
+def test_under_coupled_verification_sampled_drafts_are_weighed_by_the_lead_of_their_noisy_score(models) -> None:
+    _, draft = models
+    length = _RecordingLength(6)
+    sampler = CoupledSampler(seed=5)
+    proposal = ModelDrafter(draft, SAMPLED, length=length).propose(PROMPT, 6, sampler, 10)
+    assert len(length.certainties) == 5
+    for i, (token, certainty) in enumerate(zip(proposal.tokens, length.certainties)):
+        logits = draft.next_logits([*PROMPT, *proposal.tokens[:i]])
+        scores = np.log(softmax(logits.astype(np.float64))) + gumbel(5, 10 + i, np.arange(len(logits)))
+        runner_up, top = np.sort(scores)[-2:]
+        assert token == int(np.argmax(scores)) and certainty == pytest.approx(1 - np.exp(runner_up - top), abs=1e-6)
+    assert len({round(c, 3) for c in length.certainties}) > 1  # not a constant
 
 
 def test_without_p_min_every_draft_uses_all_its_room(models) -> None:

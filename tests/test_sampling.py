@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from localspec.engine.sampling import Confidence, _nucleus, softmax
+from localspec.engine.noise import gumbel
+from localspec.engine.sampling import Confidence, CoupledSampler, Probs, StreamSampler, _nucleus, softmax
 from localspec.errors import InputError
 from localspec.settings import SamplingParams
 
@@ -158,6 +159,42 @@ def test_a_tokens_lead_is_how_far_it_outweighs_the_likeliest_other() -> None:
     assert Confidence(logits, np.array([3])).lead(3) == 1.0  # the only token allowed
     assert confidence.certainty(1, greedy=True) == confidence.lead(1)
     assert confidence.certainty(2, greedy=False) == confidence[2]
+
+
+def test_a_coupled_draw_comes_with_the_lead_of_its_noisy_score() -> None:
+    sampler = CoupledSampler(seed=7)
+    probs = Probs(np.array([3, 8, 20, 41]), np.array([0.4, 0.3, 0.2, 0.1]))
+    for position in range(20):
+        token, lead = sampler.draw_with_lead(probs, position)
+        scores = np.log(probs.values) + gumbel(7, position, probs.ids)
+        runner_up, top = np.sort(scores)[-2:]
+        assert token == sampler.draw(probs, position) == probs.ids[np.argmax(scores)]
+        assert lead == pytest.approx(1 - np.exp(runner_up - top), rel=1e-12)
+    assert sampler.draw_with_lead(Probs(np.array([5]), np.ones(1)), 0) == (5, 1.0)  # nothing to lead
+    assert sampler.draw_with_lead(Probs(np.array([5, 6]), np.array([1.0, 0.0])), 0) == (5, 1.0)  # a runner-up of no mass
+    assert StreamSampler(np.random.default_rng(0)).draw_with_lead(probs, 0)[1] is None  # a stream's draw has no lead
+
+
+def test_the_lead_of_a_coupled_draft_foretells_whether_a_nearby_target_draws_the_same_token() -> None:
+    """What the draft length relies on: over many positions, a draft token that led by little is redrawn by a
+    target whose distribution is near the draft's far more often than one that led by much."""
+    rng = np.random.default_rng(0)
+    ids = np.arange(40)
+    sampler = CoupledSampler(seed=11)
+    kept = {"low": [], "high": []}
+    for position in range(4000):
+        logits = rng.standard_normal(40) * 2
+        q = softmax(logits)
+        p = softmax(logits + rng.standard_normal(40) * 0.3)  # the target: near the draft
+        token, lead = sampler.draw_with_lead(Probs(ids, q), position)
+        agreed = sampler.draw(Probs(ids, p), position) == token
+        if lead < 0.2:
+            kept["low"].append(agreed)
+        elif lead > 0.8:
+            kept["high"].append(agreed)
+    low, high = np.mean(kept["low"]), np.mean(kept["high"])
+    assert len(kept["low"]) > 300 and len(kept["high"]) > 300
+    assert high > 0.97 and low < 0.8 and high - low > 0.2
 
 
 def test_confidence_is_the_plain_softmax() -> None:

@@ -32,7 +32,9 @@ from ..runtime.model import Model
 from ..runtime.repack import build_fingerprint
 
 FILE_NAME = "draft-lengths.json"
-FORMAT_VERSION = 2  # 2: greedy drafts are binned by the draft's lead over its runner-up, not its probability
+# 2: greedy drafts are binned by the draft's lead over its runner-up, not its probability;
+# 3: so are drafts sampled under coupled verification, by the lead of their noisy scores
+FORMAT_VERSION = 3
 MAX_ENTRIES = 32  # per kind (machines, pairs): the least recently used are dropped
 LOCK_TIMEOUT_S = 5.0  # a save takes milliseconds; a cache is not worth a longer wait
 

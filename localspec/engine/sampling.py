@@ -88,6 +88,18 @@ class Sampler(Protocol):
 
     def draw(self, probs: Probs, position: int) -> int: ...
 
+    def draw_with_lead(self, probs: Probs, position: int) -> tuple[int, float | None]: ...
+
+
+def _lead(scores: np.ndarray) -> float:
+    """1 − exp(−(s₁ − s₂)) for the two highest of `scores`, in [0, 1] (1 where there is no runner-up)."""
+    if len(scores) < 2:
+        return 1.0
+    runner_up, top = np.partition(scores, -2)[-2:]
+    with np.errstate(invalid="ignore"):  # (-inf - -inf: nothing had any mass)
+        margin = float(top - runner_up)
+    return 0.0 if math.isnan(margin) else float(-math.expm1(-margin))
+
 
 class CoupledSampler:
     """Gumbel-max sampling: argmax over the support of log p(t) + g(seed, position, t).
@@ -103,9 +115,23 @@ class CoupledSampler:
         self.seed = seed
 
     def draw(self, probs: Probs, position: int) -> int:
+        return int(probs.ids[int(np.argmax(self._scores(probs, position)))])
+
+    def draw_with_lead(self, probs: Probs, position: int) -> tuple[int, float]:
+        """The draw, and how far its score led the runner-up's (`_lead`).
+
+        Another distribution drawn at this position with the same noise (the target's, where
+        this is the draft's) draws the same token unless it reorders the two highest scores:
+        the lead foretells that, as the lead of a greedy draft's logits does at temperature 0,
+        and far better than the token's probability does (a token of probability 0.05 that led
+        by a wide margin is drawn by a target that is near this distribution all the same).
+        """
+        scores = self._scores(probs, position)
+        return int(probs.ids[int(np.argmax(scores))]), _lead(scores)
+
+    def _scores(self, probs: Probs, position: int) -> np.ndarray:
         with np.errstate(divide="ignore"):  # a probability that underflowed to 0 scores -inf
-            scores = np.log(probs.values) + gumbel(self.seed, position, probs.ids)
-        return int(probs.ids[int(np.argmax(scores))])
+            return np.log(probs.values) + gumbel(self.seed, position, probs.ids)
 
 
 class StreamSampler:
@@ -118,6 +144,11 @@ class StreamSampler:
 
     def draw(self, probs: Probs, position: int) -> int:
         return probs.sample(self.rng)
+
+    def draw_with_lead(self, probs: Probs, position: int) -> tuple[int, None]:
+        """The draw, and no lead: a draw from the stream foretells nothing of the target's verdict but its
+        probability (see `Confidence.certainty`)."""
+        return probs.sample(self.rng), None
 
 
 def make_sampler(verify: str, seed: int) -> CoupledSampler | StreamSampler:
@@ -175,7 +206,8 @@ class Confidence:
         the same token: the draft's lead over its runner-up foretells that (on the demo pair, of the
         drafted tokens the target rejected 25 in 26 led by under 0.22, where 460 tokens
         drafted with probability 0.2 to 0.5 held most of the rejections and were 96% kept).
-        Sampled, the token's probability foretells it best.
+        Sampled and verified by rejection, the token's probability foretells it best; sampled
+        under coupled verification, the lead of its noisy score (`CoupledSampler.draw_with_lead`).
         """
         return self.lead(token) if greedy else self[token]
 

@@ -134,15 +134,16 @@ class ModelDrafter:
                 confidence = Confidence(logits, allowed) if needs_confidence else None
                 if self.p_min > 0 and confidence.max() < self.p_min:
                     break
+                lead = None
                 if self.sampling.greedy:
                     token = masked_argmax(logits, allowed)
                 else:
                     q = next_token_probs(logits, self.sampling, allowed)
-                    token = sampler.draw(q, position + len(tokens))
+                    token, lead = sampler.draw_with_lead(q, position + len(tokens))
                     rows.append(q)
                 if along is not None:
                     along.consume([token])
-                new, certainties = [token], [confidence.certainty(token, self.sampling.greedy) if confidence is not None else 1.0]
+                new, certainties = [token], [self._certainty(confidence, token, lead)]
                 now = time.perf_counter()
                 if not after_forced:
                     self.length.record_draft_step(now - started, first=not tokens)
@@ -159,6 +160,13 @@ class ModelDrafter:
                 break
             logits = self.model.eval(new, logits="last", copy=False)[0]
         return self._draft(tokens, rows, sampler)
+
+    def _certainty(self, confidence: Confidence | None, token: int, lead: float | None) -> float:
+        """How sure the draft is that the target keeps `token` (see `Confidence.certainty`): a coupled draw's
+        lead where there is one, else the draft's own distribution's say."""
+        if confidence is None:
+            return 1.0
+        return lead if lead is not None else confidence.certainty(token, self.sampling.greedy)
 
     def lags_behind(self, context: Sequence[int]) -> bool:
         """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
