@@ -58,7 +58,8 @@ TIMING_REPEATS = 7  # median of this many timings per cost
 
 @dataclass
 class RecordedPath:
-    """A target-only output and, at each of its positions, the draft model's draw and its probability of it."""
+    """A target-only output and, at each of its positions, the draft model's draw and its certainty of it
+    (`ModelDrafter`'s: its lead over the runner-up, of its logits where greedy, of its noisy scores where sampled)."""
 
     output: list[int]
     drafted: list[int]
@@ -96,10 +97,13 @@ def record_path(session: Session, prompt: list[int], settings: GenerationSetting
     sampler = CoupledSampler(settings.seed)
     drafted, confidence = [], []
     for position, row in enumerate(rows):
-        token = int(np.argmax(row)) if settings.sampling.greedy else sampler.draw(
-            next_token_probs(row, settings.sampling), position)
+        if settings.sampling.greedy:
+            token = int(np.argmax(row))
+            certainty = Confidence(row).certainty(token, greedy=True)
+        else:  # (the lead of its noisy score, as `ModelDrafter` weighs a coupled draw)
+            token, certainty = sampler.draw_with_lead(next_token_probs(row, settings.sampling), position)
         drafted.append(token)
-        confidence.append(Confidence(row).certainty(token, settings.sampling.greedy))
+        confidence.append(certainty)
     return RecordedPath(output, drafted, confidence)
 
 
