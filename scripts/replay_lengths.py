@@ -8,7 +8,7 @@ Under coupled verification a draft token is kept exactly when it equals the targ
 own draw at its position, and the draft model drafts along what was kept. So which
 drafts any policy would keep is a function of the target-only output alone. For each
 prompt this script records that output and, reading it in one batch, the draft
-model's draw at every position of it (same seed, same noise) and its probability.
+model's draw at every position of it (same seed, same noise) and its certainty of it.
 It then measures this machine's costs once (a target pass of n tokens for every n
 the policies use; a draft step; a pass's first draft step, which evaluates two
 tokens), and replays every policy on the recorded paths against those costs: each
@@ -49,7 +49,7 @@ from localspec.engine.draft_length import (
     LearnedLengths,
     temperature_band,
 )
-from localspec.engine.sampling import Confidence, CoupledSampler, next_token_probs
+from localspec.engine.sampling import Confidence, CoupledSampler, coupled_lead, next_token_probs
 from localspec.errors import InputError, LocalspecError
 from localspec.settings import ADAPTIVE_DRAFT_LIMIT, GenerationSettings
 
@@ -101,7 +101,8 @@ def record_path(session: Session, prompt: list[int], settings: GenerationSetting
             token = int(np.argmax(row))
             certainty = Confidence(row).certainty(token, greedy=True)
         else:  # (the lead of its noisy score, as `ModelDrafter` weighs a coupled draw)
-            token, certainty = sampler.draw_with_lead(next_token_probs(row, settings.sampling), position)
+            token, margin = sampler.draw_with_margin(next_token_probs(row, settings.sampling), position)
+            certainty = coupled_lead(margin, settings.sampling.temperature)
         drafted.append(token)
         confidence.append(certainty)
     return RecordedPath(output, drafted, confidence)
@@ -168,7 +169,7 @@ def replay_adaptive(paths: list[RecordedPath], costs: Costs,
                 while drafts < planned:  # drafting stops early where one more token is not worth its cost
                     drafts += 1
                     controller.record_draft_step(costs.first_step if drafts == 1 else costs.draft_step, first=drafts == 1)
-                    # (past a rejected draw the model drafts off the path: its probabilities there are not recorded)
+                    # (past a rejected draw the model drafts off the path: its certainty there is not recorded)
                     if drafts == planned or not controller.keep_going(drafts, path.confidence[position + drafts - 1]):
                         break
                 kept = path.kept_from(position, drafts)

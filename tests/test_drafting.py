@@ -10,6 +10,7 @@ import pytest
 from localspec.engine.draft_length import AdaptiveLength, FixedLength
 from localspec.engine.drafters import (
     Draft,
+    NO_DRAFT,
     HybridDrafter,
     ModelDrafter,
     NGramDrafter,
@@ -30,6 +31,7 @@ from localspec.settings import (
 
 PROMPT = [1, 260, 265, 270]
 SAMPLED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+SAMPLED_COOL = SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0)
 
 
 def draft_lengths(stats) -> dict[int, int]:
@@ -96,13 +98,14 @@ def test_under_coupled_verification_sampled_drafts_are_weighed_by_the_lead_of_th
     _, draft = models
     length = _RecordingLength(6)
     sampler = CoupledSampler(seed=5)
-    proposal = ModelDrafter(draft, SAMPLED, length=length).propose(PROMPT, 6, sampler, 10)
+    proposal = ModelDrafter(draft, SAMPLED_COOL, length=length).propose(PROMPT, 6, sampler, 10)
     assert len(length.certainties) == 5
     for i, (token, certainty) in enumerate(zip(proposal.tokens, length.certainties)):
         logits = draft.next_logits([*PROMPT, *proposal.tokens[:i]])
-        scores = np.log(softmax(logits.astype(np.float64))) + gumbel(5, 10 + i, np.arange(len(logits)))
+        scores = np.log(softmax(logits.astype(np.float64) / SAMPLED_COOL.temperature)) + gumbel(5, 10 + i, np.arange(len(logits)))
         runner_up, top = np.sort(scores)[-2:]
-        assert token == int(np.argmax(scores)) and certainty == pytest.approx(1 - np.exp(runner_up - top), abs=1e-6)
+        lead = 1 - np.exp(-SAMPLED_COOL.temperature * (top - runner_up))  # the margin on the logits' scale
+        assert token == int(np.argmax(scores)) and certainty == pytest.approx(lead, abs=1e-6)
     assert len({round(c, 3) for c in length.certainties}) > 1  # not a constant
 
 
@@ -322,6 +325,65 @@ def test_a_hybrids_draft_model_waits_to_read_a_long_prompt_while_lookups_draft_t
     fixed = HybridDrafter(NGramDrafter(2, 4), ModelDrafter(draft, SAMPLED, length=FixedLength(4)))
     fixed.begin(prompt, read_later=True)
     assert fixed.ready_to_read([*prompt, 260], 1, 100) and fixed.ready_to_read(copying, 2, 100)
+
+
+def test_where_lookups_copy_the_prompt_faster_than_the_model_drafts_a_pass_they_miss_is_left_to_the_target(models) -> None:
+    _, draft = models
+    model_length = AdaptiveLength()
+    for _ in range(40):  # the model's plan: 3 of 3 kept, each draft token a tenth of a pass: about 150 tokens a second
+        model_length.observe(3, 3, 0.013)
+        model_length.observe(0, 0, 0.010)
+    model_length.record_draft_step(0.001, first=True)
+    model_length.record_draft_step(0.001)
+    model_rate = model_length.rate(model_length.best_length(4))
+    assert 100 < model_rate < 300
+    def copying_lookup() -> NGramDrafter:  # whose drafts have all been kept
+        length = AdaptiveLength()
+        for _ in range(40):
+            length.observe(3, 3, 0.012)
+        return NGramDrafter(2, 2, lambda n: length)
+
+    lookup = copying_lookup()
+    hybrid = HybridDrafter(lookup, ModelDrafter(draft, SAMPLED, length=model_length))
+    copying = [1, 260, 265, 270, 262, 260, 265]
+    missed = [*copying, 270, 275]  # the target's own token after the copy: no lookup matches it
+    sampler = StreamSampler(np.random.default_rng(0))
+
+    def lookup_pass(kept: int) -> None:
+        hybrid.propose(copying, 3, sampler, 0)
+        assert hybrid._last is lookup
+        hybrid.observe(3, kept, 0.012)  # a pass of 4 tokens that made kept + 1 of them
+
+    hybrid.begin(copying)
+    # One lookup that kept its draft sets no pace yet: the model drafts the pass it misses.
+    lookup_pass(3)
+    assert len(hybrid.propose(missed, 4, sampler, 0).tokens) > 0 and hybrid._last is hybrid.by_model
+    hybrid.begin(copying)
+    lookup_pass(3)
+    lookup_pass(3)  # two: 4 tokens each in 12 ms, over 300 a second, above the model's plan
+    assert hybrid.propose(missed, 4, sampler, 0) == NO_DRAFT and hybrid._last is lookup
+    hybrid.observe(0, 0, 0.010)
+    # While lookups go on missing, one-token passes drag the pace down to the target's, and the model drafts again.
+    for _ in range(8):
+        if hybrid.propose(missed, 4, sampler, 0).tokens:
+            break
+        hybrid.observe(0, 0, 0.010)
+    assert hybrid._last is hybrid.by_model
+    # Nor is a draft model that has yet to read the prompt told to read it while lookups keep that pace.
+    waiting_hybrid = HybridDrafter(copying_lookup(), ModelDrafter(draft, SAMPLED, length=model_length))
+    waiting_hybrid.begin(copying, read_later=True)
+    for _ in range(2):
+        waiting_hybrid.propose(copying, 3, sampler, 0)
+        waiting_hybrid.observe(3, 3, 0.012)
+    assert not waiting_hybrid.ready_to_read(missed, 10, 4)
+    assert waiting_hybrid.ready_to_read(missed, 10, 100)  # (a long answer to come: the model's long plans outpace them)
+    # A fixed draft length weighs nothing: its model drafts whatever the lookups' pace.
+    fixed = HybridDrafter(NGramDrafter(2, 2), ModelDrafter(draft, SAMPLED, length=FixedLength(4)))
+    fixed.begin(copying)
+    for _ in range(2):
+        fixed.propose(copying, 3, sampler, 0)
+        fixed.observe(3, 3, 0.012)
+    assert len(fixed.propose(missed, 4, sampler, 0).tokens) == 4
 
 
 def test_hybrid_retries_a_declined_lookup_less_often_while_its_retries_are_rejected(models) -> None:

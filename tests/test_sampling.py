@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from dense import logits_to_probs, sample, to_dense, to_probs
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from localspec.engine.noise import gumbel
-from localspec.engine.sampling import Confidence, CoupledSampler, Probs, StreamSampler, _nucleus, softmax
+from localspec.engine.sampling import Confidence, CoupledSampler, Probs, StreamSampler, _nucleus, coupled_lead, softmax
 from localspec.errors import InputError
 from localspec.settings import SamplingParams
 
@@ -161,18 +163,34 @@ def test_a_tokens_lead_is_how_far_it_outweighs_the_likeliest_other() -> None:
     assert confidence.certainty(2, greedy=False) == confidence[2]
 
 
-def test_a_coupled_draw_comes_with_the_lead_of_its_noisy_score() -> None:
+def test_a_coupled_draw_comes_with_the_margin_of_its_noisy_score() -> None:
     sampler = CoupledSampler(seed=7)
     probs = Probs(np.array([3, 8, 20, 41]), np.array([0.4, 0.3, 0.2, 0.1]))
     for position in range(20):
-        token, lead = sampler.draw_with_lead(probs, position)
+        token, margin = sampler.draw_with_margin(probs, position)
         scores = np.log(probs.values) + gumbel(7, position, probs.ids)
         runner_up, top = np.sort(scores)[-2:]
         assert token == sampler.draw(probs, position) == probs.ids[np.argmax(scores)]
-        assert lead == pytest.approx(1 - np.exp(runner_up - top), rel=1e-12)
-    assert sampler.draw_with_lead(Probs(np.array([5]), np.ones(1)), 0) == (5, 1.0)  # nothing to lead
-    assert sampler.draw_with_lead(Probs(np.array([5, 6]), np.array([1.0, 0.0])), 0) == (5, 1.0)  # a runner-up of no mass
-    assert StreamSampler(np.random.default_rng(0)).draw_with_lead(probs, 0)[1] is None  # a stream's draw has no lead
+        assert margin == pytest.approx(top - runner_up, rel=1e-12)
+    assert sampler.draw_with_margin(Probs(np.array([5]), np.ones(1)), 0) == (5, math.inf)  # nothing to lead
+    assert sampler.draw_with_margin(Probs(np.array([5, 6]), np.array([1.0, 0.0])), 0) == (5, math.inf)  # a runner-up of no mass
+    assert sampler.draw_with_margin(Probs(np.array([5, 6]), np.array([0.0, 0.0])), 0)[1] == 0.0  # nothing has mass
+    tied = Probs(np.array([1, 2]), np.array([0.5, 0.5]))
+    assert any(sampler.draw_with_margin(tied, position)[1] >= 0 for position in range(5))
+    assert StreamSampler(np.random.default_rng(0)).draw_with_margin(probs, 0)[1] is None  # a stream's draw has none
+
+
+def test_a_coupled_lead_is_on_the_logits_scale_and_goes_to_the_greedy_lead_as_the_temperature_falls() -> None:
+    logits = np.array([2.0, 1.0, 0.0])
+    greedy = Confidence(logits.astype(np.float32)).lead(0)
+    leads = {}
+    for temperature in (1.0, 0.5, 0.05):
+        probs = Probs(np.arange(3), softmax(logits / temperature))
+        margins = [CoupledSampler(seed).draw_with_margin(probs, 0)[1] for seed in range(400)]
+        leads[temperature] = float(np.median([coupled_lead(m, temperature) for m in margins]))
+    assert leads[0.05] == pytest.approx(greedy, abs=0.02)
+    assert abs(leads[0.5] - greedy) < 0.1 and abs(leads[1.0] - greedy) < 0.1  # the same scale at every temperature
+    assert coupled_lead(math.inf, 0.8) == 1.0 and coupled_lead(0.0, 0.8) == 0.0
 
 
 def test_the_lead_of_a_coupled_draft_foretells_whether_a_nearby_target_draws_the_same_token() -> None:
@@ -186,7 +204,8 @@ def test_the_lead_of_a_coupled_draft_foretells_whether_a_nearby_target_draws_the
         logits = rng.standard_normal(40) * 2
         q = softmax(logits)
         p = softmax(logits + rng.standard_normal(40) * 0.3)  # the target: near the draft
-        token, lead = sampler.draw_with_lead(Probs(ids, q), position)
+        token, margin = sampler.draw_with_margin(Probs(ids, q), position)
+        lead = coupled_lead(margin, 1.0)
         agreed = sampler.draw(Probs(ids, p), position) == token
         if lead < 0.2:
             kept["low"].append(agreed)

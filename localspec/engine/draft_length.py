@@ -37,14 +37,15 @@ that the tokens drafted so far are all kept is estimated from the drafter's
 certainty of each of them, through an acceptance rate measured per certainty
 bin (a draft model's probabilities are rarely calibrated as they are). A draft
 model's certainty of a token is its lead over the runner-up where the tokens are
-greedy, or sampled under coupled verification (the lead of its noisy score: the
-target, drawing with the same noise, keeps the token unless its own scores
-reorder the two), and its probability where they are sampled and verified by
-rejection (`Confidence.certainty`). Leads and probabilities mean different
+greedy, or sampled under coupled verification (the lead of its noisy score, on
+the logits' scale whatever the temperature: the target, drawing with the same
+noise, keeps the token unless its own scores reorder the two; `coupled_lead`),
+and its probability where they are sampled and verified by rejection
+(`Confidence.certainty`). Leads and probabilities mean different
 things, so under rejection verification a draft model's greedy bins are never
 lent to its sampled ones or back (`LearnedLengths`). On the demo pair at T=0.8
 the lead sorts drafts far better than the probability did (area under the ROC
-curve for "kept" 0.93 against 0.81; tokens leading by under 0.1 were kept 64%
+curve for "kept" 0.93 against 0.81; tokens leading by under 0.1 were kept 70%
 of the time, by over 0.3 99%), so a pass stops before the draws the target is
 likely to redraw. Every 8 passes it tries k ± 1, so that the verify cost's slope stays
 measurable; where it plans to draft nothing and such tries keep losing their

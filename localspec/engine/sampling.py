@@ -88,17 +88,30 @@ class Sampler(Protocol):
 
     def draw(self, probs: Probs, position: int) -> int: ...
 
-    def draw_with_lead(self, probs: Probs, position: int) -> tuple[int, float | None]: ...
+    def draw_with_margin(self, probs: Probs, position: int) -> tuple[int, float | None]:
+        """The draw, and how far its score led the runner-up's where the sampler draws by scores (else None)."""
+        ...
 
 
-def _lead(scores: np.ndarray) -> float:
-    """1 − exp(−(s₁ − s₂)) for the two highest of `scores`, in [0, 1] (1 where there is no runner-up)."""
+def _margin(scores: np.ndarray) -> float:
+    """s₁ − s₂ for the two highest of `scores` (inf where there is no runner-up with any mass, 0 where nothing has any)."""
     if len(scores) < 2:
-        return 1.0
+        return math.inf
     runner_up, top = np.partition(scores, -2)[-2:]
     with np.errstate(invalid="ignore"):  # (-inf - -inf: nothing had any mass)
         margin = float(top - runner_up)
-    return 0.0 if math.isnan(margin) else float(-math.expm1(-margin))
+    return 0.0 if math.isnan(margin) else margin
+
+
+def coupled_lead(margin: float, temperature: float) -> float:
+    """The lead a coupled draw's score `margin` stands for, in [0, 1]: 1 − exp(−T·(s₁ − s₂)).
+
+    A draw at temperature T is the argmax of l/T + g over the tokens' logits l and the noise g; a
+    target whose logits differ from the draft's by δ draws another token about where T·(s₁ − s₂) < δ.
+    So the margin is taken back to the logits' scale, where it means the same at every temperature
+    and goes to a greedy draft's lead (`Confidence.lead`) as T goes to 0.
+    """
+    return float(-math.expm1(-temperature * margin))
 
 
 class CoupledSampler:
@@ -117,17 +130,19 @@ class CoupledSampler:
     def draw(self, probs: Probs, position: int) -> int:
         return int(probs.ids[int(np.argmax(self._scores(probs, position)))])
 
-    def draw_with_lead(self, probs: Probs, position: int) -> tuple[int, float]:
-        """The draw, and how far its score led the runner-up's (`_lead`).
+    def draw_with_margin(self, probs: Probs, position: int) -> tuple[int, float]:
+        """The draw, and how far its score led the runner-up's (`_margin`; see `coupled_lead`).
 
         Another distribution drawn at this position with the same noise (the target's, where
         this is the draft's) draws the same token unless it reorders the two highest scores:
-        the lead foretells that, as the lead of a greedy draft's logits does at temperature 0,
+        the margin foretells that, as the lead of a greedy draft's logits does at temperature 0,
         and far better than the token's probability does (a token of probability 0.05 that led
         by a wide margin is drawn by a target that is near this distribution all the same).
+        Only the support is scored: where it holds the drawn token alone, a target that draws a
+        token the draft's filters left out is not foreseen (the margin is inf).
         """
         scores = self._scores(probs, position)
-        return int(probs.ids[int(np.argmax(scores))]), _lead(scores)
+        return int(probs.ids[int(np.argmax(scores))]), _margin(scores)
 
     def _scores(self, probs: Probs, position: int) -> np.ndarray:
         with np.errstate(divide="ignore"):  # a probability that underflowed to 0 scores -inf
@@ -145,10 +160,10 @@ class StreamSampler:
     def draw(self, probs: Probs, position: int) -> int:
         return probs.sample(self.rng)
 
-    def draw_with_lead(self, probs: Probs, position: int) -> tuple[int, None]:
-        """The draw, and no lead: a draw from the stream foretells nothing of the target's verdict but its
+    def draw_with_margin(self, probs: Probs, position: int) -> tuple[int, None]:
+        """The draw, and no margin: a draw from the stream foretells nothing of the target's verdict but its
         probability (see `Confidence.certainty`)."""
-        return probs.sample(self.rng), None
+        return self.draw(probs, position), None
 
 
 def make_sampler(verify: str, seed: int) -> CoupledSampler | StreamSampler:
@@ -157,7 +172,8 @@ def make_sampler(verify: str, seed: int) -> CoupledSampler | StreamSampler:
 
 
 class Confidence:
-    """The model's own next-token probabilities (temperature 1, no filter but a grammar's mask), for p_min and the draft length.
+    """The model's own next-token probabilities (temperature 1, no filter but a grammar's mask), for p_min and the
+    draft length (greedy drafts, and sampled drafts under rejection verification).
 
     A heuristic, not part of what is sampled, so it is computed in float32 over
     the whole vocabulary: one pass of exp (only once a probability is asked for:
@@ -207,7 +223,7 @@ class Confidence:
         drafted tokens the target rejected 25 in 26 led by under 0.22, where 460 tokens
         drafted with probability 0.2 to 0.5 held most of the rejections and were 96% kept).
         Sampled and verified by rejection, the token's probability foretells it best; sampled
-        under coupled verification, the lead of its noisy score (`CoupledSampler.draw_with_lead`).
+        under coupled verification, the lead of its noisy score (`coupled_lead`), computed by the drafter.
         """
         return self.lead(token) if greedy else self[token]
 

@@ -13,7 +13,10 @@ no draft at all: without a draft model, or while it has still to read the
 prompt, see `Generation`). A draft model with a long prompt still to read waits
 while lookups draft, and reads only where the saving on what lookups have lately
 not drafted pays for the reading (`ready_to_read`): an answer that copies its
-prompt is not slowed by a reading it does not need. The choice is made per pass before
+prompt is not slowed by a reading it does not need. Nor, in such an answer, does the
+draft model draft a pass that no lookup drafts (after a rejection, the copy's thread
+lost for a token or two) while the passes it sat out keep a pace its plans do not:
+it would first read all the lookups added (`_lookups_outpace_the_model`). The choice is made per pass before
 anything is drafted, from the context, the grammar's state, the memory
 (unchanged during a generation) and what earlier passes measured, never from
 the draws to come, so each pass is exactly one of them: a deterministic lookup
@@ -49,6 +52,10 @@ _RECENT_DECAY = 0.9
 # answer that copies it (a lookup needs the tail of two), and a pass without drafts costs one token's saving
 # (not waited for under a grammar: its short answers weigh a pass more, and lookups are cut short there).
 _TOKENS_BEFORE_READING = 2
+# The pace of the passes the draft model sat out (lookups, and the one-token passes between them), each
+# pass weighing this much less than the next.
+_PACE_DECAY = 0.5
+_LOOKUPS_THAT_SET_A_PACE = 2  # lookup passes that kept a draft, in this generation, before their pace counts
 
 
 class HybridDrafter:
@@ -64,6 +71,10 @@ class HybridDrafter:
         # passes whose lookup drafts were kept: the rest is what a draft model yet to read could speed up.
         self._recent_made = self._recent_from_lookups = 0.0
         self._held_to_a_grammar = False  # this generation drafts under a grammar (lookups are cut short there)
+        # Tokens and seconds of this generation's recent passes the draft model sat out, and whether a lookup
+        # among them kept a draft: their pace is what a pass without the draft model is expected to keep up.
+        self._paced_tokens = self._paced_seconds = 0.0
+        self._lookups_kept = 0
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
@@ -73,6 +84,8 @@ class HybridDrafter:
             if side is not None:
                 side.begin(prompt_tokens, read_later)
         self._recent_made = self._recent_from_lookups = 0.0
+        self._paced_tokens = self._paced_seconds = 0.0
+        self._lookups_kept = 0
         self._held_to_a_grammar = False  # (known from the first pass's `propose`)
 
     def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
@@ -89,6 +102,8 @@ class HybridDrafter:
         if not isinstance(self.by_model.length, AdaptiveLength) or self._held_to_a_grammar:
             return self.by_model.ready_to_read(context, n_generated, budget_left)
         if n_generated < _TOKENS_BEFORE_READING or self._lookup_drafts(context):
+            return False
+        if self._lookups_outpace_the_model(context, budget_left):
             return False
         uncovered = (self._recent_made - self._recent_from_lookups + 1) / (self._recent_made + 1)
         return self.by_model.ready_to_read(context, n_generated, budget_left, uncovered_share=uncovered)
@@ -115,11 +130,27 @@ class HybridDrafter:
                 if len(draft.tokens) >= shortest and self._rather_than_the_model(side, context, max_tokens):
                     self._last = side
                     return draft
-        if self.by_model is None:
+        if self.by_model is None or (grammar is None and self._lookups_outpace_the_model(context, max_tokens)):
             self._last = self.lookup  # it learns what a pass that drafts nothing costs
             return NO_DRAFT
         self._last = self.by_model
         return self.by_model.propose(context, max_tokens, sampler, position, grammar)
+
+    def _lookups_outpace_the_model(self, context: Sequence[int], room: int) -> bool:
+        """Whether this pass, which no lookup drafts, is better left to the target alone: in an answer that
+        copies its prompt, lookups take the copy up again a token or two after a rejection, at a pace the
+        draft model's best plan does not reach once it has first read what the lookups added (a Q4_1 batch
+        costs about half a draft step a token on the CPU). Judged from this generation's passes: a lookup kept
+        a draft, and the passes the draft model sat out since made more tokens a second, one-token passes
+        included, than its plan is expected to, so where lookups stop finding the text the pace falls to a
+        target pass's and the draft model drafts again."""
+        length = self.by_model.length if self.by_model is not None else None
+        if not (self._lookups_kept >= _LOOKUPS_THAT_SET_A_PACE and isinstance(length, AdaptiveLength)):
+            return False
+        k = length.best_length(room)
+        if k == 0:
+            return False  # (its controller plans no draft anyway)
+        return self._paced_tokens / self._paced_seconds > length.expected_tokens(k) / length.pass_cost(k)
 
     def _rather_than_the_model(self, side: NGramDrafter | MemoryDrafter, context: Sequence[int], room: int) -> bool:
         """Whether `side`'s draft just proposed is expected to beat the draft model's: its tokens per
@@ -148,6 +179,10 @@ class HybridDrafter:
         from_lookup = n_accepted + 1 if self._last is not self.by_model and n_accepted else 0
         self._recent_made = self._recent_made * _RECENT_DECAY + n_accepted + 1
         self._recent_from_lookups = self._recent_from_lookups * _RECENT_DECAY + from_lookup
+        if self._last is not self.by_model and verify_seconds is not None:
+            self._paced_tokens = self._paced_tokens * _PACE_DECAY + n_accepted + 1
+            self._paced_seconds = self._paced_seconds * _PACE_DECAY + verify_seconds
+            self._lookups_kept += n_proposed > 0 and n_accepted > 0
         if self._last is None:
             return
         self._last.observe(n_proposed, n_accepted, verify_seconds)

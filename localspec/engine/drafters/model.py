@@ -11,7 +11,7 @@ from ...runtime.model import Model, common_prefix_length
 from ...settings import SamplingParams
 from ..constraint import TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
-from ..sampling import Confidence, Probs, Sampler, masked_argmax, next_token_probs
+from ..sampling import Confidence, Probs, Sampler, coupled_lead, masked_argmax, next_token_probs
 from .base import Draft
 
 READ_MEASURED_FROM = 16  # prompt tokens a read must evaluate to measure the cost per token (less is mostly overhead)
@@ -134,16 +134,16 @@ class ModelDrafter:
                 confidence = Confidence(logits, allowed) if needs_confidence else None
                 if self.p_min > 0 and confidence.max() < self.p_min:
                     break
-                lead = None
+                margin = None
                 if self.sampling.greedy:
                     token = masked_argmax(logits, allowed)
                 else:
                     q = next_token_probs(logits, self.sampling, allowed)
-                    token, lead = sampler.draw_with_lead(q, position + len(tokens))
+                    token, margin = sampler.draw_with_margin(q, position + len(tokens))
                     rows.append(q)
                 if along is not None:
                     along.consume([token])
-                new, certainties = [token], [self._certainty(confidence, token, lead)]
+                new, certainties = [token], [self._certainty(confidence, token, margin)]
                 now = time.perf_counter()
                 if not after_forced:
                     self.length.record_draft_step(now - started, first=not tokens)
@@ -161,16 +161,22 @@ class ModelDrafter:
             logits = self.model.eval(new, logits="last", copy=False)[0]
         return self._draft(tokens, rows, sampler)
 
-    def _certainty(self, confidence: Confidence | None, token: int, lead: float | None) -> float:
-        """How sure the draft is that the target keeps `token` (see `Confidence.certainty`): a coupled draw's
-        lead where there is one, else the draft's own distribution's say."""
+    def _certainty(self, confidence: Confidence | None, token: int, margin: float | None) -> float:
+        """How sure the draft is that the target keeps `token` (see `Confidence.certainty`): the lead of a coupled
+        draw's score `margin` where there is one (`coupled_lead`), else the draft's own distribution's say."""
         if confidence is None:
             return 1.0
-        return lead if lead is not None else confidence.certainty(token, self.sampling.greedy)
+        if margin is not None:
+            return coupled_lead(margin, self.sampling.temperature)
+        return confidence.certainty(token, self.sampling.greedy)
 
     def lags_behind(self, context: Sequence[int]) -> bool:
         """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
-        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1]) > 1
+        return self.lag(context) > 1
+
+    def lag(self, context: Sequence[int]) -> int:
+        """How many tokens of `context` (all but its last) the draft's cache misses."""
+        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1])
 
     def _draft(self, tokens: list[int], rows: list[Probs], sampler: Sampler) -> Draft:
         """Drafts to be verified by rejection sampling carry one q per token (`rows`); greedy and coupled ones need none."""
