@@ -71,8 +71,8 @@ class HybridDrafter:
         # passes whose lookup drafts were kept: the rest is what a draft model yet to read could speed up.
         self._recent_made = self._recent_from_lookups = 0.0
         self._held_to_a_grammar = False  # this generation drafts under a grammar (lookups are cut short there)
-        # Tokens and seconds of this generation's recent passes the draft model sat out, and whether a lookup
-        # among them kept a draft: their pace is what a pass without the draft model is expected to keep up.
+        # Tokens and seconds of this generation's recent passes the draft model sat out, and how many of them
+        # were lookups that kept a draft: their pace is what a pass without the draft model is expected to keep up.
         self._paced_tokens = self._paced_seconds = 0.0
         self._lookups_kept = 0
 
@@ -139,13 +139,14 @@ class HybridDrafter:
     def _lookups_outpace_the_model(self, context: Sequence[int], room: int) -> bool:
         """Whether this pass, which no lookup drafts, is better left to the target alone: in an answer that
         copies its prompt, lookups take the copy up again a token or two after a rejection, at a pace the
-        draft model's best plan does not reach once it has first read what the lookups added (a Q4_1 batch
-        costs about half a draft step a token on the CPU). Judged from this generation's passes: a lookup kept
-        a draft, and the passes the draft model sat out since made more tokens a second, one-token passes
-        included, than its plan is expected to, so where lookups stop finding the text the pace falls to a
-        target pass's and the draft model drafts again."""
+        draft model's best plan does not reach, even before it reads what the lookups added (a Q4_1 batch
+        costs about half a draft step a token on the CPU). Judged from this generation's passes: lookups
+        (the memory's too) kept drafts in _LOOKUPS_THAT_SET_A_PACE passes, and the passes the draft model sat
+        out made more tokens a second, one-token passes included, than its best plan is expected to; where
+        lookups stop finding the text the pace falls to a target pass's and the draft model drafts again."""
         length = self.by_model.length if self.by_model is not None else None
-        if not (self._lookups_kept >= _LOOKUPS_THAT_SET_A_PACE and isinstance(length, AdaptiveLength)):
+        if not (self._lookups_kept >= _LOOKUPS_THAT_SET_A_PACE and self._paced_seconds > 0
+                and isinstance(length, AdaptiveLength)):
             return False
         k = length.best_length(room)
         if k == 0:
@@ -182,7 +183,7 @@ class HybridDrafter:
         if self._last is not self.by_model and verify_seconds is not None:
             self._paced_tokens = self._paced_tokens * _PACE_DECAY + n_accepted + 1
             self._paced_seconds = self._paced_seconds * _PACE_DECAY + verify_seconds
-            self._lookups_kept += n_proposed > 0 and n_accepted > 0
+            self._lookups_kept += int(n_proposed > 0 and n_accepted > 0)
         if self._last is None:
             return
         self._last.observe(n_proposed, n_accepted, verify_seconds)
