@@ -102,6 +102,26 @@ def test_a_corrupt_cache_is_dropped_quietly_and_rebuilt(
     assert state["version"] == FORMAT_VERSION and len(state["machines"]) == len(state["pairs"]) == 1
 
 
+def test_a_version_2_cache_keeps_its_costs_and_drops_only_the_coupled_sampled_bins(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """Version 3 weighs coupled sampled drafts by their lead, not their probability: only those counts change meaning."""
+    cache_file = tmp_path / FILE_NAME
+    with _session(tiny_pair, cache_file) as first:
+        _generate(first)
+        _generate(first, GenerationSettings(SamplingParams(temperature=0.0), SpeculativeParams(strategy="model"), max_tokens=24, seed=1))
+        costs = first.learned_lengths.costs()
+    state = json.loads(cache_file.read_text())
+    assert {"model/coupled/medium", "model/coupled/greedy"} <= set(next(iter(state["pairs"].values()))["acceptance"])
+    state["version"] = 2
+    cache_file.write_text(json.dumps(state))
+    with _session(tiny_pair, cache_file) as second:
+        learned = second.learned_lengths
+        assert learned.saved_costs.keys() == costs.keys()  # the machine's costs survive the new version
+        assert "model/coupled/greedy" in learned.saved_acceptance
+        assert "model/coupled/medium" not in learned.saved_acceptance
+        _generate(second)
+    assert json.loads(cache_file.read_text())["version"] == FORMAT_VERSION
+
+
 def _draft_and_verify(controller: AdaptiveLength, draft_cost: float, passes: int, alpha: float = 0.9) -> None:
     """Passes as a model drafter runs them: a pass's first draft step recorded apart, acceptance i.i.d. alpha."""
     rng = np.random.default_rng(0)

@@ -120,10 +120,23 @@ class LengthCache:
             self.notes(f"draft lengths: ignoring {self.path} ({problem})")
         if state is None:
             return empty
+        if isinstance(state, dict) and state.get("version") == 2:
+            state = _from_version_2(state)
         if not _well_formed(state):
             self.notes(f"draft lengths: ignoring {self.path} (not this version's format)")
             return empty
         return state
+
+
+def _from_version_2(state: dict[str, Any]) -> dict[str, Any]:
+    """Version 2's state as version 3's: the same but for what a draft model learned of its sampled drafts under
+    coupled verification, whose certainty bins held probabilities, not leads (dropped; costs and the rest are kept)."""
+    for entry in state.get("pairs", {}).values() if isinstance(state.get("pairs"), dict) else ():
+        acceptance = entry.get("acceptance") if isinstance(entry, dict) else None
+        if isinstance(acceptance, dict):
+            for key in [key for key in acceptance if key.startswith("model/coupled/") and "/greedy" not in key]:
+                del acceptance[key]
+    return {**state, "version": FORMAT_VERSION}
 
 
 def _well_formed(state: Any) -> bool:
