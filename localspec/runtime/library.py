@@ -7,7 +7,9 @@ callback.
 
 llama.cpp logs every load to stderr; localspec keeps stderr for its own one-line
 messages, so the log is kept quiet unless asked for, and the first error lines
-are remembered so that a failed load can say why.
+are remembered so that a failed load can say why. llama.cpp logs a load from
+the thread that loads, so two models loading at once in two threads each
+capture their own log and errors.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import functools
 import ctypes
 import os
 import sys
-from collections import deque
+import threading
+from collections import defaultdict, deque
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Iterator
@@ -25,8 +28,12 @@ from typing import Iterator
 _GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _GGML_LOG_LEVEL_CONT = 5
 
-_state: dict = {"library": None, "callback": None, "verbose": False, "last_level": 0, "captures": []}
-_recent_errors: deque[str] = deque(maxlen=8)
+_state: dict = {"library": None, "callback": None, "verbose": False}
+_last_level: dict[int, int] = defaultdict(int)  # by thread: the level a continued line goes on with
+_captures: list[tuple[int, list[str]]] = []  # (thread, pieces) of each `captured_log` block open
+# By thread that called `clear_errors`; 0: llama.cpp's own threads (and any other), which `last_error` falls back to.
+_recent_errors: dict[int, deque[str]] = defaultdict(lambda: deque(maxlen=8))
+_SHARED = 0
 
 
 def llama(verbose: bool | None = None) -> ModuleType:
@@ -48,42 +55,47 @@ def llama(verbose: bool | None = None) -> ModuleType:
 
 
 def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    thread = threading.get_ident()
     if level == _GGML_LOG_LEVEL_CONT:
-        level = _state["last_level"]
-    _state["last_level"] = level
+        level = _last_level[thread]
+    _last_level[thread] = level
     message = text.decode("utf-8", errors="replace")
     if level == _GGML_LOG_LEVEL_ERROR and message.strip():
-        _recent_errors.append(message.strip())
-    for capture in _state["captures"]:
-        capture.append(message)
+        _recent_errors[thread if thread in _recent_errors else _SHARED].append(message.strip())
+    own = [pieces for capturing, pieces in _captures if capturing == thread]
+    for pieces in own or [pieces for _, pieces in _captures]:  # (a thread of llama.cpp's own: every capture)
+        pieces.append(message)
     if _state["verbose"]:
         sys.stderr.write(message)
 
 
 @contextmanager
 def captured_log() -> Iterator[list[str]]:
-    """Collect every piece of llama.cpp's log (all levels) written while the block runs."""
-    pieces: list[str] = []
-    _state["captures"].append(pieces)
+    """Collect every piece of llama.cpp's log (all levels) that this thread's calls write while the block runs."""
+    entry: tuple[int, list[str]] = (threading.get_ident(), [])
+    _captures.append(entry)
     try:
-        yield pieces
+        yield entry[1]
     finally:
-        _state["captures"].remove(pieces)
+        _captures.remove(entry)
 
 
 def clear_errors() -> None:
-    """Forget earlier errors, so that `last_error` speaks of the next call only."""
-    _recent_errors.clear()
+    """Forget this thread's earlier errors (and those of llama.cpp's own threads), so that `last_error` speaks
+    of its next call only."""
+    _recent_errors[threading.get_ident()] = deque(maxlen=8)
+    _recent_errors.pop(_SHARED, None)
 
 
 def last_error() -> str:
-    """The first error llama.cpp logged since `clear_errors`, or ""; clears the record.
+    """The first error llama.cpp logged in this thread since `clear_errors` (else in a thread of its own), or "";
+    clears the record.
 
     llama.cpp logs the cause first (e.g. "unknown model architecture") and
     generic lines ("failed to load model") after it, so the first says most.
     """
-    first = _recent_errors[0] if _recent_errors else ""
-    _recent_errors.clear()
+    errors = _recent_errors.pop(threading.get_ident(), None) or _recent_errors.pop(_SHARED, None)
+    first = errors[0] if errors else ""
     return first.split(": ", 1)[-1]
 
 

@@ -69,7 +69,7 @@ def _context_note(asked: int, largest: int, name: str) -> str | None:
     return None
 
 
-def _runs_on_cpu(settings: ModelSettings) -> bool:
+def runs_on_cpu_alone(settings: ModelSettings) -> bool:
     """Whether a model with these settings is computed by the CPU alone (no GPU, no RPC worker)."""
     if rpc.worker_devices(settings.rpc) or rpc.registered_workers():
         return False
@@ -212,7 +212,7 @@ class Model(_Freed):
         n_ctx = settings.n_ctx or self.n_ctx_train
         self._largest_n_ctx = min(n_ctx, self.n_ctx_train) if self.n_ctx_train > 0 else n_ctx
         self.context_note = _context_note(n_ctx, self._largest_n_ctx, self.path.name)
-        self._runs_on_cpu = _runs_on_cpu(settings)  # decided now: RPC workers a later model registers do not change it
+        self._runs_on_cpu = runs_on_cpu_alone(settings)  # decided now: RPC workers a later model registers do not change it
         # On the CPU a target computes attention without flash attention (see `_create_context`); a draft with it.
         self.flash_attention_off = self._runs_on_cpu and not proposes_only
         self._ctx: Any = None
