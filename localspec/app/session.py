@@ -17,6 +17,8 @@ from ..engine.drafters import build_drafter, drafts_from_memory
 from ..engine.generation import Generation
 from ..errors import InputError
 from ..runtime.chat_template import SpecialTexts, render_chat_chunks
+from ..runtime.devices import gpu_devices
+from ..runtime.library import forget_thread_errors, lone_token_computed_like_a_batch
 from ..runtime.model import Model, runs_on_cpu_alone
 from ..settings import ChatSettings, GenerationSettings, ModelSettings
 from .learned_lengths import LengthCache
@@ -241,10 +243,10 @@ def _load_models(plan: Plan, load_draft: bool, on_status: Callable[[str], None],
                  size_contexts_later: bool) -> tuple[Model, Model | None]:
     """The plan's target, and its draft when there is one and `load_draft`.
 
-    Where the CPU alone computes both, the draft loads in a second thread while the target loads:
-    llama.cpp's loading leaves cores idle (the demo pair, 2 cores: 0.13 s against 0.19 s one after the
-    other). The repacking probes, which may run a child process and write the cache folder, are
-    asked first, one after the other."""
+    Where the CPU alone computes both (and there is no GPU), the draft loads in a second thread while the
+    target loads: llama.cpp's loading leaves cores idle (the demo pair, 2 cores: 0.15 s against 0.19 s one
+    after the other). What both loads would set up or probe is done first, in this thread: the library,
+    and the repacking probes (which may run a child process and write the cache folder)."""
     target_repacking = repacking_for(plan.target.path, plan.target.runtime, verbose=verbose)
 
     def load_target() -> Model:
@@ -261,7 +263,14 @@ def _load_models(plan: Plan, load_draft: bool, on_status: Callable[[str], None],
         return load_draft_model(draft_path, draft_runtime, verbose=verbose, size_context_later=size_contexts_later,
                                 repacking=repacking)
 
-    if not (runs_on_cpu_alone(plan.target.runtime) and runs_on_cpu_alone(draft_runtime)):
+    def load_draft_in_this_thread() -> Model:
+        try:
+            return load_draft()
+        finally:
+            forget_thread_errors()
+
+    on_cpu = not gpu_devices() and runs_on_cpu_alone(plan.target.runtime) and runs_on_cpu_alone(draft_runtime)
+    if not on_cpu:
         on_status(f"loading target {plan.target.path.name}")
         target = load_target()
         on_status(f"loading draft {draft_path.name}")
@@ -271,8 +280,9 @@ def _load_models(plan: Plan, load_draft: bool, on_status: Callable[[str], None],
             target.close()
             raise
     on_status(f"loading target {plan.target.path.name} and draft {draft_path.name}")
+    lone_token_computed_like_a_batch()  # (the library and what every load asks of it, set up in this thread first)
     with ThreadPoolExecutor(1, thread_name_prefix="draft-load") as loading:
-        pending = loading.submit(load_draft)
+        pending = loading.submit(load_draft_in_this_thread)
         try:
             target = load_target()
         except BaseException:
@@ -287,11 +297,13 @@ def _load_models(plan: Plan, load_draft: bool, on_status: Callable[[str], None],
 
 
 def _close_once_loaded(pending: "Future[Model]") -> None:
-    """Wait for a model loading in another thread and close it (a failed load has nothing to close)."""
-    try:
-        pending.result().close()
-    except BaseException:
-        pass
+    """Close a model loading in another thread once it is loaded, without waiting here (a failed load has
+    nothing to close)."""
+    def close(done: "Future[Model]") -> None:
+        if done.exception() is None:
+            done.result().close()
+
+    pending.add_done_callback(close)
 
 
 def open_session(

@@ -29,6 +29,7 @@ _GGML_LOG_LEVEL_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, C
 _GGML_LOG_LEVEL_CONT = 5
 
 _state: dict = {"library": None, "callback": None, "verbose": False}
+_setting_up = threading.Lock()
 _last_level: dict[int, int] = defaultdict(int)  # by thread: the level a continued line goes on with
 _captures: list[tuple[int, list[str]]] = []  # (thread, pieces) of each `captured_log` block open
 # By thread that called `clear_errors`; 0: llama.cpp's own threads (and any other), which `last_error` falls back to.
@@ -44,13 +45,15 @@ def llama(verbose: bool | None = None) -> ModuleType:
     if verbose is not None:
         _state["verbose"] = verbose
     if _state["library"] is None:
-        import llama_cpp
+        with _setting_up:  # (two threads loading models at once must not both set it up)
+            if _state["library"] is None:
+                import llama_cpp
 
-        callback = llama_cpp.llama_log_callback(_on_log)
-        llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _state["callback"] = callback  # ctypes callbacks must outlive their registration
-        _state["library"] = llama_cpp
+                callback = llama_cpp.llama_log_callback(_on_log)
+                llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+                llama_cpp.llama_backend_init()
+                _state["callback"] = callback  # ctypes callbacks must outlive their registration
+                _state["library"] = llama_cpp
     return _state["library"]
 
 
@@ -85,6 +88,12 @@ def clear_errors() -> None:
     of its next call only."""
     _recent_errors[threading.get_ident()] = deque(maxlen=8)
     _recent_errors.pop(_SHARED, None)
+
+
+def forget_thread_errors() -> None:
+    """Drop this thread's error record (a thread that is about to end: a later thread given its id by the
+    system, one of llama.cpp's own say, must fall back to the shared record, not find this one)."""
+    _recent_errors.pop(threading.get_ident(), None)
 
 
 def last_error() -> str:
