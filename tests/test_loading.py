@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,3 +38,30 @@ def test_a_load_that_fails_beside_another_says_why_it_failed(tiny_pair: tuple[Pa
             with pytest.raises(LocalspecError, match="odd.gguf: llama.cpp could not load the model .*unknown model architecture"):
                 pending.result()
             assert target.placement.to_dict()["weights_bytes"]
+
+
+@pytest.mark.parametrize("failing", ["target", "draft"])
+def test_a_session_whose_model_fails_to_load_says_which_and_closes_the_other(
+    tiny_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str,
+) -> None:
+    """The draft loads beside the target (both on the CPU): whichever fails, its error is told and every model
+    that did load is closed (the draft once its load is done, when the target failed first)."""
+    from localspec.app.plan import resolve
+    from localspec.app.session import open_session
+
+    plan = resolve(tiny_profile, {})
+    unloadable = write_unloadable_model(tmp_path / "odd.gguf")
+    plan = dataclasses.replace(plan, **{failing: dataclasses.replace(getattr(plan, failing), path=unloadable)})
+    closed: list[Path] = []
+    close = Model.close
+
+    def recording_close(self: Model) -> None:
+        if getattr(self, "_model", None):
+            closed.append(self.path)
+        close(self)
+
+    monkeypatch.setattr(Model, "close", recording_close)
+    with pytest.raises(LocalspecError, match="odd.gguf: llama.cpp could not load the model .*unknown model architecture"):
+        open_session(plan, remember_lengths=False, memory_owner=None)
+    other = "draft" if failing == "target" else "target"
+    assert closed == [getattr(plan, other).path]
