@@ -120,7 +120,7 @@ class LengthCache:
             self.notes(f"draft lengths: ignoring {self.path} ({problem})")
         if state is None:
             return empty
-        if isinstance(state, dict) and state.get("version") == 2:
+        if isinstance(state, dict) and state.get("version") == 2 and _well_formed({**state, "version": FORMAT_VERSION}):
             state = _from_version_2(state)
         if not _well_formed(state):
             self.notes(f"draft lengths: ignoring {self.path} (not this version's format)")
@@ -129,13 +129,13 @@ class LengthCache:
 
 
 def _from_version_2(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 2's state as version 3's: the same but for what a draft model learned of its sampled drafts under
-    coupled verification, whose certainty bins held probabilities, not leads (dropped; costs and the rest are kept)."""
-    for entry in state.get("pairs", {}).values() if isinstance(state.get("pairs"), dict) else ():
-        acceptance = entry.get("acceptance") if isinstance(entry, dict) else None
-        if isinstance(acceptance, dict):
-            for key in [key for key in acceptance if key.startswith("model/coupled/") and "/greedy" not in key]:
-                del acceptance[key]
+    """Well-formed version 2 state as version 3's: the same but for what a draft model learned of its sampled
+    drafts under coupled verification, whose certainty bins held probabilities, not leads (dropped; costs and the
+    rest are kept)."""
+    for entry in state["pairs"].values():
+        acceptance = entry.get("acceptance", {})
+        for key in [key for key in acceptance if key.startswith("model/coupled/") and "/greedy" not in key]:
+            del acceptance[key]
     return {**state, "version": FORMAT_VERSION}
 
 

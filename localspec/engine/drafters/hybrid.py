@@ -67,14 +67,18 @@ class HybridDrafter:
         self._declined: dict[object, int] = {}  # by side: drafts passed over for the model's since its last retry
         self._fruitless: dict[object, int] = {}  # by side: retries in a row whose first token was rejected
         self._retrying = False  # the pass being verified drafts a declined lookup anyway
+        self._start_a_generation()
+
+    def _start_a_generation(self) -> None:
+        """Forget what the generation before measured of its own passes."""
         # Tokens of this generation's recent passes (older passes weighing less), and of those the tokens of
         # passes whose lookup drafts were kept: the rest is what a draft model yet to read could speed up.
         self._recent_made = self._recent_from_lookups = 0.0
-        self._held_to_a_grammar = False  # this generation drafts under a grammar (lookups are cut short there)
         # Tokens and seconds of this generation's recent passes the draft model sat out, and how many of them
         # were lookups that kept a draft: their pace is what a pass without the draft model is expected to keep up.
         self._paced_tokens = self._paced_seconds = 0.0
         self._lookups_kept = 0
+        self._held_to_a_grammar = False  # this generation drafts under a grammar (known from its first `propose`)
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
@@ -83,10 +87,7 @@ class HybridDrafter:
         for side in (self.lookup, self.memory, self.by_model):
             if side is not None:
                 side.begin(prompt_tokens, read_later)
-        self._recent_made = self._recent_from_lookups = 0.0
-        self._paced_tokens = self._paced_seconds = 0.0
-        self._lookups_kept = 0
-        self._held_to_a_grammar = False  # (known from the first pass's `propose`)
+        self._start_a_generation()
 
     def ready_to_read(self, context: Sequence[int], n_generated: int, budget_left: int) -> bool:
         """Whether the draft model should read the prompt now.

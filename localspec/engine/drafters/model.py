@@ -172,11 +172,7 @@ class ModelDrafter:
 
     def lags_behind(self, context: Sequence[int]) -> bool:
         """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
-        return self.lag(context) > 1
-
-    def lag(self, context: Sequence[int]) -> int:
-        """How many tokens of `context` (all but its last) the draft's cache misses."""
-        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1])
+        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1]) > 1
 
     def _draft(self, tokens: list[int], rows: list[Probs], sampler: Sampler) -> Draft:
         """Drafts to be verified by rejection sampling carry one q per token (`rows`); greedy and coupled ones need none."""
