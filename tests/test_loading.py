@@ -2,32 +2,80 @@
 
 from __future__ import annotations
 
+import _thread
 import dataclasses
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from tiny_models import write_unloadable_model
 
 from localspec.errors import LocalspecError
+from localspec.runtime import library
+from localspec.runtime import model as model_module
 from localspec.runtime.model import Model
 
 
+@contextmanager
+def loads_overlapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Make the next two model loads, in two threads, each capture its log while the other's capture is
+    open too, from before either load starts until both are done, however the threads are scheduled."""
+    both_capturing, both_loaded = threading.Barrier(2, timeout=60), threading.Barrier(2, timeout=60)
+    real = library.captured_log
+
+    @contextmanager
+    def overlapping_capture() -> Iterator[list[str]]:
+        with real() as pieces:
+            both_capturing.wait()
+            yield pieces
+            both_loaded.wait()
+
+    monkeypatch.setattr(model_module, "captured_log", overlapping_capture)
+    yield
+    monkeypatch.setattr(model_module, "captured_log", real)
+
+
 @pytest.mark.slow
-def test_two_models_loading_at_once_each_read_their_own_placement_from_the_log(tiny_pair: tuple[Path, Path],
-                                                                              smollm_q4_1: Path) -> None:
-    pair = (smollm_q4_1, tiny_pair[0])  # sizes far apart (mixed logs would show), and a load long enough to overlap
+def test_two_models_loading_at_once_each_read_their_own_placement_from_the_log(
+    tiny_pair: tuple[Path, Path], smollm_q4_1: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pair = (smollm_q4_1, tiny_pair[0])  # sizes far apart: mixed logs would show
     alone = {}
     for path in pair:
         with Model(path) as model:
             alone[path] = model.placement.to_dict()
     assert alone[pair[0]]["weights_bytes"] != alone[pair[1]]["weights_bytes"]
-    for _ in range(3):
-        with ThreadPoolExecutor(1) as other_thread:
-            pending = other_thread.submit(Model, pair[1])
-            with Model(pair[0]) as first, pending.result() as second:
-                assert first.placement.to_dict() == alone[pair[0]]
-                assert second.placement.to_dict() == alone[pair[1]]
+    with loads_overlapping(monkeypatch), ThreadPoolExecutor(1) as other_thread:
+        pending = other_thread.submit(Model, pair[1])
+        with Model(pair[0]) as first, pending.result() as second:
+            assert first.placement.to_dict() == alone[pair[0]]
+            assert second.placement.to_dict() == alone[pair[1]]
+
+
+def _log_from(start_thread, text: bytes) -> None:
+    """Write `text` to llama.cpp's log route from a new thread started by `start_thread(function)`."""
+    done = threading.Event()
+
+    def write() -> None:
+        library._on_log(2, text, None)
+        done.set()
+
+    start_thread(write)
+    assert done.wait(10)
+
+
+def test_a_log_line_reaches_the_captures_of_its_own_thread_or_of_every_thread_from_one_of_llama_cpps() -> None:
+    """A thread that captures nothing, Python's, keeps its lines out of another thread's capture (it decodes for
+    another request, say); a thread Python did not start (llama.cpp's own, simulated by a bare `_thread`) works
+    for whichever call is running: its lines go to every capture."""
+    with library.captured_log() as mine:
+        _log_from(lambda function: threading.Thread(target=function).start(), b"from a python thread\n")
+        _log_from(lambda function: _thread.start_new_thread(function, ()), b"from a thread of the library's\n")
+        library._on_log(2, b"from this thread\n", None)
+    assert mine == ["from a thread of the library's\n", "from this thread\n"]
 
 
 def test_a_load_that_fails_beside_another_says_why_it_failed(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-
 from ..errors import InputError
 from ..runtime.chat_template import template_problem
 from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
@@ -261,6 +259,8 @@ def _without_file(message: str, path: Path) -> str:
 
 def render_profile(values: dict[str, Any], base_text: str = "") -> str:
     """TOML text for `values`; edits `base_text` in place so the user's comments survive."""
+    import tomlkit  # (only where profiles are written: a one-shot run need not import it)
+
     document = tomlkit.parse(base_text) if base_text else tomlkit.document()
     for section in SECTIONS:
         keys = [key.rpartition(".")[2] for key in SETTINGS if key.rpartition(".")[0] == section]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomlkit
-
 from ..errors import InputError
 from .atomic import write_text_atomic
 from .files import locked, parse_toml, read_user_text
@@ -43,6 +41,8 @@ def default_profile_name() -> str | None:
 
 def set_default_profile(name: str) -> None:
     """Store `name` as the default profile, keeping the rest of the file as it is (under its lock)."""
+    import tomlkit  # (only where the config is written: a one-shot run need not import it)
+
     path = config_file()
     with locked(path):
         text = read_user_text(path) if path.exists() else ""

@@ -14,9 +14,8 @@ capture their own log and errors.
 
 from __future__ import annotations
 
-import functools
-
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -65,11 +64,21 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     message = text.decode("utf-8", errors="replace")
     if level == _GGML_LOG_LEVEL_ERROR and message.strip():
         _recent_errors[thread if thread in _recent_errors else _SHARED].append(message.strip())
-    own = [pieces for capturing, pieces in _captures if capturing == thread]
-    for pieces in own or [pieces for _, pieces in _captures]:  # (a thread of llama.cpp's own: every capture)
+    for pieces in _captures_for(thread):
         pieces.append(message)
     if _state["verbose"]:
         sys.stderr.write(message)
+
+
+def _captures_for(thread: int) -> list[list[str]]:
+    """Where a log line of `thread` goes: its own captures; from a thread of llama.cpp's own (not one Python
+    started, whose work it does for whichever call is running), every capture; else none."""
+    own = [pieces for capturing, pieces in _captures if capturing == thread]
+    if own or not _captures:
+        return own
+    if any(python_thread.ident == thread for python_thread in threading.enumerate()):
+        return []  # a Python thread that captures nothing (decoding for another request, say)
+    return [pieces for _, pieces in _captures]
 
 
 @contextmanager
