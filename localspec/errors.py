@@ -9,6 +9,10 @@ class LocalspecError(Exception):
     exit_code = 1
 
 
+class PromptTooLongError(LocalspecError):
+    """A prompt the context cannot hold (exit code 1, as when its tokens are counted: raise n_ctx or shorten it)."""
+
+
 class InputError(LocalspecError):
     """Bad input from the user (exit code 2): a missing or broken file, an invalid setting."""
 

@@ -76,6 +76,8 @@ class Setting:
         texts = value if self.kind is list else [value] if isinstance(value, str) else []
         if any(_SURROGATE.search(text) for text in texts):
             return f"{self.key} must be valid UTF-8 text, got {value!r}"  # a lone surrogate cannot be written or tokenized
+        if self.kind is list and "" in texts:
+            return f"{self.key} must not hold an empty text, got {value!r}"  # (an empty stop string matches nowhere)
         if self.choices is not None and value not in self.choices:
             return f"{self.key} must be one of {', '.join(self.choices)}, got {value!r}"
         below = self.low is not None and (value <= self.low if self.low_open else value < self.low)

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli
+from cli_helpers import cli, one_error_line
 from click.testing import CliRunner, Result
 
 from localspec.app.history import HistoryStore, HistoryUnavailable
@@ -345,6 +345,24 @@ def test_history_shows_stored_text_exactly_and_safely_and_survives_other_program
     damaged = cli("history", "show", str(second))
     assert damaged.exit_code != 0 and f"conversation {second} is damaged" in damaged.stderr
     assert "Traceback" not in damaged.stderr
+
+
+def test_resuming_a_damaged_conversation_says_which_as_history_show_does(tiny_profile: str) -> None:
+    assert chat(b"the cat\n").exit_code == 0
+    store = HistoryStore(history_file())
+    conversation_id = store.latest()
+    with store._db:  # a role no chat writes, from another program
+        store._db.execute("UPDATE messages SET role = 'wizard' WHERE conversation = ?", (conversation_id,))
+    store.close()
+    line = one_error_line(chat(b"", "--resume", str(conversation_id)), 2, f"conversation {conversation_id}",
+                          "not a chat message")
+    assert str(history_file()) in line
+    store = HistoryStore(history_file())
+    with store._db:
+        store._db.execute("UPDATE conversations SET settings = 'not json' WHERE id = ?", (conversation_id,))
+    store.close()
+    shown, resumed = cli("history", "show", str(conversation_id)), chat(b"", "--resume", str(conversation_id))
+    assert shown.exit_code == resumed.exit_code == 1 and "is damaged" in resumed.stderr
 
 
 def test_adding_to_a_conversation_removed_meanwhile_says_so() -> None:

@@ -237,6 +237,19 @@ def test_invalid_toml_names_file_and_line() -> None:
     assert line.startswith("error:")
 
 
+def test_toml_cut_short_at_its_end_names_the_last_line() -> None:
+    path = write_user_profile("cut", '[target]\npath = "x.gguf"\n[sampling]\nstop = [\n')
+    one_error_line(cli("profile", "show", "cut"), 2, str(path), "invalid TOML", "at the end of the file, line 4")
+
+
+def test_a_mistyped_list_is_refused_not_kept_as_one_string(tiny_pair: tuple[Path, Path]) -> None:
+    assert cli("profile", "add", "listy", "--target", str(tiny_pair[0])).exit_code == 0
+    one_error_line(cli("profile", "set", "listy", 'sampling.stop=["a",'), 2, "is not a list")
+    assert cli("profile", "set", "listy", 'sampling.stop=["a", "b"]').exit_code == 0
+    assert cli("profile", "set", "listy", "sampling.stop=[INST]").exit_code == 0  # a stop string with brackets
+    assert "[INST]" in cli("profile", "show", "listy").stdout
+
+
 def test_a_bad_value_is_named_by_its_own_line_when_two_sections_share_the_key() -> None:
     path = write_user_profile("twice", '[target]\npath = "t.gguf"\nn_ctx = 4096\n\n[draft]\npath = "d.gguf"\nn_ctx = 1.5\n')
     one_error_line(cli("profile", "show", "twice"), 2, f"{path}:7: draft.n_ctx must be an integer")

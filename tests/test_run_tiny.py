@@ -52,7 +52,23 @@ def test_a_prompt_no_context_could_hold_is_refused_before_tokenizing(tiny_args: 
     result = CliRunner().invoke(main, [*tiny_args, "--n-ctx", "256", "--max-tokens", "4"], input=b"a" * 2_000_000,
                                 catch_exceptions=False)
     assert time.perf_counter() - started < 10  # tokenizing it would take minutes
-    one_error_line(result, 2, "the prompt is 2000000 bytes, more than a context of 256 tokens can hold")
+    one_error_line(result, 1, "the prompt is 2000000 bytes, more than a context of 256 tokens can hold")
+
+
+def test_the_prompt_check_counts_the_context_llama_cpp_creates(tiny_args: list[str]) -> None:
+    """n_ctx 16 becomes 256 (a note says so): a prompt of 300 bytes that 256 tokens can hold is not refused."""
+    result = CliRunner().invoke(main, [*tiny_args, "--n-ctx", "16", "--max-tokens", "2"], input=b"ab " * 100,
+                                catch_exceptions=False)
+    assert result.exit_code == 0 and "becomes 256" in result.stderr, result.stderr
+
+
+def test_more_bad_input_is_one_line(tiny_args: list[str], tmp_path: Path) -> None:
+    one_error_line(cli(*tiny_args, "--json-schema", "[1, 2]", "hi"), 2, "a JSON schema is an object", "not an array")
+    one_error_line(cli(*tiny_args, "--json-schema", "42", "hi"), 2, "not a number")
+    one_error_line(cli(*tiny_args, "--stop", "", "hi"), 2, "stop", "empty text")
+    one_error_line(cli("rnu", "hi"), 2, "No such command 'rnu'", "Did you mean 'run'?")
+    odd = str(tmp_path / "two\nlines.gguf")
+    one_error_line(cli("run", "--target", odd, "hi"), 2, "two\\nlines.gguf: no such file")
 
 
 def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:

@@ -234,6 +234,23 @@ def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, v
     assert refused.json()["error"]["param"] == field
 
 
+@pytest.mark.parametrize("fields, param, says", [
+    ({"model": 5}, "model", "model must be a string"),
+    ({"max_tokens": -5}, "max_tokens", "max_tokens must be at least 1, got -5"),
+    ({"max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens", "give max_tokens or max_completion_tokens, not both"),
+    ({"stop": ""}, "stop", "empty text"),
+])
+def test_a_field_of_the_wrong_kind_or_twice_given_is_400_saying_which(api: Api, fields: dict, param: str, says: str) -> None:
+    refused = api.post(CHAT, chat_body("hi", **fields))
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == param and says in refused.json()["error"]["message"]
+
+
+def test_a_message_name_that_is_not_text_is_400(api: Api) -> None:
+    refused = api.post(CHAT, {"messages": [{"role": "user", "content": "hi", "name": 5}], "max_tokens": 2})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages[0].name", refused.text
+
+
 def test_malformed_json_is_400(api: Api) -> None:
     for body in (b"[" * 20_000, b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", b"{not json", b"\xff\xfe",
                  b'["a list"]', b"null", b'{"messages": []}', b'{"prompt": [1, 2, 3]}'):

@@ -247,11 +247,13 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         value = _setting_value(key, value)
         if key == "sampling.stop" and isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
             raise ApiError(400, f"stop holds {len(value)} strings; at most {MAX_STOP_STRINGS} are taken", param=name)
+        if key == "sampling.max_tokens" and _is_an_integer(value) and value < 1:  # as OpenAI's API: a request
+            raise ApiError(400, f"{name} must be at least 1, got {value}", param=name)  # for nothing is a mistake
         problem = SETTINGS[key].problem(value)
         if problem is not None:
             raise ApiError(400, _shorten(problem.replace(key, name)), param=name)
-        if key == "sampling.max_tokens" and value == 0:  # as OpenAI's API: a request for nothing is a mistake
-            raise ApiError(400, f"{name} must be at least 1, got 0", param=name)
+        if key in names:  # max_tokens and max_completion_tokens both
+            raise ApiError(400, f"give {names[key]} or {name}, not both", param=name)
         values[key], names[key] = value, name
     try:
         settings = defaults.with_values(values)
@@ -264,6 +266,10 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         raise ApiError(400, f"strategy {settings.speculative.strategy!r} needs a draft model, and none is loaded",
                        param="strategy")
     return settings
+
+
+def _is_an_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _setting_value(key: str, value: Any) -> Any:
@@ -291,6 +297,8 @@ def _message(message: Any, where: str) -> dict[str, Any]:
     if not isinstance(role, str) or role not in ROLES:
         raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {_quote(role)}", param=f"{where}.role")
     role = ROLES[role]
+    if message.get("name") is not None and not isinstance(message["name"], str):
+        raise ApiError(400, f"{where}.name must be a string, got {_quote(message['name'])}", param=f"{where}.name")
     content = message.get("content")
     may_be_empty = role == "assistant" and message.get("tool_calls") is not None
     text = None if content is None and may_be_empty else _content(content, f"{where}.content")

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.generation import Generation, StopReason
 from ..engine.stats import SpecStats
-from ..errors import InputError, LocalspecError
+from ..errors import LocalspecError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request
@@ -178,6 +178,8 @@ async def answer(served: ServedModel, request: Request, *, chat: bool, max_body_
 async def _complete(served: ServedModel, request: Request, chat: bool, max_body_bytes: int) -> Response:
     body = parse_body(await _read_body(request, max_body_bytes))
     model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, f"model must be a string, got {json.dumps(model)[:40]}", param="model")
     if model is not None and model != served.model_id:
         raise ApiError(404, f"the model {json.dumps(model)} does not exist; this server has {served.model_id!r}",
                        param="model", code="model_not_found")
@@ -246,7 +248,7 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
     texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)] if parsed.messages else [parsed.prompt or ""]
     try:
         session.refuse_text_too_long(texts)
-    except InputError as exc:
+    except PromptTooLongError as exc:
         raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
     try:
         if parsed.messages is not None:

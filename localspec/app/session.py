@@ -15,7 +15,7 @@ from ..config.resolve import DEFAULT_SOURCE
 from ..engine.draft_length import LearnedLengths
 from ..engine.drafters import build_drafter, drafts_from_memory
 from ..engine.generation import Generation
-from ..errors import InputError
+from ..errors import InputError, PromptTooLongError
 from ..runtime.chat_template import SpecialTexts, render_chat_chunks
 from ..runtime.devices import gpu_devices
 from ..runtime.library import forget_thread_errors, lone_token_computed_like_a_batch
@@ -80,7 +80,7 @@ class Session:
             self.memory.remember(generation.prompt_tokens, generation.tokens, source, tag)
 
     def refuse_text_too_long(self, texts: Sequence[str]) -> None:
-        """InputError when the prompt's texts (a prompt, or the messages' contents) cannot fit the largest
+        """PromptTooLongError when the prompt's texts (a prompt, or the messages' contents) cannot fit the largest
         context the target can have, whatever their tokens: checked before tokenizing, which takes llama.cpp
         minutes over megabytes of text. A prompt of up to a few bytes a token is let through without the check."""
         n_bytes = sum(len(text.encode("utf-8", "replace")) for text in texts)
@@ -89,7 +89,7 @@ class Session:
             return
         longest = self.target.longest_token_bytes()
         if n_bytes > longest * limit:
-            raise InputError(f"the prompt is {n_bytes} bytes, more than a context of {limit} tokens can hold"
+            raise PromptTooLongError(f"the prompt is {n_bytes} bytes, more than a context of {limit} tokens can hold"
                              f" (this vocabulary's tokens are at most {longest} bytes): shorten the prompt")
 
     def raw_prompt_tokens(self, text: str) -> list[int]:

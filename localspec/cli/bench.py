@@ -65,7 +65,7 @@ def _comma_list(value: str, convert, option: str) -> list:
     try:
         return list(dict.fromkeys(convert(item) for item in items))
     except (click.BadParameter, ValueError) as exc:
-        message = exc.format_message() if isinstance(exc, click.BadParameter) else str(exc)
+        message = exc.message if isinstance(exc, click.BadParameter) else str(exc)
         raise click.BadParameter(message, param_hint=option) from None
 
 

@@ -359,11 +359,14 @@ def _starting_conversation(
     try:
         conversation_id = resume_id if resume_id is not None else store.latest()
         data = store.get(conversation_id) if conversation_id is not None else None
-    except HistoryUnavailable as exc:
-        raise InputError(str(exc)) from None
+    except HistoryUnavailable as exc:  # (as `history show` says it: exit 1)
+        raise LocalspecError(str(exc)) from None
     if data is None:
         raise InputError("no conversation to continue yet" if resume_id is None else f"no conversation {resume_id}")
-    return Conversation.from_json(data, settings), conversation_id
+    try:
+        return Conversation.from_json(data, settings), conversation_id
+    except InputError as exc:  # a stored conversation edited by hand, or damaged
+        raise InputError(f"chat history {store.path}: conversation {conversation_id}: {exc}") from None
 
 
 def _line_reader() -> Callable[[], str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import ipaddress
 import os
@@ -44,7 +45,7 @@ class LocalspecGroup(click.Group):
         try:
             return super().invoke(ctx)
         except LocalspecError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("", err=True)
@@ -55,6 +56,11 @@ class LocalspecGroup(click.Group):
         except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
             click.echo(f"error: {os_error_text(exc)}", err=True)
             sys.exit(1)
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: line breaks it quotes (a file name's, say) written as \\n and \\r."""
+    return text.strip("\n").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def os_error_text(exc: OSError) -> str:
@@ -81,6 +87,14 @@ class LazyCommands(LocalspecGroup):
             module, attribute = self.lazy_commands[name].split(":")
             return getattr(importlib.import_module(module), attribute)
         return super().get_command(ctx, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with the near command suggested for a mistyped one (click suggests only among its own)."""
+        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            near = difflib.get_close_matches(args[0], self.list_commands(ctx), n=1)
+            if near:
+                ctx.fail(f"No such command {args[0]!r}. Did you mean {near[0]!r}?")
+        return super().resolve_command(ctx, args)
 
 
 def write_stdout(text: str) -> None:

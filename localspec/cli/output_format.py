@@ -9,6 +9,8 @@ prints llguidance's warnings, and `format_from_command` reads chat's
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Callable
 
 import click
@@ -63,7 +65,22 @@ def schema_format(value: str, given_as: str = "--json-schema") -> OutputFormat:
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
     path = user_path(value)
+    _refuse_inline_json_that_is_not_an_object(value, given_as)
     return OutputFormat("json_schema", read_user_text(path), str(path))
+
+
+_JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _refuse_inline_json_that_is_not_an_object(value: str, given_as: str) -> None:
+    """InputError where `value` is JSON of another kind than a schema's object ('[1,2]', '42'), not a file's name."""
+    try:
+        parsed = json.loads(value)
+        if os.path.lexists(value):  # (a file named 42)
+            return
+    except (ValueError, RecursionError):
+        return  # a file's name: reading it says what is wrong with it
+    raise InputError(f"{given_as}: a JSON schema is an object ({{...}}), not {_JSON_TYPE_NAMES.get(type(parsed), 'null')}")
 
 
 def grammar_format(value: str) -> OutputFormat:

@@ -75,7 +75,9 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: invalid TOML: {exc}") from None
+        last_line = len(text.splitlines()) or 1
+        reason = str(exc).replace("(at end of document)", f"(at the end of the file, line {last_line})")
+        raise InputError(f"{path}: invalid TOML: {reason}") from None
     except RecursionError:
         raise InputError(f"{path}: invalid TOML: nested too deeply to read") from None
     except ValueError:  # Python's limit on the digits of an integer read from text

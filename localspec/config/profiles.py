@@ -365,11 +365,16 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
 
 
 def parse_value(raw: str, kind: type) -> Any:
-    """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself;
-    a single string where a list is expected becomes a one-item list."""
+    """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself
+    ([INST]); a single string where a list is expected becomes a one-item list. A list begun with quotes
+    that does not parse (["a",) is an InputError, not a string to keep."""
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: brackets nested thousands deep
+    except tomllib.TOMLDecodeError:
+        if kind is list and raw.strip().startswith("[") and any(quote in raw for quote in "\"'"):
+            raise InputError(f"{raw.strip()[:40]!r} is not a list: write [\"a\", \"b\"] (TOML), or one string") from None
+        value = raw.strip()
+    except RecursionError:  # brackets nested thousands deep: text
         value = raw.strip()
     except ValueError:  # Python's limit on the digits of an integer read from text
         raise InputError(f"{raw.strip()[:20]}...: {TOO_LONG_A_NUMBER}") from None

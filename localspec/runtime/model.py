@@ -216,6 +216,7 @@ class Model(_Freed):
         # On the CPU a target computes attention without flash attention (see `_create_context`); a draft with it.
         self.flash_attention_off = self._runs_on_cpu and not proposes_only
         self._ctx: Any = None
+        self._reserved_n_ctx: int | None = None  # the size `reserve` asked for, once it has
         if not size_context_later:
             try:
                 self._create_context(self._largest_n_ctx)
@@ -237,23 +238,30 @@ class Model(_Freed):
         self._grammar_tokenizer: Any = None
 
     def reserve(self, n_tokens: int) -> None:
-        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is not created yet.
+        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is not created yet; it is
+        created where first needed (a draft model's only once it drafts, after the first token).
 
         It gets the smallest multiple of 256 tokens that holds them, within the
         configured n_ctx: a smaller cache is quicker to set up (on the demo pair a
         4096-token context takes about 50 ms more per model than a 512-token one),
         and a one-shot run never needs more.
         """
+        self._refuse_if_closed()
         if self._ctx is None:
-            self._create_context(min(self._largest_n_ctx, _rounded_context(max(n_tokens, 1))))
+            self._reserved_n_ctx = min(self._largest_n_ctx, _rounded_context(max(n_tokens, 1)))
 
     def _ensure_context(self) -> None:
+        """Create the context where it is first needed (a draft model's, after the first token): at the size
+        `reserve` asked for, else the configured one."""
         if self._ctx is None:
-            self._create_context(self._largest_n_ctx)
+            self._create_context(self._reserved_n_ctx or self._largest_n_ctx)
 
-    def _create_context(self, n_ctx: int) -> None:
+    def _refuse_if_closed(self) -> None:
         if getattr(self, "_model", None) is None:
             raise LocalspecError(f"{self.path}: the model was closed")
+
+    def _create_context(self, n_ctx: int) -> None:
+        self._refuse_if_closed()
         llama_cpp = self._llama
         n_threads = self.settings.n_threads or default_threads()
         context_params = llama_cpp.llama_context_default_params()
@@ -330,8 +338,8 @@ class Model(_Freed):
     @property
     def context_limit(self) -> int:
         """The most tokens this model's context can hold: the configured n_ctx, within its training length
-        (the context itself is not created for this)."""
-        return self._largest_n_ctx
+        (the context itself is not created for this), as llama.cpp rounds it up."""
+        return _rounded_context(self._largest_n_ctx)
 
     def longest_token_bytes(self) -> int:
         """The most bytes of text one token stands for (a scan of the vocabulary, done once)."""
