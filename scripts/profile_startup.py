@@ -4,7 +4,8 @@ Times each phase the way `run` goes through it, in this process: importing
 localspec's command modules (measured in a fresh interpreter, since they are
 already imported here), resolving the plan (settings, model files, header and
 vocabulary checks), loading the target and the draft, rendering and tokenizing
-the prompt, creating the contexts (sized for the run, as `run` does),
+the prompt, creating the target's context (sized for the run, as `run` does;
+the draft model's is created once it drafts, after the first token),
 evaluating the prompt in the target and its first pass, which emits the first
 token. The draft model reads the prompt after that; that phase is shown apart,
 outside the total.
@@ -57,8 +58,9 @@ def one_start(profile: str | None) -> dict[str, float]:
     try:
         with phase("render and tokenize the prompt"):
             tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": PROMPT}])
-        with phase("create the contexts, sized for the run"):
+        with phase("create the target's context, sized for the run"):
             session.reserve_context(len(tokens) + plan.generation.budget(structured=False))
+            session.target.n_ctx  # (created here, as the prompt's evaluation would; the draft's once it drafts)
         generation = session.generation(tokens, plan.generation.with_seed())
         with phase("prompt evaluation and the first token"):
             chunks = iter(generation)
