@@ -38,6 +38,26 @@ def test_every_truncation_is_reported(tmp_path: Path, smollm_q4_1: Path, keep_by
         read_gguf_header(truncated)
 
 
+def test_a_vocabulary_file_without_padding_after_its_header_is_not_taken_for_a_truncated_one(tmp_path: Path) -> None:
+    """llama.cpp's vocabulary files (models/ggml-vocab-*.gguf) hold no tensors and end with their header."""
+    import gguf
+
+    path = tmp_path / "vocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["a", "b", "cd"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    path.write_bytes(path.read_bytes().rstrip(b"\0"))  # (its last string ends with "cd": only padding goes)
+    header = read_gguf_header(path)
+    assert header.tensors == [] and header.get("tokenizer.ggml.tokens") == ["a", "b", "cd"]
+    path.write_bytes(path.read_bytes()[:-1])  # a header cut short still is
+    with pytest.raises(InputError, match="truncated"):
+        read_gguf_header(path)
+
+
 @pytest.mark.slow
 def test_same_model_at_two_precisions_is_compatible(smollm_q4_1: Path, smollm_f32: Path) -> None:
     report = check_compatible(VocabInfo.from_header(read_gguf_header(smollm_f32)), VocabInfo.from_header(read_gguf_header(smollm_q4_1)))

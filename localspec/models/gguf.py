@@ -212,7 +212,8 @@ def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
         raise ValueError(f"general.alignment is {alignment!r}, not a positive integer")
     data_offset = -(-cursor.pos // alignment) * alignment
-    data_end = max((t.offset + t.n_bytes for t in tensors), default=0) + data_offset
+    # (a file without tensors, a vocabulary's, needs no padding after its header)
+    data_end = max(t.offset + t.n_bytes for t in tensors) + data_offset if tensors else cursor.pos
     if data_end > file_size:
         raise InputError(
             f"{path}: truncated GGUF file ({file_size} bytes on disk, tensor data needs {data_end})"
