@@ -60,7 +60,8 @@ def one_start(profile: str | None) -> dict[str, float]:
             tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": PROMPT}])
         with phase("create the target's context, sized for the run"):
             session.reserve_context(len(tokens) + plan.generation.budget(structured=False))
-            session.target.n_ctx  # (created here, as the prompt's evaluation would; the draft's once it drafts)
+            created = session.target.n_ctx  # (here, as the prompt's evaluation would; the draft's once it drafts)
+            assert created >= len(tokens)
         generation = session.generation(tokens, plan.generation.with_seed())
         with phase("prompt evaluation and the first token"):
             chunks = iter(generation)

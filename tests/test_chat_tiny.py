@@ -354,7 +354,7 @@ def test_resuming_a_damaged_conversation_says_which_as_history_show_does(tiny_pr
     with store._db:  # a role no chat writes, from another program
         store._db.execute("UPDATE messages SET role = 'wizard' WHERE conversation = ?", (conversation_id,))
     store.close()
-    line = one_error_line(chat(b"", "--resume", str(conversation_id)), 2, f"conversation {conversation_id}",
+    line = one_error_line(chat(b"", "--resume", str(conversation_id)), 1, f"conversation {conversation_id} is damaged",
                           "not a chat message")
     assert str(history_file()) in line
     store = HistoryStore(history_file())

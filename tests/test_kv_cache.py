@@ -154,6 +154,34 @@ def test_a_context_reserved_before_first_use_is_sized_for_the_run(tmp_path: Path
         assert model.n_ctx == 1024  # used before any reservation: the configured size
 
 
+def test_a_reserved_context_is_created_where_first_needed_and_its_size_known_before(tmp_path: Path) -> None:
+    path, _ = write_pair(tmp_path, context_length=2048)
+    with Model(path, ModelSettings(n_ctx=1024), size_context_later=True) as model:
+        assert model.context_size == 1024
+        model.reserve(300)
+        assert model.context_size == 512 and model._ctx is None  # sized, not created
+        model.sync([1, 260, 261])
+        assert model._ctx is not None and model.n_ctx == model.context_size == 512
+
+
+def test_a_draft_model_creates_its_context_only_once_it_drafts(tiny_profile: str) -> None:
+    """A one-shot run's draft model sets up its context after the first token, not before: the drafter asks
+    its size without creating it."""
+    from localspec.app.plan import resolve
+    from localspec.app.session import open_session
+
+    plan = resolve(tiny_profile, {"speculative.strategy": "model", "speculative.draft_max": 3, "sampling.max_tokens": 8})
+    with open_session(plan, size_contexts_later=True) as session:
+        tokens = session.raw_prompt_tokens("the cat sat on the mat")
+        session.reserve_context(len(tokens) + 8)
+        generation = session.generation(tokens, plan.generation.with_seed())
+        chunks = iter(generation)
+        next(chunks)
+        assert session.draft._ctx is None and session.target._ctx is not None
+        list(chunks)
+        assert generation.stats.draft_tokens_proposed > 0 and session.draft.n_ctx == 256
+
+
 def test_a_closed_model_says_so_instead_of_touching_freed_memory(tmp_path: Path) -> None:
     path, _ = write_pair(tmp_path)
     for size_later in (False, True):

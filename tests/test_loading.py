@@ -35,7 +35,6 @@ def loads_overlapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(model_module, "captured_log", overlapping_capture)
     yield
-    monkeypatch.setattr(model_module, "captured_log", real)
 
 
 @pytest.mark.slow

@@ -237,13 +237,18 @@ def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, v
 @pytest.mark.parametrize("fields, param, says", [
     ({"model": 5}, "model", "model must be a string"),
     ({"max_tokens": -5}, "max_tokens", "max_tokens must be at least 1, got -5"),
-    ({"max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens", "give max_tokens or max_completion_tokens, not both"),
+    ({"max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens", "max_tokens is 4 but max_completion_tokens is 8"),
     ({"stop": ""}, "stop", "empty text"),
 ])
 def test_a_field_of_the_wrong_kind_or_twice_given_is_400_saying_which(api: Api, fields: dict, param: str, says: str) -> None:
     refused = api.post(CHAT, chat_body("hi", **fields))
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["param"] == param and says in refused.json()["error"]["message"]
+
+
+def test_max_tokens_and_max_completion_tokens_may_both_be_given_alike(api: Api) -> None:
+    answered = api.post(CHAT, chat_body("hi", max_tokens=3, max_completion_tokens=3))
+    assert answered.status_code == 200 and answered.json()["usage"]["completion_tokens"] <= 3, answered.text
 
 
 def test_a_message_name_that_is_not_text_is_400(api: Api) -> None:

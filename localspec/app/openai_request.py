@@ -182,7 +182,7 @@ def _response_format(value: Any) -> CompiledGrammar | None:
         fmt = OutputFormat("json_schema", _json_schema(value.get("json_schema")), "response_format.json_schema.schema")
     else:
         raise ApiError(400, 'response_format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",'
-                       f' "json_schema": {{"name", "schema"}}}}, got {_quote(value)}', param="response_format")
+                       f' "json_schema": {{"name", "schema"}}}}, got {quote_json(value)}', param="response_format")
     try:
         return compile_format(fmt)
     except InputError as exc:
@@ -193,15 +193,15 @@ def _json_schema(spec: Any) -> str:
     """The schema text of `response_format.json_schema` ({"name", "schema", "strict", "description"}), checked."""
     where = "response_format.json_schema"
     if not isinstance(spec, dict):
-        raise ApiError(400, f'{where} must be an object {{"name", "schema", "strict"}}, got {_quote(spec)}', param=where)
+        raise ApiError(400, f'{where} must be an object {{"name", "schema", "strict"}}, got {quote_json(spec)}', param=where)
     name = spec.get("name")
     if not isinstance(name, str) or not name:
-        raise ApiError(400, f"{where}.name must be a non-empty string, got {_quote(name)}", param=f"{where}.name")
+        raise ApiError(400, f"{where}.name must be a non-empty string, got {quote_json(name)}", param=f"{where}.name")
     if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
-        raise ApiError(400, f"{where}.strict must be true or false, got {_quote(spec['strict'])}", param=f"{where}.strict")
+        raise ApiError(400, f"{where}.strict must be true or false, got {quote_json(spec['strict'])}", param=f"{where}.strict")
     schema = spec.get("schema", {})
     if not isinstance(schema, dict):
-        raise ApiError(400, f"{where}.schema must be a JSON schema object, got {_quote(schema)}", param=f"{where}.schema")
+        raise ApiError(400, f"{where}.schema must be a JSON schema object, got {quote_json(schema)}", param=f"{where}.schema")
     try:
         return json.dumps(schema, allow_nan=False)
     except ValueError:
@@ -213,7 +213,7 @@ def _json_schema(spec: Any) -> str:
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, (harmless, instead) in UNSUPPORTED.items():
         if not harmless(body.get(name)):
-            raise ApiError(400, f"{name}={_quote(body[name])} is not supported (yet): {instead}", param=name)
+            raise ApiError(400, f"{name}={quote_json(body[name])} is not supported (yet): {instead}", param=name)
 
 
 def _boolean(body: dict[str, Any], name: str, *, default: bool) -> bool:
@@ -221,7 +221,7 @@ def _boolean(body: dict[str, Any], name: str, *, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be true or false, got {_quote(value)}", param=name)
+        raise ApiError(400, f"{name} must be true or false, got {quote_json(value)}", param=name)
     return value
 
 
@@ -229,10 +229,10 @@ def _include_usage(options: Any) -> bool:
     if options is None:
         return False
     if not isinstance(options, dict):
-        raise ApiError(400, f"stream_options must be an object, got {_quote(options)}", param="stream_options")
+        raise ApiError(400, f"stream_options must be an object, got {quote_json(options)}", param="stream_options")
     value = options.get("include_usage")
     if value is not None and not isinstance(value, bool):
-        raise ApiError(400, f"stream_options.include_usage must be true or false, got {_quote(value)}",
+        raise ApiError(400, f"stream_options.include_usage must be true or false, got {quote_json(value)}",
                        param="stream_options.include_usage")
     return bool(value)
 
@@ -247,13 +247,15 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         value = _setting_value(key, value)
         if key == "sampling.stop" and isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
             raise ApiError(400, f"stop holds {len(value)} strings; at most {MAX_STOP_STRINGS} are taken", param=name)
-        if key == "sampling.max_tokens" and _is_an_integer(value) and value < 1:  # as OpenAI's API: a request
-            raise ApiError(400, f"{name} must be at least 1, got {value}", param=name)  # for nothing is a mistake
+        # As OpenAI's API: a request for nothing is a mistake.
+        if key == "sampling.max_tokens" and _is_an_integer(value) and value < 1:
+            raise ApiError(400, f"{name} must be at least 1, got {value}", param=name)
         problem = SETTINGS[key].problem(value)
         if problem is not None:
             raise ApiError(400, _shorten(problem.replace(key, name)), param=name)
-        if key in names:  # max_tokens and max_completion_tokens both
-            raise ApiError(400, f"give {names[key]} or {name}, not both", param=name)
+        if key in names and values[key] != value:  # max_tokens and max_completion_tokens, at odds
+            raise ApiError(400, f"{names[key]} is {values[key]} but {name} is {value}: give one, or both the same",
+                           param=name)
         values[key], names[key] = value, name
     try:
         settings = defaults.with_values(values)
@@ -295,10 +297,10 @@ def _message(message: Any, where: str) -> dict[str, Any]:
         raise ApiError(400, f"{where} must be an object with role and content", param=where)
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {_quote(role)}", param=f"{where}.role")
+        raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {quote_json(role)}", param=f"{where}.role")
     role = ROLES[role]
     if message.get("name") is not None and not isinstance(message["name"], str):
-        raise ApiError(400, f"{where}.name must be a string, got {_quote(message['name'])}", param=f"{where}.name")
+        raise ApiError(400, f"{where}.name must be a string, got {quote_json(message['name'])}", param=f"{where}.name")
     content = message.get("content")
     may_be_empty = role == "assistant" and message.get("tool_calls") is not None
     text = None if content is None and may_be_empty else _content(content, f"{where}.content")
@@ -313,12 +315,12 @@ def _content(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise ApiError(400, f"{where} must be a string or a list of text parts, got {_quote(content)}", param=where)
+        raise ApiError(400, f"{where} must be a string or a list of text parts, got {quote_json(content)}", param=where)
     texts = []
     for i, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
             raise ApiError(400, f"{where}[{i}] must be a text part, {{\"type\": \"text\", \"text\": \"...\"}}"
-                           f" (other kinds are not supported), got {_quote(part)}", param=f"{where}[{i}]")
+                           f" (other kinds are not supported), got {quote_json(part)}", param=f"{where}[{i}]")
         texts.append(part["text"])
     return "".join(texts)
 
@@ -327,11 +329,11 @@ def _prompt(prompt: Any) -> str:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
-        raise ApiError(400, f"prompt must be a non-empty string, got {_quote(prompt)}", param="prompt")
+        raise ApiError(400, f"prompt must be a non-empty string, got {quote_json(prompt)}", param="prompt")
     return prompt
 
 
-def _quote(value: Any) -> str:
+def quote_json(value: Any) -> str:
     """`value` as JSON for an error message, cut short when long."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=True)

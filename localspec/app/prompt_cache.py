@@ -78,7 +78,7 @@ class PromptCache:
         if path is None:
             return 0
         def usable(tokens: tuple[int, ...]) -> bool:  # (a context sized for a shorter run cannot take a longer state)
-            return common_prefix_length(tokens, prompt) >= MIN_TOKENS and len(tokens) <= model.n_ctx
+            return common_prefix_length(tokens, prompt) >= MIN_TOKENS and len(tokens) <= model.context_size
 
         read = self._read(path, model.n_vocab, wants_state=usable)  # (a state of no use here is not read)
         if read is None or read[1] is None:

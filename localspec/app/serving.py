@@ -35,7 +35,7 @@ from ..engine.stats import SpecStats
 from ..errors import LocalspecError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
-from .openai_request import ApiError, CompletionRequest, parse_body, parse_request
+from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
 from .tool_calls import (
     ToolCall,
     ToolSetup,
@@ -179,7 +179,7 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
     body = parse_body(await _read_body(request, max_body_bytes))
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise ApiError(400, f"model must be a string, got {json.dumps(model)[:40]}", param="model")
+        raise ApiError(400, f"model must be a string, got {quote_json(model)}", param="model")
     if model is not None and model != served.model_id:
         raise ApiError(404, f"the model {json.dumps(model)} does not exist; this server has {served.model_id!r}",
                        param="model", code="model_not_found")

@@ -90,7 +90,7 @@ class Session:
         longest = self.target.longest_token_bytes()
         if n_bytes > longest * limit:
             raise PromptTooLongError(f"the prompt is {n_bytes} bytes, more than a context of {limit} tokens can hold"
-                             f" (this vocabulary's tokens are at most {longest} bytes): shorten the prompt")
+                                     f" (this vocabulary's tokens are at most {longest} bytes): shorten the prompt")
 
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""
@@ -326,8 +326,8 @@ def open_session(
     what the user should know of the loaded models (the context an n_ctx they
     asked for became). `memory_owner` names the memory of earlier text the
     session drafts from and adds to (see `app.memory`; None: none). With `size_contexts_later` the models' contexts
-    are created by `Session.reserve_context` (a one-shot run, sized for it) or on
-    first use; otherwise now, at their configured size. With `prompt_cache` a model
+    are created on first use, at the size `Session.reserve_context` gave them (a one-shot run's) or else at
+    their configured size; otherwise now, at their configured size. With `prompt_cache` a model
     whose settings allow it starts from its reading of the last prompt saved by an
     earlier session (see `app.prompt_cache`), and this session's is saved on close.
     """

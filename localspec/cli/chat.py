@@ -365,8 +365,8 @@ def _starting_conversation(
         raise InputError("no conversation to continue yet" if resume_id is None else f"no conversation {resume_id}")
     try:
         return Conversation.from_json(data, settings), conversation_id
-    except InputError as exc:  # a stored conversation edited by hand, or damaged
-        raise InputError(f"chat history {store.path}: conversation {conversation_id}: {exc}") from None
+    except InputError as exc:  # a stored conversation edited by hand, or damaged (stored data: exit 1)
+        raise LocalspecError(f"chat history {store.path}: conversation {conversation_id} is damaged ({exc})") from None
 
 
 def _line_reader() -> Callable[[], str | None]:

@@ -34,7 +34,7 @@ class LocalspecGroup(click.Group):
             exc.show()  # `localspec` alone: the help text
             sys.exit(exc.exit_code)
         except click.ClickException as exc:  # bad options or arguments: one line instead of usage + error
-            click.echo(f"error: {exc.format_message()}", err=True)
+            click.echo(f"error: {one_line(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("", err=True)
@@ -54,7 +54,7 @@ class LocalspecGroup(click.Group):
             sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
             sys.exit(0)
         except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
-            click.echo(f"error: {os_error_text(exc)}", err=True)
+            click.echo(f"error: {one_line(os_error_text(exc))}", err=True)
             sys.exit(1)
 
 
@@ -90,7 +90,7 @@ class LazyCommands(LocalspecGroup):
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         """As click's, with the near command suggested for a mistyped one (click suggests only among its own)."""
-        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+        if args and not args[0].startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, args[0]) is None:
             near = difflib.get_close_matches(args[0], self.list_commands(ctx), n=1)
             if near:
                 ctx.fail(f"No such command {args[0]!r}. Did you mean {near[0]!r}?")

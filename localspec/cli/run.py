@@ -63,7 +63,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     if raw and plan.settings.sources.get("chat.system_prompt") == FLAG_SOURCE:
         raise InputError("--system goes into the chat template, which --raw leaves out: give one or the other")
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
-    # The contexts are created once the prompt's length is known, sized for this one run.
+    # The contexts are sized for this one run once the prompt's length is known, and created where first needed.
     with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True,
                       prompt_cache=True) as session:
         session.refuse_text_too_long([text])

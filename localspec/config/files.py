@@ -75,7 +75,7 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        last_line = len(text.splitlines()) or 1
+        last_line = text.rstrip("\n").count("\n") + 1  # (TOML breaks lines at \n alone)
         reason = str(exc).replace("(at end of document)", f"(at the end of the file, line {last_line})")
         raise InputError(f"{path}: invalid TOML: {reason}") from None
     except RecursionError:

@@ -366,12 +366,12 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
 
 def parse_value(raw: str, kind: type) -> Any:
     """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself
-    ([INST]); a single string where a list is expected becomes a one-item list. A list begun with quotes
-    that does not parse (["a",) is an InputError, not a string to keep."""
+    ([INST]); a single string where a list is expected becomes a one-item list. A list whose first item
+    is quoted but that does not parse (["a",) is an InputError, not a string to keep."""
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
-        if kind is list and raw.strip().startswith("[") and any(quote in raw for quote in "\"'"):
+        if kind is list and re.match(r"\[\s*[\"']", raw.strip()):
             raise InputError(f"{raw.strip()[:40]!r} is not a list: write [\"a\", \"b\"] (TOML), or one string") from None
         value = raw.strip()
     except RecursionError:  # brackets nested thousands deep: text

@@ -238,8 +238,8 @@ class Model(_Freed):
         self._grammar_tokenizer: Any = None
 
     def reserve(self, n_tokens: int) -> None:
-        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is not created yet; it is
-        created where first needed (a draft model's only once it drafts, after the first token).
+        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is neither created nor sized
+        yet; it is created where first needed (a draft model's only once it drafts, after the first token).
 
         It gets the smallest multiple of 256 tokens that holds them, within the
         configured n_ctx: a smaller cache is quicker to set up (on the demo pair a
@@ -247,7 +247,7 @@ class Model(_Freed):
         and a one-shot run never needs more.
         """
         self._refuse_if_closed()
-        if self._ctx is None:
+        if self._ctx is None and self._reserved_n_ctx is None:
             self._reserved_n_ctx = min(self._largest_n_ctx, _rounded_context(max(n_tokens, 1)))
 
     def _ensure_context(self) -> None:
@@ -305,6 +305,14 @@ class Model(_Freed):
             llama_cpp.llama_free(context)
             raise
         self._ctx = context  # last: a context is in use only once all of it is set up
+
+    @property
+    def context_size(self) -> int:
+        """The context's size in tokens, without creating it: the created context's, else the size it will be
+        created at (the one `reserve` asked for, else the configured one, rounded up as llama.cpp does)."""
+        if self._ctx is not None:
+            return self._n_ctx
+        return _rounded_context(self._reserved_n_ctx or self._largest_n_ctx)
 
     @property
     def n_ctx(self) -> int:

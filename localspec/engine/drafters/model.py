@@ -37,7 +37,7 @@ class ModelDrafter:
         self.model = model
         self.sampling = sampling
         self.p_min = p_min
-        self.length = length or FixedLength(model.n_ctx)
+        self.length = length or FixedLength(model.context_size)
         self.waiting = False  # told to read the prompt later: no drafts until `read`
         self._unread = self._prompt_length = 0  # prompt tokens `begin` left to `read`, of how many
         self._made_before = 0
@@ -68,7 +68,7 @@ class ModelDrafter:
             return False
         if not isinstance(self.length, AdaptiveLength):
             return True
-        room = self.model.n_ctx - self._prompt_length - n_generated  # the draft model drafts only while the context fits
+        room = self.model.context_size - self._prompt_length - n_generated  # the draft model drafts only while the context fits
         self.length.made_unread = self._made_before + n_generated
         return self.length.worth_reading(self._unread + n_generated, self.length.made_unread, min(budget_left, room),
                                          later_turns=self._made_before > 0, uncovered_share=uncovered_share)
@@ -90,7 +90,7 @@ class ModelDrafter:
         """What the draft model must hold before it drafts: all but the last token; what it holds
         already where the prompt leaves its context no room to draft in (it will not draft, so reading
         would be wasted)."""
-        if len(prompt_tokens) > self.model.n_ctx:
+        if len(prompt_tokens) > self.model.context_size:
             return self.model.tokens
         return prompt_tokens[:-1]
 
@@ -100,7 +100,7 @@ class ModelDrafter:
     ) -> Draft:
         """Up to `max_tokens` tokens drawn one by one from q_draft (masked by `grammar`, along a copy of it)."""
         # The draft's cache must hold the context plus all but the last draft token.
-        room = min(max_tokens, self.model.n_ctx - len(context) + 1)
+        room = min(max_tokens, self.model.context_size - len(context) + 1)
         k = self.length.plan(room) if room > 0 and not self.waiting else 0
         tokens: list[int] = []
         rows: list[Probs] = []
