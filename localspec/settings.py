@@ -306,7 +306,7 @@ class GenerationSettings(SettingsGroup):
     max_tokens: int | None = setting(
         None, f"Most tokens to generate (default {FREE_TEXT_MAX_TOKENS}; {STRUCTURED_MAX_TOKENS} for output held to a"
         " format or tools, which is no use cut short).",
-        low=0, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
+        low=1, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
     )
     stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop", request="stop")
     seed: int | None = setting(None, "Random seed: same seed and settings, same output.", low=0, high=SEED_MAX, flag="--seed", request="seed")

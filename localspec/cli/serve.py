@@ -53,9 +53,6 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
     if memory is not None:
         flags["speculative.memory"] = memory
     plan = resolve_plan(profile, flags, verbose=verbose)
-    if plan.generation.max_tokens == 0:  # every request without max_tokens would get an empty reply
-        raise click.BadParameter("must be at least 1 to serve (as a request's max_tokens)",
-                                 param_hint="--max-tokens / sampling.max_tokens")
     memory_owner = serve_owner(api_key) if memory else None  # never from a profile: the operator turns it on
     model_id = plan.profile_name or plan.target.path.stem
     listener = _bind(host, port)  # before loading: a taken port is one line, not a load and then uvicorn's error
