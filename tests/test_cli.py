@@ -96,10 +96,12 @@ def test_stop_string_cuts_the_text_and_reports_stop(pair_args: list[str]) -> Non
     assert cut["text"] == full["text"].split("5")[0]
 
 
-@pytest.mark.parametrize("n", [0, 1])
-def test_max_tokens_zero_and_one(pair_args: list[str], n: int) -> None:
-    report = json.loads(localspec("run", *pair_args, "--max-tokens", str(n), "--json", "Hi").stdout)
-    assert len(report["tokens"]) == n and report["stop_reason"] == "length"
+def test_max_tokens_one_and_zero(pair_args: list[str]) -> None:
+    report = json.loads(localspec("run", *pair_args, "--max-tokens", "1", "--json", "Hi").stdout)
+    assert len(report["tokens"]) == 1 and report["stop_reason"] == "length"
+    refused = localspec("run", *pair_args, "--max-tokens", "0", "--json", "Hi")  # a run for nothing is a mistake
+    assert refused.returncode == 2 and refused.stdout == b""
+    assert refused.stderr.decode().strip().splitlines() == ["error: Invalid value for '--max-tokens': 0 is not in the range x>=1."]
 
 
 def test_multibyte_utf8_is_streamed_intact(pair_args: list[str]) -> None:

@@ -72,6 +72,15 @@ def test_the_json_form_round_trips() -> None:
         Conversation.from_json({"messages": [{"role": "robot", "content": "x"}]}, GenerationSettings())
 
 
+def test_a_conversation_saved_with_max_tokens_0_resumes_with_the_default() -> None:
+    """0 was allowed once (it meant nothing); a conversation saved then is not damaged."""
+    data = {"messages": [{"role": "user", "content": "hi"}], "settings": {"sampling.max_tokens": 0, "sampling.top_k": 5}}
+    resumed = Conversation.from_json(data, GenerationSettings())
+    assert resumed.settings.max_tokens is None and resumed.settings.sampling.top_k == 5
+    with pytest.raises(InputError, match="max_tokens"):
+        GenerationSettings().with_values({"sampling.max_tokens": 0})
+
+
 def test_the_store_keeps_conversations_message_by_message(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "history.sqlite3")
     chat = conversation("first question", "first answer")

@@ -160,6 +160,8 @@ def test_a_reserved_context_is_created_where_first_needed_and_its_size_known_bef
         assert model.context_size == 1024
         model.reserve(300)
         assert model.context_size == 512 and model._ctx is None  # sized, not created
+        model.reserve(100)
+        assert model.context_size == 512  # the largest reservation holds
         model.sync([1, 260, 261])
         assert model._ctx is not None and model.n_ctx == model.context_size == 512
 

@@ -181,7 +181,7 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f"model must be a string, got {quote_json(model)}", param="model")
     if model is not None and model != served.model_id:
-        raise ApiError(404, f"the model {json.dumps(model)} does not exist; this server has {served.model_id!r}",
+        raise ApiError(404, f"the model {quote_json(model)} does not exist; this server has {served.model_id!r}",
                        param="model", code="model_not_found")
     # Compiling a grammar, rendering and tokenizing take real time on a large schema or many tools: off the
     # event loop, so that other clients' streams and /health go on meanwhile.

@@ -158,8 +158,8 @@ class Session:
 
     def reserve_context(self, n_tokens: int) -> None:
         """Size both models' contexts for one generation of `n_tokens` in all (a one-shot run's prompt
-        and max_tokens) where they are not created yet (`open_session(size_contexts_later=True)`):
-        quicker to set up than the configured size."""
+        and max_tokens) where they are not created yet (`open_session(size_contexts_later=True)`): quicker to
+        set up than the configured size. Each is created where first needed."""
         for model in (self.target, self.draft):
             if model is not None:
                 model.reserve(n_tokens)

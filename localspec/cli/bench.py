@@ -151,8 +151,6 @@ def bench(
     if save and not (profile or not flags.get("target.path")):
         raise click.UsageError("--save writes into a profile: name one with --profile")
     plan = resolve_plan(profile, flags, verbose=verbose)
-    if plan.generation.max_tokens == 0:
-        raise click.BadParameter("bench measures generated tokens: give 1 or more", param_hint="--max-tokens")
     speculative = plan.generation.speculative
     chosen_strategies = _comma_list(strategies, _strategy, "--strategy") if strategies else [speculative.strategy]
     chosen_lengths = _fitted_lengths(plan, _comma_list(draft_maxes, _draft_max, "--draft-max")) if draft_maxes \

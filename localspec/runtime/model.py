@@ -238,8 +238,8 @@ class Model(_Freed):
         self._grammar_tokenizer: Any = None
 
     def reserve(self, n_tokens: int) -> None:
-        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is neither created nor sized
-        yet; it is created where first needed (a draft model's only once it drafts, after the first token).
+        """Size the context for `n_tokens` (a one-shot prompt and its output) if it is not created yet (the largest
+        reservation holds); it is created where first needed (a draft model's only once it drafts).
 
         It gets the smallest multiple of 256 tokens that holds them, within the
         configured n_ctx: a smaller cache is quicker to set up (on the demo pair a
@@ -247,8 +247,9 @@ class Model(_Freed):
         and a one-shot run never needs more.
         """
         self._refuse_if_closed()
-        if self._ctx is None and self._reserved_n_ctx is None:
-            self._reserved_n_ctx = min(self._largest_n_ctx, _rounded_context(max(n_tokens, 1)))
+        if self._ctx is None:  # (the largest reservation holds)
+            wanted = min(self._largest_n_ctx, _rounded_context(max(n_tokens, 1)))
+            self._reserved_n_ctx = max(self._reserved_n_ctx or 0, wanted)
 
     def _ensure_context(self) -> None:
         """Create the context where it is first needed (a draft model's, after the first token): at the size
