@@ -317,7 +317,8 @@ class Model(_Freed):
 
     @property
     def n_ctx(self) -> int:
-        """The context's size in tokens (creating the context at its configured size if not yet created)."""
+        """The context's size in tokens (creating the context, at its reserved or configured size, if not yet
+        created; `context_size` tells it without creating it)."""
         self._ensure_context()
         return self._n_ctx
 
