@@ -63,7 +63,7 @@ def test_the_prompt_check_counts_the_context_llama_cpp_creates(tiny_args: list[s
 
 
 def test_more_bad_input_is_one_line(tiny_args: list[str], tmp_path: Path) -> None:
-    one_error_line(cli(*tiny_args, "--json-schema", "[1, 2]", "hi"), 2, "a JSON schema is an object", "not an array")
+    one_error_line(cli(*tiny_args, "--json-schema", "[1, 2]", "hi"), 2, "a JSON schema must be a JSON object", "not an array")
     one_error_line(cli(*tiny_args, "--json-schema", "42", "hi"), 2, "not a number")
     one_error_line(cli(*tiny_args, "--stop", "", "hi"), 2, "stop", "empty text")
     one_error_line(cli("rnu", "hi"), 2, "No such command 'rnu'", "Did you mean 'run'?")

@@ -236,7 +236,7 @@ def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, v
 
 @pytest.mark.parametrize("fields, param, says", [
     ({"model": 5}, "model", "model must be a string"),
-    ({"max_tokens": -5}, "max_tokens", "max_tokens must be at least 1, got -5"),
+    ({"max_tokens": -5}, "max_tokens", "max_tokens must be >= 1, got -5"),
     ({"max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens", "max_tokens is 4 but max_completion_tokens is 8"),
     ({"stop": ""}, "stop", "empty text"),
 ])

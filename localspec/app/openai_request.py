@@ -247,9 +247,6 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         value = _setting_value(key, value)
         if key == "sampling.stop" and isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
             raise ApiError(400, f"stop holds {len(value)} strings; at most {MAX_STOP_STRINGS} are taken", param=name)
-        # As OpenAI's API: a request for nothing is a mistake.
-        if key == "sampling.max_tokens" and _is_an_integer(value) and value < 1:
-            raise ApiError(400, f"{name} must be at least 1, got {value}", param=name)
         problem = SETTINGS[key].problem(value)
         if problem is not None:
             raise ApiError(400, _shorten(problem.replace(key, name)), param=name)
@@ -268,10 +265,6 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         raise ApiError(400, f"strategy {settings.speculative.strategy!r} needs a draft model, and none is loaded",
                        param="strategy")
     return settings
-
-
-def _is_an_integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _setting_value(key: str, value: Any) -> Any:

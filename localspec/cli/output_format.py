@@ -61,26 +61,22 @@ def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
 
 
 def schema_format(value: str, given_as: str = "--json-schema") -> OutputFormat:
-    """`--json-schema` / `/format schema`: inline JSON when it starts with '{', else a file's text."""
+    """`--json-schema` / `/format schema`: inline JSON when it starts with '{' or, naming no file, is JSON of
+    another kind ('[1,2]', '42': refused as a schema when it is parsed), else a file's text."""
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
     path = user_path(value)
-    _refuse_inline_json_that_is_not_an_object(value, given_as)
+    if not os.path.lexists(path) and _is_json(value):
+        return OutputFormat("json_schema", clean_input(value, given_as), given_as)
     return OutputFormat("json_schema", read_user_text(path), str(path))
 
 
-_JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
-
-
-def _refuse_inline_json_that_is_not_an_object(value: str, given_as: str) -> None:
-    """InputError where `value` is JSON of another kind than a schema's object ('[1,2]', '42'), not a file's name."""
+def _is_json(text: str) -> bool:
     try:
-        parsed = json.loads(value)
-        if os.path.lexists(value):  # (a file named 42)
-            return
+        json.loads(text)
     except (ValueError, RecursionError):
-        return  # a file's name: reading it says what is wrong with it
-    raise InputError(f"{given_as}: a JSON schema is an object ({{...}}), not {_JSON_TYPE_NAMES.get(type(parsed), 'null')}")
+        return False
+    return True
 
 
 def grammar_format(value: str) -> OutputFormat:
