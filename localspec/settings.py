@@ -145,10 +145,11 @@ class SettingsGroup:
 
     @classmethod
     def from_values(cls: type[G], values: Mapping[str, Any], role: str | None = None) -> G:
-        """An instance from dotted-key values (keys not given keep their defaults), each checked under its own key."""
+        """An instance from dotted-key values (keys not given, or given as None, keep their defaults), each checked
+        under its own key."""
         kwargs = {}
         for item in declared(cls, role):
-            if item.key in values:
+            if values.get(item.key) is not None:
                 value = values[item.key]
                 problem = item.problem(value)
                 if problem is not None:

@@ -74,6 +74,21 @@ def test_speculative_off_and_on(tiny_profile: str) -> None:
 
 
 
+def test_no_speculative_neither_loads_nor_looks_for_the_draft(tiny_profile: str, tmp_path: Path) -> None:
+    result = chat(b"the cat\n/speculative on\n/set strategy ngram\n/speculative on\nthe dog\n",
+                  "--no-speculative", "--draft", str(tmp_path / "missing.gguf"), "--strategy", "model")
+    assert result.exit_code == 0, result.stderr
+    assert "no draft model is loaded" in result.stderr and "(speculative decoding on)" in result.stderr
+    off, on = replies(result.stderr)
+    assert ", no drafting, seed " in off and ", no drafting, seed " not in on
+
+
+def test_a_strategy_that_needs_the_draft_model_says_when_none_is_loaded(tiny_profile: str) -> None:
+    result = chat(b"/set strategy model\nthe cat\n", "--strategy", "ngram")  # ngram: the draft model is not loaded
+    assert result.exit_code == 0, result.stderr
+    assert "replies are target-only until /set strategy ngram" in result.stderr
+
+
 def test_flags_given_when_resuming_win_over_the_kept_settings(tiny_profile: str) -> None:
     first = chat(b"/set temperature 0.5\n/set top_k 7\n/set max_tokens 6\nthe cat\n")
     assert first.exit_code == 0, first.stderr
@@ -83,6 +98,16 @@ def test_flags_given_when_resuming_win_over_the_kept_settings(tiny_profile: str)
     assert (shown.get("temperature"), shown.get("max_tokens"), shown.get("top_k")) == ("0.0", "4", "7")
     messages = stored()["messages"]
     assert messages[0] == {"role": "system", "content": "Be brief."} and len(messages) == 5
+
+
+def test_flags_given_when_resuming_are_stored_with_the_next_message(tiny_profile: str) -> None:
+    first = chat(b"/set temperature 0.5\nthe cat\n")
+    assert first.exit_code == 0 and stored()["settings"]["sampling.temperature"] == 0.5
+    looked = chat(b"", "--continue")  # (--temperature 0, as every chat here): no message, nothing stored
+    assert looked.exit_code == 0 and stored()["settings"]["sampling.temperature"] == 0.5
+    resumed = chat(b"the dog\n", "--continue")
+    assert resumed.exit_code == 0, resumed.stderr
+    assert stored()["settings"]["sampling.temperature"] == 0.0 and len(stored()["messages"]) == 4
 
 
 def bad_conversation_files(folder: Path) -> dict[str, Path]:

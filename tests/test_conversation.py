@@ -81,6 +81,17 @@ def test_a_conversation_saved_with_max_tokens_0_resumes_with_the_default() -> No
         GenerationSettings().with_values({"sampling.max_tokens": 0})
 
 
+def test_a_null_setting_in_a_saved_conversation_means_its_default() -> None:
+    """JSON null is "not set" for every setting: the defaults apply; None neither reaches the sampler nor crashes the resume."""
+    settings = {"speculative.draft_max": None, "sampling.temperature": None, "sampling.stop": None, "sampling.top_k": 5}
+    defaults = GenerationSettings().with_values({"sampling.temperature": 0.3})
+    resumed = Conversation.from_json({"messages": [], "settings": settings}, defaults)
+    assert resumed.settings.speculative.draft_max == GenerationSettings().speculative.draft_max
+    assert resumed.settings.sampling.temperature == 0.3
+    assert resumed.settings.stop == () and resumed.settings.sampling.top_k == 5
+    assert GenerationSettings.from_values({"speculative.draft_max": None}) == GenerationSettings()
+
+
 def test_the_store_keeps_conversations_message_by_message(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "history.sqlite3")
     chat = conversation("first question", "first answer")

@@ -302,6 +302,18 @@ def test_models_scan_lists_odd_files_as_unreadable_and_goes_on(tmp_path: Path, t
     assert sorted(Path(line.split(":")[0]).name for line in report["unreadable"]) == ["loop.gguf", "nowhere.gguf"]
 
 
+def test_models_scan_and_drafts_print_paths_that_look_like_markup_as_written(tmp_path: Path, tiny_pair) -> None:
+    folder = tmp_path / "q[" / "[red]b]"
+    folder.mkdir(parents=True)
+    (folder / "z.gguf").symlink_to(tiny_pair[0])
+    scanned = cli("models", "scan", str(tmp_path / "q["))
+    assert scanned.exit_code == 0, scanned.stderr
+    assert "[red]b]" in scanned.output.replace("\n", "")
+    (tmp_path / "empty").mkdir()
+    drafts = cli("models", "drafts", str(folder / "z.gguf"), str(tmp_path / "empty"))
+    assert drafts.exit_code == 0 and "[red]b]/z.gguf" in drafts.output
+
+
 @pytest.mark.slow
 def test_models_scan_groups_and_drafts_lists_smallest_first(tmp_path: Path, smollm_q4_1: Path, smollm_f32: Path, tiny_pair) -> None:
     folder = tmp_path / "models"

@@ -47,6 +47,7 @@ class ChatSession:
         self.conversation_id = conversation_id
         self.warn = warn
         self.speculative = speculative and self.can_speculate()
+        self.settings_unsaved = False  # settings changed without an edit stored (flags given on resuming)
         self.last: Generation | None = None
         self.totals = SpecStats()
         self.output_format: OutputFormat | None = None  # what replies are held to (None: free text)
@@ -194,6 +195,9 @@ class ChatSession:
 
     def save_last(self) -> None:
         """Store the newest message (one transaction), starting the stored conversation if needed."""
+        if self.settings_unsaved:
+            self.save_all()
+            return
         self._store(lambda store: store.add(self.conversation_id, self.conversation.messages[-1])
                     if self.conversation_id is not None else self._start(store))
 
@@ -201,6 +205,7 @@ class ChatSession:
         """Store the whole conversation again (after an edit); one not stored yet is stored once it has a message."""
         if self.conversation_id is None and not self.conversation.messages:
             return
+        self.settings_unsaved = False
         self._store(lambda store: store.update(self.conversation_id, self.conversation)
                     if self.conversation_id is not None else self._start(store))
 

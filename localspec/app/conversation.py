@@ -156,9 +156,9 @@ def _settings_from_json(settings: Any, defaults: GenerationSettings) -> Generati
     if not isinstance(settings, dict):
         raise InputError(f'"settings" must be an object of setting values, got {reprlib.repr(settings)}')
     known = GenerationSettings.keys()  # a setting this version does not know is skipped
-    values = {key: value for key, value in settings.items() if key in known}
+    values = {key: value for key, value in settings.items() if key in known and value is not None}  # null: not set
     if values.get("sampling.max_tokens") == 0:  # (saved when 0 was allowed, meaning nothing: the default now)
-        values["sampling.max_tokens"] = None
+        del values["sampling.max_tokens"]
     return defaults.with_values(values)
 
 

@@ -104,20 +104,22 @@ def chat(
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
     flags = setting_flags(options)
-    plan = resolve_plan(profile, flags, verbose=verbose)
+    plan = resolve_plan(profile, flags, verbose=verbose, speculative=not no_speculative)
     store = _open_store()
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
                                                            store, continue_latest, resume_id)
     # Resumed: the settings this command line gives win over those the conversation kept.
     given = {key: value for key, value in flags.items() if value is not None} if conversation_id is not None else {}
+    kept_settings = conversation.settings
     conversation.settings = conversation.settings.with_values(
         {key: value for key, value in given.items() if key in GenerationSettings.keys()})
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    load_draft = plan.generation.speculative.uses_draft_model
+    load_draft = not no_speculative and plan.generation.speculative.uses_draft_model  # (/speculative on: lookups only)
     with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)
+        loop.chat.settings_unsaved = conversation.settings != kept_settings  # stored with the next message
         loop.chat.set_format(output_format, compiled)
         if "chat.system_prompt" in given:
             loop.chat.set_system(given["chat.system_prompt"])
@@ -247,6 +249,8 @@ class ChatLoop:
             raise InputError(f"/set {key} VALUE")
         dotted = self.chat.set(key, value)
         self.say(f"{dotted} = {self.chat.conversation.settings.to_values()[dotted]!r}")
+        if self.chat.speculative and not self.chat.can_speculate():
+            self.say("(no draft model is loaded: replies are target-only until /set strategy ngram)")
 
     def cmd_system(self, argument: str) -> None:
         self.chat.set_system(argument or None)

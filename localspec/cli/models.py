@@ -7,10 +7,11 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from ..config.paths import models_dir
 from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
-from .common import human_size, stdout_console
+from .common import human_size, shown_plainly, stdout_console
 
 
 def _params(n: int) -> str:
@@ -33,7 +34,7 @@ def _model_table(models: list[ModelInfo], extra: dict[Path, str] | None = None) 
         ]
         if extra is not None:
             row.append(extra[model.path])
-        table.add_row(*row)
+        table.add_row(*(Text(shown_plainly(cell)) for cell in row))  # text, not markup: a path may hold "[red]"
     return table
 
 
@@ -72,6 +73,6 @@ def drafts_command(target: Path, folders: tuple[Path, ...], as_json: bool) -> No
         click.echo(json.dumps([{**m.to_dict(), "size_ratio": r} for m, r in found], indent=2))
         return
     if not found:
-        stdout_console.print(f"no compatible smaller model found; make one with: localspec draft make {target}")
+        click.echo(f"no compatible smaller model found; make one with: localspec draft make {shown_plainly(str(target))}")
         return
     stdout_console.print(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))
