@@ -11,7 +11,7 @@ from tiny_models import write_pair
 
 from localspec.app.session import Session
 from localspec.engine.drafters import ModelDrafter
-from localspec.engine.generation import generate_text
+from localspec.engine.generation import Generation, StopReason, generate_text
 from localspec.errors import LocalspecError
 from localspec.runtime.model import Model
 from localspec.settings import (
@@ -133,6 +133,26 @@ def test_the_turn_after_an_interrupted_reply_is_what_a_fresh_process_says(tiny_p
     with Session(Model(tiny_pair[0]), Model(tiny_pair[1])) as fresh:
         fresh_tokens = [token for chunk in fresh.generation(next_turn, settings) for token in chunk.tokens]
     assert tokens_after_interrupt == fresh_tokens
+
+
+def test_a_stop_requested_while_the_prompt_is_read_ends_the_generation_between_its_batches(tiny_pair: tuple[Path, Path]) -> None:
+    """serve's client may leave during a long prompt: the reading stops a batch later, the cache consistent,
+    and the next generation of that prompt gives what a prompt read whole gives."""
+    settings = GenerationSettings(SamplingParams(temperature=0.0), max_tokens=6, seed=1)
+    prompt = [1, *(260 + i % 17 for i in range(45))]
+    asked = []
+
+    def stop_after_two_batches() -> bool:
+        asked.append(len(model.tokens))
+        return len(asked) > 2
+
+    with Model(tiny_pair[0], ModelSettings(n_batch=8)) as model:
+        stopped = Generation(model, prompt, settings, stop_requested=stop_after_two_batches)
+        assert list(stopped) == [] and stopped.stop_reason is StopReason.INTERRUPTED
+        assert asked == [0, 8, 16] and list(model.tokens) == prompt[:16]
+        tokens = generate_text(model, prompt, settings).tokens
+    with Model(tiny_pair[0], ModelSettings(n_batch=64)) as whole:
+        assert tokens == generate_text(whole, prompt, settings).tokens and len(tokens) == 6
 
 
 def test_a_context_reserved_before_first_use_is_sized_for_the_run(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ flags, SIGTERM, the demo pair) is in test_serve.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -183,6 +184,63 @@ def test_a_stream_whose_response_cannot_be_built_lets_go_of_the_models(api: Api,
     assert not api.served.queue.busy  # the admission was let go, not left held by a stream that never was
     reply = api.post(COMPLETIONS, {"prompt": "the cat", "max_tokens": 2}, timeout=5)
     assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 2
+
+
+def test_a_stream_whose_client_stops_reading_lets_go_of_the_models_once_generated(tiny_pair: tuple[Path, Path]) -> None:
+    """A client that reads nothing more (its socket's buffers full) holds its stream, not the server."""
+    one_thread = ModelSettings(n_threads=1)
+    session = Session(Model(tiny_pair[0], one_thread), Model(tiny_pair[1], one_thread), ChatSettings(template=TEMPLATE))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    app = serving.create_app(served)
+    body = json.dumps({"prompt": "the cat", "max_tokens": 64, "stream": True}).encode()
+
+    async def scenario() -> None:
+        requested = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            if not requested.is_set():
+                requested.set()
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # the client never leaves
+            raise AssertionError
+
+        bodies = 0
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal bodies
+            bodies += message["type"] == "http.response.body"
+            if bodies >= 2:
+                await asyncio.Event().wait()  # nothing more is read
+
+        scope = {"type": "http", "method": "POST", "path": COMPLETIONS, "raw_path": COMPLETIONS.encode(),
+                 "query_string": b"", "headers": [(b"content-type", b"application/json")], "http_version": "1.1",
+                 "scheme": "http", "server": ("test", 80), "client": ("test", 1), "root_path": ""}
+        stalled = asyncio.ensure_future(app(scope, receive, send))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            reply = await asyncio.wait_for(client.post(COMPLETIONS, json={"prompt": "the dog", "max_tokens": 2}), 20)
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 2
+        assert bodies == 2 and not stalled.done()  # the first stream is still stuck where its client stopped
+        stalled.cancel()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        served.queue.close()
+        session.close()
+
+
+def test_a_chat_request_to_a_model_without_a_chat_template_says_to_send_plain_text(tiny_pair: tuple[Path, Path]) -> None:
+    session = Session(Model(tiny_pair[0], ModelSettings(n_threads=1)))  # the tiny model has no template of its own
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    try:
+        with TestClient(serving.create_app(served)) as client:
+            reply = client.post(CHAT, json=chat_body("hi"))
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == "messages"
+            assert reply.json()["error"]["message"] == "this model has no chat template: send plain text to /v1/completions"
+            assert client.post(COMPLETIONS, json={"prompt": "the cat", "max_tokens": 2}).status_code == 200
+    finally:
+        served.queue.close()
+        session.close()
 
 
 # -- defect 3: non-finite numbers -----------------------------------------------------------

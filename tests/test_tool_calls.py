@@ -212,6 +212,18 @@ def test_an_arguments_schema_llguidance_rejects_is_one_line() -> None:
     assert error.value.param == "tools[1].function.parameters"
 
 
+def test_the_rejected_schema_is_named_among_callable_tools_only() -> None:
+    """A tool left out of the grammar (tool_choice names another) is neither compiled nor blamed, even one whose
+    schema could not be written as JSON."""
+    unwritable = {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {
+        "x": {"type": "number", "maximum": float("nan")}}}}}
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "x": {"type": "string", "pattern": "(unclosed"}}}}}
+    forced_bad = {"type": "function", "function": {"name": "f"}}
+    with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: .*unclosed group"):
+        prepare_tools(request(forced_bad, tools=[unwritable, bad]), PLAIN, lambda text: False)
+
+
 def test_arguments_a_schema_leaves_open_are_bounded_as_for_a_json_schema() -> None:
     from localspec.engine.grammar import NUMBER_MAGNITUDE_LIMIT, STRING_LENGTH_LIMIT
 
@@ -234,6 +246,9 @@ def test_calls_are_read_back_and_anything_else_is_text() -> None:
     assert all(call.id.startswith("call_") for call in hermes)
     assert parse_calls("Hello", ToolSyntax.HERMES) is None
     assert parse_calls('<tool_call>\n{"name": "a", "argu', ToolSyntax.HERMES) is None  # cut short
+    assert parse_calls('Hi <tool_call>{"name": "a", "arguments": {}}</tool_call>', ToolSyntax.HERMES) is None
+    quoting = parse_calls('<tool_call>{"name": "a", "arguments": {"x": "1</tool_call>2"}}</tool_call>', ToolSyntax.HERMES)
+    assert quoting and json.loads(quoting[0].arguments) == {"x": "1</tool_call>2"}  # the tag inside a string is text
     assert parse_calls('{"name": "a", "parameters": [1]}', ToolSyntax.LLAMA3) is None
     assert parse_calls('{"tool_calls": [{"name": "a"', ToolSyntax.JSON) is None
 
@@ -340,6 +355,10 @@ def test_stream_options_and_stop_strings_are_checked_by_name_and_count() -> None
     with pytest.raises(ApiError) as error:
         parse({"stream_options": {"include_usage": "yes"}})
     assert error.value.param == "stream_options.include_usage"
+    with pytest.raises(ApiError, match="only allowed with stream: true") as error:
+        parse({"stream_options": {"include_usage": True}})  # (as OpenAI answers it)
+    assert error.value.param == "stream_options"
+    assert parse({"stream": True, "stream_options": {"include_usage": True}}).include_usage
     with pytest.raises(ApiError) as error:
         parse({"stop": [f"s{n}" for n in range(17)]})  # each is looked for in every token's text
     assert error.value.param == "stop" and "at most 16" in str(error.value)

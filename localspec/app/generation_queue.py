@@ -36,7 +36,7 @@ class Slot:
 
     def __init__(self, session: Session, worker: concurrent.futures.ThreadPoolExecutor) -> None:
         self.session = session
-        self.cancelled = threading.Event()  # set: the generation stops after the target pass in progress
+        self.cancelled = threading.Event()  # set: the generation stops after the target pass (or prompt batch) in progress
         self._worker = worker
         self._work: concurrent.futures.Future[Generation] | None = None
 
@@ -51,7 +51,8 @@ class Slot:
 
     def _generate(self, tokens: list[int], settings: GenerationSettings, speculative: bool,
                   on_chunk: Callable[[str], None] | None, grammar: str | None) -> Generation:
-        generation = self.session.generation(tokens, settings, speculative=speculative, grammar=grammar)
+        generation = self.session.generation(tokens, settings, speculative=speculative, grammar=grammar,
+                                             stop_requested=self.cancelled.is_set)
         chunks = iter(generation)
         try:
             for chunk in chunks:

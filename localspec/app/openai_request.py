@@ -146,13 +146,16 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
     if tools is not None and response_format is not None:
         raise ApiError(400, "response_format other than text cannot be combined with tools (the reply is held to"
                        " the tools' call syntax)", param="response_format")
+    stream, include_usage = _boolean(body, "stream", default=False), _include_usage(body.get("stream_options"))
+    if body.get("stream_options") is not None and not stream:
+        raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
     return CompletionRequest(
         messages=_messages(body.get("messages")) if chat else None,
         prompt=None if chat else _prompt(body.get("prompt")),
         settings=_settings(body, defaults, has_draft),
         speculative=_boolean(body, "speculative", default=True),
-        stream=_boolean(body, "stream", default=False),
-        include_usage=_include_usage(body.get("stream_options")),
+        stream=stream,
+        include_usage=include_usage,
         response_format=response_format,
         tools=tools,
     )

@@ -2,8 +2,8 @@
 
 Requests are checked by `openai_request`, wait their turn in the
 `GenerationQueue`, and generate in its worker thread. A client that goes away
-stops its generation after the target pass in progress, streaming or not, and a
-client that left while queued is never admitted. Every answer is JSON (or
+stops its generation after the target pass (or prompt batch) in progress,
+streaming or not, and a client that left while queued is never admitted. Every answer is JSON (or
 server-sent events): errors use OpenAI's body, `{"error": {"message", "type",
 "param", "code"}}`, 404 and 405 included; an unforeseen failure is logged with
 its traceback for the operator and answered with a 500 that carries neither a
@@ -47,6 +47,7 @@ from .tool_calls import (
 # OpenAI's finish_reason for each way a generation ends (cut short counts as "length", as OpenAI does)
 FINISH_REASONS = {StopReason.EOS: "stop", StopReason.LENGTH: "length", StopReason.STOP: "stop", StopReason.INTERRUPTED: "length"}
 MAX_BODY_BYTES = 1 << 20
+SEND_TIMEOUT_SECONDS = 60  # a stream whose client reads nothing for this long is dropped
 CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer
 log = logging.getLogger("localspec.serve")
 
@@ -193,18 +194,31 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
         reply = Reply(served, chat, parsed, tools)
         if parsed.stream:
-            events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage)
-            return await _held_stream(events, hold.pop_all(), reply)
+            held = hold.pop_all()
+            events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
+                                  on_generated=lambda: _let_go_soon(held))
+            return await _held_stream(events, held, reply)
         return await reply.whole(slot, tokens, settings, parsed.speculative, request)
 
 
 async def _held_stream(events: AsyncIterator[str], held: AsyncExitStack, reply: Reply) -> HeldEventSource:
     """The stream's response, which holds the models until it ends, however it ends (or lets go at once if it cannot be built)."""
     try:
-        return HeldEventSource(events, held, on_close=reply.closed, ping=15)
+        return HeldEventSource(events, held, on_close=reply.closed, ping=15, send_timeout=SEND_TIMEOUT_SECONDS)
     except BaseException:
         await held.aclose()
         raise
+
+
+_letting_go: set[asyncio.Task] = set()  # (a task the loop holds only weakly would be collected mid-way)
+
+
+def _let_go_soon(held: AsyncExitStack) -> None:
+    """Hand the models on once a stream's generation is done, while its client may still be reading the
+    events: a client that stops reading holds a socket, not the server."""
+    task = asyncio.ensure_future(held.aclose())
+    _letting_go.add(task)
+    task.add_done_callback(_letting_go.discard)
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -250,6 +264,8 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
         session.refuse_text_too_long(texts)
     except PromptTooLongError as exc:
         raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
+    if parsed.messages is not None and session.chat_template() is None:
+        raise ApiError(400, "this model has no chat template: send plain text to /v1/completions", param="messages")
     try:
         if parsed.messages is not None:
             messages, definitions = chat_input(parsed.messages, tools, served.queue.session.chat_template())
@@ -267,8 +283,8 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
 
 
 class HeldEventSource(EventSourceResponse):
-    """Server-sent events that keep `hold` (the request's admission) until the response ends, however it ends,
-    then call `on_close`."""
+    """Server-sent events that keep `hold` (the request's admission) at most until the response ends, however it
+    ends (the generation lets go of it as soon as it is over: `_let_go_soon`), then call `on_close`."""
 
     def __init__(self, content: AsyncIterator[str], hold: AsyncExitStack, on_close: Callable[[], None],
                  **kwargs: Any) -> None:
@@ -344,13 +360,15 @@ class Reply:
         return generation
 
     async def events(self, slot: Slot, tokens: list[int], settings: GenerationSettings, speculative: bool,
-                     include_usage: bool) -> AsyncIterator[str]:
-        """The stream's events; a failure ends it with an error event rather than a cut connection."""
+                     include_usage: bool, on_generated: Callable[[], None]) -> AsyncIterator[str]:
+        """The stream's events; a failure ends it with an error event rather than a cut connection.
+        `on_generated` is called once the generation is over, however far the client has read."""
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str] = asyncio.Queue()
         work = asyncio.ensure_future(slot.generate(tokens, settings, speculative,
                                                    lambda text: loop.call_soon_threadsafe(pieces.put_nowait, text),
                                                    grammar=self.grammar))
+        work.add_done_callback(lambda _: on_generated())
         sorting = self.tools.stream() if self.tools is not None else None  # plain text passes, a call waits
         try:
             if self.chat:
@@ -387,7 +405,7 @@ class Reply:
             self.ended = True
             yield _error_event("internal error", None)
         finally:
-            slot.cancelled.set()  # the worker stops after the target pass in progress
+            slot.cancelled.set()  # the worker stops after the target pass (or prompt batch) in progress
             work.cancel()  # only the wait for it: the admission hands the models on once the worker is done
             if work.done() and not work.cancelled():
                 work.exception()  # seen (a failure nobody was left to hear of is not logged again at exit)

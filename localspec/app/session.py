@@ -56,11 +56,12 @@ class Session:
 
     def generation(
         self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, speculative: bool = True,
-        grammar: str | None = None,
+        grammar: str | None = None, stop_requested: Callable[[], bool] | None = None,
     ) -> Generation:
         """A generation from `prompt_tokens` with the settings' drafting strategy (target only when
         `speculative` is off, or when the strategy needs a draft model and there is none), held to
-        `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given."""
+        `grammar` (an llguidance grammar string, see `engine.grammar`) when one is given; `stop_requested`:
+        see `Generation`."""
         if self.prompt_cache is not None:
             for model in self._prompt_cached_models():
                 if not model.tokens and (model.flash_attention_off or not _drafts_decide_the_text(settings)):
@@ -72,7 +73,7 @@ class Session:
             drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths,
                                     constrained=grammar is not None, memory=memory.index() if memory else None,
                                     memory_use=memory.use if memory else None)
-        return Generation(self.target, prompt_tokens, settings, drafter, grammar)
+        return Generation(self.target, prompt_tokens, settings, drafter, grammar, stop_requested)
 
     def remember(self, generation: Generation, source: str, tag: str | None = None) -> None:
         """Add a finished generation's prompt and output to the memory (when there is one and its settings use it)."""

@@ -38,6 +38,7 @@ from ..engine.grammar import CompiledGrammar, OutputFormat, closed_object, compi
 from ..errors import InputError
 from ..textin import clean_data
 
+OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 CHOICES = ("auto", "required", "none")
 # How the arguments are written inside a call: compact separators as json.dumps writes them (and the templates
@@ -234,7 +235,7 @@ def detect_syntax(template: str | None) -> ToolSyntax:
     """How the model writes calls, read from its chat template."""
     if template is None:
         return ToolSyntax.JSON
-    if "<tool_call>" in template:
+    if OPEN_TAG in template:
         return ToolSyntax.HERMES
     if '"parameters": dictionary of argument name' in template:
         return ToolSyntax.LLAMA3
@@ -289,7 +290,7 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax, is_special: Callable[
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
     if syntax is ToolSyntax.HERMES:
-        opening, closing = (_marker(text, is_special) for text in ("<tool_call>", "</tool_call>"))
+        opening, closing = (_marker(text, is_special) for text in (OPEN_TAG, CLOSE_TAG))
         more = f' ("\\n" call){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [f"calls: call{more}",
                   f'call: {opening} "\\n" body "\\n" {closing}',
@@ -348,10 +349,7 @@ def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
     """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call)."""
     try:
         if syntax is ToolSyntax.HERMES:
-            bodies = re.findall(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.DOTALL)
-            if not bodies or re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip():
-                return None
-            calls = [_call(json.loads(body), "arguments") for body in bodies]
+            calls = [_call(body, "arguments") for body in _hermes_bodies(text)]
         elif not text.lstrip().startswith("{"):
             return None
         elif syntax is ToolSyntax.LLAMA3:
@@ -361,6 +359,27 @@ def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
     except (ValueError, KeyError, TypeError):
         return None
     return calls or None
+
+
+def _hermes_bodies(text: str) -> list[Any]:
+    """The JSON values of `<tool_call>{…}</tool_call>` blocks that make up the whole of `text` (whitespace
+    around them aside), each read as JSON to its end, so a closing tag inside a string stays text.
+    ValueError when the text is anything else."""
+    decoder, bodies, at = json.JSONDecoder(), [], _after_space(text, 0)
+    while at < len(text):
+        if not text.startswith(OPEN_TAG, at):
+            raise ValueError("not a tool call")
+        body, at = decoder.raw_decode(text, _after_space(text, at + len(OPEN_TAG)))
+        at = _after_space(text, at)
+        if not text.startswith(CLOSE_TAG, at):
+            raise ValueError("a tool call not closed")
+        bodies.append(body)
+        at = _after_space(text, at + len(CLOSE_TAG))
+    return bodies
+
+
+def _after_space(text: str, at: int) -> int:
+    return len(text) - len(text[at:].lstrip())
 
 
 def _call(value: dict[str, Any], arguments_key: str) -> ToolCall:
@@ -374,7 +393,7 @@ class CallStream:
     """Streamed text sorted as it comes: plain text is passed on at once, a call is held until the output ends."""
 
     def __init__(self, syntax: ToolSyntax, forced: bool) -> None:
-        self.opening = "<tool_call>" if syntax is ToolSyntax.HERMES else "{"
+        self.opening = OPEN_TAG if syntax is ToolSyntax.HERMES else "{"
         self.held = ""
         self.plain = False  # the output is plain text: pass it on
         self.call = forced  # the output is a call: hold it
@@ -457,8 +476,11 @@ def _schema_warnings(request: ToolRequest) -> tuple[str, ...]:
 
 def _blame_schema(request: ToolRequest) -> None:
     """Raise ToolError naming the first tool whose parameters schema llguidance rejects on its own (if one does),
-    compiled as the grammar compiles it (the same `%json` options)."""
+    compiled as the grammar compiles it (the same `%json` options). Only the callable tools are in the grammar."""
+    callable_names = {tool.name for tool in request.callable}
     for index, tool in enumerate(request.tools):
+        if tool.name not in callable_names:
+            continue
         try:
             _compile_arguments(tool, index)
         except InputError as exc:

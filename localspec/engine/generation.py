@@ -69,8 +69,11 @@ class Generation:
         settings: GenerationSettings,
         drafter: Drafter | None = None,
         grammar: str | None = None,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> None:
-        """`grammar`: an llguidance grammar string every emitted token is held to (None: free text)."""
+        """`grammar`: an llguidance grammar string every emitted token is held to (None: free text).
+        `stop_requested`: asked between the prompt's batches, so that a generation nobody waits for any more
+        stops before its first token (a long prompt takes many batches); after it, the consumer stops it."""
         if not prompt_tokens:
             raise LocalspecError("the prompt is empty: give at least one token of text")
         if len(prompt_tokens) > target.n_ctx:
@@ -90,6 +93,7 @@ class Generation:
         self._stream = TextStream(self.settings.stop)
         self._prompt_seconds_in_loop = 0.0  # the drafter's reading of the prompt after the first token
         self._occurrences = NGramIndex(1, 1) if drafter is not None else None  # guesses for padded passes
+        self._stop_requested = stop_requested or (lambda: False)
 
     @property
     def text(self) -> str:
@@ -100,7 +104,9 @@ class Generation:
             raise RuntimeError("a Generation runs once; create a new one")
         sampler = make_sampler(self.settings.speculative.verify, self.settings.seed)
         context = list(self.prompt_tokens)
-        self._evaluate_prompt(context)
+        if not self._evaluate_prompt(context):
+            self.stop_reason = StopReason.INTERRUPTED
+            return
         # A draft model that must still read much of the prompt reads it after the first token, which
         # is not kept waiting for it (lookups may draft the first pass; the draft model does not), or later.
         drafter_reads_later = self.drafter is not None and self.drafter.prompt_to_read(context) >= READ_AFTER_FIRST_TOKEN
@@ -157,12 +163,20 @@ class Generation:
             if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
                 self.stop_reason = StopReason.INTERRUPTED
 
-    def _evaluate_prompt(self, context: list[int]) -> None:
-        """Fill the target's cache with the prompt (all but its last token, which step 2 feeds)."""
+    def _evaluate_prompt(self, context: list[int]) -> bool:
+        """Fill the target's cache with the prompt (all but its last token, which step 2 feeds), a batch
+        at a time while no stop is requested; whether it was filled."""
         started = time.perf_counter()
-        self.stats.prompt_tokens_evaluated = len(context) - common_prefix_length(self.target.tokens, context[:-1])
-        self.target.sync(context[:-1])
+        prompt = context[:-1]
+        cached = common_prefix_length(self.target.tokens, prompt)
+        self.stats.prompt_tokens_evaluated = len(context) - cached
+        for end in range(cached + self.target.n_batch, len(prompt), self.target.n_batch):
+            if self._stop_requested():
+                return False
+            self.target.sync(prompt[:end])  # (whole batches: decoded as one sync of the whole prompt decodes them)
+        self.target.sync(prompt)
         self.stats.prompt_seconds = time.perf_counter() - started
+        return True
 
     def _prompt_time(self, read: Callable[[], None]) -> None:
         """Run `read`, the drafter's reading of the prompt (and of the first token, when it reads late), as prompt time."""
