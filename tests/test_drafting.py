@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +136,17 @@ def test_draft_min_never_drops_a_sampled_draft_that_p_min_cut(models) -> None:
     settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=6, draft_min=6, p_min=0.3, verify="rejection"), max_tokens=40, seed=3)
     stats = generate_text(target, [*PROMPT, 259], settings, ModelDrafter(draft, SAMPLED, p_min=0.3)).stats
     assert sum(count for n, count in draft_lengths(stats).items() if n < 6) > 0
+
+
+def test_no_sampled_draft_is_made_into_room_below_draft_min(models) -> None:
+    """There every full draft would be dropped, so keeping the ones that stopped short would select their tokens."""
+    target, draft = models
+    settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=6, draft_min=6, p_min=0.3, verify="rejection"),
+                                  max_tokens=5, seed=3)
+    for seed in range(20):  # (room 4 at most: below draft_min throughout)
+        stats = generate_text(target, [*PROMPT, 259], dataclasses.replace(settings, seed=seed),
+                              ModelDrafter(draft, SAMPLED, p_min=0.3)).stats
+        assert stats.draft_tokens_proposed == 0 and stats.tokens_generated == 5
 
 
 def test_greedy_drafts_below_draft_min_are_dropped(models) -> None:

@@ -12,8 +12,17 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from localspec.engine.noise import gumbel
-from localspec.engine.sampling import Confidence, CoupledSampler, Probs, StreamSampler, _nucleus, coupled_lead, softmax
-from localspec.errors import InputError
+from localspec.engine.sampling import (
+    Confidence,
+    CoupledSampler,
+    Probs,
+    StreamSampler,
+    _nucleus,
+    coupled_lead,
+    next_token_probs,
+    softmax,
+)
+from localspec.errors import InputError, LocalspecError
 from localspec.settings import SamplingParams
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
@@ -230,3 +239,18 @@ def test_a_draw_rounded_up_to_the_total_lands_on_the_last_token_with_mass() -> N
     draws = {sample(p_dense, np.random.default_rng(seed)) for seed in range(20)}
     assert draws == {0}
     assert {to_probs(p_dense).sample(np.random.default_rng(seed)) for seed in range(20)} == {0}
+    with_a_zero_last = Probs(np.array([3, 7]), np.array([5e-324, 0.0]))  # (min_p 0 keeps tokens of no mass)
+    assert {with_a_zero_last.sample(np.random.default_rng(seed)) for seed in range(20)} == {3}
+
+
+@pytest.mark.parametrize("row", [[0.0, 1.0, np.nan], [0.0, np.inf, 1.0], [np.nan] * 3])
+@pytest.mark.parametrize("temperature, min_p, top_p", [(0.8, 0.05, 1.0), (0.8, 0.0, 1.0), (0.0, 0.05, 1.0), (0.8, 0.0, 0.9)])
+def test_scores_that_are_not_numbers_are_one_error_not_a_draw(row: list[float], temperature: float, min_p: float,
+                                                              top_p: float) -> None:
+    params = SamplingParams(temperature=temperature, min_p=min_p, top_p=top_p)
+    logits = np.array(row, dtype=np.float32)
+    with pytest.raises(LocalspecError, match="NaN or infinity"):
+        next_token_probs(logits, params)
+    with pytest.raises(LocalspecError, match="NaN or infinity"):
+        next_token_probs(logits, params, allowed=np.array([0, 1, 2]))
+    assert next_token_probs(np.array([-np.inf, 1.0, 2.0], dtype=np.float32), params).ids[-1] == 2  # -inf: masked

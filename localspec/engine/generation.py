@@ -242,24 +242,24 @@ class Generation:
     def _propose(self, context: list[int], room: int, sampler: Sampler, position: int) -> Draft:
         """The drafter's proposal, or no draft when it is too short to be worth a batched pass.
 
-        A draft shorter than draft_min is dropped (the step decodes one token
+        Where the room left is below draft_min nothing is drafted. Otherwise a
+        draft shorter than draft_min is dropped (the step decodes one token
         plainly) only when dropping it cannot bias the output: a draft without
         q_draft (greedy, a lookup, or coupled verification, where the output does
-        not depend on the draft at all), or a sampled draft that used all the
-        room it had.
-        A sampled draft that p_min cut short has a length that depends on the
+        not depend on the draft at all). A sampled draft that stopped short
+        (p_min, an end token, the grammar) has a length that depends on the
         tokens drawn; dropping those drafts would keep only drafts of some
         tokens, which are then no longer samples of q_draft, so it is verified.
+        (Drafting into room below draft_min and keeping only the drafts that
+        stopped short would select tokens the same way.)
         """
-        if self.drafter is None or room <= 0:
+        draft_min = self.settings.speculative.draft_min
+        if self.drafter is None or room <= 0 or room < draft_min:
             return NO_DRAFT
         started = time.perf_counter()
         draft = self._through_first_end(self.drafter.propose(context, room, sampler, position, self.grammar))
         self.stats.draft_seconds += time.perf_counter() - started
-        if not draft.tokens:
-            return NO_DRAFT
-        length_depends_on_tokens = draft.q_draft is not None and len(draft.tokens) < room
-        if len(draft.tokens) < self.settings.speculative.draft_min and not length_depends_on_tokens:
+        if not draft.tokens or (len(draft.tokens) < draft_min and draft.q_draft is None):
             return NO_DRAFT
         return draft
 

@@ -28,6 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import LocalspecError
 from ..settings import SamplingParams
 from .noise import gumbel
 
@@ -72,7 +73,9 @@ class Probs:
         """Draw one token id (the values need not sum to 1), with one `rng.random()`."""
         cumulative = np.cumsum(self.values)
         i = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-        return int(self.ids[min(i, len(self.ids) - 1)])  # a rounded-up draw: the last token with mass
+        if i == len(self.ids):  # a draw rounded up to the total: the last token with mass
+            i = int(np.flatnonzero(self.values)[-1])
+        return int(self.ids[i])
 
     def minus(self, other: "Probs") -> "Probs | None":
         """norm(max(0, self - other)), or None where self <= other everywhere (p == q up to rounding)."""
@@ -240,12 +243,13 @@ def next_token_probs(logits: np.ndarray, params: SamplingParams, allowed: np.nda
         within = next_token_probs(logits[allowed], params)
         return Probs(allowed[within.ids], within.values)
     if params.greedy:
-        return Probs(np.array([int(np.argmax(logits))]), np.ones(1))
+        return Probs(np.array([masked_argmax(logits, None)]), np.ones(1))
 
-    candidates = _min_p_prefilter(logits, params)
+    candidates = _min_p_prefilter(logits, params)  # (none when a score is NaN)
     kept = np.asarray(logits[candidates], dtype=np.float64)
+    best = _finite(kept.max() if len(kept) else math.nan)
     with np.errstate(over="ignore"):  # shifted first: a tiny temperature gives -inf, never inf - inf
-        scaled = (kept - kept.max()) / params.temperature
+        scaled = (kept - best) / params.temperature
     if 0 < params.top_k < len(candidates):
         best = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
         candidates, scaled = candidates[best], scaled[best]
@@ -265,8 +269,20 @@ def next_token_probs(logits: np.ndarray, params: SamplingParams, allowed: np.nda
 def masked_argmax(logits: np.ndarray, allowed: np.ndarray | None) -> int:
     """The most likely token among `allowed` (every token when None)."""
     if allowed is None:
-        return int(np.argmax(logits))
-    return int(allowed[int(np.argmax(logits[allowed]))])
+        best = int(np.argmax(logits))  # (the first NaN, if there is one)
+        _finite(logits[best])
+        return best
+    within = int(np.argmax(logits[allowed]))
+    _finite(logits[allowed[within]])
+    return int(allowed[within])
+
+
+def _finite(score: float) -> float:
+    """`score` (the best of a row of logits), which a working model never computes as NaN or infinity."""
+    if not math.isfinite(score):
+        raise LocalspecError("the model computed scores that are not numbers (NaN or infinity): its file may be"
+                             " damaged, or its numbers overflow on this backend")
+    return float(score)
 
 
 def _min_p_prefilter(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
