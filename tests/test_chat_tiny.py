@@ -187,6 +187,14 @@ def test_the_history_store_says_its_folder_is_gone(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_damaged_history_is_a_warning_for_a_new_chat_and_one_error_for_a_resumed_one(tiny_profile: str) -> None:
+    history_file().parent.mkdir(parents=True, exist_ok=True)
+    history_file().write_bytes(b"this is not a database" * 100)
+    fresh = chat(b"the cat\n")
+    assert fresh.exit_code == 0 and "this chat is not saved" in fresh.stderr
+    one_error_line(chat(b"the cat\n", "--continue"), 1, "nothing to resume")
+
+
 def test_input_history_falls_back_to_memory_when_its_folder_goes(tmp_path: Path) -> None:
     from localspec.cli.chat import _input_history
     from localspec.config.paths import input_history_file
@@ -296,6 +304,27 @@ def test_a_retry_that_fails_keeps_the_old_reply(tiny_pair: tuple[Path, Path]) ->
     assert [m["role"] for m in messages] == ["system", "user", "assistant"] and messages[1]["content"] == "the cat"
 
 
+def test_ctrl_c_before_a_reply_begins_keeps_the_old_reply_and_the_chat(tiny_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fitting a long conversation into the context takes a while: a Ctrl-C then ends that turn only."""
+    from localspec.app.chat_session import ChatSession
+
+    fit = ChatSession._fit_context
+    calls = []
+
+    def interrupted_second_time(self: ChatSession) -> int:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fit(self)
+
+    monkeypatch.setattr(ChatSession, "_fit_context", interrupted_second_time)
+    result = chat(b"the cat\n/retry\nthe dog\n")
+    assert result.exit_code == 0, result.stderr
+    assert "stopped before the reply began" in result.stderr
+    messages = stored()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 2 and messages[2]["content"] == "the dog"
+
+
 def test_retry_without_a_reply_to_a_user_message_changes_nothing(tiny_profile: str, tmp_path: Path) -> None:
     saved = tmp_path / "greeting.json"
     saved.write_text('{"messages": [{"role": "assistant", "content": "Hello! Ask me anything."}]}')
@@ -388,6 +417,11 @@ def test_resuming_a_damaged_conversation_says_which_as_history_show_does(tiny_pr
     store.close()
     shown, resumed = cli("history", "show", str(conversation_id)), chat(b"", "--resume", str(conversation_id))
     assert shown.exit_code == resumed.exit_code == 1 and "is damaged" in resumed.stderr
+    store = HistoryStore(history_file())
+    with store._db:  # Python's json reads NaN; JSON has no such number (`history show --json` would write it)
+        store._db.execute("UPDATE conversations SET settings = 'NaN' WHERE id = ?", (conversation_id,))
+    store.close()
+    one_error_line(cli("history", "show", "--json", str(conversation_id)), 1, "is damaged", "NaN is not a JSON number")
 
 
 def test_adding_to_a_conversation_removed_meanwhile_says_so() -> None:

@@ -86,6 +86,16 @@ def test_unset_brings_back_the_default_and_a_new_location_replaces_the_old(tiny_
     assert shown["draft.path"]["value"] == str(tiny_pair[1]) and "draft.builtin" not in shown
 
 
+def test_set_stores_a_model_path_given_relative_as_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `profile add` does: the profile then works from any folder."""
+    write_user_profile("mine", '[target]\npath = "/models/t.gguf"\n')
+    monkeypatch.chdir(tmp_path)
+    assert cli("profile", "set", "mine", "target.path=m/w.gguf", "draft.path=~/d.gguf").exit_code == 0
+    shown = json.loads(cli("profile", "show", "mine", "--json").output)
+    assert shown["target.path"]["value"] == str(tmp_path.resolve() / "m" / "w.gguf")
+    assert shown["draft.path"]["value"] == str((Path.home() / "d.gguf").resolve())
+
+
 @pytest.mark.slow
 def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
     target, draft = pair
@@ -373,6 +383,14 @@ def test_any_valid_profile_survives_save_and_load(values: dict) -> None:
         assume(False)
     save_profile("roundtrip", values)
     assert load_profile("roundtrip").values == values
+
+
+def test_saving_a_new_profile_refuses_one_written_meanwhile() -> None:
+    """`profile add` without --force checks under the lock, as it writes: of two at once, the second is refused."""
+    save_profile("both", {"target.path": "/models/first.gguf"}, replace=False)
+    with pytest.raises(InputError, match="exists .*--force"):
+        save_profile("both", {"target.path": "/models/second.gguf"}, replace=False)
+    assert load_profile("both").values["target.path"] == "/models/first.gguf"
 
 
 # -- files from outside: encodings, non-finite numbers, rules between settings, names, markup -----------

@@ -110,6 +110,7 @@ def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
         (["--temperatures", "0,-1"], "--temperatures"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),
         (["--max-tokens", "0"], "--max-tokens"),
+        (["--prompt", "  "], "--prompt is empty"),
         (["--draft-min", "4", "--draft-max", "8,2"], "speculative.draft_min (4) must not exceed speculative.draft_max (2)"),
     ],
 )

@@ -95,6 +95,8 @@ class ChatSession:
             dropped = self._fit_context()
         except LocalspecError as exc:  # too long, or the chat template refuses these messages
             return Reply(None, error=str(exc))
+        except KeyboardInterrupt:  # (fitting a long conversation takes a while): no reply, as if none was asked for
+            return Reply(None, error="stopped before the reply began")
         if dropped:
             on_note(f"(the model no longer sees the {'oldest exchange' if dropped == 1 else f'{dropped} oldest exchanges'}:"
                     " the context is full; the history keeps them)")

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config.files import is_unix_time
+from ..config.files import is_unix_time, refuse_json_constant
 from ..textin import clean_text
 from .conversation import Conversation, Message
 
@@ -218,7 +218,7 @@ class HistoryStore:
         for role, content, interrupted in rows:
             messages.append({"role": _text(role), "content": _text(content), **({"interrupted": True} if interrupted else {})})
         try:
-            kept_settings = json.loads(_text(settings))
+            kept_settings = json.loads(_text(settings), parse_constant=refuse_json_constant)
         except (ValueError, RecursionError) as exc:
             raise HistoryUnavailable(f"chat history {self.path}: conversation {conversation_id} is damaged"
                                      f" (its settings are not JSON: {exc})") from None

@@ -142,6 +142,8 @@ def bench(
         raise LocalspecError("stdout is closed: nowhere to write the results")
     _check_structured_options(prompts_spec, prompt_text, json_schema, structured, limit, save)
     temps = _comma_list(temperatures, _temperature, "--temperatures")
+    if prompt_text is not None and not prompt_text.strip():
+        raise click.UsageError("--prompt is empty")
     prompts = (clean_input(prompt_text, "--prompt"),) if prompt_text is not None else _prompts(prompts_spec)
     constrained = _constrained_prompts(json_schema, structured, limit, prompts)
     flags = setting_flags(options)

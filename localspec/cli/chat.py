@@ -105,7 +105,7 @@ def chat(
     compiled = compile_output_format(output_format)
     flags = setting_flags(options)
     plan = resolve_plan(profile, flags, verbose=verbose, speculative=not no_speculative)
-    store = _open_store()
+    store = _open_store(resuming=continue_latest or resume_id is not None)
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
                                                            store, continue_latest, resume_id)
     # Resumed: the settings this command line gives win over those the conversation kept.
@@ -345,10 +345,14 @@ def _force_flag(argument: str) -> tuple[bool, str]:
     return False, argument
 
 
-def _open_store() -> HistoryStore | None:
+def _open_store(resuming: bool) -> HistoryStore | None:
+    """The chat history; one that cannot be opened is a warning (the chat runs unsaved), or, for a chat that
+    resumes from it, the one error (exit 1, as `history` commands say it)."""
     try:
         return HistoryStore(history_file())
     except HistoryUnavailable as exc:
+        if resuming:
+            raise LocalspecError(f"{exc}: there is nothing to resume") from None
         click.echo(f"warning: {exc}; this chat is not saved", err=True)
         return None
 
@@ -358,8 +362,7 @@ def _starting_conversation(
 ) -> tuple[Conversation, int | None]:
     if not (continue_latest or resume_id is not None):
         return Conversation(settings, system), None
-    if store is None:
-        raise InputError("the chat history cannot be read, so there is nothing to resume")
+    assert store is not None  # (resuming: `_open_store` raised instead)
     try:
         conversation_id = resume_id if resume_id is not None else store.latest()
         data = store.get(conversation_id) if conversation_id is not None else None

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from ..app.plan import locate_model
 from ..config.paths import user_path, user_profiles_dir
-from ..config.profiles import check_name, parse_assignment, save_profile
+from ..config.profiles import check_name, parse_assignment, profile_exists, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
 from ..models.compat import check_file, check_pair, check_pair_cached
@@ -34,8 +34,8 @@ def add_command(
     """Create user profile NAME for TARGET (and a draft)."""
     check_name(name)
     existing = user_profiles_dir() / f"{name}.toml"
-    if existing.exists() and not force:
-        raise InputError(f"profile {name!r} exists ({existing}); pass --force to overwrite")
+    if existing.exists() and not force:  # (before a draft is looked for; checked again as it is written)
+        raise profile_exists(name, existing)
     target_path = user_path(target).resolve()
     values: dict = {"name": name, "target.path": str(target_path)}
     if description:
@@ -51,7 +51,7 @@ def add_command(
         check_pair(Path(values["target.path"]), Path(values["draft.path"]))
     elif "target.path" in values:  # (--set may have given the target another location)
         check_file(Path(values["target.path"]))
-    path = save_profile(name, values)
+    path = save_profile(name, values, replace=force)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
 
 

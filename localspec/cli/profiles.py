@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.files import locked
-from ..config.paths import user_profiles_dir
+from ..config.paths import user_path, user_profiles_dir
 from ..config.profiles import (
     check_name,
     list_profiles,
@@ -26,6 +26,9 @@ from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
 from .common import LazyCommands, stdout_console
+
+
+MODEL_PATH_KEYS = {"target.path", "draft.path"}
 
 
 @click.group(
@@ -118,6 +121,9 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
       localspec profile set mine 'sampling.stop=["###", "</s>"]'
     """
     changes = dict(parse_assignment(clean_input(assignment, "a KEY=VALUE argument")) for assignment in assignments)
+    for key in MODEL_PATH_KEYS & changes.keys():  # as `profile add` stores them: the profile works from any folder
+        if isinstance(changes[key], str):
+            changes[key] = str(user_path(changes[key]).resolve())
     path = update_profile(name, changes)
     click.echo(f"saved {path}", err=True)
 

@@ -88,7 +88,8 @@ class _NotAJSONNumber(ValueError):
     """NaN, Infinity or -Infinity: Python's json reads them, JSON has no such numbers."""
 
 
-def _refuse_constant(name: str) -> Any:
+def refuse_json_constant(name: str) -> Any:
+    """`json.loads`'s parse_constant for JSON as it is written: NaN and Infinity are ValueError."""
     raise _NotAJSONNumber(f"{name} is not a JSON number")
 
 
@@ -96,7 +97,7 @@ def parse_user_json(text: str, origin: Path | str) -> Any:
     """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column);
     lone surrogates its escapes spell (`"\\ud800"`) become U+FFFD, as in all text from outside."""
     try:
-        return clean_data(json.loads(text, parse_constant=_refuse_constant))[0]
+        return clean_data(json.loads(text, parse_constant=refuse_json_constant))[0]
     except _NotAJSONNumber as exc:
         raise InputError(f"{origin}: not valid JSON ({exc})") from None
     except json.JSONDecodeError as exc:

@@ -288,14 +288,21 @@ def render_profile(values: dict[str, Any], base_text: str = "") -> str:
     return tomlkit.dumps(document)
 
 
-def save_profile(name: str, values: dict[str, Any]) -> Path:
-    """Validate and write the user profile `name` atomically, keeping comments of an existing valid file."""
+def save_profile(name: str, values: dict[str, Any], *, replace: bool = True) -> Path:
+    """Validate and write the user profile `name` atomically, keeping comments of an existing valid file;
+    without `replace`, one that exists (checked under its lock: two writers cannot both find none) is InputError."""
     check_name(name)
     validate(values, where=f"profile {name}")
     path = user_profiles_dir() / f"{name}.toml"
     with locked(path):
+        if not replace and path.exists():
+            raise profile_exists(name, path)
         write_text_atomic(path, render_profile(values, _text_to_keep(path)))
     return path
+
+
+def profile_exists(name: str, path: Path) -> InputError:
+    return InputError(f"profile {name!r} exists ({path}); pass --force to overwrite")
 
 
 def _text_to_keep(path: Path) -> str:
