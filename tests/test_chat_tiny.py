@@ -442,6 +442,24 @@ def test_adding_to_a_conversation_removed_meanwhile_says_so() -> None:
         other_shell.close()
 
 
+def test_a_chat_whose_conversation_was_removed_adds_nothing_more_to_the_memory(tiny_profile: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.app.memory import conversation_tag, stores_of
+
+    add = HistoryStore.add
+
+    def removed_after_the_first_exchange(self: HistoryStore, conversation_id: int, message) -> None:
+        if message.content == "the dog":  # `history remove` in another shell, before the second message
+            self.remove(conversation_id)
+        add(self, conversation_id, message)
+
+    monkeypatch.setattr(HistoryStore, "add", removed_after_the_first_exchange)
+    result = chat(b"the cat\nthe dog\n", "--strategy", "ngram")
+    assert result.exit_code == 0 and "no longer saved" in result.stderr
+    documents = [document for store in stores_of() for document in store.documents()]
+    assert [document["tag"] for document in documents] == [conversation_tag(1)]  # the first exchange only
+
+
 def test_load_keeps_every_system_message_and_names_settings_it_ignores(tiny_profile: str, tmp_path: Path) -> None:
     saved = tmp_path / "chat.json"
     saved.write_text(json.dumps({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},

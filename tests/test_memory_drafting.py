@@ -56,6 +56,17 @@ def test_memory_proposes_what_followed_the_longest_match(tiny_pair: tuple[Path, 
     assert drafter.use.lookups == 2 and drafter.use.hits == 1
 
 
+def test_tokens_a_damaged_memory_holds_outside_the_vocabulary_are_never_drafted(tiny_pair: tuple[Path, Path]) -> None:
+    speculative = SpeculativeParams(strategy="ngram", draft_max=6)
+    settings = GenerationSettings(T1, speculative, max_tokens=12, seed=5)
+    with Model(tiny_pair[0]) as target:
+        expected = generate_text(target, PROMPT, GenerationSettings(T1, max_tokens=12, seed=5)).tokens
+        damaged = memory_of([*PROMPT, expected[0], 2**31 - 1, expected[1]], [*PROMPT, target.n_vocab, -7])
+        generation = generate_text(target, PROMPT, settings, build_drafter(speculative, T1, None, memory=damaged))
+        assert generation.tokens == expected
+        assert generation.stats.draft_tokens_proposed <= 1  # the valid token before the damage, at most
+
+
 @pytest.mark.parametrize("sampling", [T1, pytest.param(SamplingParams(), marks=pytest.mark.slow)], ids=["t1.0", "default-sampling"])
 def test_coupled_output_is_target_only_output_with_the_memory_drafting(tiny_pair: tuple[Path, Path],
                                                                         sampling: SamplingParams) -> None:

@@ -200,9 +200,10 @@ def assert_private(root: Path) -> None:
 
 @pytest.mark.usefixtures("usual_umask")
 def test_every_folder_and_file_is_private_whichever_call_makes_it(tmp_path: Path) -> None:
-    first = MemoryStore(tmp_path / "compacted-first")
+    first = MemoryStore(tmp_path / "vocabulary" / "compacted-first")
     assert first.compact() is False  # creates the folder (for its lock) before anything is added
     assert modes(first.root)["."] == 0o700
+    assert modes(first.root.parent)["."] == 0o700  # where the owners' folders are listed (a serve key's hash)
     first.record_use(1, 1, 1, 1)
     for number in range(3):
         first.add(document(number), "run", tag=str(number))
@@ -394,10 +395,25 @@ def test_a_document_table_that_does_not_fit_drops_the_base(tmp_path: Path) -> No
     (generation / "documents.json").write_text(json.dumps(table), encoding="utf-8")
     store = MemoryStore(tmp_path)
     assert [entry["tag"] for entry in store.documents()] == ["4"]
-    assert len(store.problems) == 1 and "documents.json" in store.problems[0]
+    assert len(store.problems) == 1 and generation.name in store.problems[0]  # the base: its table or its tokens
     again = MemoryStore(tmp_path)
     assert [entry["tag"] for entry in again.documents()] == ["4"] and again.problems == []
     assert not found(again.index(), document(1)) and found(again.index(), document(4))
+
+
+def test_damage_a_background_merge_finds_is_noted_once(tmp_path: Path) -> None:
+    from localspec.app.memory import SessionMemory
+
+    _, generation = compacted_store(tmp_path)
+    tokens = np.load(generation / "tokens.npy", mmap_mode="r+")
+    tokens[3] += 1  # a checksum only a merge verifies
+    tokens.flush()
+    del tokens
+    notes: list[str] = []
+    memory = SessionMemory(lambda: MemoryStore(tmp_path, compact_segments=1), notes=notes.append)
+    memory.remember([7, 8, 9], [10, 11], "chat", "5")  # a second segment: merged in the background
+    memory.close()
+    assert len(notes) == 1 and "checksum does not match" in notes[0] and generation.name in notes[0]
 
 
 def test_a_damaged_segment_is_reported_and_left_out(tmp_path: Path) -> None:

@@ -218,7 +218,8 @@ def test_a_stream_whose_client_stops_reading_lets_go_of_the_models_once_generate
         stalled = asyncio.ensure_future(app(scope, receive, send))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
             reply = await asyncio.wait_for(client.post(COMPLETIONS, json={"prompt": "the dog", "max_tokens": 2}), 20)
-        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 2
+        assert reply.status_code == 200, (reply.text, served.queue.waiting, served.queue.admitted)
+        assert reply.json()["usage"]["completion_tokens"] == 2
         assert bodies == 2 and not stalled.done()  # the first stream is still stuck where its client stopped
         stalled.cancel()
 

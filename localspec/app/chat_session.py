@@ -128,7 +128,8 @@ class ChatSession:
             forget_hook()
         self.conversation.add("assistant", generation.text if generation is not None else "", interrupted)
         self.save_last()
-        if generation is not None and not interrupted and self.conversation_id is not None:  # unsaved: not kept there either
+        if generation is not None and not interrupted and self.conversation_id is not None and self.store is not None:
+            # (a chat not saved, or no longer: its history gone, or the conversation removed, is not kept there either)
             self.session.remember(generation, "chat", conversation_tag(self.conversation_id))
         if generation is not None:
             self.last = generation

@@ -91,10 +91,15 @@ class GenerationQueue:
     def __init__(self, session: Session, queue_size: int) -> None:
         self.session = session
         self.queue_size = queue_size
-        self.waiting = 0
+        self._acquiring: set[asyncio.Future] = set()  # the waiting requests' turns, each done once it is taken
         self.admitted = 0  # requests that got their turn, since the start
         self._lock = asyncio.Lock()
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="generation")
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their turn (not one whose turn has just come, though it has not yet seen it)."""
+        return sum(not acquiring.done() for acquiring in self._acquiring)
 
     @property
     def busy(self) -> bool:
@@ -120,8 +125,8 @@ class GenerationQueue:
     async def _admit(self, gone: Callable[[], Awaitable[bool]] | None) -> None:
         if self._lock.locked() and self.waiting >= self.queue_size:
             raise QueueFull()
-        self.waiting += 1
         acquiring = asyncio.ensure_future(self._lock.acquire())
+        self._acquiring.add(acquiring)
         try:
             while not (await asyncio.wait({acquiring}, timeout=POLL_SECONDS))[0]:
                 if gone is not None and await gone():
@@ -136,4 +141,4 @@ class GenerationQueue:
                 acquiring.cancel()
             raise
         finally:
-            self.waiting -= 1
+            self._acquiring.discard(acquiring)

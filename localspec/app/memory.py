@@ -112,6 +112,8 @@ class SessionMemory:
                 twin.compact(block=False, when_needed=True)
             except (OSError, LocalspecError) as exc:  # tried again at the next addition, or at close
                 self.notes(f"could not merge the memory's new documents: {exc}")
+            finally:
+                self._note(twin.problems)  # damage the merge found (and repaired), said as any other
 
         self._compaction = threading.Thread(target=compact, name="memory-compaction", daemon=True)
         self._compaction.start()
@@ -146,9 +148,11 @@ class SessionMemory:
 
     def _note_problems(self) -> None:
         """Each problem the store (or its index) found and repaired, once."""
-        found = [*(self._store.problems if self._store is not None else ()),
-                 *(self._index.problems if self._index is not None else ())]
-        for problem in found:
+        self._note([*(self._store.problems if self._store is not None else ()),
+                    *(self._index.problems if self._index is not None else ())])
+
+    def _note(self, problems: Sequence[str]) -> None:
+        for problem in problems:
             if problem not in self._noted:
                 self._noted.add(problem)
                 self.notes(problem)

@@ -465,9 +465,9 @@ class MemoryStore:
                 path = self.root / base.generation / "documents.json"
                 table = _read_table(path)
             _check_table(table, base, verify)
-        except (_Damaged, FileNotFoundError) as exc:
-            reason = "missing" if isinstance(exc, FileNotFoundError) else str(exc)
-            self._report(f"{path}: damaged ({reason}); the memory goes on without that base")
+        except (_Damaged, FileNotFoundError) as exc:  # (the table or the tokens: the base, named by its folder)
+            reason = f"{path.name} is missing" if isinstance(exc, FileNotFoundError) else str(exc)
+            self._report(f"{path.parent}: damaged ({reason}); the memory goes on without that base")
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
         return base, table["documents"]
 
@@ -572,9 +572,11 @@ class MemoryStore:
         self._needs_repair = self._needs_repair or repair
 
     def _make_root(self) -> None:
-        """The store's folder, created if needed (with the folders above it), private (FOLDER_MODE) either way."""
+        """The store's folder, created if needed (with the folders above it), private (FOLDER_MODE) either way,
+        as is the folder holding it (where the owners' folders are named: `serve-<hash of its API key>`)."""
         try:
-            self.root.parent.mkdir(parents=True, exist_ok=True)
+            self.root.parent.parent.mkdir(parents=True, exist_ok=True)
+            _make_private_folder(self.root.parent)
             _make_private_folder(self.root)
         except OSError as exc:
             raise InputError(f"{self.root}: cannot make the memory's folder ({exc.strerror or exc})") from None

@@ -257,16 +257,19 @@ class Generation:
         if self.drafter is None or room <= 0 or room < draft_min:
             return NO_DRAFT
         started = time.perf_counter()
-        draft = self._through_first_end(self.drafter.propose(context, room, sampler, position, self.grammar))
+        draft = self._usable(self.drafter.propose(context, room, sampler, position, self.grammar))
         self.stats.draft_seconds += time.perf_counter() - started
         if not draft.tokens or (len(draft.tokens) < draft_min and draft.q_draft is None):
             return NO_DRAFT
         return draft
 
-    def _through_first_end(self, draft: Draft) -> Draft:
+    def _usable(self, draft: Draft) -> Draft:
         """The draft up to its first end-of-generation token: nothing after one could be emitted
-        (a lookup copies on into the next turn of a chat; cut from what was drafted, so exact as p_min is)."""
+        (a lookup copies on into the next turn of a chat; cut from what was drafted, so exact as p_min is);
+        and before any token the target's vocabulary lacks (a damaged memory's: a proposal, never a failure)."""
         for i, token in enumerate(draft.tokens):
+            if not 0 <= token < self.target.n_vocab:
+                return Draft(draft.tokens[:i], None if draft.q_draft is None else draft.q_draft[:i])
             if self.target.is_end_of_generation(token):
                 return Draft(draft.tokens[: i + 1], None if draft.q_draft is None else draft.q_draft[: i + 1])
         return draft

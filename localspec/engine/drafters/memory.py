@@ -99,7 +99,7 @@ class MemoryDrafter:
         started = time.perf_counter()
         room = self.length.plan(max_tokens)
         proposal = self._lookup(context, room) if room > 0 else None
-        self.use.lookups += 1
+        self.use.lookups += room > 0
         self.confidences = self._worth_drafting(proposal) if proposal is not None else []
         tokens = list(proposal.tokens[: len(self.confidences)]) if proposal is not None else []
         if grammar is not None:
@@ -117,8 +117,7 @@ class MemoryDrafter:
         drafting (0 without a match; its whole continuation where the length is fixed)."""
         started = time.perf_counter()
         proposal = self._lookup(context, ADAPTIVE_DRAFT_LIMIT)
-        self.use.lookups += 1  # (a lookup like any other: counted, and timed)
-        self.use.seconds += time.perf_counter() - started
+        self.use.seconds += time.perf_counter() - started  # (timed, not counted: a pass's lookup is `propose`'s)
         if proposal is None:
             return 0.0
         if not isinstance(self.length, AdaptiveLength):
