@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,27 @@ def test_every_truncation_is_reported(tmp_path: Path, smollm_q4_1: Path, keep_by
         truncated.write_bytes(source.read(keep_bytes))
     with pytest.raises(InputError, match="truncated|not a GGUF"):
         read_gguf_header(truncated)
+
+
+def test_a_tensor_type_newer_than_the_gguf_package_is_not_called_corruption(tmp_path: Path) -> None:
+    """llama.cpp may know a type the installed `gguf` package does not yet (MXFP4 once): only where its data
+    starts can be checked then."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "new-type.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("tq", np.zeros(32, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = bytearray(path.read_bytes())
+    entry = data.index(b"tq" + (1).to_bytes(4, "little") + (32).to_bytes(8, "little"))  # name, dimensions, shape
+    data[entry + 14 : entry + 18] = (250).to_bytes(4, "little")  # then the type: one no `gguf` release has
+    path.write_bytes(bytes(data))
+    header = read_gguf_header(path)
+    assert header.tensors[0].ggml_type == 250 and header.tensors[0].n_bytes is None
 
 
 def test_a_vocabulary_file_without_padding_after_its_header_is_not_taken_for_a_truncated_one(tmp_path: Path) -> None:
@@ -85,6 +108,15 @@ def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, sm
     assert read_gguf_header(out).get("general.file_type") == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
     assert seen and seen[-1][0] == seen[-1][1]
     assert [p.name for p in tmp_path.iterdir()] == ["q8.gguf"]
+
+
+def test_quantize_sweeps_what_a_killed_quantization_left_but_not_one_in_progress(tmp_path: Path, tiny_pair) -> None:
+    killed, writing = tmp_path / ".out.gguf.a1b2c3.partial", tmp_path / ".out.gguf.d4e5f6.partial"
+    for path in (killed, writing):
+        path.write_bytes(b"half a model")
+    os.utime(killed, (time.time() - 7200, time.time() - 7200))  # untouched for two hours
+    quantize(tiny_pair[0], tmp_path / "out.gguf", "f16", n_threads=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.name, "out.gguf"]
 
 
 

@@ -10,6 +10,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 from cli_helpers import cli, one_error_line
 
@@ -296,10 +298,32 @@ def test_models_scan_lists_odd_files_as_unreadable_and_goes_on(tmp_path: Path, t
     (folder / "loop.gguf").symlink_to(folder / "loop.gguf")  # a link to itself
     (folder / "nowhere.gguf").symlink_to(folder / "missing.gguf")
     write_model(folder / "odd.gguf", random_weights(300, seed=3), n_vocab=300, context_length="abc")  # a context length that is not a number
+    for name, key, value in [("uint.gguf", "tokenizer.ggml.tokens", 7), ("ints.gguf", "tokenizer.ggml.tokens", [1, 2]),
+                             ("bos.gguf", "tokenizer.ggml.bos_token_id", "x")]:  # values of another kind than llama.cpp's
+        writer = gguf.GGUFWriter(str(folder / name), "llama")
+        writer.add_key_value(key, value, gguf.GGUFValueType.get_type(value))
+        writer.add_tensor("t", np.zeros(4, dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
     report = json.loads(cli("models", "scan", str(folder), "--json").output)
     described = {Path(m["path"]).name: m for group in report["groups"] for m in group}
     assert set(described) == {"tiny.gguf", "odd.gguf"} and described["odd.gguf"]["context_length"] is None
-    assert sorted(Path(line.split(":")[0]).name for line in report["unreadable"]) == ["loop.gguf", "nowhere.gguf"]
+    unreadable = {Path(line.split(":")[0]).name: line for line in report["unreadable"]}
+    assert sorted(unreadable) == ["bos.gguf", "ints.gguf", "loop.gguf", "nowhere.gguf", "uint.gguf"]
+    assert "tokenizer.ggml.tokens is not a list of texts" in unreadable["ints.gguf"]
+
+
+def test_a_vocabulary_without_weights_is_never_a_draft(tiny_pair) -> None:
+    import dataclasses
+
+    from localspec.models.discovery import describe, drafts_for
+
+    target, draft = describe(tiny_pair[0]), describe(tiny_pair[1])
+    vocabulary_only = dataclasses.replace(draft, path=tiny_pair[1].with_name("ggml-vocab.gguf"), n_parameters=0, size_bytes=1)
+    assert [model.path for model, _ in drafts_for(dataclasses.replace(target, size_bytes=10**9), [vocabulary_only, draft])] \
+        == [draft.path]
 
 
 def test_models_scan_and_drafts_print_paths_that_look_like_markup_as_written(tmp_path: Path, tiny_pair) -> None:

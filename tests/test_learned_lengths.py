@@ -81,6 +81,7 @@ def _entries(machine: str, pair: str) -> str:
     (_entries('{"costs": "x", "used": 1}', "{}"), "ignoring"),
     (_entries('{"costs": 5, "used": 1}', "{}"), "ignoring"),
     (_entries("{}", '{"acceptance": "x", "used": 1}'), "ignoring"),
+    (_entries('{"costs": {}, "used": NaN}', "{}"), "NaN is not a JSON number"),  # (it could never be saved again)
     (_entries('{"costs": {}, "used": 1}', "{}").replace('"MACHINE"', '"other": {"used": "x"}, "MACHINE"'), "ignoring"),
     (_entries('{"costs": {"model": {"first_step_cost": 1' + "0" * 400 + ', "draft_cost": null, "verify_by_size": {}}}, "used": 1}', "{}"),
      "did not fit"),

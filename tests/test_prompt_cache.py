@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,20 @@ def test_a_later_session_reads_only_what_its_prompt_does_not_share(tiny_pair: tu
         assert restored.tokens == tuple(SECOND)
     with Model(tiny_pair[0], RUNTIME) as other_start:
         assert cache.restore(other_start, [1, 275, 276, 277, 278]) == 0 and other_start.tokens == ()
+
+
+def test_only_the_files_used_last_are_kept(tiny_pair: tuple[Path, Path], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each build, model file and placement has its own file: those no later run will match go, oldest first."""
+    monkeypatch.setattr(prompt_cache_module, "MAX_FILES", 3)
+    others = [tmp_path / f"other-build-{number}.state" for number in range(3)]
+    for age, path in enumerate(others):
+        path.write_bytes(MAGIC + b'{"tokens": [1, 2, 3, 4]}\n')
+        os.utime(path, (1000 + age, 1000 + age))
+    with _session(tiny_pair, tmp_path) as session:
+        _generate(session, FIRST)  # saves the target's and the draft's readings: the two oldest others go
+    assert sorted(path.name for path in tmp_path.glob("*.state") if path in others) == [others[2].name]
+    assert len(list(tmp_path.glob("*.state"))) == 3
 
 
 def test_the_text_is_the_same_with_a_restored_prompt(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:

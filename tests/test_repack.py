@@ -266,12 +266,18 @@ def test_a_model_wholly_on_a_gpu_is_not_probed(
     assert repack.repacking_for(tiny_q4_0, ModelSettings(n_gpu_layers=10)) is ON and fake_probe == [tiny_q4_0]
 
 
+def test_a_model_wholly_on_rpc_workers_is_not_probed(tiny_q4_0: Path, fresh_cache: Path, fake_probe: list[Path]) -> None:
+    assert repack.repacking_for(tiny_q4_0, ModelSettings(rpc=("10.0.0.2:50052",))) is OFF and fake_probe == []
+
+
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_the_probe_turns_a_crash_into_a_verdict_and_a_hang_into_none(
     tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime_repack, "_CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     assert runtime_repack.probe(tiny_q4_0, timeout_s=30) == ProbeResult(False, "the probe crashed (SIGSEGV)")
+    monkeypatch.setattr(runtime_repack, "_CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert runtime_repack.probe(tiny_q4_0, timeout_s=30) == ProbeResult(None, "the probe was stopped from outside (SIGKILL)")
     monkeypatch.setattr(runtime_repack, "_CHILD", "import time; time.sleep(30)")
     assert runtime_repack.probe(tiny_q4_0, timeout_s=0.2) == ProbeResult(None, "the probe did not answer in 0.2 s")
     monkeypatch.setattr(repack, "PROBE_TIMEOUT_S", 0.2)  # a load spike on a shared machine: slow, not broken

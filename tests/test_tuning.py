@@ -148,11 +148,14 @@ def test_draft_make_auto_keeps_only_the_winner(tmp_path: Path, tiny_pair: tuple[
     # ... and auto refuses before making anything, where one of its candidates' files exists.
     abandoned = tmp_path / ".target.candidate-q8_0-999999999-0123abcd.gguf"  # a killed run's, no such process
     abandoned.write_bytes(b"x")
+    half_written = tmp_path / "..target.candidate-q4_0-999999999-4567abcd.gguf.k2j5x8.partial"  # killed while writing
+    half_written.write_bytes(b"x")
     again = cli("draft", "make", str(target))
     assert again.exit_code == 2 and f"{tmp_path / drafts[0]} exists (from an earlier draft make?)" in again.stderr
     forced = cli("draft", "make", str(target), "--force")
     assert forced.exit_code == 0, forced.stderr
-    assert not abandoned.exists() and not list(tmp_path.glob(".*candidate*"))  # swept; its own candidates gone
+    assert not abandoned.exists() and not half_written.exists()  # swept
+    assert not list(tmp_path.glob(".*candidate*"))  # and its own candidates gone
 
 
 def test_draft_make_auto_leaves_nothing_when_it_fails(tmp_path: Path) -> None:

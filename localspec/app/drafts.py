@@ -41,7 +41,7 @@ MEASURE_PROMPTS = (
 )
 MEASURE_TOKENS = 48
 MEASURE_TEMPERATURES = (0.0, 0.8)
-_CANDIDATE_PID = re.compile(r"\.candidate-[a-z0-9_]+-(\d+)-[0-9a-f]+\.gguf$")
+_CANDIDATE_PID = re.compile(r"\.candidate-[a-z0-9_]+-(\d+)-[0-9a-f]+\.gguf(\.[^.]+\.partial)?$")  # (or its partial file)
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,10 @@ def make_fastest_draft(
 
 
 def _sweep_abandoned_candidates(folder: Path, target: Path) -> None:
-    """Delete candidates of `target` that a run no longer running left behind (killed before its clean-up)."""
-    for path in folder.glob(f".{glob.escape(target.stem)}.candidate-*.gguf"):
+    """Delete candidates of `target` (written, or being written) that a run no longer running left behind
+    (killed before its clean-up)."""
+    stem = glob.escape(target.stem)
+    for path in [*folder.glob(f".{stem}.candidate-*.gguf"), *folder.glob(f"..{stem}.candidate-*.gguf.*.partial")]:
         match = _CANDIDATE_PID.search(path.name)
         if match is not None and not _running(int(match.group(1))):
             path.unlink(missing_ok=True)

@@ -24,7 +24,7 @@ sampling at a temperature).
 
 It is a cache: one file per model file, build, placement and attention
 kernel, replaced by the latest save (written atomically; two processes' saves
-leave one whole file); one that does not fit (truncated, another format,
+leave one whole file), the MAX_FILES used last kept; one that does not fit (truncated, another format,
 refused by llama.cpp) is ignored and replaced. It holds a prompt's tokens, so `history remove` and
 `memory clear` empty it too (`forget_prompts`), and `--no-prompt-cache` keeps
 a run from reading or writing it.
@@ -32,8 +32,10 @@ a run from reading or writing it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Callable, Sequence
@@ -49,6 +51,7 @@ FOLDER_NAME = "prompts"
 MAGIC = b"localspec prompt cache 1\n"  # then one line of JSON ({"tokens": [...]}), then the state's bytes
 MIN_TOKENS = 4  # a shorter common start is not worth a file's reading or writing
 MAX_STATE_BYTES = 64 * 2**20  # a longer prompt is saved up to the tokens whose state fits
+MAX_FILES = 8  # files used last (read or written) are kept; older ones (another build's, a model gone) go
 _MAX_HEADER_BYTES = 16 * 2**20  # (a header line longer than this is not one this module wrote)
 
 
@@ -90,6 +93,8 @@ class PromptCache:
             self._saved[path.name] = ()  # (nothing usable: `save` replaces it)
             return 0
         model.keep(common)
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used: the last to go (`_keep_the_newest`)
         return common
 
     def save(self, model: Model, prompt: Sequence[int]) -> None:
@@ -121,6 +126,17 @@ class PromptCache:
             self.notes(f"prompt cache: could not save {path} ({exc})")
             return
         self._saved[path.name] = tuple(tokens)
+        self._keep_the_newest()
+
+    def _keep_the_newest(self) -> None:
+        """Delete all but the MAX_FILES files used last: each build of llama.cpp, model file and placement
+        has its own, and a file no later run will match would otherwise stay for good."""
+        try:
+            used = sorted(self.folder.glob("*.state"), key=lambda path: path.stat().st_mtime, reverse=True)
+            for path in used[MAX_FILES:]:
+                path.unlink(missing_ok=True)
+        except OSError:  # (a file another process removed meanwhile: next time)
+            pass
 
     def _path(self, model: Model) -> Path | None:
         """The file for this model file, llama.cpp build and placement (None: the model takes no part: see

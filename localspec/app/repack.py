@@ -51,8 +51,10 @@ def repacking_for(path: Path, settings: ModelSettings, *, one_token_ok: bool = F
     token at a time (a draft model does so anyway), so repacked weights that fail on batches only can serve it."""
     if settings.repack != "auto":
         return Repacking.ON if settings.repack == "on" else Repacking.OFF
-    if settings.n_gpu_layers in (None, ALL_LAYERS) and gpu_devices():
-        return Repacking.OFF  # every layer on a GPU: the CPU keeps only the token embeddings, which are never repacked
+    if settings.n_gpu_layers in (None, ALL_LAYERS) and (gpu_devices() or settings.rpc):
+        # Every layer on a GPU or on RPC workers: the CPU keeps only the token embeddings, which are never
+        # repacked (and a probe would load the whole model here, which may not fit: why there are workers).
+        return Repacking.OFF
     weights = weight_types(path)
     build = build_fingerprint()
     verdict = load_verdicts(build, verbose=verbose).get(weights)

@@ -115,7 +115,7 @@ def read_cache_json(path: Path) -> tuple[Any, str | None]:
     only when asked (--verbose).
     """
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse_json_constant)  # (never written)
         return (value, None) if value is not None else (None, "it holds null")
     except FileNotFoundError:
         return None, None

@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config.atomic import write_text_atomic
 from ..config.files import file_version, read_cache_json
@@ -50,18 +51,29 @@ class VocabInfo:
 
     @classmethod
     def from_header(cls, header: GGUFHeader) -> "VocabInfo":
-        model = str(header.get("tokenizer.ggml.model", "none"))
-        # llama.cpp adds BOS by default for SentencePiece ("llama") vocabularies only.
-        add_bos = bool(header.get("tokenizer.ggml.add_bos_token", model == "llama"))
-        add_eos = bool(header.get("tokenizer.ggml.add_eos_token", False))
+        """The vocabulary a GGUF header describes; InputError (naming the file and the key) where a value
+        is not of the kind llama.cpp reads it as."""
+
+        def value(key: str, kinds: type | tuple[type, ...], default: Any) -> Any:
+            found = header.get(key, default)
+            if not isinstance(found, kinds) or (isinstance(found, list) and not all(isinstance(t, str) for t in found)):
+                raise InputError(f"{header.path}: {key} is not {_KIND_WORDS[kinds]} (its vocabulary cannot be read)")
+            return found
+
+        model = value("tokenizer.ggml.model", str, "none")
         return cls(
             tokenizer_model=model,
-            tokens=tuple(header.get("tokenizer.ggml.tokens", ())),
-            add_bos=add_bos,
-            add_eos=add_eos,
-            bos_id=header.get("tokenizer.ggml.bos_token_id"),
-            eos_id=header.get("tokenizer.ggml.eos_token_id"),
+            tokens=tuple(value("tokenizer.ggml.tokens", list, [])),
+            # llama.cpp adds BOS by default for SentencePiece ("llama") vocabularies only.
+            add_bos=bool(value("tokenizer.ggml.add_bos_token", (bool, int), model == "llama")),
+            add_eos=bool(value("tokenizer.ggml.add_eos_token", (bool, int), False)),
+            bos_id=value("tokenizer.ggml.bos_token_id", (int, type(None)), None),
+            eos_id=value("tokenizer.ggml.eos_token_id", (int, type(None)), None),
         )
+
+
+_KIND_WORDS: dict[Any, str] = {str: "a text", list: "a list of texts", (bool, int): "true or false",
+                               (int, type(None)): "a token id"}
 
 
 @dataclass(frozen=True)

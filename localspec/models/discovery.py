@@ -108,11 +108,13 @@ def group_by_vocabulary(models: list[ModelInfo]) -> list[list[ModelInfo]]:
 
 
 def drafts_for(target: ModelInfo, candidates: list[ModelInfo]) -> list[tuple[ModelInfo, float]]:
-    """Compatible models smaller on disk than `target`, smallest first, with their size ratio."""
+    """Compatible models smaller on disk than `target`, smallest first, with their size ratio (a file with
+    a vocabulary but no weights, llama.cpp's ggml-vocab-*.gguf, is not a model)."""
     found = [
         (model, model.size_bytes / target.size_bytes)
         for model in candidates
         if model.path.resolve() != target.path.resolve()
+        and model.n_parameters > 0
         and model.size_bytes < target.size_bytes
         and check_compatible(target.vocab, model.vocab).compatible
     ]

@@ -50,10 +50,14 @@ class TensorInfo:
         return count
 
     @property
-    def n_bytes(self) -> int:
+    def n_bytes(self) -> int | None:
+        """The size of its data; None for a type this `gguf` package does not know (one newer than it)."""
         from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(self.ggml_type)]
+        try:
+            block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(self.ggml_type)]
+        except (ValueError, KeyError):
+            return None
         return self.n_elements // block_size * type_size
 
 
@@ -212,8 +216,9 @@ def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
         raise ValueError(f"general.alignment is {alignment!r}, not a positive integer")
     data_offset = -(-cursor.pos // alignment) * alignment
-    # (a file without tensors, a vocabulary's, needs no padding after its header)
-    data_end = max(t.offset + t.n_bytes for t in tensors) + data_offset if tensors else cursor.pos
+    # (a file without tensors, a vocabulary's, needs no padding after its header; a tensor of a type unknown
+    # here is checked only for where it starts, llama.cpp may know it)
+    data_end = max(t.offset + (t.n_bytes or 0) for t in tensors) + data_offset if tensors else cursor.pos
     if data_end > file_size:
         raise InputError(
             f"{path}: truncated GGUF file ({file_size} bytes on disk, tensor data needs {data_end})"

@@ -7,8 +7,11 @@ file next to the destination, which is renamed only once it is complete.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -73,6 +76,7 @@ def quantize(
     params.allow_requantize = True
     params.nthread = n_threads or default_threads()
 
+    _sweep_stale_partials(destination)
     with atomic_path(destination) as temp_path:
         result: dict[str, int] = {}
         worker = threading.Thread(
@@ -93,3 +97,16 @@ def quantize(
         if on_progress is not None:
             on_progress(expected, expected)
     return destination
+
+
+STALE_PARTIAL_SECONDS = 3600  # no quantization runs this long without writing: its process is gone
+
+
+def _sweep_stale_partials(destination: Path) -> None:
+    """Delete what a killed quantization to `destination` left (`atomic_path`'s temporary file, as large as
+    the model): every such file untouched for an hour."""
+    now = time.time()
+    for path in destination.parent.glob(f".{glob.escape(destination.name)}.*.partial"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > STALE_PARTIAL_SECONDS:
+                path.unlink()

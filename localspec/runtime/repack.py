@@ -6,9 +6,10 @@ on some CPUs when such weights meet a batch, and a crash in llama.cpp takes the
 whole process with it. So the first load of a kind of model tries it in a child:
 load the model with the extra buffer types, decode a batch with logits on every
 row, drop part of it from the KV cache and decode another batch (a verify pass),
-then one token (a draft step). A signal or a non-zero exit there is a verdict,
+then one token (a draft step). A crash or a non-zero exit there is a verdict,
 not a crash of ours. A hang is no verdict: on a busy machine a healthy probe can
-be slow, and one slow moment must not turn repacking off for good.
+be slow, and one slow moment must not turn repacking off for good; nor is a
+child killed from outside (out of memory, a closed terminal).
 
 Where batches crash, a second probe (`one_token=True`) decodes the same tokens
 one at a time: a lone token takes other kernels (on AMX machines, AVX-512 VNNI
@@ -75,6 +76,10 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# Signals that say nothing of llama.cpp's kernels (a crash is SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT): no verdict.
+_SENT_FROM_OUTSIDE = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
+
+
 def probe(path: Path, timeout_s: float, *, one_token: bool = False) -> ProbeResult:
     """Load `path` with the extra CPU buffer types and decode batches (`one_token`: the same tokens one
     at a time) in a child process; say how it went."""
@@ -86,6 +91,8 @@ def probe(path: Path, timeout_s: float, *, one_token: bool = False) -> ProbeResu
     except subprocess.TimeoutExpired:
         return ProbeResult(None, f"the probe did not answer in {timeout_s:g} s")
     last_line = (child.stderr.strip().splitlines() or [""])[-1]
+    if child.returncode < 0 and -child.returncode in _SENT_FROM_OUTSIDE:  # (the OOM killer, a closed terminal)
+        return ProbeResult(None, f"the probe was stopped from outside ({signal.Signals(-child.returncode).name})")
     if child.returncode < 0:
         return ProbeResult(False, f"the probe crashed ({signal.Signals(-child.returncode).name})")
     if child.returncode == _INCONCLUSIVE_EXIT:
