@@ -93,6 +93,32 @@ def test_different_tokenizer_fails_the_tokenizer_check(smollm_q4_1: Path, tiny_p
     assert report.first_failure is not None and report.first_failure.name == "tokenizer model"
 
 
+@pytest.mark.parametrize("model, pre, said, adds", [
+    ("gpt2", "llama-bpe", None, True),  # an older Llama 3 conversion: llama.cpp adds BOS though the file does not say
+    ("gpt2", "qwen2", None, False), ("llama", "default", None, True), ("gpt2", "llama-bpe", False, False),
+])
+def test_a_file_that_does_not_say_whether_bos_is_added_gets_llama_cpps_default(
+    tmp_path: Path, model: str, pre: str, said: bool | None, adds: bool
+) -> None:
+    import gguf
+
+    def vocabulary(name: str, add_bos: bool | None) -> VocabInfo:
+        writer = gguf.GGUFWriter(str(tmp_path / name), "llama")
+        writer.add_tokenizer_model(model)
+        writer.add_tokenizer_pre(pre)
+        writer.add_token_list(["a", "b"])
+        if add_bos is not None:
+            writer.add_add_bos_token(add_bos)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return VocabInfo.from_header(read_gguf_header(tmp_path / name))
+
+    silent, explicit = vocabulary("silent.gguf", said), vocabulary("explicit.gguf", adds)
+    assert silent.add_bos is adds and check_compatible(silent, explicit).compatible
+
+
 def test_one_changed_token_text_is_found(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
     changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab, changed_token_id=100)

@@ -1,8 +1,10 @@
 """Where localspec keeps the user's files.
 
-`LOCALSPEC_HOME`, when set, holds everything (profiles/, config.toml, models/);
-otherwise the platform's user config folder holds profiles and config, and the
-user data folder holds downloaded models.
+`LOCALSPEC_HOME`, when set, holds the user's files (profiles/, config.toml,
+models/, the chat history, the memory); otherwise the platform's user config
+folder holds profiles and config, and the user data folder the rest. Caches
+(what can be rebuilt: the demo's F32 target, verdicts, draft lengths, prompt
+states) stay in the platform's cache folder either way.
 """
 
 from __future__ import annotations

@@ -61,15 +61,30 @@ class VocabInfo:
             return found
 
         model = value("tokenizer.ggml.model", str, "none")
+        bos_by_default, eos_by_default = _added_by_default(model, value("tokenizer.ggml.pre", str, "default"))
         return cls(
             tokenizer_model=model,
             tokens=tuple(value("tokenizer.ggml.tokens", list, [])),
-            # llama.cpp adds BOS by default for SentencePiece ("llama") vocabularies only.
-            add_bos=bool(value("tokenizer.ggml.add_bos_token", (bool, int), model == "llama")),
-            add_eos=bool(value("tokenizer.ggml.add_eos_token", (bool, int), False)),
+            add_bos=bool(value("tokenizer.ggml.add_bos_token", (bool, int), bos_by_default)),
+            add_eos=bool(value("tokenizer.ggml.add_eos_token", (bool, int), eos_by_default)),
             bos_id=value("tokenizer.ggml.bos_token_id", (int, type(None)), None),
             eos_id=value("tokenizer.ggml.eos_token_id", (int, type(None)), None),
         )
+
+
+# The BPE pre-tokenizers after which llama.cpp adds BOS where a file does not say (llama-vocab.cpp).
+_BPE_ADDING_BOS = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                   "jina-v5-nano", "tekken", "chameleon"}
+
+
+def _added_by_default(tokenizer_model: str, pre_tokenizer: str) -> tuple[bool, bool]:
+    """(BOS, EOS): whether llama.cpp adds them to a text where the file does not say: BOS for SentencePiece
+    ("llama") and WordPiece ("bert") vocabularies and some BPE ("gpt2") ones, EOS for T5's ("t5")."""
+    if tokenizer_model in ("llama", "bert"):
+        return True, False
+    if tokenizer_model == "t5":
+        return False, True
+    return tokenizer_model == "gpt2" and pre_tokenizer in _BPE_ADDING_BOS, False
 
 
 _KIND_WORDS: dict[Any, str] = {str: "a text", list: "a list of texts", (bool, int): "true or false",
@@ -139,6 +154,7 @@ def _token_text_check(target: VocabInfo, draft: VocabInfo) -> Check:
 # -- remembered verdicts ------------------------------------------------------------------
 
 CACHE_FILE_NAME = "verdicts.json"
+PAIR_CHECKS_VERSION = 2  # raised when the checks change: a pair's verdict is then made again
 MAX_REMEMBERED = 512  # verdicts kept, the oldest dropped first (each file version a user ran adds a few)
 
 
@@ -223,7 +239,7 @@ def check_pair_cached(target: Path, draft: Path) -> CompatReport:
         if not _is_file(path):
             read_gguf_header(path)  # raises the one-line reason: missing, or a directory
     entries = _load()
-    key = f"pair:{file_version(target)}::{file_version(draft)}"
+    key = f"pair{PAIR_CHECKS_VERSION}:{file_version(target)}::{file_version(draft)}"
     remembered = _remembered_report(entries[key]) if key in entries else None
     if remembered is not None:
         return remembered
