@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.errors import LocalspecError
-from localspec.runtime.chat_template import render_chat
+from localspec.runtime.chat_template import render_chat, template_problem
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 
@@ -55,3 +55,26 @@ def test_a_broken_template_is_a_clean_error() -> None:
 def test_a_template_that_fails_in_python_is_a_clean_error(template: str, error: str) -> None:
     with pytest.raises(LocalspecError, match=f"chat template failed to render: {error}: "):
         render_chat(template, MESSAGES)
+
+
+@pytest.mark.parametrize("template, error", [
+    ("{{ ('a' * 10**9) | length }}", "repeats a value to more than"),
+    ("{{ [0] * 10**8 }}", "repeats a value to more than"),
+    ("{% set n = 10**6 %}{{ 2 ** n }}", "too large a power"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 100 }}{% endfor %}{% endfor %}",
+     "writes more than"),
+])
+def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: str) -> None:
+    """Templates come from downloaded files: one must not take the machine's memory (or `serve`'s)."""
+    with pytest.raises(LocalspecError, match=error):
+        render_chat(template, MESSAGES)
+    assert render_chat("{{ '-' * 3 }}{{ [1] * 2 }}{{ 2 ** 3 }}", MESSAGES) == "---[1, 1]8"  # ordinary use stays
+
+
+def test_a_lone_surrogate_a_template_writes_becomes_a_replacement_character() -> None:
+    assert render_chat('{{ "\\ud800" }}ok', MESSAGES) == "\ufffdok"
+
+
+def test_a_template_nested_too_deeply_is_a_problem_not_a_crash() -> None:
+    assert template_problem("{{ " + "(" * 300 + "1" + ")" * 300 + " }}") == "the chat template is nested too deeply to compile"
+

@@ -17,6 +17,7 @@ from localspec.errors import LocalspecError
 from localspec.runtime import library
 from localspec.runtime import model as model_module
 from localspec.runtime.model import Model
+from localspec.settings import ModelSettings
 
 
 @contextmanager
@@ -112,3 +113,22 @@ def test_a_session_whose_model_fails_to_load_says_which_and_closes_the_other(
         open_session(plan, remember_lengths=False, memory_owner=None)
     other = "draft" if failing == "target" else "target"
     assert closed == [getattr(plan, other).path]
+
+
+def test_ctrl_c_during_a_load_that_logs_stops_the_load_not_swallowed_by_the_log_callback(
+    tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt raised in the log callback (where Ctrl-C lands while llama.cpp logs) would be printed
+    and dropped by ctypes; it is raised once the load returns."""
+    def interrupted(level: int, text: bytes) -> None:
+        raise KeyboardInterrupt
+
+    llama_module = library.llama()  # (set up before the callback is replaced)
+    monkeypatch.setattr(library, "_record", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Model(tiny_pair[0], ModelSettings(n_threads=1))
+    monkeypatch.undo()
+    assert llama_module is library.llama() and not library._interrupted
+    with Model(tiny_pair[0], ModelSettings(n_threads=1)) as model:  # the next load goes on as usual
+        assert model.n_vocab > 0
+

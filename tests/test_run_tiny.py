@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,6 +96,16 @@ def test_invalid_utf8_on_stdin_is_replaced_with_one_warning(tiny_args: list[str]
     assert result.exit_code == 0, result.stderr
     assert warnings(result.stderr) == [line for line in result.stderr.splitlines() if line] and len(warnings(result.stderr)) == 1
     assert "stdin is not valid UTF-8" in result.stderr
+
+
+def test_json_names_a_model_whose_path_is_not_utf8_with_replacement_characters(tiny_pair: tuple[Path, Path],
+                                                                                tmp_path: Path) -> None:
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/t\xe9.gguf"))  # (Python's name for that byte: '\udce9')
+    odd.symlink_to(tiny_pair[0])
+    result = cli("run", "--target", str(odd), "--draft", str(tiny_pair[1]), "--raw", "--temperature", "0", "--threads", "1",
+                 "--max-tokens", "2", "--json", "the cat")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout_bytes.decode("utf-8"))["model"]["target"].endswith("/t\ufffd.gguf")
 
 
 def test_a_fifo_as_a_model_is_refused_instead_of_waited_on(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:

@@ -53,6 +53,9 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("json_schema", '{"maximum": NaN}', "/format schema"), ["/format schema: not valid JSON (NaN is not a JSON number)"]),
     (OutputFormat("json_schema", '{"$ref": "#/nowhere"}', "--json-schema"), ["--json-schema: ", "/nowhere"]),
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
+    (OutputFormat("regex", "abc\\", "--regex"), ["--regex: invalid regex: it ends with a backslash"]),  # (dropped, else)
+    (OutputFormat("regex", "[^\\s\\S]", "--regex"), ["--regex: no text can satisfy it"]),  # valid, matching nothing
+    (OutputFormat("grammar", 'start: /[^\\s\\S]/ "a"\n', "g.lark"), ["g.lark: no text can satisfy it"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
     (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
     # llguidance's position would be in the grammar's Lark conversion, not the file: left out
@@ -403,6 +406,8 @@ def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Pat
     assert "uniqueItems" not in spelled and spelled["description"] == "tags"
     assert len(spelled["anyOf"]) == 1 + 3 + 6 + 6  # 0 to 3 of "a", "b", "c" (1 is not a string)
     assert len(bounded_values({**tags, "minItems": 2})["anyOf"]) == 6 + 6
+    equal_numbers = {"type": "array", "items": {"enum": [1, 1.0, 0, -0.0, 2]}, "uniqueItems": True}  # 1 == 1.0, 0 == -0.0
+    assert len(bounded_values(equal_numbers)["anyOf"]) == 1 + 3 + 6 + 6  # three values, not five
     many = {"type": "array", "items": {"enum": list(range(UNIQUE_VALUES_SPELLED_OUT + 1))}, "uniqueItems": True}
     assert bounded_values(many) == {**many, "maxItems": UNIQUE_VALUES_SPELLED_OUT + 1}
     assert bounded_values({**many, "maxItems": 2})["maxItems"] == 2  # the schema's own, tighter

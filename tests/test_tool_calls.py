@@ -273,6 +273,7 @@ def test_a_stream_passes_text_at_once_and_holds_a_call() -> None:
     ([{"type": "retrieval"}], None, "tools[0]"),
     ([{"type": "function"}], None, "tools[0].function"),
     ([{"type": "function", "function": {"name": "a b"}}], None, "tools[0].function.name"),
+    ([{"type": "function", "function": {"name": "get_weather\n"}}], None, "tools[0].function.name"),  # ($ before \n)
     ([{"type": "function", "function": {"name": "f", "parameters": []}}], None, "tools[0].function.parameters"),
     ([{"type": "function", "function": {"name": "f", "description": 5}}], None, "tools[0].function.description"),
     ([WEATHER, WEATHER], None, "tools[1].function.name"),

@@ -39,7 +39,7 @@ from ..errors import InputError
 from ..textin import clean_data
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names (the whole name: fullmatch)
 CHOICES = ("auto", "required", "none")
 # How the arguments are written inside a call: compact separators as json.dumps writes them (and the templates
 # render earlier calls), no free whitespace for a small model to loop on. `lenient`: schema keywords llguidance
@@ -149,7 +149,7 @@ def _tool(tool: Any, where: str) -> Tool:
     if not isinstance(function, dict):
         raise ToolError(f"{where}.function must be an object with name, description and parameters", f"{where}.function")
     name = function.get("name")
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
         raise ToolError(f"{where}.function.name must be 1 to 64 letters, digits, '_' or '-', got {_quote(name)}",
                         f"{where}.function.name")
     description = function.get("description")

@@ -11,6 +11,7 @@ import click
 from ..config.resolve import FLAG_SOURCE
 from ..engine.generation import StopReason
 from ..errors import InputError
+from ..textin import clean_text
 from .common import read_prompt, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -93,9 +94,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             "text": generation.text,
             "tokens": generation.tokens,
             "stop_reason": generation.stop_reason,
-            "model": {
-                "target": str(plan.target.path),
-                "draft": str(plan.draft.path) if load_draft and plan.draft and generation.drafter is not None else None,
+            "model": {  # (a path's bytes that are not UTF-8 shown as U+FFFD: JSON is text)
+                "target": clean_text(str(plan.target.path))[0],
+                "draft": clean_text(str(plan.draft.path))[0] if load_draft and plan.draft and generation.drafter is not None
+                else None,
             },
             "profile": plan.profile_name,
             "placement": session_placement,

@@ -13,6 +13,7 @@ format do not pay for it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -169,15 +170,39 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     elif fmt.kind == "grammar":
         grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
     else:
+        if (len(fmt.source) - len(fmt.source.rstrip("\\"))) % 2:  # (llguidance would drop it, changing the pattern)
+            raise InputError(f"{_name(fmt)}: invalid regex: it ends with a backslash that escapes nothing")
         grammar = LLMatcher.grammar_from_regex(fmt.source)
     is_error, messages = check if check is not None else LLMatcher.validate_grammar_with_warnings(grammar)
     # Positions in a GBNF file's messages would point into its Lark conversion, not the file: dropped.
     kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
     if is_error:
         raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', kind)}")
+    if not _matches_some_text(grammar):
+        raise InputError(f"{_name(fmt)}: no text can satisfy it")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
                      for message in messages)
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_tokenizer() -> Any:
+    """An llguidance tokenizer of the 256 bytes and an end token: any text can be written with it."""
+    from llguidance import LLTokenizer
+
+    return LLTokenizer.from_tiktoken(encoder={bytes([byte]): byte for byte in range(256)}, special_tokens={"<end>": 256},
+                                     pattern=r"[\s\S]", eos_token=256, n_vocab=257)
+
+
+def _matches_some_text(grammar: str) -> bool:
+    """Whether the grammar lets anything be written at all (`[^\\s\\S]` does not, though it is a valid regex):
+    found before any model loads, with bytes for tokens (about a millisecond)."""
+    from llguidance import LLMatcher
+
+    matcher = LLMatcher(_byte_tokenizer(), grammar)
+    matcher.compute_bitmask()  # (the first mask is what finds nothing allowed)
+    # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
+    return not (matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"))
 
 
 def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], list[str]]:
@@ -405,7 +430,20 @@ def _listed_values(items: Any) -> list[Any] | None:
     if not isinstance(listed, list):
         return None
     of_its_type = [value for value in listed if not kinds or _json_types(value) & set(kinds)]
-    return list({json.dumps(value, sort_keys=True): value for value in of_its_type}.values())
+    return list({_json_identity(value): value for value in of_its_type}.values())
+
+
+def _json_identity(value: Any) -> str:
+    """One text for JSON values JSON Schema counts equal (1, 1.0 and 1e0; 0 and -0.0): a number by its value."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_json_identity(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(key) + ":" + _json_identity(item) for key, item in sorted(value.items())) + "}"
+    return json.dumps(value)
 
 
 def _json_types(value: Any) -> set[str]:

@@ -21,6 +21,7 @@ from jinja2 import TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
+from ..textin import clean_text
 
 # Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
 _C_WHITESPACE = " \t\n\v\f\r"
@@ -34,8 +35,28 @@ def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
+MAX_RENDERED_CHARS = 16 * 2**20  # far beyond any context; a template writing more is looping on purpose
+_MAX_REPEATED = 2**20  # the longest text or list `*` may make (`'a' * 10**9` would take a gigabyte)
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, with repetition (`*`) and powers (`**`) kept small: a template from a
+    downloaded file must not fill the memory."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*" and any(isinstance(side, (str, list, tuple)) for side in (left, right)):
+            sequence, count = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
+            if isinstance(count, int) and len(sequence) * count > _MAX_REPEATED:
+                raise TemplateError(f"the template repeats a value to more than {_MAX_REPEATED} items")
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > 1024:
+            raise TemplateError("the template raises a number to too large a power")
+        return super().call_binop(context, operator, left, right)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -55,13 +76,14 @@ def render_chat(
     function definitions offered (OpenAI's shape), for templates that render them."""
     try:
         compiled = _environment().from_string(template)
-        return compiled.render(
-            messages=messages,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt,
-            tools=tools,
-        )
+        pieces, size = [], 0
+        for piece in compiled.generate(messages=messages, bos_token=bos_token, eos_token=eos_token,
+                                       add_generation_prompt=add_generation_prompt, tools=tools):
+            size += len(piece)
+            if size > MAX_RENDERED_CHARS:
+                raise TemplateError(f"the template writes more than {MAX_RENDERED_CHARS} characters")
+            pieces.append(piece)
+        return clean_text("".join(pieces))[0]  # (a lone surrogate the template wrote cannot be tokenized: U+FFFD)
     except TemplateError as exc:
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
     except Exception as exc:  # the template is code from a file: `{{ 1/0 }}`, `{{ messages + 1 }}`, ...
@@ -74,6 +96,8 @@ def template_problem(template: str) -> str | None:
         _environment().from_string(template)
     except TemplateSyntaxError as exc:
         return f"the chat template is not valid Jinja (its line {exc.lineno}: {exc.message})"
+    except RecursionError:
+        return "the chat template is nested too deeply to compile"
     return None
 
 

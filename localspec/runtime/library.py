@@ -34,6 +34,7 @@ _captures: list[tuple[int, list[str]]] = []  # (thread, pieces) of each `capture
 # By thread that called `clear_errors`; 0: llama.cpp's own threads (and any other), which `last_error` falls back to.
 _recent_errors: dict[int, deque[str]] = defaultdict(lambda: deque(maxlen=8))
 _SHARED = 0
+_interrupted: set[int] = set()  # threads whose Ctrl-C came during a llama.cpp call, inside its log callback
 
 
 def llama(verbose: bool | None = None) -> ModuleType:
@@ -57,6 +58,20 @@ def llama(verbose: bool | None = None) -> ModuleType:
 
 
 def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    try:
+        _record(level, text)
+    except KeyboardInterrupt:  # Ctrl-C landed in this callback, where ctypes would print and drop it:
+        _interrupted.add(threading.get_ident())  # raised once the llama.cpp call returns (`raise_pending_interrupt`)
+
+
+def raise_pending_interrupt() -> None:
+    """Raise the KeyboardInterrupt that reached this thread's log callback during the llama.cpp call just made."""
+    if _interrupted and threading.get_ident() in _interrupted:
+        _interrupted.discard(threading.get_ident())
+        raise KeyboardInterrupt
+
+
+def _record(level: int, text: bytes) -> None:
     thread = threading.get_ident()
     if level == _GGML_LOG_LEVEL_CONT:
         level = _last_level[thread]
@@ -90,6 +105,7 @@ def captured_log() -> Iterator[list[str]]:
         yield entry[1]
     finally:
         _captures.remove(entry)
+    raise_pending_interrupt()
 
 
 def clear_errors() -> None:

@@ -35,6 +35,7 @@ from .library import (
     last_error,
     llama,
     lone_token_computed_like_a_batch,
+    raise_pending_interrupt,
 )
 from .placement import Placement, parse_load_log
 
@@ -285,6 +286,7 @@ class Model(_Freed):
             context_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         clear_errors()
         context = llama_cpp.llama_init_from_model(self._model, context_params)
+        raise_pending_interrupt()
         if not context:
             raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
         batch = None
@@ -628,6 +630,7 @@ class Model(_Freed):
             self._batch_wants_logits[:n][rows] = 1
         clear_errors()
         status = self._llama.llama_decode(self._ctx, self._batch)
+        raise_pending_interrupt()
         if status != 0:
             raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")
         if n == 1 and self._lone_reads_differ and self._first_read_alone is None:
