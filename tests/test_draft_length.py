@@ -104,6 +104,27 @@ def test_early_stop_when_the_draft_is_unsure() -> None:
     assert not controller.keep_going(1, confidence=0.05)  # one more token would cost more than it brings
 
 
+def test_a_run_of_sure_tokens_is_drafted_past_the_plan_and_an_unsure_one_ends_it() -> None:
+    """The plan weighs the average token at each position; tokens the drafter is sure of are worth more."""
+    controller = AdaptiveLength()
+    simulate(controller, alpha=0.8, draft_cost=0.008, a=0.021, b=0.005, passes=250)  # plans 2 or so
+    sure, unsure = len(controller.bin_reached) - 1, 0
+    controller.bin_reached[sure], controller.bin_accepted[sure] = 500.0, 499.0  # sure tokens were kept
+    controller.bin_reached[unsure], controller.bin_accepted[unsure] = 500.0, 150.0
+    while True:  # (a pass that explores a length drafts just that length)
+        planned = controller.plan(32)
+        if not controller._exploring:
+            break
+    assert 0 < planned < 16 and controller.most_to_draft(planned, room=16) == 16
+    drafted = 1
+    while drafted < 16 and controller.keep_going(drafted, confidence=1.0):
+        drafted += 1
+    assert drafted > planned  # sure tokens go on past the plan...
+    controller.plan(32)
+    assert not all(controller.keep_going(n, confidence) for n, confidence in enumerate([1.0, 0.0], 1))  # ...an unsure one stops
+    assert FixedLength(6).most_to_draft(6, room=16) == 6
+
+
 def test_fixed_length_is_fixed() -> None:
     fixed = FixedLength(6)
     assert fixed.plan(10) == 6 and fixed.plan(3) == 3 and fixed.keep_going(5, confidence=0.0)

@@ -32,7 +32,11 @@ Each pass it drafts the k that maximises expected tokens per second,
     D(k) = c_first + (k − 1)·c_next for k ≥ 1, D(0) = c_next
 
 (which is (1 − α^(k+1)) / (1 − α) when every α_j = α). While drafting it stops
-early once one more token is worth less than it costs at that rate: the chance
+early once one more token is worth less than it costs at that rate, and goes
+on past k while one more is worth more (`most_to_draft`: the plan weighs the
+average token at each position, a run of sure ones is worth drafting long;
+on the demo pair at T=0.8 that drafted 7–8 tokens a pass where the plan gave
+5.6, 1.05–1.07× faster, and changed nothing at T=0): the chance
 that the tokens drafted so far are all kept is estimated from the drafter's
 certainty of each of them, through an acceptance rate measured per certainty
 bin (a draft model's probabilities are rarely calibrated as they are). A draft
@@ -110,6 +114,9 @@ class FixedLength:
 
     def keep_going(self, n_drafted: int, confidence: float) -> bool:
         return True
+
+    def most_to_draft(self, planned: int, room: int) -> int:
+        return planned
 
     def record_draft_step(self, seconds: float, first: bool = False) -> None:
         pass
@@ -438,6 +445,12 @@ class AdaptiveLength:
             k = max(k + 1, 2) if self._tries % 2 else max(k - 1, 1)
             k = min(k, room, self.limit)
         return k
+
+    def most_to_draft(self, planned: int, room: int) -> int:
+        """How far this pass may draft: past its plan while `keep_going` finds each further token worth what
+        it costs (a run of tokens the drafter is sure of), up to `room` and the limit; a pass that explores
+        a length drafts that length."""
+        return planned if self._exploring else min(room, self.limit)
 
     def keep_going(self, n_drafted: int, confidence: float) -> bool:
         """Whether to draft token n_drafted+1, given the drafter's certainty of the token it just drafted.

@@ -106,6 +106,7 @@ class ModelDrafter:
         rows: list[Probs] = []
         if k <= 0:
             return self._draft(tokens, rows, sampler)
+        most = self.length.most_to_draft(k, room)  # (past the plan while each token is worth its cost)
         # What lookup passes added since this model last drafted is evaluated untimed: it must be
         # evaluated whenever the model drafts next, so it is no cost of drafting now rather than later
         # (counted in, it would talk the length controller into drafting nothing, pass after pass).
@@ -127,7 +128,7 @@ class ModelDrafter:
             if forced:
                 # The grammar's forced text is drafted as it is (the target's rows there allow it alone)
                 # and evaluated by the draft model in one batch.
-                new = along.forced_run(int(allowed[0]), k - len(tokens))
+                new = along.forced_run(int(allowed[0]), most - len(tokens))
                 certainties = [1.0] * len(new)
                 rows += [Probs(np.array([token]), np.ones(1)) for token in new]
             else:
@@ -150,7 +151,7 @@ class ModelDrafter:
                 started = now
             after_forced = forced
             tokens += new
-            if len(tokens) >= k or (along is not None and along.stopped):  # nothing can follow the grammar's end
+            if len(tokens) >= most or (along is not None and along.stopped):  # nothing can follow the grammar's end
                 break
             if self.model.is_end_of_generation(tokens[-1]):  # nor an end-of-generation token
                 break
