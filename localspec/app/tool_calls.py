@@ -466,25 +466,24 @@ def prepare_tools(request: ToolRequest, template: str | None, is_special: Callab
 
 def _schema_warnings(request: ToolRequest) -> tuple[str, ...]:
     """What llguidance does not enforce of each callable tool's parameters schema, named by the tool."""
-    callable_names = {tool.name for tool in request.callable}
-    warnings: list[str] = []
-    for index, tool in enumerate(request.tools):
-        if tool.name in callable_names:
-            warnings += [_named(warning, index) for warning in _compile_arguments(tool, index).warnings]
-    return tuple(warnings)
+    return tuple(_named(warning, index) for index, tool in _callable_tools(request)
+                 for warning in _compile_arguments(tool, index).warnings)
 
 
 def _blame_schema(request: ToolRequest) -> None:
     """Raise ToolError naming the first tool whose parameters schema llguidance rejects on its own (if one does),
-    compiled as the grammar compiles it (the same `%json` options). Only the callable tools are in the grammar."""
-    callable_names = {tool.name for tool in request.callable}
-    for index, tool in enumerate(request.tools):
-        if tool.name not in callable_names:
-            continue
+    compiled as the grammar compiles it (the same `%json` options)."""
+    for index, tool in _callable_tools(request):
         try:
             _compile_arguments(tool, index)
         except InputError as exc:
             raise ToolError(_named(str(exc), index), _schema_origin(index)) from None
+
+
+def _callable_tools(request: ToolRequest) -> list[tuple[int, Tool]]:
+    """The tools the grammar holds calls to, each with its index in the request (which messages name it by)."""
+    callable_names = {tool.name for tool in request.callable}
+    return [(index, tool) for index, tool in enumerate(request.tools) if tool.name in callable_names]
 
 
 def _compile_arguments(tool: Tool, index: int) -> CompiledGrammar:

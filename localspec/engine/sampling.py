@@ -247,9 +247,9 @@ def next_token_probs(logits: np.ndarray, params: SamplingParams, allowed: np.nda
 
     candidates = _min_p_prefilter(logits, params)  # (none when a score is NaN)
     kept = np.asarray(logits[candidates], dtype=np.float64)
-    best = _finite(kept.max() if len(kept) else math.nan)
+    top = _finite(kept.max() if len(kept) else math.nan)
     with np.errstate(over="ignore"):  # shifted first: a tiny temperature gives -inf, never inf - inf
-        scaled = (kept - best) / params.temperature
+        scaled = (kept - top) / params.temperature
     if 0 < params.top_k < len(candidates):
         best = np.argpartition(-scaled, params.top_k - 1)[: params.top_k]
         candidates, scaled = candidates[best], scaled[best]

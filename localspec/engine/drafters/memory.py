@@ -98,8 +98,10 @@ class MemoryDrafter:
         or `grammar` stops it."""
         started = time.perf_counter()
         room = self.length.plan(max_tokens)
-        proposal = self._lookup(context, room) if room > 0 else None
-        self.use.lookups += room > 0
+        proposal = None
+        if room > 0:
+            proposal = self._lookup(context, room)
+            self.use.lookups += 1
         self.confidences = self._worth_drafting(proposal) if proposal is not None else []
         tokens = list(proposal.tokens[: len(self.confidences)]) if proposal is not None else []
         if grammar is not None:
