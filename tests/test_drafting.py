@@ -241,6 +241,52 @@ def test_each_match_length_has_its_own_length_controller() -> None:
     assert sum(lengths[2].reached) > before
 
 
+def test_a_copy_that_lost_its_thread_resumes_where_it_left_off() -> None:
+    """The answer copies its prompt, then changes a word (999 for 111): no n-gram of the tail occurred
+    before, but the token after the changed word is found just where the copy stood, and the copy goes on
+    from there. The same token found with no copy under way, or long after the copy left off, is not taken."""
+    sampler = StreamSampler(np.random.default_rng(0))
+    source = list(range(100, 140))
+    prompt = [1, 2, *source, 3, 4]
+
+    def copying() -> tuple[NGramDrafter, list[int]]:
+        lookup = NGramDrafter(2, 4, resume_length=FixedLength(8))
+        context = prompt + source[:6]
+        lookup.begin(context)
+        assert lookup.propose(context, 8, sampler, 0).tokens == source[6:14]
+        lookup.observe(8, 5, 0.01)  # kept 106..110; the target's own token replaced 111
+        return lookup, context + [*source[6:11], 999]
+
+    lookup, context = copying()
+    assert lookup.propose(context, 8, sampler, 0).tokens == []  # 999 is nowhere near: nothing to resume
+    context.append(112)  # the copy goes on after the changed word
+    drafted = lookup.propose(context, 8, sampler, 0)
+    assert drafted.tokens == source[13:21] and lookup.length is lookup.resume_length
+
+    unrelated = NGramDrafter(2, 4, resume_length=FixedLength(8))  # no copy under way: 112 alone says little
+    unrelated.begin(context)
+    assert unrelated.propose(context, 8, sampler, 0).tokens == []
+    without = NGramDrafter(2, 4)  # (resuming is off without a controller for it)
+    without.begin(context)
+    assert without.propose(context, 8, sampler, 0).tokens == []
+
+    lookup, context = copying()
+    context += [900 + i for i in range(12)] + [112]  # the copy left off a dozen tokens ago
+    assert lookup.propose(context, 8, sampler, 0).tokens == []
+
+
+def test_a_lookup_pass_that_kept_a_token_or_two_starts_no_copy_to_resume() -> None:
+    sampler = StreamSampler(np.random.default_rng(0))
+    source = list(range(100, 140))
+    lookup = NGramDrafter(2, 4, resume_length=FixedLength(8))
+    context = [1, 2, *source, 3, 4, *source[:6]]
+    lookup.begin(context)
+    assert lookup.propose(context, 8, sampler, 0).tokens == source[6:14]
+    lookup.observe(8, 2, 0.01)  # a common phrase's first two tokens, then the answer goes its own way
+    context += [106, 107, 999, 109]
+    assert lookup.propose(context, 8, sampler, 0).tokens == []
+
+
 class _CostsAsSet(AdaptiveLength):
     """An adaptive length whose draft-step costs stay as a test sets them: the tiny draft model's real steps
     (fractions of a millisecond, or far more on a busy machine) are not measured into them."""

@@ -584,7 +584,7 @@ def temperature_band(temperature: float) -> str:
 class LearnedLengths:
     """Adaptive controllers kept across generations, and what earlier processes learned.
 
-    One controller per drafting side ("model", "ngram<n>" by match length, "memory"), verification mode,
+    One controller per drafting side ("model", "ngram<n>" by match length, "resume", "memory"), verification mode,
     temperature band and output held to a grammar or not, all sharing the target's verify costs (started from
     the saved side that measured most). A new controller starts
     from the saved costs of its side (`saved_costs[side]`) and the saved acceptance

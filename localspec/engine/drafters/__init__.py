@@ -34,7 +34,7 @@ def build_drafter(
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
     With an adaptive draft length, `learned` keeps one controller per drafting side
-    ("model", "ngram<n>" for each match length n, "memory"), verification mode,
+    ("model", "ngram<n>" for each match length n, "resume" for resumed copies, "memory"), verification mode,
     temperature band and whether the output is held to a grammar (`constrained`:
     drafts are accepted far more often there) across generations, so a chat or a
     benchmark keeps what it measured (and a run what earlier runs did). `memory`,
@@ -55,16 +55,20 @@ def build_drafter(
     if memory is not None and drafts_from_memory(speculative):
         from_memory = MemoryDrafter(memory, length("memory"), memory_use)
     if speculative.strategy == "ngram":
-        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length)
+        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length, length("resume"))
         return in_context if from_memory is None else HybridDrafter(in_context, None, from_memory)
     if draft_model is None:
         raise ValueError(f"strategy {speculative.strategy!r} needs a draft model")
     by_model = ModelDrafter(draft_model, sampling, speculative.p_min, length("model"))
     if speculative.strategy == "model":
         return by_model
-    # With a fixed length, hybrid cannot weigh a lookup against the model: only the longest matches draft.
-    shortest_match = speculative.ngram_min if speculative.adaptive else speculative.ngram_max
-    return HybridDrafter(NGramDrafter(shortest_match, speculative.ngram_max, lookup_length), by_model, from_memory)
+    # With a fixed length, hybrid cannot weigh a lookup against the model: only the longest matches draft
+    # (and a copy that lost its thread is not resumed).
+    if speculative.adaptive:
+        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length, length("resume"))
+    else:
+        in_context = NGramDrafter(speculative.ngram_max, speculative.ngram_max, lookup_length)
+    return HybridDrafter(in_context, by_model, from_memory)
 
 
 def drafts_from_memory(speculative: SpeculativeParams) -> bool:

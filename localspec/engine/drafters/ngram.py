@@ -18,12 +18,21 @@ How far a lookup is worth drafting depends on how long a match it continues:
 on the demo pair a 4-token match's continuation was kept 91% of the time, a
 2-token match's 18% (half of those drafts lost their first token). So each
 match length has its own length controller, which learns its own acceptance.
+
+Where an answer changes a word of the text it copies (or adds one), no n-gram
+of the context's tail occurred before for a pass or two, but the copy goes on.
+So after a lookup pass the drafter remembers where in the context the copy
+would take its next token; while no n-gram matches, a last token found just
+there (a few tokens either way: a word inserted or left out) resumes the copy
+from after it, with a length controller of its own. A word found anywhere else
+is not taken: far from the copy, a single token says little about what follows.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,6 +47,12 @@ from .base import NO_DRAFT, Draft
 # The draft goes on while at least this share of the earlier occurrences would have agreed with it so far.
 MIN_SHARE = 0.5
 _NOT_WRITTEN_YET = SEPARATOR - 1  # fills a continuation past the sequence's end (no token id is negative)
+# A copy is resumed where the context's last token occurs this far before or after the copy's expected place,
+# and only this many tokens after the copy was last on track: a lookup pass that kept RESUME_AFTER_KEPT tokens
+# or more (an ordinary answer's lookups often keep a token or two of a common phrase: no copy to resume).
+RESUME_BEHIND, RESUME_AHEAD = 2, 12
+RESUME_WITHIN = 12
+RESUME_AFTER_KEPT = 4
 
 
 class NGramIndex:
@@ -102,12 +117,19 @@ class NGramIndex:
 class NGramDrafter:
     """Drafts by prompt lookup over the whole context (prompt and generated text)."""
 
-    def __init__(self, n_min: int = 2, n_max: int = 4, length_for: Callable[[int], DraftLength] | None = None) -> None:
-        """`length_for(n)`: the draft-length controller for continuations of n-token matches (default: unbounded)."""
+    def __init__(self, n_min: int = 2, n_max: int = 4, length_for: Callable[[int], DraftLength] | None = None,
+                 resume_length: DraftLength | None = None) -> None:
+        """`length_for(n)`: the draft-length controller for continuations of n-token matches (default:
+        unbounded); `resume_length`: for resumed copies (None: copies are not resumed)."""
         self.index = NGramIndex(n_min, n_max)
         self.lengths = {n: length_for(n) if length_for else FixedLength(1 << 30) for n in range(n_min, n_max + 1)}
+        self.resume_length = resume_length
         self.length = self.lengths[n_max]  # the controller of the pass being verified (see `propose`)
         self.proposed = 0  # tokens in the draft last proposed
+        self._drafted = _Copy(0, 0)  # the draft last proposed: where its continuation starts, at what context length
+        # Where the copy takes its next token, at what context length, once a lookup pass kept RESUME_AFTER_KEPT
+        # tokens or more (else None).
+        self._copy: _Copy | None = None
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return 0  # no model: indexing the prompt is quick
@@ -117,18 +139,39 @@ class NGramDrafter:
 
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         self.index.reset(prompt_tokens)
+        self._copy = None
 
     def read(self, context: Sequence[int]) -> None:
         pass
 
-    def lookup(self, context: Sequence[int], max_tokens: int) -> tuple[int, list[int]]:
-        """(matched n-gram length, proposed tokens); (0, []) when nothing matches."""
+    def lookup(self, context: Sequence[int], max_tokens: int) -> tuple[DraftLength | None, int, list[int]]:
+        """(the length controller of what matched, where its continuation starts in the context, proposed
+        tokens): the continuation of the longest n-gram match, else of a resumed copy; (None, 0, []) when
+        neither is found."""
         self.index.extend_to(context)
         found = self.index.match()
-        if found is None or max_tokens <= 0:
-            return 0, []
-        n, starts = found
-        return n, self.index.continuation(starts, max_tokens)
+        if max_tokens <= 0:
+            return None, 0, []
+        if found is not None:
+            n, starts = found
+            return self.lengths[n], starts[-1], self.index.continuation(starts, max_tokens)
+        start = self._resumed_copy(context)
+        if start is None or self.resume_length is None:
+            return None, 0, []
+        return self.resume_length, start, list(context[start : start + max_tokens])
+
+    def _resumed_copy(self, context: Sequence[int]) -> int | None:
+        """Where a copy that lost its thread a few tokens ago picks it up again: just after the context's last
+        token, found near the place the copy has reached by now; None where it is not found."""
+        if self._copy is None or self.resume_length is None or len(context) - self._copy.context_length > RESUME_WITHIN:
+            return None
+        expected = self._copy.start + len(context) - self._copy.context_length - 1  # of the last token
+        last = context[-1]
+        for at in sorted(range(max(expected - RESUME_BEHIND, 0), min(expected + RESUME_AHEAD, len(context) - 1)),
+                         key=lambda position: abs(position - expected)):
+            if context[at] == last:
+                return at + 1
+        return None
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
@@ -138,10 +181,10 @@ class NGramDrafter:
         cut where `grammar` stops accepting it."""
         started = time.perf_counter()
         self.proposed = 0
-        n, tokens = self.lookup(context, max_tokens)
-        if not tokens:
+        length, start, tokens = self.lookup(context, max_tokens)
+        if length is None or not tokens:
             return NO_DRAFT
-        self.length = self.lengths[n]
+        self.length, self._drafted = length, _Copy(start, len(context))
         tokens = tokens[: self.length.plan(len(tokens))]
         if grammar is not None:
             tokens = tokens[: grammar.validate(tokens)]
@@ -154,10 +197,9 @@ class NGramDrafter:
     def expected_kept(self, context: Sequence[int]) -> float:
         """How many draft tokens a lookup here is expected to have kept, judged without drafting (0 without
         a match; a match's whole continuation where its length is fixed)."""
-        n, tokens = self.lookup(context, ADAPTIVE_DRAFT_LIMIT)
-        if not tokens:
+        length, _, tokens = self.lookup(context, ADAPTIVE_DRAFT_LIMIT)
+        if length is None or not tokens:
             return 0.0
-        length = self.lengths[n]
         if not isinstance(length, AdaptiveLength):
             return float(len(tokens))
         return length.expected_tokens(length.best_length(len(tokens))) - 1
@@ -170,5 +212,16 @@ class NGramDrafter:
         return self.length.expected_tokens(self.proposed) / by_model.verify_cost(self.proposed + 1)
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
-        """Pass the target's verdict and the verify pass's cost to the length controller."""
+        """Pass the target's verdict and the verify pass's cost to the length controller, and note where the
+        copy stands: after the kept tokens and the target's own, its next token is the one after them."""
         self.length.observe(n_proposed, n_accepted, verify_seconds)
+        if n_accepted >= RESUME_AFTER_KEPT:
+            self._copy = _Copy(self._drafted.start + n_accepted + 1, self._drafted.context_length + n_accepted + 1)
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """A place in the context a copy takes tokens from (`start`), as of a context of `context_length` tokens."""
+
+    start: int
+    context_length: int
