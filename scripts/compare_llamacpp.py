@@ -26,7 +26,11 @@ localspec's own renderer and given to llama.cpp as text (its special tokens pars
 as the vocabulary asks), while localspec `run` renders the same message itself (not `run --raw`
 on the rendered text: --raw tokenizes `<|im_start|>` as plain text); the script warns when the
 two tools report different prompt lengths. llama.cpp gets localspec's default sampling
-(top-k 0, top-p 1, min-p 0.05), the same context size, threads and max tokens.
+(top-k 0, top-p 1, min-p 0.05) in localspec's order, temperature before top-p and min-p
+(`--samplers top_k;temperature;top_p;min_p`; llama.cpp's own order applies the temperature last,
+which at T=0.8 keeps tokens down to 0.05 of the likeliest's probability where localspec keeps
+them down to 0.05^0.8 = 0.09: another distribution of texts), so that both sample the same
+distribution, and the same context size, threads and max tokens.
 
 Speed is generated tokens over generation time, prompt excluded: localspec's `--json` stats
 (`tokens_per_second`: the tokens of its text, an end-of-generation token ends it and is not
@@ -204,13 +208,19 @@ def localspec_command(setup: Setup, contender: Contender, prompt: Prompt, temper
     return [*command, "--", prompt.text]
 
 
+# localspec's order (`engine.sampling.next_token_probs`): top-k does not depend on the temperature, so it may
+# come first, as in llama.cpp's own order; top-p and min-p apply to the distribution at the temperature.
+LOCALSPEC_SAMPLER_ORDER = "top_k;temperature;top_p;min_p"
+
+
 def llamacpp_command(setup: Setup, contender: Contender, prompt: Prompt, temperature: float, seed: int) -> list[str]:
     """A llama.cpp tool on the rendered prompt, with localspec's default sampling."""
     sampling = SamplingParams()
     command = [str(setup.bin_dir / contender.tool), "-m", str(setup.target), "-p", prompt.rendered,
                "-n", str(setup.max_tokens), "-c", str(setup.n_ctx), "-t", str(setup.threads),
                "--temp", f"{temperature:g}", "--top-k", str(sampling.top_k), "--top-p", f"{sampling.top_p:g}",
-               "--min-p", f"{sampling.min_p:g}", "-s", str(seed), "--spec-draft-n-max", str(contender.draft_max)]
+               "--min-p", f"{sampling.min_p:g}", "--samplers", LOCALSPEC_SAMPLER_ORDER, "-s", str(seed),
+               "--spec-draft-n-max", str(contender.draft_max)]
     if contender.tool == SIMPLE_TOOL:
         command += ["-md", str(setup.draft), "--spec-type", "draft-simple", "--spec-draft-n-min", "0",
                     "-td", str(setup.threads)]

@@ -54,6 +54,9 @@ def _on_abort(raw: bytes) -> None:
         sys.stdout.flush()
     except Exception:
         pass
-    sys.stderr.write(f"error: {line}\n")
-    sys.stderr.flush()
+    try:  # (stderr may be closed or gone: the process still ends with exit 1, not in abort())
+        sys.stderr.write(f"error: {line}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
     os._exit(1)
