@@ -17,7 +17,7 @@ the other (target-only; hybrid and ngram, each without and with the memory), sam
 identical (coupled verification) and the memory holds the same earlier requests whichever arm wrote
 them. The memory is a temporary one: the user's is never read or written. With --llamacpp-bin,
 `llama-lookup` runs each request too, in order, sharing one `--lookup-cache-dynamic` file (llama.cpp's
-n-gram cache that persists across runs), at --lookup-draft-max.
+n-gram cache that persists across runs), at --lookup-draft-max, sampling in localspec's order (see compare_llamacpp).
 
 Speed is generated tokens over generation time (prompt excluded), summed over the workload's
 requests; ratios are per request, then the geometric mean, with a paired 95% confidence interval.
@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare_llamacpp import parse_llamacpp_output, rendered_prompt, t_quantile  # noqa: E402
+from compare_llamacpp import LOCALSPEC_SAMPLER_ORDER, parse_llamacpp_output, rendered_prompt, t_quantile  # noqa: E402
 
 from localspec.app.memory import SessionMemory  # noqa: E402
 from localspec.app.memory_store import MemoryStore  # noqa: E402
@@ -144,7 +144,7 @@ def run_lookup(bin_dir: Path, target: Path, rendered: str, cache: Path, settings
     command = [str(bin_dir / "llama-lookup"), "-m", str(target), "-p", rendered, "-n", str(settings.max_tokens),
                "-c", "4096", "-t", str(threads), "--temp", f"{settings.sampling.temperature:g}",
                "--top-k", str(sampling.top_k), "--top-p", f"{sampling.top_p:g}", "--min-p", f"{sampling.min_p:g}",
-               "-s", str(settings.seed), "--spec-draft-n-max", str(draft_max), "--lookup-cache-dynamic", str(cache)]
+               "--samplers", LOCALSPEC_SAMPLER_ORDER, "-s", str(settings.seed), "--spec-draft-n-max", str(draft_max), "--lookup-cache-dynamic", str(cache)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"llama-lookup failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")

@@ -77,6 +77,29 @@ def test_gbnf_is_converted_and_lark_kept() -> None:
     assert compile_format(OutputFormat("grammar", 'start: "yes" | "no"', "g.lark")).warnings == ()
 
 
+@pytest.mark.parametrize(("gbnf", "accepted", "refused"), [
+    ('root ::= "caf\\u00e9"', "café", "cafe"),
+    ('root ::= [\\u0041-\\u005A]+', "ABC", "abc"),
+    ('root ::= "\\U0001F600!"', "😀!", "!"),
+    ('root ::= "\\u20ac" [0-9]', "€5", "E5"),
+    ('root ::= "\\\\u0041"', "\\u0041", "A"),  # an escaped backslash, then the text u0041
+])
+def test_gbnf_unicode_escapes_mean_their_characters(gbnf: str, accepted: str, refused: str) -> None:
+    """llguidance's converter drops an escape's leading zeros (\\u00e9 would become \\ue9, which llguidance
+    refuses): the escapes are spelled out before it converts."""
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import _byte_tokenizer
+
+    grammar = compile_format(OutputFormat("grammar", gbnf, "g.gbnf")).grammar
+
+    def matches(text: str) -> bool:
+        matcher = LLMatcher(_byte_tokenizer(), grammar)
+        return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
+
+    assert matches(accepted) and not matches(refused)
+
+
 def test_schema_keywords_llguidance_does_not_enforce_are_warnings() -> None:
     compiled = compile_format(OutputFormat("json_schema", '{"type": "array", "uniqueItems": true}', "s.json"))
     assert compiled.warnings == ('s.json: Unimplemented keys: ["uniqueItems"] (not enforced: the output may not satisfy it)',)

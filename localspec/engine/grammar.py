@@ -114,6 +114,8 @@ ANY_JSON_OBJECT = _any_json_object(JSON_DEPTH_LIMIT)
 _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
                     type(None): "null"}
 _GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w-]*\s*::=", re.MULTILINE)
+# A GBNF escape, read left to right so that an escaped backslash is one (`\\u0041` is a backslash and "u0041").
+_GBNF_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
 _LLGUIDANCE_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
 
 
@@ -478,9 +480,27 @@ def _as_lark(text: str, origin: str) -> str:
     from llguidance.gbnf_to_lark import gbnf_to_lark
 
     try:
-        return gbnf_to_lark(text)
+        return gbnf_to_lark(_unicode_escapes_spelled_out(text))
     except Exception as exc:  # noqa: BLE001 (the converter raises plain Exceptions, e.g. for an undefined rule)
         raise InputError(f"{origin}: cannot convert the GBNF grammar: {_one_line(str(exc), 'grammar')}") from None
+
+
+def _unicode_escapes_spelled_out(gbnf: str) -> str:
+    """GBNF with its `\\uXXXX` and `\\UXXXXXXXX` escapes written so that llguidance's converter passes them on
+    intact: as `\\xHH` below U+0100, else as the character itself. (The converter drops their leading zeros:
+    `\\u00e9` would come out as `\\ue9`, which llguidance refuses, and `[\\u0041-\\u005A]` as an invalid
+    regex.) A surrogate, which is no character, is left for the converter and llguidance to refuse."""
+
+    def spelled(match: re.Match) -> str:
+        escape = match[1]
+        if len(escape) == 1 or escape[0] not in "uU":  # another escape (a backslash escaping a backslash, too)
+            return match[0]
+        code = int(escape[1:], 16)
+        if code < 0x100:
+            return f"\\x{code:02x}"
+        return match[0] if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF else chr(code)
+
+    return _GBNF_ESCAPE.sub(spelled, gbnf)
 
 
 def _name(fmt: OutputFormat) -> str:
