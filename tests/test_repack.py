@@ -236,6 +236,21 @@ def test_a_corrupt_or_stale_cache_is_dropped_and_probed_again(
     assert note in capsys.readouterr().err
 
 
+def test_the_verdicts_of_a_few_builds_are_kept_side_by_side(fresh_cache: Path) -> None:
+    """Two environments with their own llama.cpp builds, run in turn, each probe once; the oldest of more
+    builds than the cache keeps is dropped."""
+    builds = [f"build {n}" for n in range(repack.MAX_OTHER_BUILDS + 2)]
+    for n, build in enumerate(builds):
+        repack.save_verdict(build, "F32+Q4_0", ProbeResult(n % 2 == 0, f"verdict {n}"))
+        repack.save_verdict(builds[0], "F32+Q8_0", ProbeResult(True, "the first build again"))
+    assert repack.load_verdicts(builds[0]) == {"F32+Q4_0": {"works": True, "detail": "verdict 0"},
+                                               "F32+Q8_0": {"works": True, "detail": "the first build again"}}
+    assert repack.load_verdicts(builds[-1]) == {"F32+Q4_0": {"works": True, "detail": f"verdict {len(builds) - 1}"}}
+    assert repack.load_verdicts(builds[1]) == {}  # the one saved longest ago: dropped
+    kept = [build for build in builds if repack.load_verdicts(build)]
+    assert len(kept) == 1 + repack.MAX_OTHER_BUILDS
+
+
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_verdicts_saved_at_once_by_several_writers_all_survive(fresh_cache: Path) -> None:
     kinds = [f"F32+Q{n}_0" for n in range(8)]

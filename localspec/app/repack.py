@@ -2,7 +2,8 @@
 
 "auto" asks `runtime.repack.probe` once per llama.cpp build, CPU and kind of
 weights (the set of tensor types in the file, e.g. "F32+Q4_0+Q6_K") and
-remembers the verdict in the cache folder. Where batched decodes fail, a model
+remembers the verdict in the cache folder (the latest build's, and a few others': two
+environments with their own builds do not probe again each time the other ran). Where batched decodes fail, a model
 that may decode one token at a time (a draft model) asks a second probe, and
 uses the repacked weights one token per decode where that works. It is a cache,
 not a user's file: an entry that is unreadable, malformed or from another build
@@ -29,6 +30,7 @@ from ..settings import ALL_LAYERS, ModelSettings
 CACHE_FILE_NAME = "cpu-repack.json"
 WEIGHTS_FILE_NAME = "weight-types.json"  # file version -> its kinds of weights
 MAX_REMEMBERED_FILES = 64
+MAX_OTHER_BUILDS = 3  # llama.cpp builds (or CPUs) whose verdicts are kept beside the latest one's
 PROBE_TIMEOUT_S = 60.0  # plus PROBE_SECONDS_PER_GIB of weights: a probe loads the model once
 PROBE_SECONDS_PER_GIB = 30.0
 LOCK_TIMEOUT_S = 5.0  # a cache write takes milliseconds; a cache is not worth a longer wait
@@ -127,24 +129,36 @@ def _read_weight_types(path: Path) -> str:
 def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
     """The remembered verdicts for this build and CPU (weight types -> {"works", "detail"}); {} when none."""
     note = verbose_notes(verbose)
-    stored, problem = read_cache_json(cache_file())
-    if problem is not None:
-        note(f"dropping the unreadable repack cache {cache_file()} ({problem})")
-    if stored is None:
-        return {}
-    if not isinstance(stored, dict) or not isinstance(stored.get("verdicts"), dict):
-        note(f"dropping the malformed repack cache {cache_file()}")
-        return {}
-    if stored.get("build") != build:
-        note("dropping the repack cache: it was probed with another llama.cpp build or CPU")
-        return {}
+    builds = _stored_builds(note)
+    if builds and build not in builds:
+        note("the repack cache holds verdicts for another llama.cpp build or CPU only: this one is probed")
     verdicts = {}
-    for weights, entry in stored["verdicts"].items():
+    for weights, entry in builds.get(build, {}).items():
         if _well_formed(entry):
             verdicts[weights] = entry
         else:
             note(f"dropping the malformed repack cache entry for {weights}")
     return verdicts
+
+
+def _stored_builds(note: Callable[[str], None]) -> dict[str, dict]:
+    """Build and CPU -> its verdicts as stored, the latest saved first ({} when the cache is unreadable or
+    malformed). The file holds the latest build's verdicts, and those of up to MAX_OTHER_BUILDS others
+    (two environments with their own llama.cpp builds, a home folder shared by machines) in "other_builds"."""
+    stored, problem = read_cache_json(cache_file())
+    if problem is not None:
+        note(f"dropping the unreadable repack cache {cache_file()} ({problem})")
+    if stored is None:
+        return {}
+    if not (isinstance(stored, dict) and isinstance(stored.get("build"), str) and isinstance(stored.get("verdicts"), dict)):
+        note(f"dropping the malformed repack cache {cache_file()}")
+        return {}
+    builds = {stored["build"]: stored["verdicts"]}
+    others = stored.get("other_builds")
+    for build, verdicts in (others.items() if isinstance(others, dict) else ()):
+        if isinstance(verdicts, dict):
+            builds.setdefault(build, verdicts)
+    return builds
 
 
 def _well_formed(entry: object) -> bool:
@@ -168,7 +182,9 @@ def save_verdict(build: str, weights: str, result: ProbeResult, *, one_token: Pr
             if one_token is None and "one_token" in earlier and earlier["works"] == result.works:
                 verdict.update(one_token=earlier["one_token"], one_token_detail=earlier["one_token_detail"])
             verdicts[weights] = verdict
-            write_text_atomic(cache_file(), json.dumps({"build": build, "verdicts": verdicts}, indent=1))
+            others = [(other, kept) for other, kept in _stored_builds(lambda message: None).items() if other != build]
+            stored = {"build": build, "verdicts": verdicts, "other_builds": dict(others[:MAX_OTHER_BUILDS])}
+            write_text_atomic(cache_file(), json.dumps(stored, indent=1))
     except (OSError, LocalspecError) as exc:
         verbose_notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
     return verdict
