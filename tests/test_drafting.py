@@ -275,6 +275,21 @@ def test_a_copy_that_lost_its_thread_resumes_where_it_left_off() -> None:
     assert lookup.propose(context, 8, sampler, 0).tokens == []
 
 
+def test_a_copy_resumes_in_the_occurrence_its_draft_followed() -> None:
+    """(1 2 3 4) occurred three times: twice going on with X, lately with Y. The draft follows the majority,
+    X, so the copy resumes in X's text, not in the latest occurrence's (which holds 106 too)."""
+    sampler = StreamSampler(np.random.default_rng(0))
+    x, y = list(range(100, 130)), list(range(200, 230))
+    y[7] = 106
+    context = [1, 2, 3, 4, *x, 7, 1, 2, 3, 4, *x, 8, 1, 2, 3, 4, *y, 9, 1, 2, 3, 4]
+    lookup = NGramDrafter(2, 4, resume_length=FixedLength(8))
+    lookup.begin(context)
+    assert lookup.propose(context, 8, sampler, 0).tokens == x[:8]
+    lookup.observe(8, 5, 0.01)
+    context += [*x[:5], 999, 106]
+    assert lookup.propose(context, 8, sampler, 0).tokens == x[7:15]
+
+
 def test_a_lookup_pass_that_kept_a_token_or_two_starts_no_copy_to_resume() -> None:
     sampler = StreamSampler(np.random.default_rng(0))
     source = list(range(100, 140))

@@ -14,7 +14,14 @@ from stats_helpers import chi_square_pvalue
 from test_lossless_tiny import ALPHA, T1, exact_two_token_distribution
 
 from localspec.engine.draft_length import FixedLength
-from localspec.engine.drafters import HybridDrafter, MemoryDrafter, MemoryUse, build_drafter, drafts_from_memory
+from localspec.engine.drafters import (
+    HybridDrafter,
+    MemoryDrafter,
+    MemoryUse,
+    NGramDrafter,
+    build_drafter,
+    drafts_from_memory,
+)
 from localspec.engine.generation import generate_text
 from localspec.engine.sampling import make_sampler
 from localspec.engine.suffix_index import SuffixIndex
@@ -46,6 +53,28 @@ def test_build_drafter_leaves_the_memory_out_under_rejection_sampling(tiny_pair:
     assert isinstance(coupled, HybridDrafter) and isinstance(coupled.memory, MemoryDrafter)
     assert isinstance(rejection, HybridDrafter) and rejection.memory is None
     assert isinstance(ngram_only, HybridDrafter) and ngram_only.by_model is None and ngram_only.memory is not None
+
+
+def test_a_memory_match_drafts_before_a_copy_is_resumed() -> None:
+    """The answer copies its prompt and changes a word: the context's lookup could resume the copy after it
+    (a one-token anchor), but the memory holds the edited text itself, a longer match: the memory drafts."""
+    source = list(range(300, 340))
+    edited = [*source[:11], 999, *source[12:]]
+    context = [1, 2, *source, 3, 4, *source[:6]]
+    lookup = NGramDrafter(2, 4, resume_length=FixedLength(8))
+    hybrid = HybridDrafter(lookup, None, MemoryDrafter(memory_of([5, *edited, 6]), FixedLength(8)))
+    hybrid.begin(context)
+    sampler = make_sampler("coupled", 1)
+    assert hybrid.propose(context, 8, sampler, 0).tokens == source[6:14]
+    hybrid.observe(8, 5, 0.01)  # kept 306..310; the target's own token replaced 311
+    context += [*source[6:11], 999, 312]
+    assert hybrid.propose(context, 8, sampler, 0).tokens == edited[13:21] and hybrid._last is hybrid.memory
+    without_memory = HybridDrafter(NGramDrafter(2, 4, resume_length=FixedLength(8)), None)
+    without_memory.begin(context[: len(context) - 7])
+    without_memory.propose(context[: len(context) - 7], 8, sampler, 0)
+    without_memory.observe(8, 5, 0.01)
+    assert without_memory.propose(context, 8, sampler, 0).tokens == source[13:21]
+    assert without_memory.lookup.resumes_a_copy
 
 
 def test_memory_proposes_what_followed_the_longest_match(tiny_pair: tuple[Path, Path]) -> None:

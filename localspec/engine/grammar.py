@@ -489,7 +489,8 @@ def _unicode_escapes_spelled_out(gbnf: str) -> str:
     """GBNF with its `\\uXXXX` and `\\UXXXXXXXX` escapes written so that llguidance's converter passes them on
     intact: as `\\xHH` below U+0100, else as the character itself. (The converter drops their leading zeros:
     `\\u00e9` would come out as `\\ue9`, which llguidance refuses, and `[\\u0041-\\u005A]` as an invalid
-    regex.) A surrogate, which is no character, is left for the converter and llguidance to refuse."""
+    regex.) A surrogate, which is no character by itself, is left as written: llguidance reads a pair of them
+    in a literal as the character they encode (as JSON does), and refuses one in a character class."""
 
     def spelled(match: re.Match) -> str:
         escape = match[1]

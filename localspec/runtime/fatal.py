@@ -40,23 +40,27 @@ def on_fatal(hook: Callable[[], str | None]) -> Callable[[], None]:
 
 
 def _on_abort(raw: bytes) -> None:
-    message = (raw or b"").decode(errors="replace").strip()
-    explain = _state["explain"]
-    line = (explain(message) if explain else None) or f"llama.cpp aborted: {message.split(': ', 1)[-1]}"
+    # Whatever happens here (an explanation or a hook that fails, Ctrl-C while a worker is asked what went
+    # wrong, stdout or stderr closed), the process ends with exit 1: an exception escaping this callback
+    # would leave ggml to call abort().
+    line = "llama.cpp aborted"
+    try:
+        message = (raw or b"").decode(errors="replace").strip()
+        line = f"llama.cpp aborted: {message.split(': ', 1)[-1]}"
+        explain = _state["explain"]
+        line = (explain(message) if explain else None) or line
+    except BaseException:
+        pass
     for hook in list(_hooks):
         try:
             said = hook()
-        except Exception:  # the process is ending: a failing hook must not hide the error
+        except BaseException:  # the process is ending: a failing hook must not hide the error
             said = None
         if said:
             line += f"; {said}"
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    try:  # (stderr may be closed or gone: the process still ends with exit 1, not in abort())
-        sys.stderr.write(f"error: {line}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
+    for write in (lambda: sys.stdout.flush(), lambda: sys.stderr.write(f"error: {line}\n"), lambda: sys.stderr.flush()):
+        try:
+            write()
+        except BaseException:
+            pass
     os._exit(1)

@@ -3,7 +3,9 @@
 Each pass takes the first source that proposes a draft expected to beat the
 draft model's: the context's last n tokens occurred earlier in the context
 (n-gram lookup), else the memory holds a match of them (`MemoryDrafter`, when
-there is a memory), else the draft model drafts (when there is one). A lookup's
+there is a memory), else a copy of the context that lost its thread resumes
+(see `NGramDrafter`: a one-token anchor, weaker evidence than a memory match of
+three tokens or more), else the draft model drafts (when there is one). A lookup's
 expected tokens per second come from its own length controller's measured
 acceptance (one per match length: a long match is kept far more often than a
 short one), the draft model's from its controller, both over the same
@@ -125,12 +127,20 @@ class HybridDrafter:
         self._held_to_a_grammar = grammar is not None
         model_drafts = self.by_model is not None and not self.by_model.waiting
         shortest = _SHORTEST_LOOKUP_UNDER_A_GRAMMAR if grammar is not None and model_drafts else 1
+        resumed: Draft | None = None  # a resumed copy's draft, tried after the memory's
         for side in (self.lookup, self.memory):
             if side is not None:
                 draft = side.propose(context, max_tokens, sampler, position, grammar)
+                if side is self.lookup and self.memory is not None and self.lookup.resumes_a_copy:
+                    resumed = draft
+                    continue
                 if len(draft.tokens) >= shortest and self._rather_than_the_model(side, context, max_tokens):
                     self._last = side
                     return draft
+        if resumed is not None:
+            if len(resumed.tokens) >= shortest and self._rather_than_the_model(self.lookup, context, max_tokens):
+                self._last = self.lookup
+                return resumed
         if self.by_model is None or (grammar is None and self._lookups_outpace_the_model(context, max_tokens)):
             self._last = self.lookup  # it learns what a pass that drafts nothing costs
             return NO_DRAFT

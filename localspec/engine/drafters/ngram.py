@@ -126,6 +126,7 @@ class NGramDrafter:
         self.resume_length = resume_length
         self.length = self.lengths[n_max]  # the controller of the pass being verified (see `propose`)
         self.proposed = 0  # tokens in the draft last proposed
+        self.resumes_a_copy = False  # the draft last proposed resumes a copy (no n-gram matched)
         self._drafted = _Copy(0, 0)  # the draft last proposed: where its continuation starts, at what context length
         # Where the copy takes its next token, at what context length, once a lookup pass kept RESUME_AFTER_KEPT
         # tokens or more (else None).
@@ -146,15 +147,17 @@ class NGramDrafter:
 
     def lookup(self, context: Sequence[int], max_tokens: int) -> tuple[DraftLength | None, int, list[int]]:
         """(the length controller of what matched, where its continuation starts in the context, proposed
-        tokens): the continuation of the longest n-gram match, else of a resumed copy; (None, 0, []) when
-        neither is found."""
+        tokens): the continuation of the longest n-gram match, else (none, or its occurrences part at once)
+        of a resumed copy; (None, 0, []) when neither is found."""
         self.index.extend_to(context)
         found = self.index.match()
         if max_tokens <= 0:
             return None, 0, []
         if found is not None:
             n, starts = found
-            return self.lengths[n], starts[-1], self.index.continuation(starts, max_tokens)
+            tokens = self.index.continuation(starts, max_tokens)
+            if tokens:
+                return self.lengths[n], _followed(context, starts, tokens), tokens
         start = self._resumed_copy(context)
         if start is None or self.resume_length is None:
             return None, 0, []
@@ -167,7 +170,7 @@ class NGramDrafter:
             return None
         expected = self._copy.start + len(context) - self._copy.context_length - 1  # of the last token
         last = context[-1]
-        for at in sorted(range(max(expected - RESUME_BEHIND, 0), min(expected + RESUME_AHEAD, len(context) - 1)),
+        for at in sorted(range(max(expected - RESUME_BEHIND, 0), min(expected + RESUME_AHEAD + 1, len(context) - 1)),
                          key=lambda position: abs(position - expected)):
             if context[at] == last:
                 return at + 1
@@ -182,6 +185,7 @@ class NGramDrafter:
         started = time.perf_counter()
         self.proposed = 0
         length, start, tokens = self.lookup(context, max_tokens)
+        self.resumes_a_copy = length is not None and length is self.resume_length
         if length is None or not tokens:
             return NO_DRAFT
         self.length, self._drafted = length, _Copy(start, len(context))
@@ -196,7 +200,7 @@ class NGramDrafter:
 
     def expected_kept(self, context: Sequence[int]) -> float:
         """How many draft tokens a lookup here is expected to have kept, judged without drafting (0 without
-        a match; a match's whole continuation where its length is fixed)."""
+        a match or a copy to resume; its whole continuation where its length is fixed)."""
         length, _, tokens = self.lookup(context, ADAPTIVE_DRAFT_LIMIT)
         if length is None or not tokens:
             return 0.0
@@ -217,6 +221,16 @@ class NGramDrafter:
         self.length.observe(n_proposed, n_accepted, verify_seconds)
         if n_accepted >= RESUME_AFTER_KEPT:
             self._copy = _Copy(self._drafted.start + n_accepted + 1, self._drafted.context_length + n_accepted + 1)
+
+
+def _followed(context: Sequence[int], starts: Sequence[int], tokens: list[int]) -> int:
+    """Where the continuation `tokens` starts in the context: the latest of `starts` whose text goes on with
+    them (as far as the context goes), else the latest (the draft follows most occurrences, not always it)."""
+    for start in reversed(starts):
+        written = list(context[start : start + len(tokens)])
+        if written == tokens[: len(written)]:
+            return start
+    return starts[-1]
 
 
 @dataclass(frozen=True)
