@@ -147,8 +147,8 @@ class NGramDrafter:
 
     def lookup(self, context: Sequence[int], max_tokens: int) -> tuple[DraftLength | None, int, list[int]]:
         """(the length controller of what matched, where its continuation starts in the context, proposed
-        tokens): the continuation of the longest n-gram match, else (none, or its occurrences part at once)
-        of a resumed copy; (None, 0, []) when neither is found."""
+        tokens): the continuation of the longest n-gram match, else (where none matched, or its occurrences
+        part at the first token) that of a resumed copy; (None, 0, []) when neither is found."""
         self.index.extend_to(context)
         found = self.index.match()
         if max_tokens <= 0:
