@@ -92,8 +92,34 @@ def test_set_stores_a_model_path_given_relative_as_absolute(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     assert cli("profile", "set", "mine", "target.path=m/w.gguf", "draft.path=~/d.gguf").exit_code == 0
     shown = json.loads(cli("profile", "show", "mine", "--json").output)
-    assert shown["target.path"]["value"] == str(tmp_path.resolve() / "m" / "w.gguf")
-    assert shown["draft.path"]["value"] == str((Path.home() / "d.gguf").resolve())
+    assert shown["target.path"]["value"] == os.path.abspath(tmp_path / "m" / "w.gguf")
+    assert shown["draft.path"]["value"] == os.path.abspath(Path.home() / "d.gguf")
+
+
+def test_a_stored_model_path_keeps_its_variables_and_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `$VARIABLE` path is kept as written (expanded where the profile is used); a symbolic link is not
+    followed (a Hugging Face snapshot's link stays the model's name, not the blob it points at today)."""
+    write_user_profile("mine", '[target]\npath = "/models/t.gguf"\n')
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "abc123").write_bytes(b"GGUF")
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "snap" / "m.gguf").symlink_to("../blobs/abc123")
+    monkeypatch.chdir(tmp_path)
+    assert cli("profile", "set", "mine", "target.path=snap/m.gguf", "draft.path=$HOME/models/d.gguf").exit_code == 0
+    shown = json.loads(cli("profile", "show", "mine", "--json").output)
+    assert shown["target.path"]["value"] == str(tmp_path / "snap" / "m.gguf")
+    assert shown["draft.path"]["value"] == "$HOME/models/d.gguf"
+    one_error_line(cli("profile", "set", "mine", "draft.path="), 2, "draft.path: a model path cannot be empty")
+
+
+def test_set_keeps_how_the_file_wrote_the_values_it_leaves() -> None:
+    """Only the values set are written anew: a multi-line template, an array over several lines with its
+    comments and a number written 8_192 stay as the user wrote them."""
+    text = ('[target]\npath = "/models/t.gguf"\nn_ctx = 8_192\n\n[sampling]\ntemperature = 0.5\nstop = [\n  "###",  # hashes\n'
+            '  "</s>",  # eos\n]\n\n[chat]\ntemplate = """\n{%- for m in messages -%}\n{{ m.content }}\n{%- endfor -%}\n"""\n')
+    path = write_user_profile("kept", text)
+    assert cli("profile", "set", "kept", "sampling.temperature=0.6").exit_code == 0
+    assert path.read_text() == text.replace("temperature = 0.5", "temperature = 0.6")
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.files import locked
-from ..config.paths import user_path, user_profiles_dir
+from ..config.paths import stored_model_path, user_profiles_dir
 from ..config.profiles import (
     check_name,
     list_profiles,
@@ -123,7 +123,7 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
     changes = dict(parse_assignment(clean_input(assignment, "a KEY=VALUE argument")) for assignment in assignments)
     for key in MODEL_PATH_KEYS & changes.keys():  # as `profile add` stores them: the profile works from any folder
         if isinstance(changes[key], str):
-            changes[key] = str(user_path(changes[key]).resolve())
+            changes[key] = stored_model_path(changes[key], key)
     path = update_profile(name, changes)
     click.echo(f"saved {path}", err=True)
 

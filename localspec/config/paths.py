@@ -31,6 +31,18 @@ def user_path(text: str | os.PathLike[str]) -> Path:
         raise InputError(f"{text}: cannot expand ~ (no such user)") from None
 
 
+def stored_model_path(text: str, key: str) -> str:
+    """A model path as a profile stores it (`key`: the setting, for the message when it is empty): a path
+    with a `$VARIABLE` as written, expanded where the profile is used (as in a hand-written profile); any
+    other made absolute, so that the profile works from any folder, without following symbolic links (a
+    Hugging Face snapshot's link stays the model's file name, not the blob it points at today)."""
+    if not text.strip():
+        raise InputError(f"{key}: a model path cannot be empty")
+    if "$" in text:
+        return text
+    return os.path.abspath(user_path(text))
+
+
 def _home_override() -> Path | None:
     value = os.environ.get("LOCALSPEC_HOME")
     return user_path(value) if value else None

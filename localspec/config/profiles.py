@@ -278,14 +278,24 @@ def render_profile(values: dict[str, Any], base_text: str = "") -> str:
                     del table[key]
             for key in keys:
                 if f"{section}.{key}" in values:
-                    table[key] = values[f"{section}.{key}"]
+                    _set_if_changed(table, key, values[f"{section}.{key}"])
         else:
             for key in keys:
                 if key in values:
-                    document[key] = values[key]
+                    _set_if_changed(document, key, values[key])
                 elif key in document:
                     del document[key]
     return tomlkit.dumps(document)
+
+
+def _set_if_changed(table: Any, key: str, value: Any) -> None:
+    """Set `key` in a tomlkit table unless it holds `value` already: a value left as it was keeps how the
+    file wrote it (a multi-line string, an array over several lines with its comments, 8_192)."""
+    if key in table:
+        held = table[key]
+        if (held.unwrap() if hasattr(held, "unwrap") else held) == value:
+            return
+    table[key] = value
 
 
 def save_profile(name: str, values: dict[str, Any], *, replace: bool = True) -> Path:
