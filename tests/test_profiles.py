@@ -112,6 +112,26 @@ def test_a_stored_model_path_keeps_its_variables_and_links(tmp_path: Path, monke
     one_error_line(cli("profile", "set", "mine", "draft.path="), 2, "draft.path: a model path cannot be empty")
 
 
+def test_set_takes_text_that_reads_as_toml_as_text_and_refuses_more_than_one_value() -> None:
+    path = write_user_profile("typed", '[target]\npath = "/models/t.gguf"\n')
+    assert cli("profile", "set", "typed", "description=1.5", "chat.system_prompt=true").exit_code == 0
+    assert load_profile("typed").get("description") == "1.5" and load_profile("typed").get("chat.system_prompt") == "true"
+    before = path.read_text()
+    one_error_line(cli("profile", "set", "typed", "sampling.temperature=0.5\ntop_k = 3"), 2, "sampling.temperature")
+    assert path.read_text() == before  # (the second line was once dropped without a word)
+
+
+@pytest.mark.parametrize(("key", "suggested"), [
+    ("draft_max", "speculative.draft_max"), ("sampling.temp", "sampling.temperature"),
+    ("sampling.temprature", "sampling.temperature"), ("sampling.repeat_penalty", None), ("target.model", None),
+])
+def test_an_unknown_key_suggests_the_setting_meant_or_none(key: str, suggested: str | None) -> None:
+    write_user_profile("hinted", '[target]\npath = "/models/t.gguf"\n')
+    result = cli("profile", "set", "hinted", f"{key}=3")
+    one_error_line(result, 2, f"unknown key {key!r}")
+    assert (f"did you mean {suggested!r}?" in result.stderr) if suggested else ("did you mean" not in result.stderr)
+
+
 def test_set_keeps_how_the_file_wrote_the_values_it_leaves() -> None:
     """Only the values set are written anew: a multi-line template, an array over several lines with its
     comments and a number written 8_192 stay as the user wrote them."""

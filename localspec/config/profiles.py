@@ -154,15 +154,25 @@ def _validate_location(values: dict[str, Any], role: str, where: Path | str) -> 
 
 def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -> InputError:
     candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
-    leaf = key.rpartition(".")[2]
-    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6) or difflib.get_close_matches(
-        leaf, [c.rpartition(".")[2] for c in candidates], n=1, cutoff=0.6
-    )
-    if matches and "." not in matches[0] and not is_section:
-        matches = [c for c in candidates if c.rpartition(".")[2] == matches[0]][:1]
-    hint = f" (did you mean {matches[0]!r}?)" if matches else ""
+    hint = f" (did you mean {_nearest(key, candidates)!r}?)" if _nearest(key, candidates) else ""
     kind = "section" if is_section else "key"
     return InputError(f"{where}{line_of(key, text)}: unknown {kind} {key!r}{hint}")
+
+
+def _nearest(key: str, candidates: list[str]) -> str | None:
+    """The known name `key` most likely meant: one whose last part is the same (`draft_max` at the top:
+    `speculative.draft_max`), else in the same section one that begins with it (`sampling.temp`), else the
+    closest spelling (`sampling.temprature`); None where nothing is close."""
+    section, _, leaf = key.rpartition(".")
+    same_leaf = [c for c in candidates if c.rpartition(".")[2] == leaf]
+    if same_leaf:
+        return same_leaf[0]
+    if len(leaf) >= 3:
+        begun = [c for c in candidates if c.rpartition(".")[0] == section and c.rpartition(".")[2].startswith(leaf)]
+        if len(begun) == 1:
+            return begun[0]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 _TABLE_HEADER = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+")
@@ -386,7 +396,10 @@ def parse_value(raw: str, kind: type) -> Any:
     ([INST]); a single string where a list is expected becomes a one-item list. A list whose first item
     is quoted but that does not parse (["a",) is an InputError, not a string to keep."""
     try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        document = tomllib.loads(f"v = {raw.strip()}")
+        if set(document) != {"v"}:  # a line break, then more TOML: not one value (kept as text, or refused)
+            raise tomllib.TOMLDecodeError("more than one value")
+        value = document["v"]
     except tomllib.TOMLDecodeError:
         if kind is list and re.match(r"\[\s*[\"']", raw.strip()):
             raise InputError(f"{raw.strip()[:40]!r} is not a list: write [\"a\", \"b\"] (TOML), or one string") from None
@@ -395,6 +408,8 @@ def parse_value(raw: str, kind: type) -> Any:
         value = raw.strip()
     except ValueError:  # Python's limit on the digits of an integer read from text
         raise InputError(f"{raw.strip()[:20]}...: {TOO_LONG_A_NUMBER}") from None
+    if kind is str and not isinstance(value, str):
+        value = raw.strip()  # text that reads as TOML (true, 1.5, a date) is still text where text is expected
     if kind is list and isinstance(value, str):
         value = [value]
     return value
