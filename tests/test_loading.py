@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import _thread
 import dataclasses
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -132,3 +134,29 @@ def test_ctrl_c_during_a_load_that_logs_stops_the_load_not_swallowed_by_the_log_
     with Model(tiny_pair[0], ModelSettings(n_threads=1)) as model:  # the next load goes on as usual
         assert model.n_vocab > 0
 
+
+
+INTERRUPTED_WHILE_LOADING = """
+import os, signal, sys, threading, time
+from localspec.runtime.model import Model
+from localspec.settings import ModelSettings
+path = sys.argv[1]
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # load after load: the signal lands in llama.cpp (and its log) or between
+        Model(path, ModelSettings(n_threads=1)).close()
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
+def test_a_real_ctrl_c_while_models_load_is_never_lost_nor_printed_as_ignored(tiny_pair: tuple[Path, Path]) -> None:
+    """Python may raise a pending KeyboardInterrupt as llama.cpp's log callback is entered, where ctypes prints it
+    as ignored and drops it: the signal is held during the call and delivered after it."""
+    for _ in range(3):
+        child = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_LOADING, str(tiny_pair[0])],
+                               capture_output=True, text=True, timeout=60)
+        assert child.returncode == 130 and "Exception ignored" not in child.stderr, child.stderr[-2000:]

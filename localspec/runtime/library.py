@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import signal
 import sys
 import threading
 from collections import defaultdict, deque
@@ -62,6 +63,30 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
         _record(level, text)
     except KeyboardInterrupt:  # Ctrl-C landed in this callback, where ctypes would print and drop it:
         _interrupted.add(threading.get_ident())  # raised once the llama.cpp call returns (`raise_pending_interrupt`)
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C during a llama.cpp call and deliver it once the call returns.
+
+    A KeyboardInterrupt raised while llama.cpp calls back into Python (its log: many lines a second
+    while a model loads) can be raised as the callback is entered, where no `try` in it catches it;
+    ctypes then prints it as ignored and drops it, and the run goes on. So on the main thread (where
+    Python handles signals) SIGINT is only noted during the call, and raised again after it with the
+    handler that was in place (a KeyboardInterrupt, as a rule). Other threads: as they are."""
+    if threading.current_thread() is not threading.main_thread() or _state.get("holding"):
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    _state["holding"] = True
+    try:
+        yield
+    finally:
+        _state["holding"] = False
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)
 
 
 def raise_pending_interrupt() -> None:

@@ -32,6 +32,7 @@ from .library import (
     captured_log,
     clear_errors,
     default_threads,
+    interrupts_held,
     last_error,
     llama,
     lone_token_computed_like_a_batch,
@@ -140,7 +141,7 @@ class Vocabulary(_Freed):
         params.vocab_only = True
         params.n_gpu_layers = 0
         clear_errors()
-        with captured_log():
+        with captured_log(), interrupts_held():
             self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
         if not self._model:
             raise LocalspecError(
@@ -199,7 +200,7 @@ class Model(_Freed):
         if devices is not None:  # NULL-terminated; kept alive until the load returns
             model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         clear_errors()
-        with captured_log() as load_log:
+        with captured_log() as load_log, interrupts_held():
             self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
@@ -285,8 +286,15 @@ class Model(_Freed):
         elif self._runs_on_cpu:
             context_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         clear_errors()
-        context = llama_cpp.llama_init_from_model(self._model, context_params)
-        raise_pending_interrupt()
+        context = None
+        try:
+            with interrupts_held():
+                context = llama_cpp.llama_init_from_model(self._model, context_params)
+            raise_pending_interrupt()
+        except KeyboardInterrupt:  # (held until the context was made: free it)
+            if context:
+                llama_cpp.llama_free(context)
+            raise
         if not context:
             raise LocalspecError(f"{self.path}: llama.cpp could not create a context ({last_error() or 'out of memory?'})")
         batch = None
@@ -629,7 +637,8 @@ class Model(_Freed):
         if rows is not None:
             self._batch_wants_logits[:n][rows] = 1
         clear_errors()
-        status = self._llama.llama_decode(self._ctx, self._batch)
+        with interrupts_held():
+            status = self._llama.llama_decode(self._ctx, self._batch)
         raise_pending_interrupt()
         if status != 0:
             raise LocalspecError(f"llama_decode failed with status {status} ({last_error() or 'no reason given'})")
