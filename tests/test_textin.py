@@ -78,3 +78,10 @@ def test_stdin_is_read_up_to_a_bound_and_utf16_is_refused(monkeypatch: pytest.Mo
     one_error_line(_run_with_stdin(b"y\n" * 600), 2, "stdin: more than", "more than any context can hold")
     one_error_line(_run_with_stdin("Say hello".encode("utf-16")), 2, "stdin: is UTF-16, not UTF-8")
     one_error_line(_run_with_stdin(codecs.BOM_UTF16_BE + "Hi".encode("utf-16-be")), 2, "is UTF-16")
+
+
+@pytest.mark.parametrize(("flag", "named"), [("--json-schema", "--json-schema"), ("--grammar", "--grammar"),
+                                            ("--tools", "--tools"), ("--target", "target.path")])
+def test_an_empty_path_is_named_as_empty_not_taken_for_the_current_folder(flag: str, named: str) -> None:
+    result = CliRunner().invoke(main, ["run", "--max-tokens", "2", flag, "", "hi"], catch_exceptions=False)
+    one_error_line(result, 2, f"{named}: the path is empty")

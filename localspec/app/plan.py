@@ -89,7 +89,7 @@ def locate_model(
     """The local file for the target or draft: a path, a downloaded hub file or a built-in model."""
     values = settings.values
     if f"{role}.path" in values:
-        return user_path(os.path.expandvars(str(values[f"{role}.path"])))
+        return user_path(os.path.expandvars(str(values[f"{role}.path"])), f"{role}.path")
     if f"{role}.hf_repo" in values:
         repo, filename = values[f"{role}.hf_repo"], values[f"{role}.hf_file"]
         path = hub_local_path(repo, filename)

@@ -65,7 +65,7 @@ def schema_format(value: str, given_as: str = "--json-schema") -> OutputFormat:
     another kind ('[1,2]', '42': refused as a schema when it is parsed), else a file's text."""
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
-    path = user_path(value)
+    path = user_path(value, given_as)
     if not os.path.lexists(path) and _is_json(value):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
     return OutputFormat("json_schema", read_user_text(path), str(path))
@@ -81,7 +81,7 @@ def _is_json(text: str) -> bool:
 
 def grammar_format(value: str) -> OutputFormat:
     """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF)."""
-    path = user_path(value)
+    path = user_path(value, "--grammar")
     return OutputFormat("grammar", read_user_text(path), str(path))
 
 

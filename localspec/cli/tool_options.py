@@ -62,7 +62,7 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
         if choice is not None:
             raise InputError("--tool-choice needs --tools FILE")
         return None
-    path = user_path(path)
+    path = user_path(path, "--tools")
     definitions = parse_user_json(read_user_text(path), path)
     try:
         tools = check_tools(definitions, where=str(path))

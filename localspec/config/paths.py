@@ -20,9 +20,12 @@ from ..errors import InputError
 APP_NAME = "localspec"
 
 
-def user_path(text: str | os.PathLike[str]) -> Path:
+def user_path(text: str | os.PathLike[str], what: str | None = None) -> Path:
     """A path as the user gave it, with `~` and `~user` expanded (an unknown user, or a NUL character,
-    which no path can hold, is a one-line error)."""
+    which no path can hold, is a one-line error, as is an empty one, naming `what` it is for: it would
+    be the current folder)."""
+    if not os.fspath(text).strip():
+        raise InputError(f"{what}: the path is empty" if what else "the path is empty")
     if "\0" in os.fspath(text):
         raise InputError(f"{os.fspath(text)!r}: a path cannot hold a NUL character")
     try:
