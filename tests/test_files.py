@@ -6,13 +6,14 @@ import json
 import os
 import shutil
 import struct
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from tiny_models import random_weights, write_model, write_unloadable_model
 
-from localspec.config.files import file_version
+from localspec.config.files import file_version, read_user_text
 from localspec.config.paths import cache_dir
 from localspec.errors import InputError, LocalspecError
 from localspec.models import compat
@@ -236,3 +237,20 @@ def test_remembered_verdicts_are_bounded_oldest_first(tiny_pair: tuple[Path, Pat
         compat.check_file(copy)
     remembered = json.loads((cache_dir() / compat.CACHE_FILE_NAME).read_text())
     assert list(remembered) == [f"file:{file_version(copy)}" for copy in copies[-3:]]
+
+
+def test_a_pipe_a_flag_names_is_read_where_pipes_are_welcome(tmp_path: Path) -> None:
+    """`--tools <(jq ...)`, `--json-schema <(...)`: the shell hands over a pipe named for this very read."""
+    fifo = tmp_path / "schema.json"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as stream:
+            stream.write('{"type": "string"}')
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert read_user_text(fifo, pipes_ok=True) == '{"type": "string"}'
+    writer.join(timeout=10)
+    with pytest.raises(InputError, match="not a regular file"):  # elsewhere (a profile, a saved chat) it would block
+        read_user_text(fifo)

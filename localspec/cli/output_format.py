@@ -68,7 +68,7 @@ def schema_format(value: str, given_as: str = "--json-schema") -> OutputFormat:
     path = user_path(value, given_as)
     if not os.path.lexists(path) and _is_json(value):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
-    return OutputFormat("json_schema", read_user_text(path), str(path))
+    return OutputFormat("json_schema", read_user_text(path, pipes_ok=True), str(path))
 
 
 def _is_json(text: str) -> bool:
@@ -82,7 +82,7 @@ def _is_json(text: str) -> bool:
 def grammar_format(value: str) -> OutputFormat:
     """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF)."""
     path = user_path(value, "--grammar")
-    return OutputFormat("grammar", read_user_text(path), str(path))
+    return OutputFormat("grammar", read_user_text(path, pipes_ok=True), str(path))
 
 
 def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] | None = None) -> CompiledGrammar | None:

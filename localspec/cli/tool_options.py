@@ -63,7 +63,7 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
             raise InputError("--tool-choice needs --tools FILE")
         return None
     path = user_path(path, "--tools")
-    definitions = parse_user_json(read_user_text(path), path)
+    definitions = parse_user_json(read_user_text(path, pipes_ok=True), path)
     try:
         tools = check_tools(definitions, where=str(path))
         if choice is not None and choice not in ("auto", "required", "none"):

@@ -34,12 +34,24 @@ else:  # pragma: no cover
 LOCK_TIMEOUT_S = 30.0  # a profile write takes milliseconds: this long means a stuck process
 
 
-def read_user_text(path: Path) -> str:
-    """The text of `path`, which must be a regular file in UTF-8 without a byte order mark."""
+MAX_PIPED_BYTES = 64 << 20  # what is read at most from a pipe a user names (`--tools <(jq ...)`)
+
+
+def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
+    """The text of `path`, which must be a regular file in UTF-8 without a byte order mark; with `pipes_ok`,
+    also a pipe or a device (a flag's `<(jq ...)` or /dev/stdin: named for this very read), up to
+    MAX_PIPED_BYTES."""
     try:
-        if path.exists() and not path.is_file():  # a folder, or a FIFO that would block the read
+        piped = pipes_ok and path.exists() and (path.is_fifo() or path.is_char_device())
+        if path.exists() and not path.is_file() and not piped:  # a folder, or a FIFO that would block the read
             raise InputError(f"{path}: not a regular file")
-        data = path.read_bytes()
+        if piped:
+            with path.open("rb") as stream:
+                data = stream.read(MAX_PIPED_BYTES + 1)
+            if len(data) > MAX_PIPED_BYTES:
+                raise InputError(f"{path}: more than {MAX_PIPED_BYTES >> 20} MiB")
+        else:
+            data = path.read_bytes()
     except OSError as exc:  # missing, unreadable, a name too long, a folder it may not search
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if data.startswith(codecs.BOM_UTF8):
