@@ -254,3 +254,14 @@ def test_a_pipe_a_flag_names_is_read_where_pipes_are_welcome(tmp_path: Path) -> 
     writer.join(timeout=10)
     with pytest.raises(InputError, match="not a regular file"):  # elsewhere (a profile, a saved chat) it would block
         read_user_text(fifo)
+
+
+def test_an_atomic_write_does_not_go_through_a_dangling_link(tmp_path: Path) -> None:
+    """It would make the folders the link names and a file there, outside the folder written to."""
+    from localspec.config.atomic import write_text_atomic
+
+    link = tmp_path / "profile.toml"
+    link.symlink_to(tmp_path / "elsewhere" / "deep" / "x.toml")
+    with pytest.raises(InputError, match="which does not exist, so it is not written through"):
+        write_text_atomic(link, "x")
+    assert not (tmp_path / "elsewhere").exists()

@@ -35,7 +35,7 @@ def add_command(
     """Create user profile NAME for TARGET (and a draft)."""
     check_name(name)
     existing = user_profiles_dir() / f"{name}.toml"
-    if existing.exists() and not force:  # (before a draft is looked for; checked again as it is written)
+    if (existing.exists() or existing.is_symlink()) and not force:  # (before a draft is looked for; checked again as it is written)
         raise profile_exists(name, existing)
     values: dict = {"name": name, "target.path": stored_model_path(target, "--target")}
     if description:

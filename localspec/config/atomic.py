@@ -28,7 +28,10 @@ def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[P
     A destination that exists but is not a regular file (a device, a folder) is refused.
     `private`: readable by its owner only (else it keeps the permissions of the file it replaces).
     """
-    destination = Path(destination).resolve()  # through symlinks: replace the file a link points to, not the link
+    given = Path(destination)
+    destination = given.resolve()  # through symlinks: replace the file a link points to, not the link
+    if given.is_symlink() and not destination.exists():  # (writing through it would make folders elsewhere)
+        raise InputError(f"{given}: a link to {destination}, which does not exist, so it is not written through")
     if destination.exists() and not destination.is_file():
         raise InputError(f"{destination}: not a regular file, so it is not replaced")
     destination.parent.mkdir(parents=True, exist_ok=True)

@@ -315,7 +315,7 @@ def save_profile(name: str, values: dict[str, Any], *, replace: bool = True) -> 
     validate(values, where=f"profile {name}")
     path = user_profiles_dir() / f"{name}.toml"
     with locked(path):
-        if not replace and path.exists():
+        if not replace and (path.exists() or path.is_symlink()):
             raise profile_exists(name, path)
         write_text_atomic(path, render_profile(values, _text_to_keep(path)))
     return path
