@@ -579,3 +579,10 @@ def test_other_unreadable_files_are_one_line_too(tmp_path: Path) -> None:
     path.write_bytes(b"\xef\xbb\xbfbroken = [")
     save_profile("deep", {"target.path": "x.gguf"})  # what `profile add --force` does: a broken file is replaced
     assert load_profile("deep").values == {"target.path": "x.gguf"}
+
+
+def test_a_configured_default_profile_that_is_gone_says_where_its_name_came_from() -> None:
+    config_file().parent.mkdir(parents=True, exist_ok=True)
+    config_file().write_text('default_profile = "gone"\n')
+    one_error_line(cli("run", "--max-tokens", "2", "hi"), 2, str(config_file()), "default_profile 'gone'",
+                   "no profile named 'gone'")

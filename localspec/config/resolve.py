@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ..errors import InputError
 from ..settings import DEFAULTS, ROLES
+from .paths import config_file
 from .profiles import LOCATION_KEYS, Profile, load_profile
 from .user_config import default_profile_name
 
@@ -45,7 +46,13 @@ def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
         return load_profile(explicit)
     if target_given:
         return None
-    return load_profile(default_profile_name() or DEMO_PROFILE)
+    configured = default_profile_name()
+    if configured is None:
+        return load_profile(DEMO_PROFILE)
+    try:
+        return load_profile(configured)
+    except InputError as exc:  # (say where the name came from: the user did not type it)
+        raise InputError(f"{config_file()}: default_profile {configured!r}: {exc}") from None
 
 
 def resolve_settings(profile_name: str | None, flags: Mapping[str, Any]) -> ResolvedSettings:
