@@ -586,3 +586,11 @@ def test_a_configured_default_profile_that_is_gone_says_where_its_name_came_from
     config_file().write_text('default_profile = "gone"\n')
     one_error_line(cli("run", "--max-tokens", "2", "hi"), 2, str(config_file()), "default_profile 'gone'",
                    "no profile named 'gone'")
+
+
+def test_show_prints_a_descriptions_escape_sequences_as_text() -> None:
+    """A shared profile must not recolour the terminal or retitle its window when shown."""
+    write_user_profile("shared", 'description = "fast \\u001b[31mred\\u001b]0;owned\\u0007"\n[target]\npath = "/m/t.gguf"\n')
+    shown = cli("profile", "show", "shared")
+    assert shown.exit_code == 0 and "\x1b" not in shown.output and "\x07" not in shown.output
+    assert "fast \\x1b[31mred" in shown.output

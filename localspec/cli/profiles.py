@@ -25,7 +25,7 @@ from ..config.resolve import DEMO_PROFILE, resolve_settings
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
-from .common import LazyCommands, stdout_console
+from .common import LazyCommands, shown_plainly, stdout_console
 
 
 MODEL_PATH_KEYS = {"target.path", "draft.path"}
@@ -96,9 +96,9 @@ def show_command(name: str, as_json: bool) -> None:
         click.echo(json.dumps(shown, indent=2, allow_nan=False))
         return
     profile = resolved.profile
-    stdout_console.print(f"[bold]{escape(profile.name)}[/bold] ({profile.source}: {escape(str(profile.path))})")
-    if profile.get("description"):
-        stdout_console.print(escape(profile.get("description")))
+    stdout_console.print(f"[bold]{escape(profile.name)}[/bold] ({profile.source}: {escape(shown_plainly(str(profile.path)))})")
+    if profile.get("description"):  # (a shared profile's text: its escape sequences are shown, not obeyed)
+        stdout_console.print(escape(shown_plainly(profile.get("description"))))
     if not resolved.has_model("draft"):
         stdout_console.print("no draft: this profile runs the target alone")
     table = Table("setting", "value", "from", box=None)
