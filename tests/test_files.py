@@ -265,3 +265,13 @@ def test_an_atomic_write_does_not_go_through_a_dangling_link(tmp_path: Path) -> 
     with pytest.raises(InputError, match="which does not exist, so it is not written through"):
         write_text_atomic(link, "x")
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_an_atomic_write_it_cannot_make_names_the_file_not_its_temporary(tmp_path: Path) -> None:
+    """A folder it may not write in, or a file where a folder should be: the message names the file asked for."""
+    from localspec.config.atomic import write_text_atomic
+
+    (tmp_path / "taken").write_text("a file, not a folder")
+    with pytest.raises(InputError, match=r"taken/mine\.toml: cannot write it \(") as raised:
+        write_text_atomic(tmp_path / "taken" / "mine.toml", "x")
+    assert ".partial" not in str(raised.value)

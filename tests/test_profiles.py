@@ -594,3 +594,9 @@ def test_show_prints_a_descriptions_escape_sequences_as_text() -> None:
     shown = cli("profile", "show", "shared")
     assert shown.exit_code == 0 and "\x1b" not in shown.output and "\x07" not in shown.output
     assert "fast \\x1b[31mred" in shown.output
+
+
+def test_an_error_names_the_line_of_the_key_not_a_look_alike_inside_a_multi_line_string() -> None:
+    write_user_profile("tmpl", '[chat]\ntemplate = """\n[sampling]\ntemperature = 5\n"""\n\n[target]\npath = "/m/t.gguf"\n'
+                               '\n[sampling]\ntemperature = -5\n')
+    one_error_line(cli("profile", "show", "tmpl"), 2, "tmpl.toml:11: sampling.temperature must be >= 0")

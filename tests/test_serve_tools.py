@@ -181,3 +181,9 @@ def test_run_tools_prints_the_calls_as_json(smollm_f32: Path, smollm_q4_1: Path,
     calls = json.loads(done.stdout)["tool_calls"]
     assert [call["name"] for call in calls] == ["get_weather"]
     jsonschema.validate(calls[0]["arguments"], PARAMETERS["get_weather"])
+    cut = subprocess.run(
+        [sys.executable, "-m", "localspec", "run", "--target", str(smollm_f32), "--draft", str(smollm_q4_1),
+         "--tools", str(tools), "--tool-choice", "get_weather", "--temperature", "0", "--max-tokens", "3", "--json",
+         "What is the weather in Paris?"], capture_output=True, text=True, timeout=300, check=False)
+    report = json.loads(cut.stdout)
+    assert cut.returncode == 1 and report["complete"] is False and report["tool_calls"] is None  # cut short, not text

@@ -34,8 +34,11 @@ def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[P
         raise InputError(f"{given}: a link to {destination}, which does not exist, so it is not written through")
     if destination.exists() and not destination.is_file():
         raise InputError(f"{destination}: not a regular file, so it is not replaced")
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent)
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent)
+    except OSError as exc:  # (a folder it may not write in: named, not the temporary file it could not make)
+        raise InputError(f"{destination}: cannot write it ({exc.strerror or exc})") from None
     os.close(fd)
     temp_path = Path(temp_name)
     try:
@@ -44,6 +47,10 @@ def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[P
         _flush_file(temp_path)
         os.replace(temp_path, destination)
         _flush_folder(destination.parent)
+    except OSError as exc:
+        if exc.filename not in (str(temp_path), temp_path):
+            raise
+        raise InputError(f"{destination}: cannot write it ({exc.strerror or exc})") from None
     finally:
         temp_path.unlink(missing_ok=True)
 

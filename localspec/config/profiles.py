@@ -183,7 +183,11 @@ def line_of(dotted: str, text: str) -> str:
     """':N' for the line that sets the dotted key (a `key =` line under its [section], a `section.key =`
     line, or the key's own [table] header), else ''."""
     section = ""
+    inside: str | None = None  # the quotes of the multi-line string this line is in (its lines are text, not keys)
     for number, line in enumerate(text.splitlines(), start=1):
+        was_inside, inside = inside, _multiline_string_after(line, inside)
+        if was_inside is not None:
+            continue
         header = _TABLE_HEADER.match(line)
         if header:
             section = _plain_key(header.group(1))
@@ -194,6 +198,23 @@ def line_of(dotted: str, text: str) -> str:
         if assigned and ".".join(part for part in (section, _plain_key(assigned.group(1))) if part) == dotted:
             return f":{number}"
     return ""
+
+
+def _multiline_string_after(line: str, inside: str | None) -> str | None:
+    """The quotes (\"\"\" or \'\'\') of the multi-line string still open after `line`, given the one open before it."""
+    position = 0
+    while True:
+        if inside is None:
+            starts = [(line.find(quotes, position), quotes) for quotes in ('"""', "'''")]
+            found = min(((at, quotes) for at, quotes in starts if at >= 0), default=None)
+            if found is None:
+                return None
+            position, inside = found[0] + 3, found[1]
+        else:
+            end = line.find(inside, position)
+            if end < 0:
+                return inside
+            position, inside = end + 3, None
 
 
 def _plain_key(key: str) -> str:
