@@ -105,11 +105,20 @@ def refuse_json_constant(name: str) -> Any:
     raise _NotAJSONNumber(f"{name} is not a JSON number")
 
 
+def finite_json_float(text: str) -> float:
+    """`json.loads`'s parse_float for JSON a person wrote: a number too large for a float (1e999) is
+    ValueError, not infinity (which no JSON number is, and which later steps would take for null)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotAJSONNumber(f"{text} is too large for a number")
+    return value
+
+
 def parse_user_json(text: str, origin: Path | str) -> Any:
     """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column);
     lone surrogates its escapes spell (`"\\ud800"`) become U+FFFD, as in all text from outside."""
     try:
-        return clean_data(json.loads(text, parse_constant=refuse_json_constant))[0]
+        return clean_data(json.loads(text, parse_constant=refuse_json_constant, parse_float=finite_json_float))[0]
     except _NotAJSONNumber as exc:
         raise InputError(f"{origin}: not valid JSON ({exc})") from None
     except json.JSONDecodeError as exc:
