@@ -154,7 +154,8 @@ def _validate_location(values: dict[str, Any], role: str, where: Path | str) -> 
 
 def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -> InputError:
     candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
-    hint = f" (did you mean {_nearest(key, candidates)!r}?)" if _nearest(key, candidates) else ""
+    nearest = _nearest(key, candidates)
+    hint = f" (did you mean {nearest!r}?)" if nearest else ""
     kind = "section" if is_section else "key"
     return InputError(f"{where}{line_of(key, text)}: unknown {kind} {key!r}{hint}")
 

@@ -84,7 +84,8 @@ def interrupts_held() -> Iterator[None]:
         yield
     finally:
         _state["holding"] = False
-        signal.signal(signal.SIGINT, previous)
+        # (None: a handler set outside Python, which Python cannot set again: its own default then)
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
         if caught:
             signal.raise_signal(signal.SIGINT)
 
