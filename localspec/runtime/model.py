@@ -158,10 +158,11 @@ class Vocabulary(_Freed):
         return [i for i in range(self._llama.llama_vocab_n_tokens(self._vocab)) if self._llama.llama_vocab_is_eog(self._vocab, i)]
 
     def close(self) -> None:
-        """Free the vocabulary. Safe to call twice."""
-        if getattr(self, "_model", None):
-            self._llama.llama_model_free(self._model)
-            self._model = None
+        """Free the vocabulary. Safe to call twice (and to interrupt: see `Model.close`)."""
+        with interrupts_held():
+            model, self._model = getattr(self, "_model", None), None
+            if model:
+                self._llama.llama_model_free(model)
 
 
 class Model(_Freed):
@@ -656,12 +657,15 @@ class Model(_Freed):
     # -- lifetime -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the context, batch and weights. Safe to call twice."""
-        if getattr(self, "_ctx", None):
-            self._llama.llama_batch_free(self._batch)
-            self._llama.llama_free(self._ctx)
-            self._ctx = self._memory = None
-        self._tokens = []  # nothing is cached any more
-        if getattr(self, "_model", None):
-            self._llama.llama_model_free(self._model)
-            self._model = None
+        """Free the context, batch and weights. Safe to call twice, and to interrupt: each pointer is let go
+        of before it is freed, with Ctrl-C held meanwhile (interrupted between a free and forgetting what it
+        freed, a second close, when the object is collected, would free it again: a crash)."""
+        with interrupts_held():
+            context, batch, model = getattr(self, "_ctx", None), getattr(self, "_batch", None), getattr(self, "_model", None)
+            self._ctx = self._memory = self._model = None
+            self._tokens = []  # nothing is cached any more
+            if context:
+                self._llama.llama_batch_free(batch)
+                self._llama.llama_free(context)
+            if model:
+                self._llama.llama_model_free(model)
