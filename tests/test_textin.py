@@ -10,7 +10,8 @@ from cli_helpers import one_error_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localspec.cli import common, main
+from localspec.cli import main
+from localspec.config import files
 from localspec.textin import clean_data, clean_text, decode_bytes
 
 ANY_CODE_POINTS = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=30)  # surrogates too
@@ -74,7 +75,7 @@ def _run_with_stdin(data: bytes):
 def test_stdin_is_read_up_to_a_bound_and_utf16_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """`yes | localspec run` must not fill the memory before anything is checked; UTF-16 is not taken for
     UTF-8 with its NULs replaced. Both are refused before any model loads."""
-    monkeypatch.setattr(common, "MAX_STDIN_BYTES", 1000)
+    monkeypatch.setattr(files, "MAX_PIPED_BYTES", 1000)
     one_error_line(_run_with_stdin(b"y\n" * 600), 2, "stdin: more than", "more than any context can hold")
     one_error_line(_run_with_stdin("Say hello".encode("utf-16")), 2, "stdin: is UTF-16, not UTF-8")
     one_error_line(_run_with_stdin(codecs.BOM_UTF16_BE + "Hi".encode("utf-16-be")), 2, "is UTF-16")

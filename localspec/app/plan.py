@@ -11,12 +11,11 @@ each layer uses. Commands consume the plan and never resolve again.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..config.paths import user_path
+from ..config.paths import model_path_here
 from ..config.resolve import ResolvedSettings, resolve_settings
 from ..errors import InputError
 from ..models.compat import check_file, check_pair
@@ -89,7 +88,7 @@ def locate_model(
     """The local file for the target or draft: a path, a downloaded hub file or a built-in model."""
     values = settings.values
     if f"{role}.path" in values:
-        return user_path(os.path.expandvars(str(values[f"{role}.path"])), f"{role}.path")
+        return model_path_here(str(values[f"{role}.path"]), f"{role}.path")
     if f"{role}.hf_repo" in values:
         repo, filename = values[f"{role}.hf_repo"], values[f"{role}.hf_file"]
         path = hub_local_path(repo, filename)

@@ -132,6 +132,11 @@ def load_verdicts(build: str, *, verbose: bool = False) -> dict[str, dict]:
     builds = _stored_builds(note)
     if builds and build not in builds:
         note("the repack cache holds verdicts for another llama.cpp build or CPU only: this one is probed")
+    return _well_formed_verdicts(builds, build, note)
+
+
+def _well_formed_verdicts(builds: dict[str, dict], build: str, note: Callable[[str], None]) -> dict[str, dict]:
+    """`build`'s verdicts in `builds` (see `_stored_builds`), those of the wrong shape dropped (and noted)."""
     verdicts = {}
     for weights, entry in builds.get(build, {}).items():
         if _well_formed(entry):
@@ -177,12 +182,13 @@ def save_verdict(build: str, weights: str, result: ProbeResult, *, one_token: Pr
         verdict.update(one_token=one_token.works, one_token_detail=one_token.detail)
     try:
         with locked(cache_file(), timeout_s=LOCK_TIMEOUT_S):  # a verdict another process saved meanwhile is kept
-            verdicts = load_verdicts(build)
+            builds = _stored_builds(lambda message: None)
+            verdicts = _well_formed_verdicts(builds, build, lambda message: None)
             earlier = verdicts.get(weights, {})
             if one_token is None and "one_token" in earlier and earlier["works"] == result.works:
                 verdict.update(one_token=earlier["one_token"], one_token_detail=earlier["one_token_detail"])
             verdicts[weights] = verdict
-            others = [(other, kept) for other, kept in _stored_builds(lambda message: None).items() if other != build]
+            others = [(other, kept) for other, kept in builds.items() if other != build]
             stored = {"build": build, "verdicts": verdicts, "other_builds": dict(others[:MAX_OTHER_BUILDS])}
             write_text_atomic(cache_file(), json.dumps(stored, indent=1))
     except (OSError, LocalspecError) as exc:

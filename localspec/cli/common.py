@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import difflib
 import importlib
 import ipaddress
@@ -15,6 +14,7 @@ from typing import Any, Iterator
 import click
 from rich.console import Console
 
+from ..config.files import read_piped, refuse_utf16
 from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
 
@@ -117,9 +117,6 @@ def write_stdout(text: str) -> None:
         raise LocalspecError(f"cannot write to stdout ({exc.strerror or exc})") from None
 
 
-MAX_STDIN_BYTES = 64 << 20  # far past what any context holds: reading stops there
-
-
 def read_prompt(prompt: str | None) -> str:
     """The prompt argument, or stdin when it is "-" or absent and stdin is not a terminal."""
     if prompt in (None, "-") and sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
@@ -136,16 +133,13 @@ def read_prompt(prompt: str | None) -> str:
 
 
 def _read_stdin() -> str:
-    """The prompt piped on stdin, read up to MAX_STDIN_BYTES (`yes | localspec run` would otherwise fill the
-    memory before anything is checked); UTF-16 is refused, other bytes that are not UTF-8 replaced."""
+    """The prompt piped on stdin (`read_piped`: bounded); UTF-16 is refused, other bytes that are not UTF-8
+    replaced."""
     try:
-        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        data = read_piped(sys.stdin.buffer, "stdin")
     except OSError as exc:  # (opened for writing only, say)
         raise InputError(f"cannot read stdin ({exc.strerror or exc})") from None
-    if len(data) > MAX_STDIN_BYTES:
-        raise InputError(f"stdin: more than {MAX_STDIN_BYTES >> 20} MiB, more than any context can hold")
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise InputError("stdin: is UTF-16, not UTF-8: convert it (iconv -f UTF-16 -t UTF-8)")
+    refuse_utf16(data, "stdin")
     return decode_input(data, "stdin")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import click
 from rich.markup import escape
 
 from ..app.plan import locate_model
-from ..config.paths import stored_model_path, user_path, user_profiles_dir
+from ..config.paths import MODEL_PATH_KEYS, model_path_here, stored_model_path, user_profiles_dir
 from ..config.profiles import check_name, parse_assignment, profile_exists, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
@@ -41,23 +40,18 @@ def add_command(
     if description:
         values["description"] = clean_input(description, "--description")
     if draft == "auto":
-        values["draft.path"] = str(_auto_draft(_local(values["target.path"]), make_draft))
+        values["draft.path"] = str(_auto_draft(model_path_here(values["target.path"], "target.path"), make_draft))
     elif draft:
         values["draft.path"] = stored_model_path(draft, "--draft")
     for assignment in assignments:
         key, value = parse_assignment(clean_input(assignment, "--set"))
-        values[key] = stored_model_path(value, key) if key in ("target.path", "draft.path") and isinstance(value, str) else value
+        values[key] = stored_model_path(value, key) if key in MODEL_PATH_KEYS and isinstance(value, str) else value
     if "draft.path" in values:
-        check_pair(_local(values["target.path"]), _local(values["draft.path"]))
+        check_pair(*(model_path_here(values[key], key) for key in ("target.path", "draft.path")))
     elif "target.path" in values:  # (--set may have given the target another location)
-        check_file(_local(values["target.path"]))
+        check_file(model_path_here(values["target.path"], "target.path"))
     path = save_profile(name, values, replace=force)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
-
-
-def _local(stored: str) -> Path:
-    """The file a stored model path names here (its `$VARIABLES` and `~` expanded)."""
-    return user_path(os.path.expandvars(stored))
 
 
 def _auto_draft(target: Path, make_without_asking: bool) -> Path:

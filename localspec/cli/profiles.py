@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.files import locked
-from ..config.paths import stored_model_path, user_profiles_dir
+from ..config.paths import MODEL_PATH_KEYS, stored_model_path, user_profiles_dir
 from ..config.profiles import (
     check_name,
     list_profiles,
@@ -28,7 +28,6 @@ from ..textin import clean_input
 from .common import LazyCommands, shown_plainly, stdout_console
 
 
-MODEL_PATH_KEYS = {"target.path", "draft.path"}
 
 
 @click.group(

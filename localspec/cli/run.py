@@ -106,10 +106,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         }
         if output_format is not None:
             report["format"] = {**output_format.to_dict(), "warnings": list(compiled.warnings) if compiled else []}
+        if output_format is not None or tool_run is not None:  # (with tools: null calls cut short, not text)
             report["complete"] = cut_short_message(generation.stop_reason) is None
         if tool_run is not None:
             calls = tool_run.calls(generation)
-            report["complete"] = cut_short_message(generation.stop_reason) is None  # (else null calls: cut short, not text)
             report["tool_calls"] = calls_as_json(calls) if calls else None
             report["tool_warnings"] = list(tool_run.setup.warnings) if tool_run.setup is not None else []
         write_stdout(json.dumps(report, ensure_ascii=False) + "\n")

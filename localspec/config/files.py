@@ -21,7 +21,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from ..errors import InputError, LocalspecError
 from ..textin import clean_data
@@ -34,7 +34,7 @@ else:  # pragma: no cover
 LOCK_TIMEOUT_S = 30.0  # a profile write takes milliseconds: this long means a stuck process
 
 
-MAX_PIPED_BYTES = 64 << 20  # what is read at most from a pipe a user names (`--tools <(jq ...)`)
+MAX_PIPED_BYTES = 64 << 20  # what is read at most from a pipe (stdin, `--tools <(jq ...)`): far past any context
 
 
 def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
@@ -47,9 +47,7 @@ def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
             raise InputError(f"{path}: not a regular file")
         if piped:
             with path.open("rb") as stream:
-                data = stream.read(MAX_PIPED_BYTES + 1)
-            if len(data) > MAX_PIPED_BYTES:
-                raise InputError(f"{path}: more than {MAX_PIPED_BYTES >> 20} MiB")
+                data = read_piped(stream, path)
         else:
             data = path.read_bytes()
     except OSError as exc:  # missing, unreadable, a name too long, a folder it may not search
@@ -66,7 +64,16 @@ def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
         ) from None
 
 
-def refuse_utf16(data: bytes, path: Path) -> None:
+def read_piped(stream: BinaryIO, origin: Path | str) -> bytes:
+    """What a pipe holds, up to MAX_PIPED_BYTES (`yes | ...` would otherwise fill the memory before anything
+    is checked); more is InputError naming `origin`."""
+    data = stream.read(MAX_PIPED_BYTES + 1)
+    if len(data) > MAX_PIPED_BYTES:
+        raise InputError(f"{origin}: more than {MAX_PIPED_BYTES >> 20} MiB, more than any context can hold")
+    return data
+
+
+def refuse_utf16(data: bytes, path: Path | str) -> None:
     """InputError when a file's bytes start with a UTF-16 byte order mark: text from files is UTF-8."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise InputError(f"{path}: is UTF-16, not UTF-8: save it as UTF-8")

@@ -34,6 +34,9 @@ def user_path(text: str | os.PathLike[str], what: str | None = None) -> Path:
         raise InputError(f"{text}: cannot expand ~ (no such user)") from None
 
 
+MODEL_PATH_KEYS = frozenset({"target.path", "draft.path"})  # the settings `stored_model_path` stores
+
+
 def stored_model_path(text: str, key: str) -> str:
     """A model path as a profile stores it (`key`: the setting, for the message when it is empty): a path
     with a `$VARIABLE` as written, expanded where the profile is used (as in a hand-written profile); any
@@ -44,6 +47,11 @@ def stored_model_path(text: str, key: str) -> str:
     if "$" in text:
         return text
     return os.path.abspath(user_path(text))
+
+
+def model_path_here(stored: str, key: str) -> Path:
+    """The file a profile's model path (`key`) names here: its `$VARIABLES` and `~` expanded."""
+    return user_path(os.path.expandvars(stored), key)
 
 
 def _home_override() -> Path | None:
