@@ -109,7 +109,7 @@ def test_a_stored_model_path_keeps_its_variables_and_links(tmp_path: Path, monke
     shown = json.loads(cli("profile", "show", "mine", "--json").output)
     assert shown["target.path"]["value"] == str(tmp_path / "snap" / "m.gguf")
     assert shown["draft.path"]["value"] == "$HOME/models/d.gguf"
-    one_error_line(cli("profile", "set", "mine", "draft.path="), 2, "draft.path: a model path cannot be empty")
+    one_error_line(cli("profile", "set", "mine", "draft.path="), 2, "draft.path: the path is empty")
 
 
 def test_set_takes_text_that_reads_as_toml_as_text_and_refuses_more_than_one_value() -> None:
@@ -586,6 +586,15 @@ def test_a_configured_default_profile_that_is_gone_says_where_its_name_came_from
     config_file().write_text('default_profile = "gone"\n')
     one_error_line(cli("run", "--max-tokens", "2", "hi"), 2, str(config_file()), "default_profile 'gone'",
                    "no profile named 'gone'")
+
+
+@pytest.mark.parametrize("command", [["run", "--max-tokens", "2", "hi"], ["bench", "--max-tokens", "2"], ["chat"]])
+def test_a_profile_named_by_the_environment_that_does_not_exist_names_the_variable(command: list[str]) -> None:
+    """A stale LOCALSPEC_PROFILE in a shell's startup file is found from the error alone."""
+    one_error_line(cli(*command, env={"LOCALSPEC_PROFILE": "nosuch"}), 2, "LOCALSPEC_PROFILE=nosuch",
+                   "no profile named 'nosuch'", "demo")
+    one_error_line(cli(*command, "--profile", "nosuch"), 2, "no profile named 'nosuch'")  # (a flag names itself)
+    assert "LOCALSPEC_PROFILE" not in cli(*command, "--profile", "nosuch").stderr
 
 
 def test_show_prints_a_descriptions_escape_sequences_as_text() -> None:

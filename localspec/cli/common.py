@@ -52,11 +52,16 @@ class LocalspecGroup(click.Group):
             click.echo("", err=True)
             sys.exit(130)
         except BrokenPipeError:
-            sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
-            sys.exit(0)
+            # The reader went away (e.g. `| head`): stop quietly, with the status a Unix tool killed by
+            # SIGPIPE gives, so that `set -o pipefail` sees the output was cut short.
+            sys.stderr.close()
+            sys.exit(EXIT_READER_GONE)
         except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
             click.echo(f"error: {one_line(os_error_text(exc))}", err=True)
             sys.exit(1)
+
+
+EXIT_READER_GONE = 128 + 13  # 141: as a process ended by SIGPIPE
 
 
 def one_line(text: str) -> str:
@@ -101,7 +106,7 @@ class LazyCommands(LocalspecGroup):
 def write_stdout(text: str) -> None:
     """Write generated text to stdout as UTF-8 whatever the locale, and flush it.
 
-    A reader that went away raises BrokenPipeError (the command then ends quietly);
+    A reader that went away raises BrokenPipeError (the command then ends quietly, status 141);
     stdout closed (`>&-`) or failing (a full disk) is one LocalspecError.
     """
     if sys.stdout is None:

@@ -42,11 +42,9 @@ def stored_model_path(text: str, key: str) -> str:
     with a `$VARIABLE` as written, expanded where the profile is used (as in a hand-written profile); any
     other made absolute, so that the profile works from any folder, without following symbolic links (a
     Hugging Face snapshot's link stays the model's file name, not the blob it points at today)."""
-    if not text.strip():
-        raise InputError(f"{key}: a model path cannot be empty")
     if "$" in text:
         return text
-    return os.path.abspath(user_path(text))
+    return os.path.abspath(user_path(text, key))
 
 
 def model_path_here(stored: str, key: str) -> Path:

@@ -246,9 +246,14 @@ def load_profile(name: str) -> Profile:
 def _existing_file(name: str) -> Path:
     path = profile_file(name)
     if path is None:
-        known = ", ".join(sorted(p.name for p in list_profiles() if p.problem is None)) or "none"
-        raise InputError(f"no profile named {name!r} (known: {known})")
+        raise InputError(missing_profile_text(name))
     return path
+
+
+def missing_profile_text(name: str) -> str:
+    """Why `name` cannot be loaded when no file holds it, with the profiles that can."""
+    known = ", ".join(sorted(p.name for p in list_profiles() if p.problem is None)) or "none"
+    return f"no profile named {name!r} (known: {known})"
 
 
 def read_profile_file(path: Path) -> Profile:
