@@ -235,6 +235,27 @@ def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_ba
     assert drafted.tokens == padded_alone.tokens == generate_text(target, PROMPT, settings).tokens
 
 
+@pytest.mark.parametrize("strategy", [None, "ngram"])
+def test_without_the_same_text_promise_a_lone_token_is_a_pass_of_one_row(pair, monkeypatch, strategy: str | None) -> None:
+    """`speculative.same_text = false` gives up the padded pair for llama.cpp's faster single-row pass: target-only
+    decoding and a speculative pass that drafted nothing decode one row, and no guess rides along."""
+    target, _ = pair
+    monkeypatch.setattr(target, "_lone_reads_differ", True)
+    batch_sizes: list[int] = []
+    evaluate = target.eval
+    monkeypatch.setattr(target, "eval", lambda tokens, **kwargs: batch_sizes.append(len(tokens)) or evaluate(tokens, **kwargs))
+    speculative = SpeculativeParams(strategy=strategy or "ngram", draft_max=4, ngram_min=3, ngram_max=3, same_text=False)
+    settings = GenerationSettings(SAMPLINGS["t1.0"], speculative, max_tokens=MAX_TOKENS, seed=5)
+    drafter = build_drafter(speculative, settings.sampling, None) if strategy else None
+    generated = generate_text(target, PROMPT, settings, drafter)
+    assert 1 in batch_sizes[1:] and generated.stats.guesses == 0
+    assert list(target.tokens) == [*PROMPT, *generated.tokens][: len(target.tokens)]
+    batch_sizes.clear()
+    promised = dataclasses.replace(settings, speculative=dataclasses.replace(speculative, same_text=True))
+    generate_text(target, PROMPT, promised, build_drafter(speculative, settings.sampling, None) if strategy else None)
+    assert min(batch_sizes[1:]) >= 2  # the promise kept: no pass of one row
+
+
 def test_a_token_past_256_cached_tokens_is_computed_alike_in_a_pass_of_its_own_and_in_a_batch(tmp_path: Path) -> None:
     """Past 256 cached tokens the CPU's flash attention split a lone token's attention unlike a batch's
     rows (logits 0.01-0.05 apart on the demo target): target-only and speculative text then parted at

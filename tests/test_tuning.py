@@ -183,3 +183,39 @@ def test_a_slower_speculative_setting_is_put_down_to_short_answers_or_to_the_mac
     fixed.case = BenchCase("model", 3, 0.0)  # a fixed length reads every prompt: its short answers explain nothing
     _advise([], {0.0: fixed})
     assert "run without a draft" in capsys.readouterr().err
+
+
+def test_speculation_that_beats_only_padded_target_only_is_called_slower(capsys: pytest.CaptureFixture, tiny_profile: str) -> None:
+    """Where target-only pads its lone tokens to keep the same text, drafting is judged against target-only at full
+    speed too: 1.2x the padded pairs but 0.9x the lone tokens is a warning, and `--save` keeps nothing."""
+    from localspec.cli.bench import _advise
+
+    result = _result("hybrid", 8, 0.0, 1.2)
+    result.plain = SpecStats(tokens_generated=int(1.2 / 0.9 * 100), generation_seconds=100.0)
+    assert result.speedup == pytest.approx(1.2) and result.speedup_over_plain == pytest.approx(0.9, abs=0.01)
+    _advise([result], {0.0: result})
+    err = capsys.readouterr().err
+    assert "1.20x target-only decoding that keeps the same text, but 0.90x target-only at full speed" in err
+    assert "--no-same-text" in err
+    assert save_fastest(tiny_profile, [result]) is None
+    assert best_overall([result])[2] == pytest.approx(0.9, abs=0.01)
+    result.plain = None  # measured without padding: the baseline is already full speed
+    assert result.speedup_over_plain == result.speedup
+    _advise([result], {0.0: result})
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow  # a bench on the tiny pair
+def test_bench_measures_target_only_at_full_speed_where_it_pads_lone_tokens(tiny_profile: str, monkeypatch) -> None:
+    from localspec.runtime.model import Model
+
+    monkeypatch.setattr(Model, "lone_reads_differ", property(lambda self: True))
+    result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "8", "--temperatures", "0", "--json")
+    assert result.exit_code == 0, result.stderr
+    row = json.loads(result.stdout)["results"][0]
+    assert row["plain_tokens_per_second"] > 0
+    assert row["speedup_over_plain"] == pytest.approx(row["speculative_tokens_per_second"] / row["plain_tokens_per_second"])
+    unpadded = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "8", "--temperatures", "0", "--json",
+                   "--no-same-text")
+    row = json.loads(unpadded.stdout)["results"][0]
+    assert row["plain_tokens_per_second"] is None and row["speedup_over_plain"] == row["speedup"]

@@ -70,6 +70,9 @@ class BenchResult:
     case: BenchCase
     speculative: SpecStats = field(default_factory=SpecStats)  # totals over prompts and repeats
     baseline: SpecStats = field(default_factory=SpecStats)
+    # Target-only decoding at llama.cpp's full speed, a lone token read alone (`speculative.same_text` off), measured
+    # beside the baseline where the baseline pads its one-token passes (None where it does not: the same thing).
+    plain: SpecStats | None = None
     identical_prompts: int = 0  # prompt runs whose tokens matched target-only exactly (expected with coupled verification)
     runs: int = 0
     repeat_speedups: list[float] = field(default_factory=list)
@@ -78,6 +81,14 @@ class BenchResult:
     def speedup(self) -> float:
         base = self.baseline.tokens_per_second
         return (self.speculative.tokens_per_second or 0.0) / base if base else 0.0
+
+    @property
+    def speedup_over_plain(self) -> float:
+        """The speed-up over the faster target-only decoding: at full speed where the baseline pads lone tokens."""
+        base = self.plain.tokens_per_second if self.plain is not None else None
+        if not base:
+            return self.speedup
+        return (self.speculative.tokens_per_second or 0.0) / base
 
     @property
     def spread(self) -> float:
@@ -99,6 +110,8 @@ class BenchResult:
             "speculative_tokens_per_second": self.speculative.tokens_per_second,
             "baseline_tokens_per_second": self.baseline.tokens_per_second,
             "speedup": self.speedup,
+            "plain_tokens_per_second": self.plain.tokens_per_second if self.plain is not None else None,
+            "speedup_over_plain": self.speedup_over_plain,
             "speedup_spread": self.spread,
             "acceptance_rate": self.speculative.acceptance_rate,
             "mean_accepted_length": self.speculative.mean_accepted_length,
@@ -134,7 +147,10 @@ def run_bench(
     """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order.
 
     Target-only runs with coupled sampling, so a coupled case's tokens are expected to
-    be identical to it (`identical_prompts`) whatever the settings' verification.
+    be identical to it (`identical_prompts`) whatever the settings' verification. Where it
+    pads its one-token passes (`speculative.same_text` on a build whose kernels compute a
+    lone token otherwise), target-only decoding at full speed runs beside it too (`plain`):
+    what drafting must beat to be worth it.
 
     `cold`: every generation's adaptive draft lengths start from their priors, as in a
     first-ever one-shot run (otherwise they learn across the prompts, as a chat does).
@@ -143,17 +159,21 @@ def run_bench(
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
         base = baseline_settings(settings, temperature)
+        plain = plain_settings(session, base)
         warm_up(session, base, same_temperature)
         for round_number in range(repeat):
             per_round = {case: BenchResult(case) for case in same_temperature}
             for index, prompt in enumerate(prompts):
                 tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
-                order: list[BenchCase | None] = [None, *same_temperature]
+                order: list[BenchCase | None | str] = [None, *same_temperature, *([PLAIN] if plain else [])]
                 shift = (index + round_number) % len(order)
-                runs: dict[BenchCase | None, Generation] = {}
+                runs: dict[BenchCase | None | str, Generation] = {}
                 for case in order[shift:] + order[:shift]:
                     if cold:
                         session.learned_lengths = LearnedLengths()
+                    if case == PLAIN:
+                        runs[case] = generate(session, tokens, plain, speculative=False)
+                        continue
                     runs[case] = generate(session, tokens, case_settings(base, case), speculative=case is not None)
                     if on_run is not None:
                         on_run(case, index, runs[case])
@@ -161,6 +181,9 @@ def run_bench(
                     for result in (results[case], per_round[case]):
                         result.speculative.add(runs[case].stats)
                         result.baseline.add(runs[None].stats)
+                        if plain:
+                            result.plain = result.plain or SpecStats()
+                            result.plain.add(runs[PLAIN].stats)
                         result.identical_prompts += runs[case].tokens == runs[None].tokens
                         result.runs += 1
             for case in same_temperature:
@@ -179,12 +202,13 @@ def best_by_temperature(results: Sequence[BenchResult]) -> dict[float, BenchResu
 
 
 def best_overall(results: Sequence[BenchResult], verify: str = "coupled") -> tuple[str, int | str, float]:
-    """(strategy, draft_max, geometric-mean speed-up) of the configuration fastest across all temperatures,
-    among the results measured with verification `verify` (what a saved profile will run)."""
+    """(strategy, draft_max, geometric-mean speed-up over the faster target-only decoding) of the configuration
+    fastest across all temperatures, among the results measured with verification `verify` (what a saved
+    profile will run)."""
     by_config: dict[tuple[str, int | str], list[float]] = {}
     for result in results:
         if result.case.verify == verify:
-            by_config.setdefault((result.case.strategy, result.case.draft_max), []).append(max(result.speedup, 1e-9))
+            by_config.setdefault((result.case.strategy, result.case.draft_max), []).append(max(result.speedup_over_plain, 1e-9))
     if not by_config:
         raise InputError(f"nothing was measured with verify = {verify}, the profile's: add it to --verify")
     (strategy, draft_max), speedups = max(by_config.items(), key=lambda item: statistics.geometric_mean(item[1]))
@@ -204,6 +228,17 @@ def baseline_settings(settings: GenerationSettings, temperature: float) -> Gener
     """The target-only side at `temperature`: coupled sampling, so coupled cases can match it token for token."""
     return dataclasses.replace(settings, sampling=dataclasses.replace(settings.sampling, temperature=temperature),
                                speculative=dataclasses.replace(settings.speculative, verify="coupled"))
+
+
+PLAIN = "plain"  # (in a prompt's rotation: target-only decoding at full speed)
+
+
+def plain_settings(session: Session, base: GenerationSettings) -> GenerationSettings | None:
+    """Target-only decoding with a lone token read alone, where the baseline `base` pads it to a pair of rows
+    instead (`speculative.same_text` on a target whose kernels compute it otherwise); else None."""
+    if not (base.speculative.same_text and session.target.lone_reads_differ):
+        return None
+    return dataclasses.replace(base, speculative=dataclasses.replace(base.speculative, same_text=False))
 
 
 def case_settings(base: GenerationSettings, case: BenchCase | None) -> GenerationSettings:

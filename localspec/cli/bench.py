@@ -126,8 +126,10 @@ def bench(
     """Measure what drafting buys on this machine, and which strategy and draft length buy most.
 
     Every configuration runs beside the target alone, in one process, on the same
-    prompts and seeds. Takes every setting `run` takes; unless given, --max-tokens
-    is 128 and --seed 1234 here.
+    prompts and seeds. Where the target alone pads its one-token passes to keep the
+    same text (llama.cpp's default CPU build), it also runs at full speed ("lone").
+    Takes every setting `run` takes; unless given, --max-tokens is 128 and --seed
+    1234 here.
 
     \b
     Examples:
@@ -191,6 +193,8 @@ def bench(
         }, indent=2) + "\n")
     else:
         stdout_console.print(_table(results, best))
+        if any(r.plain is not None for r in results):
+            click.echo(LONE_NOTE, err=True)
     _advise(results, best)
     if save:
         verify = plan.generation.speculative.verify
@@ -335,14 +339,19 @@ class _progress:
 
 
 def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
-    table = Table("T", "strategy", "draft_max", "verify", "speculative", "target-only", "speed-up", "spread", "acceptance",
-                  "kept/pass", "draft cost", "identical", box=None)
+    """One row per configuration; where target-only pads its one-token passes (same seed, same text), also
+    target-only at full speed and the speed-up over it ("vs lone")."""
+    lone = any(r.plain is not None for r in results)
+    table = Table("T", "strategy", "draft_max", "verify", "speculative", "target-only", "speed-up",
+                  *(["lone", "vs lone"] if lone else []), "spread", "acceptance", "kept/pass", "draft cost", "identical",
+                  box=None)
     for r in results:
         mark = " *" if best.get(r.case.temperature) is r else ""
+        plain = [f"{r.plain.tokens_per_second or 0:.1f} tok/s", f"{r.speedup_over_plain:.2f}x"] if r.plain else ["-", "-"]
         table.add_row(
             f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max), r.case.verify,
             f"{r.speculative.tokens_per_second or 0:.1f} tok/s", f"{r.baseline.tokens_per_second or 0:.1f} tok/s",
-            f"{r.speedup:.2f}x{mark}", f"±{r.spread / 2:.2f}" if r.spread else "-",
+            f"{r.speedup:.2f}x{mark}", *(plain if lone else []), f"±{r.spread / 2:.2f}" if r.spread else "-",
             f"{r.speculative.acceptance_rate:.1%}" if r.speculative.acceptance_rate is not None else "-",
             f"{r.speculative.mean_accepted_length or 0:.2f}",
             f"{r.cost_ratio:.2f}" if r.cost_ratio is not None else "-", f"{r.identical_prompts}/{r.runs}",
@@ -350,9 +359,24 @@ def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
     return table
 
 
+LONE_NOTE = ("note: target-only decoding here reads a lone token as a pair of rows, as speculative passes are"
+             " computed (same seed, same text); 'lone' is target-only at llama.cpp's full speed (--no-same-text),"
+             " what drafting must beat to be worth it")
+
+
 def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
+    """Say where even the fastest setting is slower than target-only decoding at its fastest."""
     for temperature, result in best.items():
-        if result.speedup >= 1.0:
+        if result.speedup_over_plain >= 1.0:
+            continue
+        if result.speedup >= 1.0:  # faster than padded target-only, slower than it at full speed
+            click.echo(
+                f"warning: at T={temperature:g} the fastest setting ({result.case.strategy}, draft_max"
+                f" {result.case.draft_max}) is {result.speedup:.2f}x target-only decoding that keeps the same text,"
+                f" but {result.speedup_over_plain:.2f}x target-only at full speed: where the same text as"
+                " --no-speculative does not matter, run --no-speculative --no-same-text on this machine",
+                err=True,
+            )
             continue
         setting = f"({result.case.strategy}, draft_max {result.case.draft_max})"
         answer = result.speculative.tokens_generated / max(result.runs, 1)

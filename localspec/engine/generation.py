@@ -282,7 +282,7 @@ class Generation:
         no lookup of 2-4 tokens matched, there was such a token at about half the positions, right a fifth
         of those times). Under a grammar, only a guess it allows (its matcher must never see a token it has
         not validated)."""
-        if (self._occurrences is None or room <= 0 or n_forced or not self.target.pads_lone_tokens(len(context))
+        if (self._occurrences is None or room <= 0 or n_forced or not self._pads_lone_tokens(len(context))
                 or (sampler.verifies_by_rejection and not self.settings.sampling.greedy)):
             return None
         self._occurrences.extend_to(context)
@@ -294,6 +294,11 @@ class Generation:
             return None
         return guess
 
+    def _pads_lone_tokens(self, context_length: int) -> bool:
+        """Whether a pass of one token gets a second row (`Model.pads_lone_tokens`): unless `speculative.same_text`
+        is off, which trades the same text as target-only decoding for a lone token at full speed."""
+        return self.settings.speculative.same_text and self.target.pads_lone_tokens(context_length)
+
     def _score(self, context: list[int], draft: Draft, n_forced: int = 0) -> tuple[np.ndarray, float]:
         """The target's logits at the k+1 positions, and the seconds the pass took.
 
@@ -304,7 +309,7 @@ class Generation:
         fresh = n_forced + 1
         self.target.sync(context[:-fresh])
         tokens = [*context[-fresh:], *draft.tokens]
-        if len(tokens) == 1 and self.target.pads_lone_tokens(len(context)):
+        if len(tokens) == 1 and self._pads_lone_tokens(len(context)):
             # A lone token would take llama.cpp's single-row kernels, which round unlike a batch's:
             # a second row (a copy, dropped with the rejected drafts in step 4) keeps every pass, of a
             # speculative run however many tokens each drafted and of target-only decoding, computed alike.
