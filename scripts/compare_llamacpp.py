@@ -16,9 +16,10 @@ repeats, and the last run's saved reading of the prompt would spare the next con
 Per prompt, repeat and temperature the
 contenders run one after the other, in an order that rotates from prompt to prompt:
 
-  ordinary prompts     localspec target-only (`run --no-speculative`), localspec's defaults (`run`),
-                       `llama-speculative-simple` at each --simple-draft-max
-  copy-heavy prompts   localspec target-only, localspec's defaults, localspec `--strategy ngram`,
+  ordinary prompts     localspec target-only (`run --no-speculative`, and with `--no-same-text`: a lone
+                       token at full speed rather than the padded pair that keeps the same text),
+                       localspec's defaults (`run`), `llama-speculative-simple` at each --simple-draft-max
+  copy-heavy prompts   localspec target-only (both ways), localspec's defaults, localspec `--strategy ngram`,
                        `llama-lookup` at each --lookup-draft-max
 
 Both tools see the same tokens: the prompt is rendered with the target's chat template by
@@ -100,6 +101,7 @@ COPY_PROMPTS: tuple[str, ...] = (
 
 SIMPLE_TOOL, LOOKUP_TOOL, LOCALSPEC_TOOL = "llama-speculative-simple", "llama-lookup", "localspec"
 TARGET_ONLY, DEFAULTS, NGRAM = "localspec target-only", "localspec defaults", "localspec --strategy ngram"
+LONE = "localspec target-only --no-same-text"  # a lone token at full speed: what drafting must beat
 RUN_TIMEOUT_SECONDS = 900
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (the normal 1.96 beyond).
@@ -181,7 +183,8 @@ def fixed_name(k: int) -> str:
 def contenders_for(kind: str, simple_draft_max: Sequence[int], lookup_draft_max: Sequence[int],
                    fixed_draft_max: Sequence[int] = ()) -> list[Contender]:
     """The contenders that run on a prompt of this kind."""
-    contenders = [Contender(TARGET_ONLY, LOCALSPEC_TOOL, ("--no-speculative",)), Contender(DEFAULTS, LOCALSPEC_TOOL)]
+    contenders = [Contender(TARGET_ONLY, LOCALSPEC_TOOL, ("--no-speculative",)),
+                  Contender(LONE, LOCALSPEC_TOOL, ("--no-speculative", "--no-same-text")), Contender(DEFAULTS, LOCALSPEC_TOOL)]
     if kind == "ordinary":
         contenders += [Contender(fixed_name(k), LOCALSPEC_TOOL, ("--draft-max", str(k))) for k in fixed_draft_max]
         contenders += [Contender(f"{SIMPLE_TOOL} k={k}", SIMPLE_TOOL, draft_max=k) for k in simple_draft_max]
@@ -508,8 +511,8 @@ def ratio_rows(measurements: Sequence[Measurement], kind: str) -> list[tuple[str
     fixed = sorted({m.contender for m in measurements if m.contender.startswith("localspec --draft-max")})
     ours = [DEFAULTS] + ([NGRAM] if kind != "ordinary" else fixed)
     theirs = fastest(measurements, SIMPLE_TOOL if kind == "ordinary" else LOOKUP_TOOL)
-    rows = [(f"{name} / {baseline}", paired_ratio(speeds(measurements, name), speeds(measurements, baseline)))
-            for name in ours]
+    rows = [(f"{name} / {base}", paired_ratio(speeds(measurements, name), speeds(measurements, base)))
+            for base in (baseline, LONE) if speeds(measurements, base) for name in ours]
     if theirs is not None:
         rows += [(f"{name} / {theirs} (its faster k)", paired_ratio(speeds(measurements, name), speeds(measurements, theirs)))
                  for name in ours]
@@ -519,7 +522,7 @@ def ratio_rows(measurements: Sequence[Measurement], kind: str) -> list[tuple[str
 def display_rank(measurement: Measurement) -> tuple[int, int]:
     """Table order: localspec's target-only, defaults, ngram, then llama.cpp by draft length."""
     if measurement.tool == LOCALSPEC_TOOL:
-        named = [TARGET_ONLY, DEFAULTS, NGRAM]
+        named = [TARGET_ONLY, LONE, DEFAULTS, NGRAM]
         return 0, named.index(measurement.contender) if measurement.contender in named else len(named)
     return 1, measurement.draft_max or 0
 

@@ -123,6 +123,27 @@ def test_compare_llamacpp_reads_llamacpp_timings_and_pairs_ratios() -> None:
     assert one_prompt.units == 2 and math.isclose(one_prompt.geometric_mean, 2) and math.isclose(one_prompt.low, 2)
 
 
+def test_compare_llamacpp_sets_drafting_against_target_only_at_full_speed_too() -> None:
+    """Beside the padded target-only that keeps the same text, localspec's target-only with lone tokens runs
+    (`--no-same-text`), and the defaults' speed-up over it is a row of the table."""
+    compare = script_module("compare_llamacpp")
+    names = [c.name for c in compare.contenders_for("ordinary", [8], [8])]
+    assert names[:3] == [compare.TARGET_ONLY, compare.LONE, compare.DEFAULTS]
+    lone = next(c for c in compare.contenders_for("copy-heavy", [8], [8]) if c.name == compare.LONE)
+    assert lone.flags == ("--no-speculative", "--no-same-text")
+
+    def measured(contender: str, tool: str, speed: float, prompt: int) -> object:
+        return compare.Measurement(contender=contender, tool=tool, draft_max=8 if tool != compare.LOCALSPEC_TOOL else None,
+                                   kind="ordinary", prompt=prompt, repeat=0, temperature=0.0, tokens_per_second=speed,
+                                   tokens_generated=100, prompt_tokens=10, generation_seconds=1.0, wall_seconds=2.0, extra={})
+
+    rows = [measured(name, compare.LOCALSPEC_TOOL, speed, prompt) for prompt in (0, 1)
+            for name, speed in ((compare.TARGET_ONLY, 50.0), (compare.LONE, 75.0), (compare.DEFAULTS, 100.0))]
+    ratios = dict(compare.ratio_rows(rows, "ordinary"))
+    assert math.isclose(ratios[f"{compare.DEFAULTS} / {compare.TARGET_ONLY}"].geometric_mean, 2.0)
+    assert math.isclose(ratios[f"{compare.DEFAULTS} / {compare.LONE}"].geometric_mean, 100 / 75)
+
+
 @pytest.mark.slow  # real weights (the demo's vocabulary)
 def test_compare_llamacpp_counts_the_tokens_of_the_text_llamacpp_printed(smollm_q4_1: Path) -> None:
     """llama.cpp's N counts the end token and, in llama-lookup, what its draft held after it: the script
