@@ -256,6 +256,23 @@ def test_without_the_same_text_promise_a_lone_token_is_a_pass_of_one_row(pair, m
     assert min(batch_sizes[1:]) >= 2  # the promise kept: no pass of one row
 
 
+def test_what_a_generation_without_the_promise_read_alone_is_read_again_by_one_with_it(pair, monkeypatch) -> None:
+    """A chat turned back to `same_text` (or a conversation loaded from one without it) does not reuse the
+    tokens the turns before read alone: its text is the padded target-only text, as from an empty cache."""
+    target, _ = pair
+    monkeypatch.setattr(target, "_lone_reads_differ", True)
+    promised = GenerationSettings(SAMPLINGS["t1.0"], SpeculativeParams(strategy="ngram"), max_tokens=MAX_TOKENS, seed=3)
+    unpromised = dataclasses.replace(promised, speculative=SpeculativeParams(strategy="ngram", same_text=False))
+    target.clear()
+    first = generate_text(target, PROMPT, unpromised)  # target-only, each token read alone
+    assert target.tokens_read_in_batches < len(target.tokens)
+    follow_up = [*PROMPT, *first.tokens, *PROMPT[:5]]
+    again = generate_text(target, follow_up, promised)
+    assert again.stats.prompt_tokens_evaluated > len(follow_up) - len(PROMPT)  # re-read from the first lone token
+    target.clear()
+    assert again.tokens == generate_text(target, follow_up, promised).tokens
+
+
 def test_a_token_past_256_cached_tokens_is_computed_alike_in_a_pass_of_its_own_and_in_a_batch(tmp_path: Path) -> None:
     """Past 256 cached tokens the CPU's flash attention split a lone token's attention unlike a batch's
     rows (logits 0.01-0.05 apart on the demo target): target-only and speculative text then parted at

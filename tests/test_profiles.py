@@ -593,6 +593,7 @@ def test_a_profile_named_by_the_environment_that_does_not_exist_names_the_variab
     """A stale LOCALSPEC_PROFILE in a shell's startup file is found from the error alone."""
     one_error_line(cli(*command, env={"LOCALSPEC_PROFILE": "nosuch"}), 2, "LOCALSPEC_PROFILE=nosuch",
                    "no profile named 'nosuch'", "demo")
+    one_error_line(cli(*command, env={"LOCALSPEC_PROFILE": "a/b"}), 2, "LOCALSPEC_PROFILE=a/b", "invalid profile name")
     one_error_line(cli(*command, "--profile", "nosuch"), 2, "no profile named 'nosuch'")  # (a flag names itself)
     assert "LOCALSPEC_PROFILE" not in cli(*command, "--profile", "nosuch").stderr
 

@@ -207,15 +207,24 @@ def test_speculation_that_beats_only_padded_target_only_is_called_slower(capsys:
 
 @pytest.mark.slow  # a bench on the tiny pair
 def test_bench_measures_target_only_at_full_speed_where_it_pads_lone_tokens(tiny_profile: str, monkeypatch) -> None:
-    from localspec.runtime.model import Model
+    from localspec.runtime import model as model_module
 
-    monkeypatch.setattr(Model, "lone_reads_differ", property(lambda self: True))
+    monkeypatch.setattr(model_module, "lone_token_computed_like_a_batch", lambda: False)  # as llamafile's kernels do
+    rows_decoded: list[int] = []
+    decode = model_module.Model._decode
+    monkeypatch.setattr(model_module.Model, "_decode",
+                        lambda self, tokens, rows: rows_decoded.append(len(tokens)) or decode(self, tokens, rows))
     result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "8", "--temperatures", "0", "--json")
     assert result.exit_code == 0, result.stderr
     row = json.loads(result.stdout)["results"][0]
-    assert row["plain_tokens_per_second"] > 0
+    assert row["plain_tokens_per_second"] > 0 and 1 in rows_decoded  # the full-speed runs decode lone tokens
     assert row["speedup_over_plain"] == pytest.approx(row["speculative_tokens_per_second"] / row["plain_tokens_per_second"])
     unpadded = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "8", "--temperatures", "0", "--json",
                    "--no-same-text")
+    assert unpadded.exit_code == 0, unpadded.stderr
     row = json.loads(unpadded.stdout)["results"][0]
     assert row["plain_tokens_per_second"] is None and row["speedup_over_plain"] == row["speedup"]
+    monkeypatch.setattr(model_module, "lone_token_computed_like_a_batch", lambda: True)  # nothing pads: nothing more to run
+    row = json.loads(cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0",
+                         "--json").stdout)["results"][0]
+    assert row["plain_tokens_per_second"] is None

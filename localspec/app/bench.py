@@ -160,7 +160,7 @@ def run_bench(
         same_temperature = [case for case in cases if case.temperature == temperature]
         base = baseline_settings(settings, temperature)
         plain = plain_settings(session, base)
-        warm_up(session, base, same_temperature)
+        warm_up(session, base, same_temperature, plain)
         for round_number in range(repeat):
             per_round = {case: BenchResult(case) for case in same_temperature}
             for index, prompt in enumerate(prompts):
@@ -236,7 +236,7 @@ PLAIN = "plain"  # (in a prompt's rotation: target-only decoding at full speed)
 def plain_settings(session: Session, base: GenerationSettings) -> GenerationSettings | None:
     """Target-only decoding with a lone token read alone, where the baseline `base` pads it to a pair of rows
     instead (`speculative.same_text` on a target whose kernels compute it otherwise); else None."""
-    if not (base.speculative.same_text and session.target.lone_reads_differ):
+    if not (base.speculative.same_text and session.target.pads_a_lone_token):
         return None
     return dataclasses.replace(base, speculative=dataclasses.replace(base.speculative, same_text=False))
 
@@ -262,12 +262,15 @@ def generate(
 
 
 def warm_up(
-    session: Session, settings: GenerationSettings, cases: Sequence[BenchCase], grammar: str | None = None
+    session: Session, settings: GenerationSettings, cases: Sequence[BenchCase], plain: GenerationSettings | None = None,
+    grammar: str | None = None,
 ) -> None:
-    """One short generation each way (held to `grammar` when given), so first-call costs (page faults,
-    allocations, the grammar's vocabulary) are not timed."""
+    """One short generation each way (target-only at full speed too, given `plain`; held to `grammar` when
+    given), so first-call costs (page faults, allocations, the grammar's vocabulary) are not timed."""
     tokens = session.chat_prompt_tokens([{"role": "user", "content": "Hello"}])
     warm = dataclasses.replace(settings, max_tokens=8, seed=0)
     generate(session, tokens, warm, speculative=False, grammar=grammar)
+    if plain is not None:
+        generate(session, tokens, dataclasses.replace(plain, max_tokens=8, seed=0), speculative=False, grammar=grammar)
     for case in cases:
         generate(session, tokens, case_settings(warm, case), speculative=True, grammar=grammar)

@@ -25,7 +25,7 @@ from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation, StopReason
 from ..engine.stats import SpecStats
 from ..settings import GenerationSettings
-from .bench import BenchCase, BenchResult, baseline_settings, case_settings, generate, warm_up
+from .bench import PLAIN, BenchCase, BenchResult, baseline_settings, case_settings, generate, plain_settings, warm_up
 from .session import Session
 
 # on_run(case or None for target-only, constrained, prompt index, the finished generation)
@@ -74,6 +74,10 @@ class StructuredResult:
             "free_speculative_tokens_per_second": self.free.speculative.tokens_per_second,
             "free_baseline_tokens_per_second": self.free.baseline.tokens_per_second,
             "free_speedup": self.free.speedup,
+            "constrained_plain_tokens_per_second": self.constrained.plain.tokens_per_second if self.constrained.plain else None,
+            "constrained_speedup_over_plain": self.constrained.speedup_over_plain,
+            "free_plain_tokens_per_second": self.free.plain.tokens_per_second if self.free.plain else None,
+            "free_speedup_over_plain": self.free.speedup_over_plain,
             "acceptance_rate": speculative.acceptance_rate,
             "free_acceptance_rate": self.free.speculative.acceptance_rate,
             "speculative_mask_ms_per_token": _ms_per_token(speculative.mask_seconds, speculative),
@@ -99,16 +103,18 @@ def run_structured_bench(
     on_run: RunCallback | None = None,
     cold: bool = False,
 ) -> list[StructuredResult]:
-    """Measure every case with and without each prompt's grammar, beside target-only; results in `cases` order."""
+    """Measure every case with and without each prompt's grammar, beside target-only (and target-only at full
+    speed where it pads its lone tokens, as `run_bench` does); results in `cases` order."""
     results = {case: StructuredResult(case) for case in cases}
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
         base = baseline_settings(settings, temperature)
-        warm_up(session, base, same_temperature, grammar=prompts[0].grammar)
+        plain = plain_settings(session, base)
+        warm_up(session, base, same_temperature, plain, grammar=prompts[0].grammar)
         for round_number in range(repeat):
             per_round = {case: StructuredResult(case) for case in same_temperature}
             for index, prompt in enumerate(prompts):
-                runs = _measure_prompt(session, base, same_temperature, prompt, index, round_number, cold, on_run)
+                runs = _measure_prompt(session, base, plain, same_temperature, prompt, index, round_number, cold, on_run)
                 for case in same_temperature:
                     for result in (results[case], per_round[case]):
                         _record(result, runs, case)
@@ -118,24 +124,29 @@ def run_structured_bench(
     return [results[case] for case in cases]
 
 
-Run = tuple[BenchCase | None, bool]  # (case, or None for target-only; constrained)
+Run = tuple[BenchCase | None | str, bool]  # (case, None for target-only or PLAIN at full speed; constrained)
 
 
 def _measure_prompt(
-    session: Session, base: GenerationSettings, cases: Sequence[BenchCase], prompt: ConstrainedPrompt, index: int,
-    round_number: int, cold: bool, on_run: RunCallback | None,
+    session: Session, base: GenerationSettings, plain: GenerationSettings | None, cases: Sequence[BenchCase],
+    prompt: ConstrainedPrompt, index: int, round_number: int, cold: bool, on_run: RunCallback | None,
 ) -> dict[Run, Generation]:
-    """Every run of prompt `index`: target-only and each case, constrained and free, in an order that rotates
-    with the prompt and the round."""
+    """Every run of prompt `index`: target-only (at full speed too, given `plain`) and each case, constrained
+    and free, in an order that rotates with the prompt and the round."""
     tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt.prompt}])
-    order: list[Run] = [(case, constrained) for constrained in (True, False) for case in (None, *cases)]
+    sides = (None, *cases, *([PLAIN] if plain is not None else []))
+    order: list[Run] = [(case, constrained) for constrained in (True, False) for case in sides]
     shift = (index + round_number) % len(order)
     runs: dict[Run, Generation] = {}
     for case, constrained in order[shift:] + order[:shift]:
         if cold:
             session.learned_lengths = LearnedLengths()
+        grammar = prompt.grammar if constrained else None
+        if case == PLAIN:
+            runs[case, constrained] = generate(session, tokens, plain, speculative=False, grammar=grammar)
+            continue
         runs[case, constrained] = generate(session, tokens, case_settings(base, case), speculative=case is not None,
-                                           grammar=prompt.grammar if constrained else None)
+                                           grammar=grammar)
         if on_run is not None:
             on_run(case, constrained, index, runs[case, constrained])
     return runs
@@ -149,6 +160,9 @@ def _record(result: StructuredResult, runs: dict[Run, Generation], case: BenchCa
         side.baseline.add(baseline.stats)
         side.identical_prompts += speculative.tokens == baseline.tokens
         side.runs += 1
+        if (PLAIN, constrained) in runs:
+            side.plain = side.plain or SpecStats()
+            side.plain.add(runs[PLAIN, constrained].stats)
     result.complete_speculative += runs[case, True].stop_reason == StopReason.EOS
     result.complete_baseline += runs[None, True].stop_reason == StopReason.EOS
 

@@ -200,10 +200,13 @@ def bench(
         verify = plan.generation.speculative.verify
         strategy, draft_max, speedup = best_overall(results, verify)
         path = save_fastest(plan.profile_name, results, verify)
+        baseline = "target-only at full speed (--no-same-text)" if any(r.plain for r in results) else "the target alone"
         if path is None:
-            click.echo(f"nothing saved: the fastest setting ({strategy}, draft_max {draft_max}) is {speedup:.2f}x the target alone", err=True)
+            click.echo(f"nothing saved: the fastest setting ({strategy}, draft_max {draft_max}) is {speedup:.2f}x {baseline}",
+                       err=True)
         else:
-            click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x across temperatures) to {path}", err=True)
+            click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x {baseline} across temperatures)"
+                       f" to {path}", err=True)
 
 
 def _fitted_lengths(plan: Plan, lengths: list[int | str]) -> list[int | str]:
@@ -289,19 +292,25 @@ def _report_structured(
         }, indent=2) + "\n")
     else:
         stdout_console.print(_structured_table(results))
+        if any(r.constrained.plain is not None for r in results):
+            click.echo(LONE_NOTE, err=True)
 
 
 def _structured_table(results: list[StructuredResult]) -> Table:
+    """One row per configuration: constrained and free speed-ups (over target-only at full speed too, "vs lone",
+    where target-only pads its lone tokens)."""
+    lone = any(r.constrained.plain is not None for r in results)
     table = Table("T", "strategy", "draft_max", "verify", "constrained", "target-only", "speed-up", "free speed-up",
-                  "mask ms/tok", "forced", "complete", "identical", box=None)
+                  *(["vs lone", "free vs lone"] if lone else []), "mask ms/tok", "forced", "complete", "identical", box=None)
     for r in results:
         row = r.to_dict()
         speculative, baseline = r.constrained.speculative, r.constrained.baseline
         mask = [row["speculative_mask_ms_per_token"], row["baseline_mask_ms_per_token"]]
+        over_lone = [f"{r.constrained.speedup_over_plain:.2f}x", f"{r.free.speedup_over_plain:.2f}x"]
         table.add_row(
             f"{r.case.temperature:g}", r.case.strategy, str(r.case.draft_max), r.case.verify,
             f"{speculative.tokens_per_second or 0:.1f} tok/s", f"{baseline.tokens_per_second or 0:.1f} tok/s",
-            f"{r.constrained.speedup:.2f}x", f"{r.free.speedup:.2f}x",
+            f"{r.constrained.speedup:.2f}x", f"{r.free.speedup:.2f}x", *(over_lone if lone else []),
             " / ".join(f"{m:.2f}" if m is not None else "-" for m in mask),
             f"{speculative.forced_tokens / speculative.tokens_generated:.0%}" if speculative.tokens_generated else "-",
             f"{r.complete_speculative}/{r.complete_baseline} of {r.constrained.runs}",
@@ -388,8 +397,9 @@ def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
                 err=True,
             )
         else:
+            lone = " --no-same-text" if result.plain is not None else ""
             click.echo(
                 f"warning: at T={temperature:g} even the fastest setting {setting} is slower than the target alone"
-                f" ({result.speedup:.2f}x): run without a draft (--no-speculative) on this machine",
+                f" ({result.speedup_over_plain:.2f}x): run without a draft (--no-speculative{lone}) on this machine",
                 err=True,
             )

@@ -127,18 +127,23 @@ def setting_flags(options: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-# Switches of the commands themselves, not settings.
 def _profile_from_the_environment(ctx: click.Context, param: click.Parameter, name: str | None) -> str | None:
     """A profile named by LOCALSPEC_PROFILE must exist, and the error says where its name came from
     (a stale variable in a shell's startup file is otherwise hard to find)."""
     if name is not None and ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.ENVIRONMENT:
         from ..config.profiles import missing_profile_text, profile_file
+        from ..errors import InputError
 
-        if profile_file(name) is None:
+        try:
+            missing = profile_file(name) is None
+        except InputError as exc:  # a name no profile can have (a path)
+            raise click.UsageError(f"LOCALSPEC_PROFILE={name}: {exc}") from None
+        if missing:
             raise click.UsageError(f"LOCALSPEC_PROFILE={name}: {missing_profile_text(name)}")
     return name
 
 
+# Switches of the commands themselves, not settings.
 PROFILE_OPTION = click.option(
     "--profile", "-p", envvar="LOCALSPEC_PROFILE", callback=_profile_from_the_environment,
     help="Profile to run (default: the configured one, else demo; LOCALSPEC_PROFILE sets it too).",

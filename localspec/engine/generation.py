@@ -169,6 +169,9 @@ class Generation:
         started = time.perf_counter()
         prompt = context[:-1]
         cached = common_prefix_length(self.target.tokens, prompt)
+        if self.settings.speculative.same_text:  # what an earlier generation without it read alone is read again
+            cached = min(cached, self.target.tokens_read_in_batches)
+            self.target.keep(cached)
         self.stats.prompt_tokens_evaluated = len(context) - cached
         for end in range(cached + self.target.n_batch, len(prompt), self.target.n_batch):
             if self._stop_requested():

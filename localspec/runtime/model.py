@@ -470,15 +470,20 @@ class Model(_Freed):
         """
         return self._lone_reads_differ
 
-    def pads_lone_tokens(self, context_length: int) -> bool:
-        """Whether a one-token pass over a context of `context_length` should be padded to two rows.
+    @property
+    def pads_a_lone_token(self) -> bool:
+        """Whether a one-token pass is padded to two rows (where the context has room for the second).
 
         Where a lone token is computed unlike a batch (`lone_reads_differ`), a pass of two rows is
-        computed like every longer one; there must be room for the second row, and the cache must be
-        able to drop it (not a recurrent model's state, which would have to read the whole text again).
+        computed like every longer one; the cache must be able to drop the second row (not a recurrent
+        model's state, which would have to read the whole text again), and a batch must hold two.
         """
-        return (self._lone_reads_differ and self._drops_a_suffix and self.n_batch >= 2
-                and context_length + 1 <= self.n_ctx)
+        return self._lone_reads_differ and self._drops_a_suffix and self.n_batch >= 2
+
+    def pads_lone_tokens(self, context_length: int) -> bool:
+        """Whether a one-token pass over a context of `context_length` should be padded to two rows
+        (`pads_a_lone_token`, with room for the second row)."""
+        return self.pads_a_lone_token and context_length + 1 <= self.n_ctx
 
     @property
     def tokens_read_in_batches(self) -> int:
