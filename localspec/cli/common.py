@@ -12,15 +12,29 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import click
-from rich.console import Console
 
 from ..config.files import read_piped, refuse_utf16
 from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
 
-stderr_console = Console(stderr=True, highlight=False)
-# Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
-stdout_console = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
+
+def __getattr__(name: str) -> Any:
+    """`stderr_console` and `stdout_console`, rich consoles made when a command first imports them: a one-shot
+    `run` with its stderr piped needs none, and rich takes a noticeable share of its start-up to import."""
+    if name not in ("stderr_console", "stdout_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    if name == "stderr_console":
+        globals()[name] = Console(stderr=True, highlight=False)
+    else:  # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
+        globals()[name] = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
+    return globals()[name]
+
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal (where spinners and progress bars show)."""
+    return sys.stderr is not None and sys.stderr.isatty()
 
 
 class LocalspecGroup(click.Group):
@@ -172,7 +186,7 @@ class StatusLine:
         if not self.enabled:
             return
         if self._status is None:
-            self._status = stderr_console.status(message)
+            self._status = __getattr__("stderr_console").status(message)
             self._status.start()
         else:
             self._status.update(message)
@@ -192,7 +206,8 @@ class StatusLine:
 
         self.stop()
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=stderr_console
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+            console=__getattr__("stderr_console"),
         )
         self._progress.start()
         self._task = self._progress.add_task(message, total=None)

@@ -7,12 +7,12 @@ import click
 from ..app.memory import LOCAL_OWNER
 from ..app.plan import Plan, resolve
 from ..app.session import Session, open_session
-from .common import status_line, stderr_console
+from .common import status_line, stderr_is_terminal
 
 
 def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, speculative: bool = True) -> Plan:
     """`app.plan.resolve` with a progress bar on stderr while a model file is derived, and its notes shown once."""
-    with status_line(stderr_console.is_terminal and not verbose) as status:
+    with status_line(stderr_is_terminal() and not verbose) as status:
         plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance,
                        speculative=speculative)
     for note in plan.notes:
@@ -25,7 +25,7 @@ def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, 
                  prompt_cache: bool = False) -> Session:
     """`app.session.open_session` with a status spinner on stderr while the weights load, and its notes after it."""
     notes: list[str] = []
-    with status_line(stderr_console.is_terminal and not verbose) as status:
+    with status_line(stderr_is_terminal() and not verbose) as status:
         session = open_session(plan, load_draft=load_draft, on_status=status.show, on_note=notes.append, verbose=verbose,
                                remember_lengths=remember_lengths, memory_owner=memory_owner,
                                size_contexts_later=size_contexts_later, prompt_cache=prompt_cache)
