@@ -17,3 +17,8 @@ class InputError(LocalspecError):
     """Bad input from the user (exit code 2): a missing or broken file, an invalid setting."""
 
     exit_code = 2
+
+
+class OutputFormatError(InputError):
+    """An output format (schema, grammar, regex, tools) that turns out unusable while generating: a limit of
+    llguidance's reached (a schema too large for it) or a dead end (exit code 2; HTTP 400 in `serve`)."""

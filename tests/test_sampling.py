@@ -254,3 +254,16 @@ def test_scores_that_are_not_numbers_are_one_error_not_a_draw(row: list[float], 
     with pytest.raises(LocalspecError, match="NaN or infinity"):
         next_token_probs(logits, params, allowed=np.array([0, 1, 2]))
     assert next_token_probs(np.array([-np.inf, 1.0, 2.0], dtype=np.float32), params).ids[-1] == 2  # -inf: masked
+
+
+def test_a_huge_temperature_keeps_every_token_without_a_numpy_warning() -> None:
+    """min-p's threshold at T=1e39 lies below float32's range: every token passes, quietly (the server's log
+    showed numpy's overflow warning)."""
+    import warnings
+
+    from localspec.engine.sampling import _min_p_prefilter
+
+    logits = np.random.default_rng(0).normal(size=100).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(_min_p_prefilter(logits, SamplingParams(temperature=1e39))) == 100

@@ -574,3 +574,21 @@ def test_fuzz_any_body_gets_a_well_formed_answer_and_the_server_goes_on(api: Api
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     _check_answer(api.post(path, content))
     api.still_serves()
+
+
+def test_a_schema_that_fails_only_while_generating_is_the_requests_fault(api: Api) -> None:
+    """Some schemas pass llguidance's checks and reach one of its limits only once tokens are fed (here its
+    parser's 2000 items in a row): a 400 naming response_format (an error event of that kind when streamed),
+    never a 500, and the server goes on."""
+    schema = {"enum": [{"a": i} for i in range(2500)]}
+    body = {"prompt": "the cat", "max_tokens": 8, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    reply = api.post(COMPLETIONS, body)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "response_format"
+    assert "output format" in error["message"]
+    events = sse_data(api.post(COMPLETIONS, {**body, "stream": True}))
+    failed = json.loads(events[-1])["error"]
+    assert failed["type"] == "invalid_request_error" and failed["param"] == "response_format"
+    api.still_serves()

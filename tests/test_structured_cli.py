@@ -553,3 +553,12 @@ def test_a_number_llguidance_cannot_take_is_one_line(keyword: str) -> None:
     schema = f'{{"type": "object", "properties": {{"a": {{"type": "{kind}", "{keyword}": {10**30}}}}}}}'
     with pytest.raises(InputError, match=r"^big\.json: [^\n]*1000000000000000000000000000000$"):
         compile_format(OutputFormat("json_schema", schema, "big.json"))
+
+
+def test_a_schema_that_fails_only_while_generating_is_bad_input(tiny_args: list[str], tmp_path: Path) -> None:
+    """A schema past one of llguidance's limits that its checks let through (2500 items in a row, where it takes
+    2000) fails at the first tokens: one line, exit 2, as for any schema it refuses."""
+    schema = tmp_path / "wide.json"
+    schema.write_text(json.dumps({"enum": [{"a": i} for i in range(2500)]}))
+    one_error_line(run_tiny(tiny_args, "--json-schema", str(schema), "--max-tokens", "8"), 2, "output format",
+                   "max is 2000")

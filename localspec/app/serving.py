@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.generation import Generation, StopReason
 from ..engine.stats import SpecStats
-from ..errors import LocalspecError, PromptTooLongError
+from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
@@ -308,6 +308,8 @@ class Reply:
         calls); otherwise the output is held to `parsed`'s response_format, if any."""
         self.served, self.chat, self.tools = served, chat, tools
         self.grammar = tools.grammar if tools is not None else parsed.grammar if parsed is not None else None
+        # What a format that fails while generating (a limit of llguidance's) is put down to.
+        self.format_param = "tools" if tools is not None else "response_format"
         self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []
         self.warnings += tools.warnings if tools is not None else ()
         for warning in self.warnings:
@@ -331,7 +333,10 @@ class Reply:
                 work.cancel()
                 self.served.metrics.count("disconnected")
                 return Response(status_code=CLIENT_CLOSED)
-        generation = self._finished(work.result())
+        try:
+            generation = self._finished(work.result())
+        except OutputFormatError as exc:  # the request's schema or tools, found unusable only while generating
+            raise ApiError(400, str(exc), param=self.format_param) from None
         calls = self._calls(generation)
         finish = "tool_calls" if calls else _finish_reason(generation)
         message: dict[str, Any] = {"role": "assistant", "content": None if calls else generation.text}
@@ -395,6 +400,10 @@ class Reply:
                 yield self._event(None, usage=_usage(generation))
             self.ended = True
             yield "[DONE]"
+        except OutputFormatError as exc:  # the request's schema or tools, found unusable only while generating
+            self.served.metrics.count("error")
+            self.ended = True
+            yield _error_event(str(exc), None, kind="invalid_request_error", param=self.format_param)
         except LocalspecError as exc:
             self.served.metrics.count("error")
             self.ended = True
@@ -445,8 +454,8 @@ class Reply:
                            "choices": choices, **extra})
 
 
-def _error_event(message: str, code: str | None) -> str:
-    return json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+def _error_event(message: str, code: str | None, kind: str = "server_error", param: str | None = None) -> str:
+    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
 def _usage(generation: Generation) -> dict[str, int]:

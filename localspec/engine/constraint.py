@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError, LocalspecError
+from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
 
 
@@ -91,7 +91,7 @@ class TokenGrammar:
         """The sorted ids allowed next, and whether that is one token the grammar forces.
 
         A grammar that cannot be completed from here (a regex that matches nothing,
-        a rule that never ends, a limit of llguidance's reached) is a LocalspecError,
+        a rule that never ends, a limit of llguidance's reached) is an OutputFormatError,
         never an end passed off as complete.
         """
         forced = self.forced()
@@ -101,13 +101,13 @@ class TokenGrammar:
         allowed = np.flatnonzero(bits[: self.n_vocab])
         self._raise_on_error()
         if len(allowed) == 0 and not self._matcher.is_stopped():
-            raise LocalspecError("the output format cannot be completed from here: it allows no token")
+            raise OutputFormatError("the output format cannot be completed from here: it allows no token")
         return allowed, False
 
     def _raise_on_error(self) -> None:
         """A matcher in its error state (the format cannot be completed, or a limit was reached) is a one-line error."""
         if self._matcher.is_error():
-            raise LocalspecError(f"the output format cannot be completed from here: {_first_line(self._matcher.get_error())}")
+            raise OutputFormatError(f"the output format cannot be completed from here: {_first_line(self._matcher.get_error())}")
 
     def forced_run(self, first: int, limit: int) -> list[int]:
         """Consume the forced token `first` and those forced after it, at most `limit` in all; return them."""
@@ -128,7 +128,7 @@ class TokenGrammar:
     def consume(self, tokens: Sequence[int]) -> None:
         """Advance over `tokens`, which the grammar has allowed."""
         if tokens and not self._matcher.consume_tokens(list(tokens)):
-            raise LocalspecError(f"the output format stopped with an error: {_first_line(self._matcher.get_error())}")
+            raise OutputFormatError(f"the output format stopped with an error: {_first_line(self._matcher.get_error())}")
 
     def _rollback(self, n: int) -> None:
         if n and not self._matcher.rollback(n):

@@ -296,7 +296,8 @@ def _min_p_prefilter(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """
     if params.min_p > 0.0 and params.top_p >= 1.0:
         threshold = float(np.max(logits)) + params.temperature * math.log(params.min_p) - _PREFILTER_SLACK  # (a huge T: -inf)
-        return np.flatnonzero(logits >= threshold)
+        # (below the logits' own float range every token passes: compared as such, numpy would warn of an overflow)
+        return np.flatnonzero(logits >= max(threshold, float(np.finfo(logits.dtype).min)))
     return np.arange(logits.shape[-1])
 
 
