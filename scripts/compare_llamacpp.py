@@ -17,7 +17,8 @@ Per prompt, repeat and temperature the
 contenders run one after the other, in an order that rotates from prompt to prompt:
 
   ordinary prompts     localspec target-only (`run --no-speculative`, and with `--no-same-text`: a lone
-                       token at full speed rather than the padded pair that keeps the same text),
+                       token at full speed rather than the padded pair that keeps the same text, on
+                       llama.cpp builds that compute a lone token otherwise),
                        localspec's defaults (`run`), `llama-speculative-simple` at each --simple-draft-max
   copy-heavy prompts   localspec target-only (both ways), localspec's defaults, localspec `--strategy ngram`,
                        `llama-lookup` at each --lookup-draft-max
@@ -77,6 +78,7 @@ from localspec.errors import InputError, LocalspecError
 from localspec.models.demo import demo_draft_path, demo_target_path
 from localspec.models.gguf import read_gguf_header
 from localspec.runtime.chat_template import render_chat
+from localspec.runtime.library import lone_token_computed_like_a_batch
 from localspec.runtime.model import Vocabulary
 from localspec.settings import ModelSettings, SamplingParams
 
@@ -174,6 +176,9 @@ class Setup:
     n_ctx: int
     llamacpp_args: tuple[str, ...]
     counter: "TextTokens | None" = None  # counts the tokens of llama.cpp's text (None: N as printed)
+    # localspec's target-only pads a lone token to keep the same text (llama.cpp's default CPU build): it then
+    # runs at full speed too (LONE)
+    pads_lone_tokens: bool = True
 
 
 def fixed_name(k: int) -> str:
@@ -181,10 +186,11 @@ def fixed_name(k: int) -> str:
 
 
 def contenders_for(kind: str, simple_draft_max: Sequence[int], lookup_draft_max: Sequence[int],
-                   fixed_draft_max: Sequence[int] = ()) -> list[Contender]:
-    """The contenders that run on a prompt of this kind."""
+                   fixed_draft_max: Sequence[int] = (), lone: bool = True) -> list[Contender]:
+    """The contenders that run on a prompt of this kind (`lone`: localspec's target-only at full speed too)."""
     contenders = [Contender(TARGET_ONLY, LOCALSPEC_TOOL, ("--no-speculative",)),
-                  Contender(LONE, LOCALSPEC_TOOL, ("--no-speculative", "--no-same-text")), Contender(DEFAULTS, LOCALSPEC_TOOL)]
+                  *([Contender(LONE, LOCALSPEC_TOOL, ("--no-speculative", "--no-same-text"))] if lone else []),
+                  Contender(DEFAULTS, LOCALSPEC_TOOL)]
     if kind == "ordinary":
         contenders += [Contender(fixed_name(k), LOCALSPEC_TOOL, ("--draft-max", str(k))) for k in fixed_draft_max]
         contenders += [Contender(f"{SIMPLE_TOOL} k={k}", SIMPLE_TOOL, draft_max=k) for k in simple_draft_max]
@@ -667,7 +673,7 @@ def make_setup(args: argparse.Namespace) -> Setup:
     return Setup(localspec=localspec_launcher(), bin_dir=bin_dir, target=target, draft=draft, profile=args.profile,
                  explicit_models=args.target is not None, threads=args.threads, max_tokens=args.max_tokens,
                  n_ctx=ModelSettings().n_ctx or 4096, llamacpp_args=tuple(args.llamacpp_args.split()),
-                 counter=TextTokens(target))
+                 counter=TextTokens(target), pads_lone_tokens=not lone_token_computed_like_a_batch())
 
 
 def check_measurements(measurements: Sequence[Measurement]) -> list[str]:
@@ -692,7 +698,8 @@ def run_all(setup: Setup, prompts: Sequence[Prompt], args: argparse.Namespace) -
     Per prompt and repeat, a time-to-first-token run of localspec comes first (unless --no-ttft).
     """
     ttft = not args.no_ttft
-    runs_per_prompt = {prompt.index: len(contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max, args.fixed_draft_max))
+    runs_per_prompt = {prompt.index: len(contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max,
+                                                        args.fixed_draft_max, setup.pads_lone_tokens))
                        * len(args.temperatures) + ttft for prompt in prompts}
     total = args.repeat * sum(runs_per_prompt.values())
     measurements: list[Measurement] = []
@@ -711,7 +718,8 @@ def run_all(setup: Setup, prompts: Sequence[Prompt], args: argparse.Namespace) -
                 command = localspec_command(setup, Contender(DEFAULTS, LOCALSPEC_TOOL), prompt,
                                             args.temperatures[0], 1 + repeat, max_tokens=1, as_json=False)
                 first_bytes.append(seconds_to_first_byte(command))
-            contenders = contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max, args.fixed_draft_max)
+            contenders = contenders_for(prompt.kind, args.simple_draft_max, args.lookup_draft_max, args.fixed_draft_max,
+                                        setup.pads_lone_tokens)
             for temperature in args.temperatures:
                 for contender in rotated(contenders, prompt.index + repeat):
                     progress(f"prompt {prompt.index} T={temperature:g}: {contender.name}")

@@ -131,6 +131,7 @@ def test_compare_llamacpp_sets_drafting_against_target_only_at_full_speed_too() 
     assert names[:3] == [compare.TARGET_ONLY, compare.LONE, compare.DEFAULTS]
     lone = next(c for c in compare.contenders_for("copy-heavy", [8], [8]) if c.name == compare.LONE)
     assert lone.flags == ("--no-speculative", "--no-same-text")
+    assert compare.LONE not in [c.name for c in compare.contenders_for("ordinary", [8], [8], lone=False)]  # nothing pads
 
     def measured(contender: str, tool: str, speed: float, prompt: int) -> object:
         return compare.Measurement(contender=contender, tool=tool, draft_max=8 if tool != compare.LOCALSPEC_TOOL else None,
