@@ -562,3 +562,17 @@ def test_a_schema_that_fails_only_while_generating_is_bad_input(tiny_args: list[
     schema.write_text(json.dumps({"enum": [{"a": i} for i in range(2500)]}))
     one_error_line(run_tiny(tiny_args, "--json-schema", str(schema), "--max-tokens", "8"), 2, "output format",
                    "max is 2000")
+
+
+@pytest.mark.parametrize("word", ["schema", "grammar"])
+def test_chat_format_refuses_a_named_pipe_at_once(tmp_path: Path, word: str) -> None:
+    """A chat has no shell to make a `<(...)` of: `/format schema FIFO` waited for a writer that never came,
+    and the chat hung. (The flags still read a pipe: `--json-schema <(jq ...)`.)"""
+    import os
+
+    from localspec.cli.output_format import format_from_command
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        format_from_command(f"{word} {fifo}")

@@ -141,7 +141,7 @@ def run_bench(
     cases: Sequence[BenchCase],
     prompts: Sequence[str] = DEFAULT_PROMPTS,
     repeat: int = 1,
-    on_run: Callable[[BenchCase | None, int, Generation], None] | None = None,
+    on_run: Callable[[BenchCase | None | str, int, Generation], None] | None = None,
     cold: bool = False,
 ) -> list[BenchResult]:
     """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order.
@@ -173,8 +173,8 @@ def run_bench(
                         session.learned_lengths = LearnedLengths()
                     if case == PLAIN:
                         runs[case] = generate(session, tokens, plain, speculative=False)
-                        continue
-                    runs[case] = generate(session, tokens, case_settings(base, case), speculative=case is not None)
+                    else:
+                        runs[case] = generate(session, tokens, case_settings(base, case), speculative=case is not None)
                     if on_run is not None:
                         on_run(case, index, runs[case])
                 for case in same_temperature:

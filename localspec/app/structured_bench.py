@@ -144,9 +144,9 @@ def _measure_prompt(
         grammar = prompt.grammar if constrained else None
         if case == PLAIN:
             runs[case, constrained] = generate(session, tokens, plain, speculative=False, grammar=grammar)
-            continue
-        runs[case, constrained] = generate(session, tokens, case_settings(base, case), speculative=case is not None,
-                                           grammar=grammar)
+        else:
+            runs[case, constrained] = generate(session, tokens, case_settings(base, case),
+                                               speculative=case is not None, grammar=grammar)
         if on_run is not None:
             on_run(case, constrained, index, runs[case, constrained])
     return runs

@@ -19,11 +19,13 @@ from rich.table import Table
 
 from ..app.bench import (
     DEFAULT_PROMPTS,
+    PLAIN,
     BenchCase,
     BenchResult,
     best_by_temperature,
     best_overall,
     case_settings,
+    plain_settings,
     read_prompts,
     run_bench,
     save_fastest,
@@ -174,7 +176,9 @@ def bench(
         placement = session.placement()
         for role, where in placement.items():
             click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)
-        runs_per_prompt = sum(len([c for c in cases if c.temperature == t]) + 1 for t in temps)
+        # (target-only, at full speed too where it pads lone tokens: see `plain_settings`)
+        baselines = 1 + (plain_settings(session, plan.generation) is not None)
+        runs_per_prompt = sum(len([c for c in cases if c.temperature == t]) + baselines for t in temps)
         if constrained is not None:
             with _progress(2 * len(constrained) * repeat * runs_per_prompt) as advance:
                 structured_results = run_structured_bench(
@@ -319,8 +323,11 @@ def _structured_table(results: list[StructuredResult]) -> Table:
     return table
 
 
-def _log_run(case: BenchCase | None, index: int, generation: Generation, constrained: bool | None = None) -> None:
-    label = f"{case.strategy}, draft_max {case.draft_max}, {case.verify}" if case else "target-only"
+def _log_run(case: BenchCase | None | str, index: int, generation: Generation, constrained: bool | None = None) -> None:
+    if isinstance(case, BenchCase):
+        label = f"{case.strategy}, draft_max {case.draft_max}, {case.verify}"
+    else:
+        label = "target-only, lone tokens" if case == PLAIN else "target-only"
     if constrained is not None:
         label += ", constrained" if constrained else ", free"
     temperature = generation.settings.sampling.temperature

@@ -60,15 +60,16 @@ def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
     return OutputFormat("regex", clean_input(value, "--regex"), "--regex")
 
 
-def schema_format(value: str, given_as: str = "--json-schema") -> OutputFormat:
+def schema_format(value: str, given_as: str = "--json-schema", pipes_ok: bool = True) -> OutputFormat:
     """`--json-schema` / `/format schema`: inline JSON when it starts with '{' or, naming no file, is JSON of
-    another kind ('[1,2]', '42': refused as a schema when it is parsed), else a file's text."""
+    another kind ('[1,2]', '42': refused as a schema when it is parsed), else a file's text (or a pipe's, where
+    `pipes_ok`: a flag's `<(jq ...)`)."""
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
     path = user_path(value, given_as)
     if not os.path.lexists(path) and _is_json(value):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as)
-    return OutputFormat("json_schema", read_user_text(path, pipes_ok=True), str(path))
+    return OutputFormat("json_schema", read_user_text(path, pipes_ok=pipes_ok), str(path))
 
 
 def _is_json(text: str) -> bool:
@@ -79,10 +80,10 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def grammar_format(value: str) -> OutputFormat:
-    """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF)."""
-    path = user_path(value, "--grammar")
-    return OutputFormat("grammar", read_user_text(path, pipes_ok=True), str(path))
+def grammar_format(value: str, given_as: str = "--grammar", pipes_ok: bool = True) -> OutputFormat:
+    """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF; a pipe's too, where `pipes_ok`)."""
+    path = user_path(value, given_as)
+    return OutputFormat("grammar", read_user_text(path, pipes_ok=pipes_ok), str(path))
 
 
 def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] | None = None) -> CompiledGrammar | None:
@@ -104,10 +105,11 @@ def format_from_command(argument: str) -> OutputFormat | None:
     if word == "json" and not rest:
         return OutputFormat("json", "", "--format json")
     if word in ("schema", "grammar", "regex") and rest:
+        # No pipes: a chat has no shell to make a `<(...)`, and a named one would hold the chat until written to.
         if word == "schema":
-            return schema_format(rest, "/format schema")
+            return schema_format(rest, "/format schema", pipes_ok=False)
         if word == "grammar":
-            return grammar_format(rest)
+            return grammar_format(rest, "/format grammar", pipes_ok=False)
         return OutputFormat("regex", rest, "/format regex")
     raise InputError(FORMAT_COMMAND_USAGE)
 
