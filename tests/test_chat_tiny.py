@@ -550,3 +550,13 @@ def test_a_store_writes_only_at_the_revision_it_knows(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_a_command_that_takes_nothing_refuses_words_after_it(tiny_profile: str) -> None:
+    """`/reset the story` is more likely a message than a reset: said, and nothing reset, undone or left."""
+    result = chat(b"the cat\n/reset the story\n/undo x\n/exit now\nthe dog\n")
+    assert result.exit_code == 0, result.stderr
+    for name in ("/reset", "/undo", "/exit"):
+        assert f"error: {name} takes nothing after it" in result.stderr
+    assert len(replies(result.stderr)) == 2  # both messages answered: the chat neither reset nor left
+    assert contents()[0] == "the cat"

@@ -66,6 +66,7 @@ COMMANDS = {
     "/load": "FILE: continue a conversation saved with /save",
     "/exit": "leave (or Ctrl-D)",
 }
+TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/retry", "/reset", "/exit", "/quit"})
 COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
 MULTILINE = '"""'
 
@@ -170,6 +171,10 @@ class ChatLoop:
         """Run a slash command; False means leave the chat."""
         name, _, argument = text.partition(" ")
         argument = argument.strip()
+        if name in TAKE_NO_ARGUMENT and argument:  # ("/reset the story" was likely meant as a message)
+            self.say(f"error: {name} takes nothing after it (a message that starts with / is sent as"
+                     f" {COMMAND_ESCAPE}...)")
+            return True
         if name in ("/exit", "/quit"):
             return False
         handler = getattr(self, f"cmd_{name[1:]}", None)
