@@ -260,7 +260,7 @@ class SpeculativeParams(SettingsGroup):
     same_text: bool = setting(
         True, "Compute every target pass as a batch, a lone token with a second row, so that the same seed gives"
         " the same text with or without speculation where llama.cpp computes a lone token otherwise (its default CPU"
-        " build); off: a lone token at full speed there (target-only decoding 1.3-1.4x as fast on the demo target),"
+        " build); off: a lone token at full speed there (target-only decoding 1.3-1.6x as fast on the demo target),"
         " the text may part from --no-speculative's at a near-tie, still an exact sample of the target.",
         flag="--same-text",
     )

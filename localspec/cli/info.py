@@ -53,7 +53,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         else "exact, every target pass a batch (llama.cpp's default build: its llamafile kernels compute a lone"
              " token unlike a batch, so a one-token pass gets a second row, a guess in speculative runs; they make"
              " verify batches faster; the second row makes a one-token pass slower: --no-same-text computes a lone"
-             " token at full speed, target-only decoding 1.3-1.4x as fast on the demo target, the text then as"
+             " token at full speed, target-only decoding 1.3-1.6x as fast on the demo target, the text then as"
              " --no-speculative's but at near-ties; to build without them, add -DGGML_LLAMAFILE=OFF to CMAKE_ARGS and"
              " pip install --force-reinstall --no-cache-dir llama-cpp-python)"))
     for device in report["devices"]:
