@@ -23,12 +23,18 @@ def __getattr__(name: str) -> Any:
     `run` with its stderr piped needs none, and rich takes a noticeable share of its start-up to import."""
     if name not in ("stderr_console", "stdout_console"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from rich.console import Console
+    return _console(name)
 
-    if name == "stderr_console":
-        globals()[name] = Console(stderr=True, highlight=False)
-    else:  # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
-        globals()[name] = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
+
+def _console(name: str) -> Any:
+    """The rich console `name` ("stderr_console" or "stdout_console"), made once (kept as a module global)."""
+    if name not in globals():
+        from rich.console import Console
+
+        if name == "stderr_console":
+            globals()[name] = Console(stderr=True, highlight=False)
+        else:  # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
+            globals()[name] = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
     return globals()[name]
 
 
@@ -186,7 +192,7 @@ class StatusLine:
         if not self.enabled:
             return
         if self._status is None:
-            self._status = __getattr__("stderr_console").status(message)
+            self._status = _console("stderr_console").status(message)
             self._status.start()
         else:
             self._status.update(message)
@@ -207,7 +213,7 @@ class StatusLine:
         self.stop()
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-            console=__getattr__("stderr_console"),
+            console=_console("stderr_console"),
         )
         self._progress.start()
         self._task = self._progress.add_task(message, total=None)

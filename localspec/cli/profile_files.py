@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from ..app.plan import locate_model
-from ..config.paths import MODEL_PATH_KEYS, model_path_here, stored_model_path, user_profiles_dir
+from ..config.paths import model_path_here, stored_assignment, stored_model_path, user_profiles_dir
 from ..config.profiles import check_name, parse_assignment, profile_exists, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
@@ -45,7 +45,7 @@ def add_command(
         values["draft.path"] = stored_model_path(draft, "--draft")
     for assignment in assignments:
         key, value = parse_assignment(clean_input(assignment, "--set"))
-        values[key] = stored_model_path(value, key) if key in MODEL_PATH_KEYS and isinstance(value, str) else value
+        values[key] = stored_assignment(key, value)
     if "draft.path" in values:
         check_pair(*(model_path_here(values[key], key) for key in ("target.path", "draft.path")))
     elif "target.path" in values:  # (--set may have given the target another location)

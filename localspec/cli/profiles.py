@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.files import locked
-from ..config.paths import MODEL_PATH_KEYS, stored_model_path, user_profiles_dir
+from ..config.paths import stored_assignment, user_profiles_dir
 from ..config.profiles import (
     check_name,
     list_profiles,
@@ -26,8 +26,6 @@ from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
 from .common import LazyCommands, shown_plainly, stdout_console
-
-
 
 
 @click.group(
@@ -120,9 +118,8 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
       localspec profile set mine 'sampling.stop=["###", "</s>"]'
     """
     changes = dict(parse_assignment(clean_input(assignment, "a KEY=VALUE argument")) for assignment in assignments)
-    for key in MODEL_PATH_KEYS & changes.keys():  # as `profile add` stores them: the profile works from any folder
-        if isinstance(changes[key], str):
-            changes[key] = stored_model_path(changes[key], key)
+    # (as `profile add` stores them: a model path absolute, so that the profile works from any folder)
+    changes = {key: stored_assignment(key, value) for key, value in changes.items()}
     path = update_profile(name, changes)
     click.echo(f"saved {path}", err=True)
 

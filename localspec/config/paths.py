@@ -47,6 +47,12 @@ def stored_model_path(text: str, key: str) -> str:
     return os.path.abspath(user_path(text, key))
 
 
+def stored_assignment(key: str, value: object) -> object:
+    """A KEY=VALUE given to `profile add --set` or `profile set` as the profile stores it: a model path by
+    `stored_model_path`, anything else as it is."""
+    return stored_model_path(value, key) if key in MODEL_PATH_KEYS and isinstance(value, str) else value
+
+
 def model_path_here(stored: str, key: str) -> Path:
     """The file a profile's model path (`key`) names here: its `$VARIABLES` and `~` expanded."""
     return user_path(os.path.expandvars(stored), key)
