@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -574,5 +575,17 @@ def test_chat_format_refuses_a_named_pipe_at_once(tmp_path: Path, word: str) -> 
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(InputError, match="not a regular file"):
-        format_from_command(f"{word} {fifo}")
+    refused: list[str] = []
+
+    def attempt() -> None:
+        try:
+            format_from_command(f"{word} {fifo}")
+        except InputError as exc:
+            refused.append(str(exc))
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # waiting for a writer: let it go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert not worker.is_alive() and refused and "not a regular file" in refused[0], refused
