@@ -169,7 +169,7 @@ def test_failed_quantize_leaves_nothing_behind(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.gguf", "out.gguf"]
 
 
-def test_atomic_writes_follow_links_and_refuse_devices(tmp_path: Path) -> None:
+def test_atomic_writes_follow_links_and_refuse_devices_and_folders(tmp_path: Path, monkeypatch) -> None:
     from localspec.config.atomic import write_text_atomic
 
     real = tmp_path / "real.toml"
@@ -181,6 +181,12 @@ def test_atomic_writes_follow_links_and_refuse_devices(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a regular file"):
         write_text_atomic(Path("/dev/null"), "x")
     assert Path("/dev/null").is_char_device()
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"^saved: is a directory, so it is not replaced$"):  # named as the user named it
+        write_text_atomic(Path("saved"), "x")
+    assert folder.is_dir() and not list(folder.iterdir())
 
 
 def test_an_atomic_write_keeps_the_permissions_of_the_file_it_replaces(tmp_path: Path) -> None:

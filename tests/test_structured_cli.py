@@ -589,3 +589,16 @@ def test_chat_format_refuses_a_named_pipe_at_once(tmp_path: Path, word: str) -> 
     if worker.is_alive():  # waiting for a writer: let it go before failing
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     assert not worker.is_alive() and refused and "not a regular file" in refused[0], refused
+
+
+def test_an_inline_schema_is_shown_by_its_text_and_a_file_by_its_path(tmp_path: Path) -> None:
+    """`/format schema {...}` and `/set` showed an inline schema as "JSON schema /format schema"."""
+    from localspec.cli.output_format import format_from_command
+
+    inline = format_from_command('schema {"type": "object",\n    "required": ["name"]}')
+    assert inline.describe() == 'JSON schema {"type": "object", "required": ["name"]}'
+    long = format_from_command("schema {" + ", ".join(f'"k{i}": {i}' for i in range(40)) + "}")
+    assert long.describe().endswith("…") and len(long.describe()) == len("JSON schema ") + 60
+    schema_path = tmp_path / "person.json"
+    schema_path.write_text('{"type": "object"}', encoding="utf-8")
+    assert format_from_command(f"schema {schema_path}").describe() == f"JSON schema {schema_path}"

@@ -219,11 +219,13 @@ def test_bench_measures_target_only_at_full_speed_where_it_pads_lone_tokens(tiny
     row = json.loads(result.stdout)["results"][0]
     assert row["plain_tokens_per_second"] > 0 and 1 in rows_decoded  # the full-speed runs decode lone tokens
     assert row["speedup_over_plain"] == pytest.approx(row["speculative_tokens_per_second"] / row["plain_tokens_per_second"])
+    assert row["plain_identical_prompts"] in range(row["runs"] + 1)  # how often lone tokens kept the padded text
     unpadded = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "8", "--temperatures", "0", "--json",
                    "--no-same-text")
     assert unpadded.exit_code == 0, unpadded.stderr
     row = json.loads(unpadded.stdout)["results"][0]
     assert row["plain_tokens_per_second"] is None and row["speedup_over_plain"] == row["speedup"]
+    assert row["plain_identical_prompts"] is None
     monkeypatch.setattr(model_module, "lone_token_computed_like_a_batch", lambda: True)  # nothing pads: nothing more to run
     row = json.loads(cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0",
                          "--json").stdout)["results"][0]

@@ -74,6 +74,9 @@ class BenchResult:
     # beside the baseline where the baseline pads its one-token passes (None where it does not: the same thing).
     plain: SpecStats | None = None
     identical_prompts: int = 0  # prompt runs whose tokens matched target-only exactly (expected with coupled verification)
+    # Prompt runs where target-only at full speed (`plain`) wrote the baseline's tokens: where it did not, a lone
+    # token's kernels parted from a batch's at a near-tie (what `speculative.same_text` pays the padding for).
+    plain_identical_prompts: int = 0
     runs: int = 0
     repeat_speedups: list[float] = field(default_factory=list)
 
@@ -119,6 +122,7 @@ class BenchResult:
             "per_position_acceptance": self.speculative.per_position_acceptance,
             "cost_ratio": self.cost_ratio,
             "identical_prompts": self.identical_prompts,
+            "plain_identical_prompts": self.plain_identical_prompts if self.plain is not None else None,
             "runs": self.runs,
         }
 
@@ -184,6 +188,7 @@ def run_bench(
                         if plain:
                             result.plain = result.plain or SpecStats()
                             result.plain.add(runs[PLAIN].stats)
+                            result.plain_identical_prompts += runs[PLAIN].tokens == runs[None].tokens
                         result.identical_prompts += runs[case].tokens == runs[None].tokens
                         result.runs += 1
             for case in same_temperature:

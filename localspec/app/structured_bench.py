@@ -90,6 +90,8 @@ class StructuredResult:
             "complete_baseline": self.complete_baseline,
             "identical_prompts": self.constrained.identical_prompts,
             "free_identical_prompts": self.free.identical_prompts,
+            "plain_identical_prompts": self.constrained.plain_identical_prompts if self.constrained.plain else None,
+            "free_plain_identical_prompts": self.free.plain_identical_prompts if self.free.plain else None,
             "runs": self.constrained.runs,
         }
 
@@ -163,6 +165,7 @@ def _record(result: StructuredResult, runs: dict[Run, Generation], case: BenchCa
         if (PLAIN, constrained) in runs:
             side.plain = side.plain or SpecStats()
             side.plain.add(runs[PLAIN, constrained].stats)
+            side.plain_identical_prompts += runs[PLAIN, constrained].tokens == baseline.tokens
     result.complete_speculative += runs[case, True].stop_reason == StopReason.EOS
     result.complete_baseline += runs[None, True].stop_reason == StopReason.EOS
 

@@ -318,9 +318,18 @@ def _structured_table(results: list[StructuredResult]) -> Table:
             " / ".join(f"{m:.2f}" if m is not None else "-" for m in mask),
             f"{speculative.forced_tokens / speculative.tokens_generated:.0%}" if speculative.tokens_generated else "-",
             f"{r.complete_speculative}/{r.complete_baseline} of {r.constrained.runs}",
-            f"{r.constrained.identical_prompts}/{r.constrained.runs}",
+            _identical(r.constrained),
         )
     return table
+
+
+def _identical(result: BenchResult) -> str:
+    """Prompt runs whose speculative text was target-only's, token for token; and, where target-only also ran at
+    full speed, how often that run's text was the padded one's ("lone")."""
+    cell = f"{result.identical_prompts}/{result.runs}"
+    if result.plain is not None:
+        cell += f" (lone {result.plain_identical_prompts}/{result.runs})"
+    return cell
 
 
 def _log_run(case: BenchCase | None | str, index: int, generation: Generation, constrained: bool | None = None) -> None:
@@ -370,7 +379,7 @@ def _table(results: list[BenchResult], best: dict[float, BenchResult]) -> Table:
             f"{r.speedup:.2f}x{mark}", *(plain if lone else []), f"±{r.spread / 2:.2f}" if r.spread else "-",
             f"{r.speculative.acceptance_rate:.1%}" if r.speculative.acceptance_rate is not None else "-",
             f"{r.speculative.mean_accepted_length or 0:.2f}",
-            f"{r.cost_ratio:.2f}" if r.cost_ratio is not None else "-", f"{r.identical_prompts}/{r.runs}",
+            f"{r.cost_ratio:.2f}" if r.cost_ratio is not None else "-", _identical(r),
         )
     return table
 

@@ -65,10 +65,10 @@ def schema_format(value: str, given_as: str = "--json-schema", pipes_ok: bool = 
     another kind ('[1,2]', '42': refused as a schema when it is parsed), else a file's text (or a pipe's, where
     `pipes_ok`: a flag's `<(jq ...)`)."""
     if value.lstrip().startswith("{"):
-        return OutputFormat("json_schema", clean_input(value, given_as), given_as)
+        return OutputFormat("json_schema", clean_input(value, given_as), given_as, inline=True)
     path = user_path(value, given_as)
     if not os.path.lexists(path) and _is_json(value):
-        return OutputFormat("json_schema", clean_input(value, given_as), given_as)
+        return OutputFormat("json_schema", clean_input(value, given_as), given_as, inline=True)
     return OutputFormat("json_schema", read_user_text(path, pipes_ok=pipes_ok), str(path))
 
 

@@ -32,8 +32,9 @@ def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[P
     destination = given.resolve()  # through symlinks: replace the file a link points to, not the link
     if given.is_symlink() and not destination.exists():  # (writing through it would make folders elsewhere)
         raise InputError(f"{given}: a link to {destination}, which does not exist, so it is not written through")
-    if destination.exists() and not destination.is_file():
-        raise InputError(f"{destination}: not a regular file, so it is not replaced")
+    if destination.exists() and not destination.is_file():  # (named as given, as a reader of it names it)
+        what = "is a directory" if destination.is_dir() else "not a regular file"
+        raise InputError(f"{given}: {what}, so it is not replaced")
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
         fd, temp_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent)

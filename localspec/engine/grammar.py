@@ -126,12 +126,14 @@ class OutputFormat:
     kind: "json" (any JSON object), "json_schema" (source: the schema's JSON
     text), "grammar" (source: Lark text as llguidance reads it, or GBNF) or
     "regex" (source: the pattern). origin names it in messages: a file path,
-    or the flag it came from.
+    or the flag it came from; `inline`: the source was given as it is (a
+    schema's JSON on the command line), not read from a file.
     """
 
     kind: str
     source: str = ""
     origin: str = ""
+    inline: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -144,11 +146,19 @@ class OutputFormat:
         if self.kind == "regex":
             return f"regex {self.source}"
         what = "JSON schema" if self.kind == "json_schema" else "grammar"
+        if self.inline:
+            return f"{what} {_shortened(self.source)}"
         return f"{what} {self.origin}" if self.origin else what
 
     def to_dict(self) -> dict[str, str]:
         """What `run --json` reports: the kind and where it came from (the pattern itself for a regex)."""
         return {"kind": self.kind, "origin": self.source if self.kind == "regex" else self.origin}
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    """`text` on one line (runs of whitespace as one space), cut to `limit` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
