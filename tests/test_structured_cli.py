@@ -62,6 +62,9 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("grammar", 'start: /[^\\s\\S]/ "a"\n', "g.lark"), ["g.lark: no text can satisfy it"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
     (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
+    # The converter names no line for an undefined rule: its first use outside strings, classes and comments is given.
+    (OutputFormat("grammar", 'root ::= "bar" [bar] x # bar\nx ::= "b" |\n  bar\n', "g.gbnf"),
+     ["g.gbnf: cannot convert the GBNF grammar: Rule 'bar' not found (used on line 3)"]),
     # llguidance's position would be in the grammar's Lark conversion, not the file: left out
     (OutputFormat("grammar", 'root ::= x\nx ::= "a"{3,1}\n', "g.gbnf"), ["g.gbnf: range end must be >= start"]),
 ])

@@ -492,7 +492,26 @@ def _as_lark(text: str, origin: str) -> str:
     try:
         return gbnf_to_lark(_unicode_escapes_spelled_out(text))
     except Exception as exc:  # noqa: BLE001 (the converter raises plain Exceptions, e.g. for an undefined rule)
-        raise InputError(f"{origin}: cannot convert the GBNF grammar: {_one_line(str(exc), 'grammar')}") from None
+        message = _one_line(str(exc), "grammar") + _where_undefined_rule_is_used(str(exc), text)
+        raise InputError(f"{origin}: cannot convert the GBNF grammar: {message}") from None
+
+
+def _where_undefined_rule_is_used(message: str, gbnf: str) -> str:
+    """Where the rule the converter's "Rule 'name' not found" names is first used (it names no line):
+    ' (used on line N)', or '' for any other message."""
+    undefined = re.fullmatch(r"Rule '([\w-]+)' not found", message.strip())
+    if undefined is None:
+        return ""
+    name = re.compile(rf"(?<![\w-]){re.escape(undefined.group(1))}(?![\w-])")
+    for number, line in enumerate(gbnf.splitlines(), 1):
+        if name.search(_outside_literals(line)):
+            return f" (used on line {number})"
+    return ""
+
+
+def _outside_literals(line: str) -> str:
+    """A GBNF line without its quoted strings, character classes and comment (where a rule's name is not a use)."""
+    return re.sub(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#.*', " ", line)
 
 
 def _unicode_escapes_spelled_out(gbnf: str) -> str:
