@@ -67,6 +67,24 @@ def test_a_lone_token_pass_is_costed_apart_from_the_batches_line() -> None:
     assert controller.best_length(32) == 0  # one token: 1.2 tokens in 28 ms; none: 1 in 20.5 ms
 
 
+def test_a_pass_that_drafts_nothing_costs_what_catching_up_on_its_token_cost() -> None:
+    # A poor draft (one token in five kept) beside a lone target step of 14 ms, batches of 13 ms + 1 ms a row
+    # and a draft step of 6 ms. Drafting one token: 1.2 tokens in 21 ms (57/s). Drafting nothing: 1 token in
+    # 14 ms, plus its evaluation by the draft model when it next drafts: a step (20 ms, 50/s) if that were
+    # paid alone, 2.5 ms in the batch that follows a run of such passes (16.5 ms, 61/s).
+    controller = AdaptiveLength()
+    simulate(controller, alpha=0.2, draft_cost=0.006, a=0.013, b=0.001, passes=300, lone_token_cost=0.014)
+    assert controller.pass_cost(0) == pytest.approx(0.014 + 0.006, rel=0.05)  # nothing caught up on yet: a step
+    assert controller.best_length(32) == 1
+    for _ in range(3):
+        controller.record_catch_up(8, 8 * 0.0025)
+    assert controller.pass_cost(0) == pytest.approx(0.014 + 0.0025, rel=0.05)
+    assert controller.best_length(32) == 0
+    for _ in range(30):  # caught up on one token at a time (drafts nothing between passes that draft): a step each
+        controller.record_catch_up(1, 0.006)
+    assert controller.best_length(32) == 1
+
+
 def test_probes_where_drafting_never_pays_grow_rare_and_come_back_when_it_pays() -> None:
     controller = AdaptiveLength()
     simulate(controller, alpha=0.0, draft_cost=0.008, a=0.021, b=0.005, passes=100)  # never kept: plans nothing
@@ -313,7 +331,7 @@ def test_under_rejection_greedy_and_sampled_bands_lend_each_other_positions_but_
     assert coupled.bin_reached == pytest.approx([count * 0.25 for count in greedy.bin_reached])
 
 
-def test_the_reading_cost_is_saved_and_restored_with_the_other_costs() -> None:
+def test_the_reading_and_catch_up_costs_are_saved_and_restored_with_the_other_costs() -> None:
     controller = AdaptiveLength()
     before = controller.reading_cost(100)
     controller.record_read(100, 0.5)
@@ -324,3 +342,8 @@ def test_the_reading_cost_is_saved_and_restored_with_the_other_costs() -> None:
     older = {key: value for key, value in controller.costs().items() if key != "read_cost"}  # saved by an older version
     restored.restore_costs(older)
     assert restored.read_cost is None
+    controller.record_catch_up(4, 0.012)
+    restored.restore_costs(controller.costs())
+    assert restored.catch_up_cost == pytest.approx(0.003)
+    restored.restore_costs({key: value for key, value in controller.costs().items() if key != "catch_up_cost"})
+    assert restored.catch_up_cost is None

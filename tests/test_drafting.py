@@ -679,3 +679,19 @@ def test_a_draft_model_that_waits_reads_nothing_when_no_draft_can_follow(models,
     generation = generate_text(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
     assert len(generation.tokens) == max_tokens and not any(event[0] == "read" for event in events)
     assert draft.tokens == ()  # the prompt was never evaluated for nothing
+
+
+def test_a_draft_model_times_catching_up_on_passes_it_sat_out_per_token(models) -> None:
+    """Tokens added by passes without the model's drafts (lookups, passes that drafted nothing) are evaluated in
+    one batch when it drafts next: what that cost per token is what such a pass costs the length controller."""
+    _, draft = models
+    length = AdaptiveLength()
+    drafter = ModelDrafter(draft, SamplingParams(temperature=0.0), length=length)
+    drafter.begin(PROMPT)  # (reading the prompt is timed apart)
+    drafter.propose(PROMPT, 2, StreamSampler(np.random.default_rng(0)), 0)
+    assert length.catch_up_cost is None  # nothing sat out yet
+    context = [*PROMPT, *range(261, 269)]  # eight tokens it never drafted
+    drafter.propose(context, 2, StreamSampler(np.random.default_rng(0)), 0)
+    assert length.catch_up_cost is not None and 0 < length.catch_up_cost
+    assert list(draft.tokens[:len(context) - 1]) == context[:-1]
+    assert length.pass_cost(0) == pytest.approx(length.verify_cost(1) + length.catch_up_cost)

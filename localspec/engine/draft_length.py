@@ -7,6 +7,10 @@ progress:
 - the cost of drafting: the first token of a pass (which also evaluates the
   draft model's own last token of the pass before; what lookup passes added is
   not counted: it is paid whenever the model drafts next) and each further token;
+  and what each token costs a draft model that catches up on passes it sat out
+  (lookups, passes that drafted nothing) in one batch when it next drafts: a
+  step for one token, much less per token after a run of such passes (on the
+  demo draft a batch of 8 costs 2.85 ms a token against a step's 5.8);
 - the cost of a verify pass of n tokens, V(n) = a + b·n, fitted to recent
   passes of two tokens or more (once four sizes or more are measured, its
   slope is the weighted median of the slopes between them, so that one slow
@@ -29,7 +33,7 @@ draft model reads a long prompt at all (`worth_reading`).
 Each pass it drafts the k that maximises expected tokens per second,
 
     E[tokens](k) / (D(k) + V(k+1)),   E[tokens](k) = 1 + Σ_{i≤k} Π_{j≤i} α_j,
-    D(k) = c_first + (k − 1)·c_next for k ≥ 1, D(0) = c_next
+    D(k) = c_first + (k − 1)·c_next for k ≥ 1, D(0) = c_catch_up (c_next until measured)
 
 (which is (1 − α^(k+1)) / (1 − α) when every α_j = α). While drafting it stops
 early once one more token is worth less than it costs at that rate, and goes
@@ -97,7 +101,8 @@ _PRIOR_READ_SHARE = 0.3
 # about a paragraph, what a chat's or a one-shot run's answer is as a rule.
 EXPECTED_ANSWER_TOKENS = 256
 _CHEAP_READ_SHARE = 0.1  # a prompt reading costing at most this share of target-only decoding of the answer is always taken
-_STEP_COSTS = ("first_step_cost", "draft_cost", "read_cost")  # a draft model's costs, in seconds (see AdaptiveLength)
+_STEP_COSTS = ("first_step_cost", "draft_cost", "read_cost", "catch_up_cost")  # a draft model's costs, in seconds
+_ADDED_LATER = ("read_cost", "catch_up_cost")  # (older saves lack them)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
 
@@ -119,6 +124,9 @@ class FixedLength:
         return planned
 
     def record_draft_step(self, seconds: float, first: bool = False) -> None:
+        pass
+
+    def record_catch_up(self, n_tokens: int, seconds: float) -> None:
         pass
 
     def observe(self, n_proposed: int, n_accepted: int, verify_seconds: float | None) -> None:
@@ -288,6 +296,7 @@ class AdaptiveLength:
     first_step_cost = _step_cost("first_step_cost", "a pass's first draft token (its own catch-up included)")
     draft_cost = _step_cost("draft_cost", "each further draft token")
     read_cost = _step_cost("read_cost", "each prompt token a draft model reads in a batch")
+    catch_up_cost = _step_cost("catch_up_cost", "each token a draft model evaluates to catch up with passes it sat out")
 
     def _cost(self, name: str) -> float | None:
         """A cost in this process's terms: a restored one scaled as the target's pass of the reference size
@@ -348,10 +357,13 @@ class AdaptiveLength:
         """Seconds for a pass that drafts k tokens and verifies k+1.
 
         A pass that drafts nothing still leaves its token to a draft model, to be
-        evaluated when it next drafts: about one draft step (next to nothing for a lookup).
+        evaluated when it next drafts, with whatever else it sat out: what such a
+        token has cost (`catch_up_cost`: a step alone, much less in the batch that
+        follows a run of passes without drafts), a draft step until measured (next
+        to nothing for a lookup).
         """
         if k == 0:
-            return self.verify_cost(1) + (self.draft_cost or 0.0)
+            return self.verify_cost(1) + self._catch_up_step()
         return self._drafting_cost(k, *self._step_costs()) + self.verify_cost(k + 1)
 
     def _step_costs(self) -> tuple[float, float]:
@@ -378,6 +390,13 @@ class AdaptiveLength:
         if self.read_cost is not None:
             return n_tokens * self.read_cost
         return n_tokens * _PRIOR_READ_SHARE * self._draft_step()
+
+    def _catch_up_step(self) -> float:
+        """Seconds for each token a draft model sat out, evaluated when it next drafts: measured, else a draft
+        step (0 for a drafter without a model, which measures no step)."""
+        if self.catch_up_cost is not None:
+            return self.catch_up_cost
+        return self.draft_cost or 0.0
 
     def _draft_step(self) -> float:
         """Seconds for a further draft token: measured, else _PRIOR_DRAFT_SHARE of a target pass."""
@@ -472,6 +491,11 @@ class AdaptiveLength:
         """The measured cost of one draft token (`first`: a pass's first, which includes the draft's own catch-up)."""
         self._measure("first_step_cost" if first else "draft_cost", seconds)
 
+    def record_catch_up(self, n_tokens: int, seconds: float) -> None:
+        """The measured cost of a draft model's evaluating, in one batch, the `n_tokens` tokens of passes it sat out."""
+        if n_tokens > 0:
+            self._measure("catch_up_cost", seconds / n_tokens)
+
     def record_read(self, n_tokens: int, seconds: float) -> None:
         """The measured cost of a draft model's reading `n_tokens` prompt tokens at once."""
         if n_tokens > 0:
@@ -508,6 +532,7 @@ class AdaptiveLength:
             "first_step_cost": self.first_step_cost,
             "draft_cost": self.draft_cost,
             "read_cost": self.read_cost,
+            "catch_up_cost": self.catch_up_cost,
             "verify_by_size": self.verify.as_dict(),
         }
 
@@ -522,8 +547,7 @@ class AdaptiveLength:
         Verify costs shared with other controllers are taken only while none are measured or restored yet.
         The draft costs follow this process's passes of the smallest size saved beside them (see `_cost`).
         """
-        costs = {name: _seconds_or_none(state[name] if name != "read_cost" else state.get(name))
-                 for name in _STEP_COSTS}  # (older saves lack read_cost)
+        costs = {name: _seconds_or_none(state.get(name) if name in _ADDED_LATER else state[name]) for name in _STEP_COSTS}
         saved_verify = VerifyCosts()
         saved_verify.restore(state["verify_by_size"], self.limit + 1)  # checked before anything changes
         if not self.verify.by_size:

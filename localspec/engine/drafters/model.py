@@ -107,12 +107,13 @@ class ModelDrafter:
         if k <= 0:
             return self._draft(tokens, rows, sampler)
         most = self.length.most_to_draft(k, room)  # (past the plan while each token is worth its cost)
-        # What lookup passes added since this model last drafted is evaluated untimed: it must be
-        # evaluated whenever the model drafts next, so it is no cost of drafting now rather than later
-        # (counted in, it would talk the length controller into drafting nothing, pass after pass).
-        # Its own last draft token (at most one to catch up) is part of drafting's cost, and timed.
+        # What passes without this model's drafts added since it last drafted (lookups, passes that drafted
+        # nothing) must be evaluated whenever it drafts next, so it is no cost of drafting now rather than
+        # later (counted in, it would talk the length controller into drafting nothing, pass after pass):
+        # it is timed apart, as what each pass that drafts nothing leaves to catch up on.
+        # Its own last draft token (at most one to catch up) is part of drafting's cost.
         if self.lags_behind(context):
-            self.model.sync(context[:-1])
+            self._catch_up(context)
         started = time.perf_counter()
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
         logits = self.model.next_logits(context, copy=False)
@@ -170,6 +171,13 @@ class ModelDrafter:
         if margin is not None:
             return coupled_lead(margin, self.sampling.temperature)
         return confidence.certainty(token, self.sampling.greedy)
+
+    def _catch_up(self, context: Sequence[int]) -> None:
+        """Evaluate, in one batch, what the cache misses of `context` but its last token, timed per token."""
+        missing = len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1])
+        started = time.perf_counter()
+        self.model.sync(context[:-1])
+        self.length.record_catch_up(missing, time.perf_counter() - started)
 
     def lags_behind(self, context: Sequence[int]) -> bool:
         """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
