@@ -82,7 +82,8 @@ def replaced_warning(where: str) -> str:
 
 def warn_replaced(where: str) -> None:
     """Print `replaced_warning(where)` on stderr."""
-    print(replaced_warning(where), file=sys.stderr, flush=True)
+    if sys.stderr is not None:  # (print's file=None would be stdout, which carries the result)
+        print(replaced_warning(where), file=sys.stderr, flush=True)
 
 
 def clean_input(text: str, where: str) -> str:

@@ -180,6 +180,17 @@ def test_output_cut_short_by_max_tokens_is_said_and_exits_1(tiny_args: list[str]
     assert report["complete"] is False and report["stop_reason"] == "length"
 
 
+def test_output_stopped_by_max_tokens_where_the_format_accepts_it_is_complete(tiny_args: list[str]) -> None:
+    """`--regex '[^\\n]*'` cut at 4 tokens is a whole match: it was reported cut short, with exit 1."""
+    result = run_tiny(tiny_args, "--regex", "[^\n]*", "--max-tokens", "4", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["complete"] is True and report["stop_reason"] == "length" and len(report["tokens"]) == 4
+    assert re.fullmatch("[^\n]*", report["text"])
+    unfinished = run_tiny(tiny_args, "--regex", "[^\n]{40}!", "--max-tokens", "4", "--json")  # 4 tokens cannot reach '!'
+    assert unfinished.exit_code == 1 and json.loads(unfinished.stdout)["complete"] is False
+
+
 def test_a_regex_holds_the_output_and_warnings_reach_stderr(tiny_args: list[str]) -> None:
     result = run_tiny(tiny_args, "--regex", "(yes|no)!", "--max-tokens", "10")
     assert result.exit_code == 0, result.stderr

@@ -233,3 +233,13 @@ def test_bench_measures_target_only_at_full_speed_where_it_pads_lone_tokens(tiny
     row = json.loads(cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0",
                          "--json").stdout)["results"][0]
     assert row["plain_tokens_per_second"] is None
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--strategy", "", "--strategy: give at least one value"),  # (an empty value meant the profile's)
+    ("--draft-max", " ", "--draft-max: give at least one value"),
+    ("--temperatures", "0,,1", "--temperatures: an empty value in '0,,1'"),
+    ("--verify", "coupled,", "--verify: an empty value in 'coupled,'"),
+])
+def test_bench_refuses_an_empty_value_in_a_list(tiny_profile: str, option: str, value: str, message: str) -> None:
+    one_error_line(cli("bench", "-p", tiny_profile, "--max-tokens", "8", option, value), 2, message)

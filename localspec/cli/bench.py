@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from typing import Any, Callable
 
 import click
@@ -53,6 +52,7 @@ from .options import (
     setting_options,
 )
 from .output_format import compile_output_format, schema_format
+from .stdio import stdout_is_closed
 
 BENCH_MAX_TOKENS = 128
 BENCH_SEED = 1234
@@ -61,9 +61,11 @@ SWEPT = ("sampling.temperature", "speculative.strategy", "speculative.draft_max"
 
 
 def _comma_list(value: str, convert, option: str) -> list:
-    items = [item.strip() for item in value.split(",") if item.strip()]
-    if not items:
+    items = [item.strip() for item in value.split(",")]
+    if not any(items):
         raise click.BadParameter("give at least one value", param_hint=option)
+    if not all(items):  # (`0,,1` or `0,`: a value lost to a slip, not a default to fill in)
+        raise click.BadParameter(f"an empty value in {value!r}", param_hint=option)
     try:
         return list(dict.fromkeys(convert(item) for item in items))
     except (click.BadParameter, ValueError) as exc:
@@ -142,7 +144,7 @@ def bench(
       localspec bench --structured --temperatures 0,0.8
       localspec bench --json-schema person.json --prompt "Extract the person from: ..."
     """
-    if sys.stdout is None:  # `>&-`: the results would go nowhere, after minutes of measuring
+    if stdout_is_closed():  # `>&-`: the results would go nowhere, after minutes of measuring
         raise LocalspecError("stdout is closed: nowhere to write the results")
     _check_structured_options(prompts_spec, prompt_text, json_schema, structured, limit, save)
     temps = _comma_list(temperatures, _temperature, "--temperatures")
@@ -158,13 +160,13 @@ def bench(
         raise click.UsageError("--save writes into a profile: name one with --profile")
     plan = resolve_plan(profile, flags, verbose=verbose)
     speculative = plan.generation.speculative
-    chosen_strategies = _comma_list(strategies, _strategy, "--strategy") if strategies else [speculative.strategy]
-    chosen_lengths = _fitted_lengths(plan, _comma_list(draft_maxes, _draft_max, "--draft-max")) if draft_maxes \
-        else [speculative.draft_max]
+    chosen_strategies = _comma_list(strategies, _strategy, "--strategy") if strategies is not None else [speculative.strategy]
+    chosen_lengths = _fitted_lengths(plan, _comma_list(draft_maxes, _draft_max, "--draft-max")) \
+        if draft_maxes is not None else [speculative.draft_max]
     needs_draft = [s for s in chosen_strategies if s != "ngram"]
     if needs_draft and plan.draft is None:
         raise click.UsageError(f"this run has no draft model, which strategy {needs_draft[0]} needs: give --draft, or --strategy ngram")
-    chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes else [speculative.verify]
+    chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes is not None else [speculative.verify]
     if save and speculative.verify not in chosen_verify:
         raise click.UsageError(f"--save writes a setting for verify = {speculative.verify} (the profile's): include it in --verify")
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
@@ -419,3 +421,10 @@ def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
                 f" ({result.speedup_over_plain:.2f}x): run without a draft (--no-speculative{lone}) on this machine",
                 err=True,
             )
+
+
+for _param in bench.params:  # bench's own defaults, as its docstring says (the settings' are run's)
+    if _param.name == "max_tokens":
+        _param.help = f"Most tokens to generate per run (default {BENCH_MAX_TOKENS} here)."
+    elif _param.name == "seed":
+        _param.help = f"Random seed of every run (default {BENCH_SEED} here)."

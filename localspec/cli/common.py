@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import ipaddress
-import os
 import re
 import sys
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ import click
 from ..config.files import read_piped, refuse_utf16
 from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
+from .stdio import EXIT_READER_GONE, StdoutError, finish_stdout, guard_standard_streams, silence_stdout, stdout_is_closed
 
 
 def __getattr__(name: str) -> Any:
@@ -29,7 +29,13 @@ def __getattr__(name: str) -> Any:
 def _console(name: str) -> Any:
     """The rich console `name` ("stderr_console" or "stdout_console"), made once (kept as a module global)."""
     if name not in globals():
-        from rich.console import Console
+        from rich.console import Console as RichConsole
+
+        class Console(RichConsole):
+            def on_broken_pipe(self) -> None:
+                """The reader went away: end the command as `run` ends then (status 141), not with rich's 1."""
+                self.quiet = True
+                raise BrokenPipeError
 
         if name == "stderr_console":
             globals()[name] = Console(stderr=True, highlight=False)
@@ -44,29 +50,44 @@ def stderr_is_terminal() -> bool:
 
 
 class LocalspecGroup(click.Group):
-    """Every failure as one line on stderr and an exit code: 2 for bad input, 1 for runtime failures."""
+    """Every failure as one line on stderr and an exit code: 2 for bad input, 1 for runtime failures
+    (141 where stdout's reader went away; see `stdio` for what closed or failing streams do)."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        guard_standard_streams()
+        try:
+            exit_code = self._exit_code(*args, **kwargs)
+        except BrokenPipeError:  # (writing --help or --version)
+            exit_code = EXIT_READER_GONE
+        except LocalspecError as exc:  # (a closed or full stdout for --help or --version)
+            _error(str(exc))
+            exit_code = exc.exit_code
+        sys.exit(finish_stdout(exit_code, _error))
+
+    def _exit_code(self, *args: Any, **kwargs: Any) -> int:
+        """Run the command; its exit status."""
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()  # `localspec` alone: the help text
-            sys.exit(exc.exit_code)
+            return exc.exit_code
         except click.ClickException as exc:  # bad options or arguments: one line instead of usage + error
-            click.echo(f"error: {one_line(exc.format_message())}", err=True)
-            sys.exit(exc.exit_code)
+            _error(exc.format_message())
+            return exc.exit_code
         except click.Abort:
             click.echo("", err=True)
-            sys.exit(130)
-        sys.exit(result if isinstance(result, int) else 0)
+            return 130
+        except SystemExit as exc:  # (`invoke`'s exits, after their message)
+            return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        return result if isinstance(result, int) else 0
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except LocalspecError as exc:
-            click.echo(f"error: {one_line(str(exc))}", err=True)
+            _error(str(exc))
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("", err=True)
@@ -74,14 +95,15 @@ class LocalspecGroup(click.Group):
         except BrokenPipeError:
             # The reader went away (e.g. `| head`): stop quietly, with the status a Unix tool killed by
             # SIGPIPE gives, so that `set -o pipefail` sees the output was cut short.
-            sys.stderr.close()
+            silence_stdout()
             sys.exit(EXIT_READER_GONE)
         except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
-            click.echo(f"error: {one_line(os_error_text(exc))}", err=True)
+            _error(os_error_text(exc))
             sys.exit(1)
 
 
-EXIT_READER_GONE = 128 + 13  # 141: as a process ended by SIGPIPE
+def _error(message: str) -> None:
+    click.echo(f"error: {one_line(message)}", err=True)
 
 
 def one_line(text: str) -> str:
@@ -129,17 +151,16 @@ def write_stdout(text: str) -> None:
     A reader that went away raises BrokenPipeError (the command then ends quietly, status 141);
     stdout closed (`>&-`) or failing (a full disk) is one LocalspecError.
     """
-    if sys.stdout is None:
-        raise LocalspecError("stdout is closed: nowhere to write the output")
+    if stdout_is_closed():
+        raise StdoutError("stdout is closed: nowhere to write the output")
     try:
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()
     except BrokenPipeError:
         raise
     except OSError as exc:
-        # What stayed buffered would fail again, with a traceback, when Python flushes at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise LocalspecError(f"cannot write to stdout ({exc.strerror or exc})") from None
+        silence_stdout()  # (what stayed buffered would fail again, with a traceback, when Python flushes at exit)
+        raise StdoutError(f"cannot write to stdout ({exc.strerror or exc})") from None
 
 
 def read_prompt(prompt: str | None) -> str:

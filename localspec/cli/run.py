@@ -107,7 +107,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         if output_format is not None:
             report["format"] = {**output_format.to_dict(), "warnings": list(compiled.warnings) if compiled else []}
         if output_format is not None or tool_run is not None:  # (with tools: null calls cut short, not text)
-            report["complete"] = cut_short_message(generation.stop_reason) is None
+            report["complete"] = cut_short_message(generation.stop_reason, generation.grammar_accepts) is None
         if tool_run is not None:
             calls = tool_run.calls(generation)
             report["tool_calls"] = calls_as_json(calls) if calls else None
@@ -127,7 +127,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)
-    if (output_format is not None or tool_run is not None) and (cut_short := cut_short_message(generation.stop_reason)):
+    cut_short = cut_short_message(generation.stop_reason, generation.grammar_accepts)
+    if (output_format is not None or tool_run is not None) and cut_short:
         click.echo(f"localspec: {cut_short}", err=True)
         sys.exit(1)
     if generation.stop_reason == StopReason.LENGTH and not as_json:  # free text may stop anywhere: say where it did

@@ -14,6 +14,7 @@ from ..runtime.library import default_threads
 from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
 from ..settings import MAX_THREADS
 from .common import is_loopback
+from .stdio import stdout_is_closed
 
 START_SECONDS = 0.5  # the server binds at once; one that has not failed by then is listening
 
@@ -53,7 +54,8 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
     if not server.is_alive():
         raise LocalspecError(f"llama.cpp's RPC server could not start on {host}:{port}")
     lent = ", ".join(f"{device.name} ({device.description})" for device in map(describe_device, lent_devices()))
-    click.echo(f"localspec worker listening on {host}:{port}, lending {lent}; Ctrl-C stops it")
+    if not stdout_is_closed():  # (a line scripts wait for; a worker started with `>&-` serves without it)
+        click.echo(f"localspec worker listening on {host}:{port}, lending {lent}; Ctrl-C stops it")
     try:
         while server.is_alive():
             server.join(0.5)

@@ -49,6 +49,12 @@ class TokenGrammar:
         self._raise_on_error()
         return bool(self._matcher.is_stopped())
 
+    @property
+    def accepting(self) -> bool:
+        """What was consumed is a whole match of the grammar (more may still be allowed: `\\d+` after a digit)."""
+        self._raise_on_error()
+        return bool(self._matcher.is_accepting())
+
     def forced(self) -> int | None:
         """The token the grammar forces next, or None where it leaves a choice.
 

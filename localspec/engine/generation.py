@@ -99,6 +99,11 @@ class Generation:
     def text(self) -> str:
         return self._stream.text
 
+    @property
+    def grammar_accepts(self) -> bool:
+        """The output so far is a whole match of the grammar it is held to (False without one)."""
+        return self.grammar is not None and self.grammar.accepting
+
     def __iter__(self) -> Iterator[Chunk]:
         if self.stop_reason is not None or self.tokens:
             raise RuntimeError("a Generation runs once; create a new one")

@@ -1,0 +1,82 @@
+"""What every command does when a standard stream is closed, full or gone (`localspec.cli.stdio`), in real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a process per case
+
+
+def localspec(*args: str, stdout: str = "pipe", stderr: str = "pipe") -> subprocess.CompletedProcess:
+    """Run `python -m localspec ARGS` with stdout and stderr each a pipe, "closed", "/dev/full" or a gone reader."""
+    closed = [fd for fd, how in ((1, stdout), (2, stderr)) if how == "closed"]
+    opened = []
+
+    def target(how: str) -> int | None:
+        if how == "pipe":
+            return subprocess.PIPE
+        if how == "gone":  # a pipe whose reader has gone, as `| head -c 1` once head has exited
+            read_end, write_end = os.pipe()
+            os.close(read_end)
+            opened.append(write_end)
+            return write_end
+        if how == "closed":
+            return None
+        opened.append(os.open(how, os.O_WRONLY))
+        return opened[-1]
+
+    try:
+        return subprocess.run([sys.executable, "-m", "localspec", *args], stdout=target(stdout), stderr=target(stderr),
+                              stdin=subprocess.DEVNULL, timeout=120, preexec_fn=lambda: [os.close(fd) for fd in closed])
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+@pytest.fixture
+def tiny_run(tiny_pair: tuple[Path, Path]) -> list[str]:
+    return ["run", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--temperature", "0",
+            "--threads", "1", "--max-tokens", "4"]
+
+
+def test_with_stderr_closed_a_warning_never_lands_on_stdout(tiny_run: list[str]) -> None:
+    """`print(file=sys.stderr)` with stderr closed wrote the invalid-UTF-8 warning into `run --json`'s output."""
+    result = localspec(*tiny_run, "--json", "caf\udce9 the cat", stderr="closed")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["stats"]["tokens_generated"] == 4
+
+
+def test_a_diagnostic_that_cannot_be_written_does_not_fail_a_command_that_did_its_work(tiny_run: list[str]) -> None:
+    result = localspec(*tiny_run, "caf\udce9 the cat", stderr="/dev/full")  # the warning cannot be written
+    assert result.returncode == 0 and result.stdout
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["run", "--help"], ["profile", "list"]])
+@pytest.mark.parametrize("stdout, message", [("/dev/full", "error: cannot write to stdout (No space left on device)"),
+                                             ("closed", "error: stdout is closed: nowhere to write the output")])
+def test_output_that_cannot_be_written_is_one_line_and_status_1(args: list[str], stdout: str, message: str) -> None:
+    """`--version >/dev/full` was a traceback; `profile list >&-` exited 0 with its output lost."""
+    result = localspec(*args, stdout=stdout)
+    assert result.returncode == 1 and result.stderr.decode().splitlines() == [message], result.stderr.decode()
+
+
+@pytest.mark.parametrize("args", [["profile", "show", "demo"], ["info"]])
+def test_a_reader_that_went_away_ends_any_command_with_141(args: list[str]) -> None:
+    """Commands that print through rich exited 1 (rich's own choice) where `run` exits 141."""
+    result = localspec(*args, stdout="gone")
+    assert result.returncode == 141 and result.stderr == b"", result.stderr.decode()
+
+
+def test_a_closed_descriptor_is_never_reused_for_a_file_the_process_opens(tmp_path: Path) -> None:
+    """With stderr closed, the next file opened took descriptor 2, and llama.cpp's log lines went into it."""
+    script = ("from localspec.cli.stdio import guard_standard_streams; guard_standard_streams(); "
+              f"print(open({str(tmp_path / 'f')!r}, 'w').fileno())")
+    result = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: os.close(2), timeout=60)
+    assert result.returncode == 0 and int(result.stdout) > 2
