@@ -266,6 +266,15 @@ def test_draft_make_then_auto_picks_it(tmp_path: Path, tiny_pair: tuple[Path, Pa
     assert cli("profile", "check", "auto1").exit_code == 0
 
 
+def test_draft_make_refuses_an_empty_or_misplaced_out_and_makes_no_folder(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    """`--out ""` was taken for the current folder ('. exists'); a mistyped folder was made, and the draft in it."""
+    one_error_line(cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", ""), 2, "--out: the path is empty")
+    misplaced = tmp_path / "no-such-folder" / "d.gguf"
+    one_error_line(cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(misplaced)), 2,
+                   f"the folder {misplaced.parent} does not exist")
+    assert not misplaced.parent.exists()
+
+
 def test_auto_draft_with_stdin_closed_asks_nothing(
     tmp_path: Path, tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -324,6 +333,17 @@ def test_a_vocabulary_without_weights_is_never_a_draft(tiny_pair) -> None:
     vocabulary_only = dataclasses.replace(draft, path=tiny_pair[1].with_name("ggml-vocab.gguf"), n_parameters=0, size_bytes=1)
     assert [model.path for model, _ in drafts_for(dataclasses.replace(target, size_bytes=10**9), [vocabulary_only, draft])] \
         == [draft.path]
+
+
+def test_models_scan_says_what_is_wrong_with_a_folder(tmp_path: Path) -> None:
+    """A missing folder was "not a folder", an empty argument the current folder, a fresh install's an error."""
+    one_error_line(cli("models", "scan", str(tmp_path / "nowhere")), 2, "nowhere: no such folder")
+    (tmp_path / "file").write_text("x")
+    one_error_line(cli("models", "scan", str(tmp_path / "file")), 2, "file: not a folder")
+    one_error_line(cli("models", "scan", ""), 2, "FOLDER: the path is empty")
+    one_error_line(cli("models", "drafts", ""), 2, "TARGET: the path is empty")
+    fresh = cli("models", "scan")  # (the models folder is made by the first pull)
+    assert fresh.exit_code == 0 and "note: no models folder yet" in fresh.stderr and "no GGUF files found" in fresh.output
 
 
 def test_models_scan_and_drafts_print_paths_that_look_like_markup_as_written(tmp_path: Path, tiny_pair) -> None:

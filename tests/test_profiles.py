@@ -610,3 +610,9 @@ def test_an_error_names_the_line_of_the_key_not_a_look_alike_inside_a_multi_line
     write_user_profile("tmpl", '[chat]\ntemplate = """\n[sampling]\ntemperature = 5\n"""\n\n[target]\npath = "/m/t.gguf"\n'
                                '\n[sampling]\ntemperature = -5\n')
     one_error_line(cli("profile", "show", "tmpl"), 2, "tmpl.toml:11: sampling.temperature must be >= 0")
+
+
+@pytest.mark.parametrize("command", [["run", "--profile", "", "hi"], ["profile", "show", ""], ["chat", "-p", ""]])
+def test_an_empty_profile_name_is_refused_not_taken_for_the_default(command: list[str]) -> None:
+    """`run --profile ""` ran the default profile, where `profile add ""` says the name is empty."""
+    one_error_line(cli(*command), 2, "invalid profile name '': it is empty")

@@ -15,6 +15,7 @@ from ..app.drafts import (
     make_draft,
     make_fastest_draft,
 )
+from ..config.paths import user_path
 from ..errors import InputError
 from ..models.quantize import OUTPUT_TYPES
 from .common import human_size, status_line, stderr_console
@@ -26,23 +27,32 @@ def draft_group() -> None:
 
 
 @draft_group.command("make")
-@click.argument("target", type=click.Path(path_type=Path))
+@click.argument("target")
 @click.option("--type", "type_name", type=click.Choice([AUTO, *sorted(OUTPUT_TYPES)]), default=AUTO, show_default=True,
               help=f"Precision of the draft; {AUTO}: make {', '.join(CANDIDATE_TYPES)}, measure each against TARGET, keep the fastest.")
-@click.option("--out", type=click.Path(path_type=Path), help="Output file [next to TARGET: NAME.draft-TYPE.gguf].")
+@click.option("--out", help="Output file [next to TARGET: NAME.draft-TYPE.gguf].")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-def make_command(target: Path, type_name: str, out: Path | None, force: bool) -> None:
+def make_command(target: str, type_name: str, out: str | None, force: bool) -> None:
     """Write a lower-precision copy of TARGET to draft for it (vocabulary-compatible by construction).
 
     For targets at F16, BF16 or Q8_0 with no small model of the same family.
     """
+    target_path = user_path(target, "TARGET")
+    out_path = user_path(out, "--out") if out is not None else None
+    if out_path is not None and not out_path.parent.is_dir():  # (a mistyped folder is not made)
+        raise InputError(f"--out {out_path}: the folder {out_path.parent} does not exist")
+    make_draft_file(target_path, type_name, out_path, force=force)
+
+
+def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None, force: bool = False) -> Path:
+    """Make a draft of `target` (measuring candidates for `auto`) with progress on stderr; report what was made."""
     if type_name != AUTO:
         out = out or default_draft_path(target, type_name)
     if out is not None and _same_file(out, target):
         raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
     if out is not None and out.exists() and not force:
         raise InputError(f"{out} exists; pass --force to overwrite")
-    make_draft_file(target, type_name, out, force=force)
+    return _make(target, type_name, out, force)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -53,8 +63,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None, force: bool = False) -> Path:
-    """Make a draft of `target` (measuring candidates for `auto`) with progress on stderr; report what was made."""
+def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:
     if type_name == AUTO:
         with status_line(stderr_console.is_terminal) as status:
             made, reports = make_fastest_draft(target, out, overwrite=force, on_status=status.show)

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..config.paths import models_dir
+from ..config.paths import models_dir, user_path
 from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
 from .common import human_size, shown_plainly, stdout_console
 
@@ -44,11 +44,16 @@ def models_group() -> None:
 
 
 @models_group.command("scan")
-@click.argument("folders", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("folders", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON groups.")
-def scan_command(folders: tuple[Path, ...], as_json: bool) -> None:
+def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
     """List the GGUF files under FOLDERS (default: localspec's models folder), grouped by compatible vocabulary."""
-    models, problems = scan(folders or (models_dir(),))
+    if not folders and not models_dir().exists():  # (made by the first `pull`: nothing there yet, not an error)
+        click.echo(f"note: no models folder yet ({models_dir()}): name FOLDERS to scan, or `localspec pull` a model",
+                   err=True)
+        models, problems = [], []
+    else:
+        models, problems = scan(folders or (models_dir(),))
     groups = group_by_vocabulary(models)
     if as_json:
         click.echo(json.dumps({"groups": [[m.to_dict() for m in g] for g in groups], "unreadable": problems}, indent=2))
@@ -63,12 +68,12 @@ def scan_command(folders: tuple[Path, ...], as_json: bool) -> None:
 
 
 @models_group.command("drafts")
-@click.argument("target", type=click.Path(path_type=Path))
-@click.argument("folders", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("target")
+@click.argument("folders", nargs=-1)
 @click.option("--json", "as_json", is_flag=True)
-def drafts_command(target: Path, folders: tuple[Path, ...], as_json: bool) -> None:
+def drafts_command(target: str, folders: tuple[str, ...], as_json: bool) -> None:
     """List the files that can draft for TARGET, smallest first (default folders: TARGET's and the models folder)."""
-    found = find_drafts(target, folders)
+    found = find_drafts(user_path(target, "TARGET"), [user_path(folder, "FOLDER") for folder in folders])
     if as_json:
         click.echo(json.dumps([{**m.to_dict(), "size_ratio": r} for m, r in found], indent=2))
         return

@@ -41,8 +41,9 @@ class ResolvedSettings:
 
 
 def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
-    """The profile a command runs (None: paths given on the command line alone)."""
-    if explicit:
+    """The profile a command runs (None: paths given on the command line alone); an `explicit` name that no
+    profile can have (`--profile ""`) is refused, not taken for none."""
+    if explicit is not None:
         return load_profile(explicit)
     if target_given:
         return None
@@ -58,7 +59,7 @@ def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
 def resolve_settings(profile_name: str | None, flags: Mapping[str, Any]) -> ResolvedSettings:
     """Merge the built-in defaults, the chosen profile and the flags that were given (None: not given)."""
     given = {key: value for key, value in flags.items() if value is not None}
-    if "draft.path" in given and "target.path" not in given and not profile_name:
+    if "draft.path" in given and "target.path" not in given and profile_name is None:
         raise InputError("--draft needs --target (or --profile)")
     profile = choose_profile(profile_name, "target.path" in given)
     values = dict(DEFAULTS)

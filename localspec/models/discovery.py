@@ -69,13 +69,15 @@ def describe(path: Path) -> ModelInfo:
     )
 
 
-def scan(folders: Iterable[Path]) -> tuple[list[ModelInfo], list[str]]:
+def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
     """Every readable .gguf file under `folders` (recursively), and one line per unreadable one."""
     models: list[ModelInfo] = []
     problems: list[str] = []
     seen: set[Path] = set()
     for folder in folders:
-        folder = user_path(folder)
+        folder = user_path(folder, "FOLDER")
+        if not folder.exists():
+            raise InputError(f"{folder}: no such folder")
         if not folder.is_dir():
             raise InputError(f"{folder}: not a folder")
         for path in sorted(folder.rglob("*.gguf")):
