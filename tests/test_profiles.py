@@ -321,6 +321,18 @@ def test_unknown_key_suggests_the_nearest() -> None:
     one_error_line(cli("profile", "show", "typo2"), 2, "unknown section 'speculativ'", "did you mean 'speculative'")
 
 
+@pytest.mark.parametrize("repo, file, message", [
+    ("a/b", "", "[target] hf_file is empty"),  # (it was accepted, and `run` then said to pull 'a/b/')
+    ("../../etc", "m.gguf", "[target] hf_repo '../../etc' is not 'org/name'"),
+    ("a/b", "../../../../etc/passwd", "[target] hf_file '../../../../etc/passwd' is not a file inside the repository"),
+])
+def test_a_hub_reference_that_names_no_file_in_a_repository_is_refused_when_the_profile_is_read(
+    repo: str, file: str, message: str
+) -> None:
+    write_user_profile("hub", f'[target]\nhf_repo = "{repo}"\nhf_file = "{file}"\n')
+    one_error_line(cli("profile", "show", "hub"), 2, message)
+
+
 def test_a_chat_template_that_is_not_jinja_is_refused_before_any_model_loads() -> None:
     write_user_profile("jinja", '[target]\npath = "x.gguf"\n[chat]\ntemplate = "{% for m in messages %}{{ m.content }}"\n')
     one_error_line(cli("profile", "show", "jinja"), 2, ":4:", "chat.template", "not valid Jinja", "endfor")

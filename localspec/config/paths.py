@@ -37,6 +37,18 @@ def user_path(text: str | os.PathLike[str], what: str | None = None) -> Path:
 MODEL_PATH_KEYS = frozenset({"target.path", "draft.path"})  # the settings `stored_model_path` stores
 
 
+def hub_reference_problem(repo: str, filename: str) -> str | None:
+    """Why `repo` and `filename` are not a hub repository ('org/name') and a file inside it; None when they are."""
+    repo_parts, file_parts = repo.split("/"), filename.split("/")
+    if len(repo_parts) != 2 or not all(part.strip() for part in repo_parts):
+        return f"hf_repo {repo!r} is not 'org/name'"
+    if not filename.strip():
+        return "hf_file is empty"
+    if ".." in [*repo_parts, *file_parts] or filename.startswith("/") or "\0" in repo + filename:
+        return f"hf_file {filename!r} is not a file inside the repository"
+    return None
+
+
 def stored_model_path(text: str, key: str) -> str:
     """A model path as a profile stores it (`key`: the setting, for the message when it is empty): a path
     with a `$VARIABLE` as written, expanded where the profile is used (as in a hand-written profile); any

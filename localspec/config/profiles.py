@@ -22,7 +22,7 @@ from ..runtime.chat_template import template_problem
 from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
 from .atomic import write_text_atomic
 from .files import TOO_LONG_A_NUMBER, locked, parse_toml, read_user_text
-from .paths import shipped_profiles_dir, user_profiles_dir
+from .paths import hub_reference_problem, shipped_profiles_dir, user_profiles_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -150,6 +150,10 @@ def _validate_location(values: dict[str, Any], role: str, where: Path | str) -> 
         raise InputError(f"{where}: [{role}] hf_repo needs hf_file too")
     if f"{role}.hf_file" in values and given != ["hf_repo"]:
         raise InputError(f"{where}: [{role}] hf_file needs hf_repo")
+    if given == ["hf_repo"]:
+        problem = hub_reference_problem(str(values[f"{role}.hf_repo"]), str(values[f"{role}.hf_file"]))
+        if problem is not None:
+            raise InputError(f"{where}: [{role}] {problem}")
 
 
 def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -> InputError:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import huggingface_hub  # its functions load on first use (the package's own lazy imports), so this is cheap
 
-from ..config.paths import models_dir
+from ..config.paths import hub_reference_problem, models_dir
 from ..errors import InputError, LocalspecError
 from .gguf import read_gguf_header
 
@@ -31,8 +31,7 @@ ProgressCallback = Callable[[int, int | None], None]
 def _check_reference(repo: str, filename: str) -> None:
     """InputError unless `repo` is a repository id the hub takes ('org/name') and `filename` a path inside it."""
     _check_endpoint()
-    parts = Path(repo).parts + Path(filename).parts
-    if ".." in parts or repo.startswith("/") or filename.startswith("/") or repo.count("/") != 1:
+    if hub_reference_problem(repo, filename) is not None:
         raise InputError(f"invalid hub reference {repo}/{filename}: expected hf_repo = 'org/name' and a file inside it")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
