@@ -275,6 +275,19 @@ def test_documents_stats_and_usage_counters(tmp_path: Path) -> None:
         store.add([1, -2], "run")
 
 
+@pytest.mark.parametrize("text, problem", [("[]", "not an object of counts"), ('{"lookups": "x"}', "lookups is not a count"),
+                                           ("{", "Expecting property name")])
+def test_damaged_usage_counters_are_reported_and_start_again(tmp_path: Path, text: str, problem: str) -> None:
+    """They were zeroed without a word."""
+    store = MemoryStore(tmp_path)
+    store.record_use(lookups=10, hits=4, proposed=30, accepted=21)
+    (tmp_path / "usage.json").write_text(text)
+    assert store.stats()["lookups"] == 0
+    assert len(store.problems) == 1 and problem in store.problems[0] and "usage.json: damaged" in store.problems[0]
+    store.record_use(lookups=2, hits=1, proposed=3, accepted=3)
+    assert MemoryStore(tmp_path).stats()["lookups"] == 2
+
+
 def test_a_missing_folder_is_an_empty_memory_and_reading_does_not_create_it(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path / "nowhere")
     assert store.index().lookup([1, 2, 3, 4], 4, 1) is None

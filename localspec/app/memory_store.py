@@ -255,9 +255,18 @@ class MemoryStore:
             self._report(f"{path}: usage not counted ({exc})", repair=False)
 
     def _usage(self) -> dict[str, int]:
-        value, _ = read_cache_json(self.root / USAGE)
+        """The usage counters; damaged ones (not JSON, not counts) are reported and start again from 0."""
+        path = self.root / USAGE
+        value, problem = read_cache_json(path)
+        if problem is None and value is not None and not isinstance(value, dict):
+            problem = "not an object of counts"
         value = value if isinstance(value, dict) else {}
-        return {key: value[key] if isinstance(value.get(key), int) else 0 for key in USAGE_KEYS}
+        wrong = [key for key in USAGE_KEYS if key in value and not _is_count(value[key])]
+        if problem is None and wrong:
+            problem = f"{wrong[0]} is not a count"
+        if problem is not None:
+            self._report(f"{path}: damaged ({problem}); the usage counts start again from 0", repair=False)
+        return {key: value[key] if _is_count(value.get(key)) else 0 for key in USAGE_KEYS}
 
     # Compaction, removal --------------------------------------------------------------------------------------------
 
@@ -801,6 +810,10 @@ def _make_private_folder(folder: Path) -> None:
     folder.mkdir(mode=FOLDER_MODE, exist_ok=True)
     if stat.S_IMODE(folder.stat().st_mode) != FOLDER_MODE:
         os.chmod(folder, FOLDER_MODE)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _names(value: Any) -> list[str]:

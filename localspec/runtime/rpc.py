@@ -41,8 +41,10 @@ def parse_endpoints(values: Iterable[str]) -> tuple[str, ...]:
             item = item.strip()
             host, colon, port = item.rpartition(":")
             digits = port.isascii() and port.isdigit()  # not "²" or "٣": digits to Unicode, not to a port number
-            if not colon or not host or " " in host or not digits or not 0 < int(port) < 65536:
+            if not colon or not host or " " in host or not digits:
                 raise InputError(f"RPC worker address {item!r} is not HOST:PORT (e.g. 192.168.1.20:{DEFAULT_PORT})")
+            if not 0 < int(port) < 65536:
+                raise InputError(f"RPC worker address {item!r}: port {int(port)} is out of range (1-65535)")
             if item not in endpoints:
                 endpoints.append(item)
     return tuple(endpoints)
