@@ -476,7 +476,8 @@ class MemoryStore:
             _check_table(table, base, verify)
         except (_Damaged, FileNotFoundError) as exc:  # (the table or the tokens: the base, named by its folder)
             reason = f"{path.name} is missing" if isinstance(exc, FileNotFoundError) else str(exc)
-            self._report(f"{path.parent}: damaged ({reason}); the memory goes on without that base")
+            self._report(f"{path.parent}: damaged ({reason}); the memory goes on without that base (its tokens are"
+                         " dropped: with the table gone, `history remove` and `memory remove` could not find them)")
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
         return base, table["documents"]
 
