@@ -80,8 +80,8 @@ def test_a_pass_that_drafts_nothing_costs_what_catching_up_on_its_token_cost() -
         controller.record_catch_up(8, 8 * 0.0025)
     assert controller.pass_cost(0) == pytest.approx(0.014 + 0.0025, rel=0.05)
     assert controller.best_length(32) == 0
-    for _ in range(30):  # caught up on one token at a time (drafts nothing between passes that draft): a step each
-        controller.record_catch_up(1, 0.006)
+    for _ in range(30):  # one pass sat out between passes that draft: its token and the one read anyway, two steps
+        controller.record_catch_up(1, 0.012)
     assert controller.best_length(32) == 1
 
 

@@ -325,6 +325,10 @@ def test_unknown_key_suggests_the_nearest() -> None:
     ("a/b", "", "[target] hf_file is empty"),  # (it was accepted, and `run` then said to pull 'a/b/')
     ("../../etc", "m.gguf", "[target] hf_repo '../../etc' is not 'org/name'"),
     ("a/b", "../../../../etc/passwd", "[target] hf_file '../../../../etc/passwd' is not a file inside the repository"),
+    ("org/..", "m.gguf", "[target] hf_repo 'org/..' is not 'org/name'"),
+    ("./x", "m.gguf", "[target] hf_repo './x' is not 'org/name'"),
+    ("a/b", "sub/", "[target] hf_file 'sub/' is not a file inside the repository"),
+    ("a/b", ".", "[target] hf_file '.' is not a file inside the repository"),
 ])
 def test_a_hub_reference_that_names_no_file_in_a_repository_is_refused_when_the_profile_is_read(
     repo: str, file: str, message: str

@@ -66,9 +66,10 @@ def test_output_that_cannot_be_written_is_one_line_and_status_1(args: list[str],
     assert result.returncode == 1 and result.stderr.decode().splitlines() == [message], result.stderr.decode()
 
 
-@pytest.mark.parametrize("args", [["profile", "show", "demo"], ["info"]])
+@pytest.mark.parametrize("args", [["profile", "show", "demo"], ["info"], ["--version"], ["--help"]])
 def test_a_reader_that_went_away_ends_any_command_with_141(args: list[str]) -> None:
-    """Commands that print through rich exited 1 (rich's own choice) where `run` exits 141."""
+    """Commands that print through rich exited 1 (rich's own choice), and --help and --version 1 (click's),
+    where `run` exits 141."""
     result = localspec(*args, stdout="gone")
     assert result.returncode == 141 and result.stderr == b"", result.stderr.decode()
 

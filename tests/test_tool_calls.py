@@ -592,3 +592,19 @@ def test_run_tools_prints_what_a_schema_does_not_enforce_as_warning_lines(tmp_pa
     report = json.loads(as_json.stdout)
     assert {call["name"] for call in report["tool_calls"]} == {"ping"}
     assert report["tool_warnings"] and all("tools[0].function.parameters: " in w for w in report["tool_warnings"])
+
+
+def test_run_tools_cut_short_in_text_is_not_complete(tmp_path: Path) -> None:
+    """Text that may yet become a call matches the tools' grammar at any length: where max_tokens stopped it,
+    `run --tools` still says it was cut short (exit 1, complete false), as serve's finish_reason says length."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "ping", "parameters": {"type": "object"}}}]))
+    profile = user_profiles_dir() / "marked.toml"
+    profile.parent.mkdir(parents=True, exist_ok=True)
+    profile.write_text(f'[target]\npath = "{marked_model(tmp_path, TokenType.CONTROL)}"\n'
+                       f'[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
+    cut = cli("run", "-p", "marked", "--tools", str(tools), "--tool-choice", "auto", "--temperature", "0",
+              "--max-tokens", "3", "--no-speculative", "--json", "hi")
+    report = json.loads(cut.stdout)
+    assert cut.exit_code == 1 and report["stop_reason"] == "length" and report["complete"] is False
+    assert report["tool_calls"] is None

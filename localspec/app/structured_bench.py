@@ -10,8 +10,8 @@ differs between the two.
 
 Also reported: time spent computing the target's grammar masks per generated
 token, the tokens the grammar forced (appended without sampling), how many
-constrained outputs were complete (the grammar finished, or an end token was
-drawn where it allowed one), and how many constrained speculative outputs were
+constrained outputs were complete (the grammar finished, an end token was
+drawn where it allowed one, or what max_tokens left matches whole), and how many constrained speculative outputs were
 token for token the constrained target-only ones (all of them with coupled
 verification).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..engine.draft_length import LearnedLengths
-from ..engine.generation import Generation, StopReason
+from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..settings import GenerationSettings
 from .bench import PLAIN, BenchCase, BenchResult, baseline_settings, case_settings, generate, plain_settings, warm_up
@@ -48,8 +48,8 @@ class StructuredResult:
     case: BenchCase
     constrained: BenchResult = field(init=False)
     free: BenchResult = field(init=False)
-    complete_speculative: int = 0  # constrained speculative outputs that ended complete (StopReason.EOS)
-    complete_baseline: int = 0  # constrained target-only outputs that ended complete
+    complete_speculative: int = 0  # constrained speculative outputs that match their format whole (matches_format)
+    complete_baseline: int = 0  # ... and target-only ones
 
     def __post_init__(self) -> None:
         self.constrained = BenchResult(self.case)
@@ -166,8 +166,8 @@ def _record(result: StructuredResult, runs: dict[Run, Generation], case: BenchCa
             side.plain = side.plain or SpecStats()
             side.plain.add(runs[PLAIN, constrained].stats)
             side.plain_identical_prompts += runs[PLAIN, constrained].tokens == baseline.tokens
-    result.complete_speculative += runs[case, True].stop_reason == StopReason.EOS
-    result.complete_baseline += runs[None, True].stop_reason == StopReason.EOS
+    result.complete_speculative += runs[case, True].matches_format
+    result.complete_baseline += runs[None, True].matches_format
 
 
 def _ms_per_token(seconds: float, stats: SpecStats) -> float | None:

@@ -213,7 +213,7 @@ class ChatLoop:
         if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")
         elif self.chat.output_format is not None and reply.generation is not None:
-            cut_short = cut_short_message(reply.generation.stop_reason, reply.generation.grammar_accepts)
+            cut_short = cut_short_message(reply.generation.stop_reason, reply.generation.matches_format)
             if cut_short:
                 self.say(f"(reply {cut_short})")
         if reply.generation is not None and self.show_stats:

@@ -15,7 +15,15 @@ import click
 from ..config.files import read_piped, refuse_utf16
 from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
-from .stdio import EXIT_READER_GONE, StdoutError, finish_stdout, guard_standard_streams, silence_stdout, stdout_is_closed
+from .stdio import (
+    EXIT_READER_GONE,
+    StdoutError,
+    finish_stdout,
+    guard_standard_streams,
+    reader_went_away,
+    silence_stdout,
+    stdout_is_closed,
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -79,7 +87,11 @@ class LocalspecGroup(click.Group):
         except click.Abort:
             click.echo("", err=True)
             return 130
-        except SystemExit as exc:  # (`invoke`'s exits, after their message)
+        except SystemExit as exc:  # (`invoke`'s exits, after their message; click's own after a gone reader)
+            if reader_went_away():
+                return EXIT_READER_GONE
+            if isinstance(exc.code, str):
+                _error(exc.code)
             return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         return result if isinstance(result, int) else 0
 

@@ -114,10 +114,10 @@ def format_from_command(argument: str) -> OutputFormat | None:
     raise InputError(FORMAT_COMMAND_USAGE)
 
 
-def cut_short_message(stop_reason: StopReason | str | None, accepting: bool = False) -> str | None:
+def cut_short_message(stop_reason: StopReason | str | None, matches_format: bool = False) -> str | None:
     """Why constrained output may not match its format; None where it is complete: the generation ended on EOS,
-    or stopped at max_tokens where the grammar was `accepting` (what was written is a whole match: `.*`)."""
-    if stop_reason == StopReason.EOS or (accepting and stop_reason == StopReason.LENGTH):
+    or it `matches_format` whole however it stopped (`Generation.matches_format`)."""
+    if stop_reason == StopReason.EOS or matches_format:
         return None
     cause = {
         StopReason.LENGTH: "max_tokens or the context",

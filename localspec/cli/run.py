@@ -89,6 +89,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         session.remember(generation, "run")
         session_placement = session.placement()
         context_size = session.target.n_ctx
+    # (a reply that may call tools is complete only where it ended: text matches its grammar at any length)
+    whole_match = generation.matches_format and tool_run is None
     if as_json:
         report = {
             "text": generation.text,
@@ -107,7 +109,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         if output_format is not None:
             report["format"] = {**output_format.to_dict(), "warnings": list(compiled.warnings) if compiled else []}
         if output_format is not None or tool_run is not None:  # (with tools: null calls cut short, not text)
-            report["complete"] = cut_short_message(generation.stop_reason, generation.grammar_accepts) is None
+            report["complete"] = cut_short_message(generation.stop_reason, whole_match) is None
         if tool_run is not None:
             calls = tool_run.calls(generation)
             report["tool_calls"] = calls_as_json(calls) if calls else None
@@ -127,7 +129,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)
-    cut_short = cut_short_message(generation.stop_reason, generation.grammar_accepts)
+    cut_short = cut_short_message(generation.stop_reason, whole_match)
     if (output_format is not None or tool_run is not None) and cut_short:
         click.echo(f"localspec: {cut_short}", err=True)
         sys.exit(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import warnings
@@ -67,7 +68,7 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
         # No lifespan: the app has no start-up or shutdown hooks, and uvicorn logs a cancelled lifespan task
         # as an error traceback when Ctrl-C comes while it starts.
         config = uvicorn.Config(create_app(served, api_key), log_level="info" if verbose else "warning",
-                                timeout_graceful_shutdown=5, lifespan="off")
+                                timeout_graceful_shutdown=5, lifespan="off", log_config=_log_config())
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
         click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
@@ -78,6 +79,14 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
             server.run(sockets=[listener])
         finally:
             queue.close()  # the worker may still be finishing (and remembering) a reply
+
+
+def _log_config() -> dict:
+    """uvicorn's logging, with its access lines (--verbose) on stderr beside the rest: stdout carries results
+    only, and `serve` has none (a server started with `>&-` would otherwise fail at every request's line)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
 
 
 def _checked_api_key(api_key: str | None) -> str | None:

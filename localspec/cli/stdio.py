@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from ..errors import LocalspecError
 
 EXIT_READER_GONE = 128 + 13  # 141: as a process ended by SIGPIPE
+_reader_gone = False  # a write to stdout found its reader gone (click may then exit 1 on its own: `--help | true`)
 
 
 class StdoutError(LocalspecError):
@@ -49,6 +50,11 @@ def guard_standard_streams() -> None:
 def stdout_is_closed() -> bool:
     """Whether the process started with stdout closed (`>&-`)."""
     return sys.stdout is None or (isinstance(sys.stdout, _StrictStdout) and sys.stdout.closed_at_start)
+
+
+def reader_went_away() -> bool:
+    """Whether a write to stdout found that its reader had gone."""
+    return _reader_gone
 
 
 def silence_stdout() -> None:
@@ -139,6 +145,8 @@ class _StrictStdout:
         try:
             return action(self._stream)
         except BrokenPipeError:
+            global _reader_gone
+            _reader_gone = True
             raise
         except OSError as exc:  # (what it still holds is dropped by `finish_stdout`, not at exit with a traceback)
             raise StdoutError(f"cannot write to stdout ({exc.strerror or exc})") from None

@@ -100,7 +100,7 @@ class ToolRun:
 
     def calls(self, generation: Generation) -> list[ToolCall] | None:
         """The calls of a whole output (None: plain text, or cut short)."""
-        if self.setup is None or cut_short_message(generation.stop_reason, generation.grammar_accepts) is not None:
+        if self.setup is None or cut_short_message(generation.stop_reason) is not None:
             return None
         return self.setup.calls_in(generation.text)
 

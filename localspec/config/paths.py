@@ -40,11 +40,11 @@ MODEL_PATH_KEYS = frozenset({"target.path", "draft.path"})  # the settings `stor
 def hub_reference_problem(repo: str, filename: str) -> str | None:
     """Why `repo` and `filename` are not a hub repository ('org/name') and a file inside it; None when they are."""
     repo_parts, file_parts = repo.split("/"), filename.split("/")
-    if len(repo_parts) != 2 or not all(part.strip() for part in repo_parts):
+    if len(repo_parts) != 2 or any(not part.strip() or part in (".", "..") or "\0" in part for part in repo_parts):
         return f"hf_repo {repo!r} is not 'org/name'"
     if not filename.strip():
         return "hf_file is empty"
-    if ".." in [*repo_parts, *file_parts] or filename.startswith("/") or "\0" in repo + filename:
+    if any(not part or part in (".", "..") or "\0" in part for part in file_parts):  # ('/x', 'a//b', 'sub/' too)
         return f"hf_file {filename!r} is not a file inside the repository"
     return None
 

@@ -492,7 +492,8 @@ class AdaptiveLength:
         self._measure("first_step_cost" if first else "draft_cost", seconds)
 
     def record_catch_up(self, n_tokens: int, seconds: float) -> None:
-        """The measured cost of a draft model's evaluating, in one batch, the `n_tokens` tokens of passes it sat out."""
+        """The measured cost of a draft model's catching up, in one batch, on the `n_tokens` tokens of passes it
+        sat out (the batch holds one more, which it would have evaluated anyway)."""
         if n_tokens > 0:
             self._measure("catch_up_cost", seconds / n_tokens)
 

@@ -100,9 +100,12 @@ class Generation:
         return self._stream.text
 
     @property
-    def grammar_accepts(self) -> bool:
-        """The output so far is a whole match of the grammar it is held to (False without one)."""
-        return self.grammar is not None and self.grammar.accepting
+    def matches_format(self) -> bool:
+        """Held to a grammar, the output is a whole match of it: the grammar or an end-of-generation token ended
+        it, or it stopped at max_tokens (or the context) where what was written already matches whole (`.*`)."""
+        if self.grammar is None:
+            return False
+        return self.stop_reason == StopReason.EOS or (self.stop_reason == StopReason.LENGTH and self.grammar.accepting)
 
     def __iter__(self) -> Iterator[Chunk]:
         if self.stop_reason is not None or self.tokens:

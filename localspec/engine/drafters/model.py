@@ -173,11 +173,13 @@ class ModelDrafter:
         return confidence.certainty(token, self.sampling.greedy)
 
     def _catch_up(self, context: Sequence[int]) -> None:
-        """Evaluate, in one batch, what the cache misses of `context` but its last token, timed per token."""
+        """Evaluate, in one batch, what the cache misses of `context` but its last token, timed per token that
+        passes without this model's drafts added (one of the missing tokens, its own last draft token or the
+        target's after it, a pass's first step would have evaluated anyway: `lags_behind`)."""
         missing = len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1])
         started = time.perf_counter()
         self.model.sync(context[:-1])
-        self.length.record_catch_up(missing, time.perf_counter() - started)
+        self.length.record_catch_up(missing - 1, time.perf_counter() - started)
 
     def lags_behind(self, context: Sequence[int]) -> bool:
         """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
