@@ -347,3 +347,22 @@ def test_the_reading_and_catch_up_costs_are_saved_and_restored_with_the_other_co
     assert restored.catch_up_cost == pytest.approx(0.003)
     restored.restore_costs({key: value for key, value in controller.costs().items() if key != "catch_up_cost"})
     assert restored.catch_up_cost is None
+
+
+def test_costs_saved_in_a_busy_moment_do_not_stop_a_later_process_from_drafting() -> None:
+    """A process profiled under load saved draft steps 10-30 times their cost; later one-shot runs restored them,
+    judged drafting worthless, never read the prompt nor drafted, so never measured them again (and saved them
+    again): 1.2 tokens a pass instead of 7.5. Until measured, a restored cost counts as at most a share of a pass."""
+    busy = AdaptiveLength()
+    simulate(busy, alpha=0.9, draft_cost=0.2, a=0.02, b=0.002, passes=200, lone_token_cost=0.0236)
+    busy.record_draft_step(0.8, first=True)
+    busy.record_read(50, 50 * 0.0116)
+    assert busy.best_length(32) == 0  # (as measured there, drafting did not pay)
+    later = AdaptiveLength()
+    later.restore_costs(busy.costs())
+    later.restore_acceptance(busy.acceptance_counts())
+    assert later.draft_cost <= 0.5 * later.verify_cost(1) and later.read_cost <= 0.25 * later.verify_cost(1)
+    assert later.best_length(32) >= 2 and later.worth_reading(50, 1, 127)  # reads, drafts, and measures
+    later.record_draft_step(0.006)
+    assert later.draft_cost == pytest.approx(0.9 * 0.006 + 0.1 * 0.5 * later.verify_cost(1), rel=0.01)
+    assert later.costs()["draft_cost"] == later.draft_cost  # (what it saves is what it measured)

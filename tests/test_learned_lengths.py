@@ -13,7 +13,7 @@ from test_draft_length import analytic_best, simulate
 from localspec.app.learned_lengths import FILE_NAME, FORMAT_VERSION, LengthCache
 from localspec.app.session import Session
 from localspec.config.paths import cache_dir
-from localspec.engine.draft_length import AdaptiveLength, LearnedLengths, temperature_band
+from localspec.engine.draft_length import _RESTORED_COST_CAPS, AdaptiveLength, LearnedLengths, temperature_band
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
 
@@ -47,7 +47,12 @@ def test_a_new_session_starts_where_the_last_one_stopped(tiny_pair: tuple[Path, 
     assert cache_file.exists()
     with _session(tiny_pair, cache_file) as second:
         restored = second.learned_lengths.controller("model", "coupled", 0.7)  # the same temperature band
-        assert _seconds(restored.costs()) == _seconds(json.loads(json.dumps(saved_costs)))
+        saved = _seconds(json.loads(json.dumps(saved_costs)))
+        costs = _seconds(restored.costs())
+        assert costs["verify_by_size"] == saved["verify_by_size"]
+        for name, cap in _RESTORED_COST_CAPS.items():  # (as saved, at most a share of a one-token pass until measured)
+            expected = None if saved[name] is None else min(saved[name], cap * restored.verify_cost(1))
+            assert costs[name] == (expected if expected is None else pytest.approx(expected, rel=1e-9))
         assert restored.acceptance_counts() == saved_counts
         fresh = second.learned_lengths.controller("model", "rejection", 0.8)  # acceptance is per verification mode
         assert fresh.acceptance_counts() == AdaptiveLength().acceptance_counts()
@@ -158,27 +163,27 @@ def test_restored_costs_give_way_to_this_machines_measurements() -> None:
 def test_restored_costs_follow_this_processs_one_token_pass_until_measured_again() -> None:
     """Costs a process saved while another ran beside it (every pass about three times slower) must not keep a
     draft model from reading the prompt in an idle process: not reading, it would never measure them again."""
-    saved = {"model": {"first_step_cost": 0.050, "draft_cost": 0.0146, "read_cost": 0.031,
+    saved = {"model": {"first_step_cost": 0.050, "draft_cost": 0.0146, "read_cost": 0.025,
                        "verify_by_size": {"1": [0.118, 1.7], "2": [0.238, 0.86], "5": [0.125, 1.9],
                                           "7": [0.066, 0.94], "11": [0.097, 2.7], "13": [0.102, 0.96]}}}
     controller = LearnedLengths(saved, {}).controller("model", "coupled", 0.0)
-    assert controller.read_cost == pytest.approx(0.031)  # as saved, until this process measures its own passes
+    assert controller.read_cost == pytest.approx(0.025)  # as saved, until this process measures its own passes
     for _ in range(2):
         controller.observe(0, 0, 0.038)  # this process's first one-token passes: the machine is idle now
     idle_share = controller.verify_cost(1) / 0.118
     assert idle_share < 0.4
-    assert controller.read_cost == pytest.approx(0.031 * idle_share)
+    assert controller.read_cost == pytest.approx(0.025 * idle_share)
     assert controller.first_step_cost == pytest.approx(0.050 * idle_share)
     assert controller.verify_cost(5) < 0.125 * 0.5  # restored batch sizes follow too
     assert controller.worth_reading(60, 2, 126)  # a 60-token prompt with 126 tokens to go: read
     # Saved back in this process's terms: each cost still the same share of the one-token pass.
     costs = controller.costs()
-    assert costs["read_cost"] / costs["verify_by_size"]["1"][0] == pytest.approx(0.031 / 0.118)
+    assert costs["read_cost"] / costs["verify_by_size"]["1"][0] == pytest.approx(0.025 / 0.118)
     # Measured here, a cost is this process's own (the restored one, in its terms, weighs a tenth), and so is a
     # batch size: scaled once as it is averaged in, not again after.
     controller.record_draft_step(0.015)
     assert 0.0135 < controller.draft_cost < 0.015
-    assert controller.read_cost == pytest.approx(0.031 * controller.verify_cost(1) / 0.118)
+    assert controller.read_cost == pytest.approx(0.025 * controller.verify_cost(1) / 0.118)
     controller.observe(4, 4, 0.060)
     averaged = controller.verify.mean(5)
     assert averaged == pytest.approx(0.125 * idle_share + (0.060 - 0.125 * idle_share) / 1.1, rel=0.01)
@@ -188,12 +193,12 @@ def test_restored_costs_follow_this_processs_one_token_pass_until_measured_again
 
 def test_without_a_saved_one_token_pass_restored_costs_follow_the_smallest_saved_one() -> None:
     """A process whose every pass drafted saved no one-token pass: the smallest saved pass is the reference."""
-    saved = {"first_step_cost": 0.050, "draft_cost": 0.015, "read_cost": 0.030,
+    saved = {"first_step_cost": 0.050, "draft_cost": 0.015, "read_cost": 0.015,
              "verify_by_size": {"2": [0.120, 1.0], "9": [0.300, 1.0]}}
     controller = LearnedLengths({"model": saved}, {}).controller("model", "coupled", 0.0)
     controller.observe(1, 1, 0.040)  # a pass that drafted one token: two tokens verified
     share = controller.verify.mean(2) / 0.120
-    assert share < 0.5 and controller.read_cost == pytest.approx(0.030 * share)
+    assert share < 0.5 and controller.read_cost == pytest.approx(0.015 * share)
     assert controller.verify.mean(9) == pytest.approx(0.300 * share)
 
 

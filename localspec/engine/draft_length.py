@@ -102,6 +102,11 @@ _PRIOR_READ_SHARE = 0.3
 EXPECTED_ANSWER_TOKENS = 256
 _CHEAP_READ_SHARE = 0.1  # a prompt reading costing at most this share of target-only decoding of the answer is always taken
 _STEP_COSTS = ("first_step_cost", "draft_cost", "read_cost", "catch_up_cost")  # a draft model's costs, in seconds
+# A restored cost is where a process starts, not a verdict: until this process measures it, it counts as at most
+# this share of a one-token target pass (a draft step on the demo pair costs 0.25-0.3 of one, a batched prompt
+# token 0.1). Saved while the machine was busy (a profiler, another heavy process), costs made drafting look
+# worthless, and a draft model that then neither read its prompt nor drafted never measured them again.
+_RESTORED_COST_CAPS = {"first_step_cost": 0.5, "draft_cost": 0.5, "catch_up_cost": 0.5, "read_cost": 0.25}
 _ADDED_LATER = ("read_cost", "catch_up_cost")  # (older saves lack them)
 _CONFIDENCE_BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # upper edges; the last bin is (0.99, 1]
 
@@ -300,14 +305,16 @@ class AdaptiveLength:
 
     def _cost(self, name: str) -> float | None:
         """A cost in this process's terms: a restored one scaled as the target's pass of the reference size
-        costs now to what it cost beside it (the machine may be busier or idler now)."""
+        costs now to what it cost beside it (the machine may be busier or idler now), and bounded until
+        measured here (`_RESTORED_COST_CAPS`)."""
         seconds = self._costs[name]
         if seconds is None or name not in self._restored or self._verify_saved is None:
             return seconds
         reference = self._verify_saved.reference
         now = self.verify.mean(reference) if reference is not None else None
         # (the ratio first: where the pass costs what it did, the cost is exactly the saved one)
-        return seconds * (now / self._verify_saved.mean(reference)) if now is not None else seconds
+        scaled = seconds * (now / self._verify_saved.mean(reference)) if now is not None else seconds
+        return min(scaled, _RESTORED_COST_CAPS[name] * self.verify_cost(1))
 
     def _set_cost(self, name: str, seconds: float | None) -> None:
         self._costs[name] = seconds
