@@ -185,3 +185,10 @@ def test_without_rpc_support_the_error_says_how_to_reinstall(monkeypatch, tiny_p
     monkeypatch.setattr(rpc, "_rpc_registry", lambda: None)
     line = one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "127.0.0.1:1", "--raw", "hi"), 1, "no RPC backend")
     assert 'CMAKE_ARGS="-DGGML_RPC=on"' in line and "--no-cache-dir" in line
+
+
+def test_a_bad_rpc_address_is_refused_before_the_demo_target_is_derived(tmp_path: Path, monkeypatch) -> None:
+    """`run --rpc foo` on a fresh install first spent seconds writing the demo's 540 MB F32 target."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    one_error_line(cli("run", "--rpc", "foo", "hi"), 2, "'foo' is not HOST:PORT")
+    assert not list((tmp_path / "cache").rglob("*.gguf"))

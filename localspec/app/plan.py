@@ -63,10 +63,14 @@ def resolve(
     """The plan for a command run with `flags` (dotted keys, None: not given) on `profile_name`;
     without `speculative` (the target alone) the draft is neither looked for nor checked."""
     settings = resolve_settings(profile_name, flags)
-    target = ModelChoice("target", locate_model(settings, "target", on_derive_start, on_progress), _runtime(settings, "target"))
+    with_draft = speculative and settings.has_model("draft")
+    # The runtime settings first (an RPC address, a thread count): bad input is refused before a model is derived.
+    target_runtime = _runtime(settings, "target")
+    draft_runtime = _runtime(settings, "draft") if with_draft else None
+    target = ModelChoice("target", locate_model(settings, "target", on_derive_start, on_progress), target_runtime)
     draft = None
-    if speculative and settings.has_model("draft"):
-        draft = ModelChoice("draft", locate_model(settings, "draft", on_derive_start, on_progress), _runtime(settings, "draft"))
+    if with_draft:
+        draft = ModelChoice("draft", locate_model(settings, "draft", on_derive_start, on_progress), draft_runtime)
         check_pair(target.path, draft.path)
     else:
         check_file(target.path)
