@@ -17,11 +17,11 @@ from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
 from .stdio import (
     EXIT_READER_GONE,
-    StdoutError,
     finish_stdout,
     guard_standard_streams,
     reader_went_away,
     silence_stdout,
+    stdout_error,
     stdout_is_closed,
 )
 
@@ -164,7 +164,7 @@ def write_stdout(text: str) -> None:
     stdout closed (`>&-`) or failing (a full disk) is one LocalspecError.
     """
     if stdout_is_closed():
-        raise StdoutError("stdout is closed: nowhere to write the output")
+        raise stdout_error()
     try:
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()
@@ -172,7 +172,7 @@ def write_stdout(text: str) -> None:
         raise
     except OSError as exc:
         silence_stdout()  # (what stayed buffered would fail again, with a traceback, when Python flushes at exit)
-        raise StdoutError(f"cannot write to stdout ({exc.strerror or exc})") from None
+        raise stdout_error(exc) from None
 
 
 def read_prompt(prompt: str | None) -> str:

@@ -31,6 +31,13 @@ class StdoutError(LocalspecError):
     """stdout is closed, or cannot be written (a full disk)."""
 
 
+def stdout_error(exc: OSError | None = None) -> StdoutError:
+    """The one error for a stdout that is closed (`exc` None) or failed with `exc`."""
+    if exc is None:
+        return StdoutError("stdout is closed: nowhere to write the output")
+    return StdoutError(f"cannot write to stdout ({exc.strerror or exc})")
+
+
 def guard_standard_streams() -> None:
     """Fill closed standard descriptors with /dev/null; wrap sys.stderr and sys.stdout (see the module docstring)."""
     for fd in (0, 1, 2):
@@ -79,7 +86,7 @@ def finish_stdout(exit_code: int, report: Any) -> int:
     except (StdoutError, OSError) as exc:
         silence_stdout()
         if exit_code == 0:
-            report(str(exc) if isinstance(exc, StdoutError) else f"cannot write to stdout ({exc.strerror or exc})")
+            report(str(exc if isinstance(exc, StdoutError) else stdout_error(exc)))
             return 1
     return exit_code
 
@@ -141,7 +148,7 @@ class _StrictStdout:
 
     def _do(self, action: Any) -> Any:
         if self._stream is None:
-            raise StdoutError("stdout is closed: nowhere to write the output")
+            raise stdout_error()
         try:
             return action(self._stream)
         except BrokenPipeError:
@@ -149,7 +156,7 @@ class _StrictStdout:
             _reader_gone = True
             raise
         except OSError as exc:  # (what it still holds is dropped by `finish_stdout`, not at exit with a traceback)
-            raise StdoutError(f"cannot write to stdout ({exc.strerror or exc})") from None
+            raise stdout_error(exc) from None
 
     def __getattr__(self, name: str) -> Any:  # encoding, errors, fileno...
         if self._stream is None:

@@ -112,8 +112,9 @@ class ModelDrafter:
         # later (counted in, it would talk the length controller into drafting nothing, pass after pass):
         # it is timed apart, as what each pass that drafts nothing leaves to catch up on.
         # Its own last draft token (at most one to catch up) is part of drafting's cost.
-        if self.lags_behind(context):
-            self._catch_up(context)
+        missing = self._missing(context)
+        if missing > 1:  # (`lags_behind`)
+            self._catch_up(context, missing)
         started = time.perf_counter()
         # Views of llama.cpp's logits buffer: each is used up before the next decode.
         logits = self.model.next_logits(context, copy=False)
@@ -172,18 +173,21 @@ class ModelDrafter:
             return coupled_lead(margin, self.sampling.temperature)
         return confidence.certainty(token, self.sampling.greedy)
 
-    def _catch_up(self, context: Sequence[int]) -> None:
-        """Evaluate, in one batch, what the cache misses of `context` but its last token, timed per token that
-        passes without this model's drafts added (one of the missing tokens, its own last draft token or the
-        target's after it, a pass's first step would have evaluated anyway: `lags_behind`)."""
-        missing = len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1])
+    def _catch_up(self, context: Sequence[int], missing: int) -> None:
+        """Evaluate, in one batch, the `missing` tokens of `context` but its last that the cache lacks, timed per
+        token that passes without this model's drafts added (one of the missing tokens, its own last draft token
+        or the target's after it, a pass's first step would have evaluated anyway: `lags_behind`)."""
         started = time.perf_counter()
         self.model.sync(context[:-1])
         self.length.record_catch_up(missing - 1, time.perf_counter() - started)
 
     def lags_behind(self, context: Sequence[int]) -> bool:
         """Whether the draft's cache misses more of `context` than its own last draft token (lookup passes added some)."""
-        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1]) > 1
+        return self._missing(context) > 1
+
+    def _missing(self, context: Sequence[int]) -> int:
+        """How many tokens of `context`, but its last, the draft's cache lacks."""
+        return len(context) - 1 - common_prefix_length(self.model.tokens, context[:-1])
 
     def _draft(self, tokens: list[int], rows: list[Probs], sampler: Sampler) -> Draft:
         """Drafts to be verified by rejection sampling carry one q per token (`rows`); greedy and coupled ones need none."""
