@@ -324,6 +324,40 @@ def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(mode
     assert list(draft.tokens[: len(fresh)]) == fresh
 
 
+def test_before_the_draft_model_reads_lookups_are_tried_until_one_loses_its_first_token(models) -> None:
+    _, draft = models
+    model_length = AdaptiveLength()
+    for _ in range(40):  # drafting by the model pays: 3 of 3 kept, each draft token a tenth of a pass
+        model_length.observe(3, 3, 0.013)
+        model_length.observe(0, 0, 0.010)
+    model_length.record_draft_step(0.001, first=True)
+    model_length.record_draft_step(0.001)
+    model_length.record_read(100, 0.5)
+    lookup_lengths = {n: AdaptiveLength() for n in (2, 3, 4)}
+    for i in range(60):  # 2-token matches' drafts were kept a third of the time: a weak record
+        lookup_lengths[2].observe(1, int(i % 3 == 0), 0.011)
+        lookup_lengths[2].observe(0, 0, 0.010)
+    lookup_lengths[2].record_draft_step(1e-5)  # (a lookup costs next to nothing)
+    lookup = NGramDrafter(2, 4, lookup_lengths.__getitem__)
+    hybrid = HybridDrafter(lookup, ModelDrafter(draft, SAMPLED, length=model_length))
+    prompt = [1, *range(260, 300)]
+    draft.clear()
+    hybrid.begin(prompt, read_later=True)
+    quoting = [*prompt, 500, 270, 271]  # the answer's tail is a 2-token match in the prompt, weak by its record
+    assert 0 < lookup.expected_kept(quoting) < 1
+    assert not hybrid.ready_to_read(quoting, 3, 100)  # tried first: the answer may be quoting its prompt
+    assert hybrid.propose(quoting, 4, StreamSampler(np.random.default_rng(0)), 3).tokens[0] == 272
+    hybrid.observe(1, 0, 0.011)  # its first token lost: no quote, and the trial is over for this generation
+    assert lookup.expected_kept(quoting) > 0 and hybrid.ready_to_read(quoting, 3, 100)
+    # A last token that occurred once before (the answer's first word tokenized unlike the prompt's): one pass.
+    hybrid.begin(prompt, read_later=True)
+    assert lookup.expected_kept([*prompt, 500, 280]) == 0
+    assert not hybrid.ready_to_read([*prompt, 500, 280], 2, 100)
+    assert hybrid.ready_to_read([*prompt, 500, 280, 501, 285], 4, 100)  # (once a generation)
+    # Without such a token, and without a match, the model reads at once, as before.
+    hybrid.begin(prompt, read_later=True)
+    assert hybrid.ready_to_read([*prompt, 500, 501], 2, 100)
+
 def test_hybrid_passes_over_a_lookup_the_model_beats_and_retries_it_now_and_then(models) -> None:
     _, draft = models
     model_length, lookup_lengths = _CostsAsSet(), {n: AdaptiveLength() for n in (2, 3)}

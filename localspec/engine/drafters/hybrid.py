@@ -15,7 +15,15 @@ no draft at all: without a draft model, or while it has still to read the
 prompt, see `Generation`). A draft model with a long prompt still to read waits
 while lookups draft, and reads only where the saving on what lookups have lately
 not drafted pays for the reading (`ready_to_read`): an answer that copies its
-prompt is not slowed by a reading it does not need. Nor, in such an answer, does the
+prompt is not slowed by a reading it does not need. Before it reads, lookups are
+on trial: any the context offers is tried, however weak its match length's
+record (a two-token match is often a common phrase), until one loses its first
+token; and the reading waits a pass for a last token that occurred once in the
+prompt (the answer's first word is often tokenized unlike the prompt's, `The`
+against ` The`, so the first lookup matches a token later). An answer that
+quotes its prompt is so found out for a pass or two of few rows, where the
+reading and the model's drafts would cost as much as the whole copy; an
+ordinary answer loses a pass of drafts at most. Nor, in such an answer, does the
 draft model draft a pass that no lookup drafts (after a rejection, the copy's thread
 lost for a token or two) while the passes it sat out keep a pace its plans do not:
 it would first read all the lookups added (`_lookups_outpace_the_model`). The choice is made per pass before
@@ -80,6 +88,8 @@ class HybridDrafter:
         # were lookups that kept a draft: their pace is what a pass without the draft model is expected to keep up.
         self._paced_tokens = self._paced_seconds = 0.0
         self._lookups_kept = 0
+        self._lookup_lost_a_trial = False  # a lookup tried before the draft model read lost its first token
+        self._waited_on_a_lone_match = False  # the reading has waited a pass on a last token seen once before
         self._held_to_a_grammar = False  # this generation drafts under a grammar (known from its first `propose`)
 
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
@@ -95,10 +105,11 @@ class HybridDrafter:
         """Whether the draft model should read the prompt now.
 
         With a fixed length: after the first token. With an adaptive one, without a grammar: not before
-        the second token, not while a lookup is expected to keep a token of this pass's draft, and then
-        only where the saving on the share of recent tokens lookups did not draft pays for the reading
-        (a copying answer may never need the draft model). Under a grammar lookups are cut short, so
-        only the cost of the reading is weighed, after the first token.
+        the second token, not while a lookup is expected to keep a token of this pass's draft, nor while
+        lookups are on trial (`_lookups_on_trial`), and then only where the saving on the share of recent
+        tokens lookups did not draft pays for the reading (a copying answer may never need the draft
+        model). Under a grammar lookups are cut short, so only the cost of the reading is weighed, after
+        the first token.
         """
         if self.by_model is None:
             return True
@@ -106,10 +117,26 @@ class HybridDrafter:
             return self.by_model.ready_to_read(context, n_generated, budget_left)
         if n_generated < _TOKENS_BEFORE_READING or self._lookup_drafts(context):
             return False
+        if self._lookups_on_trial(context):
+            return False
         if self._lookups_outpace_the_model(context, budget_left):
             return False
         uncovered = (self._recent_made - self._recent_from_lookups + 1) / (self._recent_made + 1)
         return self.by_model.ready_to_read(context, n_generated, budget_left, uncovered_share=uncovered)
+
+    def _lookups_on_trial(self, context: Sequence[int]) -> bool:
+        """Whether the reading waits this pass to find out whether the answer quotes its prompt: no lookup
+        tried before the reading has lost its first token in this generation, and the context's lookup drafts
+        here, or (a pass a generation) the last token occurred just once before, where the next lookup may
+        take up the quote (and a padded pass guesses what followed it: see `Generation`)."""
+        if self._lookup_lost_a_trial:
+            return False
+        if self.lookup.expected_kept(context) > 0:
+            return True
+        if not self._waited_on_a_lone_match and _occurred_once_before(context):
+            self._waited_on_a_lone_match = True
+            return True
+        return False
 
     def _lookup_drafts(self, context: Sequence[int]) -> bool:
         """Whether a lookup (the context's, or the memory's) is expected to keep a token of a draft here."""
@@ -197,6 +224,9 @@ class HybridDrafter:
             self._lookups_kept += int(n_proposed > 0 and n_accepted > 0)
         if self._last is None:
             return
+        if (self._last is self.lookup and n_proposed and not n_accepted
+                and self.by_model is not None and self.by_model.waiting):
+            self._lookup_lost_a_trial = True
         self._last.observe(n_proposed, n_accepted, verify_seconds)
         if self._last is self.by_model or not n_proposed:
             return
@@ -204,3 +234,9 @@ class HybridDrafter:
             self._fruitless[self._last] = 0
         elif self._retrying:
             self._fruitless[self._last] = self._fruitless.get(self._last, 0) + 1
+
+
+def _occurred_once_before(context: Sequence[int]) -> bool:
+    """Whether the context's last token occurs exactly once before it."""
+    last = context[-1]
+    return sum(1 for token in context if token == last) == 2
