@@ -81,3 +81,16 @@ def test_a_closed_descriptor_is_never_reused_for_a_file_the_process_opens(tmp_pa
     result = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: os.close(2), timeout=60)
     assert result.returncode == 0 and int(result.stdout) > 2
+
+
+def test_text_the_terminals_encoding_cannot_hold_is_escaped_not_a_traceback(tmp_path: Path) -> None:
+    """Under PYTHONIOENCODING=ascii a profile's stop string "café" ended `profile show` in a UnicodeEncodeError."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONIOENCODING": "ascii"}
+    setting = subprocess.run([sys.executable, "-m", "localspec", "profile", "set", "demo", 'sampling.stop=["café"]'],
+                             capture_output=True, env=env, timeout=120)
+    assert setting.returncode == 0, setting.stderr
+    shown = subprocess.run([sys.executable, "-m", "localspec", "profile", "show", "demo"], capture_output=True,
+                           env=env, timeout=120)
+    assert shown.returncode == 0 and b"Traceback" not in shown.stderr
+    assert b"caf\\xe9" in shown.stdout
+

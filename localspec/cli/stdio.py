@@ -9,7 +9,10 @@
   failure, and never lands on stdout instead (`print(file=None)` writes there);
 - makes stdout strict: closed, or failing as a full disk does, it is one error
   (`StdoutError`) at the first write, instead of a result lost with a success
-  status; a reader that went away still raises BrokenPipeError (status 141).
+  status; a reader that went away still raises BrokenPipeError (status 141);
+- writes what a stream's encoding cannot hold as an escape (`caf\\xe9` under
+  PYTHONIOENCODING=ascii, a file name's undecodable byte) instead of failing
+  with a traceback, as Python itself does on stderr.
 
 `finish_stdout` flushes what stdout still holds before the process exits, where
 those two failures can still be reported.
@@ -48,10 +51,21 @@ def guard_standard_streams() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
+    for stream in (sys.stdout, sys.stderr):
+        _escape_what_cannot_be_encoded(stream)
     if not isinstance(sys.stderr, _ForgivingStderr):
         sys.stderr = _ForgivingStderr(sys.stderr)
     if not isinstance(sys.stdout, _StrictStdout):
         sys.stdout = _StrictStdout(sys.stdout)
+
+
+def _escape_what_cannot_be_encoded(stream: Any) -> None:
+    """Have `stream` write a character its encoding cannot hold as a backslash escape, where it would raise."""
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (OSError, ValueError):  # (a stream closed under it)
+            pass
 
 
 def stdout_is_closed() -> bool:
