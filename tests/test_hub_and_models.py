@@ -275,6 +275,14 @@ def test_draft_make_refuses_an_empty_or_misplaced_out_and_makes_no_folder(tmp_pa
     assert not misplaced.parent.exists()
 
 
+
+def test_draft_make_of_a_damaged_target_is_one_line_and_writes_nothing(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    """A truncated target's error came after a "writing q8_0 draft of ..." line for a draft never written."""
+    target = tmp_path / "cut.gguf"
+    target.write_bytes(tiny_pair[0].read_bytes()[:4096])
+    one_error_line(cli("draft", "make", str(target), "--type", "q8_0"), 2, "truncated GGUF file")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cut.gguf"]
+
 def test_auto_draft_with_stdin_closed_asks_nothing(
     tmp_path: Path, tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

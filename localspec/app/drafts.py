@@ -80,10 +80,14 @@ def default_draft_path(target: Path, type_name: str) -> Path:
 
 
 def make_draft(
-    target: Path, type_name: str, out: Path | None = None, on_progress: Callable[[int, int], None] | None = None
+    target: Path, type_name: str, out: Path | None = None, on_progress: Callable[[int, int], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> MadeDraft:
-    """Quantize `target` to `type_name` (atomically) and report the draft's size against the target's."""
+    """Quantize `target` to `type_name` (atomically) and report the draft's size against the target's;
+    `on_start` is called once the target's file is found usable, before the writing."""
     target_info = describe(target)
+    if on_start is not None:
+        on_start()
     out = out or default_draft_path(target, type_name)
     quantize(target, out, type_name, on_progress=on_progress)
     return MadeDraft(out, describe(out).size_bytes, target_info.size_bytes)

@@ -70,8 +70,8 @@ def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:
         _print_candidates(reports)
     else:
         with status_line(stderr_console.is_terminal) as status:
-            status.start_progress(f"writing {type_name} draft of {target.name}")
-            made = make_draft(target, type_name, out, on_progress=status.advance)
+            made = make_draft(target, type_name, out, on_progress=status.advance,
+                              on_start=lambda: status.start_progress(f"writing {type_name} draft of {target.name}"))
     click.echo(f"wrote {made.path} ({human_size(made.size_bytes)}, {made.size_ratio:.0%} of the target)", err=True)
     if not made.much_smaller:
         click.echo("note: the draft is not much smaller than the target; expect little speed-up", err=True)
