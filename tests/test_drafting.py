@@ -241,6 +241,25 @@ def test_each_match_length_has_its_own_length_controller() -> None:
     assert sum(lengths[2].reached) > before
 
 
+
+def test_lookups_match_a_word_however_it_was_tokenized_and_draft_what_the_source_wrote() -> None:
+    """An answer's first word (`The`, 50) stands in its prompt with a space before it (` The`, 150): compared by
+    word form, the answer's `The harbour` matches the prompt's ` The harbour`, and the draft is the prompt's text."""
+    spaced = {50: 150, 51: 151}  # the unspaced forms of two words and their spaced tokens
+    prompt = [1, 2, 150, 160, 161, 162, 163, 3]
+    answer = [*prompt, 4, 50, 160]
+    by_id = NGramDrafter(2, 4)
+    by_id.begin(answer)
+    assert by_id.propose(answer, 3, StreamSampler(np.random.default_rng(0)), 0).tokens == []
+    by_form = NGramDrafter(2, 4, word_form=lambda token: spaced.get(token, token))
+    by_form.begin(answer)
+    assert by_form.propose(answer, 3, StreamSampler(np.random.default_rng(0)), 0).tokens == [161, 162, 163]
+    # A single token too, for a padded pass's guess (`Generation`): what followed ` The` follows `The`.
+    guesses = NGramIndex(1, 1, lambda token: spaced.get(token, token))
+    guesses.extend_to([*prompt, 4, 50])
+    found = guesses.match()
+    assert found is not None and guesses.continuation(found[1][-1:], 1) == [160]
+
 def test_a_copy_that_lost_its_thread_resumes_where_it_left_off() -> None:
     """The answer copies its prompt, then changes a word (999 for 111): no n-gram of the tail occurred
     before, but the token after the changed word is found just where the copy stood, and the copy goes on

@@ -203,3 +203,20 @@ def test_constrained_output_is_identical_with_and_without_speculation(demo_sessi
         forced += baseline.stats.forced_tokens
     assert forced > 0  # the schemas forced text (keys, punctuation) ...
     assert rejected > 0  # ... and left choices where drafts were rejected
+
+
+def test_a_word_has_one_form_with_or_without_the_space_before_it(demo_session: Session) -> None:
+    """SmolLM2 spells `The` at the start of an answer unlike ` The` mid-sentence; lookups compare the two alike."""
+    target = demo_session.target
+
+    def only_token(text: str) -> int:
+        tokens = target.tokenize(text, add_special=False)
+        assert len(tokens) == 1, (text, tokens)
+        return tokens[0]
+
+    assert only_token("The") != only_token(" The")
+    assert target.word_form(only_token("The")) == target.word_form(only_token(" The")) == only_token(" The")
+    assert target.word_form(only_token("\n")) == only_token("\n")  # (not a word: itself)
+    end = target.tokenize("<|im_end|>", add_special=False, parse_special=True)[0]
+    assert target.word_form(end) == end
+

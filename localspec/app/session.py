@@ -72,7 +72,7 @@ class Session:
             memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None
             drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths,
                                     constrained=grammar is not None, memory=memory.index() if memory else None,
-                                    memory_use=memory.use if memory else None)
+                                    memory_use=memory.use if memory else None, word_form=self.target.word_form)
         return Generation(self.target, prompt_tokens, settings, drafter, grammar, stop_requested)
 
     def remember(self, generation: Generation, source: str, tag: str | None = None) -> None:

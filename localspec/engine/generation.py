@@ -92,7 +92,7 @@ class Generation:
         self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
         self._stream = TextStream(self.settings.stop)
         self._prompt_seconds_in_loop = 0.0  # the drafter's reading of the prompt after the first token
-        self._occurrences = NGramIndex(1, 1) if drafter is not None else None  # guesses for padded passes
+        self._occurrences = NGramIndex(1, 1, target.word_form) if drafter is not None else None  # guesses for padded passes
         self._stop_requested = stop_requested or (lambda: False)
 
     @property

@@ -236,6 +236,7 @@ class Model(_Freed):
         self._first_read_alone: int | None = None
         self._longest_piece: int | None = None
         self._pieces: dict[int, bytes] = {}
+        self._word_forms: dict[int, int] = {}
         self._end_of_generation: dict[int, bool] = {}
         self._special_texts: SpecialTexts | None = None
         self._grammar_tokenizer: Any = None
@@ -355,6 +356,23 @@ class Model(_Freed):
                 piece = self._pieces[token] = self._token_bytes(token, special=False)
             return piece
         return self._token_bytes(token, special=True)
+
+    def word_form(self, token: int) -> int:
+        """One token for a word however it was tokenized: a word's token without the space before it (`The`,
+        as an answer's first word or after a quote) maps to the token with the space (` The`, as the word stands
+        mid-sentence), where the vocabulary has one; every other token to itself. Lookups that compare forms
+        find a quote whose first word follows another character than in its source."""
+        form = self._word_forms.get(token)
+        if form is None:
+            form = self._word_forms[token] = self._spaced_form(token)
+        return form
+
+    def _spaced_form(self, token: int) -> int:
+        piece = self.token_bytes(token)
+        if not piece[:1].isalnum():  # (an ASCII letter or digit starts a word that a space may precede)
+            return token
+        spaced = self.tokenize(" " + piece.decode("utf-8", errors="replace"), add_special=False)
+        return spaced[0] if len(spaced) == 1 else token
 
     @property
     def context_limit(self) -> int:

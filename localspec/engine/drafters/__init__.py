@@ -9,6 +9,8 @@ one (`speculative.memory`, coupled verification only: see `drafters.memory`).
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ...runtime.model import Model
 from ...settings import SamplingParams, SpeculativeParams
 from ..draft_length import DraftLength, FixedLength, LearnedLengths
@@ -30,6 +32,7 @@ def build_drafter(
     constrained: bool = False,
     memory: TokenMemory | None = None,
     memory_use: MemoryUse | None = None,
+    word_form: Callable[[int], int] | None = None,
 ) -> Drafter:
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
@@ -39,7 +42,8 @@ def build_drafter(
     drafts are accepted far more often there) across generations, so a chat or a
     benchmark keeps what it measured (and a run what earlier runs did). `memory`,
     earlier text to draft from, is used where `drafts_from_memory` says so;
-    `memory_use` adds up how that went.
+    `memory_use` adds up how that went. `word_form` (`Model.word_form` of the target): what lookups in the
+    context compare tokens by.
     """
     learned = LearnedLengths() if learned is None else learned
 
@@ -55,7 +59,7 @@ def build_drafter(
     if memory is not None and drafts_from_memory(speculative):
         from_memory = MemoryDrafter(memory, length("memory"), memory_use)
     if speculative.strategy == "ngram":
-        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length, length("resume"))
+        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length, length("resume"), word_form)
         return in_context if from_memory is None else HybridDrafter(in_context, None, from_memory)
     if draft_model is None:
         raise ValueError(f"strategy {speculative.strategy!r} needs a draft model")
@@ -65,9 +69,9 @@ def build_drafter(
     # With a fixed length, hybrid cannot weigh a lookup against the model: only the longest matches draft
     # (and a copy that lost its thread is not resumed).
     if speculative.adaptive:
-        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length, length("resume"))
+        in_context = NGramDrafter(speculative.ngram_min, speculative.ngram_max, lookup_length, length("resume"), word_form)
     else:
-        in_context = NGramDrafter(speculative.ngram_max, speculative.ngram_max, lookup_length)
+        in_context = NGramDrafter(speculative.ngram_max, speculative.ngram_max, lookup_length, word_form=word_form)
     return HybridDrafter(in_context, by_model, from_memory)
 
 

@@ -56,17 +56,23 @@ RESUME_AFTER_KEPT = 4
 
 
 class NGramIndex:
-    """Where each n-gram of a token sequence occurred (its latest occurrences), updated as the sequence grows."""
+    """Where each n-gram of a token sequence occurred (its latest occurrences), updated as the sequence grows.
 
-    def __init__(self, n_min: int, n_max: int) -> None:
+    N-grams are compared by `word_form` (a token to its form, e.g. `Model.word_form`: `The` and ` The` alike),
+    by token id where none is given; continuations are the tokens as written."""
+
+    def __init__(self, n_min: int, n_max: int, word_form: Callable[[int], int] | None = None) -> None:
         self.n_min, self.n_max = n_min, n_max
+        self._word_form = word_form
         self._tokens: list[int] = []
+        self._forms: list[int] = []  # the word form of each of `_tokens`
         # n-gram -> the positions just after its occurrences, oldest first (at most 2·MAX_OCCURRENCES)
         self._next_after: dict[tuple[int, ...], list[int]] = {}
         self._indexed = 0  # n-grams ending before this position are in the index
 
     def reset(self, tokens: Sequence[int]) -> None:
         self._tokens = list(tokens)
+        self._forms = self._forms_of(self._tokens)
         self._next_after.clear()
         self._indexed = 0
 
@@ -77,12 +83,13 @@ class NGramIndex:
             self.reset(context)
         else:
             self._tokens.extend(context[known:])
+            self._forms.extend(self._forms_of(context[known:]))
         # Index every n-gram that ends before the last token: the suffix itself must match an earlier one.
         end = len(self._tokens) - 1
         for stop in range(max(self._indexed, 1), end + 1):
             for n in range(self.n_min, self.n_max + 1):
                 if stop - n >= 0:
-                    starts = self._next_after.setdefault(tuple(self._tokens[stop - n : stop]), [])
+                    starts = self._next_after.setdefault(tuple(self._forms[stop - n : stop]), [])
                     starts.append(stop)
                     if len(starts) > 2 * MAX_OCCURRENCES:
                         del starts[:-MAX_OCCURRENCES]
@@ -93,10 +100,13 @@ class NGramIndex:
         MAX_OCCURRENCES) for the longest n-gram ending the sequence that occurred earlier, or None."""
         for n in range(self.n_max, self.n_min - 1, -1):
             if len(self._tokens) > n:
-                starts = self._next_after.get(tuple(self._tokens[-n:]))
+                starts = self._next_after.get(tuple(self._forms[-n:]))
                 if starts:
                     return n, starts[-MAX_OCCURRENCES:]
         return None
+
+    def _forms_of(self, tokens: Sequence[int]) -> list[int]:
+        return list(tokens) if self._word_form is None else [self._word_form(token) for token in tokens]
 
     def continuation(self, starts: Sequence[int], max_tokens: int) -> list[int]:
         """Up to `max_tokens` tokens that the continuations from `starts` agree on most (`weighted_continuation`
@@ -118,10 +128,11 @@ class NGramDrafter:
     """Drafts by prompt lookup over the whole context (prompt and generated text)."""
 
     def __init__(self, n_min: int = 2, n_max: int = 4, length_for: Callable[[int], DraftLength] | None = None,
-                 resume_length: DraftLength | None = None) -> None:
+                 resume_length: DraftLength | None = None, word_form: Callable[[int], int] | None = None) -> None:
         """`length_for(n)`: the draft-length controller for continuations of n-token matches (default:
-        unbounded); `resume_length`: for resumed copies (None: copies are not resumed)."""
-        self.index = NGramIndex(n_min, n_max)
+        unbounded); `resume_length`: for resumed copies (None: copies are not resumed); `word_form`: see
+        `NGramIndex`."""
+        self.index = NGramIndex(n_min, n_max, word_form)
         self.lengths = {n: length_for(n) if length_for else FixedLength(1 << 30) for n in range(n_min, n_max + 1)}
         self.resume_length = resume_length
         self.length = self.lengths[n_max]  # the controller of the pass being verified (see `propose`)
