@@ -133,7 +133,7 @@ class HybridDrafter:
             return False
         if self.lookup.expected_kept(context) > 0:
             return True
-        if not self._waited_on_a_lone_match and _occurred_once_before(context):
+        if not self._waited_on_a_lone_match and self.lookup.last_occurred_once_before(context):
             self._waited_on_a_lone_match = True
             return True
         return False
@@ -234,9 +234,3 @@ class HybridDrafter:
             self._fruitless[self._last] = 0
         elif self._retrying:
             self._fruitless[self._last] = self._fruitless.get(self._last, 0) + 1
-
-
-def _occurred_once_before(context: Sequence[int]) -> bool:
-    """Whether the context's last token occurs exactly once before it."""
-    last = context[-1]
-    return sum(1 for token in context if token == last) == 2

@@ -105,6 +105,10 @@ class NGramIndex:
                     return n, starts[-MAX_OCCURRENCES:]
         return None
 
+    def last_occurred_once_before(self) -> bool:
+        """Whether the sequence's last token (by word form) occurs exactly once before it."""
+        return bool(self._forms) and self._forms.count(self._forms[-1]) == 2
+
     def _forms_of(self, tokens: Sequence[int]) -> list[int]:
         return list(tokens) if self._word_form is None else [self._word_form(token) for token in tokens]
 
@@ -208,6 +212,12 @@ class NGramDrafter:
         self.length.record_draft_step((time.perf_counter() - started) / len(tokens))
         self.proposed = len(tokens)
         return Draft(tokens, None)
+
+    def last_occurred_once_before(self, context: Sequence[int]) -> bool:
+        """Whether the context's last token (by word form) occurs exactly once before it: in the prompt, a
+        word the answer may go on quoting from."""
+        self.index.extend_to(context)
+        return self.index.last_occurred_once_before()
 
     def expected_kept(self, context: Sequence[int]) -> float:
         """How many draft tokens a lookup here is expected to have kept, judged without drafting (0 without
