@@ -19,8 +19,9 @@ prompt is not slowed by a reading it does not need. Before it reads, lookups are
 on trial: any the context offers is tried, however weak its match length's
 record (a two-token match is often a common phrase), until one loses its first
 token; and the reading waits a pass for a last token that occurred once in the
-prompt (the answer's first word is often tokenized unlike the prompt's, `The`
-against ` The`, so the first lookup matches a token later). An answer that
+prompt (a quote's first words often match no n-gram of it: a word added before
+them, or its first word cased otherwise; a token later a lookup may take the
+quote up, and a padded pass guesses meanwhile). An answer that
 quotes its prompt is so found out for a pass or two of few rows, where the
 reading and the model's drafts would cost as much as the whole copy; an
 ordinary answer loses a pass of drafts at most. Nor, in such an answer, does the
