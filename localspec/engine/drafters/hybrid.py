@@ -116,33 +116,36 @@ class HybridDrafter:
             return True
         if not isinstance(self.by_model.length, AdaptiveLength) or self._held_to_a_grammar:
             return self.by_model.ready_to_read(context, n_generated, budget_left)
-        if n_generated < _TOKENS_BEFORE_READING or self._lookup_drafts(context):
+        if n_generated < _TOKENS_BEFORE_READING:
             return False
-        if self._lookups_on_trial(context):
+        kept_by_lookup = self.lookup.expected_kept(context)  # (weighed by both checks below: looked up once)
+        if self._lookup_drafts(context, kept_by_lookup) or self._lookups_on_trial(context, kept_by_lookup):
             return False
         if self._lookups_outpace_the_model(context, budget_left):
             return False
         uncovered = (self._recent_made - self._recent_from_lookups + 1) / (self._recent_made + 1)
         return self.by_model.ready_to_read(context, n_generated, budget_left, uncovered_share=uncovered)
 
-    def _lookups_on_trial(self, context: Sequence[int]) -> bool:
+    def _lookups_on_trial(self, context: Sequence[int], kept_by_lookup: float) -> bool:
         """Whether the reading waits this pass to find out whether the answer quotes its prompt: no lookup
         tried before the reading has lost its first token in this generation, and the context's lookup drafts
-        here, or (a pass a generation) the last token occurred just once before, where the next lookup may
-        take up the quote (and a padded pass guesses what followed it: see `Generation`)."""
+        here (`kept_by_lookup`, its `expected_kept`, above 0), or (a pass a generation) the last token occurred
+        just once before, where the next lookup may take up the quote (and a padded pass guesses what followed
+        it: see `Generation`)."""
         if self._lookup_lost_a_trial:
             return False
-        if self.lookup.expected_kept(context) > 0:
+        if kept_by_lookup > 0:
             return True
         if not self._waited_on_a_lone_match and self.lookup.last_occurred_once_before(context):
             self._waited_on_a_lone_match = True
             return True
         return False
 
-    def _lookup_drafts(self, context: Sequence[int]) -> bool:
-        """Whether a lookup (the context's, or the memory's) is expected to keep a token of a draft here."""
-        return any(side is not None and side.expected_kept(context) >= _KEPT_BY_A_LOOKUP_THAT_DRAFTS
-                   for side in (self.lookup, self.memory))
+    def _lookup_drafts(self, context: Sequence[int], kept_by_lookup: float) -> bool:
+        """Whether a lookup (the context's, expected to keep `kept_by_lookup`, or the memory's) is expected to
+        keep a token of a draft here."""
+        return kept_by_lookup >= _KEPT_BY_A_LOOKUP_THAT_DRAFTS or (
+            self.memory is not None and self.memory.expected_kept(context) >= _KEPT_BY_A_LOOKUP_THAT_DRAFTS)
 
     def read(self, context: Sequence[int]) -> None:
         if self.by_model is not None:
