@@ -273,6 +273,11 @@ def test_draft_make_refuses_an_empty_or_misplaced_out_and_makes_no_folder(tmp_pa
     one_error_line(cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(misplaced)), 2,
                    f"the folder {misplaced.parent} does not exist")
     assert not misplaced.parent.exists()
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    one_error_line(cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(a_file / "d.gguf")), 2,
+                   f"{a_file} is not a folder")
+    assert a_file.read_text() == "mine\n"
 
 
 
@@ -383,3 +388,17 @@ def test_models_scan_groups_and_drafts_lists_smallest_first(tmp_path: Path, smol
     drafts = json.loads(cli("models", "drafts", str(folder / "smol-f32.gguf"), str(folder), "--json").output)
     assert [Path(d["path"]).name for d in drafts] == ["smol-q4_1.gguf"]
     assert 0.1 < drafts[0]["size_ratio"] < 0.3
+
+
+@pytest.mark.parametrize("repo, filename, reason", [
+    ("tiny-GGUF", "tiny.gguf", "hf_repo 'tiny-GGUF' is not 'org/name'"),
+    ("org/tiny-GGUF", "sub/../tiny.gguf", "hf_file 'sub/../tiny.gguf' is not a file inside the repository"),
+    ("org/tiny-GGUF", " ", "hf_file is empty"),
+])
+def test_a_bad_hub_reference_from_the_api_says_what_is_wrong(repo: str, filename: str, reason: str) -> None:
+    """A reference that never went through a profile's checks (the Python API) is refused with the same reason."""
+    from localspec.errors import InputError
+
+    with pytest.raises(InputError, match="invalid hub reference") as raised:
+        hub_local_path(repo, filename)
+    assert reason in str(raised.value) and "\n" not in str(raised.value)

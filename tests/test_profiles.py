@@ -60,6 +60,17 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
 
 
+def test_removing_a_profile_leaves_no_lock_file_behind() -> None:
+    """`profile set` locks the file it changes (`.NAME.lock` beside it); once the profile is removed, its lock
+    goes too, and the folder holds only what the user keeps there."""
+    folder = user_profiles_dir()
+    write_user_profile("mine", '[target]\npath = "x.gguf"\n')
+    assert cli("profile", "set", "mine", "sampling.temperature=0.5").exit_code == 0
+    assert (folder / ".mine.toml.lock").exists()
+    assert cli("profile", "remove", "mine").exit_code == 0
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
 def test_what_profile_list_lists_the_other_commands_find_and_removing_the_default_says_so() -> None:
     folder = user_profiles_dir()
     (folder / "odd.toml").mkdir(parents=True)

@@ -25,7 +25,7 @@ from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
-from ..config.paths import history_file, input_history_file, user_path
+from ..config.paths import check_folder_of, history_file, input_history_file, user_path
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
@@ -310,8 +310,7 @@ class ChatLoop:
         if name.endswith(("/", os.sep)):
             raise InputError(f"{name}: names a folder; /save writes a file")
         path = user_path(name)
-        if not path.parent.is_dir():
-            raise InputError(f"{path}: the folder {path.parent} does not exist")
+        check_folder_of(path, str(path))
         if path.is_file() and not force and path.resolve() not in self.saved_files:
             raise InputError(f"{path} exists: /save --force {name} replaces it")
         try:

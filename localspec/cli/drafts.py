@@ -15,7 +15,7 @@ from ..app.drafts import (
     make_draft,
     make_fastest_draft,
 )
-from ..config.paths import user_path
+from ..config.paths import check_folder_of, user_path
 from ..errors import InputError
 from ..models.quantize import OUTPUT_TYPES
 from .common import human_size, status_line, stderr_console
@@ -39,8 +39,8 @@ def make_command(target: str, type_name: str, out: str | None, force: bool) -> N
     """
     target_path = user_path(target, "TARGET")
     out_path = user_path(out, "--out") if out is not None else None
-    if out_path is not None and not out_path.parent.is_dir():  # (a mistyped folder is not made)
-        raise InputError(f"--out {out_path}: the folder {out_path.parent} does not exist")
+    if out_path is not None:
+        check_folder_of(out_path, f"--out {out_path}")
     make_draft_file(target_path, type_name, out_path, force=force)
 
 

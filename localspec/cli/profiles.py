@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from ..config.files import locked
+from ..config.files import discard_lock, locked
 from ..config.paths import stored_assignment, user_profiles_dir
 from ..config.profiles import (
     check_name,
@@ -152,6 +152,7 @@ def remove_command(name: str) -> None:
                 raise InputError(f"{name!r} is a shipped profile and cannot be removed")
             raise InputError(f"no user profile named {name!r}")
         path.unlink()  # a file, or a link (dangling too: `profile list` shows it)
+    discard_lock(path)
     shipped_left = profile_file(name)
     click.echo(f"removed {path}" + (" (the shipped profile of that name applies again)" if shipped_left else ""), err=True)
     if not shipped_left and _is_default(name):

@@ -10,7 +10,8 @@ writes for itself the other way: leniently, whatever is wrong only said why.
 cross-platform `filelock` library) so that two processes changing one file
 take turns instead of one silently undoing the other's change. Every writer
 of a read-modify-write takes it; a plain reader does not need it, since
-writes are atomic (`localspec.config.atomic`).
+writes are atomic (`localspec.config.atomic`). `discard_lock` deletes the lock
+of a file that was removed.
 """
 
 from __future__ import annotations
@@ -165,6 +166,13 @@ def file_version(path: Path) -> str:
 def lock_path(path: Path) -> Path:
     """The lock file beside `path`: `.NAME.lock` in the same folder."""
     return path.with_name(f".{path.name}.lock")
+
+
+def discard_lock(path: Path) -> None:
+    """Delete the lock file of `path` once `path` itself is gone (a removed profile's), so that lock files do
+    not pile up beside what remains; whatever cannot be deleted is left."""
+    with contextlib.suppress(OSError):
+        lock_path(Path(path)).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -34,6 +34,17 @@ def user_path(text: str | os.PathLike[str], what: str | None = None) -> Path:
         raise InputError(f"{text}: cannot expand ~ (no such user)") from None
 
 
+def check_folder_of(path: Path, named: str) -> None:
+    """InputError unless the folder `path` is to be written in exists (a mistyped folder is not made);
+    `named`: how the message names the path (`--out x/y.gguf`)."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise InputError(f"{named}: {folder} is not a folder")
+    raise InputError(f"{named}: the folder {folder} does not exist")
+
+
 MODEL_PATH_KEYS = frozenset({"target.path", "draft.path"})  # the settings `stored_model_path` stores
 
 

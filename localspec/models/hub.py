@@ -31,8 +31,9 @@ ProgressCallback = Callable[[int, int | None], None]
 def _check_reference(repo: str, filename: str) -> None:
     """InputError unless `repo` is a repository id the hub takes ('org/name') and `filename` a path inside it."""
     _check_endpoint()
-    if hub_reference_problem(repo, filename) is not None:
-        raise InputError(f"invalid hub reference {repo}/{filename}: expected hf_repo = 'org/name' and a file inside it")
+    problem = hub_reference_problem(repo, filename)
+    if problem is not None:
+        raise InputError(f"invalid hub reference {repo}/{filename}: {problem} (expected hf_repo = 'org/name' and a file inside it)")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
