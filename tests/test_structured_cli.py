@@ -60,6 +60,8 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("regex", "abc\\", "--regex"), ["--regex: invalid regex: it ends with a backslash"]),  # (dropped, else)
     (OutputFormat("regex", "[^\\s\\S]", "--regex"), ["--regex: no text can satisfy it"]),  # valid, matching nothing
     (OutputFormat("grammar", 'start: /[^\\s\\S]/ "a"\n', "g.lark"), ["g.lark: no text can satisfy it"]),
+    # a rule that always needs itself: llguidance forced "((((…" until its limit, at generation time
+    (OutputFormat("grammar", 'start: a\na: "(" a ")"\n', "g.lark"), ["g.lark: no text can satisfy it: it forces text without end"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
     (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
     # The converter names no line for an undefined rule: its first use outside strings, classes and comments is given.
@@ -568,6 +570,15 @@ def test_a_number_llguidance_cannot_take_is_one_line(keyword: str) -> None:
     schema = f'{{"type": "object", "properties": {{"a": {{"type": "{kind}", "{keyword}": {10**30}}}}}}}'
     with pytest.raises(InputError, match=r"^big\.json: [^\n]*1000000000000000000000000000000$"):
         compile_format(OutputFormat("json_schema", schema, "big.json"))
+
+
+def test_a_grammar_that_forces_text_without_end_after_a_choice_is_one_line(tiny_args: list[str], tmp_path: Path) -> None:
+    """Past the grammar's first choice, a rule that always needs itself shows only while generating: said in plain
+    words (llguidance's "Too many items (limit 50000; ff_tokens)" said nothing of the grammar), exit 2."""
+    grammar = tmp_path / "endless.lark"
+    grammar.write_text('start: ("a" | "b") more\nmore: "c" more\n')
+    one_error_line(run_tiny(tiny_args, "--grammar", str(grammar), "--max-tokens", "8"), 2,
+                   "the output format stopped with an error: it forces text without end")
 
 
 def test_a_schema_that_fails_only_while_generating_is_bad_input(tiny_args: list[str], tmp_path: Path) -> None:

@@ -142,4 +142,8 @@ class TokenGrammar:
 
 
 def _first_line(text: str) -> str:
+    """llguidance's message, its first line; in plain words where it reached its limit on forced text (a rule
+    that, from here on, always needs itself)."""
+    if "Too many items" in text and "ff_tokens" in text:
+        return "it forces text without end (a rule that always needs itself?)"
     return text.strip().splitlines()[0] if text.strip() else "no reason given"

@@ -161,6 +161,12 @@ def _shortened(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+# llguidance stops computing forced text at a limit (25,000 bytes as of 1.x): that much text forced without a
+# choice is a grammar whose rule always needs itself, which no finite text satisfies.
+ENDLESS_FORCED_BYTES = 20_000
+ENDLESS_FORCED_TEXT = "no text can satisfy it: it forces text without end (a rule that always needs itself?)"
+
+
 @dataclass(frozen=True)
 class CompiledGrammar:
     """An llguidance grammar string for `LLMatcher`, and the warnings compiling it gave."""
@@ -190,8 +196,9 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
     if is_error:
         raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', kind)}")
-    if not _matches_some_text(grammar):
-        raise InputError(f"{_name(fmt)}: no text can satisfy it")
+    problem = _why_no_text_matches(grammar)
+    if problem is not None:
+        raise InputError(f"{_name(fmt)}: {problem}")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
                      for message in messages)
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
@@ -206,15 +213,20 @@ def _byte_tokenizer() -> Any:
                                      pattern=r"[\s\S]", eos_token=256, n_vocab=257)
 
 
-def _matches_some_text(grammar: str) -> bool:
-    """Whether the grammar lets anything be written at all (`[^\\s\\S]` does not, though it is a valid regex):
-    found before any model loads, with bytes for tokens (about a millisecond)."""
+def _why_no_text_matches(grammar: str) -> str | None:
+    """Why no text can satisfy the grammar, where that shows at its start; None where it lets something be
+    written. Found before any model loads, with bytes for tokens (about a millisecond): nothing allowed at all
+    (`[^\\s\\S]`, a valid regex), or text forced without end (a rule that always needs itself, `a: "(" a ")"`)."""
     from llguidance import LLMatcher
 
     matcher = LLMatcher(_byte_tokenizer(), grammar)
     matcher.compute_bitmask()  # (the first mask is what finds nothing allowed)
     # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
-    return not (matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"))
+    if matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"):
+        return "no text can satisfy it"
+    if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= ENDLESS_FORCED_BYTES:
+        return ENDLESS_FORCED_TEXT
+    return None
 
 
 def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], list[str]]:
