@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
+from .grammar import ENDLESS_FORCED
 
 
 class TokenGrammar:
@@ -145,5 +146,5 @@ def _first_line(text: str) -> str:
     """llguidance's message, its first line; in plain words where it reached its limit on forced text (a rule
     that, from here on, always needs itself)."""
     if "Too many items" in text and "ff_tokens" in text:
-        return "it forces text without end (a rule that always needs itself?)"
+        return ENDLESS_FORCED
     return text.strip().splitlines()[0] if text.strip() else "no reason given"

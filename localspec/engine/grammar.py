@@ -163,8 +163,8 @@ def _shortened(text: str, limit: int = 60) -> str:
 
 # llguidance stops computing forced text at a limit (25,000 bytes as of 1.x): that much text forced without a
 # choice is a grammar whose rule always needs itself, which no finite text satisfies.
-ENDLESS_FORCED_BYTES = 20_000
-ENDLESS_FORCED_TEXT = "no text can satisfy it: it forces text without end (a rule that always needs itself?)"
+_ENDLESS_FORCED_BYTES = 20_000
+ENDLESS_FORCED = "it forces text without end (a rule that always needs itself?)"  # (constraint.py says it too)
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,8 @@ def _why_no_text_matches(grammar: str) -> str | None:
     # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
     if matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"):
         return "no text can satisfy it"
-    if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= ENDLESS_FORCED_BYTES:
-        return ENDLESS_FORCED_TEXT
+    if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= _ENDLESS_FORCED_BYTES:
+        return f"no text can satisfy it: {ENDLESS_FORCED}"
     return None
 
 
