@@ -262,19 +262,19 @@ class SpeculativeParams(SettingsGroup):
         " the same text with or without speculation where llama.cpp computes a lone token otherwise (its default CPU"
         " build); off: a lone token at full speed there (target-only decoding 1.3-1.6x as fast on the demo target),"
         " the text may part from --no-speculative's at a near-tie, still an exact sample of the target.",
-        flag="--same-text",
+        flag="--same-text", request="same_text",
     )
     draft_max: int | str = setting(
         ADAPTIVE, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",
         low=1, high=256, words=(ADAPTIVE,), flag="--draft-max", request="draft_max",
     )
-    draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min")
-    p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min")
-    ngram_min: int = setting(2, "Shortest n-gram the lookup matches.", low=1, high=16, flag="--ngram-min")
-    ngram_max: int = setting(4, "Longest n-gram the lookup matches.", low=1, high=16, flag="--ngram-max")
+    draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min", request="draft_min")
+    p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min", request="p_min")
+    ngram_min: int = setting(2, "Shortest n-gram the lookup matches.", low=1, high=16, flag="--ngram-min", request="ngram_min")
+    ngram_max: int = setting(4, "Longest n-gram the lookup matches.", low=1, high=16, flag="--ngram-max", request="ngram_max")
     memory: bool = setting(
         True, "Draft from the memory of earlier text on this machine too (hybrid and ngram, coupled verification;"
-        " `localspec memory` shows and clears it).", flag="--memory",
+        " `localspec memory` shows and clears it).", flag="--memory", request="memory",
     )
 
     def __post_init__(self) -> None:

@@ -250,7 +250,7 @@ def test_a_chat_request_to_a_model_without_a_chat_template_says_to_send_plain_te
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("field, value", [
     ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", 10**400),
-    ("top_p", float("nan")), ("min_p", float("-inf")),
+    ("top_p", float("nan")), ("min_p", float("-inf")), ("p_min", float("nan")),
 ])
 def test_non_finite_numbers_are_refused(api: Api, stream: bool, field: str, value: Any) -> None:
     refused = api.post(CHAT, chat_body("hi", stream=stream, **{field: value}))
@@ -286,6 +286,7 @@ def test_the_harmless_values_of_those_fields_are_accepted(api: Api) -> None:
     ("speculative", "no"), ("max_tokens", "8"), ("max_tokens", 10**30), ("max_tokens", 0),
     ("max_completion_tokens", 0), ("seed", 1.5), ("stop", [1]),
     ("strategy", "bogus"), ("draft_max", 0), ("model", "gpt-9"),
+    ("draft_min", -1), ("ngram_min", "abc"), ("ngram_max", 17), ("same_text", "x"), ("memory", "x"),
 ])
 def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, value: Any) -> None:
     refused = api.post(CHAT, chat_body("hi", **{field: value}))
@@ -298,11 +299,23 @@ def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, v
     ({"max_tokens": -5}, "max_tokens", "max_tokens must be >= 1, got -5"),
     ({"max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens", "max_tokens is 4 but max_completion_tokens is 8"),
     ({"stop": ""}, "stop", "empty text"),
+    ({"ngram_min": 5, "ngram_max": 2}, "ngram_min", "ngram_min (5) must not exceed ngram_max (2)"),
+    ({"temprature": 0}, "temprature", "unknown field \"temprature\": did you mean 'temperature'?"),
+    ({"stream_option": {"include_usage": True}}, "stream_option", "did you mean 'stream_options'?"),
 ])
 def test_a_field_of_the_wrong_kind_or_twice_given_is_400_saying_which(api: Api, fields: dict, param: str, says: str) -> None:
     refused = api.post(CHAT, chat_body("hi", **fields))
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["param"] == param and says in refused.json()["error"]["message"]
+
+
+def test_every_speculative_setting_may_be_given_and_other_servers_fields_are_ignored(api: Api) -> None:
+    """localspec's own settings in a request are the command line's (p_min and the rest had been ignored, NaN
+    too); a field no misspelling of a known one (`user`, another server's `max_new_tokens`) changes nothing."""
+    body = chat_body("hi", max_tokens=2, p_min=0.2, draft_min=1, ngram_min=2, ngram_max=3, same_text=False,
+                     memory=False, user="u1", metadata={"a": "b"}, max_new_tokens=50, cache_prompt=True)
+    answered = api.post(CHAT, body)
+    assert answered.status_code == 200 and answered.json()["usage"]["completion_tokens"] <= 2, answered.text
 
 
 def test_max_tokens_and_max_completion_tokens_may_both_be_given_alike(api: Api) -> None:
@@ -538,6 +551,7 @@ MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={
     "content": CONTENT,
 }), JSON)
 FIELDS = {name: JSON for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "strategy", "draft_max",
+                                  "draft_min", "p_min", "ngram_min", "ngram_max", "same_text", "memory",
                                   "speculative", "stream", "stream_options", "model", "response_format", "tools",
                                   "tool_choice", "parallel_tool_calls", *UNSUPPORTED)}
 BODY = st.fixed_dictionaries({}, optional={

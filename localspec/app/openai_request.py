@@ -4,7 +4,8 @@ Every field that changes what a client gets is understood, or refused with a
 400 that names it: a client asking for something localspec does not do (several
 choices, log-probabilities, another server's `grammar` or `n_predict`) must not
 get plain text as if it had been honoured. Fields that change nothing for it
-(`user`, `metadata`, `store`, ...) are ignored.
+(`user`, `metadata`, `store`, ...) are ignored, unless spelled nearly like a
+known field (`temprature`): that is a 400 naming the one meant.
 `response_format` (JSON, a JSON schema) becomes an llguidance grammar here;
 `tools` are checked here and turned into a grammar per model by `serving`
 (see `tool_calls`). Settings fields (`temperature`, `max_tokens`, `draft_max`, ...) are
@@ -18,6 +19,7 @@ lone surrogates (a JavaScript client cutting a string inside an emoji, or a
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 from dataclasses import dataclass
@@ -75,6 +77,12 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "audio": (_absent(), "text output only"),
     "prediction": (_absent(), "no predicted outputs"),
 }
+
+
+# Fields read apart from the settings (REQUEST_FIELDS) and the refused ones (UNSUPPORTED).
+READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "response_format", "tools", "tool_choice",
+               "parallel_tool_calls", "speculative")
+_MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 
 
 class ApiError(Exception):
@@ -140,6 +148,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSettings, has_draft: bool) -> CompletionRequest:
     """Check every field of `body` that matters; raise ApiError(400) naming the first wrong one."""
     body = clean_data(body)[0]  # "\ud800" escapes decode to lone surrogates, which no tokenizer takes
+    _refuse_misspelled(body)
     _refuse_unsupported(body)
     tools = _tools(body, chat)
     response_format = _response_format(body.get("response_format"))
@@ -211,6 +220,18 @@ def _json_schema(spec: Any) -> str:
         raise ApiError(400, f"{where}.schema holds a number that is not finite", param=f"{where}.schema") from None
     except RecursionError:
         raise ApiError(400, f"{where}.schema is nested too deeply", param=f"{where}.schema") from None
+
+
+def _refuse_misspelled(body: dict[str, Any]) -> None:
+    """A 400 for an unknown field that is a misspelling of a known one (`temprature`): ignored, it would leave
+    the request on a default the client did not ask for. Other unknown fields (`user`, `metadata`, another
+    server's) are ignored."""
+    known = [*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS]
+    for name in body:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1, cutoff=_MISSPELLED)
+            if near:
+                raise ApiError(400, f"unknown field {quote_json(name)}: did you mean {near[0]!r}?", param=name)
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:

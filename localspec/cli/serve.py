@@ -38,7 +38,8 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
     """Serve the profile's models over an OpenAI-compatible API (/v1/chat/completions, /v1/completions).
 
     Settings in a request (temperature, top_p, max_tokens, stop, seed, draft_max,
-    strategy, ...) override the profile's for that request.
+    strategy, p_min, ...) override the profile's for that request; a field spelled
+    nearly like one of them is refused, naming the one meant.
 
     It keeps no memory of what it served unless started with --memory: then
     the clients of one API key draft from what that key's requests wrote before
