@@ -37,6 +37,18 @@ def test_info_reports_versions_devices_features_and_folders() -> None:
     assert "exact" in invariance and ("alike alone and in a batch" in invariance) == report["cpu_batch_invariant"]
 
 
+def test_the_profile_named_by_localspec_profile_is_the_one_info_and_profile_list_call_the_default() -> None:
+    """Commands without -p run LOCALSPEC_PROFILE's profile: `info` and `profile list` said the configured one."""
+    write_profile("mine", '[target]\npath = "x.gguf"\n')
+    environment = {"LOCALSPEC_PROFILE": "mine"}
+    assert "default profile: mine (from LOCALSPEC_PROFILE)" in cli("info", env=environment).output
+    report = json.loads(cli("info", "--json", env=environment).output)
+    assert report["default_profile"] == "mine" and report["default_profile_from"] == "LOCALSPEC_PROFILE"
+    listed = json.loads(cli("profile", "list", "--json", env=environment).output)
+    assert [row["name"] for row in listed if row["default"]] == ["mine"]
+    assert [row["name"] for row in json.loads(cli("profile", "list", "--json").output) if row["default"]] == ["demo"]
+
+
 def test_info_still_reports_with_a_broken_config_and_says_what_is_wrong_with_it() -> None:
     from localspec.config.paths import config_file
 

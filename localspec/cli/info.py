@@ -9,8 +9,7 @@ import click
 from .. import __version__
 from ..app.repack import load_verdicts
 from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
-from ..config.resolve import DEMO_PROFILE
-from ..config.user_config import default_profile_name
+from ..config.resolve import PROFILE_VARIABLE, profile_without_a_flag
 from ..errors import InputError
 from ..runtime.devices import build_info, devices
 from ..runtime.library import default_threads
@@ -34,7 +33,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         "cpu_repack": load_verdicts(build_fingerprint()),
         "folders": {"profiles": str(user_profiles_dir()), "cache": str(cache_dir()), "models": str(models_dir()),
                     "data": str(data_dir())},
-        "default_profile": _default_profile_text(),
+        **_default_profile(),
     }
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -62,16 +61,18 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     out(f"repacked CPU weights (--repack auto): {_repack_text(report['cpu_repack'])}")
     for name, folder in report["folders"].items():
         out(f"{name} folder: {folder}")
-    out(f"default profile: {report['default_profile']}")
+    source = report["default_profile_from"]
+    out(f"default profile: {report['default_profile']}" + (f" (from {source})" if source == PROFILE_VARIABLE else ""))
 
 
-def _default_profile_text() -> str:
-    """The profile commands run without -p; a broken config.toml is reported here, not fatal: info is what a
-    bug report starts from."""
+def _default_profile() -> dict[str, str | None]:
+    """The profile commands run without -p and where its name comes from (`profile_without_a_flag`); a broken
+    config.toml is reported here, not fatal: info is what a bug report starts from."""
     try:
-        return default_profile_name() or DEMO_PROFILE
+        name, source = profile_without_a_flag()
     except InputError as exc:
-        return f"unknown ({exc})"
+        return {"default_profile": f"unknown ({exc})", "default_profile_from": None}
+    return {"default_profile": name, "default_profile_from": source}
 
 
 def _llama_cpp_text(build: dict[str, str]) -> str:

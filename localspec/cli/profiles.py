@@ -21,7 +21,7 @@ from ..config.profiles import (
     profile_file,
     update_profile,
 )
-from ..config.resolve import DEMO_PROFILE, resolve_settings
+from ..config.resolve import profile_without_a_flag, resolve_settings
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
@@ -53,9 +53,10 @@ def profile_group() -> None:
 def list_command(as_json: bool) -> None:
     """List user and shipped profiles (a user profile hides a shipped one of the same name).
 
-    A file that is not a valid profile is listed as invalid, with the reason.
+    A file that is not a valid profile is listed as invalid, with the reason. The one commands run without -p
+    is marked `*` (`default`): LOCALSPEC_PROFILE's where it is set, else the configured default.
     """
-    default = default_profile_name() or DEMO_PROFILE
+    default = profile_without_a_flag()[0]
     rows = [
         {
             "name": p.name,

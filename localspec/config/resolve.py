@@ -9,6 +9,7 @@ Nothing here touches model files: `profile show` needs only this, and
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -21,6 +22,17 @@ from .user_config import default_profile_name
 DEMO_PROFILE = "demo"
 DEFAULT_SOURCE = "default"
 FLAG_SOURCE = "flag"
+PROFILE_VARIABLE = "LOCALSPEC_PROFILE"
+
+
+def profile_without_a_flag() -> tuple[str, str]:
+    """The profile commands run when no -p names one, and where its name comes from: LOCALSPEC_PROFILE, else
+    the configured default (config.toml), else the shipped demo. A broken config.toml raises InputError."""
+    from_the_environment = os.environ.get(PROFILE_VARIABLE)
+    if from_the_environment:
+        return from_the_environment, PROFILE_VARIABLE
+    configured = default_profile_name()
+    return (configured, "config.toml") if configured else (DEMO_PROFILE, "built in")
 
 
 @dataclass(frozen=True)
