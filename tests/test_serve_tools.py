@@ -72,7 +72,11 @@ def check_text(choice: Any) -> None:
     call is the JSON form `{"tool_calls": ...}`), unless it was cut short, and then it is no whole call either
     (a whole call comes back as tool_calls)."""
     content = choice.message.content
-    assert choice.finish_reason in ("stop", "length") and not choice.message.tool_calls and isinstance(content, str)
+    assert choice.finish_reason in ("stop", "length") and not choice.message.tool_calls
+    if content is None:  # a call cut short: no call, and no text either
+        assert choice.finish_reason == "length"
+        return
+    assert isinstance(content, str)
     if choice.finish_reason == "stop":
         assert not content.lstrip().startswith("{"), content
     assert parse_calls(content, ToolSyntax.JSON) is None, content

@@ -572,6 +572,34 @@ def test_serve_reads_back_a_call_and_reports_what_its_schema_does_not_enforce(to
         assert [w for w in body["warnings"] if w.startswith("tools[0].function.parameters: ") and "not" in w], body
 
 
+def test_a_call_cut_short_is_never_sent_as_text(tools_api: TestClient) -> None:
+    """A call stopped by max_tokens is no call and no text: content null (a stream: no content) and finish_reason
+    length, where the half-written call had come back as the assistant's text."""
+    ping = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    for stream in (False, True):
+        reply = tools_api.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "ping"}], "tools": [ping], "tool_choice": "required",
+            "temperature": 0, "max_tokens": 3, "stream": stream})
+        assert reply.status_code == 200, reply.text
+        if stream:
+            events = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: {")]
+            deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+            assert "".join(d.get("content") or "" for d in deltas) == "" and not any("tool_calls" in d for d in deltas)
+            finish = events[-1]["choices"][0]["finish_reason"]
+        else:
+            message = reply.json()["choices"][0]["message"]
+            assert message["content"] is None and "tool_calls" not in message, message
+            finish = reply.json()["choices"][0]["finish_reason"]
+        assert finish == "length"
+
+
+def test_text_that_is_no_call_is_kept_whole_and_a_cut_call_is_dropped() -> None:
+    held = CallStream(ToolSyntax.JSON, forced=False)
+    assert held.feed(' {"tool_calls": [{"na') == "" and held.rest(cut_short=True) == ""
+    text = CallStream(ToolSyntax.JSON, forced=False)
+    assert text.feed("Hello") == "Hello" and text.rest(cut_short=True) == ""
+
+
 def test_run_tools_prints_what_a_schema_does_not_enforce_as_warning_lines(tmp_path: Path) -> None:
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([{"type": "function", "function": {"name": "ping", "parameters": {

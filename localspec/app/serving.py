@@ -339,7 +339,7 @@ class Reply:
             raise ApiError(400, str(exc), param=self.format_param) from None
         calls = self._calls(generation)
         finish = "tool_calls" if calls else _finish_reason(generation)
-        message: dict[str, Any] = {"role": "assistant", "content": None if calls else generation.text}
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else self._text(generation)}
         if calls:
             message["tool_calls"] = [call.to_openai() for call in calls]
         choice = ({"index": 0, "message": message, "finish_reason": finish}
@@ -353,6 +353,12 @@ class Reply:
         if self.tools is None or generation.stop_reason is not StopReason.EOS:
             return None
         return self.tools.calls_in(generation.text)
+
+    def _text(self, generation: Generation) -> str | None:
+        """A reply's content where it makes no call: its text, or None for a call cut short (see `ToolSetup.text_of`)."""
+        if self.tools is None:
+            return generation.text
+        return self.tools.text_of(generation.text, cut_short=generation.stop_reason is not StopReason.EOS)
 
     def _warnings(self) -> dict[str, list[str]]:
         """`warnings`: what llguidance does not enforce of the response_format's or the tools' schemas (absent
@@ -392,7 +398,7 @@ class Reply:
             if calls:
                 for event in self._call_events(calls):
                     yield event
-            elif sorting is not None and (held := sorting.rest()):
+            elif sorting is not None and (held := sorting.rest(cut_short=generation.stop_reason is not StopReason.EOS)):
                 yield self._event({"content": held})  # not a whole call: the text as it is
             yield self._event({}, "tool_calls" if calls else _finish_reason(generation),
                               speculative=_speculative(generation), **self._warnings())

@@ -413,10 +413,11 @@ class CallStream:
                 return text
         return ""
 
-    def rest(self) -> str:
-        """What was held back (sent as text when the output turns out not to be a whole call)."""
+    def rest(self, cut_short: bool = False) -> str:
+        """What was held back, sent as text when the output turns out not to be a whole call; nothing where a
+        call was `cut_short` (max_tokens, a stop string): half a call is no text for the client."""
         text, self.held = self.held, ""
-        return text
+        return "" if cut_short and self.call else text
 
 
 def _quote(value: Any) -> str:
@@ -446,6 +447,13 @@ class ToolSetup:
 
     def stream(self) -> CallStream:
         return CallStream(self.syntax, self.request.forced)
+
+    def text_of(self, output: str, cut_short: bool) -> str | None:
+        """The message content of an `output` that makes no whole call: the output, or None where it is a
+        call `cut_short` (as `CallStream.rest` leaves it out of a stream)."""
+        stream = self.stream()
+        stream.feed(output)
+        return None if cut_short and stream.call else output
 
 
 def prepare_tools(request: ToolRequest, template: str | None, is_special: Callable[[str], bool]) -> ToolSetup:
