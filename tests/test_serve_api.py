@@ -338,6 +338,15 @@ def test_malformed_json_is_400(api: Api) -> None:
     api.still_serves()
 
 
+def test_a_body_that_is_not_utf8_says_so_and_where(api: Api) -> None:
+    """Invalid UTF-8 was "not valid JSON", which sends a client looking for a syntax error."""
+    body = '{"messages": [{"role": "user", "content": "caf\u00e9"}], "max_tokens": 2}'.encode("latin-1")
+    refused = api.post(CHAT, body)
+    assert refused.status_code == 400, refused.text
+    offset = body.index(b"\xe9")
+    assert refused.json()["error"]["message"] == f"the request body is not valid UTF-8 (byte 0xe9 at offset {offset})"
+
+
 def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_health_works(api: Api) -> None:
     missing = api.http.get(api.base + "/v1/nothing")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"

@@ -136,6 +136,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     """The JSON object a request body holds, or a 400."""
     try:
         body = json.loads(raw)
+    except UnicodeDecodeError as exc:  # (a ValueError too: said apart, as the CLI says it of files)
+        raise ApiError(400, f"the request body is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset"
+                       f" {exc.start})") from None
     except ValueError:
         raise ApiError(400, "the request body is not valid JSON") from None
     except RecursionError:
