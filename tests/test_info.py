@@ -49,6 +49,18 @@ def test_the_profile_named_by_localspec_profile_is_the_one_info_and_profile_list
     assert [row["name"] for row in json.loads(cli("profile", "list", "--json").output) if row["default"]] == ["demo"]
 
 
+def test_a_localspec_home_that_is_a_file_is_one_line_for_every_command_and_info_still_reports(tmp_path) -> None:
+    """Each command had failed its own way (`memory stats`: "the memory is empty", exit 0; a lock "File exists")."""
+    a_file = tmp_path / "home"
+    a_file.write_text("x\n")
+    environment = {"LOCALSPEC_HOME": str(a_file)}
+    for command in (("memory", "stats"), ("profile", "default", "demo"), ("history", "list"), ("profile", "list")):
+        one_error_line(cli(*command, env=environment), 2, f"LOCALSPEC_HOME={a_file}: not a folder")
+    reported = cli("info", env=environment)
+    assert reported.exit_code == 0 and f"data folder: unknown (LOCALSPEC_HOME={a_file}: not a folder)" in reported.stdout
+    assert a_file.read_text() == "x\n"
+
+
 def test_info_still_reports_with_a_broken_config_and_says_what_is_wrong_with_it() -> None:
     from localspec.config.paths import config_file
 

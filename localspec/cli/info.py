@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -31,8 +33,8 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         "devices": [device.to_dict() for device in devices()],
         "default_threads": default_threads(),
         "cpu_repack": load_verdicts(build_fingerprint()),
-        "folders": {"profiles": str(user_profiles_dir()), "cache": str(cache_dir()), "models": str(models_dir()),
-                    "data": str(data_dir())},
+        "folders": {name: _folder(where) for name, where in
+                    (("profiles", user_profiles_dir), ("cache", cache_dir), ("models", models_dir), ("data", data_dir))},
         **_default_profile(),
     }
     if as_json:
@@ -63,6 +65,14 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         out(f"{name} folder: {folder}")
     source = report["default_profile_from"]
     out(f"default profile: {report['default_profile']}" + (f" (from {source})" if source == PROFILE_VARIABLE else ""))
+
+
+def _folder(where: Callable[[], Path]) -> str:
+    """A folder's path, or why it is unknown (a LOCALSPEC_HOME that is a file): info still reports the rest."""
+    try:
+        return str(where())
+    except InputError as exc:
+        return f"unknown ({exc})"
 
 
 def _default_profile() -> dict[str, str | None]:

@@ -82,8 +82,15 @@ def model_path_here(stored: str, key: str) -> Path:
 
 
 def _home_override() -> Path | None:
+    """LOCALSPEC_HOME, the one folder for profiles, config and data when set; InputError where it names
+    something that is not a folder (each command would fail its own way further on)."""
     value = os.environ.get("LOCALSPEC_HOME")
-    return user_path(value) if value else None
+    if not value:
+        return None
+    home = user_path(value, "LOCALSPEC_HOME")
+    if home.exists() and not home.is_dir():
+        raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
+    return home
 
 
 def user_config_dir() -> Path:
