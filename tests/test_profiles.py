@@ -60,6 +60,15 @@ def test_add_show_set_remove_round_trip(pair: tuple[str, str]) -> None:
     one_error_line(cli("profile", "show", "mine"), 2, "no profile named 'mine'")
 
 
+def test_a_name_other_than_the_profiles_own_is_refused_as_it_would_never_be_found() -> None:
+    """`profile set cc name=zzz` was saved, `profile show cc` then said name 'zzz', and no command found zzz."""
+    write_user_profile("cc", '[target]\npath = "x.gguf"\n')
+    one_error_line(cli("profile", "set", "cc", "name=zzz"), 2, "profile cc: name = 'zzz', but a profile is named by its"
+                   " file (cc.toml)", "copy the file to zzz.toml")
+    assert "zzz" not in (user_profiles_dir() / "cc.toml").read_text()
+    assert cli("profile", "set", "cc", "name=cc").exit_code == 0
+
+
 def test_removing_a_profile_leaves_no_lock_file_behind() -> None:
     """`profile set` locks the file it changes (`.NAME.lock` beside it); once the profile is removed, its lock
     goes too, and the folder holds only what the user keeps there."""

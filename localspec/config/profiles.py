@@ -343,6 +343,7 @@ def save_profile(name: str, values: dict[str, Any], *, replace: bool = True) -> 
     """Validate and write the user profile `name` atomically, keeping comments of an existing valid file;
     without `replace`, one that exists (checked under its lock: two writers cannot both find none) is InputError."""
     check_name(name)
+    _check_same_name(name, values)
     validate(values, where=f"profile {name}")
     path = user_profiles_dir() / f"{name}.toml"
     with locked(path):
@@ -350,6 +351,15 @@ def save_profile(name: str, values: dict[str, Any], *, replace: bool = True) -> 
             raise profile_exists(name, path)
         write_text_atomic(path, render_profile(values, _text_to_keep(path)))
     return path
+
+
+def _check_same_name(name: str, values: dict[str, Any]) -> None:
+    """InputError where a profile is to be written with a `name` other than its own: the file name is what
+    commands go by, so another name would be shown but never found."""
+    given = values.get("name")
+    if given is not None and given != name:
+        raise InputError(f"profile {name}: name = {given!r}, but a profile is named by its file ({name}.toml):"
+                         f" to have a profile {given!r}, copy the file to {given}.toml (localspec profile path {name})")
 
 
 def profile_exists(name: str, path: Path) -> InputError:
@@ -377,6 +387,7 @@ def update_profile(name: str, changes: dict[str, Any], unset: tuple[str, ...] = 
     the profile does not set is InputError.
     """
     _existing_file(name)  # refuses a name that is invalid or not a profile
+    _check_same_name(name, changes)
     path = user_profiles_dir() / f"{name}.toml"
     for dotted, value in changes.items():  # a value given here is named as given, not by a line of the file
         if (problem := SETTINGS[dotted].problem(value)) is not None:
