@@ -389,6 +389,13 @@ def test_damaged_base_tokens_drop_the_base(tmp_path: Path) -> None:
     assert_reported_once_then_repaired(tmp_path, "tokens.npy", [4])
 
 
+def test_a_token_file_that_is_no_array_file_is_said_so_not_taken_for_a_pickle(tmp_path: Path) -> None:
+    """numpy reads a file that does not start as a .npy for a pickle, and its message advises loading it unsafely."""
+    _, generation = compacted_store(tmp_path)
+    (generation / "tokens.npy").write_text("garbage\n")
+    assert_reported_once_then_repaired(tmp_path, "tokens.npy: damaged (not an array file (it does not start as one));", [4])
+
+
 @pytest.mark.parametrize("contents", ["short", "zeros", "out of range", "shuffled"])
 def test_a_damaged_suffix_array_is_rebuilt_from_the_tokens(tmp_path: Path, contents: str) -> None:
     _, generation = compacted_store(tmp_path)

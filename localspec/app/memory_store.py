@@ -766,6 +766,9 @@ def _check_table(table: dict[str, Any], base: _Base, verify: bool) -> None:
         raise _Damaged("the tokens' checksum does not match")
 
 
+_NPY_MAGIC = b"\x93NUMPY"  # how a .npy file starts
+
+
 def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
     """A one-dimensional array of `size` entries, memory-mapped read-only (FileNotFoundError if gone)."""
     try:
@@ -775,10 +778,21 @@ def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
     except OSError as exc:  # the system's refusal (permissions, I/O, no memory to map it), not the file's contents
         raise _unreadable(path, exc) from None
     except (ValueError, EOFError) as exc:
-        raise _Damaged(f"unreadable: {exc}") from None
+        raise _Damaged(_array_problem(path, exc)) from None
     if array.ndim != 1 or array.dtype != dtype or len(array) != size:
         raise _Damaged(f"holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} ({size},)")
     return array
+
+
+def _array_problem(path: Path, exc: Exception) -> str:
+    """Why numpy could not read an array file, in plain words: numpy takes a file that does not start as a
+    .npy file does for a pickle, and says so with advice to load it unsafely."""
+    try:
+        with path.open("rb") as handle:
+            starts_as_an_array = handle.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+    except OSError:
+        starts_as_an_array = True
+    return f"unreadable: {exc}" if starts_as_an_array else "not an array file (it does not start as one)"
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
