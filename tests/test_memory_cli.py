@@ -179,6 +179,9 @@ def test_memory_add_for_another_target_and_for_the_demo_without_deriving_it(tiny
 
 def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path: Path) -> None:
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "missing.txt")), 2, "no such file")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "loop1")), 2, "loop1: cannot read it (")
     (tmp_path / "empty").mkdir()
     one_error_line(cli("memory", "add", "-p", "tiny", str(tmp_path / "empty")), 2, "no text files")
     junk = tmp_path / "junk"

@@ -214,8 +214,12 @@ def _name(store: MemoryStore) -> str:
 
 def _files_under(path: Path) -> Iterator[Path]:
     """`path` itself, or the files under a folder (hidden ones skipped)."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file or folder")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or folder") from None
+    except (OSError, ValueError) as exc:  # a link loop, a name too long, a folder it may not search
+        raise InputError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     if not path.is_dir():
         yield path
         return
