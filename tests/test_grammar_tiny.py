@@ -23,7 +23,7 @@ from localspec.engine.draft_length import FixedLength
 from localspec.engine.drafters import ModelDrafter, build_drafter
 from localspec.engine.generation import Generation, StopReason, generate_text
 from localspec.engine.sampling import CoupledSampler, next_token_probs
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, OutputFormatError
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 
@@ -153,6 +153,18 @@ def test_a_format_that_cannot_be_completed_is_an_error_not_a_complete_output(spa
     with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
         for drafter in (None, build_drafter(speculative, T1, draft)):
             with pytest.raises(LocalspecError, match="cannot be completed"):
+                generate_text(target, PROMPT, GenerationSettings(T1, speculative, max_tokens=8, seed=0), drafter, grammar)
+
+
+def test_a_rule_that_always_needs_itself_after_a_choice_is_an_error_target_only_and_speculative(
+        spaced_pair: tuple[Path, Path]) -> None:
+    """llguidance computes such a rule's forced text up to its limit, after which its matcher cannot step back
+    (a draft checked along the grammar then failed as "the grammar could not step back"): said plainly, both ways."""
+    grammar = llguidance.LLMatcher.grammar_from_lark('start: (" the" | " cat") more\nmore: " dog" more\n')
+    speculative = SpeculativeParams(strategy="model", draft_max=3)
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        for drafter in (None, build_drafter(speculative, T1, draft)):
+            with pytest.raises(OutputFormatError, match="cannot be completed from here: it forces text without end"):
                 generate_text(target, PROMPT, GenerationSettings(T1, speculative, max_tokens=8, seed=0), drafter, grammar)
 
 

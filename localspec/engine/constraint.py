@@ -22,6 +22,9 @@ from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
 from .grammar import ENDLESS_FORCED
 
+# Forced tokens past any context: llguidance computed them up to its limit (a rule that always needs itself).
+_ENDLESS_FORCED_TOKENS = 10_000
+
 
 class TokenGrammar:
     """An llguidance matcher over a vocabulary of `n_vocab` tokens."""
@@ -64,6 +67,9 @@ class TokenGrammar:
         whoever decodes: target-only and speculative decoding emit the same tokens.
         """
         tokens = self._matcher.compute_ff_tokens()
+        self._raise_on_error()
+        if len(tokens) >= _ENDLESS_FORCED_TOKENS:  # llguidance stopped at its limit: its matcher cannot step back now
+            raise OutputFormatError(f"the output format cannot be completed from here: {ENDLESS_FORCED}")
         if not tokens or self._matcher.validate_tokens(tokens[:1]) != 1:
             return None  # a vocabulary that spells the forced text unlike its own tokens leaves the choice open
         return int(tokens[0])
