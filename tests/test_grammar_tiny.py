@@ -164,7 +164,7 @@ def test_a_rule_that_always_needs_itself_after_a_choice_is_an_error_target_only_
     speculative = SpeculativeParams(strategy="model", draft_max=3)
     with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
         for drafter in (None, build_drafter(speculative, T1, draft)):
-            with pytest.raises(OutputFormatError, match="cannot be completed from here: it forces text without end"):
+            with pytest.raises(OutputFormatError, match="cannot be completed from here: it forces more text without a choice than llguidance follows"):
                 generate_text(target, PROMPT, GenerationSettings(T1, speculative, max_tokens=8, seed=0), drafter, grammar)
 
 

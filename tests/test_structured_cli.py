@@ -61,7 +61,10 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("regex", "[^\\s\\S]", "--regex"), ["--regex: no text can satisfy it"]),  # valid, matching nothing
     (OutputFormat("grammar", 'start: /[^\\s\\S]/ "a"\n', "g.lark"), ["g.lark: no text can satisfy it"]),
     # a rule that always needs itself: llguidance forced "((((…" until its limit, at generation time
-    (OutputFormat("grammar", 'start: a\na: "(" a ")"\n', "g.lark"), ["g.lark: no text can satisfy it: it forces text without end"]),
+    (OutputFormat("grammar", 'start: a\na: "(" a ")"\n', "g.lark"), ["g.lark: cannot be used: it forces more text without a"
+                                                                     " choice than llguidance follows (a rule that always needs itself"]),
+    # ... or a fixed text that long (it had been called unsatisfiable: it is not, but llguidance cannot follow it)
+    (OutputFormat("regex", "a{100000}", "--regex"), ["--regex: cannot be used: it forces more text", "a very long fixed text"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
     (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
     # The converter names no line for an undefined rule: its first use outside strings, classes and comments is given.
@@ -578,7 +581,7 @@ def test_a_grammar_that_forces_text_without_end_after_a_choice_is_one_line(tiny_
     grammar = tmp_path / "endless.lark"
     grammar.write_text('start: ("a" | "b") more\nmore: "c" more\n')
     one_error_line(run_tiny(tiny_args, "--grammar", str(grammar), "--max-tokens", "8"), 2,
-                   "the output format ", "it forces text without end")
+                   "the output format ", "it forces more text without a choice than llguidance follows")
 
 
 def test_a_schema_that_fails_only_while_generating_is_bad_input(tiny_args: list[str], tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ import numpy as np
 
 from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
-from .grammar import ENDLESS_FORCED
+from .grammar import TOO_MUCH_FORCED
 
-# Forced tokens past any context: llguidance computed them up to its limit (a rule that always needs itself).
-_ENDLESS_FORCED_TOKENS = 10_000
+# Forced tokens past any context: llguidance computed them up to its limit (see `grammar.TOO_MUCH_FORCED`).
+_FORCED_TOKENS_FOLLOWED = 10_000
 
 
 class TokenGrammar:
@@ -68,8 +68,8 @@ class TokenGrammar:
         """
         tokens = self._matcher.compute_ff_tokens()
         self._raise_on_error()
-        if len(tokens) >= _ENDLESS_FORCED_TOKENS:  # llguidance stopped at its limit: its matcher cannot step back now
-            raise OutputFormatError(f"the output format cannot be completed from here: {ENDLESS_FORCED}")
+        if len(tokens) >= _FORCED_TOKENS_FOLLOWED:  # llguidance stopped at its limit: its matcher cannot step back now
+            raise OutputFormatError(f"the output format cannot be completed from here: {TOO_MUCH_FORCED}")
         if not tokens or self._matcher.validate_tokens(tokens[:1]) != 1:
             return None  # a vocabulary that spells the forced text unlike its own tokens leaves the choice open
         return int(tokens[0])
@@ -149,8 +149,7 @@ class TokenGrammar:
 
 
 def _first_line(text: str) -> str:
-    """llguidance's message, its first line; in plain words where it reached its limit on forced text (a rule
-    that, from here on, always needs itself)."""
+    """llguidance's message, its first line; in plain words where it reached its limit on forced text."""
     if "Too many items" in text and "ff_tokens" in text:
-        return ENDLESS_FORCED
+        return TOO_MUCH_FORCED
     return text.strip().splitlines()[0] if text.strip() else "no reason given"

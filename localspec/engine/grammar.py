@@ -161,10 +161,12 @@ def _shortened(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-# llguidance stops computing forced text at a limit (25,000 bytes as of 1.x): that much text forced without a
-# choice is a grammar whose rule always needs itself, which no finite text satisfies.
-_ENDLESS_FORCED_BYTES = 20_000
-ENDLESS_FORCED = "it forces text without end (a rule that always needs itself?)"  # (constraint.py says it too)
+# llguidance stops computing forced text at a limit (25,000 bytes as of 1.x), and its matcher cannot step back
+# once it has: a grammar that forces that much text without a choice (a rule that always needs itself, which
+# no finite text satisfies, or a fixed text that long, `a{100000}`) cannot be used.
+_FORCED_BYTES_FOLLOWED = 20_000
+TOO_MUCH_FORCED = ("it forces more text without a choice than llguidance follows (a rule that always needs itself,"
+                   " or a very long fixed text)")  # (constraint.py says it too)
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
     if is_error:
         raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', kind)}")
-    problem = _why_no_text_matches(grammar)
+    problem = _why_unusable(grammar)
     if problem is not None:
         raise InputError(f"{_name(fmt)}: {problem}")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
@@ -213,10 +215,11 @@ def _byte_tokenizer() -> Any:
                                      pattern=r"[\s\S]", eos_token=256, n_vocab=257)
 
 
-def _why_no_text_matches(grammar: str) -> str | None:
-    """Why no text can satisfy the grammar, where that shows at its start; None where it lets something be
-    written. Found before any model loads, with bytes for tokens (about a millisecond): nothing allowed at all
-    (`[^\\s\\S]`, a valid regex), or text forced without end (a rule that always needs itself, `a: "(" a ")"`)."""
+def _why_unusable(grammar: str) -> str | None:
+    """Why the grammar cannot be used, where that shows at its start; None where it lets something be written.
+    Found before any model loads, with bytes for tokens (about a millisecond): nothing allowed at all
+    (`[^\\s\\S]`, a valid regex: no text can satisfy it), or too much text forced without a choice
+    (`TOO_MUCH_FORCED`)."""
     from llguidance import LLMatcher
 
     matcher = LLMatcher(_byte_tokenizer(), grammar)
@@ -224,8 +227,8 @@ def _why_no_text_matches(grammar: str) -> str | None:
     # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
     if matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"):
         return "no text can satisfy it"
-    if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= _ENDLESS_FORCED_BYTES:
-        return f"no text can satisfy it: {ENDLESS_FORCED}"
+    if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= _FORCED_BYTES_FOLLOWED:
+        return f"cannot be used: {TOO_MUCH_FORCED}"
     return None
 
 
