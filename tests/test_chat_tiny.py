@@ -560,3 +560,15 @@ def test_a_command_that_takes_nothing_refuses_words_after_it(tiny_profile: str) 
         assert f"error: {name} takes nothing after it" in result.stderr
     assert len(replies(result.stderr)) == 2  # both messages answered: the chat neither reset nor left
     assert contents()[0] == "the cat"
+
+
+def test_a_multiline_block_is_a_message_whatever_its_first_line_starts_with(tiny_profile: str) -> None:
+    """A pasted block whose first line starts with "/" was run as a command ("unknown command /etc/hosts"), and
+    `/exit` inside a block left the chat: text between the \"\"\" lines is always one message."""
+    block = '"""\n/etc/hosts looks like this:\n127.0.0.1 localhost\n"""\n"""\n/exit\n"""\n/stats\n/exit\n'
+    result = chat(block.encode())
+    assert result.exit_code == 0, result.stderr
+    assert "unknown command" not in result.stderr
+    users = [m["content"] for m in stored()["messages"] if m["role"] == "user"]
+    assert users == ["/etc/hosts looks like this:\n127.0.0.1 localhost", "/exit"]
+    assert "last reply: " in result.stderr  # /stats ran after the second block

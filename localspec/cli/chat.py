@@ -71,6 +71,11 @@ COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "
 MULTILINE = '"""'
 
 
+class Block(str):
+    """A message typed between two MULTILINE lines: sent as it is, never taken for a command, whatever its first
+    line starts with (a pasted path, `/etc/hosts looks like this:`)."""
+
+
 @click.command()
 @PROFILE_OPTION
 @setting_options()
@@ -159,7 +164,9 @@ class ChatLoop:
             if not text:
                 continue
             message = line.strip("\n")
-            if text.startswith(COMMAND_ESCAPE):
+            if isinstance(line, Block):
+                pass
+            elif text.startswith(COMMAND_ESCAPE):
                 message = message.replace(COMMAND_ESCAPE, "/", 1)
             elif text.startswith("/"):
                 if not self.command(text):
@@ -415,7 +422,7 @@ def _line_reader() -> Callable[[], str | None]:
         lines: list[str] = []
         while (line := read_one()) is not None and line.strip() != MULTILINE:
             lines.append(line)
-        return "\n".join(lines)
+        return Block("\n".join(lines))
 
     return read_message
 
