@@ -185,15 +185,21 @@ def test_output_cut_short_by_max_tokens_is_said_and_exits_1(tiny_args: list[str]
     assert report["complete"] is False and report["stop_reason"] == "length"
 
 
-def test_output_stopped_by_max_tokens_where_the_format_accepts_it_is_complete(tiny_args: list[str]) -> None:
-    """`--regex '[^\\n]*'` cut at 4 tokens is a whole match: it was reported cut short, with exit 1."""
+def test_output_stopped_by_max_tokens_where_the_format_accepts_it_is_cut_short_and_says_it_matches(
+        tiny_args: list[str]) -> None:
+    """`--regex '[^\\n]*'` cut at 4 tokens matches whole, yet the model had not finished: an integer cut to `123`
+    of `123456789001234` also matches, and was reported complete with exit 0, a wrong number for a script. It is
+    cut short (exit 1, complete false), and says that it matches (`matches_format` true)."""
     result = run_tiny(tiny_args, "--regex", "[^\n]*", "--max-tokens", "4", "--json")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["complete"] is True and report["stop_reason"] == "length" and len(report["tokens"]) == 4
-    assert re.fullmatch("[^\n]*", report["text"])
+    assert report["complete"] is False and report["matches_format"] is True and report["stop_reason"] == "length"
+    assert len(report["tokens"]) == 4 and re.fullmatch("[^\n]*", report["text"])
+    assert result.stderr.splitlines()[-1] == ("localspec: output cut short by max_tokens or the context (stop reason"
+                                              " length): it matches the format, but the model had not finished")
     unfinished = run_tiny(tiny_args, "--regex", "[^\n]{40}!", "--max-tokens", "4", "--json")  # 4 tokens cannot reach '!'
-    assert unfinished.exit_code == 1 and json.loads(unfinished.stdout)["complete"] is False
+    assert unfinished.exit_code == 1
+    assert json.loads(unfinished.stdout)["complete"] is False and json.loads(unfinished.stdout)["matches_format"] is False
 
 
 def test_a_regex_holds_the_output_and_warnings_reach_stderr(tiny_args: list[str]) -> None:

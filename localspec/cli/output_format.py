@@ -115,16 +115,18 @@ def format_from_command(argument: str) -> OutputFormat | None:
 
 
 def cut_short_message(stop_reason: StopReason | str | None, matches_format: bool = False) -> str | None:
-    """Why constrained output may not match its format; None where it is complete: the generation ended on EOS,
-    or it `matches_format` whole however it stopped (`Generation.matches_format`)."""
-    if stop_reason == StopReason.EOS or matches_format:
+    """Why constrained output is not complete; None where it is: the generation ended on EOS (the format, or the
+    model where the format let it, ended it). Output cut short that `matches_format` whole (`Generation.matches_format`:
+    `123` of an integer, any text of `.*`) is said to, and is still cut short: more was to come."""
+    if stop_reason == StopReason.EOS:
         return None
     cause = {
         StopReason.LENGTH: "max_tokens or the context",
         StopReason.STOP: "a stop string",
         StopReason.INTERRUPTED: "an interruption",
     }.get(stop_reason, "an interruption")  # type: ignore[call-overload]
-    return f"output cut short by {cause} (stop reason {stop_reason}): it may not match the format"
+    verdict = "it matches the format, but the model had not finished" if matches_format else "it may not match the format"
+    return f"output cut short by {cause} (stop reason {stop_reason}): {verdict}"
 
 
 def _warn_on_stderr(text: str) -> None:

@@ -110,6 +110,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             report["format"] = {**output_format.to_dict(), "warnings": list(compiled.warnings) if compiled else []}
         if output_format is not None or tool_run is not None:  # (with tools: null calls cut short, not text)
             report["complete"] = cut_short_message(generation.stop_reason, whole_match) is None
+            report["matches_format"] = whole_match or report["complete"]
         if tool_run is not None:
             calls = tool_run.calls(generation)
             report["tool_calls"] = calls_as_json(calls) if calls else None
