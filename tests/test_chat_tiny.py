@@ -381,7 +381,7 @@ def test_history_shows_stored_text_exactly_and_safely_and_survives_other_program
     store = HistoryStore(history_file())
     written = Conversation(GenerationSettings())
     written.add("user", "\nhello \x1b[31mred\x1b[0m and a backslash \\")
-    written.add("assistant", "ok [bold]x[/bold]")
+    written.add("assistant", "ok [bold]x[/bold] \u202eright to left")
     first = store.start(written)
     other = Conversation(GenerationSettings())
     other.add("user", "second")
@@ -392,7 +392,8 @@ def test_history_shows_stored_text_exactly_and_safely_and_survives_other_program
     store.close()
     shown = cli("history", "show", str(first))
     assert shown.exit_code == 0
-    assert shown.stdout == "user: \nhello \\x1b[31mred\\x1b[0m and a backslash \\\nassistant: ok [bold]x[/bold]\n"
+    assert shown.stdout == ("user: \nhello \\x1b[31mred\\x1b[0m and a backslash \\\n"
+                            "assistant: ok [bold]x[/bold] \\u202eright to left\n")  # (a bidi override reorders what follows)
     listed = cli("history", "list")
     assert listed.exit_code == 0 and "hello \\x1b[31mred" in listed.stdout and "\x1b" not in listed.stdout
     assert json.loads(cli("history", "list", "--json").stdout)[0]["updated"] is None
@@ -572,3 +573,11 @@ def test_a_multiline_block_is_a_message_whatever_its_first_line_starts_with(tiny
     users = [m["content"] for m in stored()["messages"] if m["role"] == "user"]
     assert users == ["/etc/hosts looks like this:\n127.0.0.1 localhost", "/exit"]
     assert "last reply: " in result.stderr  # /stats ran after the second block
+
+
+def test_control_characters_of_a_reply_are_shown_as_escapes_and_kept_in_the_history(tiny_profile: str) -> None:
+    """A reply held to a regex of an OSC sequence: shown raw, it retitled the terminal; `history show` escaped it."""
+    result = chat(b"/format regex \\x1b\\]0;PWNED\\x07ok\nhi\n/exit\n", "--max-tokens", "16", "--no-highlight")
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\\x1b]0;PWNED\\x07ok" in result.stdout
+    assert stored()["messages"][-1]["content"] == "\x1b]0;PWNED\x07ok"

@@ -31,7 +31,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
-from .common import os_error_text, write_stdout
+from .common import os_error_text, shown_plainly, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -227,9 +227,12 @@ class ChatLoop:
             self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}, {_seed_text(reply.generation)}"))
 
     def _render(self, chunk: Chunk) -> str:
+        """A chunk of reply as shown: the drafted part in cyan, control characters as escapes (a model's escape
+        sequence would retitle or recolour the terminal; the history keeps the text as generated)."""
         if not self.highlight or not chunk.drafted_text:
-            return chunk.text
-        return click.style(chunk.drafted_text, fg="cyan") + chunk.text[len(chunk.drafted_text):]
+            return shown_plainly(chunk.text)
+        drafted = click.style(shown_plainly(chunk.drafted_text), fg="cyan")
+        return drafted + shown_plainly(chunk.text[len(chunk.drafted_text):])
 
     # -- commands ------------------------------------------------------------------------
 

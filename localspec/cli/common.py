@@ -265,13 +265,20 @@ class StatusLine:
             self._status = None
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters, and the bidirectional embeddings, overrides and isolates that reorder what follows them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def shown_plainly(text: str) -> str:
-    """Stored text made safe to print on a terminal: control characters (an escape sequence that would
-    recolour or move the cursor) shown as \\xNN escapes; line breaks and tabs kept."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    """Stored or generated text made safe to print on a terminal: control characters (an escape sequence that
+    would recolour, retitle or move the cursor) shown as \\xNN escapes, bidirectional overrides (which reorder
+    what is shown after them) as \\uNNNN; line breaks and tabs kept."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def human_size(n_bytes: float) -> str:
