@@ -581,3 +581,23 @@ def test_control_characters_of_a_reply_are_shown_as_escapes_and_kept_in_the_hist
     assert result.exit_code == 0, result.stderr
     assert "\x1b" not in result.stdout and "\\x1b]0;PWNED\\x07ok" in result.stdout
     assert stored()["messages"][-1]["content"] == "\x1b]0;PWNED\x07ok"
+
+
+@pytest.mark.parametrize("environment, coloured", [({}, True), ({"NO_COLOR": "1"}, False), ({"TERM": "dumb"}, False)])
+def test_colour_goes_only_to_a_terminal_that_takes_it(monkeypatch: pytest.MonkeyPatch, environment: dict,
+                                                      coloured: bool) -> None:
+    """TERM=dumb shows escape sequences as they are: chat coloured drafted text and its statistics line there."""
+    import io
+
+    from localspec.cli.common import terminal_takes_colour
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert terminal_takes_colour(Terminal()) is coloured
+    assert terminal_takes_colour(io.StringIO()) is False

@@ -31,7 +31,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
-from .common import os_error_text, shown_plainly, write_stdout
+from .common import os_error_text, shown_plainly, terminal_takes_colour, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -119,7 +119,7 @@ def chat(
     kept_settings = conversation.settings
     conversation.settings = conversation.settings.with_values(
         {key: value for key, value in given.items() if key in GenerationSettings.keys()})
-    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    colour = terminal_takes_colour(sys.stdout)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model  # (/speculative on: lookups only)
     with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),

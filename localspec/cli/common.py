@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import ipaddress
+import os
 import re
 import sys
 from contextlib import contextmanager
@@ -263,6 +264,12 @@ class StatusLine:
         if self._status is not None:
             self._status.stop()
             self._status = None
+
+
+def terminal_takes_colour(stream: Any) -> bool:
+    """Whether to colour what goes to `stream`: a terminal, unless NO_COLOR is set (no-color.org) or TERM=dumb
+    (a terminal that shows escape sequences as they are)."""
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 # Control characters, and the bidirectional embeddings, overrides and isolates that reorder what follows them.
