@@ -44,8 +44,10 @@ def test_the_window_leaves_out_the_oldest_exchanges_but_never_the_system_prompt(
     assert [m["content"] for m in chat.prompt_messages(2)] == ["Be brief.", "six seven", "eight", "nine ten eleven twelve"]
     assert chat.window_start(words, limit=6, start=2) == 4 and len(chat.messages) == 5  # the conversation keeps them all
     assert chat.window_start(words, limit=100, start=4) == 4  # the window never moves back
-    with pytest.raises(InputError, match="does not fit the context"):
+    with pytest.raises(InputError, match="this message and the system prompt do not fit the context together"):
         chat.window_start(words, limit=3)
+    with pytest.raises(InputError, match=r"the system prompt alone does not fit the context \(2 tokens, room for 1\)"):
+        chat.window_start(words, limit=1)  # (it had blamed the message, however short)
 
 
 def test_set_takes_short_or_dotted_names_and_checks_ranges() -> None:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..config.files import refuse_utf16
 from ..config.profiles import parse_value
-from ..errors import InputError
+from ..errors import InputError, LocalspecError
 from ..settings import SETTINGS, GenerationSettings
 from ..textin import clean_data, decode_bytes
 
@@ -82,9 +82,23 @@ class Conversation:
         while prompt_length(self.prompt_messages(start)) > limit:
             first_reply = next((i for i in range(start, len(self.messages)) if self.messages[i].role == "assistant"), None)
             if first_reply is None or first_reply >= len(self.messages) - 1:
-                raise InputError("this message alone does not fit the context: shorten it or raise --n-ctx")
+                raise self._does_not_fit(prompt_length, limit)
             start = first_reply + 1
         return start
+
+    def _does_not_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int) -> InputError:
+        """What is too long where even the system prompt and the last message do not fit in `limit` tokens."""
+        if self.system:
+            try:
+                alone = prompt_length(self.prompt_messages(len(self.messages)))
+            except LocalspecError:  # a template that renders no system prompt without a message after it
+                alone = 0
+            if alone > limit:
+                return InputError(f"the system prompt alone does not fit the context ({alone} tokens, room for"
+                                  f" {limit}): shorten it or raise --n-ctx")
+            return InputError("this message and the system prompt do not fit the context together: shorten one"
+                              " or raise --n-ctx")
+        return InputError("this message alone does not fit the context: shorten it or raise --n-ctx")
 
     def set(self, key: str, raw: str) -> str:
         """`/set KEY VALUE` for any sampling, speculative or generation setting; returns the dotted key set."""
