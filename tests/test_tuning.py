@@ -47,9 +47,18 @@ def test_bench_json_holds_every_configuration_and_the_best(tiny_profile: str) ->
         assert best["speedup"] == max(r["speedup"] for r in same)
 
 
+def test_bench_save_refuses_to_pick_a_setting_from_a_run_too_small_to_tell(tiny_profile: str) -> None:
+    """One prompt of 4 tokens had set a profile's draft_max, under a shipped comment it then contradicted."""
+    for sizes, here in ((("--prompts", "1", "--max-tokens", "64"), "here 1"), (("--prompts", "2", "--repeat", "2",
+                                                                               "--max-tokens", "8"), "here 8")):
+        refused = cli("bench", "-p", tiny_profile, *sizes, "--temperatures", "0", "--draft-max", "2", "--save")
+        one_error_line(refused, 2, "--save picks a profile's setting from what this bench measures", here)
+    assert "speculative.draft_max" not in load_profile(tiny_profile).values
+
+
 def test_bench_save_writes_the_fastest_setting_into_the_profile(tiny_profile: str) -> None:
-    result = cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0",
-                 "--strategy", "model,ngram", "--draft-max", "1,3", "--save")
+    result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--repeat", "2", "--max-tokens", "64", "--temperatures",
+                 "0", "--strategy", "model,ngram", "--draft-max", "1,3", "--save")
     assert result.exit_code == 0, result.stderr
     profile = load_profile(tiny_profile)
     if "saved strategy" in result.stderr:

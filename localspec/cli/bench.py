@@ -169,6 +169,8 @@ def bench(
     chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes is not None else [speculative.verify]
     if save and speculative.verify not in chosen_verify:
         raise click.UsageError(f"--save writes a setting for verify = {speculative.verify} (the profile's): include it in --verify")
+    if save:
+        _check_worth_saving(len(prompts) * repeat, plan.generation.max_tokens or BENCH_MAX_TOKENS)
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
     for case in cases:  # a combination the settings refuse (draft_min above a swept draft_max) before anything loads
         case_settings(plan.generation, case)
@@ -213,6 +215,20 @@ def bench(
         else:
             click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x {baseline} across temperatures)"
                        f" to {path}", err=True)
+
+
+# What --save needs measured before it changes a profile: a setting picked from one short run is noise.
+SAVE_NEEDS_RUNS, SAVE_NEEDS_TOKENS = 4, 64
+
+
+def _check_worth_saving(runs: int, max_tokens: int) -> None:
+    """UsageError where a bench is too small to pick a profile's setting from: fewer than SAVE_NEEDS_RUNS prompt
+    runs (prompts × --repeat) per case, or replies shorter than SAVE_NEEDS_TOKENS."""
+    if runs < SAVE_NEEDS_RUNS or max_tokens < SAVE_NEEDS_TOKENS:
+        raise click.UsageError(
+            f"--save picks a profile's setting from what this bench measures: it needs {SAVE_NEEDS_RUNS} prompt runs"
+            f" or more (prompts x --repeat; here {runs}) of up to {SAVE_NEEDS_TOKENS} tokens or more (here {max_tokens});"
+            " measure more, or drop --save")
 
 
 def _fitted_lengths(plan: Plan, lengths: list[int | str]) -> list[int | str]:
