@@ -164,7 +164,7 @@ def _shortened(text: str, limit: int = 60) -> str:
 # llguidance stops computing forced text at a limit (25,000 bytes as of 1.x), and its matcher cannot step back
 # once it has: a grammar that forces that much text without a choice (a rule that always needs itself, which
 # no finite text satisfies, or a fixed text that long, `a{100000}`) cannot be used.
-_FORCED_BYTES_FOLLOWED = 20_000
+_FORCED_BYTES_FOLLOWED = 25_000  # (a fixed text just shorter is followed: 25,001 bytes came back of a rule without end)
 TOO_MUCH_FORCED = ("it forces more text without a choice than llguidance follows (a rule that always needs itself,"
                    " or a very long fixed text)")  # (constraint.py says it too)
 
