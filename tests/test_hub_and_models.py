@@ -278,7 +278,21 @@ def test_draft_make_refuses_an_empty_or_misplaced_out_and_makes_no_folder(tmp_pa
     one_error_line(cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(a_file / "d.gguf")), 2,
                    f"{a_file} is not a folder")
     assert a_file.read_text() == "mine\n"
+    # Something --force does not replace is refused before any work (it was, after the whole model was quantized).
+    folder = tmp_path / "drafts"
+    folder.mkdir()
+    for flags in ((), ("--force",)):
+        done = cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(folder), *flags)
+        one_error_line(done, 2, f"{folder} is a folder: a draft is written as a file")
+        assert "writing" not in done.stderr
 
+
+
+def test_a_draft_no_smaller_than_its_target_is_said_to_be_of_no_use(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    """A draft of an F32 target at F32 (or of a Q4_1 one at Q8_0) was only 'not much smaller'."""
+    made = cli("draft", "make", str(tiny_pair[0]), "--type", "f32", "--out", str(tmp_path / "same.gguf"))
+    assert made.exit_code == 0, made.stderr
+    assert "warning: the draft is no smaller than the target, so it cannot speed it up" in made.stderr
 
 
 def test_draft_make_of_a_damaged_target_is_one_line_and_writes_nothing(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -50,9 +51,21 @@ def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None
         out = out or default_draft_path(target, type_name)
     if out is not None and _same_file(out, target):
         raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
+    if out is not None:
+        _check_writable(out)
     if out is not None and out.exists() and not force:
         raise InputError(f"{out} exists; pass --force to overwrite")
     return _make(target, type_name, out, force)
+
+
+def _check_writable(out: Path) -> None:
+    """InputError, before any work, where `out` cannot take a draft: something other than a file stands there
+    (which --force does not replace), or its folder cannot be written in."""
+    if out.exists() and not out.is_file():
+        what = "a folder" if out.is_dir() else "not a regular file"
+        raise InputError(f"{out} is {what}: a draft is written as a file (--force replaces only a file)")
+    if out.parent.is_dir() and not os.access(out.parent, os.W_OK):
+        raise InputError(f"{out}: cannot write in {out.parent} (permission denied)")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -73,7 +86,10 @@ def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:
             made = make_draft(target, type_name, out, on_progress=status.advance,
                               on_start=lambda: status.start_progress(f"writing {type_name} draft of {target.name}"))
     click.echo(f"wrote {made.path} ({human_size(made.size_bytes)}, {made.size_ratio:.0%} of the target)", err=True)
-    if not made.much_smaller:
+    if made.size_ratio >= 1.0:
+        click.echo("warning: the draft is no smaller than the target, so it cannot speed it up (a draft is made of an"
+                   " F16, BF16 or Q8_0 target, at a lower precision)", err=True)
+    elif not made.much_smaller:
         click.echo("note: the draft is not much smaller than the target; expect little speed-up", err=True)
     return made.path
 
@@ -86,7 +102,8 @@ def _print_candidates(reports: list[CandidateReport]) -> None:
         table.add_row(report.type_name, human_size(report.size_bytes), f"{report.cost_ratio:.2f}", f"{report.acceptance:.1%}",
                       str(report.best_draft_length), f"{report.expected_speedup:.2f}x{mark}")
     stderr_console.print(table)
-    if best.expected_speedup < 1.0:
-        click.echo(f"warning: even the best precision ({best.type_name}) is expected to be slower than the target alone", err=True)
+    if best.expected_speedup <= 1.0:
+        click.echo(f"warning: even the best precision ({best.type_name}) is expected to be no faster than the target"
+                   " alone", err=True)
 
 
