@@ -224,6 +224,37 @@ def test_a_hub_that_cannot_be_reached_is_one_line_at_once(monkeypatch, endpoint:
     assert reason in errors[0], errors
 
 
+def test_a_mirror_that_answers_404_is_said_to_have_answered_404(monkeypatch) -> None:
+    """A plain web server as HF_ENDPOINT (no hub headers) gave huggingface_hub's "check your connection" message."""
+
+    class NotFound(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_HEAD(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        for variable in [name for name in os.environ if name.lower().endswith("_proxy")]:
+            monkeypatch.delenv(variable, raising=False)
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        write_hub_profile()
+        result = cli("pull", "tinyhub")
+        errors = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("localspec:")]
+        assert result.exit_code == 1 and len(errors) == 1, errors
+        assert f"failed: HTTP 404 from {endpoint} (no such repository or file on the hub)" in errors[0], errors
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.parametrize("endpoint", ["http://hub:abc", "ftp://hub", "http://", "http://hub:99999"])
 def test_a_malformed_hf_endpoint_is_one_line(monkeypatch, endpoint: str) -> None:
     monkeypatch.setenv("HF_ENDPOINT", endpoint)

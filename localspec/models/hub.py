@@ -113,7 +113,8 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
         reason = _HTTP_REASONS.get(status, _first_line(exc))
         raise LocalspecError(f"download of {where} failed: HTTP {status or '?'} ({reason})") from None
     except (huggingface_hub.errors.OfflineModeIsEnabled, huggingface_hub.errors.EntryNotFoundError) as exc:
-        reason = "HF_HUB_OFFLINE is set and the file is not in the cache" if _offline() else _first_line(exc)
+        # (LocalEntryNotFoundError, one of these, is the lookup that failed: the error behind it says why)
+        reason = "HF_HUB_OFFLINE is set and the file is not in the cache" if _offline() else _lookup_problem(exc)
         raise LocalspecError(f"download of {where} failed: {reason}") from None
     except Exception as exc:  # transport errors of the HTTP client (connection refused, reset, timeouts)
         raise LocalspecError(
@@ -124,6 +125,19 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     except InputError as exc:
         raise LocalspecError(f"downloaded {where} is not a usable GGUF model ({exc})") from None
     return path
+
+
+def _lookup_problem(exc: Exception) -> str:
+    """Why huggingface_hub could not look a file up, from the error behind its "check your connection" message:
+    the endpoint's HTTP status (a mirror's 404), or its failure to answer."""
+    endpoint = _endpoint() or DEFAULT_ENDPOINT
+    cause = exc.__cause__
+    if isinstance(cause, huggingface_hub.errors.HfHubHTTPError):
+        status = cause.response.status_code if cause.response is not None else None
+        return f"HTTP {status or '?'} from {endpoint} ({_HTTP_REASONS.get(status, _first_line(cause))})"
+    if cause is not None:
+        return f"{endpoint} did not answer ({type(cause).__name__}: {_first_line(cause)})"
+    return _first_line(exc)
 
 
 _HTTP_REASONS = {
