@@ -374,12 +374,19 @@ def test_models_scan_lists_odd_files_as_unreadable_and_goes_on(tmp_path: Path, t
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+    writer = gguf.GGUFWriter(str(folder / "novocab.gguf"), "notamodel")  # no tokenizer: it was grouped with the models
+    writer.add_tensor("t", np.zeros(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     report = json.loads(cli("models", "scan", str(folder), "--json").output)
     described = {Path(m["path"]).name: m for group in report["groups"] for m in group}
     assert set(described) == {"tiny.gguf", "odd.gguf"} and described["odd.gguf"]["context_length"] is None
     unreadable = {Path(line.split(":")[0]).name: line for line in report["unreadable"]}
-    assert sorted(unreadable) == ["bos.gguf", "ints.gguf", "loop.gguf", "nowhere.gguf", "uint.gguf"]
+    assert sorted(unreadable) == ["bos.gguf", "ints.gguf", "loop.gguf", "novocab.gguf", "nowhere.gguf", "uint.gguf"]
     assert "tokenizer.ggml.tokens is not a list of texts" in unreadable["ints.gguf"]
+    assert "holds no vocabulary" in unreadable["novocab.gguf"]
 
 
 def test_a_vocabulary_without_weights_is_never_a_draft(tiny_pair) -> None:

@@ -90,9 +90,14 @@ def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
                 continue
             seen.add(resolved)
             try:
-                models.append(describe(path))
+                info = describe(path)
             except InputError as exc:
                 problems.append(str(exc))
+                continue
+            if info.vocab.size == 0:  # (no vocabulary is no group's: it was grouped as a draft for the others)
+                problems.append(f"{path}: holds no vocabulary, so it neither drafts nor is drafted for")
+                continue
+            models.append(info)
     return models, problems
 
 
