@@ -148,6 +148,27 @@ def test_a_worker_nothing_listens_on_is_refused_at_start_up(tiny_pair) -> None:
 
 
 @requires_rpc
+@pytest.mark.slow  # the handshake's 15 s, in a process of its own: its stuck llama.cpp call ends with it
+@requires_rpc
+def test_a_port_that_takes_the_connection_but_never_answers_is_one_line_not_a_hang(tiny_pair) -> None:
+    """A web server (or anything that waits for its own request first) on the worker's port: ggml-rpc waited for
+    the handshake's answer for good, and Ctrl-C then printed a callback traceback."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections are taken (the kernel's queue), never read or answered
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "localspec", "info", "--rpc", address], capture_output=True,
+                              text=True, timeout=120)
+        assert time.monotonic() - started < 60
+    finally:
+        silent.close()
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert f"RPC worker {address} took the connection but did not answer llama.cpp's RPC handshake" in lines[0]
+
+
 def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

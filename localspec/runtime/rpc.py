@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ctypes
 import socket
+import threading
 import time
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from ..errors import InputError, LocalspecError
 from . import fatal
@@ -26,6 +27,7 @@ from .devices import backend_name, device_handles, device_name, device_type, ggm
 REINSTALL = 'CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 DEFAULT_PORT = 50052
 CONNECT_TIMEOUT_SECONDS = 3.0
+HANDSHAKE_TIMEOUT_SECONDS = 15.0  # registering a worker: its handshake and device queries, milliseconds on a LAN
 _ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
 _START_SERVER = ctypes.CFUNCTYPE(
     None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
@@ -100,12 +102,32 @@ def _register(endpoint: str) -> None:
     require_rpc()
     check_reachable(endpoint)
     fatal.install(explain=explain_abort)
-    registry = _function("ggml_backend_rpc_add_server", _ADD_SERVER)(endpoint.encode())
+    registry = _answered_within(HANDSHAKE_TIMEOUT_SECONDS, _function("ggml_backend_rpc_add_server", _ADD_SERVER),
+                                endpoint.encode())
+    if registry is _NO_ANSWER:
+        raise LocalspecError(
+            f"RPC worker {endpoint} took the connection but did not answer llama.cpp's RPC handshake within"
+            f" {HANDSHAKE_TIMEOUT_SECONDS:.0f} s: something else listens there, or the worker is busy with another client")
     if not registry:
         raise LocalspecError(f"RPC worker {endpoint} offers no devices")
     library = ggml()
     library.ggml_backend_register(registry)
     _workers[endpoint] = [library.ggml_backend_reg_dev_get(registry, i) for i in range(library.ggml_backend_reg_dev_count(registry))]
+
+
+_NO_ANSWER = object()
+
+
+def _answered_within(seconds: float, function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` (a llama.cpp call), or _NO_ANSWER where it has not returned within `seconds`: ggml-rpc
+    waits without a timeout for a peer that took the connection and never answers (a web server waits for the
+    rest of its request line), and nothing can interrupt a C call. It runs in a thread left behind then, which
+    ends with the process."""
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(function(*args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return outcome[0] if outcome else _NO_ANSWER
 
 
 def registered_workers() -> dict[str, str]:
