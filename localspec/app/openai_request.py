@@ -82,6 +82,7 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
 # Fields read apart from the settings (REQUEST_FIELDS) and the refused ones (UNSUPPORTED).
 READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "response_format", "tools", "tool_choice",
                "parallel_tool_calls", "speculative")
+_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 
 
@@ -229,10 +230,9 @@ def _refuse_misspelled(body: dict[str, Any]) -> None:
     """A 400 for an unknown field that is a misspelling of a known one (`temprature`): ignored, it would leave
     the request on a default the client did not ask for. Other unknown fields (`user`, `metadata`, another
     server's) are ignored."""
-    known = [*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS]
     for name in body:
-        if name not in known:
-            near = difflib.get_close_matches(name, known, n=1, cutoff=_MISSPELLED)
+        if name not in _KNOWN_FIELDS:
+            near = difflib.get_close_matches(name, _KNOWN_FIELDS, n=1, cutoff=_MISSPELLED)
             if near:
                 raise ApiError(400, f"unknown field {quote_json(name)}: did you mean {near[0]!r}?", param=name)
 

@@ -40,8 +40,6 @@ def make_command(target: str, type_name: str, out: str | None, force: bool) -> N
     """
     target_path = user_path(target, "TARGET")
     out_path = user_path(out, "--out") if out is not None else None
-    if out_path is not None:
-        check_folder_of(out_path, f"--out {out_path}")
     make_draft_file(target_path, type_name, out_path, force=force)
 
 
@@ -49,22 +47,24 @@ def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None
     """Make a draft of `target` (measuring candidates for `auto`) with progress on stderr; report what was made."""
     if type_name != AUTO:
         out = out or default_draft_path(target, type_name)
-    if out is not None and _same_file(out, target):
-        raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
     if out is not None:
+        if _same_file(out, target):
+            raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
         _check_writable(out)
-    if out is not None and out.exists() and not force:
-        raise InputError(f"{out} exists; pass --force to overwrite")
+        if out.exists() and not force:
+            raise InputError(f"{out} exists; pass --force to overwrite")
     return _make(target, type_name, out, force)
 
 
 def _check_writable(out: Path) -> None:
-    """InputError, before any work, where `out` cannot take a draft: something other than a file stands there
-    (which --force does not replace), or its folder cannot be written in."""
+    """InputError, before any work, where `out` cannot take a draft: its folder is missing (a mistyped folder is
+    not made) or cannot be written in, or something other than a file stands there (which --force does not
+    replace)."""
+    check_folder_of(out, f"--out {out}")
     if out.exists() and not out.is_file():
         what = "a folder" if out.is_dir() else "not a regular file"
         raise InputError(f"{out} is {what}: a draft is written as a file (--force replaces only a file)")
-    if out.parent.is_dir() and not os.access(out.parent, os.W_OK):
+    if not os.access(out.parent, os.W_OK):
         raise InputError(f"{out}: cannot write in {out.parent} (permission denied)")
 
 
