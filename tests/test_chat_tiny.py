@@ -55,6 +55,12 @@ def test_a_lone_surrogate_in_system_is_replaced(tiny_profile: str) -> None:
     assert stored()["messages"][0] == {"role": "system", "content": "be \ufffd brief"}
 
 
+def test_utf16_piped_input_is_refused_not_taken_for_text(tiny_profile: str) -> None:
+    result = chat("the cat\n".encode("utf-16"))
+    assert result.exit_code == 2 and not replies(result.stderr)
+    assert result.stderr.strip().splitlines()[-1] == "error: stdin: is UTF-16, not UTF-8: save it as UTF-8"
+
+
 def test_undo_and_system_change_the_stored_history(tiny_profile: str) -> None:
     result = chat(b"the cat\nthe dog\n/undo\n/system Be brief.\n")
     assert result.exit_code == 0, result.stderr

@@ -25,6 +25,7 @@ from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
+from ..config.files import refuse_utf16
 from ..config.paths import check_folder_of, history_file, input_history_file, user_path
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
@@ -414,8 +415,14 @@ def _line_reader() -> Callable[[], str | None]:
                 except EOFError:
                     return None
     else:
+        first_line = True
+
         def read_one() -> str | None:
+            nonlocal first_line
             line = sys.stdin.buffer.readline()  # bytes: invalid UTF-8 is replaced, not a crash
+            if first_line:
+                refuse_utf16(line, "stdin")  # (its zero bytes would pass for text, every other one replaced)
+                first_line = False
             return decode_input(line, "a line of input").rstrip("\r\n") if line else None
 
     def read_message() -> str | None:
