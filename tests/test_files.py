@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -135,6 +138,22 @@ def test_quantize_writes_a_complete_file_and_reports_progress(tmp_path: Path, sm
     assert read_gguf_header(out).get("general.file_type") == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
     assert seen and seen[-1][0] == seen[-1][1]
     assert [p.name for p in tmp_path.iterdir()] == ["q8.gguf"]
+
+
+@pytest.mark.slow
+def test_draft_make_stopped_by_sigterm_leaves_no_partial_file(tmp_path: Path, smollm_f32: Path) -> None:
+    """`kill` (SIGTERM) mid-quantization exits 143 and removes the model-sized temporary file, as Ctrl-C does."""
+    out = tmp_path / "draft.gguf"
+    command = [sys.executable, "-m", "localspec", "draft", "make", str(smollm_f32), "--type", "q4_0", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not any(p.stat().st_size for p in tmp_path.glob(".draft.gguf.*.partial")):
+        assert process.poll() is None and time.monotonic() < deadline, "the quantization never started writing"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert b"Traceback" not in stderr and list(tmp_path.iterdir()) == []
 
 
 def test_quantize_sweeps_what_a_killed_quantization_left_but_not_one_in_progress(tmp_path: Path, tiny_pair) -> None:

@@ -46,6 +46,20 @@ def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args
     one_error_line(cli(*tiny_args, "--threads", "100000", "the cat"), 2, "--threads", "1<=x<=512")
 
 
+def test_a_draft_that_is_the_target_itself_gets_a_note(tiny_args: list[str], tiny_pair: tuple[Path, Path],
+                                                        tmp_path: Path) -> None:
+    link = tmp_path / "same.gguf"
+    link.symlink_to(tiny_pair[0])
+    args = ["run", "--target", str(tiny_pair[0]), "--draft", str(link), "--raw", "--threads", "1", "--max-tokens", "2"]
+    result = cli(*args, "the cat")
+    assert result.exit_code == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("note:")] == [
+        "note: the draft is the target's own file: each draft token costs what a target token does, so drafting"
+        " with it is slower than the target alone; give a smaller draft, or use --strategy ngram"]
+    assert "draft is the target" not in cli(*args, "--strategy", "ngram", "the cat").stderr
+    assert "draft is the target" not in cli(*tiny_args, "--max-tokens", "2", "the cat").stderr
+
+
 def test_a_prompt_no_context_could_hold_is_refused_before_tokenizing(tiny_args: list[str]) -> None:
     import time
 

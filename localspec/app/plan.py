@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..config.paths import model_path_here
+from ..config.paths import model_path_here, same_file
 from ..config.resolve import ResolvedSettings, resolve_settings
 from ..errors import InputError
 from ..models.compat import check_file, check_pair
@@ -80,6 +80,9 @@ def resolve(
         raise InputError(
             f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
         )
+    if draft is not None and generation.speculative.uses_draft_model and same_file(target.path, draft.path):
+        notes += ("the draft is the target's own file: each draft token costs what a target token does, so drafting"
+                  " with it is slower than the target alone; give a smaller draft, or use --strategy ngram",)
     return Plan(settings, target, draft, generation, ChatSettings.from_values(settings.values), notes)
 
 

@@ -16,10 +16,10 @@ from ..app.drafts import (
     make_draft,
     make_fastest_draft,
 )
-from ..config.paths import check_folder_of, user_path
+from ..config.paths import check_folder_of, same_file, user_path
 from ..errors import InputError
 from ..models.quantize import OUTPUT_TYPES
-from .common import human_size, status_line, stderr_console
+from .common import cleaned_up_on_sigterm, human_size, status_line, stderr_console
 
 
 @click.group("draft")
@@ -40,7 +40,8 @@ def make_command(target: str, type_name: str, out: str | None, force: bool) -> N
     """
     target_path = user_path(target, "TARGET")
     out_path = user_path(out, "--out") if out is not None else None
-    make_draft_file(target_path, type_name, out_path, force=force)
+    with cleaned_up_on_sigterm():  # (a killed make leaves no model-sized temporary file behind)
+        make_draft_file(target_path, type_name, out_path, force=force)
 
 
 def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None, force: bool = False) -> Path:
@@ -48,7 +49,7 @@ def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None
     if type_name != AUTO:
         out = out or default_draft_path(target, type_name)
     if out is not None:
-        if _same_file(out, target):
+        if same_file(out, target):
             raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
         _check_writable(out)
         if out.exists() and not force:
@@ -66,14 +67,6 @@ def _check_writable(out: Path) -> None:
         raise InputError(f"{out} is {what}: a draft is written as a file (--force replaces only a file)")
     if not os.access(out.parent, os.W_OK):
         raise InputError(f"{out}: cannot write in {out.parent} (permission denied)")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether two paths name one file (through links too); False when either does not exist or cannot be looked at."""
-    try:
-        return a.samefile(b)
-    except OSError:
-        return False
 
 
 def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:

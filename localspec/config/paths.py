@@ -34,6 +34,14 @@ def user_path(text: str | os.PathLike[str], what: str | None = None) -> Path:
         raise InputError(f"{text}: cannot expand ~ (no such user)") from None
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (through links too); False when either does not exist or cannot be looked at."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
 def check_folder_of(path: Path, named: str) -> None:
     """InputError unless the folder `path` is to be written in exists (a mistyped folder is not made);
     `named`: how the message names the path (`--out x/y.gguf`)."""
