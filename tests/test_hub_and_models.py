@@ -51,7 +51,8 @@ class FakeHub:
                 self._answer(body=True)
 
             def _answer(self, body: bool) -> None:
-                hub.auth_headers.append(self.headers.get("Authorization"))
+                if self.path != "/":  # (the root: the check that the endpoint answers at all, which sends no token)
+                    hub.auth_headers.append(self.headers.get("Authorization"))
                 path = self.path.replace(f"/resolve/{COMMIT}/", "/resolve/main/")
                 data = hub.files.get(path)
                 if data is None:
@@ -204,12 +205,8 @@ def test_a_repository_name_the_hub_refuses_is_one_line(command: tuple[str, ...])
     assert "invalid hub repository 'TheBloke/Llama 2-7B-GGUF'" in errors[0]
 
 
-@pytest.mark.parametrize("endpoint, reason", [
-    ("http://127.0.0.1:9", "cannot connect to 127.0.0.1:9 (Connection refused)"),  # the discard port: refused
-    ("http://no-such-hub.invalid", "cannot find no-such-hub.invalid"),  # a name that never resolves
-])
-def test_a_hub_that_cannot_be_reached_is_one_line_at_once(monkeypatch, endpoint: str, reason: str) -> None:
-    """Not after huggingface_hub's 20 s of retries, each printing a line."""
+def failed_pull_from(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The one error line of a `pull` from `endpoint` (not through a proxy), which must fail within 10 s."""
     import time
 
     for variable in [name for name in os.environ if name.lower().endswith("_proxy")]:
@@ -221,7 +218,29 @@ def test_a_hub_that_cannot_be_reached_is_one_line_at_once(monkeypatch, endpoint:
     assert time.perf_counter() - started < 10
     errors = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("localspec:")]
     assert result.exit_code == 1 and len(errors) == 1 and errors[0].startswith("error: download of org/tiny-GGUF/"), errors
-    assert reason in errors[0], errors
+    return errors[0]
+
+
+@pytest.mark.parametrize("endpoint, reason", [
+    ("http://127.0.0.1:9", "cannot connect to 127.0.0.1:9 (Connection refused)"),  # the discard port: refused
+    ("http://no-such-hub.invalid", "cannot find no-such-hub.invalid"),  # a name that never resolves
+])
+def test_a_hub_that_cannot_be_reached_is_one_line_at_once(monkeypatch, endpoint: str, reason: str) -> None:
+    """Not after huggingface_hub's 20 s of retries, each printing a line."""
+    assert reason in failed_pull_from(endpoint, monkeypatch)
+
+
+def test_a_mirror_that_takes_connections_and_never_answers_is_one_line_soon(monkeypatch) -> None:
+    """Not after minutes of huggingface_hub's retries: the probe's wait (20 s, shortened here) is the whole wait."""
+    import socket
+
+    from localspec.models import hub
+
+    monkeypatch.setattr(hub, "ANSWER_TIMEOUT_S", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # the kernel takes connections; nobody answers
+        endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        error = failed_pull_from(endpoint, monkeypatch)
+    assert f"failed: {endpoint} took the connection but sent no answer in 0.5 s: check HF_ENDPOINT" in error
 
 
 def test_a_mirror_that_answers_404_is_said_to_have_answered_404(monkeypatch) -> None:
@@ -241,15 +260,9 @@ def test_a_mirror_that_answers_404_is_said_to_have_answered_404(monkeypatch) -> 
     server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        for variable in [name for name in os.environ if name.lower().endswith("_proxy")]:
-            monkeypatch.delenv(variable, raising=False)
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        write_hub_profile()
-        result = cli("pull", "tinyhub")
-        errors = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("localspec:")]
-        assert result.exit_code == 1 and len(errors) == 1, errors
-        assert f"failed: HTTP 404 from {endpoint} (no such repository or file on the hub)" in errors[0], errors
+        error = failed_pull_from(endpoint, monkeypatch)
+        assert f"failed: HTTP 404 from {endpoint} (no such repository or file on the hub)" in error
     finally:
         server.shutdown()
         server.server_close()

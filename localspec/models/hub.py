@@ -94,7 +94,8 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     _check_endpoint(to_download=True)
     where = f"{repo}/{filename}"
     if not _offline():
-        problem = _unreachable(_endpoint() or DEFAULT_ENDPOINT)
+        endpoint = _endpoint() or DEFAULT_ENDPOINT
+        problem = _unreachable(endpoint) or _silent(endpoint)
         if problem is not None:
             raise LocalspecError(f"download of {where} failed: {problem}")
     try:
@@ -198,6 +199,30 @@ def _unreachable(endpoint: str) -> str | None:
             last = exc
     reason = "timed out" if isinstance(last, TimeoutError) else (last.strerror or str(last)) if last else "no address"
     return f"cannot connect to {where} ({reason}): {advice}"
+
+
+ANSWER_TIMEOUT_S = 20.0
+
+
+def _silent(endpoint: str) -> str | None:
+    """Why the hub at `endpoint` is not worth waiting for: it takes connections but sends no HTTP answer at all
+    (a stalled mirror; huggingface_hub would retry it for minutes), or None. Any answer, an error status
+    included, or any other failure is left to the download, which explains those."""
+    import urllib.error
+    import urllib.request  # (only when downloading)
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=ANSWER_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError:  # (an answer)
+        return None
+    except (TimeoutError, urllib.error.URLError) as exc:
+        if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+            advice = "check HF_ENDPOINT" if _endpoint() else "try again later, or set HF_ENDPOINT to a mirror"
+            return f"{endpoint} took the connection but sent no answer in {ANSWER_TIMEOUT_S:g} s: {advice}"
+        return None
+    except Exception:  # (a certificate, a protocol error: the download's own error says it better)
+        return None
 
 
 def _first_line(exc: BaseException) -> str:
