@@ -214,7 +214,7 @@ class ModelSettings(SettingsGroup):
         " reads a text alike in any batches).", flag="--prompt-cache",
     )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, high=MAX_THREADS, flag="--threads")
-    n_ctx: int | None = setting(4096, "Context size in tokens.", low=16, flag="--n-ctx")
+    n_ctx: int | None = setting(4096, "Context size in tokens (llama.cpp rounds it up to a multiple of 256).", low=16, flag="--n-ctx")
     n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")
 
 

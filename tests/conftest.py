@@ -7,8 +7,10 @@ without the mark.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -72,3 +74,11 @@ def tiny_profile(tiny_pair: tuple[Path, Path]) -> str:
     path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n'
                     f'[chat]\ntemplate = "{TINY_TEMPLATE}"\n')
     return "tiny"
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    """The umask most systems run with (022), which lets others read whatever is not made private."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)

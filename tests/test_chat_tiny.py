@@ -244,7 +244,8 @@ def test_removing_the_data_folder_mid_chat_warns_once_and_the_chat_goes_on(tiny_
 
 
 def test_each_reply_shows_its_seed_and_the_same_seed_gives_the_same_reply(tiny_profile: str) -> None:
-    """Coupled verification: a chat's replies at T=1 depend on the seed alone, with or without drafting."""
+    """Coupled verification: a chat's replies at T=1 depend on the seed alone, with or without drafting; the
+    first reply takes the seed given, each later one the next."""
     def run(*args: str) -> tuple[list[str], str]:
         result = chat(b"the cat\n/retry\n/stats\n", "--temperature", "1", "--max-tokens", "8", "--seed", "5", *args)
         assert result.exit_code == 0, result.stderr
@@ -252,16 +253,51 @@ def test_each_reply_shows_its_seed_and_the_same_seed_gives_the_same_reply(tiny_p
         return [*replies(result.stderr), *last_reply], result.stdout
 
     lines, text = run()
-    assert "seed 6 (coupled)" in lines[0] and "seed 7 (coupled)" in lines[1]  # /retry draws a new seed
-    assert "seed 7 (coupled)" in lines[2]  # /stats names the last reply's seed
+    assert "seed 5 (coupled)" in lines[0] and "seed 6 (coupled)" in lines[1]  # /retry draws a new seed
+    assert "seed 6 (coupled)" in lines[2]  # /stats names the last reply's seed
     assert run("--strategy", "model", "--draft-max", "3")[1] == text == run("--no-speculative")[1]
 
 
+def test_a_replys_seed_regenerates_it_within_the_chat_and_in_run(tiny_profile: str) -> None:
+    """The seed a reply shows is one to use: `/retry SEED` (here with the target alone), `/set seed SEED` before
+    asking again, and `run --seed SEED` all write the same reply."""
+    result = chat(b"the cat\n/speculative off\n/retry 7\n/undo\n/set seed 7\nthe cat\n/retry 1x\n",
+                  "--temperature", "1", "--max-tokens", "8", "--seed", "7")
+    assert result.exit_code == 0, result.stderr
+    assert [line.split("seed ")[1] for line in replies(result.stderr)] == ["7 (coupled)"] * 3
+    assert "error: /retry [SEED]: '1x' is not a seed (a whole number from 0 to" in result.stderr
+    first = stored()["messages"][1]["content"]
+    assert [line.strip() for line in result.stdout.splitlines()] == [first.strip()] * 3
+    one_shot = cli("run", "-p", "tiny", "--temperature", "1", "--max-tokens", "8", "--threads", "1", "--seed", "7",
+                   "the cat")
+    assert one_shot.exit_code == 0 and one_shot.stdout.strip() == first.strip()
+
+
+@pytest.mark.usefixtures("usual_umask")
+def test_the_chat_history_is_private_even_where_an_earlier_version_made_it_readable(tiny_profile: str) -> None:
+    import stat
+
+    path = history_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o644)
+    os.chmod(path, 0o644)
+    assert chat(b"the cat\n").exit_code == 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stored()["messages"][0]["content"] == "the cat"
+    path.unlink()
+    assert chat(b"the cat\n").exit_code == 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_continue_and_resume_together_are_refused() -> None:
+    one_error_line(chat(b"the cat\n", "--continue", "--resume", "3"), 2, "--continue resumes the latest conversation",
+                   "give one of them")
+
+
 def test_the_turn_seed_wraps_at_the_largest_seed(tiny_profile: str) -> None:
-    result = chat(b"the cat\n/retry\n", "--seed", str(SEED_MAX - 1))
+    result = chat(b"the cat\n/retry\n", "--seed", str(SEED_MAX))
     assert result.exit_code == 0, result.stderr
     seeds = [line.split("seed ")[1].split(" ")[0] for line in replies(result.stderr)]
-    assert seeds == [str(SEED_MAX), "0"]  # seed + turn, modulo SEED_MAX + 1: never out of range
+    assert seeds == [str(SEED_MAX), "0"]  # seed + reply, modulo SEED_MAX + 1: never out of range
 
 
 # -- turns that cannot be answered, trimming, retries: the conversation and its stored copy -----------

@@ -109,6 +109,19 @@ def test_the_store_keeps_conversations_message_by_message(tmp_path: Path) -> Non
     assert store.remove(second) and not store.remove(second) and store.get(second) is None
 
 
+def test_a_removed_conversations_id_is_never_given_again(tmp_path: Path) -> None:
+    """SQLite gives the largest rowid + 1: removing the newest conversation gave its id to the next one."""
+    path = tmp_path / "history.sqlite3"
+    store = HistoryStore(path)
+    first, newest = store.start(conversation("a")), store.start(conversation("b"))
+    assert store.remove(newest)
+    store.close()
+    again = HistoryStore(path)  # (in another process, later)
+    assert again.start(conversation("c")) == newest + 1 and first < newest
+    assert again.remove(newest + 1) and again.remove(first)
+    assert again.start(conversation("d")) == newest + 2  # an empty history too
+
+
 def test_a_corrupt_or_locked_database_is_one_clear_error(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.sqlite3"
     corrupt.write_bytes(b"this is not a database" * 100)

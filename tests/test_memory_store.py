@@ -179,14 +179,6 @@ def test_remove_deletes_killed_writers_files_older_than_a_minute(tmp_path: Path)
     assert store.remove("no such tag") == 0 and all(path.exists() for path in young)
 
 
-@pytest.fixture
-def usual_umask():
-    """The umask most systems run with (022), which lets others read whatever is not made private."""
-    previous = os.umask(0o022)
-    yield
-    os.umask(previous)
-
-
 def modes(root: Path) -> dict[str, int]:
     """The permission bits of the store's folder and of every folder and file under it."""
     return {str(path.relative_to(root)): stat.S_IMODE(path.stat().st_mode) for path in [root, *root.rglob("*")]}
@@ -204,6 +196,7 @@ def test_every_folder_and_file_is_private_whichever_call_makes_it(tmp_path: Path
     assert first.compact() is False  # creates the folder (for its lock) before anything is added
     assert modes(first.root)["."] == 0o700
     assert modes(first.root.parent)["."] == 0o700  # where the owners' folders are listed (a serve key's hash)
+    assert modes(first.root.parent.parent)["."] == 0o700  # where the vocabularies' folders are listed
     first.record_use(1, 1, 1, 1)
     for number in range(3):
         first.add(document(number), "run", tag=str(number))

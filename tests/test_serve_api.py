@@ -599,6 +599,7 @@ def test_fuzz_any_body_gets_a_well_formed_answer_and_the_server_goes_on(api: Api
     api.still_serves()
 
 
+@pytest.mark.slow  # (1.4 s: llguidance compiles 2500 alternatives)
 def test_a_schema_that_fails_only_while_generating_is_the_requests_fault(api: Api) -> None:
     """Some schemas pass llguidance's checks and reach one of its limits only once tokens are fed (here its
     parser's 2000 items in a row): a 400 naming response_format (an error event of that kind when streamed),

@@ -590,6 +590,7 @@ def test_a_grammar_that_forces_text_without_end_after_a_choice_is_one_line(tiny_
                    "the output format ", "it forces more text without a choice than llguidance follows")
 
 
+@pytest.mark.slow  # (2 s: llguidance compiles 2500 alternatives)
 def test_a_schema_that_fails_only_while_generating_is_bad_input(tiny_args: list[str], tmp_path: Path) -> None:
     """A schema past one of llguidance's limits that its checks let through (2500 items in a row, where it takes
     2000) fails at the first tokens: one line, exit 2, as for any schema it refuses."""

@@ -52,7 +52,7 @@ class ChatSession:
         self.totals = SpecStats()
         self.output_format: OutputFormat | None = None  # what replies are held to (None: free text)
         self.grammar: CompiledGrammar | None = None
-        self.turns = 0
+        self.replies_on_seed = _replies_in(conversation)  # replies since the chat's seed was set: the next one's offset
         self.window = 0  # the first message the model sees: older exchanges no longer fit its context
 
     def can_speculate(self) -> bool:
@@ -72,21 +72,23 @@ class ChatSession:
             self.save_all()
         return reply
 
-    def retry(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply | None:
-        """/retry: generate the last reply again, with the next seed (None: the conversation does not end
-        with a reply to a user message). When no new reply can be made, the old one stays."""
+    def retry(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None],
+              seed: int | None = None) -> Reply | None:
+        """/retry: generate the last reply again, with the next seed or `seed` (None: the conversation does not
+        end with a reply to a user message). When no new reply can be made, the old one stays."""
         old = self.conversation.drop_last_reply()
         if old is None:
             return None
         self.save_all()
-        reply = self._reply(on_chunk, on_note)
+        reply = self._reply(on_chunk, on_note, seed)
         if reply.error is not None:
             self.conversation.messages.append(old)
             self.save_all()
         return reply
 
-    def _reply(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None]) -> Reply:
-        """Generate the assistant's reply to the conversation so far, streaming each chunk to `on_chunk`.
+    def _reply(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None], seed: int | None = None) -> Reply:
+        """Generate the assistant's reply to the conversation so far, streaming each chunk to `on_chunk`, with
+        `seed` or else the next one (`next_seed`).
 
         When even the last message does not fit the context, or the prompt cannot be rendered, or
         generation fails, nothing is added and the reply says why. Ctrl-C ends the reply, not the chat.
@@ -100,9 +102,10 @@ class ChatSession:
         if dropped:
             on_note(f"(the model no longer sees the {'oldest exchange' if dropped == 1 else f'{dropped} oldest exchanges'}:"
                     " the context is full; the history keeps them)")
-        self.turns += 1
-        settings = self.conversation.settings
-        settings = dataclasses.replace(settings, seed=((settings.seed or 0) + self.turns) % (SEED_MAX + 1))
+        if seed is None:
+            seed = self.next_seed()
+            self.replies_on_seed += 1
+        settings = dataclasses.replace(self.conversation.settings, seed=seed)
         generation: Generation | None = None
         interrupted = False
 
@@ -147,11 +150,18 @@ class ChatSession:
                                                 session.target.n_ctx - reserve, old)
         return sum(message.role == "assistant" for message in conversation.messages[old:self.window])
 
+    def next_seed(self) -> int:
+        """The seed of the next reply: the chat's seed for its first reply, one more for each reply after it (a
+        resumed conversation goes on counting from its replies); after `/set seed N`, N for the next reply."""
+        return ((self.conversation.settings.seed or 0) + self.replies_on_seed) % (SEED_MAX + 1)
+
     # -- edits -----------------------------------------------------------------------------
 
     def set(self, key: str, value: str) -> str:
         """`/set KEY VALUE`; returns the dotted key set."""
         dotted = self.conversation.set(key, value)
+        if dotted == "sampling.seed":
+            self.replies_on_seed = 0
         self.save_all()
         return dotted
 
@@ -192,6 +202,7 @@ class ChatSession:
         self.conversation = conversation
         self.conversation_id = None
         self.window = 0
+        self.replies_on_seed = _replies_in(conversation)
         self.save_all()
 
     # -- storage -------------------------------------------------------------------------
@@ -227,3 +238,7 @@ class ChatSession:
         except HistoryUnavailable as exc:
             self.warn(f"warning: {exc}; this chat is no longer saved")
             self.store = None
+
+
+def _replies_in(conversation: Conversation) -> int:
+    return sum(message.role == "assistant" for message in conversation.messages)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..config.files import is_unix_time, refuse_json_constant
+from ..config.paths import keep_private
 from ..textin import clean_text
 from .conversation import Conversation, Message
 
@@ -40,6 +41,17 @@ CREATE TABLE IF NOT EXISTS messages (
     content TEXT NOT NULL,
     interrupted INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+# A conversation's id is never given again, even after the newest one is removed (SQLite's own rowids would
+# give it again): a script or a note that names a removed conversation must not reach another one.
+NEXT_CONVERSATION_ID = """
+SELECT max(COALESCE((SELECT max(id) FROM conversations), 0),
+           COALESCE((SELECT value FROM counters WHERE name = 'last conversation id'), 0)) + 1
 """
 
 # Every change to a conversation raises its revision, whatever program makes it (an older localspec too).
@@ -74,6 +86,7 @@ class HistoryStore:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            keep_private(path)  # the chats' text (SQLite gives its journal files the database's mode)
             # Used from one thread at a time; the fatal-abort hook may write from llama.cpp's thread.
             self._db = sqlite3.connect(path, timeout=timeout, check_same_thread=False)
             self._db.execute("PRAGMA foreign_keys = ON")
@@ -122,11 +135,15 @@ class HistoryStore:
         settings = json.dumps(conversation.to_json()["settings"])
         try:
             with self._db:
-                # A random first revision: a removed conversation's id may be given again, never with its revisions.
+                # A random first revision: an older version may give a removed conversation's id again, never
+                # with its revisions.
                 conversation_id = int(self._db.execute(
-                    "INSERT INTO conversations (started, updated, system, settings, revision) VALUES (?, ?, ?, ?, ?)",
+                    f"INSERT INTO conversations (id, started, updated, system, settings, revision)"
+                    f" VALUES (({NEXT_CONVERSATION_ID}), ?, ?, ?, ?, ?)",
                     (now, now, conversation.system, settings, secrets.randbits(_FIRST_REVISION_BITS)),
                 ).lastrowid)
+                self._db.execute("INSERT OR REPLACE INTO counters (name, value) VALUES ('last conversation id', ?)",
+                                 (conversation_id,))
                 self._insert_messages(conversation_id, conversation.messages)
                 self._revisions[conversation_id] = self._revision(conversation_id)
         except sqlite3.Error as exc:

@@ -583,9 +583,10 @@ class MemoryStore:
 
     def _make_root(self) -> None:
         """The store's folder, created if needed (with the folders above it), private (FOLDER_MODE) either way,
-        as is the folder holding it (where the owners' folders are named: `serve-<hash of its API key>`)."""
+        as are the folders holding it (where the owners' folders are named: `serve-<hash of its API key>`)."""
         try:
-            self.root.parent.parent.mkdir(parents=True, exist_ok=True)
+            self.root.parent.parent.parent.mkdir(parents=True, exist_ok=True)
+            _make_private_folder(self.root.parent.parent)
             _make_private_folder(self.root.parent)
             _make_private_folder(self.root)
         except OSError as exc:

@@ -26,11 +26,11 @@ from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import refuse_utf16
-from ..config.paths import check_folder_of, history_file, input_history_file, user_path
+from ..config.paths import check_folder_of, history_file, input_history_file, keep_private, user_path
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
-from ..settings import GenerationSettings
+from ..settings import SEED_MAX, GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
 from .common import os_error_text, shown_plainly, terminal_takes_colour, write_stdout
 from .loading import load_session, resolve_plan
@@ -58,16 +58,16 @@ COMMANDS = {
     "/set": "KEY VALUE: change a setting (/set alone lists them; /set stats on|off)",
     "/system": "TEXT: set the system prompt",
     "/speculative": "on|off: draft, or generate with the target alone",
-    "/format": "json|off|schema FILE|grammar FILE|regex PATTERN: hold replies to a format (alone: the current one)",
+    "/format": "json|off|schema FILE_OR_JSON|grammar FILE|regex PATTERN: hold replies to a format (alone: the current one)",
     "/stats": "the last reply's statistics and the session's totals",
     "/undo": "drop the last exchange",
-    "/retry": "generate the last reply again",
+    "/retry": "[SEED]: generate the last reply again, with the next seed or SEED (a reply's seed is in its stats line)",
     "/reset": "start a new conversation",
     "/save": "[--force] FILE: write the conversation as JSON (--force: replace a file it did not write)",
     "/load": "FILE: continue a conversation saved with /save",
     "/exit": "leave (or Ctrl-D)",
 }
-TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/retry", "/reset", "/exit", "/quit"})
+TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/reset", "/exit", "/quit"})
 COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
 MULTILINE = '"""'
 
@@ -108,6 +108,8 @@ def chat(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
+    if continue_latest and resume_id is not None:
+        raise click.UsageError("--continue resumes the latest conversation and --resume ID another: give one of them")
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
     flags = setting_flags(options)
@@ -304,7 +306,10 @@ class ChatLoop:
         self.say("(last exchange dropped)" if self.chat.undo() else "(nothing to undo)")
 
     def cmd_retry(self, argument: str) -> None:
-        reply = self.chat.retry(self._stream, self.say)  # a new seed: at temperature > 0 another sample, at 0 the same reply
+        # The next seed: at temperature > 0 another sample, at 0 the same reply. A reply's own seed, after
+        # `/speculative off`, shows the target alone writing the same text.
+        seed = _retry_seed(argument)
+        reply = self.chat.retry(self._stream, self.say, seed)
         if reply is None:
             self.say("(no reply to retry)")
             return
@@ -462,6 +467,7 @@ def _input_history() -> "FileHistory":
     history = InputHistory(str(path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        keep_private(path)  # the lines typed
     except OSError as exc:
         history.in_memory = True
         click.echo(f"warning: the input history folder {path.parent} cannot be created ({exc.strerror or exc}); "
@@ -481,7 +487,16 @@ def _format_text(fmt: OutputFormat | None) -> str:
     return "off" if fmt is None else fmt.describe()
 
 
+def _retry_seed(argument: str) -> int | None:
+    """The seed `/retry SEED` asks for (None: none given); InputError for anything but a seed."""
+    if not argument:
+        return None
+    if not (argument.isascii() and argument.isdigit() and len(argument) <= 19 and int(argument) <= SEED_MAX):
+        raise InputError(f"/retry [SEED]: {argument!r} is not a seed (a whole number from 0 to {SEED_MAX})")
+    return int(argument)
+
+
 def _seed_text(generation: Generation) -> str:
-    """The reply's own seed and verification mode: `run --seed N` reproduces it, with the same settings
-    on the same rendered conversation (not `chat --seed N`: chat's turn t has seed N + t)."""
+    """The reply's own seed and verification mode: `/retry N` regenerates it, and `run --seed N` reproduces
+    it with the same settings on the same rendered conversation (`chat --seed N` for a chat's first reply)."""
     return f"seed {generation.settings.seed} ({generation.settings.speculative.verify})"

@@ -149,5 +149,5 @@ PROFILE_OPTION = click.option(
     help="Profile to run (default: the configured one, else demo; LOCALSPEC_PROFILE sets it too).",
 )
 SPECULATIVE_OPTION = click.option("--no-speculative", is_flag=True, help="Target only: the baseline, one target pass per token.")
-STATS_OPTION = click.option("--stats", is_flag=True, help="Print a one-line summary on stderr after each reply.")
+STATS_OPTION = click.option("--stats", is_flag=True, help="Print a summary on stderr at the end (tokens, speed, acceptance, seed, where each model runs).")
 VERBOSE_OPTION = click.option("--verbose", is_flag=True, help="Show llama.cpp's own log on stderr.")

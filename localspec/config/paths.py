@@ -34,6 +34,20 @@ def user_path(text: str | os.PathLike[str], what: str | None = None) -> Path:
         raise InputError(f"{text}: cannot expand ~ (no such user)") from None
 
 
+PRIVATE_FILE_MODE = 0o600
+
+
+def keep_private(path: Path) -> None:
+    """`path` readable and writable by this user alone: created empty so where it is missing, narrowed to that
+    where it exists (made 0644 by an earlier version). A file that cannot be opened is left to whoever opens it
+    next, which says why."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+        os.chmod(path, PRIVATE_FILE_MODE)
+    except OSError:
+        pass
+
+
 def same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file (through links too); False when either does not exist or cannot be looked at."""
     try:
