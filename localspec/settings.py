@@ -17,6 +17,7 @@ every layer can use it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import secrets
@@ -67,25 +68,25 @@ class Setting:
         if value is None or value in self.words:
             return None  # None: not set, the layer's own default applies
         if not _has_kind(value, self.kind):
-            also = "".join(f" or {word!r}" for word in self.words)
-            return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {value!r}"
+            also = "".join(f" or {_shown(word)}" for word in self.words)
+            return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {_shown(value)}"
         if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison, inf every lower bound
-            return f"{self.key} must be a finite number, got {value!r}"
+            return f"{self.key} must be a finite number, got {_shown(value)}"
         if self.kind is float and isinstance(value, int) and not _fits_a_float(value):
             return f"{self.key} must be a finite number, got an integer of {len(str(abs(value)))} digits"
         texts = value if self.kind is list else [value] if isinstance(value, str) else []
         if any(_SURROGATE.search(text) for text in texts):
-            return f"{self.key} must be valid UTF-8 text, got {value!r}"  # a lone surrogate cannot be written or tokenized
+            return f"{self.key} must be valid UTF-8 text, got {_shown(value)}"  # a lone surrogate cannot be written or tokenized
         if self.kind is list and "" in texts:
-            return f"{self.key} must not hold an empty text, got {value!r}"  # (an empty stop string matches nowhere)
+            return f"{self.key} must not hold an empty text, got {_shown(value)}"  # (an empty stop string matches nowhere)
         if self.choices is not None and value not in self.choices:
-            return f"{self.key} must be one of {', '.join(self.choices)}, got {value!r}"
+            return f"{self.key} must be one of {', '.join(self.choices)}, got {_shown(value)}"
         below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
         above = self.high is not None and value > self.high
         if below or above:
-            return f"{self.key} must be {self.range_text()}, got {value!r}"
+            return f"{self.key} must be {self.range_text()}, got {_shown(value)}"
         if self.kind is int and self.high is None and value > INT_MAX:
-            return f"{self.key} must be at most {INT_MAX}, got {value!r}"
+            return f"{self.key} must be at most {INT_MAX}, got {_shown(value)}"
         return None
 
     def range_text(self) -> str:
@@ -456,6 +457,18 @@ def _fits_a_float(value: int) -> bool:
     except OverflowError:
         return False
     return True
+
+
+def _shown(value: Any) -> str:
+    """A setting's value in an error message as a person wrote it: in JSON's and TOML's form (`true`, `"no"`,
+    `["a"]`: a request's or a profile's), a number that is not finite as typed (`nan`, `inf`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+        return json.dumps(value) if _SURROGATE.search(text) else text  # (a lone surrogate escaped: it cannot be printed)
+    except (TypeError, ValueError, RecursionError):  # (a TOML date, say)
+        return repr(value)
 
 
 def _has_kind(value: Any, kind: type) -> bool:

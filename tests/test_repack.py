@@ -75,9 +75,9 @@ def test_repack_is_auto_on_or_off_per_model_with_a_flag_each() -> None:
     assert SETTINGS["target.repack"].default == SETTINGS["draft.repack"].default == "auto"
     assert (SETTINGS["target.repack"].flag, SETTINGS["draft.repack"].flag) == ("--repack", "--draft-repack")
     assert ModelSettings.from_values({"draft.repack": "off"}, "draft").repack == "off"
-    with pytest.raises(InputError, match="draft.repack must be one of auto, on, off, got 'yes'"):
+    with pytest.raises(InputError, match='draft.repack must be one of auto, on, off, got "yes"'):
         ModelSettings.from_values({"draft.repack": "yes"}, "draft")
-    with pytest.raises(InputError, match="target.repack must be a string, got True"):
+    with pytest.raises(InputError, match="target.repack must be a string, got true"):
         ModelSettings.from_values({"target.repack": True}, "target")
 
 

@@ -347,6 +347,17 @@ def test_a_body_that_is_not_utf8_says_so_and_where(api: Api) -> None:
     assert refused.json()["error"]["message"] == f"the request body is not valid UTF-8 (byte 0xe9 at offset {offset})"
 
 
+def test_values_in_messages_are_shown_as_the_client_wrote_them(api: Api) -> None:
+    """JSON's forms (`true`, `"no"`), not Python's (`True`, `'no'`); a 5000-digit integer is not "invalid JSON"."""
+    for fields, shown in (({"max_tokens": True}, "got true"), ({"same_text": "no"}, 'got "no"'),
+                          ({"stop": [""]}, 'got [""]')):
+        refused = api.post(CHAT, chat_body("the cat", **fields))
+        assert refused.status_code == 400 and refused.json()["error"]["message"].endswith(shown), refused.text
+    huge = api.post(CHAT, b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + b"9" * 5000 + b"}")
+    assert huge.status_code == 400
+    assert huge.json()["error"]["message"] == "the request body holds a number with more than 4300 digits"
+
+
 def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_health_works(api: Api) -> None:
     missing = api.http.get(api.base + "/v1/nothing")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
@@ -354,6 +365,8 @@ def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_health_works
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
     assert wrong_method.headers["allow"] == "POST"
     assert api.http.head(api.base + "/health").status_code == 200
+    slash = api.http.post(api.base + CHAT + "/", json=chat_body("the cat"))  # (was a 307 to a Location from Host)
+    assert slash.status_code == 404 and slash.json()["error"]["code"] == "not_found"
 
 
 
@@ -475,6 +488,8 @@ def test_an_empty_api_key_means_no_key_with_a_warning(tiny_pair: tuple[Path, Pat
         warning = result.stderr.splitlines()[0]
         assert "warning: the API key is empty: serving without one" in warning, result.stderr
     one_error_line(cli("serve", "--target", str(tiny_pair[0]), "--api-key", "two words"), 2, "--api-key must be")
+    one_error_line(cli("serve", "--target", str(tiny_pair[0]), env={"LOCALSPEC_API_KEY": " "}), 2,
+                   "LOCALSPEC_API_KEY must be")
     one_error_line(cli("serve", "--target", str(tiny_pair[0]), "--max-tokens", "0"), 2, "--max-tokens", "x>=1")
 
 
@@ -506,6 +521,7 @@ def test_streamed_completions_match_the_whole_reply(api: Api) -> None:
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert all(c["object"] == "text_completion" for c in chunks)
+    assert all(c["choices"][0]["logprobs"] is None for c in chunks if c["choices"])  # (as in a whole reply's choice)
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole["choices"][0]["text"]
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["usage"] == whole["usage"]

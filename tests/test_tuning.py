@@ -120,6 +120,7 @@ def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
         (["--verify", "exact"], "'exact' is not one of coupled, rejection"),
         (["--draft-max", "0,4"], "--draft-max"),
         (["--temperatures", "0,-1"], "--temperatures"),
+        (["--temperatures", "0,abc"], "'abc' is not a number"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),
         (["--max-tokens", "0"], "--max-tokens"),
         (["--prompt", "  "], "--prompt is empty"),
@@ -136,6 +137,41 @@ def test_swept_draft_lengths_are_fitted_to_what_a_pass_verifies(tiny_profile: st
     assert result.exit_code == 0, result.stderr
     assert "draft_max 16 measured as 3" in result.stderr
     assert sorted(row["draft_max"] for row in json.loads(result.stdout)["results"]) == [2, 3]
+
+
+def test_swept_draft_lengths_replace_the_profiles_in_every_check(tiny_profile: str) -> None:
+    """The profile's draft_max (2) is not measured: --draft-min 4 is checked against the swept 8, not refused."""
+    assert cli("profile", "set", tiny_profile, "speculative.draft_max=2").exit_code == 0
+    result = cli("bench", "-p", tiny_profile, "--draft-max", "8", "--draft-min", "4", "--temperatures", "0",
+                 "--prompts", "1", "--max-tokens", "8", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [row["draft_max"] for row in json.loads(result.stdout)["results"]] == [8]
+
+
+def test_bench_save_refuses_models_other_than_the_profiles(tiny_profile: str, tiny_pair: tuple[Path, Path]) -> None:
+    for flag, path in (("--target", tiny_pair[1]), ("--draft", tiny_pair[0])):
+        refused = cli("bench", "-p", tiny_profile, flag, str(path), "--prompts", "4", "--max-tokens", "64", "--save")
+        one_error_line(refused, 2, "--save writes into the profile what its own models measured")
+    assert "speculative.draft_max" not in load_profile(tiny_profile).values
+
+
+def test_bench_raw_measures_a_model_without_a_chat_template(tiny_pair: tuple[Path, Path]) -> None:
+    models = ("--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]))
+    args = ("--prompts", "1", "--max-tokens", "8", "--temperatures", "0", "--draft-max", "2", "--json")
+    refused = cli("bench", *models, *args)  # (after the lines saying where each model runs)
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert "has no chat template" in refused.stderr.splitlines()[-1] and "`bench --raw`" in refused.stderr
+    result = cli("bench", *models, *args, "--raw")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["results"][0]["identical_prompts"] == 1
+
+
+def test_a_bench_prompt_too_long_is_named_before_anything_is_measured(tiny_profile: str) -> None:
+    result = cli("bench", "-p", tiny_profile, "--n-ctx", "256", "--prompt", "the cat sat\n" + "the dog " * 400,
+                 "--max-tokens", "8", "--temperatures", "0")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: bench prompt 1 of 1 ('the cat sat'…) is ")
+    assert "but the context holds 256" in result.stderr and "tok/s" not in result.stdout
 
 
 def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path]) -> None:

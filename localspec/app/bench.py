@@ -21,7 +21,7 @@ from ..config.profiles import update_profile
 from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
-from ..errors import InputError
+from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
 from .session import Session
 
@@ -139,6 +139,20 @@ def read_prompts(path: Path) -> tuple[str, ...]:
     return prompts
 
 
+def prompt_tokens(session: Session, prompts: Sequence[str], raw: bool = False) -> list[list[int]]:
+    """Each bench prompt as `run` sends it: through the chat template, or as plain text (`raw`); LocalspecError,
+    naming the prompt, for one the target's context cannot hold (before anything is measured)."""
+    every = []
+    for index, prompt in enumerate(prompts):
+        tokens = session.raw_prompt_tokens(prompt) if raw else session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+        if len(tokens) > session.target.n_ctx:
+            start = prompt.strip().splitlines()[0][:40]
+            raise LocalspecError(f"bench prompt {index + 1} of {len(prompts)} ({start!r}…) is {len(tokens)} tokens,"
+                                 f" but the context holds {session.target.n_ctx}: shorten it, or raise --n-ctx")
+        every.append(tokens)
+    return every
+
+
 def run_bench(
     session: Session,
     settings: GenerationSettings,
@@ -147,6 +161,7 @@ def run_bench(
     repeat: int = 1,
     on_run: Callable[[BenchCase | None | str, int, Generation], None] | None = None,
     cold: bool = False,
+    raw: bool = False,
 ) -> list[BenchResult]:
     """Measure every case against target-only on every prompt, `repeat` times; results in `cases` order.
 
@@ -158,17 +173,18 @@ def run_bench(
 
     `cold`: every generation's adaptive draft lengths start from their priors, as in a
     first-ever one-shot run (otherwise they learn across the prompts, as a chat does).
+    `raw`: the prompts are plain text, without the chat template (a base model's).
     """
+    every_prompt = prompt_tokens(session, prompts, raw)
     results = {case: BenchResult(case) for case in cases}
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
         base = baseline_settings(settings, temperature)
         plain = plain_settings(session, base)
-        warm_up(session, base, same_temperature, plain)
+        warm_up(session, base, same_temperature, plain, raw=raw)
         for round_number in range(repeat):
             per_round = {case: BenchResult(case) for case in same_temperature}
-            for index, prompt in enumerate(prompts):
-                tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+            for index, tokens in enumerate(every_prompt):
                 order: list[BenchCase | None | str] = [None, *same_temperature, *([PLAIN] if plain else [])]
                 shift = (index + round_number) % len(order)
                 runs: dict[BenchCase | None | str, Generation] = {}
@@ -268,11 +284,11 @@ def generate(
 
 def warm_up(
     session: Session, settings: GenerationSettings, cases: Sequence[BenchCase], plain: GenerationSettings | None = None,
-    grammar: str | None = None,
+    grammar: str | None = None, raw: bool = False,
 ) -> None:
     """One short generation each way (target-only at full speed too, given `plain`; held to `grammar` when
     given), so first-call costs (page faults, allocations, the grammar's vocabulary) are not timed."""
-    tokens = session.chat_prompt_tokens([{"role": "user", "content": "Hello"}])
+    tokens = prompt_tokens(session, ["Hello"], raw)[0]
     warm = dataclasses.replace(settings, max_tokens=8, seed=0)
     generate(session, tokens, warm, speculative=False, grammar=grammar)
     if plain is not None:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from fastapi.responses import JSONResponse
 
+from ..config.files import TOO_LONG_A_NUMBER
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..settings import SETTINGS, GenerationSettings
@@ -140,8 +141,10 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:  # (a ValueError too: said apart, as the CLI says it of files)
         raise ApiError(400, f"the request body is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset"
                        f" {exc.start})") from None
-    except ValueError:
+    except json.JSONDecodeError:
         raise ApiError(400, "the request body is not valid JSON") from None
+    except ValueError:  # Python's limit on the digits of an integer read from text
+        raise ApiError(400, f"the request body holds {TOO_LONG_A_NUMBER}") from None
     except RecursionError:
         raise ApiError(400, "the request body is nested too deeply") from None
     if not isinstance(body, dict):

@@ -120,7 +120,9 @@ class Guard:
 
 def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI application serving `served`."""
-    app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
+    # (redirect_slashes off: `/v1/models/` is a 404 like any unknown path, not a redirect to a Location built from
+    # the client's Host header)
+    app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(HTTPException)
@@ -453,7 +455,7 @@ class Reply:
     def _event(self, delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:
         choices = [] if delta is None else [
             {"index": 0, "delta": delta, "finish_reason": finish} if self.chat
-            else {"index": 0, "text": delta.get("content", ""), "finish_reason": finish}
+            else {"index": 0, "text": delta.get("content", ""), "finish_reason": finish, "logprobs": None}
         ]
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return json.dumps({"id": self.id, "object": kind, "created": self.created, "model": self.served.model_id,

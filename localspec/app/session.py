@@ -111,7 +111,7 @@ class Session:
         """
         template = self.chat_template()
         if template is None:
-            raise InputError(f"{self.target.path.name} has no chat template: use plain completion (`run --raw`),"
+            raise InputError(f"{self.target.path.name} has no chat template: use plain completion (`run --raw`, `bench --raw`),"
                              " or give it one (a profile's [chat] template)")
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)

@@ -25,7 +25,17 @@ from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..settings import GenerationSettings
-from .bench import PLAIN, BenchCase, BenchResult, baseline_settings, case_settings, generate, plain_settings, warm_up
+from .bench import (
+    PLAIN,
+    BenchCase,
+    BenchResult,
+    baseline_settings,
+    case_settings,
+    generate,
+    plain_settings,
+    prompt_tokens,
+    warm_up,
+)
 from .session import Session
 
 # on_run(case or None for target-only, constrained, prompt index, the finished generation)
@@ -104,19 +114,23 @@ def run_structured_bench(
     repeat: int = 1,
     on_run: RunCallback | None = None,
     cold: bool = False,
+    raw: bool = False,
 ) -> list[StructuredResult]:
     """Measure every case with and without each prompt's grammar, beside target-only (and target-only at full
-    speed where it pads its lone tokens, as `run_bench` does); results in `cases` order."""
+    speed where it pads its lone tokens, as `run_bench` does); results in `cases` order. `raw`: the prompts are
+    plain text, without the chat template."""
+    every_prompt = prompt_tokens(session, [prompt.prompt for prompt in prompts], raw)
     results = {case: StructuredResult(case) for case in cases}
     for temperature in dict.fromkeys(case.temperature for case in cases):
         same_temperature = [case for case in cases if case.temperature == temperature]
         base = baseline_settings(settings, temperature)
         plain = plain_settings(session, base)
-        warm_up(session, base, same_temperature, plain, grammar=prompts[0].grammar)
+        warm_up(session, base, same_temperature, plain, grammar=prompts[0].grammar, raw=raw)
         for round_number in range(repeat):
             per_round = {case: StructuredResult(case) for case in same_temperature}
-            for index, prompt in enumerate(prompts):
-                runs = _measure_prompt(session, base, plain, same_temperature, prompt, index, round_number, cold, on_run)
+            for index, (prompt, tokens) in enumerate(zip(prompts, every_prompt)):
+                runs = _measure_prompt(session, base, plain, same_temperature, prompt, tokens, index, round_number,
+                                       cold, on_run)
                 for case in same_temperature:
                     for result in (results[case], per_round[case]):
                         _record(result, runs, case)
@@ -131,11 +145,11 @@ Run = tuple[BenchCase | None | str, bool]  # (case, None for target-only or PLAI
 
 def _measure_prompt(
     session: Session, base: GenerationSettings, plain: GenerationSettings | None, cases: Sequence[BenchCase],
-    prompt: ConstrainedPrompt, index: int, round_number: int, cold: bool, on_run: RunCallback | None,
+    prompt: ConstrainedPrompt, tokens: list[int], index: int, round_number: int, cold: bool,
+    on_run: RunCallback | None,
 ) -> dict[Run, Generation]:
-    """Every run of prompt `index`: target-only (at full speed too, given `plain`) and each case, constrained
-    and free, in an order that rotates with the prompt and the round."""
-    tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt.prompt}])
+    """Every run of prompt `index` (`tokens`): target-only (at full speed too, given `plain`) and each case,
+    constrained and free, in an order that rotates with the prompt and the round."""
     sides = (None, *cases, *([PLAIN] if plain is not None else []))
     order: list[Run] = [(case, constrained) for constrained in (True, False) for case in sides]
     shift = (index + round_number) % len(order)

@@ -40,7 +40,7 @@ from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
 from ..errors import LocalspecError
-from ..settings import SETTINGS, STRATEGIES, VERIFY_MODES
+from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
 from .common import stderr_console, stdout_console, write_stdout
 from .loading import load_session, resolve_plan
@@ -74,7 +74,10 @@ def _comma_list(value: str, convert, option: str) -> list:
 
 
 def _temperature(item: str) -> float:
-    value = float(item)
+    try:
+        value = float(item)
+    except ValueError:
+        raise click.BadParameter(f"{item!r} is not a number") from None
     if not math.isfinite(value):
         raise click.BadParameter(f"{item} is not a finite number")
     if value < 0:
@@ -117,6 +120,7 @@ def _draft_max(item: str) -> int | str:
 @click.option("--structured", is_flag=True, help="Measure on the built-in structured set: each prompt held to its own"
               " JSON schema, constrained and free, as with --json-schema.")
 @click.option("--limit", type=click.IntRange(1), help="With --structured: only the first N schemas of the set [all].")
+@click.option("--raw", is_flag=True, help="Plain completion: the prompts without the chat template (a base model's).")
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure every prompt this many times.")
 @click.option("--save", is_flag=True, help="Write the fastest strategy and draft length into the profile.")
 @click.option("--cold", is_flag=True, help="Adaptive draft lengths start from their priors, as in a first-ever run (and nothing learned is kept).")
@@ -125,7 +129,7 @@ def _draft_max(item: str) -> int | str:
 def bench(
     profile: str | None, temperatures: str, strategies: str | None, verify_modes: str | None, draft_maxes: str | None,
     prompts_spec: str | None, prompt_text: str | None, json_schema: str | None, structured: bool, limit: int | None,
-    repeat: int, save: bool, cold: bool, as_json: bool, verbose: bool, **options: Any,
+    raw: bool, repeat: int, save: bool, cold: bool, as_json: bool, verbose: bool, **options: Any,
 ) -> None:
     """Measure what drafting buys on this machine, and which strategy and draft length buy most.
 
@@ -158,11 +162,17 @@ def bench(
             flags[key] = bench_default
     if save and not (profile or not flags.get("target.path")):
         raise click.UsageError("--save writes into a profile: name one with --profile")
+    if save and (flags.get("target.path") or flags.get("draft.path")):
+        raise click.UsageError("--save writes into the profile what its own models measured: leave out --target and"
+                               " --draft")
+    swept_lengths = _comma_list(draft_maxes, _draft_max, "--draft-max") if draft_maxes is not None else None
+    if swept_lengths is not None:  # (the profile's draft_max is not measured: neither fitted nor checked with --draft-min)
+        longest = max((length for length in swept_lengths if isinstance(length, int)), default=0)
+        flags["speculative.draft_max"] = longest if longest > ADAPTIVE_DRAFT_LIMIT else ADAPTIVE
     plan = resolve_plan(profile, flags, verbose=verbose)
     speculative = plan.generation.speculative
     chosen_strategies = _comma_list(strategies, _strategy, "--strategy") if strategies is not None else [speculative.strategy]
-    chosen_lengths = _fitted_lengths(plan, _comma_list(draft_maxes, _draft_max, "--draft-max")) \
-        if draft_maxes is not None else [speculative.draft_max]
+    chosen_lengths = _fitted_lengths(plan, swept_lengths) if swept_lengths is not None else [speculative.draft_max]
     needs_draft = [s for s in chosen_strategies if s != "ngram"]
     if needs_draft and plan.draft is None:
         raise click.UsageError(f"this run has no draft model, which strategy {needs_draft[0]} needs: give --draft, or --strategy ngram")
@@ -186,12 +196,12 @@ def bench(
         if constrained is not None:
             with _progress(2 * len(constrained) * repeat * runs_per_prompt) as advance:
                 structured_results = run_structured_bench(
-                    session, plan.generation, cases, constrained, repeat, cold=cold,
+                    session, plan.generation, cases, constrained, repeat, cold=cold, raw=raw,
                     on_run=lambda case, held, index, generation: advance(case, index, generation, held))
             _report_structured(plan, placement, constrained, repeat, structured_results, as_json)
             return
         with _progress(len(prompts) * repeat * runs_per_prompt) as advance:
-            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold)
+            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold, raw=raw)
     best = best_by_temperature(results)
     if as_json:
         write_stdout(json.dumps({
@@ -423,7 +433,7 @@ def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
             continue
         setting = f"({result.case.strategy}, draft_max {result.case.draft_max})"
         answer = result.speculative.tokens_generated / max(result.runs, 1)
-        if result.case.draft_max == "adaptive" and answer < SHORT_ANSWER_TOKENS:  # it may leave prompts unread (worth_reading)
+        if result.case.draft_max == ADAPTIVE and answer < SHORT_ANSWER_TOKENS:  # it may leave prompts unread (worth_reading)
             click.echo(
                 f"note: at T={temperature:g} the fastest setting {setting} was not faster than the target alone"
                 f" ({result.speedup:.2f}x) on answers of {answer:.0f} tokens, too few to pay for the draft model's"

@@ -50,7 +50,8 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
       localspec serve
       localspec serve -p qwen2.5-7b --port 8000 --api-key secret
     """
-    api_key = _checked_api_key(api_key)
+    api_key = _checked_api_key(api_key, click.get_current_context().get_parameter_source("api_key")
+                               == click.core.ParameterSource.ENVIRONMENT)
     flags = setting_flags(options)
     if memory is not None:
         flags["speculative.memory"] = memory
@@ -90,14 +91,16 @@ def _log_config() -> dict:
     return config
 
 
-def _checked_api_key(api_key: str | None) -> str | None:
-    """The key clients must send, or None. An empty key (flag or LOCALSPEC_API_KEY) means no key, with a warning."""
+def _checked_api_key(api_key: str | None, from_environment: bool = False) -> str | None:
+    """The key clients must send, or None. An empty key (flag or LOCALSPEC_API_KEY) means no key, with a warning;
+    an invalid one is refused, naming where it came from."""
     if not api_key:
         if api_key == "" or os.environ.get("LOCALSPEC_API_KEY") == "":
             click.echo("warning: the API key is empty: serving without one (every client is let in)", err=True)
         return None
     if not api_key.isascii() or not api_key.isprintable() or " " in api_key:
-        raise InputError("--api-key must be printable ASCII without spaces (it travels in an HTTP header)")
+        named = "LOCALSPEC_API_KEY" if from_environment else "--api-key"
+        raise InputError(f"{named} must be printable ASCII without spaces (it travels in an HTTP header)")
     return api_key
 
 
