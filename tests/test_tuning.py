@@ -119,6 +119,7 @@ def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
         (["--strategy", "nonsense"], "'nonsense' is not one of model, ngram, hybrid"),
         (["--verify", "exact"], "'exact' is not one of coupled, rejection"),
         (["--draft-max", "0,4"], "--draft-max"),
+        (["--draft-max", "4,x"], "'x' is neither a number nor 'adaptive'"),
         (["--temperatures", "0,-1"], "--temperatures"),
         (["--temperatures", "0,abc"], "'abc' is not a number"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),
@@ -172,6 +173,18 @@ def test_a_bench_prompt_too_long_is_named_before_anything_is_measured(tiny_profi
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("error: bench prompt 1 of 1 ('the cat sat'…) is ")
     assert "but the context holds 256" in result.stderr and "tok/s" not in result.stdout
+
+
+def test_ctrl_c_during_a_bench_says_nothing_is_reported(tiny_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.cli import bench
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", interrupted)
+    result = cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0")
+    assert result.exit_code == 130 and "Traceback" not in result.stderr and result.stdout == ""
+    assert "bench stopped before its last run: nothing is reported" in result.stderr
 
 
 def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path]) -> None:
@@ -230,7 +243,13 @@ def test_a_slower_speculative_setting_is_put_down_to_short_answers_or_to_the_mac
     fixed = slower(8)
     fixed.case = BenchCase("model", 3, 0.0)  # a fixed length reads every prompt: its short answers explain nothing
     _advise([], {0.0: fixed})
-    assert "run without a draft" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "run without a draft" in err and "(measured on 2 runs of 8 tokens: too little to act on; measure more)" in err
+    enough = slower(128)
+    enough.runs = 4
+    enough.speculative.tokens_generated = enough.baseline.tokens_generated = 4 * 128
+    _advise([], {0.0: enough})
+    assert "run without a draft" in (err := capsys.readouterr().err) and "too little" not in err
 
 
 def test_speculation_that_beats_only_padded_target_only_is_called_slower(capsys: pytest.CaptureFixture, tiny_profile: str) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import click
 from rich.progress import (
@@ -185,8 +186,8 @@ def bench(
     for case in cases:  # a combination the settings refuse (draft_min above a swept draft_max) before anything loads
         case_settings(plan.generation, case)
 
-    with load_session(plan, load_draft=bool(needs_draft), verbose=verbose, remember_lengths=not cold,
-                      memory_owner=None) as session:
+    with _said_when_stopped(), load_session(plan, load_draft=bool(needs_draft), verbose=verbose,
+                                            remember_lengths=not cold, memory_owner=None) as session:
         placement = session.placement()
         for role, where in placement.items():
             click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)
@@ -225,6 +226,16 @@ def bench(
         else:
             click.echo(f"saved strategy {strategy}, draft_max {draft_max} ({speedup:.2f}x {baseline} across temperatures)"
                        f" to {path}", err=True)
+
+
+@contextmanager
+def _said_when_stopped() -> Iterator[None]:
+    """Ctrl-C during a bench says that nothing is reported (it had ended with exit 130 and no word)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("\nbench stopped before its last run: nothing is reported (it compares whole sets of runs)", err=True)
+        raise
 
 
 # What --save needs measured before it changes a profile: a setting picked from one short run is noise.
@@ -418,21 +429,24 @@ LONE_NOTE = ("note: target-only decoding here reads a lone token as a pair of ro
 
 
 def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
-    """Say where even the fastest setting is slower than target-only decoding at its fastest."""
+    """Say where even the fastest setting is slower than target-only decoding at its fastest (and where that
+    comes from too little measuring to act on)."""
     for temperature, result in best.items():
         if result.speedup_over_plain >= 1.0:
             continue
+        answer = result.speculative.tokens_generated / max(result.runs, 1)
+        thin = (f" (measured on {result.runs} run{'s' * (result.runs != 1)} of {answer:.0f} tokens: too little to act"
+                " on; measure more)") if result.runs < SAVE_NEEDS_RUNS or answer < SAVE_NEEDS_TOKENS else ""
         if result.speedup >= 1.0:  # faster than padded target-only, slower than it at full speed
             click.echo(
                 f"warning: at T={temperature:g} the fastest setting ({result.case.strategy}, draft_max"
                 f" {result.case.draft_max}) is {result.speedup:.2f}x target-only decoding that keeps the same text,"
                 f" but {result.speedup_over_plain:.2f}x target-only at full speed: where the same text as"
-                " --no-speculative does not matter, run --no-speculative --no-same-text on this machine",
+                f" --no-speculative does not matter, run --no-speculative --no-same-text on this machine{thin}",
                 err=True,
             )
             continue
         setting = f"({result.case.strategy}, draft_max {result.case.draft_max})"
-        answer = result.speculative.tokens_generated / max(result.runs, 1)
         if result.case.draft_max == ADAPTIVE and answer < SHORT_ANSWER_TOKENS:  # it may leave prompts unread (worth_reading)
             click.echo(
                 f"note: at T={temperature:g} the fastest setting {setting} was not faster than the target alone"
@@ -444,7 +458,7 @@ def _advise(results: list[BenchResult], best: dict[float, BenchResult]) -> None:
             lone = " --no-same-text" if result.plain is not None else ""
             click.echo(
                 f"warning: at T={temperature:g} even the fastest setting {setting} is slower than the target alone"
-                f" ({result.speedup_over_plain:.2f}x): run without a draft (--no-speculative{lone}) on this machine",
+                f" ({result.speedup_over_plain:.2f}x): run without a draft (--no-speculative{lone}) on this machine{thin}",
                 err=True,
             )
 

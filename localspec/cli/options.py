@@ -72,7 +72,10 @@ class NumberOrWord(click.ParamType):
         try:
             return self.number.convert(value, param, ctx)
         except click.BadParameter as exc:
-            self.fail(f"{exc.message} (or one of: {', '.join(self.words)})", param, ctx)
+            words = " or ".join(repr(word) for word in self.words)
+            if "is not a valid" in exc.message:  # (click's own words for a number it cannot read: "integer range")
+                self.fail(f"{value!r} is neither a number nor {words}", param, ctx)
+            self.fail(f"{exc.message} (or {words})", param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return f"[{'|'.join(('N', *self.words))}]"
