@@ -288,6 +288,66 @@ def test_the_chat_history_is_private_even_where_an_earlier_version_made_it_reada
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+def test_ctrl_c_while_the_prompt_is_read_takes_the_message_back(tiny_profile: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped before its first token, a reply is none: not an empty interrupted reply with "[None]" statistics."""
+    from localspec.engine.generation import Generation
+
+    read = Generation._evaluate_prompt
+    calls = []
+
+    def interrupted_once(self, context):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return read(self, context)
+
+    monkeypatch.setattr(Generation, "_evaluate_prompt", interrupted_once)
+    result = chat(b"the cat\nthe dog\n")
+    assert result.exit_code == 0, result.stderr
+    assert "error: stopped before the reply began" in result.stderr and "[None]" not in result.stderr
+    assert len(replies(result.stderr)) == 1
+    assert [m["content"] for m in stored()["messages"] if m["role"] == "user"] == ["the dog"]
+
+
+def test_an_unclosed_multi_line_message_is_not_sent(tiny_profile: str) -> None:
+    result = chat(b'"""\nthe cat\n/exit\n')
+    assert result.exit_code == 0 and not replies(result.stderr)
+    assert '(the multi-line message was not sent: no closing """)' in result.stderr
+
+
+@pytest.mark.slow  # a chat in a pseudo-terminal
+def test_in_a_terminal_a_block_is_dropped_by_ctrl_c_and_a_pasted_text_is_a_message(tiny_profile: str) -> None:
+    import sys
+    import time
+
+    import pexpect
+
+    child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", "-p", "tiny", "--temperature", "0",
+                                           "--max-tokens", "4", "--threads", "1"],
+                          env={**os.environ, "NO_COLOR": "1", "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"},
+                          encoding="utf-8", timeout=60)  # (xterm: prompt_toolkit reads Ctrl-C as a key, not a signal)
+    child.expect_exact("Ctrl-D to leave")
+    child.expect_exact(">")
+    child.sendline('"""')
+    child.expect_exact("...")
+    child.sendline("part one")
+    child.expect_exact("\x1b[?2004l")  # that line's prompt ended,
+    child.expect_exact("...")  # and the next one is drawn:
+    time.sleep(0.5)  # Ctrl-C is then read as a key in raw mode (between prompts it is a signal, and may be lost)
+    child.sendintr()
+    child.expect_exact("(multi-line message dropped)")
+    child.expect_exact(">")
+    child.send("\x1b[200~/etc/hosts holds:\r127.0.0.1 localhost\x1b[201~\r")  # a bracketed paste of two lines
+    child.expect(r"\[length\]")
+    child.expect_exact(">")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert [m["content"] for m in stored()["messages"] if m["role"] == "user"] == ["/etc/hosts holds:\n127.0.0.1 localhost"]
+
+
 def test_continue_and_resume_together_are_refused() -> None:
     one_error_line(chat(b"the cat\n", "--continue", "--resume", "3"), 2, "--continue resumes the latest conversation",
                    "give one of them")

@@ -124,6 +124,8 @@ class ChatSession:
                 on_chunk(chunk)
         except KeyboardInterrupt:
             self.session.recover_caches()  # a decode may have been cut short before its bookkeeping
+            if generation is None or not generation.tokens:  # (reading the prompt): as if nothing was asked
+                return Reply(None, error="stopped before the reply began")
             interrupted = True
         except LocalspecError as exc:
             return Reply(None, error=str(exc))

@@ -171,7 +171,7 @@ class ChatLoop:
                 pass
             elif text.startswith(COMMAND_ESCAPE):
                 message = message.replace(COMMAND_ESCAPE, "/", 1)
-            elif text.startswith("/"):
+            elif text.startswith("/") and "\n" not in text:  # (a pasted text of several lines is a message)
                 if not self.command(text):
                     return
                 continue
@@ -396,10 +396,14 @@ def _starting_conversation(
         raise LocalspecError(f"chat history {store.path}: conversation {conversation_id} is damaged ({exc})") from None
 
 
+DROPPED = object()  # Ctrl-C within a multi-line message: the message is dropped
+
+
 def _line_reader() -> Callable[[], str | None]:
     """One message at a time: prompt_toolkit on a terminal (editing, history), plain lines otherwise.
 
-    A line holding only \"\"\" starts a multi-line message that ends at the next such line.
+    A line holding only \"\"\" starts a multi-line message that ends at the next such line; Ctrl-C within it
+    drops it, and the end of input within it leaves without sending it.
     """
     if sys.stdin.isatty():
         from prompt_toolkit import PromptSession
@@ -407,22 +411,24 @@ def _line_reader() -> Callable[[], str | None]:
         history = _input_history()
         prompt = PromptSession(history=history)
 
-        def read_one() -> str | None:
+        def read_one(in_block: bool = False) -> Any:
             while True:
                 try:
-                    line = prompt.prompt("> ")
+                    line = prompt.prompt("... " if in_block else "> ")
                     if history.problem:  # said once, after the line, when prompt_toolkit no longer draws
                         click.echo(history.problem, err=True)
                         history.problem = None
                     return clean_input(line, "the typed line")
-                except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line
+                except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line, within a block drops the block
+                    if in_block:
+                        return DROPPED
                     continue
                 except EOFError:
                     return None
     else:
         first_line = True
 
-        def read_one() -> str | None:
+        def read_one(in_block: bool = False) -> Any:
             nonlocal first_line
             line = sys.stdin.buffer.readline()  # bytes: invalid UTF-8 is replaced, not a crash
             if first_line:
@@ -431,13 +437,20 @@ def _line_reader() -> Callable[[], str | None]:
             return decode_input(line, "a line of input").rstrip("\r\n") if line else None
 
     def read_message() -> str | None:
-        line = read_one()
-        if line is None or line.strip() != MULTILINE:
-            return line
-        lines: list[str] = []
-        while (line := read_one()) is not None and line.strip() != MULTILINE:
-            lines.append(line)
-        return Block("\n".join(lines))
+        while True:
+            line = read_one()
+            if line is None or line.strip() != MULTILINE:
+                return line
+            lines: list[str] = []
+            while (line := read_one(in_block=True)) is not None and line is not DROPPED and line.strip() != MULTILINE:
+                lines.append(line)
+            if line is None:
+                click.echo(f'(the multi-line message was not sent: no closing {MULTILINE})', err=True)
+                return None
+            if line is DROPPED:
+                click.echo("(multi-line message dropped)", err=True)
+                continue
+            return Block("\n".join(lines))
 
     return read_message
 

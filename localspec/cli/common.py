@@ -47,10 +47,13 @@ def _console(name: str) -> Any:
                 self.quiet = True
                 raise BrokenPipeError
 
+        stream = sys.stderr if name == "stderr_console" else sys.stdout
+        colours = "auto" if stream is not None and terminal_takes_colour(stream) else None
         if name == "stderr_console":
-            globals()[name] = Console(stderr=True, highlight=False)
+            globals()[name] = Console(stderr=True, highlight=False, color_system=colours)
         else:  # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
-            globals()[name] = Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
+            globals()[name] = Console(highlight=False, color_system=colours,
+                                      width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
     return globals()[name]
 
 
@@ -286,9 +289,25 @@ class StatusLine:
 
 
 def terminal_takes_colour(stream: Any) -> bool:
-    """Whether to colour what goes to `stream`: a terminal, unless NO_COLOR is set (no-color.org) or TERM=dumb
-    (a terminal that shows escape sequences as they are)."""
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    """Whether to colour what goes to `stream`: a terminal, unless NO_COLOR is set (no-color.org), TERM=dumb (a
+    terminal that shows escape sequences as they are) or the terminal's own description says it has no colours
+    (TERM=vt100)."""
+    if not stream.isatty() or "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
+        return False
+    return _terminfo_colours(stream) != 0
+
+
+def _terminfo_colours(stream: Any) -> int | None:
+    """How many colours the terminal's terminfo entry gives (0: none), or None where that cannot be told (no
+    curses, as on Windows; an unknown TERM): then colour is assumed, as terminals have it today."""
+    try:
+        import curses
+
+        curses.setupterm(os.environ.get("TERM"), stream.fileno())
+        colours = curses.tigetnum("colors")
+    except Exception:  # (curses.error, an ImportError, a stream without a descriptor)
+        return None
+    return max(colours, 0) if colours != -2 else None  # (-1: no such capability, so no colour; -2: not a number)
 
 
 # Control characters, and the bidirectional embeddings, overrides and isolates that reorder what follows them.

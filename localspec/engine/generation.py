@@ -112,7 +112,12 @@ class Generation:
             raise RuntimeError("a Generation runs once; create a new one")
         sampler = make_sampler(self.settings.speculative.verify, self.settings.seed)
         context = list(self.prompt_tokens)
-        if not self._evaluate_prompt(context):
+        try:
+            evaluated = self._evaluate_prompt(context)
+        except BaseException:  # (Ctrl-C while the prompt is read)
+            self.stop_reason = StopReason.INTERRUPTED
+            raise
+        if not evaluated:
             self.stop_reason = StopReason.INTERRUPTED
             return
         # A draft model that must still read much of the prompt reads it after the first token, which
