@@ -348,6 +348,12 @@ def test_in_a_terminal_a_block_is_dropped_by_ctrl_c_and_a_pasted_text_is_a_messa
     assert [m["content"] for m in stored()["messages"] if m["role"] == "user"] == ["/etc/hosts holds:\n127.0.0.1 localhost"]
 
 
+def test_stats_after_undo_does_not_show_the_undone_reply(tiny_profile: str) -> None:
+    result = chat(b"the cat\n/undo\n/stats\n")
+    assert result.exit_code == 0 and "no reply yet (or since the last /undo)" in result.stderr
+    assert "last reply:" not in result.stderr
+
+
 def test_continue_and_resume_together_are_refused() -> None:
     one_error_line(chat(b"the cat\n", "--continue", "--resume", "3"), 2, "--continue resumes the latest conversation",
                    "give one of them")

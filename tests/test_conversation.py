@@ -122,6 +122,17 @@ def test_a_removed_conversations_id_is_never_given_again(tmp_path: Path) -> None
     assert again.start(conversation("d")) == newest + 2  # an empty history too
 
 
+def test_continue_does_not_pick_a_conversation_emptied_by_undo(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    kept = store.start(conversation("a", "b"))
+    emptied = conversation("c", "d")
+    emptied_id = store.start(emptied)
+    assert store.latest() == emptied_id
+    emptied.undo()
+    store.update(emptied_id, emptied)
+    assert store.latest() == kept and store.get(emptied_id) is not None  # (still listed, to see or remove)
+
+
 def test_a_corrupt_or_locked_database_is_one_clear_error(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.sqlite3"
     corrupt.write_bytes(b"this is not a database" * 100)

@@ -189,6 +189,8 @@ class ChatSession:
     def undo(self) -> int:
         """Drop the last exchange; return how many messages went."""
         dropped = self.conversation.undo()
+        if dropped:
+            self.last = None  # (/stats: the reply it dropped is not the last reply any more)
         self.save_all()
         return dropped
 

@@ -199,7 +199,10 @@ class HistoryStore:
         )
 
     def latest(self) -> int | None:
-        rows = self._read("SELECT id FROM conversations ORDER BY updated DESC, id DESC LIMIT 1")
+        """The conversation `chat --continue` resumes: the latest updated that holds a message (one emptied by
+        `/undo` has nothing to go on from)."""
+        rows = self._read("SELECT id FROM conversations c WHERE EXISTS (SELECT 1 FROM messages WHERE conversation = c.id)"
+                          " ORDER BY updated DESC, id DESC LIMIT 1")
         return rows[0][0] if rows else None
 
     def list(self) -> list[dict[str, Any]]:

@@ -290,7 +290,7 @@ class ChatLoop:
 
     def cmd_stats(self, argument: str) -> None:
         if self.chat.last is None:
-            self.say("no reply yet")
+            self.say("no reply yet (or since the last /undo)")
             return
         stats = self.chat.last.stats
         self.say(f"last reply: {stats.summary()}, {_seed_text(self.chat.last)}")
