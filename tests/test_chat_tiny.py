@@ -354,6 +354,17 @@ def test_stats_after_undo_does_not_show_the_undone_reply(tiny_profile: str) -> N
     assert "last reply:" not in result.stderr
 
 
+def test_a_long_message_says_it_is_being_read(tiny_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(A document pasted into a chat took 24 s to read on a CPU, with nothing shown.)"""
+    from localspec.app import chat_session
+
+    monkeypatch.setattr(chat_session, "LONG_READ_TOKENS", 40)  # (the tiny models' context holds no 1000 tokens)
+    result = chat(b"the cat " * 5 + b"\nthe dog\n")
+    assert result.exit_code == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("(reading ")]
+    assert len(notes) == 1 and int(notes[0].split()[1]) >= 40  # the second turn's prompt is mostly cached
+
+
 def test_continue_and_resume_together_are_refused() -> None:
     one_error_line(chat(b"the cat\n", "--continue", "--resume", "3"), 2, "--continue resumes the latest conversation",
                    "give one of them")

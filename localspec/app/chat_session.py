@@ -18,11 +18,15 @@ from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
 from ..runtime.fatal import on_fatal
+from ..runtime.model import common_prefix_length
 from ..settings import SEED_MAX
 from .conversation import Conversation
 from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag
 from .session import Session
+
+
+LONG_READ_TOKENS = 1000  # a turn with this many tokens not in the cache says it is reading them
 
 
 @dataclass
@@ -118,6 +122,9 @@ class ChatSession:
         forget_hook = on_fatal(keep_partial_reply)
         try:
             tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages(self.window))
+            unread = len(tokens) - common_prefix_length(self.session.target.tokens, tokens)
+            if unread >= LONG_READ_TOKENS:  # (seconds of silence on a CPU otherwise: a pasted document)
+                on_note(f"(reading {unread} tokens…)")
             generation = self.session.generation(tokens, settings, speculative=self.speculative,
                                                  grammar=self.grammar.grammar if self.grammar else None)
             for chunk in generation:
