@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from localspec.app.history import HistoryStore, HistoryUnavailable
 from localspec.cli import main
-from localspec.config.paths import history_file
+from localspec.config.paths import history_file, input_history_file
 from localspec.settings import SEED_MAX
 
 
@@ -363,6 +363,47 @@ def test_a_long_message_says_it_is_being_read(tiny_profile: str, monkeypatch: py
     assert result.exit_code == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if line.startswith("(reading ")]
     assert len(notes) == 1 and int(notes[0].split()[1]) >= 40  # the second turn's prompt is mostly cached
+
+
+@pytest.mark.slow  # two chats in a pseudo-terminal
+def test_a_block_is_one_entry_of_the_input_history_and_up_sends_it_again(tiny_profile: str) -> None:
+    import sys
+    import time
+
+    import pexpect
+
+    def terminal_chat():
+        child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", "-p", "tiny", "--temperature", "0",
+                                               "--max-tokens", "4", "--threads", "1"],
+                              env={**os.environ, "NO_COLOR": "1", "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"},
+                              encoding="utf-8", timeout=60)
+        child.expect_exact("Ctrl-D to leave")
+        child.expect_exact(">")
+        return child
+
+    def leave(child) -> None:
+        time.sleep(0.3)
+        child.send("\x04")  # Ctrl-D on an empty line (not /exit, which would be the history's newest entry)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+
+    child = terminal_chat()
+    for line in ('"""', "a line", "/b line", '"""'):
+        child.sendline(line)
+    child.expect(r"\[length\]")
+    child.expect_exact(">")
+    leave(child)
+    child = terminal_chat()
+    time.sleep(0.3)
+    child.send("\x1b[A")  # Up: the block, whole
+    child.expect_exact("/b line")
+    child.send("\r")
+    child.expect(r"\[length\]")
+    child.expect_exact(">")
+    leave(child)
+    assert [m["content"] for m in stored()["messages"] if m["role"] == "user"] == ["a line\n/b line"]
+    assert input_history_file().read_text().count("+a line") == 1  # one entry: the block, quotes included
 
 
 def test_continue_and_resume_together_are_refused() -> None:

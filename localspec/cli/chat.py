@@ -403,18 +403,22 @@ def _line_reader() -> Callable[[], str | None]:
     """One message at a time: prompt_toolkit on a terminal (editing, history), plain lines otherwise.
 
     A line holding only \"\"\" starts a multi-line message that ends at the next such line; Ctrl-C within it
-    drops it, and the end of input within it leaves without sending it.
+    drops it, and the end of input within it leaves without sending it. On a terminal the whole block goes into
+    the input history as one entry, quotes included, which Up brings back and Enter sends as the same block.
     """
+    remember: Callable[[str], None] | None = None  # adds a closed block to the input history (a terminal's)
     if sys.stdin.isatty():
         from prompt_toolkit import PromptSession
 
         history = _input_history()
         prompt = PromptSession(history=history)
+        block_prompt = PromptSession()  # (its lines are not kept one by one: the block is, once it is closed)
+        remember = history.append_string
 
         def read_one(in_block: bool = False) -> Any:
             while True:
                 try:
-                    line = prompt.prompt("... " if in_block else "> ")
+                    line = (block_prompt if in_block else prompt).prompt("... " if in_block else "> ")
                     if history.problem:  # said once, after the line, when prompt_toolkit no longer draws
                         click.echo(history.problem, err=True)
                         history.problem = None
@@ -439,6 +443,8 @@ def _line_reader() -> Callable[[], str | None]:
     def read_message() -> str | None:
         while True:
             line = read_one()
+            if line is not None and _is_whole_block(line):  # (brought back from the history, or pasted whole)
+                return Block(line.strip()[len(MULTILINE):-len(MULTILINE)].strip("\n"))
             if line is None or line.strip() != MULTILINE:
                 return line
             lines: list[str] = []
@@ -450,9 +456,17 @@ def _line_reader() -> Callable[[], str | None]:
             if line is DROPPED:
                 click.echo("(multi-line message dropped)", err=True)
                 continue
+            if remember is not None:
+                remember("\n".join([MULTILINE, *lines, MULTILINE]))
             return Block("\n".join(lines))
 
     return read_message
+
+
+def _is_whole_block(text: str) -> bool:
+    """Whether `text` is a whole multi-line message, opening and closing quotes included."""
+    stripped = text.strip()
+    return stripped.startswith(MULTILINE + "\n") and stripped.endswith("\n" + MULTILINE)
 
 
 def _input_history() -> "FileHistory":
