@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -175,16 +176,58 @@ def test_a_bench_prompt_too_long_is_named_before_anything_is_measured(tiny_profi
     assert "but the context holds 256" in result.stderr and "tok/s" not in result.stdout
 
 
-def test_ctrl_c_during_a_bench_says_nothing_is_reported(tiny_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from localspec.cli import bench
+def _ctrl_c_at_prompt(module, stop_index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `module`'s bench raise KeyboardInterrupt as it starts prompt `stop_index` (its first temperature)."""
+    measure = module._measure_prompt
 
     def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
+        if inspect.signature(measure).bind(*args, **kwargs).arguments["turn"].index == stop_index:
+            raise KeyboardInterrupt
+        return measure(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "run_bench", interrupted)
-    result = cli("bench", "-p", tiny_profile, "--prompts", "1", "--max-tokens", "8", "--temperatures", "0")
+    monkeypatch.setattr(module, "_measure_prompt", interrupted)
+
+
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
+def test_ctrl_c_during_a_bench_reports_the_prompt_runs_finished(tiny_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.app import bench
+
+    _ctrl_c_at_prompt(bench, 2, monkeypatch)
+    result = cli("bench", "-p", tiny_profile, "--prompts", "4", "--max-tokens", "64", "--temperatures", "0,1",
+                 "--draft-max", "2,4", "--json", "--save")
+    assert result.exit_code == 130 and "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    assert report["stopped"] == {"prompt_runs": 2, "planned": 8}
+    assert [(row["temperature"], row["draft_max"], row["runs"]) for row in report["results"]] == [(0.0, 2, 2), (0.0, 4, 2)]
+    assert result.stderr.splitlines()[-1] == ("bench stopped by Ctrl-C after 2 of 8 prompt runs: the results are from"
+                                              " those (every configuration ran each of them); nothing saved")
+    assert "speculative.draft_max" not in load_profile(tiny_profile).values
+    table = cli("bench", "-p", tiny_profile, "--prompts", "4", "--max-tokens", "8", "--temperatures", "0", "--draft-max", "2")
+    assert table.exit_code == 130 and "tok/s" in table.stdout and "after 2 of 4 prompt runs" in table.stderr
+
+
+def test_ctrl_c_before_a_bench_finished_a_prompt_reports_nothing(tiny_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.app import bench
+
+    _ctrl_c_at_prompt(bench, 0, monkeypatch)
+    result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--max-tokens", "8", "--temperatures", "0", "--json")
     assert result.exit_code == 130 and "Traceback" not in result.stderr and result.stdout == ""
-    assert "bench stopped before its last run: nothing is reported" in result.stderr
+    assert "bench stopped before a prompt was measured on every side: nothing is reported" in result.stderr
+
+
+def test_ctrl_c_during_a_structured_bench_reports_the_prompt_runs_finished(
+    tiny_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from localspec.app import structured_bench
+
+    _ctrl_c_at_prompt(structured_bench, 1, monkeypatch)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat\nthe dog\nthe bird\n")
+    result = cli("bench", "-p", tiny_profile, "--json-schema", '{"type": "array"}', "--prompts", str(prompts),
+                 "--max-tokens", "8", "--temperatures", "0", "--draft-max", "2", "--json")
+    assert result.exit_code == 130 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert report["stopped"] == {"prompt_runs": 1, "planned": 3} and [row["runs"] for row in report["results"]] == [1]
 
 
 def test_strategy_model_without_a_draft_is_refused(tiny_pair: tuple[Path, Path]) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 from ..config.files import read_user_text
 from ..config.profiles import update_profile
@@ -93,6 +93,10 @@ class BenchResult:
             return self.speedup
         return (self.speculative.tokens_per_second or 0.0) / base
 
+    def add_round(self, round_result: BenchResult) -> None:
+        """Keep the speed-up of one round over the prompts (`repeat_speedups`)."""
+        self.repeat_speedups.append(round_result.speedup)
+
     @property
     def spread(self) -> float:
         """Largest minus smallest speed-up across repeats (0 with one repeat)."""
@@ -125,6 +129,16 @@ class BenchResult:
             "plain_identical_prompts": self.plain_identical_prompts if self.plain is not None else None,
             "runs": self.runs,
         }
+
+
+class BenchStopped(KeyboardInterrupt):
+    """Ctrl-C during a bench, with what it had measured: `results`, each configuration measured at all (in
+    `cases` order) over the prompt runs that every side of its temperature finished, and how many prompt runs
+    were `finished` of those `planned` (prompts × repeats × temperatures)."""
+
+    def __init__(self, results: list, finished: int, planned: int) -> None:
+        super().__init__()
+        self.results, self.finished, self.planned = results, finished, planned
 
 
 def read_prompts(path: Path) -> tuple[str, ...]:
@@ -176,40 +190,119 @@ def run_bench(
     `raw`: the prompts are plain text, without the chat template (a base model's).
     """
     every_prompt = prompt_tokens(session, prompts, raw)
-    results = {case: BenchResult(case) for case in cases}
-    for temperature in dict.fromkeys(case.temperature for case in cases):
-        same_temperature = [case for case in cases if case.temperature == temperature]
-        base = baseline_settings(settings, temperature)
-        plain = plain_settings(session, base)
-        warm_up(session, base, same_temperature, plain, raw=raw)
-        for round_number in range(repeat):
-            per_round = {case: BenchResult(case) for case in same_temperature}
-            for index, tokens in enumerate(every_prompt):
-                order: list[BenchCase | None | str] = [None, *same_temperature, *([PLAIN] if plain else [])]
-                shift = (index + round_number) % len(order)
-                runs: dict[BenchCase | None | str, Generation] = {}
-                for case in order[shift:] + order[:shift]:
-                    if cold:
-                        session.learned_lengths = LearnedLengths()
-                    if case == PLAIN:
-                        runs[case] = generate(session, tokens, plain, speculative=False)
-                    else:
-                        runs[case] = generate(session, tokens, case_settings(base, case), speculative=case is not None)
-                    if on_run is not None:
-                        on_run(case, index, runs[case])
-                for case in same_temperature:
-                    for result in (results[case], per_round[case]):
-                        result.speculative.add(runs[case].stats)
-                        result.baseline.add(runs[None].stats)
-                        if plain:
-                            result.plain = result.plain or SpecStats()
-                            result.plain.add(runs[PLAIN].stats)
-                            result.plain_identical_prompts += runs[PLAIN].tokens == runs[None].tokens
-                        result.identical_prompts += runs[case].tokens == runs[None].tokens
-                        result.runs += 1
-            for case in same_temperature:
-                results[case].repeat_speedups.append(per_round[case].speedup)
+    turns = PromptTurns(session, settings, cases, len(every_prompt), repeat, raw=raw)
+    return measure_turns(turns, cases, BenchResult,
+                         lambda turn: _measure_prompt(session, turn, every_prompt[turn.index], cold, on_run), _record)
+
+
+class RoundsResult(Protocol):
+    """A configuration's result over a bench's turns (`BenchResult`, `StructuredResult`)."""
+
+    @property
+    def runs(self) -> int: ...
+
+    def add_round(self, round_result: Any) -> None: ...
+
+
+Result = TypeVar("Result", bound=RoundsResult)
+
+
+def measure_turns(
+    turns: PromptTurns, cases: Sequence[BenchCase], new_result: Callable[[BenchCase], Result],
+    measure: Callable[[PromptTurn], Any], record: Callable[[Result, Any, BenchCase], None],
+) -> list[Result]:
+    """Run the bench's turns: `measure(turn)` one prompt's runs, `record(result, runs, case)` them into each case's
+    result (`new_result(case)`) and into the round's, whose speed-up `add_round` keeps; results in `cases` order.
+    Ctrl-C raises `BenchStopped` with the results of the prompt runs finished."""
+    results = {case: new_result(case) for case in cases}
+    per_round: dict[BenchCase, Result] = {}
+    finished = 0  # prompt runs that every side of their temperature finished
+    try:
+        for turn in turns:
+            if turn.index == 0:
+                per_round = {case: new_result(case) for case in turn.cases}
+            runs = measure(turn)
+            for case in turn.cases:
+                for result in (results[case], per_round[case]):
+                    record(result, runs, case)
+            finished += 1
+            if turn.ends_a_round:
+                for case in turn.cases:
+                    results[case].add_round(per_round[case])
+    except KeyboardInterrupt:
+        raise BenchStopped([results[case] for case in cases if results[case].runs], finished, turns.planned) from None
     return [results[case] for case in cases]
+
+
+@dataclass(frozen=True)
+class PromptTurn:
+    """One prompt's turn in a bench: its `index`, the `cases` at this temperature, target-only's settings
+    (`base`; `plain` at full speed, or None) and the round it belongs to."""
+
+    index: int
+    round_number: int
+    cases: list[BenchCase]
+    base: GenerationSettings
+    plain: GenerationSettings | None
+    ends_a_round: bool
+
+
+class PromptTurns:
+    """A bench's order of work, as `PromptTurn`s: for each temperature (after a warm-up, held to `grammar` when
+    given), `repeat` rounds over the prompts: `planned` turns in all."""
+
+    def __init__(self, session: Session, settings: GenerationSettings, cases: Sequence[BenchCase], n_prompts: int,
+                 repeat: int, grammar: str | None = None, raw: bool = False) -> None:
+        self._session, self._settings, self._cases = session, settings, cases
+        self._n_prompts, self._repeat, self._grammar, self._raw = n_prompts, repeat, grammar, raw
+        self._temperatures = list(dict.fromkeys(case.temperature for case in cases))
+        self.planned = len(self._temperatures) * repeat * n_prompts
+
+    def __iter__(self) -> Iterator[PromptTurn]:
+        for temperature in self._temperatures:
+            same_temperature = [case for case in self._cases if case.temperature == temperature]
+            base = baseline_settings(self._settings, temperature)
+            plain = plain_settings(self._session, base)
+            warm_up(self._session, base, same_temperature, plain, grammar=self._grammar, raw=self._raw)
+            for round_number in range(self._repeat):
+                for index in range(self._n_prompts):
+                    yield PromptTurn(index, round_number, same_temperature, base, plain, index == self._n_prompts - 1)
+
+
+Runs = dict[BenchCase | None | str, Generation]  # one prompt's generations: by case, None (target-only) or PLAIN
+
+
+def _measure_prompt(
+    session: Session, turn: PromptTurn, tokens: list[int], cold: bool,
+    on_run: Callable[[BenchCase | None | str, int, Generation], None] | None,
+) -> Runs:
+    """Every run of the turn's prompt (`tokens`): target-only (at full speed too, given `turn.plain`) and each
+    case, in an order that rotates with the prompt and the round."""
+    order: list[BenchCase | None | str] = [None, *turn.cases, *([PLAIN] if turn.plain else [])]
+    shift = (turn.index + turn.round_number) % len(order)
+    runs: Runs = {}
+    for case in order[shift:] + order[:shift]:
+        if cold:
+            session.learned_lengths = LearnedLengths()
+        if case == PLAIN:
+            runs[case] = generate(session, tokens, turn.plain, speculative=False)
+        else:
+            runs[case] = generate(session, tokens, case_settings(turn.base, case), speculative=case is not None)
+        if on_run is not None:
+            on_run(case, turn.index, runs[case])
+    return runs
+
+
+def _record(result: BenchResult, runs: Runs, case: BenchCase) -> None:
+    """Add one prompt's runs for `case` to `result`."""
+    result.speculative.add(runs[case].stats)
+    result.baseline.add(runs[None].stats)
+    if PLAIN in runs:
+        result.plain = result.plain or SpecStats()
+        result.plain.add(runs[PLAIN].stats)
+        result.plain_identical_prompts += runs[PLAIN].tokens == runs[None].tokens
+    result.identical_prompts += runs[case].tokens == runs[None].tokens
+    result.runs += 1
 
 
 def best_by_temperature(results: Sequence[BenchResult]) -> dict[float, BenchResult]:

@@ -29,12 +29,12 @@ from .bench import (
     PLAIN,
     BenchCase,
     BenchResult,
-    baseline_settings,
+    PromptTurn,
+    PromptTurns,
     case_settings,
     generate,
-    plain_settings,
+    measure_turns,
     prompt_tokens,
-    warm_up,
 )
 from .session import Session
 
@@ -64,6 +64,16 @@ class StructuredResult:
     def __post_init__(self) -> None:
         self.constrained = BenchResult(self.case)
         self.free = BenchResult(self.case)
+
+    @property
+    def runs(self) -> int:
+        """Prompt runs measured (each with and without the grammar)."""
+        return self.constrained.runs
+
+    def add_round(self, round_result: StructuredResult) -> None:
+        """Keep the speed-ups of one round over the prompts, constrained and free."""
+        self.constrained.add_round(round_result.constrained)
+        self.free.add_round(round_result.free)
 
     @property
     def gain_over_free(self) -> float:
@@ -120,51 +130,36 @@ def run_structured_bench(
     speed where it pads its lone tokens, as `run_bench` does); results in `cases` order. `raw`: the prompts are
     plain text, without the chat template."""
     every_prompt = prompt_tokens(session, [prompt.prompt for prompt in prompts], raw)
-    results = {case: StructuredResult(case) for case in cases}
-    for temperature in dict.fromkeys(case.temperature for case in cases):
-        same_temperature = [case for case in cases if case.temperature == temperature]
-        base = baseline_settings(settings, temperature)
-        plain = plain_settings(session, base)
-        warm_up(session, base, same_temperature, plain, grammar=prompts[0].grammar, raw=raw)
-        for round_number in range(repeat):
-            per_round = {case: StructuredResult(case) for case in same_temperature}
-            for index, (prompt, tokens) in enumerate(zip(prompts, every_prompt)):
-                runs = _measure_prompt(session, base, plain, same_temperature, prompt, tokens, index, round_number,
-                                       cold, on_run)
-                for case in same_temperature:
-                    for result in (results[case], per_round[case]):
-                        _record(result, runs, case)
-            for case in same_temperature:
-                results[case].constrained.repeat_speedups.append(per_round[case].constrained.speedup)
-                results[case].free.repeat_speedups.append(per_round[case].free.speedup)
-    return [results[case] for case in cases]
+    turns = PromptTurns(session, settings, cases, len(prompts), repeat, grammar=prompts[0].grammar, raw=raw)
+    return measure_turns(
+        turns, cases, StructuredResult,
+        lambda turn: _measure_prompt(session, turn, prompts[turn.index], every_prompt[turn.index], cold, on_run), _record)
 
 
 Run = tuple[BenchCase | None | str, bool]  # (case, None for target-only or PLAIN at full speed; constrained)
 
 
 def _measure_prompt(
-    session: Session, base: GenerationSettings, plain: GenerationSettings | None, cases: Sequence[BenchCase],
-    prompt: ConstrainedPrompt, tokens: list[int], index: int, round_number: int, cold: bool,
+    session: Session, turn: PromptTurn, prompt: ConstrainedPrompt, tokens: list[int], cold: bool,
     on_run: RunCallback | None,
 ) -> dict[Run, Generation]:
-    """Every run of prompt `index` (`tokens`): target-only (at full speed too, given `plain`) and each case,
-    constrained and free, in an order that rotates with the prompt and the round."""
-    sides = (None, *cases, *([PLAIN] if plain is not None else []))
+    """Every run of the turn's prompt (`tokens`): target-only (at full speed too, given `turn.plain`) and each
+    case, constrained and free, in an order that rotates with the prompt and the round."""
+    sides = (None, *turn.cases, *([PLAIN] if turn.plain is not None else []))
     order: list[Run] = [(case, constrained) for constrained in (True, False) for case in sides]
-    shift = (index + round_number) % len(order)
+    shift = (turn.index + turn.round_number) % len(order)
     runs: dict[Run, Generation] = {}
     for case, constrained in order[shift:] + order[:shift]:
         if cold:
             session.learned_lengths = LearnedLengths()
         grammar = prompt.grammar if constrained else None
         if case == PLAIN:
-            runs[case, constrained] = generate(session, tokens, plain, speculative=False, grammar=grammar)
+            runs[case, constrained] = generate(session, tokens, turn.plain, speculative=False, grammar=grammar)
         else:
-            runs[case, constrained] = generate(session, tokens, case_settings(base, case),
+            runs[case, constrained] = generate(session, tokens, case_settings(turn.base, case),
                                                speculative=case is not None, grammar=grammar)
         if on_run is not None:
-            on_run(case, constrained, index, runs[case, constrained])
+            on_run(case, constrained, turn.index, runs[case, constrained])
     return runs
 
 

@@ -22,6 +22,7 @@ from ..app.bench import (
     PLAIN,
     BenchCase,
     BenchResult,
+    BenchStopped,
     best_by_temperature,
     best_overall,
     case_settings,
@@ -186,6 +187,7 @@ def bench(
     for case in cases:  # a combination the settings refuse (draft_min above a swept draft_max) before anything loads
         case_settings(plan.generation, case)
 
+    stopped: BenchStopped | None = None
     with _said_when_stopped(), load_session(plan, load_draft=bool(needs_draft), verbose=verbose,
                                             remember_lengths=not cold, memory_owner=None) as session:
         placement = session.placement()
@@ -194,27 +196,28 @@ def bench(
         # (target-only, at full speed too where it pads lone tokens: see `plain_settings`)
         baselines = 1 + (plain_settings(session, plan.generation) is not None)
         runs_per_prompt = sum(len([c for c in cases if c.temperature == t]) + baselines for t in temps)
-        if constrained is not None:
-            with _progress(2 * len(constrained) * repeat * runs_per_prompt) as advance:
-                structured_results = run_structured_bench(
-                    session, plan.generation, cases, constrained, repeat, cold=cold, raw=raw,
-                    on_run=lambda case, held, index, generation: advance(case, index, generation, held))
-            _report_structured(plan, placement, constrained, repeat, structured_results, as_json)
-            return
-        with _progress(len(prompts) * repeat * runs_per_prompt) as advance:
-            results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold, raw=raw)
-    best = best_by_temperature(results)
-    if as_json:
-        write_stdout(json.dumps({
-            **_header(plan, placement, len(prompts), repeat),
-            "results": [r.to_dict() for r in results],
-            "best": {str(t): r.to_dict() for t, r in best.items()},
-        }, indent=2) + "\n")
+        try:
+            if constrained is not None:
+                with _progress(2 * len(constrained) * repeat * runs_per_prompt) as advance:
+                    structured_results = run_structured_bench(
+                        session, plan.generation, cases, constrained, repeat, cold=cold, raw=raw,
+                        on_run=lambda case, held, index, generation: advance(case, index, generation, held))
+            else:
+                with _progress(len(prompts) * repeat * runs_per_prompt) as advance:
+                    results = run_bench(session, plan.generation, cases, prompts, repeat, on_run=advance, cold=cold, raw=raw)
+        except BenchStopped as exc:
+            if not exc.results:
+                raise
+            stopped = exc
+            structured_results = results = exc.results
+    if constrained is not None:
+        _report_structured(plan, placement, constrained, repeat, structured_results, as_json, stopped)
     else:
-        stdout_console.print(_table(results, best))
-        if any(r.plain is not None for r in results):
-            click.echo(LONE_NOTE, err=True)
-    _advise(results, best)
+        _report(plan, placement, len(prompts), repeat, results, as_json, stopped)
+    if stopped is not None:
+        click.echo(f"bench stopped by Ctrl-C after {stopped.finished} of {stopped.planned} prompt runs: the results are"
+                   " from those (every configuration ran each of them)" + ("; nothing saved" if save else ""), err=True)
+        raise SystemExit(130)
     if save:
         verify = plan.generation.speculative.verify
         strategy, draft_max, speedup = best_overall(results, verify)
@@ -228,13 +231,31 @@ def bench(
                        f" to {path}", err=True)
 
 
+def _report(plan: Any, placement: dict, n_prompts: int, repeat: int, results: list[BenchResult], as_json: bool,
+            stopped: BenchStopped | None) -> None:
+    """The free bench's results (one JSON object on stdout, or a table) and advice on them."""
+    best = best_by_temperature(results)
+    if as_json:
+        write_stdout(json.dumps({
+            **_header(plan, placement, n_prompts, repeat, stopped),
+            "results": [r.to_dict() for r in results],
+            "best": {str(t): r.to_dict() for t, r in best.items()},
+        }, indent=2) + "\n")
+    else:
+        stdout_console.print(_table(results, best))
+        if any(r.plain is not None for r in results):
+            click.echo(LONE_NOTE, err=True)
+    _advise(results, best)
+
+
 @contextmanager
 def _said_when_stopped() -> Iterator[None]:
-    """Ctrl-C during a bench says that nothing is reported (it had ended with exit 130 and no word)."""
+    """Ctrl-C during a bench before any prompt was measured on every side says that nothing is reported (it had
+    ended with exit 130 and no word); after, the runs measured are reported (`BenchStopped`)."""
     try:
         yield
     except KeyboardInterrupt:
-        click.echo("\nbench stopped before its last run: nothing is reported (it compares whole sets of runs)", err=True)
+        click.echo("\nbench stopped before a prompt was measured on every side: nothing is reported", err=True)
         raise
 
 
@@ -311,25 +332,27 @@ def _constrained_prompts(
     return [ConstrainedPrompt(name, prompt, compiled[fmt]) for name, prompt, fmt in pairs]
 
 
-def _header(plan: Any, placement: dict, n_prompts: int, repeat: int) -> dict[str, Any]:
-    """What every `bench --json` report opens with: the models, where they ran, the prompts and repeats."""
+def _header(plan: Any, placement: dict, n_prompts: int, repeat: int, stopped: BenchStopped | None) -> dict[str, Any]:
+    """What every `bench --json` report opens with: the models, where they ran, the prompts and repeats, and
+    where Ctrl-C stopped the bench, the prompt runs it finished of those planned (else null)."""
     return {
         "target": str(plan.target.path),
         "draft": str(plan.draft.path) if plan.draft else None,
         "placement": placement,
         "prompts": n_prompts,
         "repeat": repeat,
+        "stopped": {"prompt_runs": stopped.finished, "planned": stopped.planned} if stopped else None,
     }
 
 
 def _report_structured(
     plan: Any, placement: dict, prompts: list[ConstrainedPrompt], repeat: int, results: list[StructuredResult],
-    as_json: bool,
+    as_json: bool, stopped: BenchStopped | None,
 ) -> None:
     """The structured bench's results: one JSON object on stdout, or a table."""
     if as_json:
         write_stdout(json.dumps({
-            **_header(plan, placement, len(prompts), repeat),
+            **_header(plan, placement, len(prompts), repeat, stopped),
             "schemas": list(dict.fromkeys(prompt.name for prompt in prompts)),
             "results": [r.to_dict() for r in results],
         }, indent=2) + "\n")
