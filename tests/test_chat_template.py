@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from localspec.errors import LocalspecError
@@ -69,6 +71,23 @@ def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: 
     with pytest.raises(LocalspecError, match=error):
         render_chat(template, MESSAGES)
     assert render_chat("{{ '-' * 3 }}{{ [1] * 2 }}{{ 2 ** 3 }}", MESSAGES) == "---[1, 1]8"  # ordinary use stays
+
+
+@pytest.mark.parametrize("template", [
+    "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}x",
+    "{% set s = 'ab' * 500000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+    "{% macro f(n) %}{% for i in range(99999) %}{% endfor %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+])
+def test_a_template_that_loops_for_hours_is_stopped(template: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loops that write nothing ran on at full CPU (`run`, `chat` and `serve` hung on a downloaded model's template)."""
+    from localspec.runtime import chat_template
+
+    monkeypatch.setattr(chat_template, "MAX_TEMPLATE_STEPS", 20_000)  # (2,000,000 takes about half a second)
+    tracing = sys.gettrace()
+    with pytest.raises(LocalspecError, match="the template runs more than 20000 steps"):
+        render_chat(template, MESSAGES)
+    assert sys.gettrace() is tracing  # (a debugger's or coverage's trace function is given back)
+    assert render_chat("{% for m in messages %}{{ m.role }};{% endfor %}", MESSAGES * 200).count(";") == 400
 
 
 def test_a_lone_surrogate_a_template_writes_becomes_a_replacement_character() -> None:

@@ -61,6 +61,21 @@ def test_utf16_piped_input_is_refused_not_taken_for_text(tiny_profile: str) -> N
     assert result.stderr.strip().splitlines()[-1] == "error: stdin: is UTF-16, not UTF-8: save it as UTF-8"
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
+def test_a_piped_line_or_block_past_the_limit_is_refused_not_read_into_memory(
+    tiny_profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`chat < /dev/zero` (no line ends) took gigabytes; so would `yes` after an opening quote."""
+    from localspec.cli import chat as chat_module
+
+    monkeypatch.setattr(chat_module, "MAX_PIPED_BYTES", 1000)
+    for stdin in (b"the cat\n" + b"\0" * 5000, b'"""\n' + b"y\n" * 5000):
+        result = chat(stdin)
+        assert result.exit_code == 2 and "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith("error: stdin: a message of more than ")
+    assert stored()["messages"][:1] == [{"role": "user", "content": "the cat"}]  # (what came before is kept)
+
+
 def test_undo_and_system_change_the_stored_history(tiny_profile: str) -> None:
     result = chat(b"the cat\nthe dog\n/undo\n/system Be brief.\n")
     assert result.exit_code == 0, result.stderr

@@ -176,6 +176,22 @@ def test_a_header_with_a_nonsense_alignment_is_corrupt_not_a_crash(tmp_path: Pat
         read_gguf_header(path)
 
 
+@pytest.mark.parametrize("header, message", [
+    ({"block_count": 0}, "llama.block_count is 0: llama.cpp takes 1 to 512 layers"),
+    ({"block_count": 600}, "llama.block_count is 600: llama.cpp takes 1 to 512 layers"),
+    ({"rms_epsilon": float("nan")}, "llama.attention.layer_norm_rms_epsilon is nan: not a finite number of 0 or more"),
+])
+def test_a_header_llama_cpp_would_abort_on_is_corrupt_not_a_crash(tmp_path: Path, header: dict, message: str) -> None:
+    """llama.cpp asserts on these while loading: the process aborted (SIGABRT, a debugger's backtrace)."""
+    from cli_helpers import cli
+    from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
+
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 8
+    path = write_model(tmp_path / "odd.gguf", random_weights(n_vocab, seed=1), n_vocab=n_vocab, **header)
+    result = cli("run", "--target", str(path), "--raw", "--max-tokens", "2", "the cat")
+    assert result.exit_code == 2 and result.stderr.strip() == f"error: {path}: corrupt GGUF header ({message})"
+
+
 def test_failed_quantize_leaves_nothing_behind(tmp_path: Path) -> None:
     """A complete GGUF file that llama.cpp's quantizer itself refuses (an unknown architecture)."""
     source = write_unloadable_model(tmp_path / "odd.gguf")
@@ -290,6 +306,23 @@ def test_an_atomic_write_does_not_go_through_a_dangling_link(tmp_path: Path) -> 
     with pytest.raises(InputError, match="which does not exist, so it is not written through"):
         write_text_atomic(link, "x")
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_an_atomic_write_to_a_loop_of_links_is_one_line_and_the_cli_says_so(tmp_path: Path, tiny_pair) -> None:
+    """Path.resolve raised RuntimeError: a traceback from profile add, draft make --out, chat's /save."""
+    from cli_helpers import cli
+
+    from localspec.config.atomic import write_text_atomic
+
+    (tmp_path / "a.toml").symlink_to(tmp_path / "b.toml")
+    (tmp_path / "b.toml").symlink_to(tmp_path / "a.toml")
+    with pytest.raises(InputError, match=r"a\.toml: cannot write it \(a loop of symbolic links\)"):
+        write_text_atomic(tmp_path / "a.toml", "x")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "loop.toml").symlink_to(tmp_path / "profiles" / "loop.toml")
+    result = cli("profile", "add", "loop", "--target", str(tiny_pair[0]), "--force", env={"LOCALSPEC_HOME": str(tmp_path)})
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"error: {tmp_path}/profiles/loop.toml: cannot write it (a loop of symbolic links)"
 
 
 def test_an_atomic_write_it_cannot_make_names_the_file_not_its_temporary(tmp_path: Path) -> None:

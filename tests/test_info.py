@@ -141,3 +141,23 @@ def test_info_prints_folder_names_as_they_are(monkeypatch) -> None:
     result = cli("info")
     assert result.exit_code == 0, result.stderr
     assert "data folder: /tmp/[/x] and [bold]" in result.output
+
+
+def test_a_default_profile_that_does_not_exist_is_said_so_by_info_and_profile_list() -> None:
+    """`info` printed the name as if it would run (a line break in it raw), `profile list` marked nothing."""
+    environment = {"LOCALSPEC_PROFILE": "no\nsuch"}
+    line = next(line for line in cli("info", env=environment).output.splitlines() if line.startswith("default profile"))
+    assert line == "default profile: no\\nsuch (from LOCALSPEC_PROFILE; no such profile: commands without -p fail)"
+    assert json.loads(cli("info", "--json", env=environment).output)["default_profile_missing"] is True
+    listed = cli("profile", "list", env=environment)
+    assert listed.exit_code == 0 and "demo" in listed.stdout
+    assert listed.stderr.strip() == ("note: the default profile 'no\\nsuch' (from LOCALSPEC_PROFILE) is not among them:"
+                                     " commands without -p fail")
+    assert json.loads(cli("info", "--json").output)["default_profile_missing"] is False
+
+
+def test_profile_list_shows_a_models_control_characters_as_escapes() -> None:
+    """A shared profile's path could recolour the terminal (`profile show` already escaped it)."""
+    write_profile("odd", '[target]\npath = "/tmp/\\u001b[31mRED\\u001b[0m.gguf"\n')
+    listed = cli("profile", "list").stdout
+    assert "\x1b" not in listed and "\\x1b[31mRED" in listed

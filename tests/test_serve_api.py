@@ -481,6 +481,12 @@ def test_a_taken_port_is_one_line_and_exit_1_before_serving(tiny_pair: tuple[Pat
     assert "serving" not in result.stderr
 
 
+def test_a_host_name_that_cannot_be_encoded_is_one_line(tiny_pair: tuple[Path, Path]) -> None:
+    """Python's IDNA codec raised UnicodeError (a traceback) for these."""
+    for host in ("a" * 64, "a..b", "caf\udcff"):
+        one_error_line(cli("serve", "--target", str(tiny_pair[0]), "--host", host), 2, "not a host name or address")
+
+
 def test_an_empty_api_key_means_no_key_with_a_warning(tiny_pair: tuple[Path, Path], taken_port: int) -> None:
     for args, env in ((["--api-key", ""], {}), ([], {"LOCALSPEC_API_KEY": ""})):
         result = cli("serve", "--target", str(tiny_pair[0]), "--port", str(taken_port), *args, env=env)

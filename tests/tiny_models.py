@@ -117,8 +117,11 @@ def write_model(
     context_length: int | str = CONTEXT_LENGTH,
     space_token: bool = False,
     special_pieces: Sequence[tuple[str, int]] = (),
+    block_count: int = N_LAYER,
+    rms_epsilon: float = 1e-5,
 ) -> Path:
-    """Write a GGUF file for `weights` with the tiny vocabulary."""
+    """Write a GGUF file for `weights` with the tiny vocabulary (`block_count` and `rms_epsilon` as the header
+    says them, for tests of odd files)."""
     tokens, types = vocabulary(n_vocab, changed_token_id, space_token, special_pieces)
     writer = GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
@@ -127,11 +130,11 @@ def write_model(
     else:
         writer.add_context_length(context_length)
     writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
+    writer.add_block_count(block_count)
     writer.add_feed_forward_length(N_FF)
     writer.add_head_count(N_HEAD)
     writer.add_head_count_kv(N_HEAD)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_layer_norm_rms_eps(rms_epsilon)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(0)

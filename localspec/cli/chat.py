@@ -25,7 +25,7 @@ from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
-from ..config.files import refuse_utf16
+from ..config.files import MAX_PIPED_BYTES, refuse_utf16
 from ..config.paths import check_folder_of, history_file, input_history_file, keep_private, user_path
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
@@ -70,6 +70,7 @@ COMMANDS = {
 TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/reset", "/exit", "/quit"})
 COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
 MULTILINE = '"""'
+_TOO_LONG = f"stdin: a message of more than {MAX_PIPED_BYTES >> 20} MiB, more than any context can hold"
 
 
 class Block(str):
@@ -434,7 +435,9 @@ def _line_reader() -> Callable[[], str | None]:
 
         def read_one(in_block: bool = False) -> Any:
             nonlocal first_line
-            line = sys.stdin.buffer.readline()  # bytes: invalid UTF-8 is replaced, not a crash
+            line = sys.stdin.buffer.readline(MAX_PIPED_BYTES + 1)  # bytes: invalid UTF-8 is replaced, not a crash
+            if len(line) > MAX_PIPED_BYTES:  # (`chat < /dev/zero` filled the memory)
+                raise InputError(_TOO_LONG)
             if first_line:
                 refuse_utf16(line, "stdin")  # (its zero bytes would pass for text, every other one replaced)
                 first_line = False
@@ -448,8 +451,12 @@ def _line_reader() -> Callable[[], str | None]:
             if line is None or line.strip() != MULTILINE:
                 return line
             lines: list[str] = []
+            size = 0
             while (line := read_one(in_block=True)) is not None and line is not DROPPED and line.strip() != MULTILINE:
                 lines.append(line)
+                size += len(line)
+                if size > MAX_PIPED_BYTES:  # (`yes` after an opening quote: lines for ever)
+                    raise InputError(_TOO_LONG)
             if line is None:
                 click.echo(f'(the multi-line message was not sent: no closing {MULTILINE})', err=True)
                 return None

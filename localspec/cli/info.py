@@ -11,13 +11,14 @@ import click
 from .. import __version__
 from ..app.repack import load_verdicts
 from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
+from ..config.profiles import profile_file
 from ..config.resolve import PROFILE_VARIABLE, profile_without_a_flag
 from ..errors import InputError
 from ..runtime.devices import build_info, devices
 from ..runtime.library import default_threads
 from ..runtime.repack import build_fingerprint
 from ..runtime.rpc import REINSTALL, parse_endpoints, worker_devices
-from .common import human_size, stdout_console
+from .common import human_size, one_line, shown_plainly, stdout_console
 
 
 @click.command()
@@ -64,7 +65,10 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     for name, folder in report["folders"].items():
         out(f"{name} folder: {folder}")
     source = report["default_profile_from"]
-    out(f"default profile: {report['default_profile']}" + (f" (from {source})" if source == PROFILE_VARIABLE else ""))
+    notes = [f"from {source}"] if source == PROFILE_VARIABLE else []
+    if report["default_profile_missing"]:
+        notes.append("no such profile: commands without -p fail")
+    out(f"default profile: {one_line(shown_plainly(report['default_profile']))}" + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _folder(where: Callable[[], Path]) -> str:
@@ -76,13 +80,18 @@ def _folder(where: Callable[[], Path]) -> str:
 
 
 def _default_profile() -> dict[str, str | None]:
-    """The profile commands run without -p and where its name comes from (`profile_without_a_flag`); a broken
-    config.toml is reported here, not fatal: info is what a bug report starts from."""
+    """The profile commands run without -p, where its name comes from (`profile_without_a_flag`) and whether
+    no profile has that name; a broken config.toml is reported here, not fatal: info is what a bug report starts
+    from."""
     try:
         name, source = profile_without_a_flag()
     except InputError as exc:
-        return {"default_profile": f"unknown ({exc})", "default_profile_from": None}
-    return {"default_profile": name, "default_profile_from": source}
+        return {"default_profile": f"unknown ({exc})", "default_profile_from": None, "default_profile_missing": False}
+    try:
+        missing = profile_file(name) is None
+    except InputError:  # (not a name a profile can have)
+        missing = True
+    return {"default_profile": name, "default_profile_from": source, "default_profile_missing": missing}
 
 
 def _llama_cpp_text(build: dict[str, str]) -> str:

@@ -25,7 +25,7 @@ from ..config.resolve import profile_without_a_flag, resolve_settings
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
-from .common import LazyCommands, shown_plainly, stdout_console
+from .common import LazyCommands, one_line, shown_plainly, stdout_console
 
 
 @click.group(
@@ -56,7 +56,7 @@ def list_command(as_json: bool) -> None:
     A file that is not a valid profile is listed as invalid, with the reason. The one commands run without -p
     is marked `*` (`default`): LOCALSPEC_PROFILE's where it is set, else the configured default.
     """
-    default = profile_without_a_flag()[0]
+    default, default_source = profile_without_a_flag()
     rows = [
         {
             "name": p.name,
@@ -74,12 +74,16 @@ def list_command(as_json: bool) -> None:
     table = Table("", "name", "source", "target", "draft", box=None)
     for row in rows:
         mark = "*" if row["default"] else ""
+        name = escape(shown_plainly(row["name"]))
         if row["problem"]:
-            table.add_row(mark, escape(row["name"]), row["source"], f"[red]invalid[/red]: {escape(row['problem'])}", "")
+            table.add_row(mark, name, row["source"], f"[red]invalid[/red]: {escape(shown_plainly(row['problem']))}", "")
             continue
-        draft = escape(row["draft"]) if row["draft"] else "(none: target only)"
-        table.add_row(mark, escape(row["name"]), row["source"], escape(row["target"] or "-"), draft)
+        draft = escape(shown_plainly(row["draft"])) if row["draft"] else "(none: target only)"
+        table.add_row(mark, name, row["source"], escape(shown_plainly(row["target"] or "-")), draft)
     stdout_console.print(table)
+    if not any(row["default"] for row in rows):
+        click.echo(f"note: the default profile '{one_line(shown_plainly(default))}' (from {default_source}) is not among them:"
+                   " commands without -p fail", err=True)
 
 
 @profile_group.command("show")

@@ -73,7 +73,8 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
                                 timeout_graceful_shutdown=5, lifespan="off", log_config=_log_config())
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
-        click.echo(f"localspec: serving {model_id} at http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
+        where = f"[{host}]" if ":" in host else host  # (an IPv6 address is bracketed in a URL)
+        click.echo(f"localspec: serving {model_id} at http://{where}:{port}/v1 (Ctrl-C stops)", err=True)
         # Ctrl-C before uvicorn's loop starts leaves its coroutine unawaited. The interrupt's traceback holds
         # the coroutine until the process exits, where Python warns of it: so the filter stays for the process.
         warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
@@ -110,6 +111,8 @@ def _bind(host: str, port: int) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:
         raise InputError(f"cannot listen on {host}: {exc.strerror}") from None
+    except UnicodeError:  # a label too long, an empty one (a..b), text the IDNA codec cannot encode
+        raise InputError(f"cannot listen on {host}: not a host name or address") from None
     listener = socket.socket(family, kind, proto)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart without waiting

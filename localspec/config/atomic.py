@@ -29,7 +29,12 @@ def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[P
     `private`: readable by its owner only (else it keeps the permissions of the file it replaces).
     """
     given = Path(destination)
-    destination = given.resolve()  # through symlinks: replace the file a link points to, not the link
+    try:
+        destination = given.resolve()  # through symlinks: replace the file a link points to, not the link
+    except RuntimeError:  # a loop of links (OSError from Python 3.13)
+        raise InputError(f"{given}: cannot write it (a loop of symbolic links)") from None
+    except OSError as exc:
+        raise InputError(f"{given}: cannot write it ({exc.strerror or exc})") from None
     if given.is_symlink() and not destination.exists():  # (writing through it would make folders elsewhere)
         raise InputError(f"{given}: a link to {destination}, which does not exist, so it is not written through")
     if destination.exists() and not destination.is_file():  # (named as given, as a reader of it names it)

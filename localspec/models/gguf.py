@@ -8,6 +8,7 @@ so a truncated download is caught before llama.cpp is asked to load it.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -223,4 +224,34 @@ def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
         raise InputError(
             f"{path}: truncated GGUF file ({file_size} bytes on disk, tensor data needs {data_end})"
         )
+    if tensors:  # (a model's: llama.cpp would load it)
+        _check_hyperparameters(metadata)
     return GGUFHeader(path, version, metadata, tensors, data_offset, file_size)
+
+
+LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS = 512, 1024  # llama.cpp's bounds (llama-hparams.h)
+
+
+def _check_hyperparameters(metadata: dict[str, Any]) -> None:
+    """ValueError for a value llama.cpp asserts on while loading (an abort, not an error it reports): a layer
+    count outside 1..512, an epsilon that is NaN or negative, more experts than it takes."""
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str):
+        return
+
+    def number(key: str) -> Any:
+        value = metadata.get(f"{arch}.{key}")
+        return None if isinstance(value, (bool, str, list)) else value
+
+    layers = number("block_count")
+    if layers is not None and not 1 <= layers <= LLAMA_MAX_LAYERS:
+        raise ValueError(f"{arch}.block_count is {layers}: llama.cpp takes 1 to {LLAMA_MAX_LAYERS} layers")
+    for key in ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"):
+        epsilon = number(key)
+        if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0):
+            raise ValueError(f"{arch}.{key} is {epsilon}: not a finite number of 0 or more")
+    experts, used = number("expert_count"), number("expert_used_count")
+    if experts is not None and experts > LLAMA_MAX_EXPERTS:
+        raise ValueError(f"{arch}.expert_count is {experts}: llama.cpp takes at most {LLAMA_MAX_EXPERTS}")
+    if used is not None and used > (experts or 0):
+        raise ValueError(f"{arch}.expert_used_count is {used}, more than the {experts or 0} experts")

@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import sys
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from types import FrameType
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from jinja2 import TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -55,6 +58,40 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
+# The most lines a template's own code may run in one rendering: its loops, a few thousand lines for a
+# long chat with tools; nested loops over range(99999) would run for hours.
+MAX_TEMPLATE_STEPS = 2_000_000
+
+
+class _StepBudget:
+    """A trace function that counts the lines the template's compiled code runs (not Jinja's or Python's)
+    and stops a rendering past `limit` with a TemplateError."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
+        return self._count if frame.f_code.co_filename == "<template>" else None
+
+    def _count(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
+        if event == "line":
+            self.left -= 1
+            if self.left < 0:
+                raise TemplateError(f"the template runs more than {MAX_TEMPLATE_STEPS} steps (a loop that does not end)")
+        return self._count
+
+
+@contextmanager
+def _step_budget(limit: int) -> Iterator[None]:
+    """Count the template's steps within the block (on this thread), then restore whatever traced before."""
+    earlier = sys.gettrace()
+    sys.settrace(_StepBudget(limit))
+    try:
+        yield
+    finally:
+        sys.settrace(earlier)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = _tojson
@@ -77,12 +114,13 @@ def render_chat(
     try:
         compiled = _environment().from_string(template)
         pieces, size = [], 0
-        for piece in compiled.generate(messages=messages, bos_token=bos_token, eos_token=eos_token,
-                                       add_generation_prompt=add_generation_prompt, tools=tools):
-            size += len(piece)
-            if size > MAX_RENDERED_CHARS:
-                raise TemplateError(f"the template writes more than {MAX_RENDERED_CHARS} characters")
-            pieces.append(piece)
+        with _step_budget(MAX_TEMPLATE_STEPS):
+            for piece in compiled.generate(messages=messages, bos_token=bos_token, eos_token=eos_token,
+                                           add_generation_prompt=add_generation_prompt, tools=tools):
+                size += len(piece)
+                if size > MAX_RENDERED_CHARS:
+                    raise TemplateError(f"the template writes more than {MAX_RENDERED_CHARS} characters")
+                pieces.append(piece)
         return clean_text("".join(pieces))[0]  # (a lone surrogate the template wrote cannot be tokenized: U+FFFD)
     except TemplateError as exc:
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
