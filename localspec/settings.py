@@ -17,6 +17,7 @@ every layer can use it.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 import re
@@ -68,25 +69,25 @@ class Setting:
         if value is None or value in self.words:
             return None  # None: not set, the layer's own default applies
         if not _has_kind(value, self.kind):
-            also = "".join(f" or {_shown(word)}" for word in self.words)
-            return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {_shown(value)}"
+            also = "".join(f" or {shown_value(word)}" for word in self.words)
+            return f"{self.key} must be {_KIND_NAMES[self.kind]}{also}, got {shown_value(value)}"
         if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison, inf every lower bound
-            return f"{self.key} must be a finite number, got {_shown(value)}"
+            return f"{self.key} must be a finite number, got {shown_value(value)}"
         if self.kind is float and isinstance(value, int) and not _fits_a_float(value):
             return f"{self.key} must be a finite number, got an integer of {len(str(abs(value)))} digits"
         texts = value if self.kind is list else [value] if isinstance(value, str) else []
         if any(_SURROGATE.search(text) for text in texts):
-            return f"{self.key} must be valid UTF-8 text, got {_shown(value)}"  # a lone surrogate cannot be written or tokenized
+            return f"{self.key} must be valid UTF-8 text, got {shown_value(value)}"  # a lone surrogate cannot be written or tokenized
         if self.kind is list and "" in texts:
-            return f"{self.key} must not hold an empty text, got {_shown(value)}"  # (an empty stop string matches nowhere)
+            return f"{self.key} must not hold an empty text, got {shown_value(value)}"  # (an empty stop string matches nowhere)
         if self.choices is not None and value not in self.choices:
-            return f"{self.key} must be one of {', '.join(self.choices)}, got {_shown(value)}"
+            return f"{self.key} must be one of {', '.join(self.choices)}, got {shown_value(value)}"
         below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
         above = self.high is not None and value > self.high
         if below or above:
-            return f"{self.key} must be {self.range_text()}, got {_shown(value)}"
+            return f"{self.key} must be {self.range_text()}, got {shown_value(value)}"
         if self.kind is int and self.high is None and value > INT_MAX:
-            return f"{self.key} must be at most {INT_MAX}, got {_shown(value)}"
+            return f"{self.key} must be at most {INT_MAX}, got {shown_value(value)}"
         return None
 
     def range_text(self) -> str:
@@ -281,9 +282,8 @@ class SpeculativeParams(SettingsGroup):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.draft_min > self.longest_draft:
-            raise InputError(
-                f"speculative.draft_min ({self.draft_min}) must not exceed speculative.draft_max ({self.draft_max})"
-            )
+            longest = f"{ADAPTIVE}, which drafts up to {ADAPTIVE_DRAFT_LIMIT}" if self.adaptive else self.draft_max
+            raise InputError(f"speculative.draft_min ({self.draft_min}) must not exceed speculative.draft_max ({longest})")
         if self.ngram_min > self.ngram_max:
             raise InputError(
                 f"speculative.ngram_min ({self.ngram_min}) must not exceed speculative.ngram_max ({self.ngram_max})"
@@ -459,7 +459,7 @@ def _fits_a_float(value: int) -> bool:
     return True
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A setting's value in an error message as a person wrote it: in JSON's and TOML's form (`true`, `"no"`,
     `["a"]`: a request's or a profile's), a number that is not finite as typed (`nan`, `inf`)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -467,7 +467,9 @@ def _shown(value: Any) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
         return json.dumps(value) if _SURROGATE.search(text) else text  # (a lone surrogate escaped: it cannot be printed)
-    except (TypeError, ValueError, RecursionError):  # (a TOML date, say)
+    except (TypeError, ValueError, RecursionError):
+        if isinstance(value, (datetime.date, datetime.time)):  # (TOML's dates and times, as TOML writes them)
+            return value.isoformat()
         return repr(value)
 
 

@@ -453,12 +453,17 @@ def contents() -> list[str]:
     return [message["content"] for message in stored()["messages"]]
 
 
+@pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_a_message_too_long_for_the_context_leaves_the_conversation_as_it_was(tiny_profile: str) -> None:
-    result = chat(b"the cat\nthe dog\n" + b"cat " * 2000 + b"\nthe end\n", "--n-ctx", "256")
+    result = chat(b"the cat\nthe dog\n" + b"cat " * 400 + b"\nthe end\n", "--n-ctx", "256")
     assert result.exit_code == 0, result.stderr
     assert "does not fit the context" in result.stderr and len(replies(result.stderr)) == 3
     kept = contents()
     assert len(kept) == 6 and kept[0::2] == ["the cat", "the dog", "the end"]
+    # One whose bytes alone cannot fit is refused before llama.cpp tokenizes it (400 kB took half a minute).
+    result = chat(b"the cat\n" + b"x" * 400_000 + b"\nthe end\n", "--n-ctx", "256")
+    assert result.exit_code == 0 and len(replies(result.stderr)) == 2
+    assert "the message is 400000 bytes, more than a context of 256 tokens can hold" in result.stderr
 
 
 def test_a_template_that_refuses_a_message_undoes_that_turn_and_the_chat_goes_on(tiny_pair: tuple[Path, Path]) -> None:

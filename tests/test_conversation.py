@@ -193,3 +193,17 @@ def test_load_refuses_settings_that_are_not_an_object_and_reads_a_bom(tmp_path: 
     saved.write_bytes(b'\xef\xbb\xbf{"messages": [{"role": "user", "content": "hi"}], "settings": {"speculative.draft_min": 9, "speculative.draft_max": 2}}')
     with pytest.raises(InputError, match="draft_min .* must not exceed"):  # the cross-field rule, after the BOM was skipped
         Conversation.read(saved, GenerationSettings())
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"messages": [{"role": "user", "content": 5}]}', 'a message\'s content must be text: {"role": "user", "content": 5}'),
+    ('{"messages": [], "settings": ["x"]}', '"settings" must be an object of setting values, got ["x"]'),
+    ("[" * 100_000 + "]" * 100_000, "not a saved conversation (nested too deeply to read)"),
+])
+def test_a_saved_conversation_that_cannot_be_loaded_is_named_as_its_json_reads(tmp_path: Path, text: str, message: str) -> None:
+    """Python's form showed through: {'content': 5, 'role': 'user'}, 'maximum recursion depth exceeded'."""
+    saved = tmp_path / "chat.json"
+    saved.write_text(text)
+    with pytest.raises(InputError) as raised:
+        Conversation.read(saved, GenerationSettings())
+    assert message in str(raised.value)

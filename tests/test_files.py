@@ -333,3 +333,35 @@ def test_an_atomic_write_it_cannot_make_names_the_file_not_its_temporary(tmp_pat
     with pytest.raises(InputError, match=r"taken/mine\.toml: cannot write it \(") as raised:
         write_text_atomic(tmp_path / "taken" / "mine.toml", "x")
     assert ".partial" not in str(raised.value)
+
+
+def test_a_model_path_that_is_a_loop_or_a_dangling_link_says_which(tmp_path: Path) -> None:
+    """Both were 'no such file', though the path is there to see."""
+    (tmp_path / "a.gguf").symlink_to(tmp_path / "b.gguf")
+    (tmp_path / "b.gguf").symlink_to(tmp_path / "a.gguf")
+    (tmp_path / "gone.gguf").symlink_to(tmp_path / "elsewhere.gguf")
+    for name, reason in (("a.gguf", "a loop of symbolic links, not a file"),
+                         ("gone.gguf", f"a link to {tmp_path / 'elsewhere.gguf'}, which does not exist"),
+                         ("none.gguf", "no such file")):
+        with pytest.raises(InputError) as raised:
+            read_gguf_header(tmp_path / name)
+        assert str(raised.value) == f"{tmp_path / name}: {reason}"
+
+
+def test_a_write_that_fails_midway_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk's error names no file: `profile set` said only 'No space left on device'."""
+    import errno
+
+    from localspec.config.atomic import write_text_atomic
+
+    destination = tmp_path / "mine.toml"
+    destination.write_text("kept")
+
+    def full_disk(self: Path, *args, **kwargs) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(InputError, match=r"mine\.toml: cannot write it \(No space left on device\)"):
+        write_text_atomic(destination, "new")
+    monkeypatch.undo()
+    assert destination.read_text() == "kept" and [p.name for p in tmp_path.iterdir()] == ["mine.toml"]

@@ -287,7 +287,7 @@ def test_a_memory_that_cannot_be_written_is_turned_off_with_one_note(tiny_profil
     result = cli(*RUN, PROMPT)
     assert result.exit_code == 0 and "Traceback" not in result.stderr
     assert json.loads(result.stdout)["tokens"]  # the run itself is whole
-    assert result.stderr.count("the memory is off for this session") == 1
+    assert result.stderr.count("the memory is off for this session") == 1 and "Errno" not in result.stderr
 
 
 def test_a_session_merges_its_documents_off_the_generation_path(tmp_path: Path) -> None:

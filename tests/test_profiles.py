@@ -425,6 +425,15 @@ def test_corrupt_config_is_reported_and_kept() -> None:
     assert path.read_text() == "default_profile = \n"
 
 
+def test_a_config_that_is_a_loop_of_links_is_reported_not_taken_for_none() -> None:
+    """`profile list` and `run` went on as if there were no config; `profile default` gave a traceback."""
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(path)
+    for command in (("profile", "list"), ("profile", "default", "demo")):
+        one_error_line(cli(*command), 2, str(path), "symbolic links")
+
+
 def test_default_must_name_an_existing_profile() -> None:
     one_error_line(cli("profile", "default", "nosuch"), 2, "no profile named 'nosuch'")
     assert not config_file().exists()

@@ -279,3 +279,13 @@ def test_ctrl_c_while_the_commands_import_ends_quietly() -> None:
         stderr = process.communicate(timeout=60)[1]
         # (Python's own start-up, before localspec runs, may still print its traceback: not ours to quiet.)
         assert f"localspec{os.sep}cli" not in stderr, stderr
+
+
+def test_an_error_shows_a_byte_that_was_not_utf8_as_the_byte() -> None:
+    """Python carries such a byte as a lone surrogate; errors showed '\\udcff' (its repr) for the byte 0xff."""
+    profile = cli("run", "-p", "caf\udcff", "the cat")
+    assert profile.exit_code == 2 and "invalid profile name 'caf\\xff'" in profile.stderr
+    path = cli("run", "--target", "/tmp/t\udce9.gguf", "the cat")
+    assert path.stderr.strip() == "error: /tmp/t\\xe9.gguf: no such file"
+    number = cli("run", "--temperature", "\udcff", "the cat")
+    assert "'\\xff' is not a valid" in number.stderr and "udc" not in number.stderr

@@ -170,6 +170,8 @@ def test_with_values_checks_each_value_and_the_rules_between_them() -> None:
         ({"speculative.ngram_min": 5}, ("speculative.ngram_min (5) must not exceed speculative.ngram_max (4)"
                                         " (speculative.ngram_max is 4 when not given: set it too)")),
         ({"speculative.draft_max": 3, "speculative.draft_min": 4}, "must not exceed speculative.draft_max (3)"),
+        ({"speculative.draft_max": "adaptive", "speculative.draft_min": 40},  # (the bound adaptive keeps was unsaid)
+         "speculative.draft_min (40) must not exceed speculative.draft_max (adaptive, which drafts up to 32)"),
     ]:
         with pytest.raises(InputError) as caught:
             base.with_values(values, "/set")

@@ -153,6 +153,8 @@ class ChatSession:
         for a reply; return how many exchanges it left behind. The conversation (and its stored copy) keeps
         them all. InputError when even the last message does not fit."""
         session, conversation = self.session, self.conversation
+        if conversation.messages:  # (one that cannot fit whatever its tokens is refused before llama.cpp tokenizes it)
+            session.refuse_text_too_long([conversation.messages[-1].content], "the message")
         reserve = min(conversation.settings.budget(structured=self.grammar is not None), session.target.n_ctx // 4)
         old = min(self.window, len(conversation.messages))
         self.window = conversation.window_start(lambda messages: len(session.chat_prompt_tokens(messages)),

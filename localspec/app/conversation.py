@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +16,7 @@ from typing import Any, Callable
 from ..config.files import refuse_utf16
 from ..config.profiles import parse_value
 from ..errors import InputError, LocalspecError
-from ..settings import SETTINGS, GenerationSettings
+from ..settings import SETTINGS, GenerationSettings, shown_value
 from ..textin import clean_data, decode_bytes
 
 CHAT_LAYERS = ("sampling", "speculative", "generation")
@@ -128,11 +127,11 @@ class Conversation:
         systems = []
         for message in data["messages"]:
             if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
-                raise InputError(f"not a chat message: {reprlib.repr(message)}")
+                raise InputError(f"not a chat message: {_quoted(message)}")
             if not isinstance(message.get("content"), str):
-                raise InputError(f"a message's content must be text: {reprlib.repr(message)}")
+                raise InputError(f"a message's content must be text: {_quoted(message)}")
             if not isinstance(message.get("interrupted", False), bool):
-                raise InputError(f"a message's \"interrupted\" must be true or false: {reprlib.repr(message)}")
+                raise InputError(f"a message's \"interrupted\" must be true or false: {_quoted(message)}")
             if message["role"] == "system":
                 systems.append(message["content"])  # one system prompt: several are kept, joined
             else:
@@ -157,7 +156,9 @@ class Conversation:
             text, replaced = decode_bytes(raw)
             data, replaced_in_json = clean_data(json.loads(text))
             return cls.from_json(data, defaults), replaced or replaced_in_json
-        except (ValueError, RecursionError) as exc:  # not JSON, or nested too deep to read
+        except RecursionError:
+            raise InputError(f"{path}: not a saved conversation (nested too deeply to read)") from None
+        except ValueError as exc:  # not JSON
             raise InputError(f"{path}: not a saved conversation ({exc})") from None
         except InputError as exc:
             raise InputError(f"{path}: not a saved conversation: {exc}") from None
@@ -168,7 +169,7 @@ def _settings_from_json(settings: Any, defaults: GenerationSettings) -> Generati
     if settings is None:
         return defaults
     if not isinstance(settings, dict):
-        raise InputError(f'"settings" must be an object of setting values, got {reprlib.repr(settings)}')
+        raise InputError(f'"settings" must be an object of setting values, got {_quoted(settings)}')
     known = GenerationSettings.keys()  # a setting this version does not know is skipped
     values = {key: value for key, value in settings.items() if key in known and value is not None}  # null: not set
     if values.get("sampling.max_tokens") == 0:  # (saved when 0 was allowed, meaning nothing: the default now)
@@ -195,3 +196,8 @@ def did_you_mean(name: str, known: list[str]) -> str:
     near = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {near[0]!r}?)" if near else ""
 
+
+def _quoted(value: Any, limit: int = 120) -> str:
+    """Part of a saved conversation in an error message: as its JSON reads, cut short when long."""
+    text = shown_value(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

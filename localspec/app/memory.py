@@ -141,7 +141,10 @@ class SessionMemory:
         except (OSError, LocalspecError) as exc:
             self.failed = True
             self._index = None
-            self.notes(f"the memory is off for this session: {exc}")
+            reason: Any = exc
+            if isinstance(exc, OSError):  # (the file and why, not "[Errno 28] No space left on device")
+                reason = f"{exc.filename}: {exc.strerror or exc}" if exc.filename else exc.strerror or exc
+            self.notes(f"the memory is off for this session: {reason}")
             return None
         finally:
             self._note_problems()

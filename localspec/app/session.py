@@ -80,18 +80,19 @@ class Session:
         if self.memory is not None and generation.settings.speculative.memory:
             self.memory.remember(generation.prompt_tokens, generation.tokens, source, tag)
 
-    def refuse_text_too_long(self, texts: Sequence[str]) -> None:
+    def refuse_text_too_long(self, texts: Sequence[str], what: str = "the prompt") -> None:
         """PromptTooLongError when the prompt's texts (a prompt, or the messages' contents) cannot fit the largest
         context the target can have, whatever their tokens: checked before tokenizing, which takes llama.cpp
-        minutes over megabytes of text. A prompt of up to a few bytes a token is let through without the check."""
+        minutes over megabytes of text. A prompt of up to a few bytes a token is let through without the check.
+        `what`: the texts, as the error names them."""
         n_bytes = sum(len(text.encode("utf-8", "replace")) for text in texts)
         limit = self.target.context_limit
         if n_bytes <= CHEAP_BYTES_PER_TOKEN * limit:
             return
         longest = self.target.longest_token_bytes()
         if n_bytes > longest * limit:
-            raise PromptTooLongError(f"the prompt is {n_bytes} bytes, more than a context of {limit} tokens can hold"
-                                     f" (this vocabulary's tokens are at most {longest} bytes): shorten the prompt")
+            raise PromptTooLongError(f"{what} is {n_bytes} bytes, more than a context of {limit} tokens can hold"
+                                     f" (this vocabulary's tokens are at most {longest} bytes): shorten {what}")
 
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""

@@ -138,7 +138,19 @@ def cleaned_up_on_sigterm() -> Iterator[None]:
 
 
 def _error(message: str) -> None:
-    click.echo(f"error: {one_line(message)}", err=True)
+    click.echo(f"error: {one_line(undecodable_bytes_shown(message))}", err=True)
+
+
+_UNDECODABLE = re.compile(r"[\udc80-\udcff]|\\udc([89a-f][0-9a-f])")
+
+
+def undecodable_bytes_shown(text: str) -> str:
+    """`text` with each byte that was not UTF-8 (an argument's or a file name's, which Python carries as a lone
+    surrogate U+DC80-U+DCFF, or as its repr `\\udcff`) written as the byte it was: `\\xff`."""
+    def byte(match: re.Match[str]) -> str:
+        return f"\\x{match.group(1)}" if match.group(1) else f"\\x{ord(match.group()) - 0xDC00:02x}"
+
+    return _UNDECODABLE.sub(byte, text)
 
 
 def one_line(text: str) -> str:

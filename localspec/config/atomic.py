@@ -53,8 +53,8 @@ def atomic_path(destination: str | Path, *, private: bool = False) -> Iterator[P
         _flush_file(temp_path)
         os.replace(temp_path, destination)
         _flush_folder(destination.parent)
-    except OSError as exc:
-        if exc.filename not in (str(temp_path), temp_path):
+    except OSError as exc:  # (a write that failed names no file: a full disk's ENOSPC)
+        if exc.filename not in (None, str(temp_path), temp_path):
             raise
         raise InputError(f"{destination}: cannot write it ({exc.strerror or exc})") from None
     finally:

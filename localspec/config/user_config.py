@@ -16,7 +16,7 @@ KNOWN_KEYS = ("default_profile",)
 def read_config() -> dict:
     """The parsed config (empty when there is no file); a corrupt file is a one-line error."""
     path = config_file()
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # (a dangling link or a loop is read, to say so)
         return {}
     return _parse(read_user_text(path), path)
 

@@ -8,7 +8,9 @@ so a truncated download is caught before llama.cpp is asked to load it.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -160,7 +162,7 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
     except OSError as exc:  # a name too long, a folder it may not search
         raise InputError(f"{path}: cannot reach it ({exc.strerror or exc})") from None
     if not exists:
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: {_why_missing(path)}")
     if is_dir:
         raise InputError(f"{path}: is a directory, not a GGUF model file")
     if not is_file:  # a FIFO or a device: reading it could wait forever
@@ -169,6 +171,18 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
         return _read_header(path)
     except OSError as exc:  # unreadable: permissions, an I/O error
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _why_missing(path: Path) -> str:
+    """Why a path that does not lead to a file leads nowhere: a loop of links, a dangling link, or no such file."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links, not a file"
+    if path.is_symlink():
+        return f"a link to {os.readlink(path)}, which does not exist"
+    return "no such file"
 
 
 def _read_header(path: Path) -> GGUFHeader:
