@@ -66,8 +66,11 @@ def test_a_template_that_fails_in_python_is_a_clean_error(template: str, error: 
     ("{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 100 }}{% endfor %}{% endfor %}",
      "writes more than"),
 ])
-def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: str) -> None:
+def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Templates come from downloaded files: one must not take the machine's memory (or `serve`'s)."""
+    from localspec.runtime import chat_template
+
+    monkeypatch.setattr(chat_template, "MAX_RENDERED_CHARS", 100_000)  # (16 MiB takes a second to write)
     with pytest.raises(LocalspecError, match=error):
         render_chat(template, MESSAGES)
     assert render_chat("{{ '-' * 3 }}{{ [1] * 2 }}{{ 2 ** 3 }}", MESSAGES) == "---[1, 1]8"  # ordinary use stays
