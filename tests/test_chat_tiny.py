@@ -418,6 +418,9 @@ def test_a_block_is_one_entry_of_the_input_history_and_up_sends_it_again(tiny_pr
     child.expect_exact(">")
     leave(child)
     assert [m["content"] for m in stored()["messages"] if m["role"] == "user"] == ["a line\n/b line"]
+    from prompt_toolkit.history import FileHistory  # (the opening quotes were an entry of their own too)
+
+    assert list(FileHistory(str(input_history_file())).load_history_strings()) == ['"""\na line\n/b line\n"""']
     assert input_history_file().read_text().count("+a line") == 1  # one entry: the block, quotes included
 
 

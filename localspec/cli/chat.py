@@ -488,6 +488,11 @@ def _input_history() -> "FileHistory":
         problem: str | None = None
         in_memory = False
 
+        def append_string(self, string: str) -> None:
+            if string.strip() == MULTILINE:  # a block's opening line: the block is kept whole once it is closed
+                return
+            super().append_string(string)
+
         def store_string(self, string: str) -> None:
             if self.in_memory:
                 return
