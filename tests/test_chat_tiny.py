@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import shutil
 from pathlib import Path
 
@@ -784,3 +785,25 @@ def test_colour_goes_only_to_a_terminal_that_takes_it(monkeypatch: pytest.Monkey
         monkeypatch.setenv(name, value)
     assert terminal_takes_colour(Terminal()) is coloured
     assert terminal_takes_colour(io.StringIO()) is False
+
+
+def test_ctrl_d_typed_while_a_reply_is_written_ends_the_chat_and_a_line_typed_ahead_is_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a reply is written the terminal is not read: a Ctrl-D typed then was lost (the chat waited on)."""
+    import io
+
+    from localspec.cli.chat import _end_of_input_typed_ahead
+
+    leader, follower = os.openpty()  # (a terminal in its usual line mode, as between two prompts)
+    try:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.FileIO(follower, closefd=False)))
+        assert not _end_of_input_typed_ahead()  # nothing typed
+        os.write(leader, b"next message\n")
+        assert not _end_of_input_typed_ahead() and os.read(follower, 100) == b"next message\n"  # left for the prompt
+        os.write(leader, b"\x04")  # Ctrl-D on an empty line
+        assert _end_of_input_typed_ahead()
+        assert not _end_of_input_typed_ahead()  # (consumed)
+    finally:
+        os.close(leader)
+        os.close(follower)

@@ -10,6 +10,7 @@ themselves, trimming and storing are `app/chat_session.ChatSession`.
 
 from __future__ import annotations
 
+import array
 import difflib
 import json
 import os
@@ -418,6 +419,8 @@ def _line_reader() -> Callable[[], str | None]:
 
         def read_one(in_block: bool = False) -> Any:
             while True:
+                if _end_of_input_typed_ahead():  # Ctrl-D typed while a reply was written, as a shell takes it
+                    return None
                 try:
                     line = (block_prompt if in_block else prompt).prompt("... " if in_block else "> ")
                     if history.problem:  # said once, after the line, when prompt_toolkit no longer draws
@@ -474,6 +477,25 @@ def _is_whole_block(text: str) -> bool:
     """Whether `text` is a whole multi-line message, opening and closing quotes included."""
     stripped = text.strip()
     return stripped.startswith(MULTILINE + "\n") and stripped.endswith("\n" + MULTILINE)
+
+
+def _end_of_input_typed_ahead() -> bool:
+    """Whether Ctrl-D was typed on an empty line while the terminal was not read (a reply being written); it is
+    then consumed. The terminal holds it as a line of no bytes: stdin is readable with nothing to read. (A line
+    typed ahead is left where it is: the prompt reads it.)"""
+    import fcntl
+    import select
+    import termios
+
+    descriptor = sys.stdin.fileno()
+    try:
+        if not select.select([descriptor], [], [], 0)[0]:
+            return False
+        pending = array.array("i", [0])
+        fcntl.ioctl(descriptor, termios.FIONREAD, pending)
+        return pending[0] == 0 and os.read(descriptor, 1) == b""
+    except OSError:
+        return False
 
 
 def _input_history() -> "FileHistory":
