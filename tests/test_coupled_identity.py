@@ -201,17 +201,25 @@ def test_identity_where_a_stop_string_ends_the_text_inside_a_pass(pair) -> None:
     assert stopped > N_SEEDS // 2
 
 
-def test_identity_where_the_context_fills(tiny_pair: tuple[Path, Path]) -> None:
-    """When the context is nearly full, drafts are cut to the room left; the last tokens still match."""
+def test_identity_where_the_context_fills(tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the context is nearly full, drafts are cut to the room left; the last tokens still match. Where
+    passes are padded, the last position is left free for the second row: read alone there, a token's logits
+    differed from the same position read in a speculative batch (a near-tie drew another token)."""
     small = ModelSettings(n_ctx=256)
     with Model(tiny_pair[0], small) as target, Model(tiny_pair[1], small) as draft:
+        assert target.pads_a_lone_token  # (llama.cpp's default CPU build: llamafile's kernels)
+        rows: list[int] = []
+        evaluate = target.eval
+        monkeypatch.setattr(target, "eval", lambda tokens, **kwargs: rows.append(len(tokens)) or evaluate(tokens, **kwargs))
         prompt = (PROMPT * 40)[: target.n_ctx - 12]
         for seed in range(4):
             settings = GenerationSettings(SAMPLINGS["t1.0"], SPECULATIVE["model-8"], max_tokens=64, seed=seed)
             drafted = generate_text(target, prompt, settings, build_drafter(settings.speculative, settings.sampling, draft))
+            rows.clear()
             alone = generate_text(target, prompt, settings)
             assert drafted.tokens == alone.tokens and drafted.stop_reason == alone.stop_reason
-            assert drafted.stop_reason == "eos" or len(prompt) + len(drafted.tokens) == target.n_ctx + 1
+            assert drafted.stop_reason == "eos" or len(prompt) + len(drafted.tokens) == target.n_ctx
+            assert min(rows[1:]) == 2  # every target-only pass after the prompt was padded, the last one too
 
 
 def test_passes_without_a_draft_are_padded_where_a_lone_token_rounds_unlike_a_batch(pair, monkeypatch) -> None:

@@ -211,11 +211,19 @@ class Generation:
         fit the context and one batch.
         """
         remaining = self.settings.max_tokens - len(self.tokens)
-        context_room = self.target.n_ctx - len(context)
+        context_room = self._context_end() - len(context)
         if remaining <= 0 or context_room < 0:
             return None
         batch_room = self.target.n_batch - 1 - n_forced
         return min(self.settings.speculative.longest_draft, remaining - 1, context_room, batch_room)
+
+    def _context_end(self) -> int:
+        """How many positions of the target's context a generation may fill: all but the last where its passes
+        are padded (`Model.pads_a_lone_token`, `speculative.same_text`), so that a one-token pass always has room
+        for its second row. (Read alone, the last position's logits could differ from the same position read in
+        a speculative batch: target-only and speculative decoding parted there at a near-tie.)"""
+        padded = self.settings.speculative.same_text and self.target.pads_a_lone_token
+        return self.target.n_ctx - padded
 
     def _emit_forced(self, context: list[int]) -> Chunk:
         """Append the tokens the grammar forces here, one at a time (none without a grammar), within max_tokens.
@@ -227,7 +235,7 @@ class Generation:
         if self.grammar is None:
             return Chunk([], "", 0)
         # Forced tokens, the context's last token and one more row fit one batch.
-        room = min(self.settings.max_tokens - len(self.tokens), self.target.n_ctx - len(context), self.target.n_batch - 1)
+        room = min(self.settings.max_tokens - len(self.tokens), self._context_end() - len(context), self.target.n_batch - 1)
         tokens: list[int] = []
         text = ""
         while self.stop_reason is None and len(tokens) < room:
