@@ -68,7 +68,7 @@ class _StepBudget:
     and stops a rendering past `limit` with a TemplateError."""
 
     def __init__(self, limit: int) -> None:
-        self.left = limit
+        self.limit = self.left = limit
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
         return self._count if frame.f_code.co_filename == "<template>" else None
@@ -77,7 +77,7 @@ class _StepBudget:
         if event == "line":
             self.left -= 1
             if self.left < 0:
-                raise TemplateError(f"the template runs more than {MAX_TEMPLATE_STEPS} steps (a loop that does not end)")
+                raise TemplateError(f"the template runs more than {self.limit} steps (a loop that does not end)")
         return self._count
 
 
