@@ -106,24 +106,43 @@ def test_unset_brings_back_the_default_and_a_new_location_replaces_the_old(tiny_
     assert shown["draft.path"]["value"] == str(tiny_pair[1]) and "draft.builtin" not in shown
 
 
-def test_set_stores_a_model_path_given_relative_as_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_set_stores_a_model_path_given_relative_as_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           tiny_pair: tuple[Path, Path]) -> None:
     """As `profile add` does: the profile then works from any folder."""
     write_user_profile("mine", '[target]\npath = "/models/t.gguf"\n')
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.gguf").symlink_to(tiny_pair[0])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d.gguf").symlink_to(tiny_pair[1])
     monkeypatch.chdir(tmp_path)
     assert cli("profile", "set", "mine", "target.path=m/w.gguf", "draft.path=~/d.gguf").exit_code == 0
     shown = json.loads(cli("profile", "show", "mine", "--json").output)
     assert shown["target.path"]["value"] == os.path.abspath(tmp_path / "m" / "w.gguf")
-    assert shown["draft.path"]["value"] == os.path.abspath(Path.home() / "d.gguf")
+    assert shown["draft.path"]["value"] == os.path.abspath(tmp_path / "d.gguf")
 
 
-def test_a_stored_model_path_keeps_its_variables_and_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_set_refuses_a_model_path_that_is_not_a_model_as_add_does(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    path = write_user_profile("mine", f'[target]\npath = "{tiny_pair[0]}"\n')
+    before = path.read_text()
+    one_error_line(cli("profile", "set", "mine", f"target.path={tmp_path / 'typo.gguf'}"), 2, "typo.gguf: no such file")
+    one_error_line(cli("profile", "set", "mine", f"draft.path={tmp_path}"), 2, "is a directory")
+    (tmp_path / "short.gguf").write_bytes(b"GGUF")
+    one_error_line(cli("profile", "set", "mine", f"draft.path={tmp_path / 'short.gguf'}"), 2, "short.gguf")
+    assert path.read_text() == before
+
+
+def test_a_stored_model_path_keeps_its_variables_and_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           tiny_pair: tuple[Path, Path]) -> None:
     """A `$VARIABLE` path is kept as written (expanded where the profile is used); a symbolic link is not
     followed (a Hugging Face snapshot's link stays the model's name, not the blob it points at today)."""
     write_user_profile("mine", '[target]\npath = "/models/t.gguf"\n')
     (tmp_path / "blobs").mkdir()
-    (tmp_path / "blobs" / "abc123").write_bytes(b"GGUF")
+    (tmp_path / "blobs" / "abc123").write_bytes(tiny_pair[0].read_bytes())
     (tmp_path / "snap").mkdir()
     (tmp_path / "snap" / "m.gguf").symlink_to("../blobs/abc123")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "d.gguf").symlink_to(tiny_pair[1])
+    monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     assert cli("profile", "set", "mine", "target.path=snap/m.gguf", "draft.path=$HOME/models/d.gguf").exit_code == 0
     shown = json.loads(cli("profile", "show", "mine", "--json").output)

@@ -180,6 +180,9 @@ def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback
     blocked = localspec("worker", "--port", str(free_port()), "--cache", "/proc/version/cache")
     _, errors = blocked.communicate(timeout=60)
     assert blocked.returncode == 1 and errors.startswith("error: cannot use /proc/version/cache for the tensor cache")
+    empty = localspec("worker", "--port", str(free_port()), "--cache", "")
+    _, errors = empty.communicate(timeout=60)
+    assert empty.returncode == 2 and errors.strip() == "error: --cache: the path is empty"
     exposed = localspec("worker", "--host", "0.0.0.0", "--port", str(free_port()))
     try:
         warning = exposed.stderr.readline()

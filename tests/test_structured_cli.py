@@ -55,6 +55,9 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("json_schema", '{"type":\n "object",}', "s.json"), ["s.json: not valid JSON (line 2, column 11"]),
     (OutputFormat("json_schema", "[1]", "s.json"), ["s.json: a JSON schema must be a JSON object", "an array"]),
     (OutputFormat("json_schema", '{"maximum": NaN}', "/format schema"), ["/format schema: not valid JSON (NaN is not a JSON number)"]),
+    # (Python keeps the last of two keys silently: this schema would have asked for an array)
+    (OutputFormat("json_schema", '{"type": "object", "properties": {}, "type": "array"}', "s.json"),
+     ['s.json: the key "type" appears twice in one object: keep one']),
     (OutputFormat("json_schema", '{"$ref": "#/nowhere"}', "--json-schema"), ["--json-schema: ", "/nowhere"]),
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
     (OutputFormat("regex", "abc\\", "--regex"), ["--regex: invalid regex: it ends with a backslash"]),  # (dropped, else)

@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from ..app.plan import locate_model
-from ..config.paths import model_path_here, stored_assignment, stored_model_path, user_profiles_dir
+from ..config.paths import MODEL_PATH_KEYS, model_path_here, stored_assignment, stored_model_path, user_profiles_dir
 from ..config.profiles import check_name, parse_assignment, profile_exists, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
@@ -52,6 +52,13 @@ def add_command(
         check_file(model_path_here(values["target.path"], "target.path"))
     path = save_profile(name, values, replace=force)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
+
+
+def check_model_files(changes: dict[str, object]) -> None:
+    """Refuse, as `profile add` does, a model path in `changes` that is not a complete GGUF file here."""
+    for key in MODEL_PATH_KEYS:
+        if isinstance(changes.get(key), str):  # (another type is refused as the profile is validated)
+            check_file(model_path_here(changes[key], key))
 
 
 def _auto_draft(target: Path, make_without_asking: bool) -> Path:

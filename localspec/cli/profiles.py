@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.files import discard_lock, locked
-from ..config.paths import stored_assignment, user_profiles_dir
+from ..config.paths import MODEL_PATH_KEYS, stored_assignment, user_profiles_dir
 from ..config.profiles import (
     check_name,
     list_profiles,
@@ -125,6 +125,10 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
     changes = dict(parse_assignment(clean_input(assignment, "a KEY=VALUE argument")) for assignment in assignments)
     # (as `profile add` stores them: a model path absolute, so that the profile works from any folder)
     changes = {key: stored_assignment(key, value) for key, value in changes.items()}
+    if any(key in MODEL_PATH_KEYS for key in changes):
+        from .profile_files import check_model_files  # (reads model files: imported only here)
+
+        check_model_files(changes)
     path = update_profile(name, changes)
     click.echo(f"saved {path}", err=True)
 

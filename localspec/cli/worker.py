@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..config.paths import user_path
 from ..errors import InputError, LocalspecError
 from ..runtime.devices import describe_device
 from ..runtime.library import default_threads
@@ -40,7 +41,8 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
     require_rpc()
     host = _listen_address(host)
     _check_can_listen(host, port)
-    if cache_dir:  # llama.cpp writes into it but does not create it
+    if cache_dir is not None:  # llama.cpp writes into it but does not create it
+        cache_dir = str(user_path(cache_dir, "--cache"))  # (an empty one is an error, not "no cache")
         try:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
         except OSError as exc:

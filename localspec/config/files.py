@@ -108,6 +108,10 @@ class _NotAJSONNumber(ValueError):
     """NaN, Infinity or -Infinity: Python's json reads them, JSON has no such numbers."""
 
 
+class _RepeatedKey(ValueError):
+    """A key given twice in one JSON object."""
+
+
 def refuse_json_constant(name: str) -> Any:
     """`json.loads`'s parse_constant for JSON as it is written: NaN and Infinity are ValueError."""
     raise _NotAJSONNumber(f"{name} is not a JSON number")
@@ -122,13 +126,29 @@ def finite_json_float(text: str) -> float:
     return value
 
 
+def _object_without_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads`'s object_pairs_hook for JSON a person wrote: a key given twice in one object is
+    ValueError (Python would keep the last silently: a schema's second "type" replaced its first)."""
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise _RepeatedKey(f"the key {json.dumps(key, ensure_ascii=False)} appears twice in one object: keep one")
+        value[key] = item
+    return value
+
+
 def parse_user_json(text: str, origin: Path | str) -> Any:
     """JSON text a person wrote parsed, or a one-line error naming `origin` (with line and column);
-    lone surrogates its escapes spell (`"\\ud800"`) become U+FFFD, as in all text from outside."""
+    lone surrogates its escapes spell (`"\\ud800"`) become U+FFFD, as in all text from outside. A key
+    repeated in one object is an error (which of the two was meant?)."""
     try:
-        return clean_data(json.loads(text, parse_constant=refuse_json_constant, parse_float=finite_json_float))[0]
+        value = json.loads(text, parse_constant=refuse_json_constant, parse_float=finite_json_float,
+                           object_pairs_hook=_object_without_repeated_keys)
+        return clean_data(value)[0]
     except _NotAJSONNumber as exc:
         raise InputError(f"{origin}: not valid JSON ({exc})") from None
+    except _RepeatedKey as exc:
+        raise InputError(f"{origin}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
