@@ -6,9 +6,9 @@ already imported here), resolving the plan (settings, model files, header and
 vocabulary checks), loading the target and the draft, rendering and tokenizing
 the prompt, creating the target's context (sized for the run, as `run` does;
 the draft model's is created once it drafts, after the first token),
-evaluating the prompt in the target and its first pass, which emits the first
-token. The draft model reads the prompt after that; that phase is shown apart,
-outside the total.
+evaluating the prompt in the target, whose last row gives the first token. The
+draft model reads the prompt after that; that phase is shown apart, outside the
+total.
 Each phase is repeated (`--repeat`, fresh models each time; the page cache is
 warm after the first) and the median is shown.
 

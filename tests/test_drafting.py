@@ -122,9 +122,9 @@ def test_without_p_min_every_draft_uses_all_its_room(models) -> None:
 
 def test_draft_min_drops_drafts_the_room_cuts_short(models) -> None:
     target, draft = models
-    # max_tokens 3 leaves room for a 2-token draft first; draft_min 3 drops it: no drafting at all.
+    # max_tokens 4 leaves room, after the first token, for a 2-token draft; draft_min 3 drops it: no drafting at all.
     for draft_min, drafted in ((3, False), (2, True)):
-        settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=8, draft_min=draft_min), max_tokens=3, seed=1)
+        settings = GenerationSettings(SAMPLED, SpeculativeParams(draft_max=8, draft_min=draft_min), max_tokens=4, seed=1)
         stats = generate_text(target, PROMPT, settings, ModelDrafter(draft, SAMPLED)).stats
         assert (stats.draft_tokens_proposed > 0) == drafted
         assert all(count == 0 for n, count in draft_lengths(stats).items() if n < draft_min)
@@ -626,9 +626,9 @@ def test_a_draft_model_reads_a_long_prompt_after_the_first_token(models) -> None
     generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
     for _ in generation:
         events.append(("emitted", len(generation.tokens)))
-    # The first token came from the target alone; then the draft model read the prompt and that token.
-    assert events[:5] == [("begin", len(long_prompt), True), ("propose", len(long_prompt)), ("emitted", 1),
-                          ("read", len(long_prompt) + 1), ("propose", len(long_prompt) + 1)]
+    # The first token came from the prompt's evaluation; then the draft model read the prompt and that token.
+    assert events[:4] == [("emitted", 1), ("begin", len(long_prompt) + 1, True), ("read", len(long_prompt) + 1),
+                          ("propose", len(long_prompt) + 1)]
     assert generation.stats.draft_tokens_proposed > 0
     reference = generate_text(target, long_prompt, settings)  # same seed, target-only
     assert generation.tokens == reference.tokens
@@ -639,7 +639,7 @@ def test_a_draft_model_reads_a_long_prompt_after_the_first_token(models) -> None
     generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=FixedLength(3)), events))
     for _ in generation:
         events.append(("emitted", len(generation.tokens)))
-    assert events[:2] == [("begin", len(long_prompt), False), ("propose", len(long_prompt))]
+    assert events[:3] == [("emitted", 1), ("begin", len(long_prompt) + 1, False), ("propose", len(long_prompt) + 1)]
     assert ("read", len(long_prompt) + 1) not in events
 
 
@@ -663,7 +663,7 @@ def test_a_draft_model_leaves_a_long_prompt_unread_for_a_short_answer_it_cannot_
     generation = Generation(target, long_prompt, settings, _Recorded(ModelDrafter(draft, SAMPLED, length=length), events))
     for _ in generation:
         events.append(("emitted", len(generation.tokens)))
-    assert events[2:4] == [("emitted", 1), ("read", len(long_prompt) + 1)]
+    assert events[:3] == [("emitted", 1), ("begin", len(long_prompt) + 1, True), ("read", len(long_prompt) + 1)]
     assert generation.stats.draft_tokens_proposed > 0
 
 
@@ -705,8 +705,9 @@ def test_a_prompt_longer_than_the_draft_models_context_is_not_read(models) -> No
 
 def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_first_pass(models) -> None:
     target, draft = models
-    speculative = SpeculativeParams(strategy="hybrid", draft_max=4)
-    repeating = [1, *range(260, 270), *range(260, 268)]  # 19 tokens: its tail occurred before, so a lookup drafts
+    speculative = SpeculativeParams(strategy="hybrid", draft_max="adaptive", ngram_min=1)  # (it reads from the 2nd token on)
+    # Every word of the vocabulary, then some again: whatever word comes first, it occurred before, so a lookup drafts
+    repeating = [1, *range(259, 283), *range(259, 270)]
     for seed in range(4):
         settings = GenerationSettings(SAMPLED, speculative, max_tokens=10, seed=seed)
         draft.clear()
@@ -716,8 +717,8 @@ def test_while_the_draft_model_waits_to_read_the_prompt_a_lookup_may_draft_the_f
         passes = []
         for _ in generation:
             passes.append(hybrid._last)
-        assert events[0] == ("begin", len(repeating), True)
-        assert passes[0] is hybrid.lookup  # the first pass drafted by lookup, the draft model still unread
+        assert events[0] == ("begin", len(repeating) + 1, True)  # (after the first token)
+        assert passes[1] is hybrid.lookup  # the first pass drafted by lookup, the draft model still unread
         assert generation.tokens == generate_text(target, repeating, settings).tokens
 
 

@@ -1,18 +1,22 @@
 """End-to-end losslessness on a tiny generated model pair.
 
-Over many seeds, the first two tokens the speculative loop emits must follow the
-target-only distribution, computed exactly from the target's own logits.
+Over many seeds, the first tokens the speculative loop emits must follow the
+target-only distribution, computed exactly from the target's own logits: two
+tokens for target-only decoding, three for speculative decoding (the first comes
+from the prompt's evaluation; drafts, and the bonus token after them, from the
+second on).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Hashable
 
 import numpy as np
 import pytest
 from dense import logits_to_probs
-from stats_helpers import chi_square_pvalue
+from stats_helpers import MIN_EXPECTED_COUNT, chi_square_pvalue
 
 from localspec.engine.drafters import build_drafter
 from localspec.engine.generation import generate_text
@@ -36,35 +40,67 @@ def exact_two_token_distribution(
     return joint
 
 
+def three_token_pvalue(target: Model, sampling: SamplingParams, prompt: list[int], observed: Counter) -> float:
+    """`chi_square_pvalue` of the `observed` counts of the first three tokens against the target's exact
+    probabilities: every outcome expected 5 times or more in as many draws is a cell of its own, all the
+    others one cell together (their exact mass: the rest), and an observed outcome the target never draws
+    fails the test. (Every outcome's probability would take a target pass per pair of first tokens.)"""
+    n = sum(observed.values())
+    first = logits_to_probs(target.next_logits(prompt), sampling)
+    second = {int(t1): logits_to_probs(target.next_logits([*prompt, int(t1)]), sampling) for t1 in np.flatnonzero(first)}
+
+    def third(t1: int, t2: int) -> np.ndarray:
+        return logits_to_probs(target.next_logits([*prompt, t1, t2]), sampling)
+
+    cells: dict[Hashable, float] = {}
+    for t1, given_t1 in second.items():
+        for t2 in np.flatnonzero(first[t1] * given_t1 * n >= MIN_EXPECTED_COUNT):
+            for t3, p in enumerate(first[t1] * given_t1[t2] * third(t1, int(t2))):
+                if p * n >= MIN_EXPECTED_COUNT:
+                    cells[(t1, int(t2), t3)] = float(p)
+    counts: Counter = Counter()
+    for (t1, t2, t3), count in observed.items():
+        if (t1, t2, t3) in cells:
+            counts[(t1, t2, t3)] += count
+        elif t1 in second and second[t1][t2] > 0 and third(t1, t2)[t3] > 0:
+            counts["the rest"] += count
+        else:
+            return 0.0  # drawn where the target never draws
+    cells["the rest"] = max(0.0, 1.0 - sum(cells.values()))
+    return chi_square_pvalue(counts, cells)
+
+
 T1 = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 TRUNCATED = SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0)
-REPEATING_PROMPT = [1, 260, 265, 270, 262, 260, 265]  # ends in a 2-gram seen before: lookup drafts [270, 262, ...]
+# After it the likeliest first tokens (260, 273, 270, 265) make with its last a 2-gram seen before: lookups
+# draft the second token on.
+REPEATING_PROMPT = [1, 265, 260, 265, 273, 265, 270, 262, 265, 265, 260, 265]
 
 CASES = {
-    # name: (sampling, speculative settings, max_tokens)
+    # name: (sampling, speculative settings, max_tokens: the first token, then one pass's drafts and more)
     # Rejection verification (`--verify rejection`): exact in distribution only.
-    "t1.0": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, verify="rejection"), 3),
-    "t0.7-topk8-topp0.9": (SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0), SpeculativeParams(draft_max=3, verify="rejection"), 3),
+    "t1.0": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, verify="rejection"), 4),
+    "t0.7-topk8-topp0.9": (SamplingParams(temperature=0.7, top_k=8, top_p=0.9, min_p=0.0), SpeculativeParams(draft_max=3, verify="rejection"), 4),
     # The shipped default: min-p 0.05 through its logit-threshold prefilter.
-    "default-sampling": (SamplingParams(), SpeculativeParams(draft_max=3, verify="rejection"), 3),
-    # draft_max 1 with two tokens: when the draft is kept, the second token is the bonus
-    # token from the last batched row, so it is inside the compared window.
-    "bonus-token": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=1, verify="rejection"), 2),
+    "default-sampling": (SamplingParams(), SpeculativeParams(draft_max=3, verify="rejection"), 4),
+    # draft_max 1 with three tokens: when the draft (the second token) is kept, the third is the
+    # bonus token from the last batched row, so it is inside the compared window.
+    "bonus-token": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=1, verify="rejection"), 3),
     # p_min cuts drafts short where the draft is unsure (after this prompt, the second draft
     # position falls below 0.3 about 30% of the time); draft_min drops drafts that the
     # remaining room cuts below 2 tokens.
-    "p_min-draft_min": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, draft_min=2, p_min=0.3, verify="rejection"), 3),
+    "p_min-draft_min": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, draft_min=2, p_min=0.3, verify="rejection"), 4),
     # Lookup drafts are deterministic (a point-mass q); hybrid passes are lookup or model, per pass
     # (after a rejected lookup token the context's last 2-gram is new, so the model drafts next).
-    "ngram-t1.0": (T1, SpeculativeParams(strategy="ngram", draft_max=3, verify="rejection"), 3),
-    "ngram-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="ngram", draft_max=3, verify="rejection"), 3),
-    "hybrid-t1.0": (T1, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), 3),
-    "hybrid-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), 3),
+    "ngram-t1.0": (T1, SpeculativeParams(strategy="ngram", draft_max=3, verify="rejection"), 4),
+    "ngram-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="ngram", draft_max=3, verify="rejection"), 4),
+    "hybrid-t1.0": (T1, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), 4),
+    "hybrid-topk8-topp0.9": (TRUNCATED, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2, ngram_max=2, verify="rejection"), 4),
     # Coupled verification (the default): the shipped defaults (hybrid, adaptive length, min-p 0.05)
     # and a model draft at T=1. The identity tests (test_coupled_identity.py) prove more; these
     # check the coupled sampler itself draws from the target's distribution.
-    "coupled-shipped-defaults": (SamplingParams(), SpeculativeParams(), 3),
-    "coupled-model-t1.0": (T1, SpeculativeParams(strategy="model", draft_max=3), 3),
+    "coupled-shipped-defaults": (SamplingParams(), SpeculativeParams(), 4),
+    "coupled-model-t1.0": (T1, SpeculativeParams(strategy="model", draft_max=3), 4),
 }
 CONFIDENT_PROMPT = [*PROMPT, 259]  # the draft's first next-token probability is 0.53 here
 
@@ -80,14 +116,13 @@ def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Pat
     prompt = CONFIDENT_PROMPT if speculative.p_min > 0 else REPEATING_PROMPT if speculative.strategy != "model" else PROMPT
     target_path, draft_path = tiny_pair
     with Model(target_path) as target, Model(draft_path) as draft:
-        exact = exact_two_token_distribution(target, sampling, prompt)
         counts: Counter = Counter()
         proposed = accepted = full_accepts = plain_passes = 0
-        first_draft_length = min(speculative.longest_draft, max_tokens - 1)
+        first_draft_length = min(speculative.longest_draft, max_tokens - 2)  # (after the first token, before the bonus)
         for seed in range(N_SEEDS):
             settings = GenerationSettings(sampling, speculative, max_tokens=max_tokens, seed=seed)
             generation = generate_text(target, prompt, settings, build_drafter(speculative, sampling, draft))
-            counts[tuple(generation.tokens[:2])] += 1
+            counts[tuple(generation.tokens[:3])] += 1
             stats = generation.stats
             proposed += stats.draft_tokens_proposed
             accepted += stats.draft_tokens_accepted
@@ -101,7 +136,8 @@ def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Pat
         assert full_accepts > 100  # all drafts kept: the bonus token was emitted
     if speculative.p_min > 0:
         assert plain_passes > 100  # p_min and draft_min really left passes undrafted
-    assert chi_square_pvalue(counts, exact) > ALPHA
+    with Model(target_path) as target:
+        assert three_token_pvalue(target, sampling, prompt, counts) > ALPHA
 
 
 def plain_two_token_counts(model: Model, sampling: SamplingParams, n_seeds: int) -> Counter:

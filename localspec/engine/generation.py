@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -25,12 +25,13 @@ from .sampling import Sampler, make_sampler
 from .stats import SpecStats
 from .textstream import TextStream
 
-# A draft model that has at least this many prompt tokens still to read reads them after the
-# first token at the earliest (about 3 ms a token for the demo draft): a first pass without a draft
-# costs a pass's worth of drafted tokens, less than the wait it spares the first token. A long prompt
-# may be read later, or not at all (`ModelDrafter.ready_to_read`; `HybridDrafter.ready_to_read` also
-# waits while lookups draft).
+# A draft model that has at least this many prompt tokens still to read (about 3 ms a token for the demo
+# draft) reads them once drafting is expected to pay for the reading: at the first pass, later, or not at
+# all for a short answer (`ModelDrafter.ready_to_read`; `HybridDrafter.ready_to_read` also waits while
+# lookups draft). Fewer are read at once, after the first token (which never waits for a draft model).
 READ_AFTER_FIRST_TOKEN = 16
+
+_Result = TypeVar("_Result")
 
 
 class StopReason(str, Enum):
@@ -91,7 +92,7 @@ class Generation:
         self.stop_reason: StopReason | None = None
         self.stats = SpecStats(prompt_tokens=len(prompt_tokens))
         self._stream = TextStream(self.settings.stop)
-        self._prompt_seconds_in_loop = 0.0  # the drafter's reading of the prompt after the first token
+        self._prompt_seconds_in_loop = 0.0  # prompt time within the loop's: the first token's draw, the drafter's reading
         self._occurrences = NGramIndex(1, 1, target.word_form) if drafter is not None else None  # guesses for padded passes
         self._stop_requested = stop_requested or (lambda: False)
 
@@ -113,21 +114,25 @@ class Generation:
         sampler = make_sampler(self.settings.speculative.verify, self.settings.seed)
         context = list(self.prompt_tokens)
         try:
-            evaluated = self._evaluate_prompt(context)
+            first_row = self._evaluate_prompt(context)
         except BaseException:  # (Ctrl-C while the prompt is read)
             self.stop_reason = StopReason.INTERRUPTED
             raise
-        if not evaluated:
+        if first_row is None:
             self.stop_reason = StopReason.INTERRUPTED
             return
         # A draft model that must still read much of the prompt reads it after the first token, which
-        # is not kept waiting for it (lookups may draft the first pass; the draft model does not), or later.
+        # is not kept waiting for it, or later.
         drafter_reads_later = self.drafter is not None and self.drafter.prompt_to_read(context) >= READ_AFTER_FIRST_TOKEN
-        if self.drafter is not None:
-            self._prompt_time(lambda: self.drafter.begin(context, read_later=drafter_reads_later))
 
         started = time.perf_counter()
         try:
+            # The first token comes from the prompt's evaluation (its last row), at once.
+            first = self._prompt_time(lambda: self._first_token(context, first_row, sampler))
+            if first.tokens or first.text:
+                yield first
+            if self.drafter is not None and self.stop_reason is None and self._draft_room(context) is not None:
+                self._prompt_time(lambda: self.drafter.begin(context, read_later=drafter_reads_later))
             while self.stop_reason is None:
                 # 0. Tokens a grammar forces are appended as they are, to be evaluated with this step's pass.
                 forced = self._emit_forced(context)
@@ -176,32 +181,45 @@ class Generation:
             if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
                 self.stop_reason = StopReason.INTERRUPTED
 
-    def _evaluate_prompt(self, context: list[int]) -> bool:
-        """Fill the target's cache with the prompt (all but its last token, which step 2 feeds), a batch
-        at a time while no stop is requested; whether it was filled."""
+    def _evaluate_prompt(self, prompt: list[int]) -> np.ndarray | None:
+        """Fill the target's cache with the prompt, a batch at a time while no stop is requested, and return
+        the logits its last token leaves for the first token (None: a stop was requested first)."""
         started = time.perf_counter()
-        prompt = context[:-1]
-        cached = common_prefix_length(self.target.tokens, prompt)
+        cached = common_prefix_length(self.target.tokens, prompt[:-1])  # (the last token is read again: its row is needed)
         if self.settings.speculative.same_text:  # what an earlier generation without it read alone is read again
             cached = min(cached, self.target.tokens_read_in_batches)
             self.target.keep(cached)
-        self.stats.prompt_tokens_evaluated = len(context) - cached
+        self.stats.prompt_tokens_evaluated = len(prompt) - cached
         for end in range(cached + self.target.n_batch, len(prompt), self.target.n_batch):
             if self._stop_requested():
-                return False
-            self.target.sync(prompt[:end])  # (whole batches: decoded as one sync of the whole prompt decodes them)
-        self.target.sync(prompt)
+                return None
+            self.target.sync(prompt[:end])  # (whole batches: decoded as one reading of the whole prompt decodes them)
+        first_row = self.target.logits_after(prompt)
         self.stats.prompt_seconds = time.perf_counter() - started
-        return True
+        return first_row
 
-    def _prompt_time(self, read: Callable[[], None]) -> None:
-        """Run `read`, the drafter's reading of the prompt (and of the first token, when it reads late), as prompt time."""
+    def _first_token(self, context: list[int], first_row: np.ndarray, sampler: Sampler) -> Chunk:
+        """The first token, drawn from the row the prompt's evaluation left, as every later token is drawn from
+        a pass's row (target-only and speculative decoding alike): it needs no target pass of its own. Nothing
+        where there is no room for a token, or where a grammar forces text first or is complete (the loop
+        appends forced text, and its first pass evaluates it)."""
+        if self._draft_room(context) is None or (
+                self.grammar is not None and (self.grammar.stopped or self.grammar.forced() is not None)):
+            return Chunk([], "", 0)
+        _, allowed, _ = self._masked(NO_DRAFT)
+        new_tokens, _ = accept([], None, first_row[np.newaxis], self.settings.sampling, sampler, 0, allowed)
+        chunk = self._emit(new_tokens, 0, context)
+        self.stats.tokens_from_prompt = len(chunk.tokens)
+        return chunk
+
+    def _prompt_time(self, read: Callable[[], _Result]) -> _Result:
+        """Run `read` (the first token's draw, the drafter's reading of the prompt) as prompt time, not generation time."""
         started = time.perf_counter()
-        read()
+        result = read()
         seconds = time.perf_counter() - started
         self.stats.prompt_seconds += seconds
-        if self.tokens:
-            self._prompt_seconds_in_loop += seconds
+        self._prompt_seconds_in_loop += seconds
+        return result
 
     def _draft_room(self, context: list[int], n_forced: int = 0) -> int | None:
         """How many draft tokens this step may propose; None when the generation must stop.

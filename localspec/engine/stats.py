@@ -18,6 +18,7 @@ class SpecStats:
     prompt_tokens: int = 0
     prompt_tokens_evaluated: int = 0  # of the prompt tokens, those the target's cache did not already hold
     tokens_generated: int = 0
+    tokens_from_prompt: int = 0  # of tokens_generated, the first where the prompt's evaluation gave it (no pass of its own)
     target_passes: int = 0
     draft_tokens_proposed: int = 0
     draft_tokens_accepted: int = 0
@@ -74,8 +75,9 @@ class SpecStats:
 
     @property
     def tokens_per_second(self) -> float | None:
-        """Generation speed, prompt processing excluded."""
-        return _ratio(self.tokens_generated, self.generation_seconds)
+        """Generation speed, prompt processing excluded: with it the first token, which the prompt's evaluation
+        gives (as llama.cpp counts its speeds)."""
+        return _ratio(self.tokens_generated - self.tokens_from_prompt, self.generation_seconds)
 
     @property
     def seconds_per_draft_token(self) -> float | None:

@@ -644,6 +644,24 @@ class Model(_Freed):
             starts[-2] -= 1
         return [range(start, stop) for start, stop in zip(starts, starts[1:])]
 
+    def logits_after(self, tokens: Sequence[int]) -> np.ndarray:
+        """Make the cache hold exactly `tokens` and return the logits for the token that follows them (a copy).
+
+        Their last token is (re)evaluated, in one batch with whatever the cache lacks before it; where
+        `lone_reads_differ` and it would be read alone, with a copy of it after it (then dropped), as `sync`
+        reads one: its row is then computed as any batch computes it."""
+        if not tokens:
+            raise ValueError("no tokens to read")
+        self.keep(common_prefix_length(self._tokens, tokens[:-1]))
+        missing = list(tokens[len(self._tokens) :])
+        if self.pads_lone_tokens(len(tokens)) and len(self._batches(len(missing))[-1]) == 1:
+            if len(missing) > 1:
+                self.eval(missing[:-1], logits="none")
+            row = self.eval(missing[-1:] * 2, logits=2)[0]
+            self.keep(len(tokens))
+            return row
+        return self.eval(missing, logits="last")[0]
+
     def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
         """Logits for the token that follows `context` (whose last token is (re)evaluated, in one batch
         with whatever the cache lacks before it)."""
