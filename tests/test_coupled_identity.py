@@ -184,6 +184,25 @@ def test_identity_where_max_tokens_cuts_the_drafts(pair, max_tokens: int) -> Non
         assert len(drafted.tokens) == max_tokens or drafted.stop_reason == "eos"
 
 
+def test_the_first_token_comes_from_the_prompts_evaluation_not_from_a_pass(pair, monkeypatch) -> None:
+    """Both ways of decoding draw the first token from the row the prompt's evaluation leaves: N tokens take
+    N-1 passes without drafts, and (padded where a lone token rounds unlike a batch) nothing is read alone."""
+    target, _ = pair
+    monkeypatch.setattr(target, "_lone_reads_differ", True)
+    lengths = []
+    for seed in range(N_SEEDS):
+        settings = GenerationSettings(SAMPLINGS["t1.0"], max_tokens=6, seed=seed)
+        target.clear()
+        alone = generate_text(target, PROMPT, settings)
+        assert alone.stats.tokens_from_prompt == 1 and target.tokens_read_in_batches == len(target.tokens)
+        if alone.stop_reason == "length":
+            assert alone.stats.target_passes == len(alone.tokens) - 1 == 5
+            lengths.append(seed)
+        first = generate_text(target, PROMPT, dataclasses.replace(settings, max_tokens=1))  # the prompt's evaluation only
+        assert first.tokens == alone.tokens[:1] and first.stats.target_passes == 0
+    assert lengths  # (not every one ended at an end token)
+
+
 def test_identity_where_a_stop_string_ends_the_text_inside_a_pass(pair) -> None:
     """A stop string found in the middle of a pass's accepted tokens ends both texts at the same place."""
     target, draft = pair
