@@ -40,3 +40,11 @@ def test_no_drafting_reports_no_acceptance() -> None:
 def test_a_run_that_only_guessed_says_how_its_guesses_fared() -> None:
     stats = SpecStats(tokens_generated=4, generation_seconds=0.5, target_passes=3, guesses=2, guesses_kept=1)
     assert stats.acceptance_rate is None and "1/2 guesses kept" in stats.summary() and "no drafting" not in stats.summary()
+
+
+def test_the_first_token_from_the_prompts_evaluation_counts_as_prompt_work() -> None:
+    """It took no pass and no generation time: speeds and tokens per pass leave it out, as llama.cpp counts."""
+    stats = SpecStats(tokens_generated=9, tokens_from_prompt=1, generation_seconds=0.5, target_passes=2)
+    assert stats.tokens_per_second == 16.0 and stats.tokens_per_pass == 4.0
+    only_it = SpecStats(tokens_generated=1, tokens_from_prompt=1)
+    assert only_it.tokens_per_second is None and only_it.tokens_per_pass is None

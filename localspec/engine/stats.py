@@ -71,7 +71,8 @@ class SpecStats:
 
     @property
     def tokens_per_pass(self) -> float | None:
-        return _ratio(self.tokens_generated, self.target_passes)
+        """Tokens each target pass emitted (the first token, from the prompt's evaluation, is no pass's)."""
+        return _ratio(self.tokens_generated - self.tokens_from_prompt, self.target_passes)
 
     @property
     def tokens_per_second(self) -> float | None:
