@@ -77,8 +77,9 @@ class SpecStats:
     @property
     def tokens_per_second(self) -> float | None:
         """Generation speed, prompt processing excluded: with it the first token, which the prompt's evaluation
-        gives (as llama.cpp counts its speeds)."""
-        return _ratio(self.tokens_generated - self.tokens_from_prompt, self.generation_seconds)
+        gives (as llama.cpp counts its speeds); None where that token was all (no speed was measured)."""
+        generated = self.tokens_generated - self.tokens_from_prompt
+        return _ratio(generated, self.generation_seconds) if generated > 0 else None
 
     @property
     def seconds_per_draft_token(self) -> float | None:
