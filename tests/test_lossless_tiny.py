@@ -86,9 +86,8 @@ CASES = {
     # draft_max 1 with three tokens: when the draft (the second token) is kept, the third is the
     # bonus token from the last batched row, so it is inside the compared window.
     "bonus-token": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=1, verify="rejection"), 3),
-    # p_min cuts drafts short where the draft is unsure (after this prompt, the second draft
-    # position falls below 0.3 about 30% of the time); draft_min drops drafts that the
-    # remaining room cuts below 2 tokens.
+    # p_min cuts drafts short where the draft is unsure (the test checks that many passes drafted
+    # nothing); draft_min drops drafts that the remaining room cuts below 2 tokens.
     "p_min-draft_min": (SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SpeculativeParams(draft_max=3, draft_min=2, p_min=0.3, verify="rejection"), 4),
     # Lookup drafts are deterministic (a point-mass q); hybrid passes are lookup or model, per pass
     # (after a rejected lookup token the context's last 2-gram is new, so the model drafts next).
@@ -102,7 +101,7 @@ CASES = {
     "coupled-shipped-defaults": (SamplingParams(), SpeculativeParams(), 4),
     "coupled-model-t1.0": (T1, SpeculativeParams(strategy="model", draft_max=3), 4),
 }
-CONFIDENT_PROMPT = [*PROMPT, 259]  # the draft's first next-token probability is 0.53 here
+CONFIDENT_PROMPT = [*PROMPT, 259]  # after it the draft is often unsure: p_min stops many of its drafts
 
 
 # The fast suite keeps one case (rejection with the bonus token: about a second); the slow suite
