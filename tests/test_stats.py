@@ -43,8 +43,11 @@ def test_a_run_that_only_guessed_says_how_its_guesses_fared() -> None:
 
 
 def test_the_first_token_from_the_prompts_evaluation_counts_as_prompt_work() -> None:
-    """It took no pass and no generation time: speeds and tokens per pass leave it out, as llama.cpp counts."""
+    """It took no pass and no generation time: speeds and tokens per pass leave it out, as llama.cpp counts. A run
+    whose tokens took no pass at all (that token, or tokens a grammar forced) measured no speed."""
     stats = SpecStats(tokens_generated=9, tokens_from_prompt=1, generation_seconds=0.5, target_passes=2)
     assert stats.tokens_per_second == 16.0 and stats.tokens_per_pass == 4.0
     only_it = SpecStats(tokens_generated=1, tokens_from_prompt=1, generation_seconds=0.001)  # (its draw, then the end)
     assert only_it.tokens_per_second is None and only_it.tokens_per_pass is None
+    forced_only = SpecStats(tokens_generated=2, forced_tokens=2, generation_seconds=0.0004)  # (a grammar's " the")
+    assert forced_only.tokens_per_second is None

@@ -77,9 +77,12 @@ class SpecStats:
     @property
     def tokens_per_second(self) -> float | None:
         """Generation speed, prompt processing excluded: with it the first token, which the prompt's evaluation
-        gives (as llama.cpp counts its speeds); None where that token was all (no speed was measured)."""
+        gives (as llama.cpp counts its speeds). None where no token took a target pass (that token was all, or a
+        grammar forced the rest): no speed was measured."""
         generated = self.tokens_generated - self.tokens_from_prompt
-        return _ratio(generated, self.generation_seconds) if generated > 0 else None
+        if generated <= 0 or (self.target_passes == 0 and self.forced_tokens >= generated):
+            return None
+        return _ratio(generated, self.generation_seconds)
 
     @property
     def seconds_per_draft_token(self) -> float | None:
