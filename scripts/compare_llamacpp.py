@@ -36,8 +36,8 @@ distribution, and the same context size, threads and max tokens.
 
 Speed is generated tokens over generation time, prompt excluded: localspec's `--json` stats
 (`tokens_per_second`: the tokens of its text but the first, which, as llama-lookup's, comes from
-the prompt's evaluation; an end-of-generation token ends it and is not counted), and for llama.cpp the seconds of its "decoded N tokens in S seconds" line over the same
-count of its own text. Its N counts otherwise: both tools count the end-of-generation token,
+the prompt's evaluation; an end-of-generation token ends it and is not counted), and for llama.cpp
+the seconds of its "decoded N tokens in S seconds" line over the same count of its own text. Its N counts otherwise: both tools count the end-of-generation token,
 llama-lookup goes on counting (and printing) what its draft held after one wherever the target
 agreed, and llama-lookup draws its first token from the prompt's evaluation, timed as "encoded",
 not "decoded". So the script counts the tokens of the text a tool printed before its first

@@ -588,14 +588,22 @@ class Model(_Freed):
         computes it: the cache then holds what reading the whole text computes, whatever it held before
         (a restored prompt, an earlier request's text)."""
         self.keep(common_prefix_length(self._tokens, tokens))
+        self._read_rest(tokens, last_row=False)
+
+    def _read_rest(self, tokens: Sequence[int], *, last_row: bool) -> np.ndarray | None:
+        """Evaluate what the cache lacks of `tokens` (it holds a prefix of them), padding a token that would be
+        read alone as `sync` says; the last token's logits (a copy) if `last_row`, else None."""
         missing = list(tokens[len(self._tokens) :])
-        if missing and self.pads_lone_tokens(len(tokens)) and len(self._batches(len(missing))[-1]) == 1:
+        if not missing:
+            return None
+        if self.pads_lone_tokens(len(tokens)) and len(self._batches(len(missing))[-1]) == 1:
             if len(missing) > 1:
                 self.eval(missing[:-1], logits="none")
-            self.eval(missing[-1:] * 2, logits="none")
+            rows = self.eval(missing[-1:] * 2, logits=2 if last_row else "none")
             self.keep(len(tokens))
-        elif missing:
-            self.eval(missing, logits="none")
+        else:
+            rows = self.eval(missing, logits="last" if last_row else "none")
+        return rows[0] if last_row else None
 
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last", copy: bool = True) -> np.ndarray:
         """Append `tokens` to the cache and return their logits.
@@ -653,14 +661,9 @@ class Model(_Freed):
         if not tokens:
             raise ValueError("no tokens to read")
         self.keep(common_prefix_length(self._tokens, tokens[:-1]))
-        missing = list(tokens[len(self._tokens) :])
-        if self.pads_lone_tokens(len(tokens)) and len(self._batches(len(missing))[-1]) == 1:
-            if len(missing) > 1:
-                self.eval(missing[:-1], logits="none")
-            row = self.eval(missing[-1:] * 2, logits=2)[0]
-            self.keep(len(tokens))
-            return row
-        return self.eval(missing, logits="last")[0]
+        row = self._read_rest(tokens, last_row=True)
+        assert row is not None  # (the last token at least was missing)
+        return row
 
     def next_logits(self, context: Sequence[int], *, copy: bool = True) -> np.ndarray:
         """Logits for the token that follows `context` (whose last token is (re)evaluated, in one batch
