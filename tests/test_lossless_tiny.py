@@ -164,3 +164,14 @@ def test_a_draft_used_without_correction_is_detected(tiny_pair: tuple[Path, Path
         exact = exact_two_token_distribution(target, sampling)
         counts = plain_two_token_counts(draft, sampling, N_SEEDS // 2)
     assert chi_square_pvalue(counts, exact) < ALPHA
+
+
+@pytest.mark.slow
+def test_the_three_token_test_detects_a_draft_used_without_correction(tiny_pair: tuple[Path, Path]) -> None:
+    """Power check of `three_token_pvalue`, which pools the rarer outcomes: the draft model's own first three
+    tokens must fail it (and the target's pass it)."""
+    with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
+        counts = {model: Counter(tuple(generate_text(model, PROMPT, GenerationSettings(T1, max_tokens=3, seed=seed)).tokens)
+                                 for seed in range(N_SEEDS)) for model in (target, draft)}
+        assert three_token_pvalue(target, T1, PROMPT, counts[draft]) < ALPHA
+        assert three_token_pvalue(target, T1, PROMPT, counts[target]) > ALPHA
