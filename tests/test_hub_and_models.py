@@ -36,6 +36,7 @@ class FakeHub:
         self.redirect_to: str | None = None  # answer file requests with a redirect to this base URL
         self.range_headers: list[str | None] = []
         self.auth_headers: list[str | None] = []
+        self.root_requests = 0  # asked whether the hub answers at all
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +54,8 @@ class FakeHub:
             def _answer(self, body: bool) -> None:
                 if self.path != "/":  # (the root: the check that the endpoint answers at all, which sends no token)
                     hub.auth_headers.append(self.headers.get("Authorization"))
+                else:
+                    hub.root_requests += 1
                 path = self.path.replace(f"/resolve/{COMMIT}/", "/resolve/main/")
                 data = hub.files.get(path)
                 if data is None:
@@ -137,6 +140,7 @@ def test_pull_downloads_then_the_profile_runs(hub: FakeHub, tiny_pair: tuple[Pat
     assert missing.exit_code == 2 and "localspec pull tinyhub" in missing.stderr
     result = cli("pull", "tinyhub")
     assert result.exit_code == 0, result.stderr
+    assert hub.root_requests == 1  # whether the hub answers is asked once, not once a file
     local = hub_local_path("org/tiny-GGUF", "tiny-target.gguf")
     assert local is not None and local.read_bytes() == tiny_pair[0].read_bytes()
     assert str(local).startswith(os.environ["HF_HUB_CACHE"])  # the shared Hugging Face cache

@@ -22,11 +22,13 @@ def pull(profile_name: str) -> None:
     if not wanted:
         click.echo(f"profile {profile_name} references no hub files; nothing to pull", err=True)
         return
+    hub_answered = False  # (whether the hub answers is asked before the first download only)
     for repo, filename in wanted:
         if hub_local_path(repo, filename) is not None:
             click.echo(f"have {repo}/{filename}", err=True)
             continue
         with status_line(stderr_console.is_terminal) as status:
             status.start_progress(f"downloading {repo}/{filename}")
-            path = download(repo, filename, on_progress=status.advance)
+            path = download(repo, filename, on_progress=status.advance, hub_answered=hub_answered)
+        hub_answered = True
         click.echo(f"saved {path}", err=True)

@@ -84,20 +84,20 @@ def hub_local_path(repo: str, filename: str) -> Path | None:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def download(repo: str, filename: str, on_progress: ProgressCallback | None = None) -> Path:
+def download(repo: str, filename: str, on_progress: ProgressCallback | None = None,
+             hub_answered: bool = False) -> Path:
     """Fetch `filename` from hub repo `repo` (resuming a partial download); return its local path.
 
     Raises LocalspecError with one line for every failure: HTTP status, network,
-    offline mode, or a file that turns out not to be GGUF.
+    offline mode, or a file that turns out not to be GGUF. First checks that the hub
+    answers at all (`_hub_problem`), unless the caller just did (`hub_answered`).
     """
     _check_reference(repo, filename)
     _check_endpoint(to_download=True)
     where = f"{repo}/{filename}"
-    if not _offline():
-        endpoint = _endpoint() or DEFAULT_ENDPOINT
-        problem = _unreachable(endpoint) or _silent(endpoint)
-        if problem is not None:
-            raise LocalspecError(f"download of {where} failed: {problem}")
+    problem = None if hub_answered else _hub_problem()
+    if problem is not None:
+        raise LocalspecError(f"download of {where} failed: {problem}")
     try:
         path = Path(
             huggingface_hub.hf_hub_download(
@@ -126,6 +126,16 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     except InputError as exc:
         raise LocalspecError(f"downloaded {where} is not a usable GGUF model ({exc})") from None
     return path
+
+
+def _hub_problem() -> str | None:
+    """Why the hub (or HF_ENDPOINT's mirror) is not worth a download now: it cannot be reached, or it takes
+    connections and never answers (`_unreachable`, `_silent`); None where it answers, or offline (the cache
+    is all there is then: the download says so)."""
+    if _offline():
+        return None
+    endpoint = _endpoint() or DEFAULT_ENDPOINT
+    return _unreachable(endpoint) or _silent(endpoint)
 
 
 def _lookup_problem(exc: Exception) -> str:
