@@ -111,12 +111,38 @@ def test_memory_add_and_remove_of_many_files_rebuild_the_base_at_most_twice(
     rebuilds.clear()
     again = cli("memory", "add", "-p", "tiny", str(notes))
     assert again.exit_code == 0 and "added 4 files" in again.stderr
-    assert len(rebuilds) == 2  # the old tokens out, the new ones in: not once per file
+    assert len(rebuilds) == 1  # the new tokens in and the old ones out, in one: not once per file
     assert len(local_memory().documents()) == 5
     rebuilds.clear()
     removed = cli("memory", "remove", str(notes / "0.txt"), str(notes))
     assert removed.exit_code == 0 and len(rebuilds) == 1
     assert [Path(doc["tag"]).name for doc in local_memory().documents()] == ["kept.txt"]
+
+
+def test_memory_add_says_what_the_bound_evicted(tiny_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.cli import memory as memory_command
+
+    def small_store(model):  # type: ignore[no-untyped-def]
+        store = open_store(model)
+        store.max_tokens = 300
+        return store
+
+    open_store = memory_command.open_store
+    monkeypatch.setattr(memory_command, "open_store", small_store)
+    files = []
+    for number in range(3):
+        files.append(tmp_path / f"{number}.txt")
+        files[-1].write_text(f"note {number}: the cat sat on the mat " * 3)
+    first = cli("memory", "add", "-p", "tiny", str(files[0]))
+    assert first.exit_code == 0 and "evicted" not in first.stderr, first.stderr
+    size = sum(document["tokens"] for document in local_memory().documents())
+    assert 101 <= size <= 150  # (so that two files fit in 300 tokens, not three)
+    more = cli("memory", "add", "-p", "tiny", str(files[1]), str(files[2]))
+    assert more.exit_code == 0, more.stderr
+    kept = local_memory().documents()
+    assert [Path(document["tag"]).name for document in kept] == ["1.txt", "2.txt"]
+    assert f"added 2 files, {sum(document['tokens'] for document in kept)} tokens" in more.stderr
+    assert f"the memory keeps the newest 300 tokens: {size:,} were evicted, the oldest first\n" in more.stderr
 
 
 TEXTS = [

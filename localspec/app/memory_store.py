@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -71,6 +72,7 @@ SEGMENT_MAGIC = b"LSMSEG1\n"
 MAX_HEADER_BYTES = 1 << 16
 COMPACT_TOKENS = 131_072  # unmerged tokens that trigger a compaction (the in-memory index over them builds in ~10 ms)
 COMPACT_SEGMENTS = 64  # unmerged files that trigger one
+_PARTIAL_BASE_PREFIX = ".gen-"  # a base being written (a folder, renamed into place when whole)
 STALE_TEMPORARY_S = 3600.0  # a temporary file this old belongs to a process that died
 REMOVED_TEMPORARY_S = 60.0  # `remove` deletes younger ones too: writing one takes seconds at most
 USAGE_KEYS = ("lookups", "hits", "proposed", "accepted")
@@ -143,9 +145,10 @@ class MemoryStore:
 
     # Adding ---------------------------------------------------------------------------------------------------------
 
-    def add(self, tokens: Sequence[int], source: str, tag: str | None = None, compact: bool = True) -> str | None:
-        """Keep `tokens` as one document; the new segment's name (None when nothing was kept: no tokens,
-        or a `clear()` emptied the memory while the segment was written).
+    def add(self, tokens: Sequence[int], source: str, tag: str | None = None, compact: bool = True,
+            added: float | None = None) -> str | None:
+        """Keep `tokens` as one document, added at `added` (a Unix time; default now); the new segment's name
+        (None when nothing was kept: no tokens, or a `clear()` emptied the memory while the segment was written).
 
         With `compact`, a compaction follows when enough is unmerged, unless another process is compacting
         (adding many documents at once: pass False, then call `compact()` once).
@@ -161,7 +164,7 @@ class MemoryStore:
             raise InputError(f"{array.size:,} tokens: more than the memory keeps ({self.max_tokens:,})")
         data = array.astype("<i4").tobytes()
         header = {
-            "format": FORMAT_VERSION, "source": source, "tag": tag, "added": time.time(),
+            "format": FORMAT_VERSION, "source": source, "tag": tag, "added": time.time() if added is None else added,
             "tokens": int(array.size), "crc32": zlib.crc32(data),
         }
         name = _new_name("seg")
@@ -286,8 +289,10 @@ class MemoryStore:
         """Remove every document with `tag`; tokens removed (see `remove_tags`)."""
         return self.remove_tags([tag])
 
-    def remove_tags(self, tags: Iterable[str]) -> int:
-        """Remove every document whose tag is one of `tags`; tokens removed.
+    def remove_tags(self, tags: Iterable[str], added_before: float = math.inf) -> int:
+        """Remove every document whose tag is one of `tags` (and added before `added_before`: what a file
+        added before its new copy, which is added first, so that a process killed between the two keeps one
+        of them); tokens removed.
 
         Their segments are deleted; if the base holds any of them it is rebuilt without them, once for all the tags.
         """
@@ -297,11 +302,11 @@ class MemoryStore:
         with self._lock(block=True):
             self._sweep_temporaries(older_than_s=REMOVED_TEMPORARY_S)  # a killed writer's copy may hold the tags
             base, table = self._base_with_table()
-            if self._needs_repair or any(entry["tag"] in wanted for entry in table):
-                return self._compact_locked(exclude_tags=wanted)[1]
+            if self._needs_repair or any(entry["tag"] in wanted and entry["added"] < added_before for entry in table):
+                return self._compact_locked(exclude_tags=wanted, added_before=added_before)[1]
             removed = 0
             for segment in self._read_segments(self._unmerged_names(base.merged), final=True, with_tokens=False):
-                if segment.tag in wanted:
+                if segment.tag in wanted and segment.added < added_before:
                     with contextlib.suppress(FileNotFoundError):
                         (self._segments / f"{segment.name}.seg").unlink()
                         removed += segment.size
@@ -324,8 +329,9 @@ class MemoryStore:
                     _delete(path)
             self._base_cache, self._recent_cache = None, None
 
-    def _compact_locked(self, exclude_tags: frozenset[str]) -> tuple[bool, int]:
-        """(whether a new base was written, tokens removed for `exclude_tags`); the caller holds the lock."""
+    def _compact_locked(self, exclude_tags: frozenset[str], added_before: float = math.inf) -> tuple[bool, int]:
+        """(whether a new base was written, tokens removed: the documents tagged one of `exclude_tags`, added
+        before `added_before`); the caller holds the lock."""
         base, table = self._base_with_table(verify=True)
         names = self._unmerged_names(base.merged)
         segments: list[_Segment] = []
@@ -336,8 +342,9 @@ class MemoryStore:
                     segments.append(segment)
         entries = [(entry, _Slice(base.tokens, entry["start"], entry["length"])) for entry in table]
         entries += [(_table_entry(segment), _Slice(segment.tokens, 0, segment.size)) for segment in segments]
-        removed = sum(piece.length for entry, piece in entries if entry["tag"] in exclude_tags)
-        entries = [(entry, piece) for entry, piece in entries if entry["tag"] not in exclude_tags]
+        excluded = [entry["tag"] in exclude_tags and entry["added"] < added_before for entry, _ in entries]
+        removed = sum(piece.length for (entry, piece), out in zip(entries, excluded) if out)
+        entries = [pair for pair, out in zip(entries, excluded) if not out]
         kept = _newest_within(entries, self.max_tokens)
         if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
             return False, 0
@@ -389,6 +396,8 @@ class MemoryStore:
         try:
             text = self._pointer.read_bytes()
         except FileNotFoundError:
+            if self._generation_folders():  # (deleted by hand, or lost: a base is there to go on with)
+                raise _Damaged("missing, though a base folder is there") from None
             return None, frozenset(), (0, 0)
         except OSError as exc:
             raise _unreadable(self._pointer, exc) from None
@@ -473,11 +482,16 @@ class MemoryStore:
                     return base, []
                 path = self.root / base.generation / "documents.json"
                 table = _read_table(path)
-            _check_table(table, base, verify)
-        except (_Damaged, FileNotFoundError) as exc:  # (the table or the tokens: the base, named by its folder)
+        except (_Damaged, FileNotFoundError) as exc:  # (the base, named by its folder)
             reason = f"{path.name} is missing" if isinstance(exc, FileNotFoundError) else str(exc)
             self._report(f"{path.parent}: damaged ({reason}); the memory goes on without that base (its tokens are"
                          " dropped: with the table gone, `history remove` and `memory remove` could not find them)")
+            return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
+        try:
+            _check_table(table, base, verify)
+        except _Damaged as exc:  # (the table and the tokens disagree: which of them is wrong cannot be told)
+            self._report(f"{path.parent}: damaged ({path.name} and tokens.npy disagree: {exc}); the memory goes on without that base (its"
+                         f" {len(table['documents'])} documents are dropped: their tokens cannot be trusted)")
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
         return base, table["documents"]
 
@@ -493,7 +507,7 @@ class MemoryStore:
             "format": FORMAT_VERSION, "tokens": len(tokens), "checksum": zlib.crc32(tokens.astype("<i4").tobytes()),
             "documents": table, "merged": merged,
         }
-        temporary = Path(tempfile.mkdtemp(prefix=".gen-", suffix=".partial", dir=self.root))
+        temporary = Path(tempfile.mkdtemp(prefix=_PARTIAL_BASE_PREFIX, suffix=".partial", dir=self.root))
         try:
             _save_array(temporary / "tokens.npy", tokens)
             _save_array(temporary / "suffixes.npy", reversed_suffix_array(tokens))
@@ -620,13 +634,17 @@ class MemoryStore:
             lock.release()
 
     def _sweep_temporaries(self, older_than_s: float = STALE_TEMPORARY_S) -> None:
-        """Delete temporary files and folders that processes killed mid-write left behind (by default an hour
-        old or more)."""
-        cutoff = time.time() - older_than_s
+        """Delete temporary files and folders that processes killed mid-write left behind: a base being written
+        (only ever written under the lock, which the caller holds) at once, whatever its age; others (a
+        segment, written without the lock) by default an hour old or more."""
+        now = time.time()
         for folder in (self.root, self._segments):
             with contextlib.suppress(OSError):
                 for path in folder.iterdir():
-                    if path.name.startswith(".") and path.name.endswith(".partial") and path.stat().st_mtime < cutoff:
+                    if not (path.name.startswith(".") and path.name.endswith(".partial")):
+                        continue
+                    abandoned = folder == self.root and path.name.startswith(_PARTIAL_BASE_PREFIX)
+                    if abandoned or path.stat().st_mtime < now - older_than_s:
                         _delete(path)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -68,11 +69,24 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
                      for tag, text in texts.items()}
     store = open_store(model)
     with _reporting_problems([store]):
-        store.remove_tags(tokenized)  # what these files added before: at most one rebuild for all of them
-        kept = [len(tokens) for tag, tokens in tokenized.items()
-                if store.add(tokens, source="file", tag=tag, compact=False) is not None]  # merged once, below
+        held_before = sum(document["tokens"] for document in store.documents())
+        now = time.time()
+        written = {tag for tag, tokens in tokenized.items()
+                   if store.add(tokens, source="file", tag=tag, compact=False, added=now) is not None}
+        # Then what these files added before, and the merge: at most one rebuild for all of them. (New copies
+        # first: a process killed between the two keeps both copies, never neither.)
+        replaced = store.remove_tags(written, added_before=now)
         store.compact()
-    click.echo(f"added {_files(len(kept))}, {sum(kept)} tokens ({store.root})", err=True)
+        documents = store.documents()
+    kept = {document["tag"]: document["tokens"] for document in documents
+            if document["tag"] in written and document["added"] >= now}
+    click.echo(f"added {_files(len(kept))}, {sum(kept.values())} tokens ({store.root})", err=True)
+    evicted = held_before - replaced + sum(len(tokenized[tag]) for tag in written) - sum(
+        document["tokens"] for document in documents)
+    if evicted > 0:
+        lost = len(written) - len(kept)
+        click.echo(f"the memory keeps the newest {store.max_tokens:,} tokens: {evicted:,} were evicted, the oldest"
+                   f" first{f' ({_files(lost)} just added among them)' if lost else ''}", err=True)
 
 
 @memory_group.command("remove")
