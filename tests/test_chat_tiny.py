@@ -77,6 +77,13 @@ def test_a_piped_line_or_block_past_the_limit_is_refused_not_read_into_memory(
     assert stored()["messages"][:1] == [{"role": "user", "content": "the cat"}]  # (what came before is kept)
 
 
+def test_a_model_without_a_chat_template_is_refused_at_once_and_nothing_is_stored(tiny_pair: tuple[Path, Path]) -> None:
+    command = ["chat", "--target", str(tiny_pair[0]), "--no-speculative", "--max-tokens", "4", "--threads", "1"]
+    result = CliRunner().invoke(main, command, input=b"hello\nagain\n", catch_exceptions=False)
+    one_error_line(result, 2, "has no chat template, which chat needs", "`run --raw`")  # (was: exit 0)
+    assert cli("history", "list", "--json").stdout.strip() in ("", "[]")  # (was: an empty conversation 1)
+
+
 def test_undo_and_system_change_the_stored_history(tiny_profile: str) -> None:
     result = chat(b"the cat\nthe dog\n/undo\n/system Be brief.\n")
     assert result.exit_code == 0, result.stderr

@@ -127,6 +127,9 @@ def chat(
     colour = terminal_takes_colour(sys.stdout)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model  # (/speculative on: lookups only)
     with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
+        if session.chat_template() is None:  # (every message would fail, each stored as an empty conversation)
+            raise InputError(f"{session.target.path.name} has no chat template, which chat needs: give it one (a"
+                             " profile's [chat] template), or use plain completion (`run --raw`)")
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)

@@ -246,7 +246,8 @@ def _read_text(file: Path) -> str | None:
     """A text file's text (invalid UTF-8 becomes U+FFFD, with one warning); None for a binary, unreadable
     or very large file."""
     try:
-        if not file.is_file() or file.stat().st_size > LARGEST_FILE_BYTES:
+        size = file.stat().st_size if file.is_file() else 0
+        if not 0 < size <= LARGEST_FILE_BYTES:  # (0: empty, or a /proc file, which may never end: /proc/kmsg)
             return None
         data = file.read_bytes()
     except OSError:
