@@ -9,6 +9,8 @@ Workloads (their prompts are written for this script):
 
   extraction   one extraction instruction over many different inputs (an agent's or a script's loop)
   code         a sequence of coding requests whose answers reuse earlier answers
+  repeat       the ordinary questions asked twice over (a script run again, an agent's retries): the second
+               round's answers are in the memory whole
   ordinary     unrelated questions, with a memory first filled with unrelated text (localspec's own
                source code): drafting from memory must cost nothing where it finds nothing
 
@@ -234,7 +236,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     plan = resolve(args.profile, {"speculative.strategy": "hybrid"})
-    workloads = {"extraction": extraction_prompts(args.requests), "code": CODE_REQUESTS, "ordinary": ORDINARY_PROMPTS}
+    workloads = {"extraction": extraction_prompts(args.requests), "code": CODE_REQUESTS, "ordinary": ORDINARY_PROMPTS,
+                 "repeat": ORDINARY_PROMPTS * 2}
     results = []
     with open_session(plan, remember_lengths=False, memory_owner=None) as session:
         for name in args.workloads.split(","):
