@@ -490,8 +490,9 @@ class MemoryStore:
         try:
             _check_table(table, base, verify)
         except _Damaged as exc:  # (the table and the tokens disagree: which of them is wrong cannot be told)
-            self._report(f"{path.parent}: damaged ({path.name} and tokens.npy disagree: {exc}); the memory goes on without that base (its"
-                         f" {len(table['documents'])} documents are dropped: their tokens cannot be trusted)")
+            self._report(f"{path.parent}: damaged ({path.name} and tokens.npy disagree: {exc}); the memory goes on"
+                         f" without that base (its {len(table['documents'])} documents are dropped: their tokens"
+                         " cannot be trusted)")
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
         return base, table["documents"]
 
