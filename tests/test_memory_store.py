@@ -350,6 +350,23 @@ def test_a_missing_pointer_falls_back_to_the_newest_base(tmp_path: Path) -> None
     assert_reported_once_then_repaired(tmp_path, "CURRENT.json", [1, 2, 3, 4])
 
 
+@pytest.mark.parametrize("name, still_found", [("CURRENT.json", [1, 2, 3, 4]), ("suffixes.npy", [1, 2, 3, 4]),
+                                               ("tokens.npy", [4]), ("documents.json", [4])])
+def test_a_folder_where_a_file_should_be_is_damage_repaired_not_an_unreadable_file(
+    tmp_path: Path, name: str, still_found: list[int]
+) -> None:
+    _, generation = compacted_store(tmp_path)
+    path = tmp_path / name if name == "CURRENT.json" else generation / name
+    path.unlink()
+    (path / "inner").mkdir(parents=True)  # (was: every `memory list` failed until `memory clear`)
+    store = MemoryStore(tmp_path)
+    assert [int(entry["tag"]) for entry in store.documents()] == still_found
+    assert len(store.problems) == 1 and name in store.problems[0], store.problems
+    again = MemoryStore(tmp_path)  # repaired: a new reader finds nothing wrong
+    assert [int(entry["tag"]) for entry in again.documents()] == still_found and again.problems == []
+    assert all(found(again.index(), document(number)) for number in still_found)
+
+
 def test_a_copy_added_again_replaces_only_the_older_copies(tmp_path: Path) -> None:
     """`memory add` of a file again adds the new copy first, then removes what was added before it: a process
     killed between the two leaves both copies, never neither; one adding at the same moment keeps its own."""

@@ -72,6 +72,7 @@ SEGMENT_MAGIC = b"LSMSEG1\n"
 MAX_HEADER_BYTES = 1 << 16
 COMPACT_TOKENS = 131_072  # unmerged tokens that trigger a compaction (the in-memory index over them builds in ~10 ms)
 COMPACT_SEGMENTS = 64  # unmerged files that trigger one
+_A_FOLDER = "a folder where the file should be"
 _PARTIAL_BASE_PREFIX = ".gen-"  # a base being written (a folder, renamed into place when whole)
 STALE_TEMPORARY_S = 3600.0  # a temporary file this old belongs to a process that died
 REMOVED_TEMPORARY_S = 60.0  # `remove` deletes younger ones too: writing one takes seconds at most
@@ -399,6 +400,8 @@ class MemoryStore:
             if self._generation_folders():  # (deleted by hand, or lost: a base is there to go on with)
                 raise _Damaged("missing, though a base folder is there") from None
             return None, frozenset(), (0, 0)
+        except IsADirectoryError:
+            raise _Damaged(_A_FOLDER) from None
         except OSError as exc:
             raise _unreadable(self._pointer, exc) from None
         try:
@@ -483,7 +486,7 @@ class MemoryStore:
                 path = self.root / base.generation / "documents.json"
                 table = _read_table(path)
         except (_Damaged, FileNotFoundError) as exc:  # (the base, named by its folder)
-            reason = f"{path.name} is missing" if isinstance(exc, FileNotFoundError) else str(exc)
+            reason = f"{path.name} is missing" if isinstance(exc, FileNotFoundError) else f"{path.name}: {exc}"
             self._report(f"{path.parent}: damaged ({reason}); the memory goes on without that base (its tokens are"
                          " dropped: with the table gone, `history remove` and `memory remove` could not find them)")
             return _Base(None, _NO_BASE.tokens, _NO_BASE.suffixes, base.merged, 0), []
@@ -526,6 +529,8 @@ class MemoryStore:
             "format": FORMAT_VERSION, "generation": generation, "tokens": sum(piece.length + 1 for _, piece in kept),
             "documents": len(kept), "merged": merged,
         }
+        if self._pointer.is_dir() and not self._pointer.is_symlink():  # (a folder made there: damage, see `_base`)
+            _delete(self._pointer)
         write_text_atomic(self._pointer, json.dumps(pointer), private=True)
 
     def _generation_folders(self) -> list[Path]:
@@ -744,6 +749,8 @@ def _read_table(path: Path) -> dict[str, Any]:
         text = path.read_bytes()
     except FileNotFoundError:
         raise
+    except IsADirectoryError:
+        raise _Damaged(_A_FOLDER) from None
     except OSError as exc:
         raise _unreadable(path, exc) from None
     try:
@@ -795,6 +802,8 @@ def _load_array(path: Path, dtype: type, size: int) -> np.ndarray:
         array = np.load(path, mmap_mode="r", allow_pickle=False) if size else np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise
+    except IsADirectoryError:
+        raise _Damaged(_A_FOLDER) from None
     except OSError as exc:  # the system's refusal (permissions, I/O, no memory to map it), not the file's contents
         raise _unreadable(path, exc) from None
     except (ValueError, EOFError) as exc:
