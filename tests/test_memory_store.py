@@ -248,6 +248,7 @@ def test_eviction_keeps_the_newest_documents_within_max_tokens(tmp_path: Path) -
             break
         kept.insert(0, str(number))
     assert [entry["tag"] for entry in store.documents()] == kept == ["5", "6", "7"]
+    assert store.evicted_tokens == sum(lengths[:5])  # (what `memory add` says it evicted)
     index = store.index()
     for number, length in enumerate(lengths):
         assert found(index, document(number, length)) == (str(number) in kept)

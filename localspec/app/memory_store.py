@@ -130,6 +130,7 @@ class MemoryStore:
         self.compact_tokens = compact_tokens
         self.compact_segments = compact_segments
         self.problems: list[str] = []
+        self.evicted_tokens = 0  # tokens this object's merges dropped, oldest first, to stay within max_tokens
         self._needs_repair = False
         self._base_cache: _Base | None = None
         self._recent_cache: tuple[tuple[str, ...], SuffixIndex] | None = None
@@ -349,6 +350,7 @@ class MemoryStore:
         kept = _newest_within(entries, self.max_tokens)
         if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
             return False, 0
+        self.evicted_tokens += sum(piece.length for _, piece in entries[: len(entries) - len(kept)])
         merged = sorted(set(names) | {name for name in base.merged if (self._segments / f"{name}.seg").exists()})
         generation = self._write_generation(kept, merged) if kept else None
         self._write_pointer(generation, kept, merged)

@@ -69,24 +69,20 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
                      for tag, text in texts.items()}
     store = open_store(model)
     with _reporting_problems([store]):
-        held_before = sum(document["tokens"] for document in store.documents())
         now = time.time()
         written = {tag for tag, tokens in tokenized.items()
                    if store.add(tokens, source="file", tag=tag, compact=False, added=now) is not None}
         # Then what these files added before, and the merge: at most one rebuild for all of them. (New copies
         # first: a process killed between the two keeps both copies, never neither.)
-        replaced = store.remove_tags(written, added_before=now)
+        store.remove_tags(written, added_before=now)
         store.compact()
-        documents = store.documents()
-    kept = {document["tag"]: document["tokens"] for document in documents
-            if document["tag"] in written and document["added"] >= now}
+        kept = {document["tag"]: document["tokens"] for document in store.documents()
+                if document["tag"] in written and document["added"] >= now}
     click.echo(f"added {_files(len(kept))}, {sum(kept.values())} tokens ({store.root})", err=True)
-    evicted = held_before - replaced + sum(len(tokenized[tag]) for tag in written) - sum(
-        document["tokens"] for document in documents)
-    if evicted > 0:
+    if store.evicted_tokens:
         lost = len(written) - len(kept)
-        click.echo(f"the memory keeps the newest {store.max_tokens:,} tokens: {evicted:,} were evicted, the oldest"
-                   f" first{f' ({_files(lost)} just added among them)' if lost else ''}", err=True)
+        click.echo(f"the memory keeps the newest {store.max_tokens:,} tokens: {store.evicted_tokens:,} were evicted,"
+                   f" the oldest first{f' ({_files(lost)} just added among them)' if lost else ''}", err=True)
 
 
 @memory_group.command("remove")
