@@ -206,6 +206,33 @@ def test_constrained_output_is_identical_with_and_without_speculation(demo_sessi
     assert rejected > 0  # ... and left choices where drafts were rejected
 
 
+def test_unique_string_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
+    """At T=0 the demo target lists "baking" six times as a recipe's tags; held to uniqueItems it writes
+    distinct tags, the same with and without speculation, and the output validates."""
+    import json
+
+    import jsonschema
+
+    from localspec.engine.grammar import OutputFormat, compile_format
+
+    schema = {"type": "object", "required": ["name", "tags"],
+              "properties": {"name": {"type": "string"},
+                             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 3}}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
+    assert compiled.warnings == ()
+    prompt = "Give a sourdough bread recipe's name and tags as JSON. Tags: baking, sourdough, baking, bread."
+    tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+    settings = GenerationSettings(GREEDY, SpeculativeParams(), max_tokens=200)
+    baseline = generate_text(demo_session.target, tokens, settings, grammar=compiled.grammar)
+    drafted = demo_session.generation(tokens, settings, grammar=compiled.grammar)
+    for _ in drafted:
+        pass
+    assert drafted.tokens == baseline.tokens
+    tags = json.loads(drafted.text)["tags"]
+    jsonschema.validate(json.loads(drafted.text), schema)
+    assert "baking" in tags and len(tags) >= 3
+
+
 def test_a_word_has_one_form_with_or_without_the_space_before_it(demo_session: Session) -> None:
     """SmolLM2 spells `The` at the start of an answer unlike ` The` mid-sentence; lookups compare the two alike."""
     target = demo_session.target

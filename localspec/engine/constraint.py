@@ -10,6 +10,10 @@ lookup draft is cut at the first token the grammar rejects.
 A matcher that is fed a token it does not allow enters an error state for good,
 so every token is validated (by the mask it was drawn under, or `validate`)
 before it is consumed.
+
+One rule llguidance does not hold is held here beside it: `uniqueItems` over
+free strings (`unique_items.UniqueStrings`), which takes out of every mask the
+tokens that would repeat an item, and cuts drafts there.
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ import numpy as np
 from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
 from .grammar import TOO_MUCH_FORCED
+from .unique_items import UniqueStrings
+
+_REPEATS_AN_ITEM = "every way on repeats an earlier item of an array whose items must be unique (uniqueItems)"
+
+
+class EveryWayRepeats(OutputFormatError):
+    """Every token the grammar allows next would repeat an item of an array of unique strings. Unlike
+    llguidance's own errors the matcher is sound: a draft that led here is cut and the grammar steps back."""
 
 # Forced tokens past any context: llguidance computed them up to its limit (see `grammar.TOO_MUCH_FORCED`).
 _FORCED_TOKENS_FOLLOWED = 10_000
@@ -29,9 +41,10 @@ _FORCED_TOKENS_FOLLOWED = 10_000
 class TokenGrammar:
     """An llguidance matcher over a vocabulary of `n_vocab` tokens."""
 
-    def __init__(self, matcher: Any, n_vocab: int) -> None:
+    def __init__(self, matcher: Any, n_vocab: int, unique: UniqueStrings | None = None) -> None:
         self._matcher = matcher
         self.n_vocab = n_vocab
+        self._unique = unique  # uniqueItems over free strings, which llguidance does not hold (unique_items.py)
 
     @classmethod
     def start(cls, model: Model, grammar: str) -> "TokenGrammar":
@@ -41,11 +54,12 @@ class TokenGrammar:
         matcher = LLMatcher(model.grammar_tokenizer(), grammar, log_level=0)
         if matcher.is_error():
             raise InputError(f"the output format cannot be used: {_first_line(matcher.get_error())}")
-        return cls(matcher, model.n_vocab)
+        unique = UniqueStrings.for_grammar(grammar, model)
+        return cls(matcher, model.n_vocab, unique)
 
     def copy(self) -> "TokenGrammar":
         """An independent copy (a drafter advances it along its draft)."""
-        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab)
+        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab, self._unique.copy() if self._unique else None)
 
     @property
     def stopped(self) -> bool:
@@ -72,6 +86,8 @@ class TokenGrammar:
             raise OutputFormatError(f"the output format cannot be completed from here: {TOO_MUCH_FORCED}")
         if not tokens or self._matcher.validate_tokens(tokens[:1]) != 1:
             return None  # a vocabulary that spells the forced text unlike its own tokens leaves the choice open
+        if self._unique is not None and not self._unique.takes(int(tokens[0])):
+            raise EveryWayRepeats(f"the output format cannot be completed from here: {_REPEATS_AN_ITEM}")
         return int(tokens[0])
 
     def allowed(self) -> np.ndarray:
@@ -94,7 +110,11 @@ class TokenGrammar:
             if self.stopped or at == len(mask) or mask[at] != token:
                 break
             self.consume([token])
-            mask, forced = self.next_tokens()
+            try:
+                mask, forced = self.next_tokens()
+            except EveryWayRepeats:
+                self._rollback(1)  # the draft ends before the token after which every way on repeats an item
+                break
             masks.append(mask)
             forced_at.append(forced)
         self._rollback(len(masks) - 1)
@@ -115,6 +135,10 @@ class TokenGrammar:
         self._raise_on_error()
         if len(allowed) == 0 and not self._matcher.is_stopped():
             raise OutputFormatError("the output format cannot be completed from here: it allows no token")
+        if self._unique is not None:
+            allowed = self._unique.allowed(allowed)
+            if len(allowed) == 0:
+                raise EveryWayRepeats(f"the output format cannot be completed from here: {_REPEATS_AN_ITEM}")
         return allowed, False
 
     def _raise_on_error(self) -> None:
@@ -136,16 +160,23 @@ class TokenGrammar:
 
     def validate(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the grammar accepts in a row."""
-        return int(self._matcher.validate_tokens(list(tokens))) if tokens else 0
+        if not tokens:
+            return 0
+        valid = int(self._matcher.validate_tokens(list(tokens)))
+        return self._unique.taken(tokens[:valid]) if self._unique is not None else valid
 
     def consume(self, tokens: Sequence[int]) -> None:
         """Advance over `tokens`, which the grammar has allowed."""
         if tokens and not self._matcher.consume_tokens(list(tokens)):
             raise OutputFormatError(f"the output format stopped with an error: {_first_line(self._matcher.get_error())}")
+        if self._unique is not None and not self._unique.consume(tokens):
+            raise OutputFormatError(f"the output format stopped with an error: {_REPEATS_AN_ITEM}")
 
     def _rollback(self, n: int) -> None:
         if n and not self._matcher.rollback(n):
             raise LocalspecError(f"the grammar could not step back: {_first_line(self._matcher.get_error())}")
+        if self._unique is not None:
+            self._unique.rollback(n)
 
 
 def _first_line(text: str) -> str:

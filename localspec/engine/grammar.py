@@ -22,6 +22,7 @@ from typing import Any, Iterator, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
+from .unique_items import iter_unique_nodes, schema_of_grammar, unique_string_arrays
 
 KINDS = ("json", "json_schema", "grammar", "regex")
 
@@ -116,6 +117,7 @@ _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "
 _GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w-]*\s*::=", re.MULTILINE)
 # A GBNF escape, read left to right so that an escaped backslash is one (`\\u0041` is a backslash and "u0041").
 _GBNF_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
+_UNIQUE_ITEMS_WARNING = re.compile(r'^Unimplemented keys: \["uniqueItems"\]')
 _LLGUIDANCE_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
 
 
@@ -202,8 +204,24 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     if problem is not None:
         raise InputError(f"{_name(fmt)}: {problem}")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
-                     for message in messages)
+                     for message in _less_what_is_held(messages, grammar))
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
+
+
+def _less_what_is_held(messages: list[str], grammar: str) -> list[str]:
+    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of free strings,
+    see unique_items.py): dropped where it holds every one, else said of the arrays it does not hold."""
+    schema = schema_of_grammar(grammar)
+    if schema is None:
+        return messages
+    asking = {id(node) for node in iter_unique_nodes(schema)}
+    left = len(asking - {id(node) for node in unique_string_arrays(schema)})
+    if left == len(asking):
+        return messages
+    kept = [message for message in messages if not _UNIQUE_ITEMS_WARNING.match(message)]
+    if left:
+        kept.append(f"uniqueItems on {left} array{'s' if left > 1 else ''} whose items are not free strings")
+    return kept
 
 
 @functools.lru_cache(maxsize=1)

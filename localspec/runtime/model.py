@@ -234,8 +234,9 @@ class Model(_Freed):
         self._drops_a_suffix = not (self._llama.llama_model_is_recurrent(self._model)
                                     or self._llama.llama_model_is_hybrid(self._model))
         self._first_read_alone: int | None = None
-        self._longest_piece: int | None = None
         self._pieces: dict[int, bytes] = {}
+        self._tokens_holding: dict[int, np.ndarray] = {}
+        self._token_lengths: np.ndarray | None = None
         self._word_forms: dict[int, int] = {}
         self._end_of_generation: dict[int, bool] = {}
         self._special_texts: SpecialTexts | None = None
@@ -382,10 +383,23 @@ class Model(_Freed):
 
     def longest_token_bytes(self) -> int:
         """The most bytes of text one token stands for (a scan of the vocabulary, done once)."""
-        if self._longest_piece is None:
-            self._longest_piece = max((len(self._token_bytes(token, special=False)) for token in range(self.n_vocab)),
-                                      default=1)
-        return self._longest_piece
+        return int(self.token_lengths().max(initial=1))
+
+    def tokens_holding(self, byte: int) -> np.ndarray:
+        """The sorted ids of the tokens whose text holds `byte` (a scan of the vocabulary, done once per byte)."""
+        found = self._tokens_holding.get(byte)
+        if found is None:
+            mark = bytes((byte,))
+            found = self._tokens_holding[byte] = np.array(
+                [token for token in range(self.n_vocab) if mark in self._token_bytes(token, special=False)], dtype=np.int64)
+        return found
+
+    def token_lengths(self) -> np.ndarray:
+        """Each token's length in bytes of text, by id (a scan of the vocabulary, done once)."""
+        if self._token_lengths is None:
+            self._token_lengths = np.array([len(self._token_bytes(token, special=False)) for token in range(self.n_vocab)],
+                                           dtype=np.int64)
+        return self._token_lengths
 
     def _token_bytes(self, token: int, *, special: bool) -> bytes:
         buffer = ctypes.create_string_buffer(64)

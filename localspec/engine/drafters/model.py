@@ -9,7 +9,7 @@ import numpy as np
 
 from ...runtime.model import Model, common_prefix_length
 from ...settings import SamplingParams
-from ..constraint import TokenGrammar
+from ..constraint import EveryWayRepeats, TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
 from ..sampling import Confidence, Probs, Sampler, coupled_lead, masked_argmax, next_token_probs
 from .base import Draft
@@ -122,7 +122,10 @@ class ModelDrafter:
         along = grammar.copy() if grammar is not None else None
         after_forced = False  # the step to come holds the evaluation of a forced run: not a draft step's cost
         while True:
-            allowed, forced = along.next_tokens() if along is not None else (None, False)
+            try:
+                allowed, forced = along.next_tokens() if along is not None else (None, False)
+            except EveryWayRepeats:  # the draft went where every way on repeats an item: the target's rows will say
+                break
             if allowed is not None:
                 allowed = allowed[allowed < self.model.n_vocab]  # a target may have a few more tokens than its draft
                 if len(allowed) == 0:
@@ -130,7 +133,10 @@ class ModelDrafter:
             if forced:
                 # The grammar's forced text is drafted as it is (the target's rows there allow it alone)
                 # and evaluated by the draft model in one batch.
-                new = along.forced_run(int(allowed[0]), most - len(tokens))
+                try:
+                    new = along.forced_run(int(allowed[0]), most - len(tokens))
+                except EveryWayRepeats:
+                    break
                 certainties = [1.0] * len(new)
                 rows += [Probs(np.array([token]), np.ones(1)) for token in new]
             else:

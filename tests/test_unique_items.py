@@ -1,0 +1,170 @@
+"""`uniqueItems` over free strings, held while the JSON is written (engine/unique_items.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny_models import write_pair
+
+from localspec.engine.constraint import TokenGrammar
+from localspec.engine.grammar import OutputFormat, compile_format
+from localspec.engine.unique_items import JsonCursor, unique_string_arrays
+from localspec.errors import OutputFormatError
+from localspec.runtime.model import Model
+
+TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+RECIPE = {"type": "object", "properties": {"name": {"type": "string"}, "tags": TAGS, "steps": {"type": "array", "items": {"type": "string"}}},
+          "required": ["name", "tags"]}
+
+
+def repeats_an_item(schema: dict, text: str, chunk: int = 0) -> bool:
+    """Whether `text`, fed whole (or `chunk` bytes at a time), closes an item equal to an earlier one."""
+    data = text.encode()
+    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
+    cursor: JsonCursor | None = JsonCursor.start(schema)
+    for piece in pieces:
+        cursor = cursor.feed(piece) if cursor is not None else None
+    return cursor is None
+
+
+@pytest.mark.parametrize("text, repeats", [
+    ('{"name": "bread", "tags": ["baking", "sourdough", "baking"', True),
+    ('{"name": "bread", "tags": ["baking", "sourdough", "baking bread"]}', False),
+    ('{"name": "bread", "tags": ["ab", "a\\u0062"', True),  # one string, written two ways
+    ('{"name": "bread", "tags": ["a\\"", "a\\""', True),  # an escaped quote does not close the item
+    ('{"name": "bread", "tags": ["a\\\\", "a\\\\"', True),  # an escaped backslash, then the closing quote
+    ('{"name": "bread", "tags": ["a\\\\", "a\\\\\\""', False),  # `a\"` is not `a\`
+    ('{"name": "tags", "tags": ["tags", "name"]}', False),  # keys and other values are not items
+    ('{"name": "x", "steps": ["mix", "mix"], "tags": ["mix"]}', False),  # steps need not be unique
+    ('{"tags": [], "name": "x"}', False),
+    ('{"tags": ["", ""', True),
+    ('{"tags": ["日本", "日本"', True),  # multi-byte characters, split anywhere
+])
+def test_the_cursor_finds_a_repeated_item_however_the_text_is_split(text: str, repeats: bool) -> None:
+    for chunk in (0, 1, 2, 3, 5):
+        assert repeats_an_item(RECIPE, text, chunk) is repeats, (text, chunk)
+
+
+def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> None:
+    schema = {"$defs": {"tags": TAGS},
+              "type": "object",
+              "properties": {"maybe": {"anyOf": [{"$ref": "#/$defs/tags"}, {"type": "null"}]},
+                             "groups": {"type": "array", "items": {"$ref": "#/$defs/tags"}},
+                             "either": {"anyOf": [TAGS, {"type": "array", "items": {"type": "integer"}}]},
+                             "pair": {"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "string"},
+                                      "uniqueItems": True}}}
+    assert repeats_an_item(schema, '{"maybe": ["a", "a"')
+    assert not repeats_an_item(schema, '{"maybe": null, "groups": [["a", "b"], ["a", "b"]]}')  # each group apart
+    assert repeats_an_item(schema, '{"groups": [["a"], ["b", "b"')
+    assert not repeats_an_item(schema, '{"either": ["a", "a"]}')  # two array branches: which one holds is not told
+    assert not repeats_an_item(schema, '{"pair": ["a", "a"]}')  # prefixItems: not held
+    assert len(unique_string_arrays(schema)) == 1  # TAGS, reached three ways
+
+
+@pytest.mark.parametrize("schema, warning", [
+    (RECIPE, None),
+    ({"type": "array", "items": TAGS, "uniqueItems": True},  # arrays of arrays: the outer one is not held
+     "s.json: uniqueItems on 1 array whose items are not free strings (not enforced: the output may not satisfy it)"),
+    ({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "uniqueItems": True},
+     's.json: Unimplemented keys: ["uniqueItems"] (not enforced: the output may not satisfy it)'),
+])
+def test_the_warning_names_only_the_arrays_not_held(schema: dict, warning: str | None) -> None:
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ((warning,) if warning else ())
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_pair(tmp_path_factory.mktemp("tiny-unique"), space_token=True)
+
+
+def tokens(model: Model, text: str) -> list[int]:
+    """`text` in `model`'s tokens, as the output spells it (without the word-start mark the vocabulary prepends)."""
+    marker = model.tokenize("[", add_special=False)[:-1]
+    return model.tokenize(text, add_special=False)[len(marker):]
+
+
+def test_the_grammar_refuses_the_tokens_that_close_a_repeat_and_cuts_a_draft_there(tiny_pair: tuple[Path, Path]) -> None:
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(TAGS), "s.json")).grammar
+    with Model(tiny_pair[0]) as model:
+        quote = tokens(model, '"')[0]
+        state = TokenGrammar.start(model, grammar)
+        state.consume(tokens(model, '["cat","dog","ca'))
+        assert quote in state.allowed()  # "ca" is new
+        state.consume(tokens(model, "t"))
+        assert quote not in state.allowed() and len(state.allowed()) > 1  # "cat" again: the item must go on
+        assert state.copy().validate([quote]) == 0
+        draft = tokens(model, 's","cat"]')
+        kept = state.validate(draft)
+        assert model.detokenize(draft[:kept]) == 's","cat'  # "cats" is new; cut at the quote closing "cat" again
+        masks, _ = state.allowed_along(draft)
+        assert len(masks) - 1 == kept
+        state.consume(draft[:kept])  # the grammar stepped back to where it was: it takes the same draft again
+        assert quote not in state.allowed()
+
+
+def test_an_item_is_kept_from_reaching_its_max_length_as_a_repeat(tiny_pair: tuple[Path, Path]) -> None:
+    """At its maxLength an item can only close: a token that would leave it there equal to an earlier one is
+    refused before (a draft is cut before it); where nothing else is left, one line, never a repeat."""
+    schema = {"type": "array", "items": {"type": "string", "maxLength": 1}, "uniqueItems": True}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
+    with Model(tiny_pair[0]) as model:
+        state = TokenGrammar.start(model, grammar)
+        state.consume(tokens(model, '["a",'))
+        draft = tokens(model, '"a"]')
+        masks, _ = state.allowed_along(draft)
+        assert model.detokenize(draft[: len(masks) - 1]) == '"'
+        state.consume(tokens(model, '"'))
+        spelled = {text: [t for t in range(model.n_vocab) if model.token_bytes(t) == text] for text in (b"a", b"b")}
+        assert spelled[b"a"] and not set(spelled[b"a"]) & set(state.allowed()) and set(spelled[b"b"]) <= set(state.allowed())
+
+        impossible = {**schema, "items": {"type": "string", "maxLength": 0}, "minItems": 2}
+        state = TokenGrammar.start(model, compile_format(OutputFormat("json_schema", json.dumps(impossible))).grammar)
+        state.consume(tokens(model, '["",  '))  # (as much space as the grammar lets in)
+        with pytest.raises(OutputFormatError, match="repeats an earlier item"):
+            state.allowed()
+
+
+@pytest.mark.slow
+def test_speculation_under_the_rule_emits_what_the_target_alone_does(tiny_pair: tuple[Path, Path],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Coupled verification, a model drafter whose drafts run into repeats: the same tokens as target-only for
+    every seed (or the same error, where an item can only repeat), every output's items distinct; without the
+    rule the same outputs repeat items."""
+    from localspec.engine import constraint
+    from localspec.engine.drafters import build_drafter
+    from localspec.engine.generation import generate_text
+    from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
+
+    schema = {"type": "array", "items": {"type": "string", "maxLength": 1}, "uniqueItems": True, "minItems": 3, "maxItems": 6}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
+    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    speculative = SpeculativeParams(strategy="model", draft_max=4, verify="coupled")
+    prompt = [1, 260, 265, 270]
+
+    def outcome(settings: GenerationSettings, drafter) -> list[int] | str:
+        try:
+            return generate_text(target, prompt, settings, drafter, grammar).tokens
+        except OutputFormatError as error:
+            return str(error)
+
+    def items(tokens: list[int]) -> list[str]:
+        return json.loads(target.detokenize(tokens))
+
+    with Model(tiny_pair[0]) as target, Model(tiny_pair[1]) as draft:
+        repeats = completed = 0
+        for seed in range(24):
+            settings = GenerationSettings(sampling, speculative, max_tokens=60, seed=seed)
+            alone = outcome(settings, None)
+            assert outcome(settings, build_drafter(speculative, sampling, draft)) == alone, seed
+            if isinstance(alone, list):
+                completed += 1
+                assert len(set(items(alone))) == len(items(alone))
+        with monkeypatch.context() as unruled:
+            unruled.setattr(constraint.UniqueStrings, "for_grammar", lambda *args: None)
+            for seed in range(24):
+                tokens = generate_text(target, prompt, GenerationSettings(sampling, max_tokens=60, seed=seed), None, grammar).tokens
+                repeats += len(set(items(tokens))) < len(items(tokens))
+    assert completed >= 12 and repeats >= 3
