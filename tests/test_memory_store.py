@@ -281,16 +281,23 @@ def test_documents_stats_and_usage_counters(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, problem", [("[]", "not an object of counts"), ('{"lookups": "x"}', "lookups is not a count"),
-                                           ("{", "Expecting property name")])
-def test_damaged_usage_counters_are_reported_and_start_again(tmp_path: Path, text: str, problem: str) -> None:
-    """They were zeroed without a word."""
+                                           ("{", "Expecting property name"), (None, "a folder where the file should be")])
+def test_damaged_usage_counters_are_reported_and_start_again(tmp_path: Path, text: str | None, problem: str) -> None:
+    """They were zeroed without a word; a folder made there was reported again and again (two lines a run)."""
     store = MemoryStore(tmp_path)
     store.record_use(lookups=10, hits=4, proposed=30, accepted=21)
-    (tmp_path / "usage.json").write_text(text)
+    usage = tmp_path / "usage.json"
+    if text is None:
+        usage.unlink()
+        (usage / "inner").mkdir(parents=True)
+    else:
+        usage.write_text(text)
     assert store.stats()["lookups"] == 0
     assert len(store.problems) == 1 and problem in store.problems[0] and "usage.json: damaged" in store.problems[0]
     store.record_use(lookups=2, hits=1, proposed=3, accepted=3)
-    assert MemoryStore(tmp_path).stats()["lookups"] == 2
+    assert len(store.problems) == 1  # (said once)
+    again = MemoryStore(tmp_path)
+    assert again.stats()["lookups"] == 2 and again.problems == []
 
 
 def test_a_missing_folder_is_an_empty_memory_and_reading_does_not_create_it(tmp_path: Path) -> None:

@@ -255,6 +255,8 @@ class MemoryStore:
                 counts = self._usage()
                 for key, value in zip(USAGE_KEYS, (lookups, hits, proposed, accepted)):
                     counts[key] += int(value)
+                if path.is_dir() and not path.is_symlink():  # (a folder made there: damage, reported by `_usage`)
+                    _delete(path)
                 write_text_atomic(path, json.dumps(counts), private=True)
         except LocalspecError as exc:
             self._report(f"{path}: usage not counted ({exc})", repair=False)
@@ -263,6 +265,8 @@ class MemoryStore:
         """The usage counters; damaged ones (not JSON, not counts) are reported and start again from 0."""
         path = self.root / USAGE
         value, problem = read_cache_json(path)
+        if problem is not None and path.is_dir():
+            problem = _A_FOLDER
         if problem is None and value is not None and not isinstance(value, dict):
             problem = "not an object of counts"
         value = value if isinstance(value, dict) else {}
