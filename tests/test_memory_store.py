@@ -449,9 +449,13 @@ def test_a_token_file_that_is_no_array_file_is_said_so_not_taken_for_a_pickle(tm
     assert_reported_once_then_repaired(tmp_path, "tokens.npy: damaged (not an array file (it does not start as one));", [4])
 
 
-@pytest.mark.parametrize("contents", ["short", "zeros", "out of range", "shuffled"])
+@pytest.mark.parametrize("contents", ["short", "zeros", "out of range", "shuffled", "deleted"])
 def test_a_damaged_suffix_array_is_rebuilt_from_the_tokens(tmp_path: Path, contents: str) -> None:
     _, generation = compacted_store(tmp_path)
+    if contents == "deleted":  # (was: the base dropped, its documents lost, though its tokens were there)
+        (generation / "suffixes.npy").unlink()
+        assert_reported_once_then_repaired(tmp_path, "suffixes.npy: missing; rebuilt", [1, 2, 3, 4])
+        return
     good = np.load(generation / "suffixes.npy")
     damaged = {"short": np.zeros(7, dtype=np.int32),  # the wrong length
                "zeros": np.zeros_like(good),  # the right shape, wrong contents

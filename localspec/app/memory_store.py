@@ -431,7 +431,8 @@ class MemoryStore:
     def _open_generation(self, generation: str, merged: frozenset[str], expected: tuple[int, int]) -> _Base:
         """The generation's arrays memory-mapped and checked (shapes, the final separator); FileNotFoundError if gone.
 
-        A damaged token file drops the base (reported); a damaged suffix array is rebuilt from the tokens (reported).
+        A damaged token file drops the base (reported); a damaged or missing suffix array is rebuilt from the tokens
+        (reported).
         """
         folder = self.root / generation
         if not folder.is_dir():
@@ -449,6 +450,11 @@ class MemoryStore:
             fault = suffix_array_fault(tokens, suffixes)
             if fault is not None:
                 raise _Damaged(fault)
+        except FileNotFoundError:
+            if not (folder / "tokens.npy").exists():
+                raise  # (the whole generation went: another process merged it away)
+            self._report(f"{folder / 'suffixes.npy'}: missing; rebuilt from the tokens")
+            suffixes = reversed_suffix_array(np.asarray(tokens))
         except _Damaged as exc:
             self._report(f"{folder / 'suffixes.npy'}: damaged ({exc}); rebuilt from the tokens")
             suffixes = reversed_suffix_array(np.asarray(tokens))
