@@ -168,3 +168,35 @@ def test_speculation_under_the_rule_emits_what_the_target_alone_does(tiny_pair: 
                 tokens = generate_text(target, prompt, GenerationSettings(sampling, max_tokens=60, seed=seed), None, grammar).tokens
                 repeats += len(set(items(tokens))) < len(items(tokens))
     assert completed >= 12 and repeats >= 3
+
+
+ANIMALS = ["cat", "dog", "cow", "hen", "owl", "bee", "ant", "catfish"]
+
+
+@pytest.mark.parametrize("text, refused", [
+    ('["cat", "dog", "cat"', True),
+    ('["cat", "dog", "catf', False),  # on its way to "catfish"
+    ('["catfish", "cat"]', False),
+    ('["cat", "catfish", "cat', True),  # only "cat" and "catfish" begin so: both held
+    ('["dog", "c', False),
+    ('["cow", "co', True),
+])
+def test_an_enums_item_is_refused_as_soon_as_it_can_only_repeat_one(text: str, refused: bool) -> None:
+    """Over more values than are spelled out (grammar.UNIQUE_VALUES_SPELLED_OUT), an enum's items are held by
+    the rule: an item must begin a value not yet held, so a value all of whose ways on are held is no dead end."""
+    schema = {"type": "array", "items": {"enum": ANIMALS}, "uniqueItems": True}
+    for chunk in (0, 1, 4):
+        assert repeats_an_item(schema, text, chunk) is refused, (text, chunk)
+
+
+def test_an_enums_items_are_held_without_a_warning(tiny_pair: tuple[Path, Path]) -> None:
+    schema = {"type": "array", "items": {"type": "string", "enum": ANIMALS}, "uniqueItems": True, "minItems": 1}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ()
+    with Model(tiny_pair[0]) as model:
+        state = TokenGrammar.start(model, compiled.grammar)
+        state.consume(tokens(model, '["cow","owl","'))
+        allowed = {model.token_bytes(token) for token in state.allowed()}
+        assert allowed == {b"a", b"b", b"c", b"d", b"h"}  # not "o": cow and owl are held
+        state.consume(tokens(model, "c"))
+        assert {model.token_bytes(token) for token in state.allowed()} == {b"a"}  # cat or catfish, not cow

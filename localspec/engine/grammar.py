@@ -437,8 +437,9 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
     """`bounded`, the array schema `array` with `uniqueItems` (which llguidance does not enforce), held to it
     where its items take a few known values (an enum, a const, booleans): every ordering of distinct values
     spelled out, up to UNIQUE_VALUES_SPELLED_OUT values, beside its own keywords (a `$ref` may point at
-    them); above that, no longer than the number of values (no array of unique items is). Other arrays
-    are left as they are (llguidance's warning says uniqueItems is not enforced)."""
+    them); above that, no longer than the number of values (no array of unique items is), and an enum's
+    strings held while they are written (unique_items.py), as free strings are. Other arrays are left as
+    they are (a warning says uniqueItems is not enforced there)."""
     values = _listed_values(array.get("items"))
     own_max = array.get("maxItems")
     if values is None or "prefixItems" in array or not (own_max is None or _is_count(own_max)):

@@ -1,16 +1,18 @@
-"""`uniqueItems` over free strings, held while the JSON is written.
+"""`uniqueItems` over strings, held while the JSON is written.
 
 A grammar cannot say "unlike every earlier item", so llguidance does not
 enforce `uniqueItems` (grammar.py spells it out where the items are a few listed
 values). A small model at T=0 repeats itself in just such a list: a recipe's
 tags came out `["baking", "sourdough", "baking"]`. Where an array's items are
-free strings (no enum, const, pattern or format: a string can always go on),
-`JsonCursor` follows the JSON written so far, byte by byte, far enough to know
-when the text is inside such an array, and `TokenGrammar` drops from each mask
-the tokens whose bytes would close an item equal to an earlier one. That is one
-more rule of the grammar, a function of the text so far like the others: the
-mask still comes first in the one function that turns logits into a
-distribution, and speculative decoding stays exact w.r.t. the constrained target.
+free strings (no const, pattern or format: a string can always go on) or the
+strings of a longer enum, `JsonCursor` follows the JSON written so far, byte by
+byte, far enough to know when the text is inside such an array, and
+`TokenGrammar` drops from each mask the tokens that would make an item repeat
+one: a free string's closing quote after the same text, an enum's item as soon
+as it can only become a value already held. That is one more rule of the
+grammar, a function of the text so far like the others: the mask still comes
+first in the one function that turns logits into a distribution, and
+speculative decoding stays exact w.r.t. the constrained target.
 
 Only arrays the cursor can place are held: the schema is followed through
 `properties`, `additionalProperties`, `items`, `prefixItems` and local `$ref`s,
@@ -32,7 +34,9 @@ _NUMBER_BYTES = b"0123456789+-.eE"
 _LITERALS = {ord("t"): 4, ord("f"): 5, ord("n"): 4}  # true, false, null: their length
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
-_FREE_STRING_KEYS = {"type", "minLength", "maxLength", "title", "description", "default", "examples", "$comment"}
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
+_FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
+_ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
 _JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 
 # What the cursor expects next.
@@ -41,12 +45,31 @@ VALUE, AFTER_VALUE, KEY, COLON, STRING, NUMBER, LITERAL, DONE, LOST = range(9)
 KEY_STRING, VALUE_STRING, ITEM_STRING = range(3)
 
 
-def is_unique_string_array(schema: Any) -> bool:
-    """Whether `schema` is an array whose items must be distinct free strings (see the module's docstring)."""
+@dataclass(frozen=True)
+class StringItems:
+    """The items of an array of unique strings the rule holds: free strings (at most `max_length` characters,
+    where the schema says), or the strings of an enum (`values`)."""
+
+    max_length: int | None = None
+    values: frozenset[str] | None = None
+
+
+def unique_string_items(schema: Any) -> StringItems | None:
+    """What `schema` takes as items where it is an array of unique strings the rule holds (free strings, or
+    an enum's strings); else None."""
     if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
-        return False
+        return None
     items = schema.get("items")
-    return (isinstance(items, dict) and items.get("type") == "string" and items.keys() <= _FREE_STRING_KEYS)
+    if not isinstance(items, dict):
+        return None
+    if items.get("type") == "string" and items.keys() <= _FREE_STRING_KEYS:
+        most = items.get("maxLength")
+        return StringItems(max_length=most if _is_count(most) else None)
+    values = items.get("enum")
+    if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
+            and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
+        return StringItems(values=frozenset(values))
+    return None
 
 
 class SchemaPlaces:
@@ -134,7 +157,8 @@ class SchemaPlaces:
 
 
 def unique_string_arrays(root: dict[str, Any]) -> list[dict[str, Any]]:
-    """The array schemas of `root` whose unique items the cursor holds: every one it can reach (see SchemaPlaces)."""
+    """The array schemas of `root` whose unique items the rule holds: every one of unique strings the cursor can
+    reach (see SchemaPlaces)."""
     places = SchemaPlaces(root)
     found: dict[int, dict[str, Any]] = {}
     visited: set[tuple[int, str]] = set()
@@ -145,7 +169,7 @@ def unique_string_arrays(root: dict[str, Any]) -> list[dict[str, Any]]:
             return
         visited.add((id(node), json_type))
         if json_type == "array":
-            if is_unique_string_array(node):
+            if unique_string_items(node) is not None:
                 found[id(node)] = node
             for index in range(len(node.get("prefixItems") or []) + 1):
                 for kind in _JSON_TYPES:
@@ -169,17 +193,29 @@ class _Container:
 
     schema: dict[str, Any] | None
     is_array: bool
-    unique_strings: bool = False
+    items: StringItems | None = None  # an array of unique strings: what it takes as items
     seen: frozenset[str] = frozenset()
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
-    item_max_length: int | None = None  # an array of unique strings: its items' maxLength, if they have one
-    seen_at_max_length: bool = False  # an item it holds is that long: a new one that reaches it must differ
+    seen_at_max_length: bool = False  # an item it holds is as long as they may be: a new one that long must differ
+
+    @property
+    def unique_strings(self) -> bool:
+        return self.items is not None
 
     def holding(self, item: str) -> "_Container":
         """This array with `item` among those it holds."""
-        at_max = self.seen_at_max_length or len(item) == self.item_max_length
+        at_max = self.seen_at_max_length or len(item) == self.items.max_length  # type: ignore[union-attr]
         return replace(self, seen=self.seen | {item}, seen_at_max_length=at_max)
+
+    def item_may_go_on(self, written: str | None) -> bool:
+        """Whether the item written so far (None: it ends inside a character) can still end as a new item: an
+        enum's item must begin a value not yet held; a free string at its maxLength must not be one held."""
+        if written is None or self.items is None:
+            return True
+        if self.items.values is not None:
+            return any(value.startswith(written) for value in self.items.values - self.seen)
+        return not (self.seen_at_max_length and len(written) == self.items.max_length and written in self.seen)
 
 
 @dataclass(frozen=True)
@@ -213,18 +249,23 @@ class JsonCursor:
             if not reader.step(byte):
                 return None
         cursor = reader.cursor()
-        room = cursor.room_before_a_forced_repeat()
-        if room == 0 and cursor.expects == STRING and _string_so_far(cursor.string) in cursor.containers[-1].seen:
-            return None
+        if cursor.expects == STRING and cursor.string_role == ITEM_STRING:
+            if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.string)):
+                return None
         return cursor
 
     def room_before_a_forced_repeat(self) -> int | None:
-        """Within an array of unique strings with a maxLength that an item it holds reaches: how many more
-        characters the item being written (or the next) may take. None elsewhere: no item can be forced to
-        repeat one, only the tokens that hold a closing quote need checking."""
-        if not self.in_unique_strings or not self.containers[-1].seen_at_max_length:
+        """Where an item may be led to where it can only repeat one: how many more characters the item being
+        written (or the next) may take before that (0: any token may lead there). None elsewhere: only the
+        tokens that hold a closing quote can make a repeat."""
+        if not self.in_unique_strings:
             return None
-        most = self.containers[-1].item_max_length or 0
+        items = self.containers[-1]
+        if items.items.values is not None:  # type: ignore[union-attr]
+            return 0  # (an enum's items: the grammar allows few tokens there)
+        if not items.seen_at_max_length:
+            return None
+        most = items.items.max_length or 0  # type: ignore[union-attr]
         if self.expects != STRING or self.string_role != ITEM_STRING:
             return most
         written = _string_so_far(self.string)
@@ -303,9 +344,8 @@ class _Reader:
         if kind == "string":
             self._string_opens(ITEM_STRING if parent is not None and parent.unique_strings else VALUE_STRING)
         elif kind in ("object", "array"):
-            unique = kind == "array" and is_unique_string_array(schema)
-            most = schema["items"].get("maxLength") if unique else None
-            self.containers.append(_Container(schema, kind == "array", unique, item_max_length=most if _is_count(most) else None))
+            items = unique_string_items(schema) if kind == "array" else None
+            self.containers.append(_Container(schema, kind == "array", items))
             self.expects = VALUE if kind == "array" else KEY
         elif kind == "number":
             self.expects = NUMBER
