@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tiny_models import write_pair
 
@@ -63,16 +64,43 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert len(unique_string_arrays(schema)) == 1  # TAGS, reached three ways
 
 
-@pytest.mark.parametrize("schema, warning", [
-    (RECIPE, None),
-    ({"type": "array", "items": TAGS, "uniqueItems": True},  # arrays of arrays: the outer one is not held
-     "s.json: uniqueItems on 1 array whose items are not free strings (not enforced: the output may not satisfy it)"),
+NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings where it can follow the schema)"
+            " (not enforced: the output may not satisfy it)")
+INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+
+
+@pytest.mark.parametrize("schema, warnings", [
+    (RECIPE, []),
+    ({"$defs": {"unused": INTEGERS}, **RECIPE}, []),  # (no document has that array)
+    ({"type": "object", "properties": {"uniqueItems": {"type": "boolean"}, "default": INTEGERS, "tags": TAGS}},
+     [NOT_HELD.format("1 array")]),  # properties named as keywords
+    ({"type": "array", "items": TAGS, "uniqueItems": True}, [NOT_HELD.format("1 array")]),  # arrays of arrays
     ({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "uniqueItems": True},
-     's.json: Unimplemented keys: ["uniqueItems"] (not enforced: the output may not satisfy it)'),
+     ['s.json: Unimplemented keys: ["uniqueItems"] (not enforced: the output may not satisfy it)']),
+    ({"type": "object", "properties": {"tags": {**TAGS, "contains": {"const": "a"}}}},
+     ['s.json: Unimplemented keys: ["contains"] (not enforced: the output may not satisfy it)']),
+    # Held in one place, not in another: keys that match a pattern, a branch the value's type does not tell.
+    ({"type": "object", "properties": {"tags": TAGS}, "patternProperties": {"^x": TAGS}}, [NOT_HELD.format("1 array")]),
+    ({"$defs": {"tags": TAGS}, "type": "object",
+      "properties": {"a": {"$ref": "#/$defs/tags"}, "b": {"anyOf": [{"$ref": "#/$defs/tags"}, INTEGERS]}}},
+     [NOT_HELD.format("2 arrays")]),
 ])
-def test_the_warning_names_only_the_arrays_not_held(schema: dict, warning: str | None) -> None:
+def test_the_warning_names_only_the_arrays_not_held(schema: dict, warnings: list[str]) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
-    assert compiled.warnings == ((warning,) if warning else ())
+    assert list(compiled.warnings) == warnings
+
+
+def test_references_the_cursor_cannot_resolve_as_the_root_does_are_not_followed() -> None:
+    """A nested `$id` starts a resource whose `#/...` refs are its own; `#name` is an anchor, not a pointer."""
+    plain = {"type": "array", "items": {"type": "string"}}
+    nested = {"$id": "https://example.com/root.json", "$defs": {
+        "T": TAGS, "inner": {"$id": "https://example.com/inner.json", "$defs": {"T": plain},
+                             "type": "object", "properties": {"x": {"$ref": "#/$defs/T"}}}},
+        "type": "object", "properties": {"a": {"$ref": "#/$defs/inner"}}}
+    assert not repeats_an_item(nested, '{"a": {"x": ["q", "q"]}}')
+    anchored = {"type": "object", "items": TAGS, "$defs": {"p": {**plain, "$anchor": "items"}},
+                "properties": {"a": {"$ref": "#items"}}}
+    assert not repeats_an_item(anchored, '{"a": ["q", "q"]}')
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +228,38 @@ def test_an_enums_items_are_held_without_a_warning(tiny_pair: tuple[Path, Path])
         assert allowed == {b"a", b"b", b"c", b"d", b"h"}  # not "o": cow and owl are held
         state.consume(tokens(model, "c"))
         assert {model.token_bytes(token) for token in state.allowed()} == {b"a"}  # cat or catfish, not cow
+
+
+class WordVocabulary:
+    """A vocabulary of a few multi-byte tokens, as `UniqueStrings` reads one."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.pieces[token]
+
+    def tokens_holding(self, byte: int) -> np.ndarray:
+        return np.array([i for i, piece in enumerate(self.pieces) if byte in piece], dtype=np.int64)
+
+    def token_lengths(self) -> np.ndarray:
+        return np.array([len(piece) for piece in self.pieces], dtype=np.int64)
+
+
+def test_a_token_that_opens_the_array_and_repeats_an_item_in_it_is_refused() -> None:
+    from localspec.engine.unique_items import UniqueStrings
+
+    vocabulary = WordVocabulary([b'{"tags":', b'["a","a"', b'["a","b"', b'"', b"x"])
+    rule = UniqueStrings.for_grammar(json.dumps({"grammars": [{"json_schema": RECIPE}]}), vocabulary)
+    assert rule is not None and rule.consume([0])
+    assert rule.allowed(np.arange(5)).tolist() == [0, 2, 3, 4]
+
+
+def test_near_its_max_length_only_an_item_that_could_become_a_held_one_checks_every_token() -> None:
+    schema = {"type": "array", "items": {"type": "string", "maxLength": 5}, "uniqueItems": True}
+    cursor = JsonCursor.start(schema).feed('["abcde", "abc'.encode())
+    assert cursor is not None and cursor.room_before_a_forced_repeat() == 2
+    assert cursor.feed(b"de") is None and cursor.feed(b"dx") is not None
+    assert JsonCursor.start(schema).feed('["abcde", "abx'.encode()).room_before_a_forced_repeat() is None
+    inside = JsonCursor.start(schema).feed('["abcdé", "abcd'.encode() + "é".encode()[:1])  # inside a character
+    assert inside.room_before_a_forced_repeat() == 1 and inside.feed("é".encode()[1:]) is None

@@ -18,11 +18,12 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
-from .unique_items import iter_unique_nodes, schema_of_grammar, unique_string_arrays
+from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, schemas_in
+from .unique_items import schema_of_grammar, survey_unique_arrays
 
 KINDS = ("json", "json_schema", "grammar", "regex")
 
@@ -56,7 +57,6 @@ STRING_LENGTH_LIMIT = 256
 # takes keys it does not list (no maxProperties) at most this many properties; a schema that wants more
 # says so with its own maxItems or maxProperties.
 COLLECTION_LIMIT = 64
-_NOT_SCHEMAS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 
 # Objects, closed: an object that lists its `properties` and says nothing of `additionalProperties` takes
 # only those, as llama.cpp's and xgrammar's schema converters hold it. JSON Schema lets it take any other
@@ -71,7 +71,6 @@ COMBINING_KEYWORDS = {"allOf", "anyOf", "oneOf", "$ref", "patternProperties", "i
 _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "dependencies"}
 _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                     "minProperties", "maxProperties", "dependentRequired", "unevaluatedProperties"}
-_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
 # distinct values: 65 arrays for 4 values, 326 for 5 (0.2 s to compile), 1957 for 6 (more than llguidance
@@ -117,7 +116,7 @@ _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "
 _GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w-]*\s*::=", re.MULTILINE)
 # A GBNF escape, read left to right so that an escaped backslash is one (`\\u0041` is a backslash and "u0041").
 _GBNF_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
-_UNIQUE_ITEMS_WARNING = re.compile(r'^Unimplemented keys: \["uniqueItems"\]')
+_UNIMPLEMENTED_KEYS = re.compile(r'Unimplemented keys: (?P<keys>\[[^\]]*\])(?P<times> \(\d+ times\))?')
 _LLGUIDANCE_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
 
 
@@ -209,18 +208,24 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
 
 
 def _less_what_is_held(messages: list[str], grammar: str) -> list[str]:
-    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of free strings,
-    see unique_items.py): dropped where it holds every one, else said of the arrays it does not hold."""
+    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings, see
+    unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
     schema = schema_of_grammar(grammar)
-    if schema is None:
+    arrays = survey_unique_arrays(schema) if schema is not None else None
+    if arrays is None or not arrays.held:
         return messages
-    asking = {id(node) for node in iter_unique_nodes(schema)}
-    left = len(asking - {id(node) for node in unique_string_arrays(schema)})
-    if left == len(asking):
-        return messages
-    kept = [message for message in messages if not _UNIQUE_ITEMS_WARNING.match(message)]
-    if left:
-        kept.append(f"uniqueItems on {left} array{'s' if left > 1 else ''} whose items are not free strings")
+    kept = []
+    for message in messages:
+        unimplemented = _UNIMPLEMENTED_KEYS.fullmatch(message)
+        if unimplemented is None:
+            kept.append(message)
+            continue
+        keys = [key for key in json.loads(unimplemented["keys"]) if key != "uniqueItems"]
+        if keys:
+            kept.append(f"Unimplemented keys: {json.dumps(keys)}{unimplemented['times'] or ''}")
+    if arrays.not_held:
+        kept.append(f"uniqueItems on {arrays.not_held} array{'s' if arrays.not_held > 1 else ''} (localspec holds it"
+                    " on arrays of strings where it can follow the schema)")
     return kept
 
 
@@ -284,7 +289,7 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     cannot take at all."""
     from llguidance import LLMatcher
 
-    orderings = sum(len(_orderings(node)) for node in _schemas_in(schema) if node.get("uniqueItems") is True)
+    orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
     if spell_out and orderings:  # in case they make the grammar larger than llguidance takes: without them
@@ -316,7 +321,7 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     new object, the input untouched. Strings and collections are bounded to at least the longest length
     the schema names or lists anywhere (an `allOf` or a `$ref` may put a schema's minLength or maxItems in
     another object)."""
-    nodes = _schemas_in(schema)
+    nodes = schemas_in(schema)
     lengths = [node[key] for node in nodes for key in ("minLength", "maxLength") if _is_count(node.get(key))]
     counts = [node[key] for node in nodes for key in ("minItems", "maxItems", "minProperties", "maxProperties")
               if _is_count(node.get(key))]
@@ -342,9 +347,9 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         return schema
     bounded: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in _NOT_SCHEMAS:
+        if key in DATA_KEYWORDS:
             bounded[key] = value
-        elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
+        elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(subschema, limits) for name, subschema in value.items()}
         else:
             bounded[key] = _bounded(value, limits)
@@ -398,25 +403,6 @@ def _merges_here(schema: dict[str, Any]) -> bool:
     keywords), so that closing one of them would refuse the other's properties."""
     merged_beside = schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS
     return bool(schema.keys() & _MERGING_KEYWORDS or merged_beside)
-
-
-def _schemas_in(schema: Any) -> list[dict[str, Any]]:
-    """`schema` and every schema inside it, found by keyword (see `_subschemas`)."""
-    if isinstance(schema, list):
-        return [node for item in schema for node in _schemas_in(item)]
-    if not isinstance(schema, dict):
-        return []
-    return [schema, *(node for child in _subschemas(schema) for node in _schemas_in(child))]
-
-
-def _subschemas(schema: dict[str, Any]) -> Iterator[Any]:
-    """The values of `schema`'s keywords that hold schemas (or lists of them): not data (`enum`, `required`),
-    and in maps of names to schemas (`properties`), the schemas, not the names."""
-    for key, value in schema.items():
-        if key in _SCHEMA_MAPS and isinstance(value, dict):
-            yield from value.values()
-        elif key not in _NOT_SCHEMAS:
-            yield value
 
 
 def _orderings(array: dict[str, Any]) -> list[tuple[Any, ...]]:

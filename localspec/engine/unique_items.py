@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
+
+from .schema_keywords import schemas_in, subschemas
 
 _WHITESPACE = b" \t\r\n"
 _NUMBER_BYTES = b"0123456789+-.eE"
@@ -38,6 +40,11 @@ _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
 _JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
+_NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
+# The keywords that apply to one type of value only (a schema that does not say its type may carry both kinds).
+_ARRAY_KEYWORDS = {"items", "prefixItems", "contains", "additionalItems", "unevaluatedItems", "minContains", "maxContains"}
+_OBJECT_KEYWORDS = {"properties", "patternProperties", "additionalProperties", "propertyNames", "dependentSchemas",
+                    "unevaluatedProperties"}
 
 # What the cursor expects next.
 VALUE, AFTER_VALUE, KEY, COLON, STRING, NUMBER, LITERAL, DONE, LOST = range(9)
@@ -82,8 +89,8 @@ class SchemaPlaces:
     def of_value(self, schema: Any, json_type: str) -> dict[str, Any] | None:
         """`schema` resolved for a value of `json_type` ("object", "array", ...), or None where it cannot be told."""
         for _ in range(64):  # (a `$ref` to itself, or a loop of them, resolves to nothing)
-            if not isinstance(schema, dict):
-                return None
+            if not isinstance(schema, dict) or schema.keys() & _NOT_FOLLOWED or ("$id" in schema and schema is not self.root):
+                return None  # (a nested `$id` starts a resource of its own: its `#/...` refs are not the root's)
             if "$ref" in schema:
                 if schema.keys() - {"$ref", "$comment", "title", "description"}:
                     return None  # (keywords beside a $ref are merged with it: not followed)
@@ -140,9 +147,25 @@ class SchemaPlaces:
         items = container.get("items")
         return items if isinstance(items, dict) else None
 
+    def asking_unique(self, schema: Any) -> list[dict[str, Any]]:
+        """The schemas with `uniqueItems` in `schema`, through its local `$ref`s too."""
+        found: dict[int, dict[str, Any]] = {}
+        pending, seen = [schema], set()
+        while pending:
+            for node in schemas_in(pending.pop()):
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if node.get("uniqueItems") is True:
+                    found[id(node)] = node
+                if "$ref" in node:
+                    pending.append(self._pointed(node["$ref"]))
+        return list(found.values())
+
     def _pointed(self, reference: Any) -> Any:
-        """What a local `$ref` ("#", "#/$defs/name", ...) points at in the root; None for any other."""
-        if not isinstance(reference, str) or not reference.startswith("#"):
+        """What a local `$ref` ("#", "#/$defs/name", ...) points at in the root; None for any other (an anchor's
+        `#name`, another document's)."""
+        if not isinstance(reference, str) or not (reference == "#" or reference.startswith("#/")):
             return None
         node: Any = self.root
         for part in filter(None, reference[1:].split("/")):
@@ -156,34 +179,63 @@ class SchemaPlaces:
         return node
 
 
-def unique_string_arrays(root: dict[str, Any]) -> list[dict[str, Any]]:
-    """The array schemas of `root` whose unique items the rule holds: every one of unique strings the cursor can
-    reach (see SchemaPlaces)."""
+class UniqueArrays(NamedTuple):
+    """What the rule makes of a schema's `uniqueItems`: the arrays it holds, and how many others ask for it."""
+
+    held: list[dict[str, Any]]
+    not_held: int
+
+
+def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
+    """Every array with `uniqueItems` a document of `root` can hold, as the cursor would meet it: held where it is
+    one of unique strings the cursor places (see SchemaPlaces), not held where its items are anything else or the
+    cursor cannot place it (a `patternProperties` value, an `allOf`, a branch the value's type does not tell, a
+    `not` or an `if`...)."""
     places = SchemaPlaces(root)
-    found: dict[int, dict[str, Any]] = {}
+    held: dict[int, dict[str, Any]] = {}
+    not_held: dict[int, dict[str, Any]] = {}
     visited: set[tuple[int, str]] = set()
 
     def walk(schema: Any, json_type: str) -> None:
         node = places.of_value(schema, json_type)
-        if node is None or (id(node), json_type) in visited:
+        if node is None:
+            if json_type in places.types(schema):  # a value of this type may stand here, its schema not followed
+                not_held.update((id(found), found) for found in places.asking_unique(schema))
+            return
+        if (id(node), json_type) in visited:
             return
         visited.add((id(node), json_type))
         if json_type == "array":
-            if unique_string_items(node) is not None:
-                found[id(node)] = node
-            for index in range(len(node.get("prefixItems") or []) + 1):
-                for kind in _JSON_TYPES:
-                    walk(places.child(node, None, index), kind)
+            if node.get("uniqueItems") is True:
+                (held if unique_string_items(node) is not None else not_held)[id(node)] = node
+            prefix = node.get("prefixItems")
+            places_followed = [places.child(node, None, index) for index in range(len(prefix) if isinstance(prefix, list) else 0)]
+            places_followed.append(places.child(node, None, 1 << 30))
+            followed = {"items", "prefixItems"}
         elif json_type == "object":
-            children = list((node.get("properties") or {}).values()) if isinstance(node.get("properties"), dict) else []
-            children.append(node.get("additionalProperties"))
-            for child in children:
-                for kind in _JSON_TYPES:
-                    walk(child, kind)
+            properties = node.get("properties")
+            places_followed = list(properties.values()) if isinstance(properties, dict) else []
+            followed = {"properties"}
+            if "patternProperties" not in node:
+                places_followed.append(node.get("additionalProperties"))
+                followed.add("additionalProperties")
+        else:
+            places_followed, followed = [], set()
+        for child in places_followed:
+            for kind in _JSON_TYPES:
+                walk(child, kind)
+        elsewhere = (_ARRAY_KEYWORDS if json_type != "array" else set()) | (_OBJECT_KEYWORDS if json_type != "object" else set())
+        for other in subschemas(node, skipping=frozenset(followed | elsewhere | {"$defs", "definitions"})):
+            not_held.update((id(found), found) for found in places.asking_unique(other))
 
     for kind in _JSON_TYPES:
         walk(root, kind)
-    return list(found.values())
+    return UniqueArrays(list(held.values()), len(not_held))  # (one held in one place and not in another: both)
+
+
+def unique_string_arrays(root: dict[str, Any]) -> list[dict[str, Any]]:
+    """The array schemas of `root` whose unique items the rule holds (see `survey_unique_arrays`)."""
+    return survey_unique_arrays(root).held
 
 
 @dataclass(frozen=True)
@@ -263,13 +315,15 @@ class JsonCursor:
         items = self.containers[-1]
         if items.items.values is not None:  # type: ignore[union-attr]
             return 0  # (an enum's items: the grammar allows few tokens there)
-        if not items.seen_at_max_length:
+        most = items.items.max_length  # type: ignore[union-attr]
+        if not items.seen_at_max_length or most is None:
             return None
-        most = items.items.max_length or 0  # type: ignore[union-attr]
         if self.expects != STRING or self.string_role != ITEM_STRING:
             return most
-        written = _string_so_far(self.string)
-        return most - len(written) if written is not None else 0  # (inside a character: all may need checking)
+        written = _whole_characters_so_far(self.string)
+        if not any(len(item) == most and item.startswith(written) for item in items.seen):
+            return None  # (no item held at that length begins so: closing quotes alone can repeat one)
+        return most - len(written)
 
 
 class _Reader:
@@ -400,6 +454,16 @@ def _string_so_far(string: bytes) -> str | None:
         return None
 
 
+def _whole_characters_so_far(string: bytes) -> str:
+    """The text of a string being written, up to its last whole character (before an escape or a multi-byte
+    character it ends inside)."""
+    for cut in range(min(len(string), 6)):  # (`\uXXX`: five bytes of an escape cut short; four of UTF-8)
+        written = _string_so_far(string[: len(string) - cut])
+        if written is not None:
+            return written
+    return ""
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -429,19 +493,6 @@ def _json_type(value: Any) -> str:
     if isinstance(value, (int, float)):
         return "number"
     return {str: "string", list: "array", dict: "object"}.get(type(value), "null")
-
-
-def iter_unique_nodes(schema: Any) -> Iterator[dict[str, Any]]:
-    """Every schema inside `schema` (itself included) that asks for `uniqueItems`."""
-    if isinstance(schema, list):
-        for item in schema:
-            yield from iter_unique_nodes(item)
-    elif isinstance(schema, dict):
-        if schema.get("uniqueItems") is True:
-            yield schema
-        for key, value in schema.items():
-            if key not in ("enum", "const", "default", "examples"):
-                yield from iter_unique_nodes(value)
 
 
 def schema_of_grammar(grammar: str) -> dict[str, Any] | None:
@@ -475,6 +526,7 @@ class UniqueStrings:
         self._cursors = cursors
         self._vocabulary = vocabulary
         self._quote_tokens = vocabulary.tokens_holding(_QUOTE)  # only they can close a string
+        self._opening_tokens = np.intersect1d(self._quote_tokens, vocabulary.tokens_holding(ord("[")))  # `["a","a"`
 
     @classmethod
     def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueStrings | None":
@@ -503,12 +555,17 @@ class UniqueStrings:
     def allowed(self, allowed: np.ndarray) -> np.ndarray:
         """`allowed` (sorted ids) without the tokens that would close an item equal to an earlier one."""
         cursor = self._cursors[-1]
-        if not cursor.in_unique_strings:
+        if cursor.expects in (DONE, LOST):
             return allowed
-        candidates = np.intersect1d(allowed, self._quote_tokens, assume_unique=True)
+        if not cursor.in_unique_strings:  # only a token that opens an array as well can repeat an item of it
+            candidates = np.intersect1d(allowed, self._opening_tokens, assume_unique=True)
+        else:
+            candidates = np.intersect1d(allowed, self._quote_tokens, assume_unique=True)
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
+        if not len(candidates):
+            return allowed
         token_bytes = self._vocabulary.token_bytes
         repeating = [token for token in candidates.tolist() if cursor.feed(token_bytes(token)) is None]
         return np.setdiff1d(allowed, repeating, assume_unique=True) if repeating else allowed

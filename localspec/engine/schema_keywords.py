@@ -1,0 +1,34 @@
+"""JSON Schema's keywords by what their values hold: data, a schema, or a map of names to schemas.
+
+Shared by the code that bounds a schema (grammar.py) and the code that follows one
+while JSON is written (unique_items.py): a property named `enum` or `uniqueItems`
+is a name, not a keyword, and `enum`'s values are data, not schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
+SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
+
+
+def schemas_in(schema: Any) -> list[dict[str, Any]]:
+    """`schema` and every schema inside it, found by keyword (see `subschemas`)."""
+    if isinstance(schema, list):
+        return [node for item in schema for node in schemas_in(item)]
+    if not isinstance(schema, dict):
+        return []
+    return [schema, *(node for child in subschemas(schema) for node in schemas_in(child))]
+
+
+def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """The values of `schema`'s keywords that hold schemas (or lists of them), but those in `skipping`: not data
+    (`enum`, `required`), and in maps of names to schemas (`properties`), the schemas, not the names."""
+    for key, value in schema.items():
+        if key in skipping:
+            continue
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            yield from value.values()
+        elif key not in DATA_KEYWORDS:
+            yield value
