@@ -11,12 +11,14 @@ from tiny_models import write_pair
 
 from localspec.engine.constraint import TokenGrammar
 from localspec.engine.grammar import OutputFormat, compile_format
-from localspec.engine.unique_items import JsonCursor, unique_string_arrays
+from localspec.engine.json_cursor import JsonCursor
+from localspec.engine.schema_places import survey_unique_arrays
 from localspec.errors import OutputFormatError
 from localspec.runtime.model import Model
 
 TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
-RECIPE = {"type": "object", "properties": {"name": {"type": "string"}, "tags": TAGS, "steps": {"type": "array", "items": {"type": "string"}}},
+RECIPE = {"type": "object",
+          "properties": {"name": {"type": "string"}, "tags": TAGS, "steps": {"type": "array", "items": {"type": "string"}}},
           "required": ["name", "tags"]}
 
 
@@ -61,7 +63,8 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert repeats_an_item(schema, '{"groups": [["a"], ["b", "b"')
     assert not repeats_an_item(schema, '{"either": ["a", "a"]}')  # two array branches: which one holds is not told
     assert not repeats_an_item(schema, '{"pair": ["a", "a"]}')  # prefixItems: not held
-    assert len(unique_string_arrays(schema)) == 1  # TAGS, reached three ways
+    arrays = survey_unique_arrays(schema)
+    assert arrays.held == [TAGS] and arrays.not_held == 2  # TAGS (also under "either") and "pair"
 
 
 NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings where it can follow the schema)"
@@ -90,6 +93,18 @@ def test_the_warning_names_only_the_arrays_not_held(schema: dict, warnings: list
     assert list(compiled.warnings) == warnings
 
 
+@pytest.mark.parametrize("schema, held, not_held", [
+    ({"type": "object", "properties": {"keep": TAGS, "tags": {**TAGS, "anyOf": [{"minItems": 1}]}}}, 1, 1),
+    ({"type": "object", "properties": {"tags": TAGS, "a": {"$ref": "#uniq"}},  # an anchor: any array it may name
+      "$defs": {"u": {**INTEGERS, "$anchor": "uniq"}}}, 1, 2),
+    ({"type": "array", "items": [TAGS]}, 0, 1),  # items as a list, as before 2020-12: not followed
+])
+def test_arrays_in_places_the_cursor_does_not_follow_are_counted_as_not_held(schema: dict, held: int,
+                                                                              not_held: int) -> None:
+    arrays = survey_unique_arrays(schema)
+    assert (len(arrays.held), arrays.not_held) == (held, not_held)
+
+
 def test_references_the_cursor_cannot_resolve_as_the_root_does_are_not_followed() -> None:
     """A nested `$id` starts a resource whose `#/...` refs are its own; `#name` is an anchor, not a pointer."""
     plain = {"type": "array", "items": {"type": "string"}}
@@ -114,7 +129,8 @@ def tokens(model: Model, text: str) -> list[int]:
     return model.tokenize(text, add_special=False)[len(marker):]
 
 
-def test_the_grammar_refuses_the_tokens_that_close_a_repeat_and_cuts_a_draft_there(tiny_pair: tuple[Path, Path]) -> None:
+def test_the_grammar_refuses_the_tokens_that_close_a_repeat_and_cuts_a_draft_there(
+        tiny_pair: tuple[Path, Path]) -> None:
     grammar = compile_format(OutputFormat("json_schema", json.dumps(TAGS), "s.json")).grammar
     with Model(tiny_pair[0]) as model:
         quote = tokens(model, '"')[0]
@@ -146,7 +162,8 @@ def test_an_item_is_kept_from_reaching_its_max_length_as_a_repeat(tiny_pair: tup
         assert model.detokenize(draft[: len(masks) - 1]) == '"'
         state.consume(tokens(model, '"'))
         spelled = {text: [t for t in range(model.n_vocab) if model.token_bytes(t) == text] for text in (b"a", b"b")}
-        assert spelled[b"a"] and not set(spelled[b"a"]) & set(state.allowed()) and set(spelled[b"b"]) <= set(state.allowed())
+        allowed = set(state.allowed())
+        assert spelled[b"a"] and not set(spelled[b"a"]) & allowed and set(spelled[b"b"]) <= allowed
 
         impossible = {**schema, "items": {"type": "string", "maxLength": 0}, "minItems": 2}
         state = TokenGrammar.start(model, compile_format(OutputFormat("json_schema", json.dumps(impossible))).grammar)
@@ -162,17 +179,18 @@ def test_speculation_under_the_rule_emits_what_the_target_alone_does(tiny_pair: 
     every seed (or the same error, where an item can only repeat), every output's items distinct; without the
     rule the same outputs repeat items."""
     from localspec.engine import constraint
-    from localspec.engine.drafters import build_drafter
+    from localspec.engine.drafters import Drafter, build_drafter
     from localspec.engine.generation import generate_text
     from localspec.settings import GenerationSettings, SamplingParams, SpeculativeParams
 
-    schema = {"type": "array", "items": {"type": "string", "maxLength": 1}, "uniqueItems": True, "minItems": 3, "maxItems": 6}
+    schema = {"type": "array", "items": {"type": "string", "maxLength": 1}, "uniqueItems": True,
+              "minItems": 3, "maxItems": 6}
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     speculative = SpeculativeParams(strategy="model", draft_max=4, verify="coupled")
     prompt = [1, 260, 265, 270]
 
-    def outcome(settings: GenerationSettings, drafter) -> list[int] | str:
+    def outcome(settings: GenerationSettings, drafter: Drafter | None) -> list[int] | str:
         try:
             return generate_text(target, prompt, settings, drafter, grammar).tokens
         except OutputFormatError as error:
@@ -193,7 +211,8 @@ def test_speculation_under_the_rule_emits_what_the_target_alone_does(tiny_pair: 
         with monkeypatch.context() as unruled:
             unruled.setattr(constraint.UniqueStrings, "for_grammar", lambda *args: None)
             for seed in range(24):
-                tokens = generate_text(target, prompt, GenerationSettings(sampling, max_tokens=60, seed=seed), None, grammar).tokens
+                plain = GenerationSettings(sampling, max_tokens=60, seed=seed)
+                tokens = generate_text(target, prompt, plain, None, grammar).tokens
                 repeats += len(set(items(tokens))) < len(items(tokens))
     assert completed >= 12 and repeats >= 3
 

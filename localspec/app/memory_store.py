@@ -451,14 +451,21 @@ class MemoryStore:
             if fault is not None:
                 raise _Damaged(fault)
         except FileNotFoundError:
-            if not (folder / "tokens.npy").exists():
-                raise  # (the whole generation went: another process merged it away)
+            if not (folder / "tokens.npy").exists() or not self._still_named(generation):
+                raise  # (the whole generation is going: another process merged it away)
             self._report(f"{folder / 'suffixes.npy'}: missing; rebuilt from the tokens")
             suffixes = reversed_suffix_array(np.asarray(tokens))
         except _Damaged as exc:
             self._report(f"{folder / 'suffixes.npy'}: damaged ({exc}); rebuilt from the tokens")
             suffixes = reversed_suffix_array(np.asarray(tokens))
         return _Base(generation, tokens, suffixes, merged, documents)
+
+    def _still_named(self, generation: str) -> bool:
+        """Whether CURRENT.json still names `generation` (or names none that can be read: the newest base is used)."""
+        try:
+            return self._read_pointer()[0] == generation
+        except _Damaged:
+            return True
 
     def _newest_generation(self) -> _Base:
         """With no usable pointer: the newest generation folder whose table and arrays read back and agree,

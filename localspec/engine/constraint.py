@@ -31,8 +31,10 @@ _REPEATS_AN_ITEM = "every way on repeats an earlier item of an array whose items
 
 
 class EveryWayRepeats(OutputFormatError):
-    """Every token the grammar allows next would repeat an item of an array of unique strings. Unlike
-    llguidance's own errors the matcher is sound: a draft that led here is cut and the grammar steps back."""
+    """Every token the grammar allows next would repeat an item of an array of unique strings. Unlike after
+    llguidance's own errors, the matcher is not in an error state and can step back: a draft that led here
+    is cut before the token that did."""
+
 
 # Forced tokens past any context: llguidance computed them up to its limit (see `grammar.TOO_MUCH_FORCED`).
 _FORCED_TOKENS_FOLLOWED = 10_000
@@ -59,7 +61,8 @@ class TokenGrammar:
 
     def copy(self) -> "TokenGrammar":
         """An independent copy (a drafter advances it along its draft)."""
-        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab, self._unique.copy() if self._unique else None)
+        unique = self._unique.copy() if self._unique is not None else None
+        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab, unique)
 
     @property
     def stopped(self) -> bool:
@@ -101,7 +104,8 @@ class TokenGrammar:
         token, only if it is that token (a lookup may spell forced text otherwise):
         the draft keeps len(masks) - 1 tokens, up to the first the grammar does
         not allow (the matcher never sees a token it has not allowed: its errors
-        are permanent). The state is unchanged.
+        are permanent), or the first after which every way on repeats an item of
+        an array of unique strings. The state is unchanged.
         """
         mask, forced = self.next_tokens()
         masks, forced_at = [mask], [forced]
@@ -167,10 +171,10 @@ class TokenGrammar:
 
     def consume(self, tokens: Sequence[int]) -> None:
         """Advance over `tokens`, which the grammar has allowed."""
+        if self._unique is not None and not self._unique.consume(tokens):  # (first: it steps over all or none)
+            raise OutputFormatError(f"the output format stopped with an error: {_REPEATS_AN_ITEM}")
         if tokens and not self._matcher.consume_tokens(list(tokens)):
             raise OutputFormatError(f"the output format stopped with an error: {_first_line(self._matcher.get_error())}")
-        if self._unique is not None and not self._unique.consume(tokens):
-            raise OutputFormatError(f"the output format stopped with an error: {_REPEATS_AN_ITEM}")
 
     def _rollback(self, n: int) -> None:
         if n and not self._matcher.rollback(n):

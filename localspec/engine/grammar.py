@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
-from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, schemas_in
-from .unique_items import schema_of_grammar, survey_unique_arrays
+from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, schemas_in
+from .schema_places import survey_unique_arrays
+from .unique_items import schema_of_grammar
 
 KINDS = ("json", "json_schema", "grammar", "regex")
 
@@ -203,11 +204,11 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     if problem is not None:
         raise InputError(f"{_name(fmt)}: {problem}")
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
-                     for message in _less_what_is_held(messages, grammar))
+                     for message in _without_held_unique_items(messages, grammar))
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
 
 
-def _less_what_is_held(messages: list[str], grammar: str) -> list[str]:
+def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
     """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings, see
     unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
     schema = schema_of_grammar(grammar)
@@ -322,9 +323,9 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     the schema names or lists anywhere (an `allOf` or a `$ref` may put a schema's minLength or maxItems in
     another object)."""
     nodes = schemas_in(schema)
-    lengths = [node[key] for node in nodes for key in ("minLength", "maxLength") if _is_count(node.get(key))]
+    lengths = [node[key] for node in nodes for key in ("minLength", "maxLength") if is_count(node.get(key))]
     counts = [node[key] for node in nodes for key in ("minItems", "maxItems", "minProperties", "maxProperties")
-              if _is_count(node.get(key))]
+              if is_count(node.get(key))]
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
     properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]),
@@ -411,8 +412,8 @@ def _orderings(array: dict[str, Any]) -> list[tuple[Any, ...]]:
     else none."""
     values = _listed_values(array.get("items"))
     own_min, own_max = array.get("minItems", 0), array.get("maxItems")
-    if (values is None or len(values) > UNIQUE_VALUES_SPELLED_OUT or not _is_count(own_min)
-            or not (own_max is None or _is_count(own_max)) or not array.keys() <= _PLAIN_ARRAY_KEYS
+    if (values is None or len(values) > UNIQUE_VALUES_SPELLED_OUT or not is_count(own_min)
+            or not (own_max is None or is_count(own_max)) or not array.keys() <= _PLAIN_ARRAY_KEYS
             or _schema_types(array) != {"array"}):
         return []
     longest = len(values) if own_max is None else min(own_max, len(values))
@@ -428,7 +429,7 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
     they are (a warning says uniqueItems is not enforced there)."""
     values = _listed_values(array.get("items"))
     own_max = array.get("maxItems")
-    if values is None or "prefixItems" in array or not (own_max is None or _is_count(own_max)):
+    if values is None or "prefixItems" in array or not (own_max is None or is_count(own_max)):
         return bounded  # (a wrong maxItems: llguidance reports the schema)
     orderings = _orderings(array) if spell_out else []
     if not orderings:
@@ -436,10 +437,6 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
     arrays = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
                "minItems": len(ordering), "maxItems": len(ordering)} for ordering in orderings]
     return {key: value for key, value in bounded.items() if key != "uniqueItems"} | {"anyOf": arrays}
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _listed_values(items: Any) -> list[Any] | None:

@@ -32,3 +32,8 @@ def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -
             yield from value.values()
         elif key not in DATA_KEYWORDS:
             yield value
+
+
+def is_count(value: Any) -> bool:
+    """Whether `value` is what a schema's counts (`maxLength`, `minItems`, ...) must be: an integer, not negative."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

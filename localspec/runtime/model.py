@@ -237,6 +237,7 @@ class Model(_Freed):
         self._pieces: dict[int, bytes] = {}
         self._tokens_holding: dict[int, np.ndarray] = {}
         self._token_lengths: np.ndarray | None = None
+        self._pieces_by_id: list[bytes] | None = None
         self._word_forms: dict[int, int] = {}
         self._end_of_generation: dict[int, bool] = {}
         self._special_texts: SpecialTexts | None = None
@@ -382,24 +383,29 @@ class Model(_Freed):
         return _rounded_context(self._largest_n_ctx)
 
     def longest_token_bytes(self) -> int:
-        """The most bytes of text one token stands for (a scan of the vocabulary, done once)."""
+        """The most bytes of text one token stands for."""
         return int(self.token_lengths().max(initial=1))
 
     def tokens_holding(self, byte: int) -> np.ndarray:
-        """The sorted ids of the tokens whose text holds `byte` (a scan of the vocabulary, done once per byte)."""
+        """The sorted ids of the tokens whose text holds `byte`."""
         found = self._tokens_holding.get(byte)
         if found is None:
             mark = bytes((byte,))
-            found = self._tokens_holding[byte] = np.array(
-                [token for token in range(self.n_vocab) if mark in self._token_bytes(token, special=False)], dtype=np.int64)
+            found = np.array([token for token, piece in enumerate(self._all_pieces()) if mark in piece], dtype=np.int64)
+            self._tokens_holding[byte] = found
         return found
 
     def token_lengths(self) -> np.ndarray:
-        """Each token's length in bytes of text, by id (a scan of the vocabulary, done once)."""
+        """Each token's length in bytes of text, by id."""
         if self._token_lengths is None:
-            self._token_lengths = np.array([len(self._token_bytes(token, special=False)) for token in range(self.n_vocab)],
-                                           dtype=np.int64)
+            self._token_lengths = np.array([len(piece) for piece in self._all_pieces()], dtype=np.int64)
         return self._token_lengths
+
+    def _all_pieces(self) -> list[bytes]:
+        """Every token's text, by id (a scan of the vocabulary, done once and kept)."""
+        if self._pieces_by_id is None:
+            self._pieces_by_id = [self._token_bytes(token, special=False) for token in range(self.n_vocab)]
+        return self._pieces_by_id
 
     def _token_bytes(self, token: int, *, special: bool) -> bytes:
         buffer = ctypes.create_string_buffer(64)

@@ -1,0 +1,230 @@
+"""Where a JSON schema puts each value of a document, as far as that can be told while the document is written.
+
+`SchemaPlaces` gives the schema of a property's value or an array's item,
+resolved through local `$ref`s and through an `anyOf`/`oneOf` where one branch
+alone takes the value's JSON type (the first byte of a value tells its type).
+`survey_unique_arrays` walks a schema the same way to say which arrays with
+`uniqueItems` the unique-strings rule (unique_items.py) holds and how many it
+does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .schema_keywords import is_count, schemas_in, subschemas
+
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
+# Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
+_FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
+_ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
+JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
+_NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
+# The keywords that apply to one type of value only (a schema that does not say its type may carry both kinds).
+_ARRAY_ONLY_KEYWORDS = {"items", "prefixItems", "contains", "additionalItems", "unevaluatedItems", "minContains",
+                        "maxContains"}
+_OBJECT_ONLY_KEYWORDS = {"properties", "patternProperties", "additionalProperties", "propertyNames", "dependentSchemas",
+                         "unevaluatedProperties"}
+
+
+@dataclass(frozen=True)
+class StringItems:
+    """The items of an array of unique strings the rule holds: free strings (at most `max_length` characters,
+    where the schema says), or the strings of an enum (`values`)."""
+
+    max_length: int | None = None
+    values: frozenset[str] | None = None
+
+
+def unique_string_items(schema: Any) -> StringItems | None:
+    """What `schema` takes as items where it is an array of unique strings the rule holds (free strings, or
+    an enum's strings); else None."""
+    if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
+        return None
+    items = schema.get("items")
+    if not isinstance(items, dict):
+        return None
+    if items.get("type") == "string" and items.keys() <= _FREE_STRING_KEYS:
+        most = items.get("maxLength")
+        return StringItems(max_length=most if is_count(most) else None)
+    values = items.get("enum")
+    if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
+            and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
+        return StringItems(values=frozenset(values))
+    return None
+
+
+class SchemaPlaces:
+    """Where a JSON schema puts each value: the schema of a property's value or an array's item, resolved
+    through local `$ref`s, and through an `anyOf`/`oneOf` where one branch alone takes the value's type."""
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        self.root = root
+
+    def of_value(self, schema: Any, json_type: str) -> dict[str, Any] | None:
+        """`schema` resolved for a value of `json_type` ("object", "array", ...), or None where it cannot be told."""
+        for _ in range(64):  # (a `$ref` to itself, or a loop of them, resolves to nothing)
+            if not isinstance(schema, dict) or schema.keys() & _NOT_FOLLOWED:
+                return None
+            if "$id" in schema and schema is not self.root:
+                return None  # (a nested `$id` starts a resource of its own: its `#/...` refs are not the root's)
+            if "$ref" in schema:
+                if schema.keys() - {"$ref"} - _ANNOTATIONS:
+                    return None  # (keywords beside a $ref are merged with it: not followed)
+                schema = self._pointed(schema["$ref"])
+                continue
+            combined = schema.keys() & {"anyOf", "oneOf", "allOf"}
+            if not combined:
+                return schema if json_type in self.types(schema) else None
+            branches = schema.get("anyOf", schema.get("oneOf"))
+            if len(combined) > 1 or not isinstance(branches, list) or schema.keys() - combined - _ANNOTATIONS:
+                return None  # (an allOf, or keywords beside the branches, merge them: not followed)
+            taking = [branch for branch in branches if json_type in self.types(branch)]
+            if len(taking) != 1:
+                return None
+            schema = taking[0]
+        return None
+
+    def types(self, schema: Any, depth: int = 0) -> set[str]:
+        """The JSON types `schema` may take (all of them where it does not say, or where that cannot be told)."""
+        if schema is True or depth > 32:
+            return set(JSON_TYPES)
+        if not isinstance(schema, dict):
+            return set()
+        if "$ref" in schema:
+            pointed = self._pointed(schema["$ref"])
+            return self.types(pointed, depth + 1) if pointed is not None else set(JSON_TYPES)
+        for key in ("anyOf", "oneOf"):
+            if isinstance(schema.get(key), list):
+                return set().union(*(self.types(branch, depth + 1) for branch in schema[key]))
+        kinds = schema.get("type")
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        if isinstance(kinds, list):
+            return {"number" if kind == "integer" else kind for kind in kinds if isinstance(kind, str)}
+        listed = schema.get("enum") if isinstance(schema.get("enum"), list) else None
+        if listed is None and "const" in schema:
+            listed = [schema["const"]]
+        if listed is not None:
+            return {_json_type(value) for value in listed}
+        return set(JSON_TYPES)
+
+    def child(self, container: dict[str, Any] | None, key: str | None, index: int) -> Any:
+        """The schema of the value at `key` of an object, or at `index` of an array (key None), unresolved."""
+        if container is None:
+            return None
+        if key is not None:
+            properties = container.get("properties")
+            if isinstance(properties, dict) and key in properties:
+                return properties[key]
+            if "patternProperties" in container:
+                return None  # (which pattern a key matches is not followed)
+            extra = container.get("additionalProperties")
+            return extra if isinstance(extra, dict) else None
+        prefix = container.get("prefixItems")
+        if isinstance(prefix, list) and index < len(prefix):
+            return prefix[index]
+        items = container.get("items")
+        return items if isinstance(items, dict) else None
+
+    def asking_unique(self, schema: Any) -> list[dict[str, Any]]:
+        """The schemas with `uniqueItems` in `schema`, through its local `$ref`s too (any in the root where a ref
+        cannot be resolved as the root's: an anchor's `#name` may name any of them)."""
+        found: dict[int, dict[str, Any]] = {}
+        pending, seen = [schema], set()
+        while pending:
+            for node in schemas_in(pending.pop()):
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if node.get("uniqueItems") is True:
+                    found[id(node)] = node
+                if "$ref" in node:
+                    pointed = self._pointed(node["$ref"])
+                    pending.append(pointed if pointed is not None else self.root)
+        return list(found.values())
+
+    def _pointed(self, reference: Any) -> Any:
+        """What a local `$ref` ("#", "#/$defs/name", ...) points at in the root; None for any other (an anchor's
+        `#name`, another document's)."""
+        if not isinstance(reference, str) or not (reference == "#" or reference.startswith("#/")):
+            return None
+        node: Any = self.root
+        for part in filter(None, reference[1:].split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+
+class UniqueArrays(NamedTuple):
+    """What the rule makes of a schema's `uniqueItems`: the arrays it holds, and how many others ask for it."""
+
+    held: list[dict[str, Any]]
+    not_held: int
+
+
+def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
+    """Every array with `uniqueItems` a document of `root` can hold, as the cursor would meet it: held where it is
+    one of unique strings the cursor places (see SchemaPlaces), not held where its items are anything else or the
+    cursor cannot place it (a `patternProperties` value, an `allOf`, a branch the value's type does not tell, a
+    `not` or an `if`...)."""
+    places = SchemaPlaces(root)
+    held: dict[int, dict[str, Any]] = {}
+    not_held: dict[int, dict[str, Any]] = {}
+    visited: set[tuple[int, str]] = set()
+
+    def walk(schema: Any, json_type: str) -> None:
+        node = places.of_value(schema, json_type)
+        if node is None:
+            if json_type in places.types(schema):  # a value of this type may stand here, its schema not followed
+                not_held.update((id(found), found) for found in places.asking_unique(schema))
+            return
+        if (id(node), json_type) in visited:
+            return
+        visited.add((id(node), json_type))
+        if json_type == "array":
+            if node.get("uniqueItems") is True:
+                (held if unique_string_items(node) is not None else not_held)[id(node)] = node
+            prefix, items = node.get("prefixItems"), node.get("items")
+            places_followed = list(prefix) if isinstance(prefix, list) else []
+            followed = {"prefixItems"} if isinstance(prefix, list) else set()
+            if isinstance(items, dict):  # (not the list of a schema before 2020-12, which `child` does not follow)
+                places_followed.append(items)
+                followed.add("items")
+        elif json_type == "object":
+            properties = node.get("properties")
+            places_followed = list(properties.values()) if isinstance(properties, dict) else []
+            followed = {"properties"}
+            if "patternProperties" not in node:
+                places_followed.append(node.get("additionalProperties"))
+                followed.add("additionalProperties")
+        else:
+            places_followed, followed = [], set()
+        for child in places_followed:
+            for kind in JSON_TYPES:
+                walk(child, kind)
+        elsewhere = ((_ARRAY_ONLY_KEYWORDS if json_type != "array" else set())
+                     | (_OBJECT_ONLY_KEYWORDS if json_type != "object" else set()))  # (not this value's keywords)
+        for other in subschemas(node, skipping=frozenset(followed | elsewhere | {"$defs", "definitions"})):
+            not_held.update((id(found), found) for found in places.asking_unique(other))
+
+    for kind in JSON_TYPES:
+        walk(root, kind)
+    return UniqueArrays(list(held.values()), len(not_held))  # (one held in one place and not in another: both)
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a value read from JSON (an integer is a number)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "null")
