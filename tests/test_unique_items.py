@@ -67,15 +67,15 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert arrays.held == [TAGS] and arrays.not_held == 2  # TAGS (also under "either") and "pair"
 
 
-NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings where it can follow the schema)"
-            " (not enforced: the output may not satisfy it)")
-INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings or integers where it can follow"
+            " the schema) (not enforced: the output may not satisfy it)")
+NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
 
 
 @pytest.mark.parametrize("schema, warnings", [
     (RECIPE, []),
-    ({"$defs": {"unused": INTEGERS}, **RECIPE}, []),  # (no document has that array)
-    ({"type": "object", "properties": {"uniqueItems": {"type": "boolean"}, "default": INTEGERS, "tags": TAGS}},
+    ({"$defs": {"unused": NUMBERS}, **RECIPE}, []),  # (no document has that array)
+    ({"type": "object", "properties": {"uniqueItems": {"type": "boolean"}, "default": NUMBERS, "tags": TAGS}},
      [NOT_HELD.format("1 array")]),  # properties named as keywords
     ({"type": "array", "items": TAGS, "uniqueItems": True}, [NOT_HELD.format("1 array")]),  # arrays of arrays
     ({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "uniqueItems": True},
@@ -85,7 +85,7 @@ INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
     # Held in one place, not in another: keys that match a pattern, a branch the value's type does not tell.
     ({"type": "object", "properties": {"tags": TAGS}, "patternProperties": {"^x": TAGS}}, [NOT_HELD.format("1 array")]),
     ({"$defs": {"tags": TAGS}, "type": "object",
-      "properties": {"a": {"$ref": "#/$defs/tags"}, "b": {"anyOf": [{"$ref": "#/$defs/tags"}, INTEGERS]}}},
+      "properties": {"a": {"$ref": "#/$defs/tags"}, "b": {"anyOf": [{"$ref": "#/$defs/tags"}, NUMBERS]}}},
      [NOT_HELD.format("2 arrays")]),
 ])
 def test_the_warning_names_only_the_arrays_not_held(schema: dict, warnings: list[str]) -> None:
@@ -96,7 +96,7 @@ def test_the_warning_names_only_the_arrays_not_held(schema: dict, warnings: list
 @pytest.mark.parametrize("schema, held, not_held", [
     ({"type": "object", "properties": {"keep": TAGS, "tags": {**TAGS, "anyOf": [{"minItems": 1}]}}}, 1, 1),
     ({"type": "object", "properties": {"tags": TAGS, "a": {"$ref": "#uniq"}},  # an anchor: any array it may name
-      "$defs": {"u": {**INTEGERS, "$anchor": "uniq"}}}, 1, 2),
+      "$defs": {"u": {**NUMBERS, "$anchor": "uniq"}}}, 1, 2),
     ({"type": "array", "items": [TAGS]}, 0, 1),  # items as a list, as before 2020-12: not followed
 ])
 def test_arrays_in_places_the_cursor_does_not_follow_are_counted_as_not_held(schema: dict, held: int,
@@ -209,7 +209,7 @@ def test_speculation_under_the_rule_emits_what_the_target_alone_does(tiny_pair: 
                 completed += 1
                 assert len(set(items(alone))) == len(items(alone))
         with monkeypatch.context() as unruled:
-            unruled.setattr(constraint.UniqueStrings, "for_grammar", lambda *args: None)
+            unruled.setattr(constraint.UniqueItems, "for_grammar", lambda *args: None)
             for seed in range(24):
                 plain = GenerationSettings(sampling, max_tokens=60, seed=seed)
                 tokens = generate_text(target, prompt, plain, None, grammar).tokens
@@ -250,7 +250,7 @@ def test_an_enums_items_are_held_without_a_warning(tiny_pair: tuple[Path, Path])
 
 
 class WordVocabulary:
-    """A vocabulary of a few multi-byte tokens, as `UniqueStrings` reads one."""
+    """A vocabulary of a few multi-byte tokens, as `UniqueItems` reads one."""
 
     def __init__(self, pieces: list[bytes]) -> None:
         self.pieces = pieces
@@ -266,10 +266,10 @@ class WordVocabulary:
 
 
 def test_a_token_that_opens_the_array_and_repeats_an_item_in_it_is_refused() -> None:
-    from localspec.engine.unique_items import UniqueStrings
+    from localspec.engine.unique_items import UniqueItems
 
     vocabulary = WordVocabulary([b'{"tags":', b'["a","a"', b'["a","b"', b'"', b"x"])
-    rule = UniqueStrings.for_grammar(json.dumps({"grammars": [{"json_schema": RECIPE}]}), vocabulary)
+    rule = UniqueItems.for_grammar(json.dumps({"grammars": [{"json_schema": RECIPE}]}), vocabulary)
     assert rule is not None and rule.consume([0])
     assert rule.allowed(np.arange(5)).tolist() == [0, 2, 3, 4]
 
@@ -282,3 +282,42 @@ def test_near_its_max_length_only_an_item_that_could_become_a_held_one_checks_ev
     assert JsonCursor.start(schema).feed('["abcde", "abx'.encode()).room_before_a_forced_repeat() is None
     inside = JsonCursor.start(schema).feed('["abcdé", "abcd'.encode() + "é".encode()[:1])  # inside a character
     assert inside.room_before_a_forced_repeat() == 1 and inside.feed("é".encode()[1:]) is None
+
+
+INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("[1, 2, 1]", True),
+    ("[1, 2, 10]", False),
+    ("[12,1", False),  # on its way to 13 or 10
+    ("[5, -5, 0, -0", True),  # -0 is 0, and it can take no more digits
+    ("[0, 0", True),
+    ("[7,\n  7\n]", True),  # ended by whitespace
+    ("[999999999999999, 99999999999999", False),
+    ("[999999999999999, 999999999999999", True),  # as many digits as the bounds take
+])
+def test_an_integer_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(text: str, refused: bool) -> None:
+    for chunk in (0, 1, 3):
+        assert repeats_an_item(INTEGERS, text, chunk) is refused, (text, chunk)
+
+
+@pytest.mark.parametrize("items, held", [
+    ({"type": "integer"}, True),
+    ({"type": "integer", "minimum": -10**16, "exclusiveMaximum": 10**15}, True),
+    ({"type": "integer", "minimum": 1, "maximum": 49}, False),  # `7` could not go on: a lookahead the rule lacks
+    ({"type": "integer", "multipleOf": 2}, False),
+    ({"type": "number"}, False),
+])
+def test_integers_are_held_where_any_can_take_another_digit(items: dict, held: bool) -> None:
+    arrays = survey_unique_arrays({"type": "array", "items": items, "uniqueItems": True})
+    assert (len(arrays.held), arrays.not_held) == ((1, 0) if held else (0, 1))
+
+
+def test_the_grammar_refuses_what_ends_a_repeated_integer(tiny_pair: tuple[Path, Path]) -> None:
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(INTEGERS), "s.json")).grammar
+    with Model(tiny_pair[0]) as model:
+        state = TokenGrammar.start(model, grammar)
+        state.consume(tokens(model, "[1,2,1"))
+        allowed = {model.token_bytes(token) for token in state.allowed()}
+        assert b"0" in allowed and not {b",", b"]", b" "} & allowed  # 10-19 go on; `,` `]` or a space would end 1

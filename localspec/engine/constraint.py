@@ -12,7 +12,7 @@ so every token is validated (by the mask it was drawn under, or `validate`)
 before it is consumed.
 
 One rule llguidance does not hold is held here beside it: `uniqueItems` over
-free strings (`unique_items.UniqueStrings`), which takes out of every mask the
+strings and integers (`unique_items.UniqueItems`), which takes out of every mask the
 tokens that would repeat an item, and cuts drafts there.
 """
 
@@ -25,13 +25,13 @@ import numpy as np
 from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
 from .grammar import TOO_MUCH_FORCED
-from .unique_items import UniqueStrings
+from .unique_items import UniqueItems
 
 _REPEATS_AN_ITEM = "every way on repeats an earlier item of an array whose items must be unique (uniqueItems)"
 
 
 class EveryWayRepeats(OutputFormatError):
-    """Every token the grammar allows next would repeat an item of an array of unique strings. Unlike after
+    """Every token the grammar allows next would repeat an item of an array with `uniqueItems`. Unlike after
     llguidance's own errors, the matcher is not in an error state and can step back: a draft that led here
     is cut before the token that did."""
 
@@ -43,7 +43,7 @@ _FORCED_TOKENS_FOLLOWED = 10_000
 class TokenGrammar:
     """An llguidance matcher over a vocabulary of `n_vocab` tokens."""
 
-    def __init__(self, matcher: Any, n_vocab: int, unique: UniqueStrings | None = None) -> None:
+    def __init__(self, matcher: Any, n_vocab: int, unique: UniqueItems | None = None) -> None:
         self._matcher = matcher
         self.n_vocab = n_vocab
         self._unique = unique  # uniqueItems over free strings, which llguidance does not hold (unique_items.py)
@@ -56,7 +56,7 @@ class TokenGrammar:
         matcher = LLMatcher(model.grammar_tokenizer(), grammar, log_level=0)
         if matcher.is_error():
             raise InputError(f"the output format cannot be used: {_first_line(matcher.get_error())}")
-        unique = UniqueStrings.for_grammar(grammar, model)
+        unique = UniqueItems.for_grammar(grammar, model)
         return cls(matcher, model.n_vocab, unique)
 
     def copy(self) -> "TokenGrammar":
@@ -105,7 +105,7 @@ class TokenGrammar:
         the draft keeps len(masks) - 1 tokens, up to the first the grammar does
         not allow (the matcher never sees a token it has not allowed: its errors
         are permanent), or the first after which every way on repeats an item of
-        an array of unique strings. The state is unchanged.
+        an array with `uniqueItems`. The state is unchanged.
         """
         mask, forced = self.next_tokens()
         masks, forced_at = [mask], [forced]

@@ -226,7 +226,7 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
             kept.append(f"Unimplemented keys: {json.dumps(keys)}{unimplemented['times'] or ''}")
     if arrays.not_held:
         kept.append(f"uniqueItems on {arrays.not_held} array{'s' if arrays.not_held > 1 else ''} (localspec holds it"
-                    " on arrays of strings where it can follow the schema)")
+                    " on arrays of strings or integers where it can follow the schema)")
     return kept
 
 

@@ -1,4 +1,4 @@
-"""A JSON text followed byte by byte as it is written, far enough to know when it is inside an array of unique strings.
+"""A JSON text followed byte by byte as it is written, far enough to hold `uniqueItems` in the arrays it can.
 
 `JsonCursor` is immutable: `feed` returns the cursor after more bytes, or None
 where they would make an item of such an array repeat an earlier one (see
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .schema_places import SchemaPlaces, StringItems, unique_string_items
+from .schema_places import FREE_INTEGER_DIGITS, HeldItems, SchemaPlaces, held_items
 
 _WHITESPACE = b" \t\r\n"
 _NUMBER_BYTES = b"0123456789+-.eE"
@@ -22,37 +22,38 @@ QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 # What the cursor expects next.
 VALUE, AFTER_VALUE, KEY, COLON, STRING, NUMBER, LITERAL, DONE, LOST = range(9)
-# What the string being written is.
-KEY_STRING, VALUE_STRING, ITEM_STRING = range(3)
+# What the string or number being written is: a key, a value, or an item of an array the rule holds.
+KEY_TEXT, VALUE_TEXT, ITEM_TEXT = range(3)
 
 
 @dataclass(frozen=True)
 class _Container:
-    """An open object or array: its schema (None where not followed), and for an array of unique
-    strings, the items it holds so far."""
+    """An open object or array: its schema (None where not followed), and for an array the rule holds, the
+    items it holds so far."""
 
     schema: dict[str, Any] | None
     is_array: bool
-    items: StringItems | None = None  # an array of unique strings: what it takes as items
-    seen: frozenset[str] = frozenset()
+    items: HeldItems | None = None  # an array the rule holds: what it takes as items
+    seen: frozenset[str | int] = frozenset()
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
     seen_at_max_length: bool = False  # an item it holds is as long as they may be: a new one that long must differ
 
     @property
-    def unique_strings(self) -> bool:
-        """Whether this is an array of unique strings the rule holds."""
+    def held(self) -> bool:
+        """Whether this is an array with `uniqueItems` the rule holds."""
         return self.items is not None
 
-    def holding(self, item: str) -> "_Container":
+    def holding(self, item: str | int) -> "_Container":
         """This array with `item` among those it holds."""
         most = self.items.max_length if self.items is not None else None
-        return replace(self, seen=self.seen | {item}, seen_at_max_length=self.seen_at_max_length or len(item) == most)
+        at_max = self.seen_at_max_length or (isinstance(item, str) and len(item) == most)
+        return replace(self, seen=self.seen | {item}, seen_at_max_length=at_max)
 
     def item_may_go_on(self, written: str | None) -> bool:
         """Whether the item written so far (None: it ends inside a character) can still end as a new item: an
         enum's item must begin a value not yet held; a free string at its maxLength must not be one held."""
-        if written is None or self.items is None:
+        if written is None or self.items is None or self.items.integers:
             return True
         if self.items.values is not None:
             return any(value.startswith(written) for value in self.items.values - self.seen)
@@ -63,13 +64,13 @@ class _Container:
 class JsonCursor:
     """How far a JSON text written so far has got: the containers open, what comes next, the string being
     written. Immutable: `feed` returns the cursor after more bytes, or None where those bytes close an item
-    of an array of unique strings equal to an earlier one (see `feed`)."""
+    of an array the rule holds equal to an earlier one (see `feed`)."""
 
     places: SchemaPlaces
     containers: tuple[_Container, ...] = ()
     expects: int = VALUE
-    string: bytes = b""  # the string being written, from its opening quote
-    string_role: int = VALUE_STRING  # KEY_STRING, VALUE_STRING, or ITEM_STRING: an item of an array of unique strings
+    text: bytes = b""  # the key or item being written: a string from its opening quote, or a number
+    role: int = VALUE_TEXT  # KEY_TEXT, VALUE_TEXT, or ITEM_TEXT: an item of an array the rule holds
     escaped: bool = False
     literal_left: int = 0
 
@@ -79,21 +80,25 @@ class JsonCursor:
         return cls(SchemaPlaces(schema))
 
     @property
-    def in_unique_strings(self) -> bool:
-        """The innermost container is an array of unique strings: the next bytes may close one of its items."""
-        return bool(self.containers) and self.containers[-1].unique_strings and self.expects not in (DONE, LOST)
+    def in_held_array(self) -> bool:
+        """The innermost container is an array the rule holds: the next bytes may complete one of its items."""
+        return bool(self.containers) and self.containers[-1].held and self.expects not in (DONE, LOST)
 
     def feed(self, data: bytes) -> "JsonCursor | None":
-        """The cursor after `data`; None where `data` makes an item of an array of unique strings repeat one:
-        closes it equal to an earlier one, leaves an enum's item where it can only become a value already held,
-        or leaves a free string at its maxLength equal to an earlier one (only the closing quote can follow)."""
+        """The cursor after `data`; None where `data` makes an item of an array the rule holds repeat one: ends
+        it equal to an earlier one, leaves an enum's item where it can only become a value already held, or leaves
+        one equal to an earlier one where it can only end (a free string at its maxLength: only the closing quote
+        can follow; an integer `0`, or of FREE_INTEGER_DIGITS digits: only what ends a number)."""
         reader = _Reader(self)
         for byte in data:
             if not reader.step(byte):
                 return None
         cursor = reader.cursor()
-        if cursor.expects == STRING and cursor.string_role == ITEM_STRING:
-            if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.string)):
+        if cursor.role == ITEM_TEXT and cursor.expects == STRING:
+            if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.text)):
+                return None
+        if cursor.role == ITEM_TEXT and cursor.expects == NUMBER and _can_only_end(cursor.text):
+            if _integer(cursor.text) in cursor.containers[-1].seen:
                 return None
         return cursor
 
@@ -104,14 +109,14 @@ class JsonCursor:
         array = self.containers[-1] if self.containers else None
         if array is None or array.items is None or self.expects in (DONE, LOST):
             return None
-        if array.items.values is not None:
-            return 0  # (an enum's items: the grammar allows few tokens there)
+        if array.items.values is not None or array.items.integers:
+            return 0  # (an enum's items or integers: the grammar allows few tokens there)
         most = array.items.max_length
         if not array.seen_at_max_length or most is None:
             return None
-        if self.expects != STRING or self.string_role != ITEM_STRING:
+        if self.expects != STRING or self.role != ITEM_TEXT:
             return most
-        written = _whole_characters_so_far(self.string)
+        written = _whole_characters_so_far(self.text)
         if not any(len(item) == most and item.startswith(written) for item in array.seen):
             return None  # (no item held at that length begins so: closing quotes alone can repeat one)
         return most - len(written)
@@ -124,22 +129,28 @@ class _Reader:
         self.places = cursor.places
         self.containers = list(cursor.containers)
         self.expects = cursor.expects
-        self.string = cursor.string
-        self.string_role = cursor.string_role
+        self.text = cursor.text
+        self.role = cursor.role
         self.escaped = cursor.escaped
         self.literal_left = cursor.literal_left
 
     def cursor(self) -> JsonCursor:
-        return JsonCursor(self.places, tuple(self.containers), self.expects, self.string, self.string_role,
+        return JsonCursor(self.places, tuple(self.containers), self.expects, self.text, self.role,
                           self.escaped, self.literal_left)
 
     def step(self, byte: int) -> bool:
-        """Read one byte; False where it closes a repeated item."""
+        """Read one byte; False where it ends an item equal to an earlier one."""
         expects = self.expects
         if expects == STRING:
             return self._in_string(byte)
         if expects == NUMBER:
             if byte in _NUMBER_BYTES:
+                if self.role == ITEM_TEXT:
+                    self.text += bytes((byte,))
+                return True
+            if self.role == ITEM_TEXT and not self._item_ends(_integer(self.text)):
+                return False
+            if self.expects == LOST:
                 return True
             self.expects = AFTER_VALUE
             return self.step(byte)
@@ -154,7 +165,7 @@ class _Reader:
             self._value_starts(byte)
         elif expects == KEY:
             if byte == QUOTE:
-                self._string_opens(KEY_STRING)
+                self._string_opens(KEY_TEXT)
             elif byte == ord("}"):
                 self._container_closes()
             else:
@@ -186,23 +197,24 @@ class _Reader:
             if parent.is_array:
                 self.containers[-1] = replace(parent, index=parent.index + 1)
         schema = self.places.of_value(unresolved, kind) if parent is None or parent.schema is not None else None
+        item = parent is not None and parent.held
         if kind == "string":
-            self._string_opens(ITEM_STRING if parent is not None and parent.unique_strings else VALUE_STRING)
+            self._string_opens(ITEM_TEXT if item else VALUE_TEXT)
         elif kind in ("object", "array"):
-            items = unique_string_items(schema) if kind == "array" else None
+            items = held_items(schema) if kind == "array" else None
             self.containers.append(_Container(schema, kind == "array", items))
             self.expects = VALUE if kind == "array" else KEY
         elif kind == "number":
-            self.expects = NUMBER
+            self.expects, self.role, self.text = NUMBER, ITEM_TEXT if item else VALUE_TEXT, bytes((byte,))
         else:
             self.expects, self.literal_left = LITERAL, _LITERALS[byte] - 1
 
     def _string_opens(self, role: int) -> None:
-        self.expects, self.string, self.string_role, self.escaped = STRING, b'"', role, False
+        self.expects, self.text, self.role, self.escaped = STRING, b'"', role, False
 
     def _in_string(self, byte: int) -> bool:
-        if self.string_role != VALUE_STRING:  # (a key names the value's schema; an item is compared)
-            self.string += bytes((byte,))
+        if self.role != VALUE_TEXT:  # (a key names the value's schema; an item is compared)
+            self.text += bytes((byte,))
         if self.escaped:
             self.escaped = False
         elif byte == _BACKSLASH:
@@ -212,28 +224,51 @@ class _Reader:
         return True
 
     def _string_closes(self) -> bool:
-        if self.string_role == VALUE_STRING:
+        if self.role == VALUE_TEXT:
             self.expects = AFTER_VALUE
             return True
         try:
-            text = json.loads(self.string.decode("utf-8"))
+            text = json.loads(self.text.decode("utf-8"))
         except ValueError:  # (not JSON after all: nothing more is held)
             self.expects = LOST
             return True
-        container = self.containers[-1]
         self.expects = AFTER_VALUE
-        if self.string_role == KEY_STRING:
-            self.containers[-1] = replace(container, key=text)
+        if self.role == KEY_TEXT:
+            self.containers[-1] = replace(self.containers[-1], key=text)
             self.expects = COLON
             return True
-        if text in container.seen:
+        return self._item_ends(text)
+
+    def _item_ends(self, item: str | int | None) -> bool:
+        """An item of the innermost array, which the rule holds, is complete: False where it repeats one (None: it
+        is not one the rule can read, and nothing more is held)."""
+        if item is None:
+            self.expects = LOST
+            return True
+        container = self.containers[-1]
+        if item in container.seen:
             return False
-        self.containers[-1] = container.holding(text)
+        self.containers[-1] = container.holding(item)
         return True
 
     def _container_closes(self) -> None:
         self.containers.pop()
         self.expects = AFTER_VALUE if self.containers else DONE
+
+
+def _integer(text: bytes) -> int | None:
+    """An integer item's value (`-0` is 0), or None where its text is not an integer."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _can_only_end(text: bytes) -> bool:
+    """Whether an integer written so far can take no more digits: `0` or `-0` (JSON has no leading zeros), or
+    FREE_INTEGER_DIGITS digits already."""
+    digits = text.lstrip(b"-")
+    return digits == b"0" or len(digits) >= FREE_INTEGER_DIGITS
 
 
 def _string_so_far(string: bytes) -> str | None:

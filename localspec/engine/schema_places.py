@@ -4,7 +4,7 @@
 resolved through local `$ref`s and through an `anyOf`/`oneOf` where one branch
 alone takes the value's JSON type (the first byte of a value tells its type).
 `survey_unique_arrays` walks a schema the same way to say which arrays with
-`uniqueItems` the unique-strings rule (unique_items.py) holds and how many it
+`uniqueItems` the rule of unique_items.py holds and how many it
 does not.
 """
 
@@ -19,6 +19,9 @@ _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
+_FREE_INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} | _ANNOTATIONS
+# The digits of the longest integer localspec's bounds take (grammar.NUMBER_MAGNITUDE_LIMIT, 10**15, excluded).
+FREE_INTEGER_DIGITS = 15
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
 # The keywords that apply to one type of value only (a schema that does not say its type may carry both kinds).
@@ -29,17 +32,18 @@ _OBJECT_ONLY_KEYWORDS = {"properties", "patternProperties", "additionalPropertie
 
 
 @dataclass(frozen=True)
-class StringItems:
-    """The items of an array of unique strings the rule holds: free strings (at most `max_length` characters,
-    where the schema says), or the strings of an enum (`values`)."""
+class HeldItems:
+    """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
+    characters, where the schema says), the strings of an enum (`values`), or free integers (`integers`)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
+    integers: bool = False
 
 
-def unique_string_items(schema: Any) -> StringItems | None:
-    """What `schema` takes as items where it is an array of unique strings the rule holds (free strings, or
-    an enum's strings); else None."""
+def held_items(schema: Any) -> HeldItems | None:
+    """What `schema` takes as items where it is an array with `uniqueItems` the rule holds (free strings, an
+    enum's strings, free integers); else None."""
     if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
         return None
     items = schema.get("items")
@@ -47,12 +51,25 @@ def unique_string_items(schema: Any) -> StringItems | None:
         return None
     if items.get("type") == "string" and items.keys() <= _FREE_STRING_KEYS:
         most = items.get("maxLength")
-        return StringItems(max_length=most if is_count(most) else None)
+        return HeldItems(max_length=most if is_count(most) else None)
     values = items.get("enum")
     if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
             and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
-        return StringItems(values=frozenset(values))
+        return HeldItems(values=frozenset(values))
+    if items.get("type") == "integer" and items.keys() <= _FREE_INTEGER_KEYS and _bounds_leave_digits_free(items):
+        return HeldItems(integers=True)
     return None
+
+
+def _bounds_leave_digits_free(items: dict[str, Any]) -> bool:
+    """Whether an integer schema's bounds (if any) take every integer of up to FREE_INTEGER_DIGITS digits, either
+    sign, as localspec's own bounds do: such an integer can always take one more digit, so that one equal to an
+    earlier item can go on to differ from it."""
+    largest = 10**FREE_INTEGER_DIGITS - 1
+    bounds = [(items.get("maximum"), largest), (items.get("exclusiveMaximum"), largest + 1),
+              (items.get("minimum"), -largest), (items.get("exclusiveMinimum"), -largest - 1)]
+    return all(bound is None or (isinstance(bound, (int, float)) and not isinstance(bound, bool)
+                                 and (bound >= edge if edge > 0 else bound <= edge)) for bound, edge in bounds)
 
 
 class SchemaPlaces:
@@ -171,7 +188,7 @@ class UniqueArrays(NamedTuple):
 
 def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
     """Every array with `uniqueItems` a document of `root` can hold, as the cursor would meet it: held where it is
-    one of unique strings the cursor places (see SchemaPlaces), not held where its items are anything else or the
+    one of strings or integers the cursor places (see SchemaPlaces), not held where its items are anything else or the
     cursor cannot place it (a `patternProperties` value, an `allOf`, a branch the value's type does not tell, a
     `not` or an `if`...)."""
     places = SchemaPlaces(root)
@@ -190,7 +207,7 @@ def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
         visited.add((id(node), json_type))
         if json_type == "array":
             if node.get("uniqueItems") is True:
-                (held if unique_string_items(node) is not None else not_held)[id(node)] = node
+                (held if held_items(node) is not None else not_held)[id(node)] = node
             prefix, items = node.get("prefixItems"), node.get("items")
             places_followed = list(prefix) if isinstance(prefix, list) else []
             followed = {"prefixItems"} if isinstance(prefix, list) else set()

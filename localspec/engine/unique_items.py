@@ -1,20 +1,22 @@
-"""`uniqueItems` over strings, held while the JSON is written.
+"""`uniqueItems` over strings and integers, held while the JSON is written.
 
 A grammar cannot say "unlike every earlier item", so llguidance does not
 enforce `uniqueItems` (grammar.py spells it out where the items are a few listed
 values). A small model at T=0 repeats itself in just such a list: a recipe's
 tags came out `["baking", "sourdough", "baking"]`. Where an array's items are
-free strings (no const, pattern or format: a string can always go on) or the
-strings of a longer enum, a `JsonCursor` (json_cursor.py) follows the JSON
+free strings (no const, pattern or format: a string can always go on), the
+strings of a longer enum, or free integers (any of up to 15 digits: one can
+always take another digit), a `JsonCursor` (json_cursor.py) follows the JSON
 written so far, byte by byte, far enough to know when the text is inside such an
-array, and `UniqueStrings` drops from each of `TokenGrammar`'s masks the tokens
+array, and `UniqueItems` drops from each of `TokenGrammar`'s masks the tokens
 that would make an item repeat one: a free string's closing quote after the same
-text, an enum's item as soon as it can only become a value already held, a free
-string one token before it would reach its maxLength equal to an earlier item
-(so that the rule never leads where it cannot be left). That is one more rule of
-the grammar, a function of the text so far like the others: the mask still
-comes first in the one function that turns logits into a distribution, and
-speculative decoding stays exact w.r.t. the constrained target.
+text, what ends an integer equal to an earlier one, an enum's item as soon as it
+can only become a value already held, and an item one token before it would be
+left where it can only end as a copy (a free string at its maxLength, an integer
+`0` or of 15 digits), so that the rule never leads where it cannot be left.
+That is one more rule of the grammar, a function of the text so far like the
+others: the mask still comes first in the one function that turns logits into a
+distribution, and speculative decoding stays exact w.r.t. the constrained target.
 
 Only arrays the cursor can place are held (schema_places.py follows the schema as
 the cursor does); `survey_unique_arrays` says which those are, so that a warning
@@ -55,7 +57,7 @@ class Vocabulary(Protocol):
     def token_lengths(self) -> np.ndarray: ...
 
 
-class UniqueStrings:
+class UniqueItems:
     """The rule "no item twice" over the tokens a grammar has consumed: a `JsonCursor` for each token
     consumed (so the grammar can step back along a draft), and which tokens the rule rules out next."""
 
@@ -63,23 +65,22 @@ class UniqueStrings:
                  quote_tokens: np.ndarray | None = None, opening_tokens: np.ndarray | None = None) -> None:
         self._cursors = cursors
         self._vocabulary = vocabulary
-        # Only a token that holds a quote can close a string; outside an array of unique strings, only one that
-        # opens an array as well (`["a","a"`) can repeat an item in it.
+        # Only a token that holds a quote can close a string; outside an array the rule holds, only one that
+        # opens an array as well (`["a","a"`, `[1,1,`) can repeat an item in it.
         self._quote_tokens = vocabulary.tokens_holding(QUOTE) if quote_tokens is None else quote_tokens
-        self._opening_tokens = (np.intersect1d(self._quote_tokens, vocabulary.tokens_holding(ord("[")))
-                                if opening_tokens is None else opening_tokens)
+        self._opening_tokens = vocabulary.tokens_holding(ord("[")) if opening_tokens is None else opening_tokens
 
     @classmethod
-    def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueStrings | None":
-        """The rule for `grammar`, where it is a JSON schema's with an array of unique strings the cursor holds."""
+    def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueItems | None":
+        """The rule for `grammar`, where it is a JSON schema's with an array the rule holds."""
         schema = schema_of_grammar(grammar)
         if schema is None or not survey_unique_arrays(schema).held:
             return None
         return cls([JsonCursor.start(schema)], vocabulary)
 
-    def copy(self) -> "UniqueStrings":
+    def copy(self) -> "UniqueItems":
         """An independent copy (a drafter advances it along its draft)."""
-        return UniqueStrings(list(self._cursors), self._vocabulary, self._quote_tokens, self._opening_tokens)
+        return UniqueItems(list(self._cursors), self._vocabulary, self._quote_tokens, self._opening_tokens)
 
     def takes(self, token: int) -> bool:
         """Whether `token` may come next: it makes no item repeat one (see `JsonCursor.feed`)."""
@@ -96,11 +97,12 @@ class UniqueStrings:
 
     def allowed(self, allowed: np.ndarray) -> np.ndarray:
         """`allowed` (sorted ids) without the tokens that would make an item repeat one (see `JsonCursor.feed`),
-        checked where they can: those that can close a string, and near a maxLength or in an enum, any."""
+        checked where they can: those that can close a string, and near a maxLength, in an enum or among
+        integers, any."""
         cursor = self._cursors[-1]
         if cursor.expects in (DONE, LOST):
             return allowed
-        if not cursor.in_unique_strings:  # only a token that opens an array as well can repeat an item of it
+        if not cursor.in_held_array:  # only a token that opens an array as well can repeat an item of it
             candidates = np.intersect1d(allowed, self._opening_tokens, assume_unique=True)
         else:
             candidates = np.intersect1d(allowed, self._quote_tokens, assume_unique=True)
