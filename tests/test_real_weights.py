@@ -233,6 +233,30 @@ def test_unique_string_items_hold_where_the_model_would_repeat_one(demo_session:
     assert "baking" in tags and len(tags) >= 3
 
 
+def test_unique_integer_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
+    """At T=0 the demo target picks lottery numbers `[7, 7, 13, 21, 7, 42]`; held to uniqueItems, distinct ones,
+    the same with and without speculation."""
+    import json
+
+    import jsonschema
+
+    from localspec.engine.grammar import OutputFormat, compile_format
+
+    schema = {"type": "object", "required": ["numbers"], "properties": {
+        "numbers": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 6, "maxItems": 6}}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
+    assert compiled.warnings == ()
+    prompt = "Pick six lottery numbers for Saturday's draw, for example 7, 7, 13, 21, 7, 42."
+    tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+    settings = GenerationSettings(GREEDY, SpeculativeParams(), max_tokens=200)
+    baseline = generate_text(demo_session.target, tokens, settings, grammar=compiled.grammar)
+    drafted = demo_session.generation(tokens, settings, grammar=compiled.grammar)
+    for _ in drafted:
+        pass
+    assert drafted.tokens == baseline.tokens
+    jsonschema.validate(json.loads(drafted.text), schema)
+
+
 def test_a_word_has_one_form_with_or_without_the_space_before_it(demo_session: Session) -> None:
     """SmolLM2 spells `The` at the start of an answer unlike ` The` mid-sentence; lookups compare the two alike."""
     target = demo_session.target
