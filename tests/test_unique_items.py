@@ -10,7 +10,7 @@ import pytest
 from tiny_models import write_pair
 
 from localspec.engine.constraint import TokenGrammar
-from localspec.engine.grammar import OutputFormat, compile_format
+from localspec.engine.grammar import OutputFormat, bounded_values, compile_format
 from localspec.engine.json_cursor import JsonCursor
 from localspec.engine.schema_places import survey_unique_arrays
 from localspec.errors import OutputFormatError
@@ -285,6 +285,8 @@ def test_near_its_max_length_only_an_item_that_could_become_a_held_one_checks_ev
 
 
 INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+BOUNDED_INTEGERS = bounded_values(INTEGERS)  # as the grammar holds them: up to 15 digits
+FIFTEEN = "1" * 15
 
 
 @pytest.mark.parametrize("text, refused", [
@@ -294,24 +296,35 @@ INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
     ("[5, -5, 0, -0", True),  # -0 is 0, and it can take no more digits
     ("[0, 0", True),
     ("[7,\n  7\n]", True),  # ended by whitespace
-    ("[999999999999999, 99999999999999", False),
-    ("[999999999999999, 999999999999999", True),  # as many digits as the bounds take
+    (f"[{FIFTEEN}, {FIFTEEN[:-1]}", False),
+    (f"[{FIFTEEN}, {FIFTEEN}", True),  # as many digits as the bounds take
+    # Every way on from 14 ones is held: itself, and each of its ten 15-digit numbers.
+    ("[" + ", ".join([FIFTEEN[:-1] + str(d) for d in range(10)] + [FIFTEEN[:-1]]) + ", " + FIFTEEN[:-1], True),
+    ("[" + ", ".join([FIFTEEN[:-1] + str(d) for d in range(9)] + [FIFTEEN[:-1]]) + ", " + FIFTEEN[:-1], False),
 ])
 def test_an_integer_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(text: str, refused: bool) -> None:
     for chunk in (0, 1, 3):
-        assert repeats_an_item(INTEGERS, text, chunk) is refused, (text, chunk)
+        assert repeats_an_item(BOUNDED_INTEGERS, text, chunk) is refused, (text, chunk)
 
 
 @pytest.mark.parametrize("items, held", [
-    ({"type": "integer"}, True),
-    ({"type": "integer", "minimum": -10**16, "exclusiveMaximum": 10**15}, True),
+    ({"type": "integer"}, True),  # bounded as localspec bounds open numbers
+    ({"type": "integer", "minimum": -(10**15 - 1), "exclusiveMaximum": 1e15}, True),
+    ({"type": "integer", "maximum": 10**16}, False),  # more digits than the rule counts on
     ({"type": "integer", "minimum": 1, "maximum": 49}, False),  # `7` could not go on: a lookahead the rule lacks
     ({"type": "integer", "multipleOf": 2}, False),
     ({"type": "number"}, False),
 ])
 def test_integers_are_held_where_any_can_take_another_digit(items: dict, held: bool) -> None:
-    arrays = survey_unique_arrays({"type": "array", "items": items, "uniqueItems": True})
+    fitted = bounded_values({"type": "array", "items": items, "uniqueItems": True})
+    arrays = survey_unique_arrays(fitted)
     assert (len(arrays.held), arrays.not_held) == ((1, 0) if held else (0, 1))
+    assert survey_unique_arrays({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}).held == []  # unbounded
+
+
+def test_an_array_under_a_root_anyof_is_held() -> None:
+    schema = {"anyOf": [TAGS, {"type": "string"}]}
+    assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
 
 
 def test_the_grammar_refuses_what_ends_a_repeated_integer(tiny_pair: tuple[Path, Path]) -> None:

@@ -87,8 +87,8 @@ class JsonCursor:
     def feed(self, data: bytes) -> "JsonCursor | None":
         """The cursor after `data`; None where `data` makes an item of an array the rule holds repeat one: ends
         it equal to an earlier one, leaves an enum's item where it can only become a value already held, or leaves
-        one equal to an earlier one where it can only end (a free string at its maxLength: only the closing quote
-        can follow; an integer `0`, or of FREE_INTEGER_DIGITS digits: only what ends a number)."""
+        one where it can only end as a copy (a free string at its maxLength equal to an earlier one: only the
+        closing quote can follow; an integer whose every way on, more digits or none, is held already)."""
         reader = _Reader(self)
         for byte in data:
             if not reader.step(byte):
@@ -97,8 +97,8 @@ class JsonCursor:
         if cursor.role == ITEM_TEXT and cursor.expects == STRING:
             if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.text)):
                 return None
-        if cursor.role == ITEM_TEXT and cursor.expects == NUMBER and _can_only_end(cursor.text):
-            if _integer(cursor.text) in cursor.containers[-1].seen:
+        if cursor.role == ITEM_TEXT and cursor.expects == NUMBER:
+            if _every_end_held(cursor.text, cursor.containers[-1].seen):
                 return None
         return cursor
 
@@ -264,11 +264,15 @@ def _integer(text: bytes) -> int | None:
         return None
 
 
-def _can_only_end(text: bytes) -> bool:
-    """Whether an integer written so far can take no more digits: `0` or `-0` (JSON has no leading zeros), or
-    FREE_INTEGER_DIGITS digits already."""
+def _every_end_held(text: bytes, seen: frozenset[str | int]) -> bool:
+    """Whether every integer an item written so far as `text` can still become is held already: itself, and with
+    more digits, up to FREE_INTEGER_DIGITS (`0` and `-0` take none: JSON has no leading zeros)."""
+    if _integer(text) not in seen:
+        return False
     digits = text.lstrip(b"-")
-    return digits == b"0" or len(digits) >= FREE_INTEGER_DIGITS
+    if digits == b"0" or len(digits) >= FREE_INTEGER_DIGITS:
+        return True
+    return all(_every_end_held(text + bytes((digit,)), seen) for digit in b"0123456789")
 
 
 def _string_so_far(string: bytes) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from .schema_keywords import is_count, schemas_in, subschemas
 
-_ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-guidance"}  # (x-: llguidance's options)
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
@@ -56,20 +56,21 @@ def held_items(schema: Any) -> HeldItems | None:
     if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
             and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
         return HeldItems(values=frozenset(values))
-    if items.get("type") == "integer" and items.keys() <= _FREE_INTEGER_KEYS and _bounds_leave_digits_free(items):
+    if items.get("type") == "integer" and items.keys() <= _FREE_INTEGER_KEYS and _bounded_to_free_digits(items):
         return HeldItems(integers=True)
     return None
 
 
-def _bounds_leave_digits_free(items: dict[str, Any]) -> bool:
-    """Whether an integer schema's bounds (if any) take every integer of up to FREE_INTEGER_DIGITS digits, either
-    sign, as localspec's own bounds do: such an integer can always take one more digit, so that one equal to an
-    earlier item can go on to differ from it."""
-    largest = 10**FREE_INTEGER_DIGITS - 1
-    bounds = [(items.get("maximum"), largest), (items.get("exclusiveMaximum"), largest + 1),
-              (items.get("minimum"), -largest), (items.get("exclusiveMinimum"), -largest - 1)]
-    return all(bound is None or (isinstance(bound, (int, float)) and not isinstance(bound, bool)
-                                 and (bound >= edge if edge > 0 else bound <= edge)) for bound, edge in bounds)
+def _bounded_to_free_digits(items: dict[str, Any]) -> bool:
+    """Whether an integer schema takes exactly the integers of up to FREE_INTEGER_DIGITS digits, either sign, as
+    localspec's own bounds leave them: then an item equal to an earlier one can take another digit to differ,
+    until FREE_INTEGER_DIGITS (wider bounds, or none, let the grammar take more digits than the rule counts on)."""
+    most = 10**FREE_INTEGER_DIGITS
+    upper = {key: items[key] for key in ("maximum", "exclusiveMaximum") if key in items}
+    lower = {key: items[key] for key in ("minimum", "exclusiveMinimum") if key in items}
+    return (upper in ({"maximum": most - 1}, {"exclusiveMaximum": most})
+            and lower in ({"minimum": -most + 1}, {"exclusiveMinimum": -most})
+            and not any(isinstance(bound, bool) for bound in (*upper.values(), *lower.values())))
 
 
 class SchemaPlaces:
