@@ -12,8 +12,8 @@ so every token is validated (by the mask it was drawn under, or `validate`)
 before it is consumed.
 
 One rule llguidance does not hold is held here beside it: `uniqueItems` over
-strings and integers (`unique_items.UniqueItems`), which takes out of every mask the
-tokens that would repeat an item, and cuts drafts there.
+strings and integers (`unique_items.UniqueItems`), which takes out of every mask
+the tokens that would repeat an item, and cuts drafts there.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class TokenGrammar:
     def __init__(self, matcher: Any, n_vocab: int, unique: UniqueItems | None = None) -> None:
         self._matcher = matcher
         self.n_vocab = n_vocab
-        self._unique = unique  # uniqueItems over free strings, which llguidance does not hold (unique_items.py)
+        self._unique = unique  # uniqueItems, where llguidance does not hold it and localspec can (unique_items.py)
 
     @classmethod
     def start(cls, model: Model, grammar: str) -> "TokenGrammar":

@@ -209,8 +209,8 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
 
 
 def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
-    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings, see
-    unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
+    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings or
+    integers, see unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
     schema = schema_of_grammar(grammar)
     arrays = survey_unique_arrays(schema) if schema is not None else None
     if arrays is None or not arrays.held:

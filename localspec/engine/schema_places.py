@@ -4,8 +4,7 @@
 resolved through local `$ref`s and through an `anyOf`/`oneOf` where one branch
 alone takes the value's JSON type (the first byte of a value tells its type).
 `survey_unique_arrays` walks a schema the same way to say which arrays with
-`uniqueItems` the rule of unique_items.py holds and how many it
-does not.
+`uniqueItems` the rule of unique_items.py holds, and how many it does not.
 """
 
 from __future__ import annotations
@@ -34,7 +33,8 @@ _OBJECT_ONLY_KEYWORDS = {"properties", "patternProperties", "additionalPropertie
 @dataclass(frozen=True)
 class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
-    characters, where the schema says), the strings of an enum (`values`), or free integers (`integers`)."""
+    characters, where the schema says), the strings of an enum (`values`), or integers as localspec bounds them
+    (`integers`)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
@@ -43,7 +43,7 @@ class HeldItems:
 
 def held_items(schema: Any) -> HeldItems | None:
     """What `schema` takes as items where it is an array with `uniqueItems` the rule holds (free strings, an
-    enum's strings, free integers); else None."""
+    enum's strings, integers as localspec bounds them); else None."""
     if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
         return None
     items = schema.get("items")
