@@ -438,7 +438,7 @@ def test_a_deeply_nested_tools_file_or_schema_is_one_line(tmp_path: Path) -> Non
 # -- schemas: keywords llguidance does not enforce, and what `arguments` may be ------------------------------
 
 UNENFORCED = {"type": "function", "function": {"name": "contact", "parameters": {"type": "object", "properties": {
-    "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "contains": {"const": "a"}},
+    "tags": {"type": "array", "items": {"type": "number"}, "uniqueItems": True, "contains": {"const": 0.5}},
     "phone": {"type": "string", "format": "phone"},
     "name": {"type": "string", "not": {"const": ""}, "if": {"minLength": 1}, "then": {"maxLength": 9}}}}}}
 
@@ -452,8 +452,8 @@ def test_keywords_llguidance_does_not_enforce_are_warnings_naming_the_tool(tiny_
     assert setup.warnings and all(w.startswith("tools[1].function.parameters: ") for w in setup.warnings)
     for keyword in ("uniqueItems", "contains", "phone", "not", "if"):
         assert any(keyword in warning for warning in setup.warnings), (keyword, setup.warnings)
-    assert accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": ["b", "b"], "phone": "x"}'))
-    assert not accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": [1]}'))  # the rest holds
+    assert accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": [1.5, 1.5], "phone": "x"}'))
+    assert not accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": ["1"]}'))  # the rest holds
     named = prepare_tools(request({"type": "function", "function": {"name": "add"}}, tools=[ADD, UNENFORCED]), PLAIN,
                           lambda text: False)
     assert named.warnings == ()  # only the tools the model may call

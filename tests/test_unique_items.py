@@ -334,3 +334,39 @@ def test_the_grammar_refuses_what_ends_a_repeated_integer(tiny_pair: tuple[Path,
         state.consume(tokens(model, "[1,2,1"))
         allowed = {model.token_bytes(token) for token in state.allowed()}
         assert b"0" in allowed and not {b",", b"]", b" "} & allowed  # 10-19 go on; `,` `]` or a space would end 1
+
+
+TAG_TOOL = {"type": "function", "function": {"name": "tag_post", "parameters": {
+    "type": "object", "properties": {"tags": TAGS}, "required": ["tags"]}}}
+NUMBER_TOOL = {"type": "function", "function": {"name": "sums", "parameters": {
+    "type": "object", "properties": {"n": NUMBERS}}}}
+
+
+@pytest.mark.parametrize("syntax", ["hermes", "llama3", "json"])
+def test_a_tools_arguments_are_held_in_every_call(syntax: str) -> None:
+    """Each call's arguments are followed from its head on; repeats between calls are not repeats."""
+    from localspec.app.tool_calls import ToolSyntax, tool_grammar, tool_request
+    from localspec.engine.calls_cursor import CallsCursor, call_schemas
+
+    calls = call_schemas(tool_grammar(tool_request([TAG_TOOL, NUMBER_TOOL], "auto"), ToolSyntax(syntax)))
+    assert [head for head, _ in calls] == [f'{{"name": "{name}", "{"parameters" if syntax == "llama3" else "arguments"}": '
+                                           .encode() for name in ("tag_post", "sums")]
+    first = calls[0][0] + b'{"tags": ["a", "b"]}}'
+    cursor = CallsCursor.start(calls).feed(b'<tool_call>\n' + first + b'\n</tool_call>\n<tool_call>\n' + calls[0][0])
+    assert cursor is not None and cursor.feed(b'{"tags": ["b", "a"]}') is not None
+    assert cursor.feed(b'{"tags": ["b", "b"') is None
+    assert CallsCursor.start(calls).feed(calls[1][0] + b'{"n": [1, 1]}') is not None  # numbers: not held
+
+
+def test_a_tools_repeated_item_is_refused_in_the_grammar_and_warned_of_only_where_not_held(
+        tiny_pair: tuple[Path, Path]) -> None:
+    from localspec.app.tool_calls import ToolSyntax, prepare_tools, tool_grammar, tool_request
+
+    request = tool_request([TAG_TOOL, NUMBER_TOOL], "required")
+    assert [warning.split(":")[0] for warning in prepare_tools(request, None, lambda text: False).warnings] == [
+        "tools[1].function.parameters"]
+    grammar = compile_format(OutputFormat("grammar", tool_grammar(request, ToolSyntax.HERMES), "tools")).grammar
+    with Model(tiny_pair[0]) as model:
+        state = TokenGrammar.start(model, grammar)
+        state.consume(tokens(model, '<tool_call>\n{"name": "tag_post", "arguments": {"tags": ["cat", "cat'))
+        assert tokens(model, '"')[0] not in state.allowed()

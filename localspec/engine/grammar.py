@@ -24,7 +24,7 @@ from ..config.files import parse_user_json
 from ..errors import InputError
 from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, schemas_in
 from .schema_places import survey_unique_arrays
-from .unique_items import schema_of_grammar
+from .unique_items import schemas_of_grammar
 
 KINDS = ("json", "json_schema", "grammar", "regex")
 
@@ -211,9 +211,9 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
 def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
     """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings or
     integers, see unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
-    schema = schema_of_grammar(grammar)
-    arrays = survey_unique_arrays(schema) if schema is not None else None
-    if arrays is None or not arrays.held:
+    surveys = [survey_unique_arrays(schema) for schema in schemas_of_grammar(grammar)]
+    held, not_held = sum(len(arrays.held) for arrays in surveys), sum(arrays.not_held for arrays in surveys)
+    if not held:
         return messages
     kept = []
     for message in messages:
@@ -224,8 +224,8 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
         keys = [key for key in json.loads(unimplemented["keys"]) if key != "uniqueItems"]
         if keys:
             kept.append(f"Unimplemented keys: {json.dumps(keys)}{unimplemented['times'] or ''}")
-    if arrays.not_held:
-        kept.append(f"uniqueItems on {arrays.not_held} array{'s' if arrays.not_held > 1 else ''} (localspec holds it"
+    if not_held:
+        kept.append(f"uniqueItems on {not_held} array{'s' if not_held > 1 else ''} (localspec holds it"
                     " on arrays of strings or integers where it can follow the schema)")
     return kept
 

@@ -80,6 +80,11 @@ class JsonCursor:
         return cls(SchemaPlaces(schema))
 
     @property
+    def settled(self) -> bool:
+        """Whether no byte can make an item repeat from here: the document is complete, or not followed."""
+        return self.expects in (DONE, LOST)
+
+    @property
     def in_held_array(self) -> bool:
         """The innermost container is an array the rule holds: the next bytes may complete one of its items."""
         return bool(self.containers) and self.containers[-1].held and self.expects not in (DONE, LOST)

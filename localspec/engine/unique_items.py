@@ -21,18 +21,24 @@ distribution, and speculative decoding stays exact w.r.t. the constrained target
 
 Only arrays the cursor can place are held (schema_places.py follows the schema as
 the cursor does); `survey_unique_arrays` says which those are, so that a warning
-"not enforced" stays for any other.
+"not enforced" stays for any other. In a tool-call grammar each call's arguments
+are followed the same way (calls_cursor.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from .json_cursor import DONE, LOST, QUOTE, JsonCursor
+from .calls_cursor import CallsCursor, call_schemas
+from .json_cursor import QUOTE, JsonCursor
 from .schema_places import survey_unique_arrays
+
+# A grammar of one JSON value and nothing else, as tool_calls checks a tool's parameters schema alone.
+_LONE_JSON = re.compile(r"start: %json (\{.*\})\n?")
 
 
 def schema_of_grammar(grammar: str) -> dict[str, Any] | None:
@@ -46,6 +52,22 @@ def schema_of_grammar(grammar: str) -> dict[str, Any] | None:
         return None
     schema = grammars[0].get("json_schema")
     return schema if isinstance(schema, dict) else None
+
+
+def schemas_of_grammar(grammar: str) -> list[dict[str, Any]]:
+    """The JSON schemas whose documents an llguidance grammar string writes, where the rule can tell: a JSON
+    schema's grammar, a lone `%json` value's, or the arguments of each call in a tool-call grammar."""
+    schema = schema_of_grammar(grammar)
+    if schema is not None:
+        return [schema]
+    lone = _LONE_JSON.fullmatch(grammar)
+    if lone is not None:
+        try:
+            value = json.loads(lone[1])
+        except ValueError:
+            return []
+        return [value] if isinstance(value, dict) else []
+    return [schema for _, schema in call_schemas(grammar)]
 
 
 class Vocabulary(Protocol):
@@ -62,7 +84,7 @@ class UniqueItems:
     """The rule "no item twice" over the tokens a grammar has consumed: a `JsonCursor` for each token
     consumed (so the grammar can step back along a draft), and which tokens the rule rules out next."""
 
-    def __init__(self, cursors: list[JsonCursor], vocabulary: Vocabulary,
+    def __init__(self, cursors: list[JsonCursor | CallsCursor], vocabulary: Vocabulary,
                  quote_tokens: np.ndarray | None = None, opening_tokens: np.ndarray | None = None) -> None:
         self._cursors = cursors
         self._vocabulary = vocabulary
@@ -75,9 +97,12 @@ class UniqueItems:
     def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueItems | None":
         """The rule for `grammar`, where it is a JSON schema's with an array the rule holds."""
         schema = schema_of_grammar(grammar)
-        if schema is None or not survey_unique_arrays(schema).held:
-            return None
-        return cls([JsonCursor.start(schema)], vocabulary)
+        if schema is not None:
+            return cls([JsonCursor.start(schema)], vocabulary) if survey_unique_arrays(schema).held else None
+        calls = call_schemas(grammar)
+        if any(survey_unique_arrays(arguments).held for _, arguments in calls):
+            return cls([CallsCursor.start(calls)], vocabulary)
+        return None
 
     def copy(self) -> "UniqueItems":
         """An independent copy (a drafter advances it along its draft)."""
@@ -89,7 +114,7 @@ class UniqueItems:
 
     def taken(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the rule takes in a row."""
-        cursor: JsonCursor | None = self._cursors[-1]
+        cursor: JsonCursor | CallsCursor | None = self._cursors[-1]
         for count, token in enumerate(tokens):
             cursor = cursor.feed(self._vocabulary.token_bytes(token)) if cursor is not None else None
             if cursor is None:
@@ -101,7 +126,7 @@ class UniqueItems:
         checked where they can: those that can close a string, and near a maxLength, in an enum or among
         integers, any."""
         cursor = self._cursors[-1]
-        if cursor.expects in (DONE, LOST):
+        if cursor.settled:
             return allowed
         if not cursor.in_held_array:  # only a token that opens an array as well can repeat an item of it
             candidates = np.intersect1d(allowed, self._opening_tokens, assume_unique=True)
