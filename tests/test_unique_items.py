@@ -370,3 +370,15 @@ def test_a_tools_repeated_item_is_refused_in_the_grammar_and_warned_of_only_wher
         state = TokenGrammar.start(model, grammar)
         state.consume(tokens(model, '<tool_call>\n{"name": "tag_post", "arguments": {"tags": ["cat", "cat'))
         assert tokens(model, '"')[0] not in state.allowed()
+
+
+def test_a_lark_grammar_of_one_json_value_is_held_as_its_warning_says(tiny_pair: tuple[Path, Path]) -> None:
+    """`--grammar` with `start: %json {...}` (lenient, else llguidance refuses uniqueItems): where the warning is
+    dropped, the rule holds the output too."""
+    lenient = {**TAGS, "x-guidance": {"lenient": True}}
+    compiled = compile_format(OutputFormat("grammar", f"start: %json {json.dumps(lenient)}\n", "g.lark"))
+    assert compiled.warnings == ()
+    with Model(tiny_pair[0]) as model:
+        state = TokenGrammar.start(model, compiled.grammar)
+        state.consume(tokens(model, '["cat", "cat'))
+        assert tokens(model, '"')[0] not in state.allowed()

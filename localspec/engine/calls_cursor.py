@@ -73,7 +73,7 @@ class CallsCursor:
     def feed(self, data: bytes) -> "CallsCursor | None":
         """The cursor after `data`; None where `data` makes an item of a call's arguments repeat one."""
         cursor = self
-        for at, byte in enumerate(data):
+        for at in range(len(data)):
             if cursor.arguments is not None:
                 arguments = cursor.arguments.feed(data[at:at + 1])
                 if arguments is None:

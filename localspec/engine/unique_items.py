@@ -37,7 +37,7 @@ from .calls_cursor import CallsCursor, call_schemas
 from .json_cursor import QUOTE, JsonCursor
 from .schema_places import survey_unique_arrays
 
-# A grammar of one JSON value and nothing else, as tool_calls checks a tool's parameters schema alone.
+# A Lark grammar of one JSON value and nothing else (`--grammar`, or tool_calls checking one parameters schema).
 _LONE_JSON = re.compile(r"start: %json (\{.*\})\n?")
 
 
@@ -57,17 +57,21 @@ def schema_of_grammar(grammar: str) -> dict[str, Any] | None:
 def schemas_of_grammar(grammar: str) -> list[dict[str, Any]]:
     """The JSON schemas whose documents an llguidance grammar string writes, where the rule can tell: a JSON
     schema's grammar, a lone `%json` value's, or the arguments of each call in a tool-call grammar."""
+    schema = _whole_document_schema(grammar)
+    return [schema] if schema is not None else [schema for _, schema in call_schemas(grammar)]
+
+
+def _whole_document_schema(grammar: str) -> dict[str, Any] | None:
+    """The schema of the whole text a grammar writes, where it is one JSON document: a JSON schema's grammar, or
+    a lone `%json` value's."""
     schema = schema_of_grammar(grammar)
-    if schema is not None:
-        return [schema]
-    lone = _LONE_JSON.fullmatch(grammar)
+    lone = _LONE_JSON.fullmatch(grammar) if schema is None else None
     if lone is not None:
         try:
-            value = json.loads(lone[1])
+            schema = json.loads(lone[1])
         except ValueError:
-            return []
-        return [value] if isinstance(value, dict) else []
-    return [schema for _, schema in call_schemas(grammar)]
+            return None
+    return schema if isinstance(schema, dict) else None
 
 
 class Vocabulary(Protocol):
@@ -96,7 +100,7 @@ class UniqueItems:
     @classmethod
     def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueItems | None":
         """The rule for `grammar`, where it is a JSON schema's with an array the rule holds."""
-        schema = schema_of_grammar(grammar)
+        schema = _whole_document_schema(grammar)
         if schema is not None:
             return cls([JsonCursor.start(schema)], vocabulary) if survey_unique_arrays(schema).held else None
         calls = call_schemas(grammar)
