@@ -206,55 +206,46 @@ def test_constrained_output_is_identical_with_and_without_speculation(demo_sessi
     assert rejected > 0  # ... and left choices where drafts were rejected
 
 
-def test_unique_string_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
-    """At T=0 the demo target lists "baking" six times as a recipe's tags; held to uniqueItems it writes
-    distinct tags, the same with and without speculation, and the output validates."""
+def held_unique_output(session: Session, schema: dict, prompt: str) -> dict:
+    """The demo target's T=0 answer to `prompt` held to `schema`, whose uniqueItems localspec holds (no warning):
+    the same tokens with and without speculation, and valid against the schema."""
     import json
 
     import jsonschema
 
     from localspec.engine.grammar import OutputFormat, compile_format
 
-    schema = {"type": "object", "required": ["name", "tags"],
-              "properties": {"name": {"type": "string"},
-                             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 3}}}
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
     assert compiled.warnings == ()
-    prompt = "Give a sourdough bread recipe's name and tags as JSON. Tags: baking, sourdough, baking, bread."
-    tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+    tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
     settings = GenerationSettings(GREEDY, SpeculativeParams(), max_tokens=200)
-    baseline = generate_text(demo_session.target, tokens, settings, grammar=compiled.grammar)
-    drafted = demo_session.generation(tokens, settings, grammar=compiled.grammar)
+    baseline = generate_text(session.target, tokens, settings, grammar=compiled.grammar)
+    drafted = session.generation(tokens, settings, grammar=compiled.grammar)
     for _ in drafted:
         pass
     assert drafted.tokens == baseline.tokens
-    tags = json.loads(drafted.text)["tags"]
-    jsonschema.validate(json.loads(drafted.text), schema)
+    output = json.loads(drafted.text)
+    jsonschema.validate(output, schema)
+    return output
+
+
+def test_unique_string_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
+    """At T=0 the demo target lists "baking" six times as a recipe's tags; held to uniqueItems it writes
+    distinct tags, the same with and without speculation, and the output validates."""
+    schema = {"type": "object", "required": ["name", "tags"],
+              "properties": {"name": {"type": "string"},
+                             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 3}}}
+    prompt = "Give a sourdough bread recipe's name and tags as JSON. Tags: baking, sourdough, baking, bread."
+    tags = held_unique_output(demo_session, schema, prompt)["tags"]
     assert "baking" in tags and len(tags) >= 3
 
 
 def test_unique_integer_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
     """At T=0 the demo target picks lottery numbers `[7, 7, 13, 21, 7, 42]`; held to uniqueItems, distinct ones,
     the same with and without speculation."""
-    import json
-
-    import jsonschema
-
-    from localspec.engine.grammar import OutputFormat, compile_format
-
     schema = {"type": "object", "required": ["numbers"], "properties": {
         "numbers": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 6, "maxItems": 6}}}
-    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
-    assert compiled.warnings == ()
-    prompt = "Pick six lottery numbers for Saturday's draw, for example 7, 7, 13, 21, 7, 42."
-    tokens = demo_session.chat_prompt_tokens([{"role": "user", "content": prompt}])
-    settings = GenerationSettings(GREEDY, SpeculativeParams(), max_tokens=200)
-    baseline = generate_text(demo_session.target, tokens, settings, grammar=compiled.grammar)
-    drafted = demo_session.generation(tokens, settings, grammar=compiled.grammar)
-    for _ in drafted:
-        pass
-    assert drafted.tokens == baseline.tokens
-    jsonschema.validate(json.loads(drafted.text), schema)
+    held_unique_output(demo_session, schema, "Pick six lottery numbers for Saturday's draw, for example 7, 7, 13, 21, 7, 42.")
 
 
 def test_a_word_has_one_form_with_or_without_the_space_before_it(demo_session: Session) -> None:

@@ -89,7 +89,7 @@ class TokenGrammar:
             raise OutputFormatError(f"the output format cannot be completed from here: {TOO_MUCH_FORCED}")
         if not tokens or self._matcher.validate_tokens(tokens[:1]) != 1:
             return None  # a vocabulary that spells the forced text unlike its own tokens leaves the choice open
-        if self._unique is not None and not self._unique.takes(int(tokens[0])):
+        if self._unique is not None and self._unique.taken(tokens[:1]) != 1:
             raise EveryWayRepeats(f"the output format cannot be completed from here: {_REPEATS_AN_ITEM}")
         return int(tokens[0])
 

@@ -87,7 +87,7 @@ class JsonCursor:
     @property
     def in_held_array(self) -> bool:
         """The innermost container is an array the rule holds: the next bytes may complete one of its items."""
-        return bool(self.containers) and self.containers[-1].held and self.expects not in (DONE, LOST)
+        return bool(self.containers) and self.containers[-1].held and not self.settled
 
     def feed(self, data: bytes) -> "JsonCursor | None":
         """The cursor after `data`; None where `data` makes an item of an array the rule holds repeat one: ends

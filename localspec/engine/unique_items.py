@@ -112,10 +112,6 @@ class UniqueItems:
         """An independent copy (a drafter advances it along its draft)."""
         return UniqueItems(list(self._cursors), self._vocabulary, self._quote_tokens, self._opening_tokens)
 
-    def takes(self, token: int) -> bool:
-        """Whether `token` may come next: it makes no item repeat one (see `JsonCursor.feed`)."""
-        return self._cursors[-1].feed(self._vocabulary.token_bytes(token)) is not None
-
     def taken(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the rule takes in a row."""
         cursor: JsonCursor | CallsCursor | None = self._cursors[-1]
