@@ -206,25 +206,32 @@ def test_constrained_output_is_identical_with_and_without_speculation(demo_sessi
     assert rejected > 0  # ... and left choices where drafts were rejected
 
 
-def held_unique_output(session: Session, schema: dict, prompt: str) -> dict:
-    """The demo target's T=0 answer to `prompt` held to `schema`, whose uniqueItems localspec holds (no warning):
-    the same tokens with and without speculation, and valid against the schema."""
+def held_output_text(session: Session, schema: dict, prompt: str, max_tokens: int = 200) -> str:
+    """The demo target's T=0 answer to `prompt` held to `schema`, all of which localspec holds (no warning): the
+    same tokens with and without speculation."""
     import json
-
-    import jsonschema
 
     from localspec.engine.grammar import OutputFormat, compile_format
 
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
     assert compiled.warnings == ()
     tokens = session.chat_prompt_tokens([{"role": "user", "content": prompt}])
-    settings = GenerationSettings(GREEDY, SpeculativeParams(), max_tokens=200)
+    settings = GenerationSettings(GREEDY, SpeculativeParams(), max_tokens=max_tokens)
     baseline = generate_text(session.target, tokens, settings, grammar=compiled.grammar)
     drafted = session.generation(tokens, settings, grammar=compiled.grammar)
     for _ in drafted:
         pass
     assert drafted.tokens == baseline.tokens
-    output = json.loads(drafted.text)
+    return drafted.text
+
+
+def held_unique_output(session: Session, schema: dict, prompt: str) -> dict:
+    """`held_output_text`, parsed, and valid against the schema."""
+    import json
+
+    import jsonschema
+
+    output = json.loads(held_output_text(session, schema, prompt))
     jsonschema.validate(output, schema)
     return output
 
@@ -246,6 +253,44 @@ def test_unique_integer_items_hold_where_the_model_would_repeat_one(demo_session
     schema = {"type": "object", "required": ["numbers"], "properties": {
         "numbers": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 6, "maxItems": 6}}}
     held_unique_output(demo_session, schema, "Pick six lottery numbers for Saturday's draw, for example 7, 7, 13, 21, 7, 42.")
+
+
+def repeated_key(text: str) -> str | None:
+    """The first key written twice in one object of a JSON text (whole or cut short), else None: read apart from
+    localspec's cursor, strings by the json module."""
+    import json
+
+    objects: list[set[str] | None] = []  # each open container: an object's keys so far, None for an array
+    key_next, at = False, 0
+    while at < len(text):
+        if text[at] == '"':
+            try:
+                string, at = json.decoder.scanstring(text, at + 1)
+            except ValueError:  # (cut short inside a string)
+                return None
+            if key_next:
+                if string in objects[-1]:
+                    return string
+                objects[-1].add(string)
+            key_next = False
+            continue
+        if text[at] in "{[":
+            objects.append(set() if text[at] == "{" else None)
+            key_next = text[at] == "{"
+        elif text[at] in "]}":
+            objects.pop()
+        elif text[at] == ",":
+            key_next = objects[-1] is not None
+        at += 1
+    return None
+
+
+def test_keys_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
+    """At T=0, asked for any JSON object, the demo target writes `"looks_like_a_frog": …` again and again in one
+    object; held, every object's keys differ, the same tokens with and without speculation."""
+    text = held_output_text(demo_session, {"type": "object"}, "Describe a cat as a JSON object.", max_tokens=240)
+    assert text.count('"') > 30 and repeated_key(text) is None
+    assert repeated_key('{"a": {"b": 1, "c": [{"b": 2}]}, "b": 3, "a"') == "a"  # (the check itself)
 
 
 def test_a_word_has_one_form_with_or_without_the_space_before_it(demo_session: Session) -> None:

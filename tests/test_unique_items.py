@@ -12,7 +12,7 @@ from tiny_models import write_pair
 from localspec.engine.constraint import TokenGrammar
 from localspec.engine.grammar import OutputFormat, bounded_values, compile_format
 from localspec.engine.json_cursor import JsonCursor
-from localspec.engine.schema_places import survey_unique_arrays
+from localspec.engine.schema_places import survey_held
 from localspec.errors import OutputFormatError
 from localspec.runtime.model import Model
 
@@ -63,7 +63,7 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert repeats_an_item(schema, '{"groups": [["a"], ["b", "b"')
     assert not repeats_an_item(schema, '{"either": ["a", "a"]}')  # two array branches: which one holds is not told
     assert not repeats_an_item(schema, '{"pair": ["a", "a"]}')  # prefixItems: not held
-    arrays = survey_unique_arrays(schema)
+    arrays = survey_held(schema)
     assert arrays.held == [TAGS] and arrays.not_held == 2  # TAGS (also under "either") and "pair"
 
 
@@ -101,7 +101,7 @@ def test_the_warning_names_only_the_arrays_not_held(schema: dict, warnings: list
 ])
 def test_arrays_in_places_the_cursor_does_not_follow_are_counted_as_not_held(schema: dict, held: int,
                                                                               not_held: int) -> None:
-    arrays = survey_unique_arrays(schema)
+    arrays = survey_held(schema)
     assert (len(arrays.held), arrays.not_held) == (held, not_held)
 
 
@@ -317,9 +317,9 @@ def test_an_integer_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(
 ])
 def test_integers_are_held_where_any_can_take_another_digit(items: dict, held: bool) -> None:
     fitted = bounded_values({"type": "array", "items": items, "uniqueItems": True})
-    arrays = survey_unique_arrays(fitted)
+    arrays = survey_held(fitted)
     assert (len(arrays.held), arrays.not_held) == ((1, 0) if held else (0, 1))
-    assert survey_unique_arrays({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}).held == []  # unbounded
+    assert survey_held({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}).held == []  # unbounded
 
 
 def test_an_array_under_a_root_anyof_is_held() -> None:
@@ -382,3 +382,76 @@ def test_a_lark_grammar_of_one_json_value_is_held_as_its_warning_says(tiny_pair:
         state = TokenGrammar.start(model, compiled.grammar)
         state.consume(tokens(model, '["cat", "cat'))
         assert tokens(model, '"')[0] not in state.allowed()
+
+
+FREE_OBJECT = {"type": "object"}
+
+
+@pytest.mark.parametrize("schema, text, repeats", [
+    (FREE_OBJECT, '{"a": 1, "b": 2, "a"', True),
+    (FREE_OBJECT, '{"a": 1, "b": 2, "ab": 3}', False),
+    (FREE_OBJECT, '{"ab": 1, "a\\u0062"', True),  # one key, written two ways
+    (FREE_OBJECT, '{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}', False),  # keys of different objects
+    (FREE_OBJECT, '{"a": {"x": 1, "x"', True),  # a nested object, its values left open
+    (FREE_OBJECT, '{"a": [{"x": 1, "x"', True),
+    (FREE_OBJECT, '{"a": "b", "b": "a", "c": ["a", "a"]}', False),  # values and items are not keys
+    ({"type": "object", "additionalProperties": {"type": "object", "properties": {"x": {}}}},
+     '{"a": {"x": 1, "y": 2, "y"', True),  # a listed key beside open ones
+    ({"type": "object", "patternProperties": {"^x": {}}}, '{"x": 1, "x": 2}', False),  # keys a pattern decides
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": False}, '{"a": 1, "a": 2}', False),
+])
+def test_the_cursor_finds_a_repeated_key_where_an_object_takes_keys_it_does_not_list(schema: dict, text: str,
+                                                                                     repeats: bool) -> None:
+    for chunk in (0, 1, 2, 3):
+        assert repeats_an_item(schema, text, chunk) is repeats, (text, chunk)
+
+
+@pytest.mark.parametrize("schema, other_keys", [
+    (FREE_OBJECT, True),
+    ({}, True),
+    ({"type": "array", "items": {"type": "string"}}, False),
+    ({"type": "array"}, True),  # items left open: objects among them
+    (bounded_values(RECIPE), False),  # (closed: it lists its properties)
+    ({"type": "object", "properties": {"a": FREE_OBJECT}, "additionalProperties": False}, True),
+    ({"type": "object", "patternProperties": {"^x": {"type": "string"}}, "additionalProperties": False}, False),
+])
+def test_the_survey_says_whether_an_object_takes_keys_it_does_not_list(schema: dict, other_keys: bool) -> None:
+    assert survey_held(schema).other_keys is other_keys
+
+
+def test_the_tokens_that_close_a_repeated_key_are_refused_wherever_they_begin() -> None:
+    from localspec.engine.unique_items import UniqueItems
+
+    pieces = [b'{"a":1', b',"a"', b',"b"', b'"', b"a", b', "', b'{"a":1,"a"', b'1,"a":', b'x"]']
+    rule = UniqueItems.for_grammar(json.dumps({"grammars": [{"json_schema": FREE_OBJECT}]}), WordVocabulary(pieces))
+    assert rule is not None
+    assert rule.allowed(np.arange(len(pieces))).tolist() == [0, 1, 2, 3, 4, 5, 7, 8]  # a new object: anything
+    assert rule.consume([0])
+    assert rule.allowed(np.arange(len(pieces))).tolist() == [0, 2, 3, 4, 5, 6, 8]  # `,"a"` and `1,"a":` repeat "a"
+    assert rule.consume([5, 4])  # `{"a":1, "a`: the key being written
+    assert 3 not in rule.allowed(np.arange(len(pieces))).tolist()
+
+
+def test_the_grammar_refuses_a_repeated_key_under_format_json(tiny_pair: tuple[Path, Path]) -> None:
+    """`--format json` takes any keys: the one that closes a key equal to an earlier one of its object is refused."""
+    grammar = compile_format(OutputFormat("json", "", "--format")).grammar
+    with Model(tiny_pair[0]) as model:
+        quote = tokens(model, '"')[0]
+        state = TokenGrammar.start(model, grammar)
+        state.consume(tokens(model, '{"cat": 1, "dog": {"cat": 2}, "ca'))
+        assert quote in state.allowed()  # (allowed where no key is repeated)
+        state.consume(tokens(model, "t"))
+        assert quote not in state.allowed() and len(state.allowed()) > 1  # "cat" again: the key must go on
+        draft = tokens(model, 's": 3, "cat": 4}')
+        assert model.detokenize(draft[:state.validate(draft)]) == 's": 3, "cat'
+
+
+def test_a_tools_arguments_hold_their_keys() -> None:
+    from localspec.app.tool_calls import ToolSyntax, tool_grammar, tool_request
+    from localspec.engine.calls_cursor import CallsCursor, call_schemas
+
+    open_tool = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"meta": FREE_OBJECT}, "required": ["meta"]}}}
+    calls = call_schemas(tool_grammar(tool_request([open_tool], "required"), ToolSyntax.HERMES))
+    cursor = CallsCursor.start(calls).feed(calls[0][0] + b'{"meta": {"k": 1, "k')
+    assert cursor is not None and cursor.in_held_key and cursor.feed(b'"') is None and cursor.feed(b'2"') is not None

@@ -4,8 +4,8 @@ A tool-call grammar (app/tool_calls.py) writes each call as a fixed head, then t
 arguments as JSON held to that tool's parameters schema (`%json`):
 `{"name": "tag_post", "arguments": {...}}`. `CallsCursor` watches the text for a
 head, follows the arguments after it with a `JsonCursor` over that tool's schema
-until they close, and watches for the next head. So `uniqueItems` in a tool's
-parameters is held as in `--json-schema` output (see unique_items.py).
+until they close, and watches for the next head. So `uniqueItems` and unique keys
+in a tool's parameters are held as in `--json-schema` output (see unique_items.py).
 """
 
 from __future__ import annotations
@@ -66,12 +66,22 @@ class CallsCursor:
         """Inside a call's arguments, in an array the rule holds (see `JsonCursor.in_held_array`)."""
         return self.arguments is not None and self.arguments.in_held_array
 
+    @property
+    def in_string(self) -> bool:
+        """Inside a call's arguments, in a string (see `JsonCursor.in_string`)."""
+        return self.arguments is not None and self.arguments.in_string
+
+    @property
+    def in_held_key(self) -> bool:
+        """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""
+        return self.arguments is not None and self.arguments.in_held_key
+
     def room_before_a_forced_repeat(self) -> int | None:
         """As `JsonCursor.room_before_a_forced_repeat`, inside a call's arguments; None outside them."""
         return self.arguments.room_before_a_forced_repeat() if self.arguments is not None else None
 
     def feed(self, data: bytes) -> "CallsCursor | None":
-        """The cursor after `data`; None where `data` makes an item of a call's arguments repeat one."""
+        """The cursor after `data`; None where `data` makes an item or a key of a call's arguments repeat one."""
         cursor = self
         for at in range(len(data)):
             if cursor.arguments is not None:

@@ -11,9 +11,10 @@ A matcher that is fed a token it does not allow enters an error state for good,
 so every token is validated (by the mask it was drawn under, or `validate`)
 before it is consumed.
 
-One rule llguidance does not hold is held here beside it: `uniqueItems` over
-strings and integers (`unique_items.UniqueItems`), which takes out of every mask
-the tokens that would repeat an item, and cuts drafts there.
+Rules llguidance does not hold are held here beside it: `uniqueItems` over
+strings and integers, and unique keys in objects that take keys they do not list
+(`unique_items.UniqueItems`), which takes out of every mask the tokens that would
+repeat an item or a key, and cuts drafts there.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class TokenGrammar:
     def __init__(self, matcher: Any, n_vocab: int, unique: UniqueItems | None = None) -> None:
         self._matcher = matcher
         self.n_vocab = n_vocab
-        self._unique = unique  # uniqueItems, where llguidance does not hold it and localspec can (unique_items.py)
+        self._unique = unique  # uniqueItems and unique keys, where llguidance does not hold them (unique_items.py)
 
     @classmethod
     def start(cls, model: Model, grammar: str) -> "TokenGrammar":

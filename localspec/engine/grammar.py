@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from ..config.files import parse_user_json
 from ..errors import InputError
 from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, schemas_in
-from .schema_places import survey_unique_arrays
+from .schema_places import survey_held
 from .unique_items import schemas_of_grammar
 
 KINDS = ("json", "json_schema", "grammar", "regex")
@@ -53,7 +53,8 @@ STRING_LENGTH_LIMIT = 256
 
 # And arrays and objects: at T=0 a small model can list one item after another for ever (a product's
 # tags `"WiFi", "WiFi", …`, a recipe's milk and eggs in turn, on held-out schemas), or one key after
-# another (`"skillId": "8583333"` again and again under `--format json`). An array whose length a schema
+# another (`"skillId": "8583333"` again and again under `--format json`: a repeated key is refused now, see
+# unique_items.py, but a model can go on with new ones). An array whose length a schema
 # leaves open (no maxItems, nor a closed list of items) holds at most this many items, and an object that
 # takes keys it does not list (no maxProperties) at most this many properties; a schema that wants more
 # says so with its own maxItems or maxProperties.
@@ -211,7 +212,7 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
 def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
     """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings or
     integers, see unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
-    surveys = [survey_unique_arrays(schema) for schema in schemas_of_grammar(grammar)]
+    surveys = [survey_held(schema) for schema in schemas_of_grammar(grammar)]
     held, not_held = sum(len(arrays.held) for arrays in surveys), sum(arrays.not_held for arrays in surveys)
     if not held:
         return messages

@@ -1,10 +1,11 @@
-"""A JSON text followed byte by byte as it is written, far enough to hold `uniqueItems` in the arrays it can.
+"""A JSON text followed byte by byte as it is written, far enough to hold `uniqueItems` in the arrays it can, and
+unique keys in the objects that take keys they do not list.
 
 `JsonCursor` is immutable: `feed` returns the cursor after more bytes, or None
-where they would make an item of such an array repeat an earlier one (see
-unique_items.py for the rule and why). The grammar guarantees the text is valid
-JSON for the schema; bytes that are not lead the cursor to LOST, never to an
-exception.
+where they would make an item of such an array, or a key of such an object,
+repeat an earlier one (see unique_items.py for the rule and why). The grammar
+guarantees the text is valid JSON for the schema; bytes that are not lead the
+cursor to LOST, never to an exception.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .schema_places import FREE_INTEGER_DIGITS, HeldItems, SchemaPlaces, held_items
+from .schema_places import FREE_INTEGER_DIGITS, HeldItems, SchemaPlaces, held_items, takes_other_keys
 
 _WHITESPACE = b" \t\r\n"
 _NUMBER_BYTES = b"0123456789+-.eE"
@@ -29,12 +30,13 @@ KEY_TEXT, VALUE_TEXT, ITEM_TEXT = range(3)
 @dataclass(frozen=True)
 class _Container:
     """An open object or array: its schema (None where not followed), and for an array the rule holds, the
-    items it holds so far."""
+    items it holds so far; for an object whose keys it holds, the keys so far."""
 
     schema: dict[str, Any] | None
     is_array: bool
     items: HeldItems | None = None  # an array the rule holds: what it takes as items
-    seen: frozenset[str | int] = frozenset()
+    holds_keys: bool = False  # an object that takes keys it does not list (`takes_other_keys`): its keys are held
+    seen: frozenset[str | int] = frozenset()  # the items held so far, or the keys
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
     seen_at_max_length: bool = False  # an item it holds is as long as they may be: a new one that long must differ
@@ -89,9 +91,19 @@ class JsonCursor:
         """The innermost container is an array the rule holds: the next bytes may complete one of its items."""
         return bool(self.containers) and self.containers[-1].held and not self.settled
 
+    @property
+    def in_string(self) -> bool:
+        """A string (a key, a value or an item) is being written."""
+        return self.expects == STRING
+
+    @property
+    def in_held_key(self) -> bool:
+        """A key of an object whose keys the rule holds is being written: the next bytes may complete it."""
+        return self.expects == STRING and self.role == KEY_TEXT and self.containers[-1].holds_keys
+
     def feed(self, data: bytes) -> "JsonCursor | None":
-        """The cursor after `data`; None where `data` makes an item of an array the rule holds repeat one: ends
-        it equal to an earlier one, leaves an enum's item where it can only become a value already held, or leaves
+        """The cursor after `data`; None where `data` ends a key of an object the rule holds equal to an earlier
+        one, or makes an item of an array the rule holds repeat one: ends it equal to an earlier one, leaves an enum's item where it can only become a value already held, or leaves
         one where it can only end as a copy (a free string at its maxLength equal to an earlier one: only the
         closing quote can follow; an integer whose every way on, more digits or none, is held already)."""
         reader = _Reader(self)
@@ -144,7 +156,7 @@ class _Reader:
                           self.escaped, self.literal_left)
 
     def step(self, byte: int) -> bool:
-        """Read one byte; False where it ends an item equal to an earlier one."""
+        """Read one byte; False where it ends an item or a key equal to an earlier one."""
         expects = self.expects
         if expects == STRING:
             return self._in_string(byte)
@@ -178,8 +190,8 @@ class _Reader:
         elif expects == COLON:
             self.expects = VALUE if byte == ord(":") else LOST
         elif expects == AFTER_VALUE:
-            if byte == ord(","):
-                self.expects = VALUE if self.containers and self.containers[-1].is_array else KEY
+            if byte == ord(",") and self.containers:
+                self.expects = VALUE if self.containers[-1].is_array else KEY
             elif byte in b"]}" and self.containers:
                 self._container_closes()
             else:
@@ -205,10 +217,13 @@ class _Reader:
         item = parent is not None and parent.held
         if kind == "string":
             self._string_opens(ITEM_TEXT if item else VALUE_TEXT)
-        elif kind in ("object", "array"):
-            items = held_items(schema) if kind == "array" else None
-            self.containers.append(_Container(schema, kind == "array", items))
-            self.expects = VALUE if kind == "array" else KEY
+        elif kind == "array":
+            self.containers.append(_Container(schema, True, held_items(schema)))
+            self.expects = VALUE
+        elif kind == "object":
+            holds_keys = schema is not None and takes_other_keys(schema)
+            self.containers.append(_Container(schema, False, holds_keys=holds_keys))
+            self.expects = KEY
         elif kind == "number":
             self.expects, self.role, self.text = NUMBER, ITEM_TEXT if item else VALUE_TEXT, bytes((byte,))
         else:
@@ -239,7 +254,11 @@ class _Reader:
             return True
         self.expects = AFTER_VALUE
         if self.role == KEY_TEXT:
-            self.containers[-1] = replace(self.containers[-1], key=text)
+            container = self.containers[-1]
+            if container.holds_keys and text in container.seen:
+                return False
+            seen = container.seen | {text} if container.holds_keys else container.seen
+            self.containers[-1] = replace(container, key=text, seen=seen)
             self.expects = COLON
             return True
         return self._item_ends(text)

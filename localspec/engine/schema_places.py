@@ -3,8 +3,9 @@
 `SchemaPlaces` gives the schema of a property's value or an array's item,
 resolved through local `$ref`s and through an `anyOf`/`oneOf` where one branch
 alone takes the value's JSON type (the first byte of a value tells its type).
-`survey_unique_arrays` walks a schema the same way to say which arrays with
-`uniqueItems` the rule of unique_items.py holds, and how many it does not.
+`survey_held` walks a schema the same way to say which arrays with
+`uniqueItems` the rule of unique_items.py holds, how many it does not, and
+whether any object takes keys it does not list (whose keys the rule holds unique).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _FREE_INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusi
 # The digits of the longest integer localspec's bounds take (grammar.NUMBER_MAGNITUDE_LIMIT, 10**15, excluded).
 FREE_INTEGER_DIGITS = 15
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
+_ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
 _NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
 # The keywords that apply to one type of value only (a schema that does not say its type may carry both kinds).
 _ARRAY_ONLY_KEYWORDS = {"items", "prefixItems", "contains", "additionalItems", "unevaluatedItems", "minContains",
@@ -71,6 +73,13 @@ def _bounded_to_free_digits(items: dict[str, Any]) -> bool:
     return (upper in ({"maximum": most - 1}, {"exclusiveMaximum": most})
             and lower in ({"minimum": -most + 1}, {"exclusiveMinimum": -most})
             and not any(isinstance(bound, bool) for bound in (*upper.values(), *lower.values())))
+
+
+def takes_other_keys(schema: dict[str, Any]) -> bool:
+    """Whether an object of `schema` takes keys it does not list, of any name (no `additionalProperties: false`, no
+    `patternProperties`). llguidance writes an object's listed keys at most once each, in order, but lets such other
+    keys repeat: the rule holds them unique, and a key equal to an earlier one can always take another character."""
+    return "patternProperties" not in schema and schema.get("additionalProperties", True) is not False
 
 
 class SchemaPlaces:
@@ -138,13 +147,11 @@ class SchemaPlaces:
                 return properties[key]
             if "patternProperties" in container:
                 return None  # (which pattern a key matches is not followed)
-            extra = container.get("additionalProperties")
-            return extra if isinstance(extra, dict) else None
+            return _values_under(container, "additionalProperties")
         prefix = container.get("prefixItems")
         if isinstance(prefix, list) and index < len(prefix):
             return prefix[index]
-        items = container.get("items")
-        return items if isinstance(items, dict) else None
+        return _values_under(container, "items")
 
     def asking_unique(self, schema: Any) -> list[dict[str, Any]]:
         """The schemas with `uniqueItems` in `schema`, through its local `$ref`s too (any in the root where a ref
@@ -180,24 +187,28 @@ class SchemaPlaces:
         return node
 
 
-class UniqueArrays(NamedTuple):
-    """What the rule makes of a schema's `uniqueItems`: the arrays it holds, and how many others ask for it."""
+class HeldPlaces(NamedTuple):
+    """What the rule holds in a schema's documents: the arrays with `uniqueItems` it holds, how many others ask for
+    it, and whether any object it places takes keys it does not list (`takes_other_keys`: the rule holds them)."""
 
     held: list[dict[str, Any]]
     not_held: int
+    other_keys: bool
 
 
-def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
+def survey_held(root: dict[str, Any]) -> HeldPlaces:
     """Every array with `uniqueItems` a document of `root` can hold, as the cursor would meet it: held where it is
     one of strings or integers the cursor places (see SchemaPlaces), not held where its items are anything else or the
     cursor cannot place it (a `patternProperties` value, an `allOf`, a branch the value's type does not tell, a
-    `not` or an `if`...)."""
+    `not` or an `if`...); and whether an object the cursor places takes keys it does not list."""
     places = SchemaPlaces(root)
     held: dict[int, dict[str, Any]] = {}
     not_held: dict[int, dict[str, Any]] = {}
     visited: set[tuple[int, str]] = set()
+    other_keys = False
 
     def walk(schema: Any, json_type: str) -> None:
+        nonlocal other_keys
         node = places.of_value(schema, json_type)
         if node is None:
             if json_type in places.types(schema):  # a value of this type may stand here, its schema not followed
@@ -209,18 +220,19 @@ def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
         if json_type == "array":
             if node.get("uniqueItems") is True:
                 (held if held_items(node) is not None else not_held)[id(node)] = node
-            prefix, items = node.get("prefixItems"), node.get("items")
+            prefix, items = node.get("prefixItems"), _values_under(node, "items")
             places_followed = list(prefix) if isinstance(prefix, list) else []
             followed = {"prefixItems"} if isinstance(prefix, list) else set()
-            if isinstance(items, dict):  # (not the list of a schema before 2020-12, which `child` does not follow)
+            if items is not None:  # (not the list of a schema before 2020-12, which `child` does not follow)
                 places_followed.append(items)
                 followed.add("items")
         elif json_type == "object":
+            other_keys = other_keys or takes_other_keys(node)
             properties = node.get("properties")
             places_followed = list(properties.values()) if isinstance(properties, dict) else []
             followed = {"properties"}
             if "patternProperties" not in node:
-                places_followed.append(node.get("additionalProperties"))
+                places_followed.append(_values_under(node, "additionalProperties"))
                 followed.add("additionalProperties")
         else:
             places_followed, followed = [], set()
@@ -234,7 +246,16 @@ def survey_unique_arrays(root: dict[str, Any]) -> UniqueArrays:
 
     for kind in JSON_TYPES:
         walk(root, kind)
-    return UniqueArrays(list(held.values()), len(not_held))  # (one held in one place and not in another: both)
+    return HeldPlaces(list(held.values()), len(not_held), other_keys)  # (an array held in one place, not in another: both)
+
+
+def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:
+    """The schema `keyword` (`items`, `additionalProperties`) gives the values it covers: its own, any value where it
+    is absent or true (`{}`); None where it is not a schema (false: no value; a list: not followed)."""
+    values = schema.get(keyword, True)
+    if values is True:
+        return _ANY_VALUE
+    return values if isinstance(values, dict) else None
 
 
 def _json_type(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""`uniqueItems` over strings and integers, held while the JSON is written.
+"""`uniqueItems` over strings and integers, and unique keys, held while the JSON is written.
 
 A grammar cannot say "unlike every earlier item", so llguidance does not
 enforce `uniqueItems` (grammar.py spells it out where the items are a few listed
@@ -20,22 +20,32 @@ others: the mask still comes first in the one function that turns logits into a
 distribution, and speculative decoding stays exact w.r.t. the constrained target.
 
 Only arrays the cursor can place are held (schema_places.py follows the schema as
-the cursor does); `survey_unique_arrays` says which those are, so that a warning
+the cursor does); `survey_held` says which those are, so that a warning
 "not enforced" stays for any other. In a tool-call grammar each call's arguments
 are followed the same way (calls_cursor.py).
+
+Keys, too: llguidance writes an object's listed properties at most once, but the
+keys it does not list (`{"type": "object"}`, `--format json`, an open
+`additionalProperties`) may repeat, and a small model at T=0 loops on one
+(`"looks_like_a_frog": "A cat with a long, curly tail…"` thirty times, till
+max_tokens) into JSON whose parsers keep the last value only. In every object the
+cursor places that takes such keys, the closing quote of a key equal to an earlier
+one of that object is dropped from the mask; such a key can always take another
+character, so this never leads into a dead end.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from .calls_cursor import CallsCursor, call_schemas
 from .json_cursor import QUOTE, JsonCursor
-from .schema_places import survey_unique_arrays
+from .schema_places import survey_held
 
 # A Lark grammar of one JSON value and nothing else (`--grammar`, or tool_calls checking one parameters schema).
 _LONE_JSON = re.compile(r"start: %json (\{.*\})\n?")
@@ -84,33 +94,57 @@ class Vocabulary(Protocol):
     def token_lengths(self) -> np.ndarray: ...
 
 
-class UniqueItems:
-    """The rule "no item twice" over the tokens a grammar has consumed: a `JsonCursor` for each token
-    consumed (so the grammar can step back along a draft), and which tokens the rule rules out next."""
+@dataclass(frozen=True)
+class _Suspects:
+    """The tokens that may make an item or a key repeat, checked by where the text is. Only a token that holds a
+    quote can close a string; outside an array the rule holds, only one that opens an array as well (`["a","a"`,
+    `[1,1,`) can repeat an item in it, and inside another string only one that closes it first (a quote and a
+    `[`); outside a key the rule holds, only one that holds two quotes or more can write a key whole (`,"a"`)."""
 
-    def __init__(self, cursors: list[JsonCursor | CallsCursor], vocabulary: Vocabulary,
-                 quote_tokens: np.ndarray | None = None, opening_tokens: np.ndarray | None = None) -> None:
+    quotes: np.ndarray
+    openings: np.ndarray
+    quoted_openings: np.ndarray
+    two_quotes: np.ndarray | None  # (None: the grammar has no object whose keys the rule holds)
+
+    @classmethod
+    def of(cls, vocabulary: Vocabulary, keys_held: bool) -> "_Suspects":
+        quotes, openings = vocabulary.tokens_holding(QUOTE), vocabulary.tokens_holding(ord("["))
+        two_quotes = None
+        if keys_held:
+            two_quotes = np.array([token for token in quotes.tolist() if vocabulary.token_bytes(token).count(b'"') >= 2],
+                                  dtype=np.int64)
+        return cls(quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), two_quotes)
+
+
+class UniqueItems:
+    """The rule "no item twice, no key twice" over the tokens a grammar has consumed: a `JsonCursor` for each
+    token consumed (so the grammar can step back along a draft), and which tokens the rule rules out next."""
+
+    def __init__(self, cursors: list[JsonCursor | CallsCursor], vocabulary: Vocabulary, suspects: _Suspects) -> None:
         self._cursors = cursors
         self._vocabulary = vocabulary
-        # Only a token that holds a quote can close a string; outside an array the rule holds, only one that
-        # opens an array as well (`["a","a"`, `[1,1,`) can repeat an item in it.
-        self._quote_tokens = vocabulary.tokens_holding(QUOTE) if quote_tokens is None else quote_tokens
-        self._opening_tokens = vocabulary.tokens_holding(ord("[")) if opening_tokens is None else opening_tokens
+        self._suspects = suspects
 
     @classmethod
     def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueItems | None":
-        """The rule for `grammar`, where it is a JSON schema's with an array the rule holds."""
+        """The rule for `grammar`, where it is a JSON schema's (or a tool-call grammar) with an array or an
+        object's keys the rule holds."""
         schema = _whole_document_schema(grammar)
         if schema is not None:
-            return cls([JsonCursor.start(schema)], vocabulary) if survey_unique_arrays(schema).held else None
+            survey = survey_held(schema)
+            if not (survey.held or survey.other_keys):
+                return None
+            return cls([JsonCursor.start(schema)], vocabulary, _Suspects.of(vocabulary, survey.other_keys))
         calls = call_schemas(grammar)
-        if any(survey_unique_arrays(arguments).held for _, arguments in calls):
-            return cls([CallsCursor.start(calls)], vocabulary)
-        return None
+        surveys = [survey_held(arguments) for _, arguments in calls]
+        if not any(survey.held or survey.other_keys for survey in surveys):
+            return None
+        keys_held = any(survey.other_keys for survey in surveys)
+        return cls([CallsCursor.start(calls)], vocabulary, _Suspects.of(vocabulary, keys_held))
 
     def copy(self) -> "UniqueItems":
         """An independent copy (a drafter advances it along its draft)."""
-        return UniqueItems(list(self._cursors), self._vocabulary, self._quote_tokens, self._opening_tokens)
+        return UniqueItems(list(self._cursors), self._vocabulary, self._suspects)
 
     def taken(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the rule takes in a row."""
@@ -122,16 +156,19 @@ class UniqueItems:
         return len(tokens)
 
     def allowed(self, allowed: np.ndarray) -> np.ndarray:
-        """`allowed` (sorted ids) without the tokens that would make an item repeat one (see `JsonCursor.feed`),
-        checked where they can: those that can close a string, and near a maxLength, in an enum or among
+        """`allowed` (sorted ids) without the tokens that would make an item or a key repeat one (see
+        `JsonCursor.feed`), checked where they can (`_Suspects`), and near a maxLength, in an enum or among
         integers, any."""
         cursor = self._cursors[-1]
         if cursor.settled:
             return allowed
-        if not cursor.in_held_array:  # only a token that opens an array as well can repeat an item of it
-            candidates = np.intersect1d(allowed, self._opening_tokens, assume_unique=True)
+        suspects = self._suspects
+        if cursor.in_held_array or cursor.in_held_key:
+            candidates = _allowed_among(allowed, suspects.quotes)
         else:
-            candidates = np.intersect1d(allowed, self._quote_tokens, assume_unique=True)
+            candidates = _allowed_among(allowed, suspects.quoted_openings if cursor.in_string else suspects.openings)
+            if suspects.two_quotes is not None:
+                candidates = np.union1d(candidates, _allowed_among(allowed, suspects.two_quotes))
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
@@ -156,3 +193,12 @@ class UniqueItems:
         """Step back over the last `n` tokens consumed."""
         if n:
             del self._cursors[-n:]
+
+
+def _allowed_among(allowed: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The `tokens` (sorted ids) that `allowed` (sorted ids) holds: a search for each of the few `tokens` in the
+    whole vocabulary's worth of `allowed`, not a sort of both."""
+    if not len(allowed) or not len(tokens):
+        return tokens[:0]
+    at = np.minimum(np.searchsorted(allowed, tokens), len(allowed) - 1)
+    return tokens[allowed[at] == tokens]
