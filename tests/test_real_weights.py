@@ -247,12 +247,16 @@ def test_unique_string_items_hold_where_the_model_would_repeat_one(demo_session:
     assert "baking" in tags and len(tags) >= 3
 
 
-def test_unique_integer_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
+@pytest.mark.parametrize("bounds", [{}, {"minimum": 1, "maximum": 49}])
+def test_unique_integer_items_hold_where_the_model_would_repeat_one(demo_session: Session, bounds: dict) -> None:
     """At T=0 the demo target picks lottery numbers `[7, 7, 13, 21, 7, 42]`; held to uniqueItems, distinct ones,
-    the same with and without speculation."""
-    schema = {"type": "object", "required": ["numbers"], "properties": {
-        "numbers": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 6, "maxItems": 6}}}
-    held_unique_output(demo_session, schema, "Pick six lottery numbers for Saturday's draw, for example 7, 7, 13, 21, 7, 42.")
+    the same with and without speculation, with or without bounds (under `maximum: 49` a second 7 cannot be led
+    on to 70)."""
+    schema = {"type": "object", "required": ["numbers"], "properties": {"numbers": {
+        "type": "array", "items": {"type": "integer", **bounds}, "uniqueItems": True, "minItems": 6, "maxItems": 6}}}
+    numbers = held_unique_output(demo_session, schema,
+                                 "Pick six lottery numbers for Saturday's draw, for example 7, 7, 13, 21, 7, 42.")["numbers"]
+    assert 7 in numbers
 
 
 def repeated_key(text: str) -> str | None:

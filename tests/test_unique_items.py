@@ -310,16 +310,44 @@ def test_an_integer_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(
 @pytest.mark.parametrize("items, held", [
     ({"type": "integer"}, True),  # bounded as localspec bounds open numbers
     ({"type": "integer", "minimum": -(10**15 - 1), "exclusiveMaximum": 1e15}, True),
-    ({"type": "integer", "maximum": 10**16}, False),  # more digits than the rule counts on
-    ({"type": "integer", "minimum": 1, "maximum": 49}, False),  # `7` could not go on: a lookahead the rule lacks
+    ({"type": "integer", "maximum": 10**16}, True),
+    ({"type": "integer", "minimum": 1, "maximum": 49}, True),
+    ({"type": "integer", "exclusiveMinimum": 0.5, "maximum": 2.5}, True),
     ({"type": "integer", "multipleOf": 2}, False),
     ({"type": "number"}, False),
 ])
-def test_integers_are_held_where_any_can_take_another_digit(items: dict, held: bool) -> None:
+def test_integers_are_held_between_any_bounds(items: dict, held: bool) -> None:
     fitted = bounded_values({"type": "array", "items": items, "uniqueItems": True})
     arrays = survey_held(fitted)
     assert (len(arrays.held), arrays.not_held) == ((1, 0) if held else (0, 1))
-    assert survey_held({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}).held == []  # unbounded
+    unbounded = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    assert survey_held(unbounded).held == [unbounded]  # (as a schema localspec's bounds do not fit leaves it)
+
+
+def integers(**bounds: float) -> dict:
+    return {"type": "array", "items": {"type": "integer", **bounds}, "uniqueItems": True}
+
+
+@pytest.mark.parametrize("schema, text, refused", [
+    (integers(minimum=1, maximum=49), "[7, 7", True),  # 70 and on are past 49: `7` could only end as 7
+    (integers(minimum=1, maximum=49), "[7, 4", False),  # 4, or 40 to 49
+    (integers(minimum=1, maximum=49), "[4, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 4", True),
+    (integers(minimum=1, maximum=49), "[4, 40, 41, 42, 43, 44, 45, 46, 47, 48, 4", False),  # 49 is left
+    (integers(minimum=1, maximum=3), "[1, 2, 3,", True),  # an item must follow: each is held
+    (integers(minimum=1, maximum=3), "[1, 2, 3 ]", False),
+    (integers(exclusiveMinimum=0.5, maximum=2.5), "[2, 1,", True),  # 1 and 2
+    (integers(minimum=-20, maximum=-3), "[-20, -2", True),  # -2 is past -3, and -20 is held
+    (integers(minimum=-20, maximum=-3), "[-5, -5", True),
+    (integers(minimum=-20, maximum=-3), "[-5, -1", False),  # -10 to -19
+    (integers(minimum=-20, maximum=-3), "[" + ", ".join(str(-n) for n in range(10, 21)) + ", -", False),  # -3 to -9
+    (integers(minimum=-20, maximum=20), "[" + ", ".join(str(n) for n in range(-20, 21) if n != 7) + ", -", True),
+    (integers(minimum=0, maximum=10**16), "[1, 1", False),  # 10 and on
+    (integers(), "[" + ", ".join(str(n) for n in range(100)) + ", 9", False),  # no bounds: 100 and on
+])
+def test_an_integer_item_is_refused_where_its_bounds_leave_it_only_held_ones(schema: dict, text: str,
+                                                                            refused: bool) -> None:
+    for chunk in (0, 1, 3):
+        assert repeats_an_item(schema, text, chunk) is refused, (text, chunk)
 
 
 def test_an_array_under_a_root_anyof_is_held() -> None:
@@ -334,6 +362,22 @@ def test_the_grammar_refuses_what_ends_a_repeated_integer(tiny_pair: tuple[Path,
         state.consume(tokens(model, "[1,2,1"))
         allowed = {model.token_bytes(token) for token in state.allowed()}
         assert b"0" in allowed and not {b",", b"]", b" "} & allowed  # 10-19 go on; `,` `]` or a space would end 1
+
+
+def test_the_grammar_refuses_an_item_its_bounds_leave_only_as_a_repeat(tiny_pair: tuple[Path, Path]) -> None:
+    """Under `maximum: 49` a second `7` could only end as 7 (70 is too much): refused before it is written; and
+    once 1 to 3 are all listed, the comma that would ask for a fourth."""
+    with Model(tiny_pair[0]) as model:
+        lottery = compile_format(OutputFormat("json_schema", json.dumps(integers(minimum=1, maximum=49))))
+        assert lottery.warnings == ()
+        state = TokenGrammar.start(model, lottery.grammar)
+        state.consume(tokens(model, "[7,"))
+        allowed = {model.token_bytes(token) for token in state.allowed()}
+        assert b"4" in allowed and b"7" not in allowed
+        state = TokenGrammar.start(model, compile_format(OutputFormat("json_schema", json.dumps(
+            integers(minimum=1, maximum=3)))).grammar)
+        state.consume(tokens(model, "[3,1,2"))
+        assert {model.token_bytes(token) for token in state.allowed()} & {b",", b"]"} == {b"]"}
 
 
 TAG_TOOL = {"type": "function", "function": {"name": "tag_post", "parameters": {

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .schema_places import FREE_INTEGER_DIGITS, HeldItems, SchemaPlaces, held_items, takes_other_keys
+from .schema_places import HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
 
 _WHITESPACE = b" \t\r\n"
 _NUMBER_BYTES = b"0123456789+-.eE"
@@ -52,10 +52,21 @@ class _Container:
         at_max = self.seen_at_max_length or (isinstance(item, str) and len(item) == most)
         return replace(self, seen=self.seen | {item}, seen_at_max_length=at_max)
 
+    def item_may_begin(self) -> bool:
+        """Whether a new item can still be one not held: an enum's values, or a range's integers, are not all
+        held already (a free string can always be new)."""
+        items = self.items
+        if items is None:
+            return True
+        if items.values is not None:
+            return bool(items.values - self.seen)
+        size = items.integers.size if items.integers is not None else None
+        return size is None or size > len(self.seen)  # (the grammar keeps every item in the range)
+
     def item_may_go_on(self, written: str | None) -> bool:
         """Whether the item written so far (None: it ends inside a character) can still end as a new item: an
         enum's item must begin a value not yet held; a free string at its maxLength must not be one held."""
-        if written is None or self.items is None or self.items.integers:
+        if written is None or self.items is None or self.items.integers is not None:
             return True
         if self.items.values is not None:
             return any(value.startswith(written) for value in self.items.values - self.seen)
@@ -115,8 +126,11 @@ class JsonCursor:
             if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.text)):
                 return None
         if cursor.role == ITEM_TEXT and cursor.expects == NUMBER:
-            if _every_end_held(cursor.text, cursor.containers[-1].seen):
+            array = cursor.containers[-1]
+            if array.items.integers is not None and _every_end_held(cursor.text, array.items.integers, array.seen):
                 return None
+        if cursor.expects == VALUE and cursor.in_held_array and not cursor.containers[-1].item_may_begin():
+            return None  # (an item must follow, a `,` before it: every one it could be is held)
         return cursor
 
     def room_before_a_forced_repeat(self) -> int | None:
@@ -126,7 +140,7 @@ class JsonCursor:
         array = self.containers[-1] if self.containers else None
         if array is None or array.items is None or self.expects in (DONE, LOST):
             return None
-        if array.items.values is not None or array.items.integers:
+        if array.items.values is not None or array.items.integers is not None:
             return 0  # (an enum's items or integers: the grammar allows few tokens there)
         most = array.items.max_length
         if not array.seen_at_max_length or most is None:
@@ -288,15 +302,35 @@ def _integer(text: bytes) -> int | None:
         return None
 
 
-def _every_end_held(text: bytes, seen: frozenset[str | int]) -> bool:
-    """Whether every integer an item written so far as `text` can still become is held already: itself, and with
-    more digits, up to FREE_INTEGER_DIGITS (`0` and `-0` take none: JSON has no leading zeros)."""
-    if _integer(text) not in seen:
-        return False
-    digits = text.lstrip(b"-")
-    if digits == b"0" or len(digits) >= FREE_INTEGER_DIGITS:
-        return True
-    return all(_every_end_held(text + bytes((digit,)), seen) for digit in b"0123456789")
+def _every_end_held(text: bytes, integers: IntegerRange, seen: frozenset[str | int]) -> bool:
+    """Whether every integer of the range that an item written so far as `text` can still become is held already:
+    itself, and with each number of digits more (`0` and `-0` take none: JSON has no leading zeros), as long as
+    the range goes."""
+    negative = text.startswith(b"-")
+    digits = text[1:] if negative else text
+    if not digits:  # (a lone minus: whatever digit comes next)
+        return all(_every_end_held(text + bytes((digit,)), integers, seen) for digit in b"0123456789")
+    if not digits.isdigit():
+        return False  # (not an integer: the rule does not read it, nothing is refused)
+    sign, start, width = (-1 if negative else 1), int(digits), 1
+    if integers.count(sign * start, sign * start) and sign * start not in seen:
+        return False  # (`text` itself ends a new item)
+    if negative:  # the largest magnitude the range takes on this side of zero (None: no bound)
+        limit = None if integers.low is None else -integers.low
+    else:
+        limit = integers.high
+    while True:
+        ends = sorted((sign * start * width, sign * (start * width + width - 1)))  # `text` and as many digits more
+        new = integers.count(*ends) - sum(1 for item in seen if isinstance(item, int) and ends[0] <= item <= ends[1])
+        if new > 0:
+            return False
+        if start == 0:
+            return True
+        if limit is None:
+            return False  # (no bound that way: with more digits, always new ones)
+        if start * width * 10 > limit:
+            return True  # (more digits go past the bound)
+        width *= 10
 
 
 def _string_so_far(string: bytes) -> str | None:

@@ -10,6 +10,7 @@ whether any object takes keys it does not list (whose keys the rule holds unique
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,9 +20,7 @@ _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-gu
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
-_FREE_INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} | _ANNOTATIONS
-# The digits of the longest integer localspec's bounds take (grammar.NUMBER_MAGNITUDE_LIMIT, 10**15, excluded).
-FREE_INTEGER_DIGITS = 15
+_INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} | _ANNOTATIONS
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
 _NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
@@ -33,19 +32,38 @@ _OBJECT_ONLY_KEYWORDS = {"properties", "patternProperties", "additionalPropertie
 
 
 @dataclass(frozen=True)
+class IntegerRange:
+    """The integers an integer schema takes: from `low` to `high`, both included (None: no bound that side)."""
+
+    low: int | None
+    high: int | None
+
+    def count(self, low: int, high: int) -> int | None:
+        """How many of the integers from `low` to `high` the range takes."""
+        lowest = low if self.low is None else max(low, self.low)
+        highest = high if self.high is None else min(high, self.high)
+        return max(0, highest - lowest + 1)
+
+    @property
+    def size(self) -> int | None:
+        """How many integers the range takes (None: endless)."""
+        return None if self.low is None or self.high is None else max(0, self.high - self.low + 1)
+
+
+@dataclass(frozen=True)
 class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
-    characters, where the schema says), the strings of an enum (`values`), or integers as localspec bounds them
+    characters, where the schema says), the strings of an enum (`values`), or the integers of a range
     (`integers`)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
-    integers: bool = False
+    integers: IntegerRange | None = None
 
 
 def held_items(schema: Any) -> HeldItems | None:
     """What `schema` takes as items where it is an array with `uniqueItems` the rule holds (free strings, an
-    enum's strings, integers as localspec bounds them); else None."""
+    enum's strings, integers between bounds or none); else None."""
     if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
         return None
     items = schema.get("items")
@@ -58,21 +76,24 @@ def held_items(schema: Any) -> HeldItems | None:
     if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
             and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
         return HeldItems(values=frozenset(values))
-    if items.get("type") == "integer" and items.keys() <= _FREE_INTEGER_KEYS and _bounded_to_free_digits(items):
-        return HeldItems(integers=True)
+    if items.get("type") == "integer" and items.keys() <= _INTEGER_KEYS:
+        bounds = _integer_range(items)
+        return HeldItems(integers=bounds) if bounds is not None else None
     return None
 
 
-def _bounded_to_free_digits(items: dict[str, Any]) -> bool:
-    """Whether an integer schema takes exactly the integers of up to FREE_INTEGER_DIGITS digits, either sign, as
-    localspec's own bounds leave them: then an item equal to an earlier one can take another digit to differ,
-    until FREE_INTEGER_DIGITS (wider bounds, or none, let the grammar take more digits than the rule counts on)."""
-    most = 10**FREE_INTEGER_DIGITS
-    upper = {key: items[key] for key in ("maximum", "exclusiveMaximum") if key in items}
-    lower = {key: items[key] for key in ("minimum", "exclusiveMinimum") if key in items}
-    return (upper in ({"maximum": most - 1}, {"exclusiveMaximum": most})
-            and lower in ({"minimum": -most + 1}, {"exclusiveMinimum": -most})
-            and not any(isinstance(bound, bool) for bound in (*upper.values(), *lower.values())))
+def _integer_range(items: dict[str, Any]) -> IntegerRange | None:
+    """The integers an integer schema's bounds take (llguidance holds an integer to its bounds exactly, digit by
+    digit); None where a bound is not a finite number (`exclusiveMaximum: true`, as before draft 6)."""
+    bounds = {key: items[key] for key in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if key in items}
+    if not all(isinstance(bound, (int, float)) and not isinstance(bound, bool) and math.isfinite(bound)
+               for bound in bounds.values()):
+        return None
+    lows = [math.ceil(bounds["minimum"])] if "minimum" in bounds else []
+    lows += [math.floor(bounds["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in bounds else []
+    highs = [math.floor(bounds["maximum"])] if "maximum" in bounds else []
+    highs += [math.ceil(bounds["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in bounds else []
+    return IntegerRange(max(lows) if lows else None, min(highs) if highs else None)
 
 
 def takes_other_keys(schema: dict[str, Any]) -> bool:

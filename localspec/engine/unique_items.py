@@ -5,16 +5,17 @@ enforce `uniqueItems` (grammar.py spells it out where the items are a few listed
 values). A small model at T=0 repeats itself in just such a list: a recipe's
 tags came out `["baking", "sourdough", "baking"]`. Where an array's items are
 free strings (no const, pattern or format: a string can always go on), the
-strings of a longer enum, or integers as localspec bounds them (up to 15 digits:
-one can take another digit to differ), a `JsonCursor` (json_cursor.py) follows the JSON
+strings of a longer enum, or integers between bounds or none (llguidance holds an
+integer to its bounds digit by digit), a `JsonCursor` (json_cursor.py) follows the JSON
 written so far, byte by byte, far enough to know when the text is inside such an
 array, and `UniqueItems` drops from each of `TokenGrammar`'s masks the tokens
 that would make an item repeat one: a free string's closing quote after the same
 text, what ends an integer equal to an earlier one, an enum's item as soon as it
 can only become a value already held, and an item one token before it would be
 left where it can only end as a copy (a free string at its maxLength; an integer
-whose every way on, more digits or none, is held already, such as `0`), so that
-the rule never leads where it cannot be left.
+whose every way on within its bounds, more digits or none, is held already, such
+as `0`, or `7` under `maximum: 49`), and the `,` before an item where every one
+it could be is held, so that the rule never leads where it cannot be left.
 That is one more rule of the grammar, a function of the text so far like the
 others: the mask still comes first in the one function that turns logits into a
 distribution, and speculative decoding stays exact w.r.t. the constrained target.
