@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
-from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, schemas_in
+from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, json_types, schemas_in
 from .schema_places import survey_held
 from .unique_items import schemas_of_grammar
 
@@ -459,7 +459,7 @@ def _listed_values(items: Any) -> list[Any] | None:
         return None
     if not isinstance(listed, list):
         return None
-    of_its_type = [value for value in listed if not kinds or _json_types(value) & set(kinds)]
+    of_its_type = [value for value in listed if not kinds or json_types(value) & set(kinds)]
     return list({_json_identity(value): value for value in of_its_type}.values())
 
 
@@ -474,18 +474,6 @@ def _json_identity(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(json.dumps(key) + ":" + _json_identity(item) for key, item in sorted(value.items())) + "}"
     return json.dumps(value)
-
-
-def _json_types(value: Any) -> set[str]:
-    """The JSON types a parsed JSON value belongs to (a whole number, 2 or 2.0, is both integer and number)."""
-    if value is None:
-        return {"null"}
-    if isinstance(value, bool):
-        return {"boolean"}
-    if isinstance(value, (int, float)):
-        whole = isinstance(value, int) or value.is_integer()
-        return {"integer", "number"} if whole else {"number"}
-    return {{str: "string", list: "array", dict: "object"}.get(type(value), "")}
 
 
 def _schema_types(schema: dict[str, Any]) -> set[str]:

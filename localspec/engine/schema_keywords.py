@@ -1,4 +1,5 @@
-"""JSON Schema's keywords by what their values hold: data, a schema, or a map of names to schemas.
+"""JSON Schema's keywords by what their values hold: data, a schema, or a map of names to schemas; and the
+JSON types a value belongs to.
 
 Shared by the code that bounds a schema (grammar.py) and the code that follows one
 while JSON is written (unique_items.py): a property named `enum` or `uniqueItems`
@@ -32,6 +33,18 @@ def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -
             yield from value.values()
         elif key not in DATA_KEYWORDS:
             yield value
+
+
+def json_types(value: Any) -> set[str]:
+    """The JSON types a parsed JSON value belongs to (a whole number, 2 or 2.0, is both integer and number)."""
+    if value is None:
+        return {"null"}
+    if isinstance(value, bool):
+        return {"boolean"}
+    if isinstance(value, (int, float)):
+        whole = isinstance(value, int) or value.is_integer()
+        return {"integer", "number"} if whole else {"number"}
+    return {{str: "string", list: "array", dict: "object"}.get(type(value), "")}
 
 
 def is_count(value: Any) -> bool:

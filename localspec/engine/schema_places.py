@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .schema_keywords import is_count, schemas_in, subschemas
+from .schema_keywords import is_count, json_types, schemas_in, subschemas
 
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-guidance"}  # (x-: llguidance's options)
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
@@ -155,7 +155,7 @@ class SchemaPlaces:
         if listed is None and "const" in schema:
             listed = [schema["const"]]
         if listed is not None:
-            return {_json_type(value) for value in listed}
+            return set().union(*(json_types(value) for value in listed)) - {"integer"}  # (integers are numbers here)
         return set(JSON_TYPES)
 
     def child(self, container: dict[str, Any] | None, key: str | None, index: int) -> Any:
@@ -278,13 +278,3 @@ def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None
         return _ANY_VALUE
     return values if isinstance(values, dict) else None
 
-
-def _json_type(value: Any) -> str:
-    """The JSON type of a value read from JSON (an integer is a number)."""
-    if isinstance(value, bool):
-        return "boolean"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "null")
