@@ -234,7 +234,7 @@ class Model(_Freed):
         self._drops_a_suffix = not (self._llama.llama_model_is_recurrent(self._model)
                                     or self._llama.llama_model_is_hybrid(self._model))
         self._first_read_alone: int | None = None
-        self._pieces: dict[int, bytes] = {}
+        self._pieces: dict[int, bytes] = {}  # tokens' text, read one by one (until `_pieces_by_id` holds it all)
         self._tokens_holding: dict[int, np.ndarray] = {}
         self._token_lengths: np.ndarray | None = None
         self._pieces_by_id: list[bytes] | None = None
@@ -353,6 +353,8 @@ class Model(_Freed):
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a multi-byte UTF-8 character)."""
         if not special:
+            if self._pieces_by_id is not None and 0 <= token < len(self._pieces_by_id):
+                return self._pieces_by_id[token]
             piece = self._pieces.get(token)
             if piece is None:
                 piece = self._pieces[token] = self._token_bytes(token, special=False)
@@ -404,7 +406,9 @@ class Model(_Freed):
     def _all_pieces(self) -> list[bytes]:
         """Every token's text, by id (a scan of the vocabulary, done once and kept)."""
         if self._pieces_by_id is None:
-            self._pieces_by_id = [self._token_bytes(token, special=False) for token in range(self.n_vocab)]
+            known = self._pieces
+            self._pieces_by_id = [known.get(token) or self._token_bytes(token, special=False) for token in range(self.n_vocab)]
+            self._pieces = {}  # (each token's text is kept once: in the list from here on)
         return self._pieces_by_id
 
     def _token_bytes(self, token: int, *, special: bool) -> bytes:
