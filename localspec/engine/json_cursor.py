@@ -114,9 +114,11 @@ class JsonCursor:
 
     def feed(self, data: bytes) -> "JsonCursor | None":
         """The cursor after `data`; None where `data` ends a key of an object the rule holds equal to an earlier
-        one, or makes an item of an array the rule holds repeat one: ends it equal to an earlier one, leaves an enum's item where it can only become a value already held, or leaves
-        one where it can only end as a copy (a free string at its maxLength equal to an earlier one: only the
-        closing quote can follow; an integer whose every way on, more digits or none, is held already)."""
+        one, or makes an item of an array the rule holds repeat one: ends it equal to an earlier one, leaves an
+        enum's item where it can only become a value already held, leaves one where it can only end as a copy (a
+        free string at its maxLength equal to an earlier one: only the closing quote can follow; an integer whose
+        every way on within its bounds, more digits or none, is held already), or asks for one more item where
+        every one it could be is held."""
         reader = _Reader(self)
         for byte in data:
             if not reader.step(byte):

@@ -38,7 +38,7 @@ class IntegerRange:
     low: int | None
     high: int | None
 
-    def count(self, low: int, high: int) -> int | None:
+    def count(self, low: int, high: int) -> int:
         """How many of the integers from `low` to `high` the range takes."""
         lowest = low if self.low is None else max(low, self.low)
         highest = high if self.high is None else min(high, self.high)
@@ -267,7 +267,7 @@ def survey_held(root: dict[str, Any]) -> HeldPlaces:
 
     for kind in JSON_TYPES:
         walk(root, kind)
-    return HeldPlaces(list(held.values()), len(not_held), other_keys)  # (an array held in one place, not in another: both)
+    return HeldPlaces(list(held.values()), len(not_held), other_keys)  # (an array held in one place, not another: both)
 
 
 def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:
