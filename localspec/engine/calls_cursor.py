@@ -76,6 +76,10 @@ class CallsCursor:
         """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""
         return self.arguments is not None and self.arguments.in_held_key
 
+    def digits_refused(self, digits: bytes) -> bool:
+        """As `JsonCursor.digits_refused`, inside a call's arguments; elsewhere, whether `feed` refuses them."""
+        return self.arguments.digits_refused(digits) if self.arguments is not None else self.feed(digits) is None
+
     def room_before_a_forced_repeat(self) -> int | None:
         """As `JsonCursor.room_before_a_forced_repeat`, inside a call's arguments; None outside them."""
         return self.arguments.room_before_a_forced_repeat() if self.arguments is not None else None

@@ -131,9 +131,24 @@ class JsonCursor:
             array = cursor.containers[-1]
             if array.items.integers is not None and _every_end_held(cursor.text, array.items.integers, array.seen):
                 return None
-        if cursor.expects == VALUE and cursor.in_held_array and not cursor.containers[-1].item_may_begin():
-            return None  # (an item must follow, a `,` before it: every one it could be is held)
+        if (cursor.expects == VALUE and cursor.in_held_array and cursor.containers[-1].index > 0
+                and not cursor.containers[-1].item_may_begin()):
+            return None  # (an item must follow the `,` after the last: every one it could be is held)
         return cursor
+
+    def digits_refused(self, piece: bytes) -> bool:
+        """Whether `feed` would refuse `piece` (ASCII digits, after whitespace or none), the same answer found
+        faster: only where an integer item of an array the rule holds is written or comes next can they be
+        refused, where every way on from them is held."""
+        digits = piece.lstrip(_WHITESPACE)
+        if self.expects == NUMBER and self.role == ITEM_TEXT and digits == piece:
+            written = self.text
+        elif self.expects == VALUE and self.in_held_array:
+            written = b""
+        else:
+            return self.feed(piece) is None
+        integers = self.containers[-1].items.integers
+        return integers is not None and _every_end_held(written + digits, integers, self.containers[-1].seen)
 
     def room_before_a_forced_repeat(self) -> int | None:
         """Where an item may be led to where it can only repeat one: how many more characters the item being
@@ -314,13 +329,15 @@ def _every_end_held(text: bytes, integers: IntegerRange, seen: frozenset[str | i
         return all(_every_end_held(text + bytes((digit,)), integers, seen) for digit in b"0123456789")
     if not digits.isdigit():
         return False  # (not an integer: the rule does not read it, nothing is refused)
-    sign, start, width = (-1 if negative else 1), int(digits), 1
-    if integers.count(sign * start, sign * start) and sign * start not in seen:
-        return False  # (`text` itself ends a new item)
     if negative:  # the largest magnitude the range takes on this side of zero (None: no bound)
         limit = None if integers.low is None else -integers.low
     else:
         limit = integers.high
+    if digits != b"0" and (limit is None or len(digits) > len(str(limit))):
+        return limit is not None  # (no bound that way: more digits are always new; past it: nothing is new)
+    sign, start, width = (-1 if negative else 1), int(digits), 1
+    if integers.count(sign * start, sign * start) and sign * start not in seen:
+        return False  # (`text` itself ends a new item)
     while True:
         ends = sorted((sign * start * width, sign * (start * width + width - 1)))  # `text` and as many digits more
         new = integers.count(*ends) - sum(1 for item in seen if isinstance(item, int) and ends[0] <= item <= ends[1])

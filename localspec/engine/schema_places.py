@@ -21,6 +21,7 @@ _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-gu
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
 _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} | _ANNOTATIONS
+_EXACT_BOUND = 2**53  # the largest bound llguidance reads exactly (it reads bounds as floating point numbers)
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
 _NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
@@ -84,10 +85,11 @@ def held_items(schema: Any) -> HeldItems | None:
 
 def _integer_range(items: dict[str, Any]) -> IntegerRange | None:
     """The integers an integer schema's bounds take (llguidance holds an integer to its bounds exactly, digit by
-    digit); None where a bound is not a finite number (`exclusiveMaximum: true`, as before draft 6)."""
+    digit); None where a bound is not a number, or not one llguidance reads exactly (`exclusiveMaximum: true`,
+    as before draft 6; beyond 2**53, where its bounds are rounded to floating point)."""
     bounds = {key: items[key] for key in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if key in items}
-    if not all(isinstance(bound, (int, float)) and not isinstance(bound, bool) and math.isfinite(bound)
-               for bound in bounds.values()):
+    if not all(isinstance(bound, (int, float)) and not isinstance(bound, bool) and abs(bound) <= _EXACT_BOUND
+               for bound in bounds.values()):  # (NaN is no number: it fails the comparison)
         return None
     lows = [math.ceil(bounds["minimum"])] if "minimum" in bounds else []
     lows += [math.floor(bounds["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in bounds else []
@@ -98,9 +100,12 @@ def _integer_range(items: dict[str, Any]) -> IntegerRange | None:
 
 def takes_other_keys(schema: dict[str, Any]) -> bool:
     """Whether an object of `schema` takes keys it does not list, of any name (no `additionalProperties: false`, no
-    `patternProperties`). llguidance writes an object's listed keys at most once each, in order, but lets such other
-    keys repeat: the rule holds them unique, and a key equal to an earlier one can always take another character."""
-    return "patternProperties" not in schema and schema.get("additionalProperties", True) is not False
+    `patternProperties`, no `propertyNames`). llguidance writes an object's listed keys at most once each, in order,
+    but lets such other keys repeat: the rule holds them unique, and a key equal to an earlier one can always take
+    another character (where no `propertyNames` bounds them: llguidance leaves it unenforced today, but keys it
+    held to a few names could run out)."""
+    return (not schema.keys() & {"patternProperties", "propertyNames"}
+            and schema.get("additionalProperties", True) is not False)
 
 
 class SchemaPlaces:

@@ -48,6 +48,7 @@ from .calls_cursor import CallsCursor, call_schemas
 from .json_cursor import QUOTE, JsonCursor
 from .schema_places import survey_held
 
+_WHITESPACE = b" \t\r\n"
 # A Lark grammar of one JSON value and nothing else (`--grammar`, or tool_calls checking one parameters schema).
 _LONE_JSON = re.compile(r"start: %json (\{.*\})\n?")
 
@@ -176,7 +177,10 @@ class UniqueItems:
         if not len(candidates):
             return allowed
         token_bytes = self._vocabulary.token_bytes
-        repeating = [token for token in candidates.tolist() if cursor.feed(token_bytes(token)) is None]
+        digits_refused = cursor.digits_refused  # (a token of digits, in an integer item: no whole feed)
+        repeating = [token for token in candidates.tolist()
+                     if (digits_refused(piece) if (piece := token_bytes(token)).lstrip(_WHITESPACE).isdigit()
+                         else cursor.feed(piece) is None)]
         return np.setdiff1d(allowed, repeating, assume_unique=True) if repeating else allowed
 
     def consume(self, tokens: Sequence[int]) -> bool:
