@@ -520,7 +520,33 @@ def test_a_token_of_digits_is_judged_as_feeding_it_would(schema: dict) -> None:
         if cursor is None:  # (`-` where the range has no integer below zero)
             continue
         states += 1
-        judged = [cursor.digits_refused(piece) for piece in pieces]
+        judged = [cursor.refuses(piece) for piece in pieces]
         assert judged == [cursor.feed(piece) is None for piece in pieces], text
         refused += sum(judged)
     assert states >= 6 and refused > 0
+
+
+CLOSING_PIECES = [b'"', b'",', b'", ', b'"]', b'"}', b'":', b'": ', b'":"', b'","', b'"]["', b'b"', b'ab"', b'b",',
+                  b'\\u0062"', b'x"', b'\xc3\xa9"', b'\xa9"', b' "', b'"a"', b'", "b"]', b'": {"k": 1, "k"', b'"]}',
+                  b'a', b'b', b'\\"', b'],"k"']
+
+
+@pytest.mark.parametrize("schema, text", [
+    (RECIPE, '{"tags": ["ab", "a'),
+    (RECIPE, '{"tags": ["ab", "\xe9", "'),
+    (RECIPE, '{"tags": ["ab", "a\\u0063", "a\\'),
+    ({"type": "array", "items": {"enum": ["ab", "b", "a", "é", "x", "y"], "type": "string"}, "uniqueItems": True},
+     '["ab", "x", "y", "é", "a", "'),
+    (FREE_OBJECT, '{"ab": 1, "k": {"k": 2}, "a'),
+    (FREE_OBJECT, '{"ab": 1, "é": 2, "'),
+    (FREE_OBJECT, '{"ab": "a'),  # (a value: never compared)
+    ({"type": "object", "properties": {"a": {}, "ab": {}}, "additionalProperties": False}, '{"a": 1, "a'),
+])
+def test_a_closing_quote_is_judged_as_feeding_it_would(schema: dict, text: str) -> None:
+    """Tokens that close a key or an item skip the whole feed where nothing after their quote can repeat more:
+    the same answer as feeding them (a multi-byte character cut in two, escapes, a comma after an enum's last
+    item, a second key in the same token)."""
+    cursor = JsonCursor.start(schema).feed(text.encode())
+    assert cursor is not None
+    judged = [cursor.refuses(piece) for piece in CLOSING_PIECES]
+    assert judged == [cursor.feed(piece) is None for piece in CLOSING_PIECES]

@@ -76,9 +76,9 @@ class CallsCursor:
         """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""
         return self.arguments is not None and self.arguments.in_held_key
 
-    def digits_refused(self, digits: bytes) -> bool:
-        """As `JsonCursor.digits_refused`, inside a call's arguments; elsewhere, whether `feed` refuses them."""
-        return self.arguments.digits_refused(digits) if self.arguments is not None else self.feed(digits) is None
+    def refuses(self, piece: bytes) -> bool:
+        """Whether `feed(piece)` returns None (see `JsonCursor.refuses`, inside a call's arguments)."""
+        return self.arguments.refuses(piece) if self.arguments is not None else self.feed(piece) is None
 
     def room_before_a_forced_repeat(self) -> int | None:
         """As `JsonCursor.room_before_a_forced_repeat`, inside a call's arguments; None outside them."""

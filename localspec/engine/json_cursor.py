@@ -136,11 +136,19 @@ class JsonCursor:
             return None  # (an item must follow the `,` after the last: every one it could be is held)
         return cursor
 
-    def digits_refused(self, piece: bytes) -> bool:
-        """Whether `feed` would refuse `piece` (ASCII digits, after whitespace or none), the same answer found
-        faster: only where an integer item of an array the rule holds is written or comes next can they be
-        refused, where every way on from them is held."""
+    def refuses(self, piece: bytes) -> bool:
+        """Whether `feed(piece)` returns None: the same answer, found without a whole feed where it can be (a mask
+        asks it of many tokens): digits, and a quote that closes a string with nothing after it that could
+        repeat anything more."""
         digits = piece.lstrip(_WHITESPACE)
+        if digits.isdigit():
+            return self._digits_refused(piece, digits)
+        closing = self._closing_refused(piece)
+        return closing if closing is not None else self.feed(piece) is None
+
+    def _digits_refused(self, piece: bytes, digits: bytes) -> bool:
+        """`refuses` for `piece`, ASCII `digits` after whitespace or none: only where an integer item of an array
+        the rule holds is written or comes next can they be refused, where every way on from them is held."""
         if self.expects == NUMBER and self.role == ITEM_TEXT and digits == piece:
             written = self.text
         elif self.expects == VALUE and self.in_held_array:
@@ -149,6 +157,23 @@ class JsonCursor:
             return self.feed(piece) is None
         integers = self.containers[-1].items.integers
         return integers is not None and _every_end_held(written + digits, integers, self.containers[-1].seen)
+
+    def _closing_refused(self, piece: bytes) -> bool | None:
+        """`refuses` where a key or an item the rule compares is being written and `piece` closes it, with no
+        escape on the way and nothing after the quote that could end another (a quote, a `[`; after an item, a
+        `,`, which asks for one more): whether it ends as one held. None where that does not apply."""
+        if self.expects != STRING or self.role == VALUE_TEXT or self.escaped:
+            return None
+        head, quote, rest = piece.partition(b'"')
+        if (not quote or b"\\" in head or b"\\" in self.text or b'"' in rest or b"[" in rest
+                or (self.role == ITEM_TEXT and b"," in rest)):
+            return None
+        try:
+            text = (self.text[1:] + head).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        container = self.containers[-1]
+        return (container.holds_keys or self.role == ITEM_TEXT) and text in container.seen
 
     def room_before_a_forced_repeat(self) -> int | None:
         """Where an item may be led to where it can only repeat one: how many more characters the item being

@@ -48,7 +48,6 @@ from .calls_cursor import CallsCursor, call_schemas
 from .json_cursor import QUOTE, JsonCursor
 from .schema_places import survey_held
 
-_WHITESPACE = b" \t\r\n"
 # A Lark grammar of one JSON value and nothing else (`--grammar`, or tool_calls checking one parameters schema).
 _LONE_JSON = re.compile(r"start: %json (\{.*\})\n?")
 
@@ -176,11 +175,8 @@ class UniqueItems:
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
         if not len(candidates):
             return allowed
-        token_bytes = self._vocabulary.token_bytes
-        digits_refused = cursor.digits_refused  # (a token of digits, in an integer item: no whole feed)
-        repeating = [token for token in candidates.tolist()
-                     if (digits_refused(piece) if (piece := token_bytes(token)).lstrip(_WHITESPACE).isdigit()
-                         else cursor.feed(piece) is None)]
+        token_bytes, refuses = self._vocabulary.token_bytes, cursor.refuses
+        repeating = [token for token in candidates.tolist() if refuses(token_bytes(token))]
         return np.setdiff1d(allowed, repeating, assume_unique=True) if repeating else allowed
 
     def consume(self, tokens: Sequence[int]) -> bool:
