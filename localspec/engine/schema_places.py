@@ -114,9 +114,18 @@ class SchemaPlaces:
 
     def __init__(self, root: dict[str, Any]) -> None:
         self.root = root
+        # of_value's answers, by the schema's identity (every schema asked of is a part of the root, or
+        # _ANY_VALUE, kept alive with it) and the value's type: a mask asks the same of many tokens.
+        self._resolved: dict[tuple[int, str], dict[str, Any] | None] = {}
 
     def of_value(self, schema: Any, json_type: str) -> dict[str, Any] | None:
         """`schema` resolved for a value of `json_type` ("object", "array", ...), or None where it cannot be told."""
+        key = (id(schema), json_type)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(schema, json_type)
+        return self._resolved[key]
+
+    def _resolve(self, schema: Any, json_type: str) -> dict[str, Any] | None:
         for _ in range(64):  # (a `$ref` to itself, or a loop of them, resolves to nothing)
             if not isinstance(schema, dict) or schema.keys() & _NOT_FOLLOWED:
                 return None
