@@ -326,6 +326,7 @@ def test_integers_are_held_between_any_bounds(items: dict, held: bool) -> None:
 
 
 def integers(**bounds: float) -> dict:
+    """A schema of unique integers between `bounds` (minimum=1, maximum=49, ...)."""
     return {"type": "array", "items": {"type": "integer", **bounds}, "uniqueItems": True}
 
 
@@ -528,7 +529,7 @@ def test_a_token_of_digits_is_judged_as_feeding_it_would(schema: dict) -> None:
 
 CLOSING_PIECES = [b'"', b'",', b'", ', b'"]', b'"}', b'":', b'": ', b'":"', b'","', b'"]["', b'b"', b'ab"', b'b",',
                   b'\\u0062"', b'x"', b'\xc3\xa9"', b'\xa9"', b' "', b'"a"', b'", "b"]', b'": {"k": 1, "k"', b'"]}',
-                  b'a', b'b', b'\\"', b'],"k"']
+                  b'a', b'b', b'\\"', b'],"k"', b'\n"', b'\x01"', b'":1},', b'":1},2,']
 
 
 @pytest.mark.parametrize("schema, text", [
@@ -541,6 +542,9 @@ CLOSING_PIECES = [b'"', b'",', b'", ', b'"]', b'"}', b'":', b'": ', b'":"', b'",
     (FREE_OBJECT, '{"ab": 1, "é": 2, "'),
     (FREE_OBJECT, '{"ab": "a'),  # (a value: never compared)
     ({"type": "object", "properties": {"a": {}, "ab": {}}, "additionalProperties": False}, '{"a": 1, "a'),
+    (TAGS, '["a\\n", "a'),  # (an escaped newline: a raw one is no JSON string)
+    (FREE_OBJECT, '{"a\\u0001": 1, "a'),
+    (integers(minimum=1, maximum=3), '[1, 2, 3, {"k'),  # (an object where the grammar allows none)
 ])
 def test_a_closing_quote_is_judged_as_feeding_it_would(schema: dict, text: str) -> None:
     """Tokens that close a key or an item skip the whole feed where nothing after their quote can repeat more:
@@ -550,3 +554,18 @@ def test_a_closing_quote_is_judged_as_feeding_it_would(schema: dict, text: str) 
     assert cursor is not None
     judged = [cursor.refuses(piece) for piece in CLOSING_PIECES]
     assert judged == [cursor.feed(piece) is None for piece in CLOSING_PIECES]
+
+
+def test_a_tool_calls_pieces_are_judged_as_feeding_them_would() -> None:
+    """Inside a call's arguments the quick answers stand in for the calls cursor's own feed (which reads a piece
+    byte by byte, and may go on to the next call's head)."""
+    from localspec.app.tool_calls import ToolSyntax, tool_grammar, tool_request
+    from localspec.engine.calls_cursor import CallsCursor, call_schemas
+
+    calls = call_schemas(tool_grammar(tool_request([TAG_TOOL, NUMBER_TOOL], "required"), ToolSyntax.HERMES))
+    head = calls[0][0]
+    pieces = [*CLOSING_PIECES, b"1", b" 12", b'}}\n</tool_call>\n<tool_call>\n' + head + b'{"tags": ["a", "a"']
+    for text in [head + b'{"tags": ["ab", "a', head + b'{"tags": ["a"]', b"<tool_call>\n"]:
+        cursor = CallsCursor.start(calls).feed(text)
+        assert cursor is not None
+        assert [cursor.refuses(piece) for piece in pieces] == [cursor.feed(piece) is None for piece in pieces], text

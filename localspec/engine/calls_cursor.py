@@ -77,8 +77,10 @@ class CallsCursor:
         return self.arguments is not None and self.arguments.in_held_key
 
     def refuses(self, piece: bytes) -> bool:
-        """Whether `feed(piece)` returns None (see `JsonCursor.refuses`, inside a call's arguments)."""
-        return self.arguments.refuses(piece) if self.arguments is not None else self.feed(piece) is None
+        """Whether `feed(piece)` returns None, found without a whole feed where it can be inside a call's arguments
+        (`JsonCursor.quick_refusal`)."""
+        quick = self.arguments.quick_refusal(piece) if self.arguments is not None else None
+        return quick if quick is not None else self.feed(piece) is None
 
     def room_before_a_forced_repeat(self) -> int | None:
         """As `JsonCursor.room_before_a_forced_repeat`, inside a call's arguments; None outside them."""

@@ -11,12 +11,14 @@ cursor to LOST, never to an exception.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .schema_places import HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
 
 _WHITESPACE = b" \t\r\n"
+_ESCAPE_OR_CONTROL = re.compile(rb"[\\\x00-\x1f]")  # a backslash, or a byte JSON allows in a string only escaped
 _NUMBER_BYTES = b"0123456789+-.eE"
 _LITERALS = {ord("t"): 4, ord("f"): 5, ord("n"): 4}  # true, false, null: their length
 QUOTE, _BACKSLASH = ord('"'), ord("\\")
@@ -137,36 +139,41 @@ class JsonCursor:
         return cursor
 
     def refuses(self, piece: bytes) -> bool:
-        """Whether `feed(piece)` returns None: the same answer, found without a whole feed where it can be (a mask
-        asks it of many tokens): digits, and a quote that closes a string with nothing after it that could
-        repeat anything more."""
+        """Whether `feed(piece)` returns None, found without a whole feed where it can be (`quick_refusal`)."""
+        quick = self.quick_refusal(piece)
+        return quick if quick is not None else self.feed(piece) is None
+
+    def quick_refusal(self, piece: bytes) -> bool | None:
+        """Whether `feed(piece)` would return None, where that can be told without a whole feed (a mask asks it
+        of many tokens): digits, and a quote that closes a key or an item with nothing after it that could
+        repeat anything more. None elsewhere. (The same answer as `feed` on any text the grammar allows.)"""
         digits = piece.lstrip(_WHITESPACE)
         if digits.isdigit():
             return self._digits_refused(piece, digits)
-        closing = self._closing_refused(piece)
-        return closing if closing is not None else self.feed(piece) is None
+        return self._closing_refused(piece)
 
-    def _digits_refused(self, piece: bytes, digits: bytes) -> bool:
-        """`refuses` for `piece`, ASCII `digits` after whitespace or none: only where an integer item of an array
-        the rule holds is written or comes next can they be refused, where every way on from them is held."""
+    def _digits_refused(self, piece: bytes, digits: bytes) -> bool | None:
+        """`quick_refusal` for `piece`, ASCII `digits` after whitespace or none: only where an integer item of an
+        array the rule holds is written or comes next can they be refused, where every way on from them is held."""
         if self.expects == NUMBER and self.role == ITEM_TEXT and digits == piece:
             written = self.text
         elif self.expects == VALUE and self.in_held_array:
             written = b""
         else:
-            return self.feed(piece) is None
+            return None
         integers = self.containers[-1].items.integers
         return integers is not None and _every_end_held(written + digits, integers, self.containers[-1].seen)
 
     def _closing_refused(self, piece: bytes) -> bool | None:
-        """`refuses` where a key or an item the rule compares is being written and `piece` closes it, with no
-        escape on the way and nothing after the quote that could end another (a quote, a `[`; after an item, a
-        `,`, which asks for one more): whether it ends as one held. None where that does not apply."""
+        """`quick_refusal` where a key or an item the rule compares is being written and `piece` closes it, with
+        no escape or control character on the way (JSON reads those otherwise) and nothing after the quote that
+        could end another string or ask for another item (a quote, a `[`, a `,`): whether it ends as one held.
+        None where that does not apply."""
         if self.expects != STRING or self.role == VALUE_TEXT or self.escaped:
             return None
         head, quote, rest = piece.partition(b'"')
-        if (not quote or b"\\" in head or b"\\" in self.text or b'"' in rest or b"[" in rest
-                or (self.role == ITEM_TEXT and b"," in rest)):
+        if (not quote or _ESCAPE_OR_CONTROL.search(head) or _ESCAPE_OR_CONTROL.search(self.text)
+                or b'"' in rest or b"[" in rest or b"," in rest):
             return None
         try:
             text = (self.text[1:] + head).decode("utf-8")
