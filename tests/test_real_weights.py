@@ -259,6 +259,15 @@ def test_unique_integer_items_hold_where_the_model_would_repeat_one(demo_session
     assert 7 in numbers
 
 
+def test_unique_number_items_hold_where_the_model_would_repeat_one(demo_session: Session) -> None:
+    """At T=0 the demo target lists prices `[1.5, 2.25, 3.0, 2.25]`; held to uniqueItems, the fourth differs (2.25
+    cannot end there as written again), the same with and without speculation."""
+    schema = {"type": "object", "required": ["prices"], "properties": {"prices": {
+        "type": "array", "items": {"type": "number"}, "uniqueItems": True, "minItems": 4, "maxItems": 4}}}
+    prices = held_unique_output(demo_session, schema, "List four prices as JSON, for example 1.5, 2.25, 1.5, 3.0.")["prices"]
+    assert 2.25 in prices and len(set(prices)) == 4
+
+
 def repeated_key(text: str) -> str | None:
     """The first key written twice in one object of a JSON text (whole or cut short), else None: read apart from
     localspec's cursor, strings by the json module."""

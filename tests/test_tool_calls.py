@@ -438,7 +438,7 @@ def test_a_deeply_nested_tools_file_or_schema_is_one_line(tmp_path: Path) -> Non
 # -- schemas: keywords llguidance does not enforce, and what `arguments` may be ------------------------------
 
 UNENFORCED = {"type": "function", "function": {"name": "contact", "parameters": {"type": "object", "properties": {
-    "tags": {"type": "array", "items": {"type": "number"}, "uniqueItems": True, "contains": {"const": 0.5}},
+    "tags": {"type": "array", "items": {"type": "number", "minimum": 0}, "uniqueItems": True, "contains": {"const": 0.5}},
     "phone": {"type": "string", "format": "phone"},
     "name": {"type": "string", "not": {"const": ""}, "if": {"minLength": 1}, "then": {"maxLength": 9}}}}}}
 

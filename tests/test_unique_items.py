@@ -67,9 +67,9 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert arrays.held == [TAGS] and arrays.not_held == 2  # TAGS (also under "either") and "pair"
 
 
-NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings or integers where it can follow"
-            " the schema) (not enforced: the output may not satisfy it)")
-NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
+NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings, integers and open numbers where it"
+            " can follow the schema) (not enforced: the output may not satisfy it)")
+NUMBERS = {"type": "array", "items": {"type": "number", "minimum": 0}, "uniqueItems": True}  # (bounded: not held)
 
 
 @pytest.mark.parametrize("schema, warnings", [
@@ -314,10 +314,11 @@ def test_an_integer_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(
     ({"type": "integer", "minimum": 1, "maximum": 49}, True),
     ({"type": "integer", "exclusiveMinimum": 0.5, "maximum": 2.5}, True),
     ({"type": "integer", "multipleOf": 2}, False),
-    ({"type": "number"}, False),
     ({"type": "integer", "minimum": 2**53, "maximum": 2**53 + 1}, False),  # llguidance rounds it: 2**53 alone
+    ({"type": "number"}, True),  # (numbers left open, as localspec bounds them: see below)
+    ({"type": "number", "minimum": 0}, False),  # (a bound of the schema's own: not held)
 ])
-def test_integers_are_held_between_any_bounds(items: dict, held: bool) -> None:
+def test_numbers_are_held_between_any_bounds_and_fractions_where_left_open(items: dict, held: bool) -> None:
     fitted = bounded_values({"type": "array", "items": items, "uniqueItems": True})
     arrays = survey_held(fitted)
     assert (len(arrays.held), arrays.not_held) == ((1, 0) if held else (0, 1))
@@ -569,3 +570,36 @@ def test_a_tool_calls_pieces_are_judged_as_feeding_them_would() -> None:
         cursor = CallsCursor.start(calls).feed(text)
         assert cursor is not None
         assert [cursor.refuses(piece) for piece in pieces] == [cursor.feed(piece) is None for piece in pieces], text
+
+
+FRACTIONS = bounded_values({"type": "array", "items": {"type": "number"}, "uniqueItems": True})  # (9 decimals at most)
+NINE = [f"1.12345678{d}" for d in range(10)]
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("[1.5, 1.50]", True),  # one number, as JSON Schema compares them
+    ("[1.5, 1.50", False),  # on its way to 1.501
+    ("[1.5, 1.5", False),
+    ("[1, 1.0,", True),
+    ("[0, -0.0 ", True),
+    ("[2.5, 2", False),  # 2, 2.5x, 25, ...
+    ("[1.123456789, 1.123456789", True),  # nine decimals: no more can follow
+    ("[" + ", ".join(NINE) + ", 1.12345678", True),  # its ten ways on (itself is 1.123456780) all held
+    ("[" + ", ".join(NINE[1:]) + ", 1.12345678", False),  # 1.12345678 itself is new
+    ("[" + ", ".join("-" + n for n in NINE) + ", -1.12345678", True),
+    ("[-1.123456781, -1.12345678", False),
+])
+def test_a_fraction_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(text: str, refused: bool) -> None:
+    for chunk in (0, 1, 3):
+        assert repeats_an_item(FRACTIONS, text, chunk) is refused, (text, chunk)
+
+
+def test_the_grammar_holds_open_numbers_unique_without_a_warning(tiny_pair: tuple[Path, Path]) -> None:
+    compiled = compile_format(OutputFormat("json_schema", json.dumps({"type": "array", "items": {"type": "number"},
+                                                                       "uniqueItems": True}), "s.json"))
+    assert compiled.warnings == ()
+    with Model(tiny_pair[0]) as model:
+        state = TokenGrammar.start(model, compiled.grammar)
+        state.consume(tokens(model, "[1.5,1.50"))
+        allowed = {model.token_bytes(token) for token in state.allowed()}
+        assert b"1" in allowed and not {b",", b"]"} & allowed  # 1.501 goes on; ending it would repeat 1.5

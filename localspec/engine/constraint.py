@@ -12,7 +12,7 @@ so every token is validated (by the mask it was drawn under, or `validate`)
 before it is consumed.
 
 Rules llguidance does not hold are held here beside it: `uniqueItems` over
-strings and integers, and unique keys in objects that take keys they do not list
+strings and numbers, and unique keys in objects that take keys they do not list
 (`unique_items.UniqueItems`), which takes out of every mask the tokens that would
 repeat an item or a key, and cuts drafts there.
 """

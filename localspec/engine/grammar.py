@@ -210,8 +210,9 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
 
 
 def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
-    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings or
-    integers, see unique_items.py): left out of them, and said instead of the arrays it does not hold, if any."""
+    """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings,
+    integers and open numbers, see unique_items.py): left out of them, and said instead of the arrays it does
+    not hold, if any."""
     surveys = [survey_held(schema) for schema in schemas_of_grammar(grammar)]
     held, not_held = sum(len(arrays.held) for arrays in surveys), sum(arrays.not_held for arrays in surveys)
     if not held:
@@ -227,7 +228,7 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
             kept.append(f"Unimplemented keys: {json.dumps(keys)}{unimplemented['times'] or ''}")
     if not_held:
         kept.append(f"uniqueItems on {not_held} array{'s' if not_held > 1 else ''} (localspec holds it"
-                    " on arrays of strings or integers where it can follow the schema)")
+                    " on arrays of strings, integers and open numbers where it can follow the schema)")
     return kept
 
 

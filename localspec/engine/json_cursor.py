@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .schema_places import HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
+from .schema_places import FRACTION_DIGITS, HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
 
 _WHITESPACE = b" \t\r\n"
 _ESCAPE_OR_CONTROL = re.compile(rb"[\\\x00-\x1f]")  # a backslash, or a byte JSON allows in a string only escaped
@@ -62,13 +63,13 @@ class _Container:
             return True
         if items.values is not None:
             return bool(items.values - self.seen)
-        size = items.integers.size if items.integers is not None else None
+        size = items.integers.size if items.integers is not None else None  # (fractions: endless)
         return size is None or size > len(self.seen)  # (the grammar keeps every item in the range)
 
     def item_may_go_on(self, written: str | None) -> bool:
         """Whether the item written so far (None: it ends inside a character) can still end as a new item: an
         enum's item must begin a value not yet held; a free string at its maxLength must not be one held."""
-        if written is None or self.items is None or self.items.integers is not None:
+        if written is None or self.items is None or self.items.numbers:
             return True
         if self.items.values is not None:
             return any(value.startswith(written) for value in self.items.values - self.seen)
@@ -131,7 +132,7 @@ class JsonCursor:
                 return None
         if cursor.role == ITEM_TEXT and cursor.expects == NUMBER:
             array = cursor.containers[-1]
-            if array.items.integers is not None and _every_end_held(cursor.text, array.items.integers, array.seen):
+            if _every_end_held(cursor.text, array.items, array.seen):
                 return None
         if (cursor.expects == VALUE and cursor.in_held_array and cursor.containers[-1].index > 0
                 and not cursor.containers[-1].item_may_begin()):
@@ -161,8 +162,8 @@ class JsonCursor:
             written = b""
         else:
             return None
-        integers = self.containers[-1].items.integers
-        return integers is not None and _every_end_held(written + digits, integers, self.containers[-1].seen)
+        array = self.containers[-1]
+        return array.items is not None and _every_end_held(written + digits, array.items, array.seen)
 
     def _closing_refused(self, piece: bytes) -> bool | None:
         """`quick_refusal` where a key or an item the rule compares is being written and `piece` closes it, with
@@ -189,8 +190,8 @@ class JsonCursor:
         array = self.containers[-1] if self.containers else None
         if array is None or array.items is None or self.expects in (DONE, LOST):
             return None
-        if array.items.values is not None or array.items.integers is not None:
-            return 0  # (an enum's items or integers: the grammar allows few tokens there)
+        if array.items.values is not None or array.items.numbers:
+            return 0  # (an enum's items or numbers: the grammar allows few tokens there)
         most = array.items.max_length
         if not array.seen_at_max_length or most is None:
             return None
@@ -228,7 +229,7 @@ class _Reader:
                 if self.role == ITEM_TEXT:
                     self.text += bytes((byte,))
                 return True
-            if self.role == ITEM_TEXT and not self._item_ends(_integer(self.text)):
+            if self.role == ITEM_TEXT and not self._item_ends(_number(self.text, self.containers[-1].items)):
                 return False
             if self.expects == LOST:
                 return True
@@ -326,7 +327,7 @@ class _Reader:
             return True
         return self._item_ends(text)
 
-    def _item_ends(self, item: str | int | None) -> bool:
+    def _item_ends(self, item: str | int | Decimal | None) -> bool:
         """An item of the innermost array, which the rule holds, is complete: False where it repeats one (None: it
         is not one the rule can read, and nothing more is held)."""
         if item is None:
@@ -343,22 +344,51 @@ class _Reader:
         self.expects = AFTER_VALUE if self.containers else DONE
 
 
-def _integer(text: bytes) -> int | None:
-    """An integer item's value (`-0` is 0), or None where its text is not an integer."""
+def _number(text: bytes, items: HeldItems | None) -> int | Decimal | None:
+    """A number item's value (`-0` is 0; `1.50` is `1.5`, and `1.0` is `1`, as JSON Schema compares them), or
+    None where its text is not one of the items' numbers."""
     try:
-        return int(text)
-    except ValueError:
+        return Decimal(text.decode("ascii")) if items is not None and items.fractions else int(text)
+    except (ValueError, InvalidOperation):
         return None
 
 
-def _every_end_held(text: bytes, integers: IntegerRange, seen: frozenset[str | int]) -> bool:
+def _every_end_held(text: bytes, items: HeldItems | None, seen: frozenset[Any]) -> bool:
+    """Whether every number an item written so far as `text` can still become is held already (see
+    `_every_integer_end_held`, `_every_fraction_end_held`); False for items that are not numbers."""
+    if items is not None and items.integers is not None:
+        return _every_integer_end_held(text, items.integers, seen)
+    return items is not None and items.fractions and _every_fraction_end_held(text, seen)
+
+
+def _every_fraction_end_held(text: bytes, seen: frozenset[Any]) -> bool:
+    """Whether every number an item written so far as `text` can still become, with at most FRACTION_DIGITS
+    after the point, is held already. Only one with a point and nearly all its decimals can be so led: each
+    decimal more than it has still open leaves ten times as many numbers (`1.5` can still become 1.5, 1.51,
+    ...; one without a point, any fraction)."""
+    _, point, fraction = text.partition(b".")
+    if not point or not fraction.isdigit() or len(fraction) > FRACTION_DIGITS:
+        return False
+    ends = 10 ** (FRACTION_DIGITS - len(fraction))  # the numbers it can still become, one step of 10^-9 apart
+    if ends > len(seen):
+        return False
+    try:
+        first = Decimal(text.decode("ascii"))
+    except (ValueError, InvalidOperation):
+        return False
+    last = first + (-1 if text.startswith(b"-") else 1) * (ends - 1) * Decimal(1).scaleb(-FRACTION_DIGITS)
+    low, high = min(first, last), max(first, last)
+    return sum(1 for item in seen if low <= item <= high) >= ends
+
+
+def _every_integer_end_held(text: bytes, integers: IntegerRange, seen: frozenset[Any]) -> bool:
     """Whether every integer of the range that an item written so far as `text` can still become is held already:
     itself, and with each number of digits more (`0` and `-0` take none: JSON has no leading zeros), as long as
     the range goes."""
     negative = text.startswith(b"-")
     digits = text[1:] if negative else text
     if not digits:  # (a lone minus: whatever digit comes next)
-        return all(_every_end_held(text + bytes((digit,)), integers, seen) for digit in b"0123456789")
+        return all(_every_integer_end_held(text + bytes((digit,)), integers, seen) for digit in b"0123456789")
     if not digits.isdigit():
         return False  # (not an integer: the rule does not read it, nothing is refused)
     if negative:  # the largest magnitude the range takes on this side of zero (None: no bound)

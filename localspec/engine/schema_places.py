@@ -21,6 +21,10 @@ _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-gu
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
 _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} | _ANNOTATIONS
+# A number as localspec bounds the open ones (grammar.NUMBER_MAGNITUDE_LIMIT, grammar.NUMBER_STEP): llguidance
+# writes it with up to 15 digits before the point, FRACTION_DIGITS after it, no exponent.
+_OPEN_NUMBER = {"type": "number", "exclusiveMaximum": 10**15, "exclusiveMinimum": -(10**15), "multipleOf": 1e-9}
+FRACTION_DIGITS = 9
 _EXACT_BOUND = 2**53  # the largest bound llguidance reads exactly (it reads bounds as floating point numbers)
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
@@ -54,17 +58,23 @@ class IntegerRange:
 @dataclass(frozen=True)
 class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
-    characters, where the schema says), the strings of an enum (`values`), or the integers of a range
-    (`integers`)."""
+    characters, where the schema says), the strings of an enum (`values`), the integers of a range
+    (`integers`), or numbers left open (`fractions`)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
     integers: IntegerRange | None = None
+    fractions: bool = False  # numbers as localspec bounds open ones (_OPEN_NUMBER)
+
+    @property
+    def numbers(self) -> bool:
+        """Whether the items are numbers (integers or fractions), compared by their value."""
+        return self.integers is not None or self.fractions
 
 
 def held_items(schema: Any) -> HeldItems | None:
     """What `schema` takes as items where it is an array with `uniqueItems` the rule holds (free strings, an
-    enum's strings, integers between bounds or none); else None."""
+    enum's strings, integers between bounds or none, numbers left open); else None."""
     if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
         return None
     items = schema.get("items")
@@ -80,6 +90,8 @@ def held_items(schema: Any) -> HeldItems | None:
     if items.get("type") == "integer" and items.keys() <= _INTEGER_KEYS:
         bounds = _integer_range(items)
         return HeldItems(integers=bounds) if bounds is not None else None
+    if {key: value for key, value in items.items() if key not in _ANNOTATIONS} == _OPEN_NUMBER:
+        return HeldItems(fractions=True)
     return None
 
 
@@ -233,9 +245,10 @@ class HeldPlaces(NamedTuple):
 
 def survey_held(root: dict[str, Any]) -> HeldPlaces:
     """Every array with `uniqueItems` a document of `root` can hold, as the cursor would meet it: held where it is
-    one of strings or integers the cursor places (see SchemaPlaces), not held where its items are anything else or the
-    cursor cannot place it (a `patternProperties` value, an `allOf`, a branch the value's type does not tell, a
-    `not` or an `if`...); and whether an object the cursor places takes keys it does not list."""
+    one of strings, integers or open numbers the cursor places (see SchemaPlaces), not held where its items are
+    anything else or the cursor cannot place it (a `patternProperties` value, an `allOf`, a branch the value's
+    type does not tell, a `not` or an `if`...); and whether an object the cursor places takes keys it does not
+    list."""
     places = SchemaPlaces(root)
     held: dict[int, dict[str, Any]] = {}
     not_held: dict[int, dict[str, Any]] = {}

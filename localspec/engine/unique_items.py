@@ -1,20 +1,21 @@
-"""`uniqueItems` over strings and integers, and unique keys, held while the JSON is written.
+"""`uniqueItems` over strings and numbers, and unique keys, held while the JSON is written.
 
 A grammar cannot say "unlike every earlier item", so llguidance does not
 enforce `uniqueItems` (grammar.py spells it out where the items are a few listed
 values). A small model at T=0 repeats itself in just such a list: a recipe's
 tags came out `["baking", "sourdough", "baking"]`. Where an array's items are
 free strings (no const, pattern or format: a string can always go on), the
-strings of a longer enum, or integers between bounds or none (llguidance holds an
-integer to its bounds digit by digit), a `JsonCursor` (json_cursor.py) follows the JSON
+strings of a longer enum, integers between bounds or none (llguidance holds an
+integer to its bounds digit by digit), or numbers left open (as localspec bounds
+them: 15 digits before the point, 9 after it), a `JsonCursor` (json_cursor.py) follows the JSON
 written so far, byte by byte, far enough to know when the text is inside such an
 array, and `UniqueItems` drops from each of `TokenGrammar`'s masks the tokens
 that would make an item repeat one: a free string's closing quote after the same
-text, what ends an integer equal to an earlier one, an enum's item as soon as it
+text, what ends a number equal to an earlier one (`1.50` equals `1.5`), an enum's item as soon as it
 can only become a value already held, and an item one token before it would be
 left where it can only end as a copy (a free string at its maxLength; an integer
 whose every way on within its bounds, more digits or none, is held already, such
-as `0`, or `7` under `maximum: 49`), and the `,` before an item where every one
+as `0`, or `7` under `maximum: 49`; a number at its ninth decimal), and the `,` before an item where every one
 it could be is held, so that the rule never leads where it cannot be left.
 That is one more rule of the grammar, a function of the text so far like the
 others: the mask still comes first in the one function that turns logits into a
@@ -112,7 +113,8 @@ class _Suspects:
         quotes, openings = vocabulary.tokens_holding(QUOTE), vocabulary.tokens_holding(ord("["))
         two_quotes = None
         if keys_held:
-            two_quotes = np.array([token for token in quotes.tolist() if vocabulary.token_bytes(token).count(b'"') >= 2],
+            pieces = vocabulary.token_bytes
+            two_quotes = np.array([token for token in quotes.tolist() if pieces(token).count(b'"') >= 2],
                                   dtype=np.int64)
         return cls(quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), two_quotes)
 
