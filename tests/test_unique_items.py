@@ -588,10 +588,40 @@ NINE = [f"1.12345678{d}" for d in range(10)]
     ("[" + ", ".join(NINE[1:]) + ", 1.12345678", False),  # 1.12345678 itself is new
     ("[" + ", ".join("-" + n for n in NINE) + ", -1.12345678", True),
     ("[-1.123456781, -1.12345678", False),
+    # llguidance ends no negative number above -1 on a 0: -0.50000000 has nine ways on, not ten.
+    ("[" + ", ".join(f"-0.50000000{d}" for d in range(1, 10)) + ", -0.50000000", True),
+    ("[" + ", ".join(f"-0.50000000{d}" for d in range(2, 10)) + ", -0.50000000", False),
+    ("[" + ", ".join(f"-0.00000000{d}" for d in range(1, 10)) + ", -0.00000000", True),
 ])
 def test_a_fraction_item_is_refused_where_it_repeats_one_or_can_only_end_as_one(text: str, refused: bool) -> None:
     for chunk in (0, 1, 3):
         assert repeats_an_item(FRACTIONS, text, chunk) is refused, (text, chunk)
+
+
+def test_a_number_longer_than_the_grammar_allows_is_no_error() -> None:
+    from decimal import Decimal
+
+    from localspec.engine.json_cursor import _every_fraction_end_held
+
+    held = frozenset(Decimal(n) for n in range(10))
+    assert _every_fraction_end_held(b"1" * 1_200_000 + b".12345678", held) is False  # (Decimal would overflow)
+
+
+def test_llguidance_ends_no_negative_number_above_minus_one_on_a_zero() -> None:
+    """What the fraction rule counts on (see `_every_fraction_end_held`): where this changes, so must the rule."""
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import _byte_tokenizer
+
+    schema = {"type": "array", "items": {"type": "number"}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+
+    def takes(text: str) -> bool:
+        return LLMatcher(_byte_tokenizer(), grammar).validate_tokens(list(text.encode())) == len(text)
+
+    assert not any(takes(f"[{number}]") for number in ("-0.50", "-0.0", "-0.10", "-0"))
+    assert all(takes(f"[{number}]") for number in ("-0.5", "-1.50", "0.50", "-12.50", "0.000000000", "-0.000000001"))
+    assert not takes("[1.1234567891") and not takes("[1e5") and takes("[999999999999999.999999999]")
 
 
 def test_the_grammar_holds_open_numbers_unique_without_a_warning(tiny_pair: tuple[Path, Path]) -> None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .schema_places import FRACTION_DIGITS, HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
+from .schema_places import (FRACTION_DIGITS, WHOLE_DIGITS, HeldItems, IntegerRange, SchemaPlaces, held_items,
+                            takes_other_keys)
 
 _WHITESPACE = b" \t\r\n"
 _ESCAPE_OR_CONTROL = re.compile(rb"[\\\x00-\x1f]")  # a backslash, or a byte JSON allows in a string only escaped
@@ -365,20 +366,22 @@ def _every_fraction_end_held(text: bytes, seen: frozenset[Any]) -> bool:
     """Whether every number an item written so far as `text` can still become, with at most FRACTION_DIGITS
     after the point, is held already. Only one with a point and nearly all its decimals can be so led: each
     decimal more than it has still open leaves ten times as many numbers (`1.5` can still become 1.5, 1.51,
-    ...; one without a point, any fraction)."""
-    _, point, fraction = text.partition(b".")
-    if not point or not fraction.isdigit() or len(fraction) > FRACTION_DIGITS:
+    ...; one without a point, any fraction). llguidance ends no negative number above -1 on a 0 (`-0.50`,
+    `-0.0`): such a text cannot end as it stands, so its own value is not one of its ways on."""
+    whole, point, fraction = text.partition(b".")
+    if (not point or not fraction.isdigit() or len(fraction) > FRACTION_DIGITS
+            or len(whole.lstrip(b"-")) > WHOLE_DIGITS):
         return False
-    ends = 10 ** (FRACTION_DIGITS - len(fraction))  # the numbers it can still become, one step of 10^-9 apart
+    span = 10 ** (FRACTION_DIGITS - len(fraction))  # the numbers from it on, one step of 10^-9 apart
+    ends_as_it_stands = not (whole == b"-0" and fraction.endswith(b"0"))
+    ends = span if ends_as_it_stands else span - 1
     if ends > len(seen):
         return False
-    try:
-        first = Decimal(text.decode("ascii"))
-    except (ValueError, InvalidOperation):
-        return False
-    last = first + (-1 if text.startswith(b"-") else 1) * (ends - 1) * Decimal(1).scaleb(-FRACTION_DIGITS)
+    first = Decimal(text.decode("ascii"))
+    last = first + (-1 if text.startswith(b"-") else 1) * (span - 1) * Decimal(1).scaleb(-FRACTION_DIGITS)
     low, high = min(first, last), max(first, last)
-    return sum(1 for item in seen if low <= item <= high) >= ends
+    held = sum(1 for item in seen if low <= item <= high and (ends_as_it_stands or item != first))
+    return held >= ends
 
 
 def _every_integer_end_held(text: bytes, integers: IntegerRange, seen: frozenset[Any]) -> bool:

@@ -24,7 +24,7 @@ _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMax
 # A number as localspec bounds the open ones (grammar.NUMBER_MAGNITUDE_LIMIT, grammar.NUMBER_STEP): llguidance
 # writes it with up to 15 digits before the point, FRACTION_DIGITS after it, no exponent.
 _OPEN_NUMBER = {"type": "number", "exclusiveMaximum": 10**15, "exclusiveMinimum": -(10**15), "multipleOf": 1e-9}
-FRACTION_DIGITS = 9
+WHOLE_DIGITS, FRACTION_DIGITS = 15, 9
 _EXACT_BOUND = 2**53  # the largest bound llguidance reads exactly (it reads bounds as floating point numbers)
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
