@@ -633,3 +633,38 @@ def test_the_grammar_holds_open_numbers_unique_without_a_warning(tiny_pair: tupl
         state.consume(tokens(model, "[1.5,1.50"))
         allowed = {model.token_bytes(token) for token in state.allowed()}
         assert b"1" in allowed and not {b",", b"]"} & allowed  # 1.501 goes on; ending it would repeat 1.5
+
+
+SUSPECT_PIECES = [b'"', b'",', b'", "', b'"]', b'"}', b'":', b'": "', b'","', b'"a"', b'"ab"', b'a"', b'b"', b'ab', b'a',
+                  b',"a"', b', "a"]', b'["a","a"', b'[1,1', b'1', b'2', b'12', b' 1', b',', b', ', b']', b'}', b' ',
+                  b'{"k": 1, "k"', b'1,"a":', b'"]["', b'\\u0061"', b'\\"', b'"k": [1, 1', b'{', b'[', b'"ab', b', "ab']
+
+
+@pytest.mark.parametrize("schema, text", [
+    (RECIPE, '{"name": "x", "tags": ["a", "ab"'),
+    (RECIPE, '{"name": "x", "tags": ["a", '),
+    (RECIPE, '{"name": "x", "tags": ["a", "a'),
+    (RECIPE, '{"name": "x", "tags": '),
+    (FREE_OBJECT, '{"a": 1, "k": [1, 2], '),
+    (FREE_OBJECT, '{"a": 1, "k'),
+    (FREE_OBJECT, '{"a": "a'),
+    (FREE_OBJECT, '{"a": {"k": 1, "a": 2}, "ab": 3'),
+    (integers(minimum=1, maximum=12), "[1, 2, "),
+    (integers(minimum=1, maximum=12), "[1, 12, 1"),
+    ({"type": "array", "items": {"type": "string", "maxLength": 2}, "uniqueItems": True}, '["ab", "a'),
+    ({"type": "array", "items": {"type": "string", "maxLength": 2}, "uniqueItems": True}, '["ab"'),
+    ({"type": "array", "items": {"type": "string", "maxLength": 2}, "uniqueItems": True}, '["ab", '),
+    ({"type": "array", "items": {"enum": ["a", "ab", "b", "c", "d", "e"]}, "uniqueItems": True}, '["a", "b", '),
+])
+def test_the_mask_drops_exactly_the_tokens_that_feeding_would_refuse(schema: dict, text: str) -> None:
+    """The rule checks only the tokens that can make a repeat where the text is (`_Suspects`): the same tokens as
+    feeding every one of them would refuse."""
+    from localspec.engine.unique_items import UniqueItems
+
+    vocabulary = WordVocabulary([*SUSPECT_PIECES, text.encode()])  # (the text so far as one token)
+    rule = UniqueItems.for_grammar(json.dumps({"grammars": [{"json_schema": schema}]}), vocabulary)
+    assert rule is not None and rule.consume([len(SUSPECT_PIECES)])
+    cursor = JsonCursor.start(schema).feed(text.encode())
+    everything = np.arange(len(SUSPECT_PIECES))
+    kept = [token for token in everything.tolist() if cursor.feed(SUSPECT_PIECES[token]) is not None]
+    assert rule.allowed(everything).tolist() == kept

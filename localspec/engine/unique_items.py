@@ -99,24 +99,23 @@ class Vocabulary(Protocol):
 @dataclass(frozen=True)
 class _Suspects:
     """The tokens that may make an item or a key repeat, checked by where the text is. Only a token that holds a
-    quote can close a string; outside an array the rule holds, only one that opens an array as well (`["a","a"`,
-    `[1,1,`) can repeat an item in it, and inside another string only one that closes it first (a quote and a
-    `[`); outside a key the rule holds, only one that holds two quotes or more can write a key whole (`,"a"`)."""
+    quote can close a string; outside a string item or key the rule holds, only one that holds two quotes or more
+    can write one whole (`,"a"`); outside an array the rule holds, only one that opens an array as well
+    (`["a","a"`, `[1,1,`) can repeat an item in it, and inside another string only one that closes it first (a
+    quote and a `[`). (Near a maxLength, in an enum or among numbers, `UniqueItems.allowed` checks more.)"""
 
     quotes: np.ndarray
+    two_quotes: np.ndarray
     openings: np.ndarray
     quoted_openings: np.ndarray
-    two_quotes: np.ndarray | None  # (None: the grammar has no object whose keys the rule holds)
+    keys_held: bool  # the grammar has an object whose keys the rule holds
 
     @classmethod
     def of(cls, vocabulary: Vocabulary, keys_held: bool) -> "_Suspects":
         quotes, openings = vocabulary.tokens_holding(QUOTE), vocabulary.tokens_holding(ord("["))
-        two_quotes = None
-        if keys_held:
-            pieces = vocabulary.token_bytes
-            two_quotes = np.array([token for token in quotes.tolist() if pieces(token).count(b'"') >= 2],
-                                  dtype=np.int64)
-        return cls(quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), two_quotes)
+        pieces = vocabulary.token_bytes
+        two_quotes = np.array([token for token in quotes.tolist() if pieces(token).count(b'"') >= 2], dtype=np.int64)
+        return cls(quotes, two_quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), keys_held)
 
 
 class UniqueItems:
@@ -166,11 +165,13 @@ class UniqueItems:
         if cursor.settled:
             return allowed
         suspects = self._suspects
-        if cursor.in_held_array or cursor.in_held_key:
+        if cursor.in_held_key or (cursor.in_held_array and cursor.in_string):
             candidates = _allowed_among(allowed, suspects.quotes)
+        elif cursor.in_held_array:  # (between its items)
+            candidates = _allowed_among(allowed, suspects.two_quotes)
         else:
             candidates = _allowed_among(allowed, suspects.quoted_openings if cursor.in_string else suspects.openings)
-            if suspects.two_quotes is not None:
+            if suspects.keys_held:
                 candidates = np.union1d(candidates, _allowed_among(allowed, suspects.two_quotes))
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
