@@ -160,7 +160,7 @@ class UniqueItems:
     def allowed(self, allowed: np.ndarray) -> np.ndarray:
         """`allowed` (sorted ids) without the tokens that would make an item or a key repeat one (see
         `JsonCursor.feed`), checked where they can (`_Suspects`), and near a maxLength, in an enum or among
-        integers, any."""
+        numbers, any."""
         cursor = self._cursors[-1]
         if cursor.settled:
             return allowed
