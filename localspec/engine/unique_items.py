@@ -29,7 +29,7 @@ are followed the same way (calls_cursor.py).
 Keys, too: llguidance writes an object's listed properties at most once, but the
 keys it does not list (`{"type": "object"}`, `--format json`, an open
 `additionalProperties`) may repeat, and a small model at T=0 loops on one
-(`"looks_like_a_frog": "A cat with a long, curly tail…"` thirty times, till
+(`"looks_like_a_frog": "A cat with a long, curly tail…"` again and again, till
 max_tokens) into JSON whose parsers keep the last value only. In every object the
 cursor places that takes such keys, the closing quote of a key equal to an earlier
 one of that object is dropped from the mask; such a key can always take another
