@@ -13,7 +13,7 @@ from localspec.engine.constraint import TokenGrammar
 from localspec.engine.grammar import OutputFormat, bounded_values, compile_format
 from localspec.engine.json_cursor import JsonCursor
 from localspec.engine.schema_places import survey_held
-from localspec.errors import OutputFormatError
+from localspec.errors import InputError, OutputFormatError
 from localspec.runtime.model import Model
 
 TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
@@ -668,3 +668,34 @@ def test_the_mask_drops_exactly_the_tokens_that_feeding_would_refuse(schema: dic
     everything = np.arange(len(SUSPECT_PIECES))
     kept = [token for token in everything.tolist() if cursor.feed(SUSPECT_PIECES[token]) is not None]
     assert rule.allowed(everything).tolist() == kept
+
+
+def unique(items: dict, least: int) -> dict:
+    """An array of at least `least` distinct `items`."""
+    return {"type": "array", "items": items, "uniqueItems": True, "minItems": least}
+
+
+@pytest.mark.parametrize("schema, refused", [
+    (unique({"enum": ["a", "b"]}, 3), True),
+    (unique({"enum": ["a", "b", "c", "d", "e", "f"]}, 7), True),
+    (unique({"type": "boolean"}, 3), True),
+    (unique({"enum": [1, 1.0, 2]}, 3), True),  # (1 and 1.0 are one value)
+    (unique({"type": "integer", "minimum": 1, "maximum": 3}, 4), True),
+    ({"type": "object", "properties": {"n": unique({"type": "integer", "minimum": 1, "maximum": 3}, 4)},
+      "required": ["n"]}, True),
+    ({"type": "object", "properties": {"n": unique({"type": "integer", "minimum": 1, "maximum": 3}, 4)}},
+     False),  # (not required: a document can leave it out)
+    (unique({"type": "integer", "minimum": 1, "maximum": 3}, 3), False),
+    (unique({"type": "integer"}, 70), False),
+    (unique({"type": "string"}, 70), False),
+])
+def test_a_unique_array_asking_more_items_than_its_items_take_is_refused_before_generating(schema: dict,
+                                                                                           refused: bool) -> None:
+    """Else generation would write the items there are and stop with an error (an enum spelled out would even be
+    left unbounded, with a note that misleads)."""
+    fmt = OutputFormat("json_schema", json.dumps(schema), "s.json")
+    if refused:
+        with pytest.raises(InputError, match=r"^s\.json: no text can satisfy it: uniqueItems asks for \d+ distinct"):
+            compile_format(fmt)
+    else:
+        compile_format(fmt)

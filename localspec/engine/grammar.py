@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from ..config.files import parse_user_json
 from ..errors import InputError
 from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, json_types, schemas_in
-from .schema_places import survey_held
+from .schema_places import SchemaPlaces, integer_range, survey_held
 from .unique_items import schemas_of_grammar
 
 KINDS = ("json", "json_schema", "grammar", "regex")
@@ -262,7 +262,11 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     """The grammar of a JSON schema with its open values bounded, llguidance's verdict on it, and notes for
     the user (see `fitted_schema`)."""
     try:
-        fitted = fitted_schema(parse_schema(fmt.source, fmt.origin))
+        schema = parse_schema(fmt.source, fmt.origin)
+        beyond_reach = unique_items_beyond_reach(schema)
+        if beyond_reach is not None:
+            raise InputError(f"{_name(fmt)}: no text can satisfy it: {beyond_reach}")
+        fitted = fitted_schema(schema)
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
     except ValueError as exc:
@@ -439,6 +443,46 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
     arrays = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
                "minItems": len(ordering), "maxItems": len(ordering)} for ordering in orderings]
     return {key: value for key, value in bounded.items() if key != "uniqueItems"} | {"anyOf": arrays}
+
+
+def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
+    """Where every document of `schema` holds an array whose `uniqueItems` asks for more items (`minItems`) than
+    its items take distinct values (an enum's, booleans, the integers between bounds): that, in words; else None.
+    (Found as the schema is read: generation would write the items there are, then stop with an error.)
+    Every document holds the root and, of an object, its `required` properties."""
+    places = SchemaPlaces(schema)
+    pending: list[Any] = [schema]
+    visited: set[int] = set()
+    while pending:
+        node = pending.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        kinds = places.types(node)
+        if kinds == {"array"}:
+            array = places.of_value(node, "array")
+            most = _distinct_values(array.get("items")) if array is not None and "prefixItems" not in array else None
+            least = array.get("minItems") if array is not None and array.get("uniqueItems") is True else None
+            if most is not None and is_count(least) and least > most:
+                return (f"uniqueItems asks for {least} distinct items (minItems), and its items take"
+                        f" {most} value{'' if most == 1 else 's'}")
+        elif kinds == {"object"}:
+            an_object = places.of_value(node, "object")
+            properties = an_object.get("properties") if an_object is not None else None
+            required = an_object.get("required") if an_object is not None else None
+            if isinstance(properties, dict) and isinstance(required, list):
+                pending += [properties[name] for name in required if isinstance(name, str) and name in properties]
+    return None
+
+
+def _distinct_values(items: Any) -> int | None:
+    """How many distinct values `items` takes, where they are few enough to count (listed, booleans, integers
+    between two bounds); else None."""
+    listed = _listed_values(items)
+    if listed is not None:
+        return len(listed)
+    bounds = integer_range(items) if isinstance(items, dict) and items.get("type") == "integer" else None
+    return bounds.size if bounds is not None else None
 
 
 def _listed_values(items: Any) -> list[Any] | None:
