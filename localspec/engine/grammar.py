@@ -461,8 +461,9 @@ def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
         kinds = places.types(node)
         if kinds == {"array"}:
             array = places.of_value(node, "array")
-            most = _distinct_values(array.get("items")) if array is not None and "prefixItems" not in array else None
-            least = array.get("minItems") if array is not None and array.get("uniqueItems") is True else None
+            if array is None or array.get("uniqueItems") is not True or "prefixItems" in array:
+                continue
+            least, most = array.get("minItems"), _distinct_values(array.get("items"))
             if most is not None and is_count(least) and least > most:
                 return (f"uniqueItems asks for {least} distinct items (minItems), and its items take"
                         f" {most} value{'' if most == 1 else 's'}")
@@ -481,7 +482,7 @@ def _distinct_values(items: Any) -> int | None:
     listed = _listed_values(items)
     if listed is not None:
         return len(listed)
-    bounds = integer_range(items) if isinstance(items, dict) and items.get("type") == "integer" else None
+    bounds = integer_range(items)
     return bounds.size if bounds is not None else None
 
 

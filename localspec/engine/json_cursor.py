@@ -40,7 +40,7 @@ class _Container:
     is_array: bool
     items: HeldItems | None = None  # an array the rule holds: what it takes as items
     holds_keys: bool = False  # an object that takes keys it does not list (`takes_other_keys`): its keys are held
-    seen: frozenset[str | int] = frozenset()  # the items held so far, or the keys
+    seen: frozenset[str | int | Decimal] = frozenset()  # the items held so far, or the keys
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
     seen_at_max_length: bool = False  # an item it holds is as long as they may be: a new one that long must differ
@@ -50,7 +50,7 @@ class _Container:
         """Whether this is an array with `uniqueItems` the rule holds."""
         return self.items is not None
 
-    def holding(self, item: str | int) -> "_Container":
+    def holding(self, item: str | int | Decimal) -> "_Container":
         """This array with `item` among those it holds."""
         most = self.items.max_length if self.items is not None else None
         at_max = self.seen_at_max_length or (isinstance(item, str) and len(item) == most)
@@ -80,8 +80,8 @@ class _Container:
 @dataclass(frozen=True)
 class JsonCursor:
     """How far a JSON text written so far has got: the containers open, what comes next, the string being
-    written. Immutable: `feed` returns the cursor after more bytes, or None where those bytes close an item
-    of an array the rule holds equal to an earlier one (see `feed`)."""
+    written. Immutable: `feed` returns the cursor after more bytes, or None where those bytes make an item of
+    an array the rule holds, or a key of an object it holds, repeat an earlier one (see `feed`)."""
 
     places: SchemaPlaces
     containers: tuple[_Container, ...] = ()
@@ -120,7 +120,7 @@ class JsonCursor:
         """The cursor after `data`; None where `data` ends a key of an object the rule holds equal to an earlier
         one, or makes an item of an array the rule holds repeat one: ends it equal to an earlier one, leaves an
         enum's item where it can only become a value already held, leaves one where it can only end as a copy (a
-        free string at its maxLength equal to an earlier one: only the closing quote can follow; an integer whose
+        free string at its maxLength equal to an earlier one: only the closing quote can follow; a number whose
         every way on within its bounds, more digits or none, is held already), or asks for one more item where
         every one it could be is held."""
         reader = _Reader(self)
@@ -155,7 +155,7 @@ class JsonCursor:
         return self._closing_refused(piece)
 
     def _digits_refused(self, piece: bytes, digits: bytes) -> bool | None:
-        """`quick_refusal` for `piece`, ASCII `digits` after whitespace or none: only where an integer item of an
+        """`quick_refusal` for `piece`, ASCII `digits` after whitespace or none: only where a number item of an
         array the rule holds is written or comes next can they be refused, where every way on from them is held."""
         if self.expects == NUMBER and self.role == ITEM_TEXT and digits == piece:
             written = self.text
@@ -408,12 +408,8 @@ def _every_integer_end_held(text: bytes, integers: IntegerRange, seen: frozenset
         new = integers.count(*ends) - sum(1 for item in seen if isinstance(item, int) and ends[0] <= item <= ends[1])
         if new > 0:
             return False
-        if start == 0:
+        if start == 0 or start * width * 10 > limit:  # (`0` takes no more digits; more go past the bound)
             return True
-        if limit is None:
-            return False  # (no bound that way: with more digits, always new ones)
-        if start * width * 10 > limit:
-            return True  # (more digits go past the bound)
         width *= 10
 
 

@@ -87,20 +87,20 @@ def held_items(schema: Any) -> HeldItems | None:
     if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
             and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
         return HeldItems(values=frozenset(values))
-    if items.get("type") == "integer":
-        bounds = integer_range(items)
-        return HeldItems(integers=bounds) if bounds is not None else None
+    bounds = integer_range(items)
+    if bounds is not None:
+        return HeldItems(integers=bounds)
     if {key: value for key, value in items.items() if key not in _ANNOTATIONS} == _OPEN_NUMBER:
         return HeldItems(fractions=True)
     return None
 
 
-def integer_range(items: dict[str, Any]) -> IntegerRange | None:
+def integer_range(items: Any) -> IntegerRange | None:
     """The integers an integer schema takes between its bounds (llguidance holds an integer to its bounds exactly,
     digit by digit); None where it says more than its bounds (a `multipleOf`), or a bound is not a number, or not
     one llguidance reads exactly (`exclusiveMaximum: true`, as before draft 6; beyond 2**53, where its bounds are
-    rounded to floating point)."""
-    if not items.keys() <= _INTEGER_KEYS:
+    rounded to floating point); None for any other schema."""
+    if not isinstance(items, dict) or items.get("type") != "integer" or not items.keys() <= _INTEGER_KEYS:
         return None
     bounds = {key: items[key] for key in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if key in items}
     if not all(isinstance(bound, (int, float)) and not isinstance(bound, bool) and abs(bound) <= _EXACT_BOUND
