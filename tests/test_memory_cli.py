@@ -335,15 +335,18 @@ def test_a_session_merges_its_documents_off_the_generation_path(tmp_path: Path) 
 def test_a_file_name_that_is_not_utf8_is_listed_as_text(tiny_profile: str, tmp_path: Path) -> None:
     odd = tmp_path / os.fsdecode(b"caf\xe9.txt")  # an invalid byte in a name: a lone surrogate in Python
     other = tmp_path / os.fsdecode(b"caf\xe8.txt")  # ...another, which must keep a tag of its own
+    spelled = tmp_path / "caf\\xe9.txt"  # ...and one whose name spells the escape out: a tag of its own too
     odd.write_text("the cat sat on the mat " * 20)
     other.write_text("the dog sat on the rug " * 20)
-    assert cli("memory", "add", "-p", "tiny", str(odd), str(other)).exit_code == 0
+    spelled.write_text("the bird sat on the roof " * 20)
+    assert cli("memory", "add", "-p", "tiny", str(odd), str(other), str(spelled)).exit_code == 0
     listed = cli("memory", "list")
     assert listed.exit_code == 0 and "caf\\xe9.txt" in listed.stdout and "caf\\xe8.txt" in listed.stdout, listed.stderr
     tags = [row["tag"] for row in json.loads(cli("memory", "list", "--json").stdout)]
-    assert sorted(tag.rpartition("/")[2] for tag in tags) == ["caf\\xe8.txt", "caf\\xe9.txt"]
+    assert sorted(tag.rpartition("/")[2] for tag in tags) == ["caf\\\\xe9.txt", "caf\\xe8.txt", "caf\\xe9.txt"]
     assert cli("memory", "remove", str(odd)).exit_code == 0
-    assert "caf\\xe8.txt" in cli("memory", "list").stdout  # the other file stays
+    left = cli("memory", "list").stdout
+    assert "caf\\xe8.txt" in left and "caf\\\\xe9.txt" in left  # the other files stay
 
 
 def test_a_file_keeps_one_tag_however_it_is_named_and_an_empty_path_is_refused(tiny_profile: str, tmp_path: Path) -> None:

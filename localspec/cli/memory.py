@@ -191,12 +191,12 @@ def _reporting_problems(stores: list[MemoryStore]) -> Iterator[None]:
 
 def _file_tag(path: Path) -> str:
     """The tag of what `memory add` added from `path`: its resolved path (one tag however the file is named;
-    bytes that are not UTF-8 shown as \\xNN escapes, so that two such names stay apart)."""
+    bytes that are not UTF-8 shown as \\xNN escapes and a backslash as two, so that no two names share a tag)."""
     try:
         resolved = path.resolve()
     except (OSError, RuntimeError):  # a link loop: the path as given
         resolved = path.absolute()
-    return "file:" + os.fsencode(resolved).decode("utf-8", "backslashreplace")
+    return "file:" + os.fsencode(resolved).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
 
 
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
