@@ -576,11 +576,13 @@ def test_a_schema_nested_too_deeply_is_one_line() -> None:
         compile_format(OutputFormat("json_schema", deep, "deep.json"))
 
 
-@pytest.mark.parametrize("keyword", ["maxLength", "maximum"])
+@pytest.mark.parametrize("keyword", ["maxLength", "maximum", "enum"])
 def test_a_number_llguidance_cannot_take_is_one_line(keyword: str) -> None:
-    kind = "string" if keyword == "maxLength" else "integer"
-    schema = f'{{"type": "object", "properties": {{"a": {{"type": "{kind}", "{keyword}": {10**30}}}}}}}'
-    with pytest.raises(InputError, match=r"^big\.json: [^\n]*1000000000000000000000000000000$"):
+    """Said in plain words (llguidance's own: "Value is not JSON serializable: 1000…")."""
+    kind, value = {"maxLength": ("string", 10**30), "maximum": ("integer", 10**30), "enum": ("integer", [1, -2**63 - 1])}[keyword]
+    schema = f'{{"type": "object", "properties": {{"a": {{"type": "{kind}", "{keyword}": {value}}}}}}}'
+    number = 10**30 if keyword != "enum" else -2**63 - 1
+    with pytest.raises(InputError, match=rf"^big\.json: the number {number} does not fit llguidance's 64-bit integers$"):
         compile_format(OutputFormat("json_schema", schema, "big.json"))
 
 

@@ -120,6 +120,7 @@ _GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w-]*\s*::=", re.MULTILINE)
 _GBNF_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
 _UNIMPLEMENTED_KEYS = re.compile(r'Unimplemented keys: (?P<keys>\[[^\]]*\])(?P<times> \(\d+ times\))?')
 _LLGUIDANCE_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
+_LLGUIDANCE_TOO_LARGE = re.compile(r"^Value is not JSON serializable: (-?\d+)$")  # an integer beyond 64 bits
 
 
 @dataclass(frozen=True)
@@ -601,6 +602,9 @@ def _one_line(message: str, kind: str) -> str:
     if not lines:
         return "rejected by llguidance"
     head = lines[0]
+    too_large = _LLGUIDANCE_TOO_LARGE.match(head)
+    if too_large:
+        return f"the number {too_large[1]} does not fit llguidance's 64-bit integers"
     detail = next((line[len("error:"):].strip() for line in lines[1:] if line.startswith("error:")), None)
     if detail and head.endswith(":"):
         head = f"{head} {detail}"
