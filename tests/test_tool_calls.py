@@ -26,6 +26,7 @@ from localspec.app.tool_calls import (
     MAX_CALLS,
     CallStream,
     Tool,
+    ToolCall,
     ToolError,
     ToolSyntax,
     arguments_json,
@@ -145,6 +146,25 @@ def test_a_template_without_tool_syntax_gets_the_tools_in_its_system_message() -
     assert messages[3] == {"role": "user", "content": "Tool result for call call_1: 18 C, sunny"}
 
 
+def test_results_of_parallel_calls_are_one_user_message_for_a_template_whose_roles_alternate() -> None:
+    """Gemma 3's template refuses two user messages in a row: each result as its own message failed there."""
+    alternating = ("{% for m in messages %}{% if (m['role'] == 'user') != loop.index0 is even %}"
+                   "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+                   "{% endif %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>")
+    calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
+             for i, city in enumerate(["Paris", "Rome"])]
+    history = [{"role": "user", "content": "Weather in Paris and Rome?"},
+               {"role": "assistant", "content": "", "tool_calls": calls},
+               {"role": "tool", "content": "18 C", "tool_call_id": "call_0"},
+               {"role": "tool", "content": "24 C", "tool_call_id": "call_1"},
+               {"role": "user", "content": "And tomorrow?"}]
+    messages, _ = chat_input(history, prepare_tools(request(), alternating, lambda text: False), alternating)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[3]["content"] == ("Tool result for call call_0: 18 C\n\nTool result for call call_1: 24 C"
+                                      "\n\nAnd tomorrow?")
+    assert "<user>Tool result for call call_0" in render_chat(alternating, messages[1:])
+
+
 @pytest.mark.parametrize("syntax", list(ToolSyntax))
 def test_each_template_renders_tool_history_on_a_tiny_model(tiny_target: Model, syntax: ToolSyntax) -> None:
     template = TEMPLATES[syntax]
@@ -251,6 +271,50 @@ def test_calls_are_read_back_and_anything_else_is_text() -> None:
     assert quoting and json.loads(quoting[0].arguments) == {"x": "1</tool_call>2"}  # the tag inside a string is text
     assert parse_calls('{"name": "a", "parameters": [1]}', ToolSyntax.LLAMA3) is None
     assert parse_calls('{"tool_calls": [{"name": "a"', ToolSyntax.JSON) is None
+
+
+def test_arguments_are_passed_on_as_the_model_wrote_them() -> None:
+    """Not re-encoded: Python reads 1e999 as infinity and wrote it back as `Infinity`, which no JSON parser takes."""
+    written = '{"a": 1e999, "b": 1.50, "c": "\\u00e9"}'
+    for syntax, text in [
+        (ToolSyntax.HERMES, f'<tool_call>\n{{"name": "f", "arguments": {written}}}\n</tool_call>'),
+        (ToolSyntax.LLAMA3, f'{{"name": "f", "parameters": {written}}}'),
+        (ToolSyntax.JSON, f'{{"tool_calls": [{{"name": "g", "arguments": {{}}}}, {{"name": "f", "arguments": {written}}}]}}'),
+    ]:
+        calls = parse_calls(text, syntax)
+        assert calls and calls[-1].name == "f" and calls[-1].arguments == written, (syntax, calls)
+    assert parse_calls('{"tool_calls": [{"name": "f", "arguments": {}}, 1]}', ToolSyntax.JSON) is None
+    assert parse_calls('{"name": "f", "parameters": {}} {}', ToolSyntax.LLAMA3) is None
+
+
+def test_run_prints_the_arguments_as_the_model_wrote_them() -> None:
+    from localspec.cli.tool_options import json_with_calls
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"{name} is no JSON")
+
+    calls = [ToolCall("f", '{"a": 1e999, "b": "x"}'), ToolCall("g", "{}")]
+    text = json_with_calls({"text": "…"}, calls)
+    assert '"arguments": {"a": 1e999, "b": "x"}' in text and '"arguments": {}' in text
+    assert json.loads(text, parse_constant=no_constants)["tool_calls"][1] == {"name": "g", "arguments": {}}
+    assert json.loads(json_with_calls({}, None)) == {"tool_calls": None}
+
+
+@pytest.mark.parametrize("syntax", list(ToolSyntax))
+def test_text_the_grammar_lets_through_as_text_is_never_read_as_a_call(tiny_target: Model, syntax: ToolSyntax) -> None:
+    """U+001C to U+001F are whitespace to Python's strip but not to llguidance's `\\s`: text that starts with one
+    before a call's opening is plain text to the grammar (`auto`), so it must be to the reader too. And a call
+    reads back only as a call of a tool offered."""
+    setup = prepare_tools(request("auto"), TEMPLATES[syntax], lambda text: False)
+    call = {ToolSyntax.HERMES: '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>',
+            ToolSyntax.LLAMA3: '{"name": "rm_rf", "parameters": {}}',
+            ToolSyntax.JSON: '{"tool_calls": [{"name": "rm_rf", "arguments": {}}]}'}[syntax]
+    text = "\x1c" + call
+    assert accepts(tiny_target, setup.grammar, text)  # plain text, as far as the grammar goes
+    assert setup.calls_in(text) is None
+    stream = setup.stream()
+    assert stream.feed(text) == text and not stream.call
+    assert parse_calls(call, syntax) and setup.calls_in(call) is None  # a whole call, of a tool not offered
 
 
 def test_a_stream_passes_text_at_once_and_holds_a_call() -> None:
@@ -486,6 +550,20 @@ def test_arguments_are_an_object_and_closing_keeps_the_schemas_meaning(tiny_targ
         assert not accepts(tiny_target, grammar, calls_text("f", arguments)), arguments
 
 
+def test_parameters_no_call_can_satisfy_are_refused_as_response_format_refuses_them() -> None:
+    """A call to such a tool could never be finished: it ran to max_tokens (a "not enforced" warning beside it)."""
+    unique = {"type": "object", "properties": {"a": {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True,
+                                                      "minItems": 3}}, "required": ["a"]}
+    tools = [WEATHER, {"type": "function", "function": {"name": "f", "parameters": unique}}]
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "f"}}):
+        with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: no text can satisfy it: uniqueItems asks"
+                                            r" for 3 distinct items \(minItems\), and its items take 2 values$") as error:
+            prepare_tools(request(choice, tools=tools), PLAIN, lambda text: False)
+        assert error.value.param == "tools[1].function.parameters"
+    prepare_tools(request({"type": "function", "function": {"name": "get_weather"}}, tools=tools), PLAIN,
+                  lambda text: False)  # (a tool that cannot be called is not held to)
+
+
 def test_parameters_that_cannot_be_an_object_are_refused() -> None:
     with pytest.raises(ToolError, match="must describe an object") as error:
         tool_request([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}])
@@ -524,6 +602,7 @@ def test_a_call_opened_by_a_special_marker_token_is_read_back(tmp_path: Path, co
         assert special_token_test(model)("<tool_call>") is (kind is TokenType.USER_DEFINED)
         session = Session(model, chat=ChatSettings(template=QWEN))
         setup = prepare_tools(request("required", parallel=False, tools=[EMPTY]), QWEN, special_token_test(model))
+        assert setup.warnings == ()  # (llguidance's "no tokenizer - can't validate <special_token>" was one)
         messages, definitions = chat_input(HISTORY[:2], setup, QWEN)
         generation = session.generation(session.chat_prompt_tokens(messages, definitions),
                                         GenerationSettings.from_values({"sampling.max_tokens": 80}),
@@ -546,6 +625,24 @@ def tools_api(control_marked: Model) -> Iterator[TestClient]:
                          GenerationSettings.from_values({"sampling.max_tokens": 80}), "marked")
     with TestClient(create_app(served)) as client:
         yield client
+
+
+def test_tools_and_earlier_calls_too_long_for_the_context_are_refused_before_tokenizing(
+        tools_api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a message's content is: tokenizing 300 kB of text without spaces held the one generation slot for 20 s."""
+    tokenized: list[str] = []
+    original = Model.tokenize
+    monkeypatch.setattr(Model, "tokenize", lambda self, text, *a, **k: tokenized.append(text) or original(self, text, *a, **k))
+    long = "x" * 200_000
+    described = {"type": "function", "function": {"name": "ping", "description": long}}
+    called = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": json.dumps({"q": long})}}]}
+    for body in ({"messages": [{"role": "user", "content": "ping"}], "tools": [described]},
+                 {"messages": [{"role": "user", "content": "ping"}, called, {"role": "tool", "content": "ok",
+                                                                              "tool_call_id": "call_1"}]}):
+        reply = tools_api.post("/v1/chat/completions", json=body)
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded", reply.text
+    assert not any(long in text for text in tokenized)
 
 
 def test_serve_reads_back_a_call_and_reports_what_its_schema_does_not_enforce(tools_api: TestClient) -> None:

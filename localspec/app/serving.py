@@ -244,8 +244,32 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 def _prepared_prompt(served: ServedModel, parsed: CompletionRequest) -> tuple[ToolSetup | None, list[int]]:
     """The request's tools made ready (if any) and its prompt tokens (run in a worker thread)."""
+    _refuse_too_long(served, parsed)
     tools = _tool_setup(served, parsed)
     return tools, _prompt_tokens(served, parsed, tools)
+
+
+def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
+    """A 400 for a prompt whose texts cannot fit the largest context, found before tokenizing (see
+    `Session.refuse_text_too_long`): the messages' contents, earlier calls and the tools' definitions."""
+    texts = [parsed.prompt or ""]
+    if parsed.messages is not None:
+        texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)]
+        texts += [_json_text(m["tool_calls"]) for m in parsed.messages if m.get("tool_calls")]
+        if parsed.tools is not None:
+            texts.append(_json_text(parsed.tools.definitions()))
+    try:
+        served.queue.session.refuse_text_too_long(texts)
+    except PromptTooLongError as exc:
+        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
+
+
+def _json_text(value: Any) -> str:
+    """`value` as JSON text, as a template would write it (empty where it cannot be: rendering will say so)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return ""
 
 
 def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | None:
@@ -261,11 +285,6 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | N
 
 def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSetup | None = None) -> list[int]:
     session = served.queue.session
-    texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)] if parsed.messages else [parsed.prompt or ""]
-    try:
-        session.refuse_text_too_long(texts)
-    except PromptTooLongError as exc:
-        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
     if parsed.messages is not None and session.chat_template() is None:
         raise ApiError(400, "this model has no chat template: send plain text to /v1/completions", param="messages")
     try:

@@ -34,7 +34,9 @@ from functools import lru_cache
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from ..engine.grammar import CompiledGrammar, OutputFormat, closed_object, compile_format, fitted_schema
+from ..engine.grammar import (
+    CompiledGrammar, OutputFormat, closed_object, compile_format, fitted_schema, unique_items_beyond_reach,
+)
 from ..errors import InputError
 from ..textin import clean_data
 
@@ -248,7 +250,7 @@ def template_messages(messages: Sequence[dict[str, Any]], request: ToolRequest |
     tools described in the system message, earlier calls written in the JSON form and results as user messages."""
     if syntax is not ToolSyntax.JSON:
         return list(messages)
-    rendered = [_plain_message(message) for message in messages]
+    rendered = _results_together(messages)
     if request is None:
         return rendered
     prompt = json_tools_prompt(request)
@@ -264,6 +266,20 @@ def json_tools_prompt(request: ToolRequest) -> str:
             f"{tools}\n\n"
             'To call tools, reply with only this JSON object: {"tool_calls": [{"name": "<tool name>", '
             '"arguments": {<the arguments>}}]}' + ("" if request.forced else "; otherwise reply with plain text") + ".")
+
+
+def _results_together(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as `_plain_message` writes them, a tool's results joined to the user message next to them
+    (the results of parallel calls, one by one, would be user messages in a row, which templates such as Gemma's
+    refuse: roles must alternate)."""
+    rendered: list[dict[str, Any]] = []
+    for message, before in zip(messages, [None, *messages]):
+        plain = _plain_message(message)
+        if rendered and rendered[-1]["role"] == plain["role"] == "user" and "tool" in (message["role"], before["role"]):
+            rendered[-1] = {"role": "user", "content": f"{rendered[-1]['content']}\n\n{plain['content']}"}
+        else:
+            rendered.append(plain)
+    return rendered
 
 
 def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -346,30 +362,41 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
-    """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call)."""
+    """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call).
+    Each call's arguments are the JSON text the model wrote (as OpenAI passes them on), not a re-encoding:
+    Python would write `1e999` back as `Infinity`, which is no JSON."""
     try:
         if syntax is ToolSyntax.HERMES:
             calls = [_call(body, "arguments") for body in _hermes_bodies(text)]
-        elif not text.lstrip().startswith("{"):
+        elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
-            calls = [_call(json.loads(text), "parameters")]
+            calls = [_call(_whole(text, _members), "parameters")]
         else:
-            calls = [_call(call, "arguments") for call in json.loads(text)["tool_calls"]]
+            listed = _whole(text, _members)["tool_calls"][1]
+            calls = [_call(members, "arguments") for members in _whole(listed, _objects)]
     except (ValueError, KeyError, TypeError):
         return None
     return calls or None
 
 
-def _hermes_bodies(text: str) -> list[Any]:
-    """The JSON values of `<tool_call>{…}</tool_call>` blocks that make up the whole of `text` (whitespace
-    around them aside), each read as JSON to its end, so a closing tag inside a string stays text.
+# A JSON value as written: the value, and its text.
+Written = tuple[Any, str]
+_JSON_SPACE = " \t\n\r"
+# What `\s` matches in llguidance's regular expressions (Unicode White_Space): the grammar lets text start with
+# these before a call's opening no more than a call itself (Python's str.isspace also takes U+001C to U+001F).
+_GRAMMAR_SPACE = re.compile(r"[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*")
+
+
+def _hermes_bodies(text: str) -> list[dict[str, Written]]:
+    """The members of the JSON objects in `<tool_call>{…}</tool_call>` blocks that make up the whole of `text`
+    (whitespace around them aside), each read as JSON to its end, so a closing tag inside a string stays text.
     ValueError when the text is anything else."""
-    decoder, bodies, at = json.JSONDecoder(), [], _after_space(text, 0)
+    bodies, at = [], _after_space(text, 0)
     while at < len(text):
         if not text.startswith(OPEN_TAG, at):
             raise ValueError("not a tool call")
-        body, at = decoder.raw_decode(text, _after_space(text, at + len(OPEN_TAG)))
+        body, at = _members(text, _after_space(text, at + len(OPEN_TAG)))
         at = _after_space(text, at)
         if not text.startswith(CLOSE_TAG, at):
             raise ValueError("a tool call not closed")
@@ -379,14 +406,67 @@ def _hermes_bodies(text: str) -> list[Any]:
 
 
 def _after_space(text: str, at: int) -> int:
-    return len(text) - len(text[at:].lstrip())
+    return _GRAMMAR_SPACE.match(text, at).end()
 
 
-def _call(value: dict[str, Any], arguments_key: str) -> ToolCall:
-    name, arguments = value["name"], value[arguments_key]
+def _after_json_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _JSON_SPACE:
+        at += 1
+    return at
+
+
+def _whole(text: str, read: Callable[[str, int], tuple[Any, int]]) -> Any:
+    """What `read` finds in `text`, which must hold nothing else but JSON whitespace around it."""
+    found, end = read(text, _after_json_space(text, 0))
+    if _after_json_space(text, end) != len(text):
+        raise ValueError("more than one JSON value")
+    return found
+
+
+def _members(text: str, at: int) -> tuple[dict[str, Written], int]:
+    """The members of the JSON object that starts at `at`, each value with its text, and where the object ends."""
+    return _container(text, at, "{}", keyed=True)
+
+
+def _objects(text: str, at: int) -> tuple[list[dict[str, Written]], int]:
+    """The members of each object in the JSON array of objects that starts at `at`, and where the array ends."""
+    items, end = _container(text, at, "[]", keyed=False)
+    return [_whole(written, _members) for _, written in items], end
+
+
+def _container(text: str, at: int, brackets: str, keyed: bool) -> tuple[Any, int]:
+    """The entries of the JSON object (`keyed`) or array that starts at `at` with `brackets[0]`: a dict of
+    key -> (value, its text), or a list of (value, its text); and where it ends."""
+    if not text.startswith(brackets[0], at):
+        raise ValueError(f"expected {brackets[0]}")
+    entries: list[tuple[str, Written]] = []
+    at = _after_json_space(text, at + 1)
+    while not text.startswith(brackets[1], at):
+        if entries:
+            if not text.startswith(",", at):
+                raise ValueError("expected a comma")
+            at = _after_json_space(text, at + 1)
+        key = ""
+        if keyed:
+            key, at = _DECODER.raw_decode(text, at)
+            at = _after_json_space(text, at)
+            if not isinstance(key, str) or not text.startswith(":", at):
+                raise ValueError("expected a key")
+            at = _after_json_space(text, at + 1)
+        value, end = _DECODER.raw_decode(text, at)
+        entries.append((key, (value, text[at:end])))
+        at = _after_json_space(text, end)
+    return (dict(entries) if keyed else [entry for _, entry in entries]), at + 1
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _call(members: dict[str, Written], arguments_key: str) -> ToolCall:
+    name, (arguments, written) = members["name"][0], members[arguments_key]
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise TypeError("not a call")
-    return ToolCall(name, json.dumps(arguments, ensure_ascii=False), f"call_{uuid.uuid4().hex[:24]}")
+    return ToolCall(name, written, f"call_{uuid.uuid4().hex[:24]}")
 
 
 class CallStream:
@@ -404,7 +484,7 @@ class CallStream:
             return text
         self.held += text
         if not self.call:
-            start = self.held.lstrip()
+            start = self.held[_after_space(self.held, 0):]
             if start.startswith(self.opening):
                 self.call = True
             elif start and not self.opening.startswith(start):
@@ -443,7 +523,10 @@ class ToolSetup:
     warnings: tuple[str, ...] = ()
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
-        return parse_calls(text, self.syntax)
+        """The calls `text` makes (None: plain text, or not whole calls of the tools offered)."""
+        calls = parse_calls(text, self.syntax)
+        offered = {tool.name for tool in self.request.callable}
+        return calls if calls and all(call.name in offered for call in calls) else None
 
     def stream(self) -> CallStream:
         return CallStream(self.syntax, self.request.forced)
@@ -459,6 +542,13 @@ class ToolSetup:
 def prepare_tools(request: ToolRequest, template: str | None, is_special: Callable[[str], bool]) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
     syntax = detect_syntax(template)
+    for index, tool in _callable_tools(request):  # (as `--json-schema` refuses it)
+        try:
+            beyond_reach = unique_items_beyond_reach(tool.parameters)
+        except RecursionError:  # (nested too deeply: said below, where the schema is written out)
+            beyond_reach = None
+        if beyond_reach is not None:
+            raise ToolError(f"{_schema_origin(index)}: no text can satisfy it: {beyond_reach}", _schema_origin(index))
     try:
         lark = tool_grammar(request, syntax, is_special)
     except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out

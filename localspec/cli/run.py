@@ -28,7 +28,7 @@ from .output_format import (
     cut_short_message,
     output_format_from_options,
 )
-from .tool_options import TOOL_OPTIONS, calls_as_json, tool_run_from_options
+from .tool_options import TOOL_OPTIONS, json_with_calls, tool_run_from_options
 
 
 @click.command()
@@ -112,10 +112,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             report["complete"] = cut_short_message(generation.stop_reason, whole_match) is None
             report["matches_format"] = whole_match or report["complete"]
         if tool_run is not None:
-            calls = tool_run.calls(generation)
-            report["tool_calls"] = calls_as_json(calls) if calls else None
             report["tool_warnings"] = list(tool_run.setup.warnings) if tool_run.setup is not None else []
-        write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
+            write_stdout(json_with_calls(report, tool_run.calls(generation)) + "\n")
+        else:
+            write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
     elif tool_run is not None:
         tool_run.print_answer(generation)
     elif generation.text and not generation.text.endswith("\n") and sys.stdout.isatty():

@@ -12,6 +12,7 @@ one line on stderr and exit code 1.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import click
@@ -108,11 +109,20 @@ class ToolRun:
         """The calls as one JSON object, or the text (output cut short is text: `run` then says so and exits 1)."""
         calls = self.calls(generation)
         if calls:
-            write_stdout(json.dumps({"tool_calls": calls_as_json(calls)}, ensure_ascii=False) + "\n")
+            write_stdout(json_with_calls({}, calls) + "\n")
             return
         write_stdout(generation.text + ("" if generation.text.endswith("\n") else "\n"))
 
 
-def calls_as_json(calls: list[ToolCall]) -> list[dict[str, Any]]:
-    """Calls as scripts read them: the name and the arguments as an object."""
-    return [{"name": call.name, "arguments": json.loads(call.arguments)} for call in calls]
+def json_with_calls(report: dict[str, Any], calls: list[ToolCall] | None) -> str:
+    """`report` as one line of JSON with "tool_calls" added (null where there are none), calls as scripts read
+    them: the name, and the arguments as an object, written as the model wrote them (Python would read 1e999 as
+    infinity and write `Infinity`, which is no JSON)."""
+    if not calls:
+        return json.dumps({**report, "tool_calls": None}, ensure_ascii=False)
+    holders = [f"arguments-{uuid.uuid4().hex}" for _ in calls]
+    listed = [{"name": call.name, "arguments": holder} for call, holder in zip(calls, holders)]
+    text = json.dumps({**report, "tool_calls": listed}, ensure_ascii=False)
+    for call, holder in zip(calls, holders):
+        text = text.replace(json.dumps(holder), call.arguments, 1)
+    return text

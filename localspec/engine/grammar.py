@@ -205,6 +205,9 @@ def compile_format(fmt: OutputFormat) -> CompiledGrammar:
     problem = _why_unusable(grammar)
     if problem is not None:
         raise InputError(f"{_name(fmt)}: {problem}")
+    # Tokens named in a grammar (`<tool_call>`) are checked against the model's vocabulary when it is used
+    # (an unknown one is an error then), not here: llguidance's "can't validate" is no warning for the user.
+    messages = [message for message in messages if not message.startswith("no tokenizer - can't validate <")]
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
                      for message in _without_held_unique_items(messages, grammar))
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
