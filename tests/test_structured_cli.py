@@ -570,6 +570,41 @@ def test_the_bounds_add_no_warning_and_never_undo_the_rest_of_the_schema() -> No
         compile_format(OutputFormat("json_schema", '{"type": "object", "properties": {"a": {}}, "required": [["a"]]}'))
 
 
+def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None:
+    """`"details": {}` (or a property with only a description) let a small model nest objects for ever at T=0:
+    now any JSON, five containers deep at most inside the property, strings and collections bounded."""
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import (
+        ANY_VALUE_DEFINITION, COLLECTION_LIMIT, STRING_LENGTH_LIMIT, _byte_tokenizer, bounded_values,
+    )
+
+    schema = {"type": "object", "properties": {"event": {"type": "string"}, "details": {}, "meta": {"description": "x"},
+                                               "tags": {"type": "array", "items": {}}},
+              "required": ["event", "details"], "$defs": {"mine": {"type": "integer"}}}
+    bounded = bounded_values(schema)
+    any_value = {"$ref": f"#/$defs/{ANY_VALUE_DEFINITION}1"}
+    assert [bounded["properties"][name] for name in ("details", "meta")] == [any_value, any_value]
+    assert bounded["properties"]["tags"]["items"] == any_value and bounded["$defs"]["mine"]["type"] == "integer"
+    assert bounded["properties"]["event"] == {"type": "string", "maxLength": STRING_LENGTH_LIMIT}
+    assert bounded_values({"type": "object", "additionalProperties": {}})["additionalProperties"] == any_value
+    assert bounded_values({"type": "array", "prefixItems": [{}]})["prefixItems"] == [any_value]
+    # Not where `#/$defs/…` would name another resource's definitions, nor in `not` (which would then allow more).
+    assert bounded_values({"properties": {"a": {"$id": "other", "properties": {"b": {}}}}})["properties"]["a"]["properties"]["b"] == {}
+    assert bounded_values({"not": {}}) == {"not": {}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+
+    def valid(details: str) -> bool:
+        text = f'{{"event": "jazz", "details": {details}}}'
+        matcher = LLMatcher(_byte_tokenizer(), grammar)
+        return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
+
+    assert valid('{"a": [1, {"b": [[true]]}]}') and valid('"x"') and valid("null")
+    assert valid("[[[[[1]]]]]") and not valid("[[[[[[1]]]]]]")
+    assert valid(json.dumps("x" * STRING_LENGTH_LIMIT)) and not valid(json.dumps("x" * (STRING_LENGTH_LIMIT + 1)))
+    assert valid(json.dumps(list(range(COLLECTION_LIMIT)))) and not valid(json.dumps(list(range(COLLECTION_LIMIT + 1))))
+
+
 def test_a_schema_nested_too_deeply_is_one_line() -> None:
     deep = '{"items": ' * 600 + "{}" + "}" * 600
     with pytest.raises(InputError, match=r"^deep\.json: the schema is nested too deeply$"):

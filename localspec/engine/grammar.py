@@ -74,6 +74,13 @@ _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "depende
 _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                     "minProperties", "maxProperties", "dependentRequired", "unevaluatedProperties"}
 
+# And values a schema leaves untyped (`"details": {}`, a property with only a description): any JSON, which a
+# small model nests for ever (`"ticket_id_json": {"id": …, "ticket_id_json": {…` until max_tokens, at T=0 on the
+# demo pair). An untyped property, array item or other value of an object is any JSON as `--format json`'s
+# values are, nested at most JSON_DEPTH_LIMIT deep, through definitions added to the schema's root.
+ANY_VALUE_DEFINITION = "localspec_any_value"
+_UNTYPED_PLACES = {"properties", "patternProperties", "items", "additionalProperties", "prefixItems"}
+
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
 # distinct values: 65 arrays for 4 values, 326 for 5 (0.2 s to compile), 1957 for 6 (more than llguidance
 # takes), so only up to this many values, and up to SPELLED_OUT_ORDERINGS orderings in one schema.
@@ -102,13 +109,19 @@ JSON_DEPTH_LIMIT = 6
 
 def _any_json_object(depth: int) -> dict[str, Any]:
     """A schema for any JSON object whose arrays and objects, itself included, nest at most `depth` deep."""
+    return {"$defs": _any_value_levels(depth, "level"), "type": "object", "additionalProperties": {"$ref": "#/$defs/level1"}}
+
+
+def _any_value_levels(depth: int, name: str) -> dict[str, Any]:
+    """Root definitions `{name}1` to `{name}{depth}`: `{name}N` is any JSON value inside N - 1 arrays or objects,
+    whose own arrays and objects nest at most `depth` deep in all."""
     scalars = [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]
     defs = {}
-    for level in range(1, depth + 1):  # the values inside `level` containers
-        inner = {"$ref": f"#/$defs/level{level + 1}"}
+    for level in range(1, depth + 1):
+        inner = {"$ref": f"#/$defs/{name}{level + 1}"}
         containers = [{"type": "array", "items": inner}, {"type": "object", "additionalProperties": inner}]
-        defs[f"level{level}"] = {"anyOf": scalars + (containers if level < depth else [])}
-    return {"$defs": defs, "type": "object", "additionalProperties": {"$ref": "#/$defs/level1"}}
+        defs[f"{name}{level}"] = {"anyOf": scalars + (containers if level < depth else [])}
+    return defs
 
 
 ANY_JSON_OBJECT = _any_json_object(JSON_DEPTH_LIMIT)
@@ -338,10 +351,38 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
               if is_count(node.get(key))]
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
     properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
+    untyped = isinstance(schema, dict) and any(_untyped_values(node) for node in nodes) and _refers_to_root(schema, nodes)
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]),
                      collection=max([COLLECTION_LIMIT, properties_listed, *counts, *lists]),
-                     close_objects=not any(_merges_here(node) for node in nodes), spell_out_unique=spell_out_unique)
-    return _bounded(schema, limits)
+                     close_objects=not any(_merges_here(node) for node in nodes), spell_out_unique=spell_out_unique,
+                     any_value=f"#/$defs/{ANY_VALUE_DEFINITION}1" if untyped else None)
+    bounded = _bounded(schema, limits)
+    if untyped:
+        levels = _any_value_levels(JSON_DEPTH_LIMIT, ANY_VALUE_DEFINITION)
+        bounded["$defs"] = {**bounded.get("$defs", {}), **{name: _bounded(level, limits) for name, level in levels.items()}}
+    return bounded
+
+
+def _untyped_values(node: dict[str, Any]) -> list[Any]:
+    """The schemas of `node`'s properties, items and other values that leave the value untyped (see
+    ANY_VALUE_DEFINITION): no keyword but annotations."""
+    values = []
+    for key in node.keys() & _UNTYPED_PLACES:
+        value = node[key]
+        values += value.values() if key in SCHEMA_MAPS and isinstance(value, dict) else value if isinstance(value, list) else [value]
+    return [value for value in values if _is_untyped(value)]
+
+
+def _is_untyped(schema: Any) -> bool:
+    return isinstance(schema, dict) and schema.keys() <= _ANNOTATIONS
+
+
+def _refers_to_root(schema: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:
+    """Whether definitions can be added to the root of `schema` and named from anywhere in it: `$defs` free to take
+    them, and no schema inside with an `$id` of its own (where `#/$defs/…` would name its definitions)."""
+    defs = schema.get("$defs", {})
+    return (isinstance(defs, dict) and not any(name.startswith(ANY_VALUE_DEFINITION) for name in defs)
+            and not any("$id" in node for node in nodes if node is not schema))
 
 
 class _Limits(NamedTuple):
@@ -349,6 +390,7 @@ class _Limits(NamedTuple):
     collection: int  # the most items of an array, or properties of an object, the schema leaves open
     close_objects: bool  # whether objects that list their properties are closed to others
     spell_out_unique: bool  # whether uniqueItems over a few listed values is spelled out
+    any_value: str | None = None  # the $ref that untyped values become (see ANY_VALUE_DEFINITION), if any
 
 
 def _bounded(schema: Any, limits: _Limits) -> Any:
@@ -361,9 +403,11 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         if key in DATA_KEYWORDS:
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
-            bounded[key] = {name: _bounded(subschema, limits) for name, subschema in value.items()}
+            bounded[key] = {name: _bounded(_typed(subschema, key, limits), limits) for name, subschema in value.items()}
+        elif key == "prefixItems" and isinstance(value, list):
+            bounded[key] = [_bounded(_typed(item, key, limits), limits) for item in value]
         else:
-            bounded[key] = _bounded(value, limits)
+            bounded[key] = _bounded(_typed(value, key, limits), limits)
     if limits.close_objects:
         bounded = closed_object(bounded)
     kinds = _schema_types(schema)
@@ -384,6 +428,14 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded, limits.spell_out_unique)
     return bounded
+
+
+def _typed(value: Any, key: str, limits: _Limits) -> Any:
+    """`value`, the schema of a `key` (a property, items, ...), as any JSON nested at most JSON_DEPTH_LIMIT deep
+    where it leaves the value untyped and the schema's root has those bounds (`limits.any_value`)."""
+    if limits.any_value is not None and key in _UNTYPED_PLACES and _is_untyped(value):
+        return {"$ref": limits.any_value}
+    return value
 
 
 def _counts_keys(bounded: dict[str, Any]) -> bool:
