@@ -588,9 +588,11 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert bounded["properties"]["tags"]["items"] == any_value and bounded["$defs"]["mine"]["type"] == "integer"
     assert bounded["properties"]["event"] == {"type": "string", "maxLength": STRING_LENGTH_LIMIT}
     assert bounded_values({"type": "object", "additionalProperties": {}})["additionalProperties"] == any_value
+    assert bounded_values({"type": "object", "additionalProperties": True})["additionalProperties"] == any_value
     assert bounded_values({"type": "array", "prefixItems": [{}]})["prefixItems"] == [any_value]
     # Not where `#/$defs/…` would name another resource's definitions, nor in `not` (which would then allow more).
-    assert bounded_values({"properties": {"a": {"$id": "other", "properties": {"b": {}}}}})["properties"]["a"]["properties"]["b"] == {}
+    other_resource = {"properties": {"a": {"$id": "other", "properties": {"b": {}}}}}
+    assert bounded_values(other_resource)["properties"]["a"]["properties"]["b"] == {}
     assert bounded_values({"not": {}}) == {"not": {}}
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
 
@@ -605,6 +607,17 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert valid(json.dumps(list(range(COLLECTION_LIMIT)))) and not valid(json.dumps(list(range(COLLECTION_LIMIT + 1))))
 
 
+@pytest.mark.parametrize("schema", [
+    {"const": -2**63 + 2}, {"enum": [1, -2**63]},
+    {"properties": {"a": {"type": "integer", "minimum": -2**63 + 2, "maximum": -2**63 + 9}}},
+])
+def test_an_integer_llguidance_would_crash_on_is_one_line(schema: dict[str, Any]) -> None:
+    """llguidance ended the process (a segmentation fault) on an exact integer range near -2^63: `serve` died."""
+    with pytest.raises(InputError, match=r"^s\.json: the number -9223372036854775\d+ is too close to -2\^63"
+                                         r" for llguidance$"):
+        compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+
+
 def test_a_schema_nested_too_deeply_is_one_line() -> None:
     deep = '{"items": ' * 600 + "{}" + "}" * 600
     with pytest.raises(InputError, match=r"^deep\.json: the schema is nested too deeply$"):
@@ -614,10 +627,12 @@ def test_a_schema_nested_too_deeply_is_one_line() -> None:
 @pytest.mark.parametrize("keyword", ["maxLength", "maximum", "enum"])
 def test_a_number_llguidance_cannot_take_is_one_line(keyword: str) -> None:
     """Said in plain words (llguidance's own: "Value is not JSON serializable: 1000…")."""
-    kind, value = {"maxLength": ("string", 10**30), "maximum": ("integer", 10**30), "enum": ("integer", [1, -2**63 - 1])}[keyword]
+    kind, value = {"maxLength": ("string", 10**30), "maximum": ("integer", 10**30),
+                   "enum": ("integer", [1, -2**63 - 1])}[keyword]
     schema = f'{{"type": "object", "properties": {{"a": {{"type": "{kind}", "{keyword}": {value}}}}}}}'
     number = 10**30 if keyword != "enum" else -2**63 - 1
-    with pytest.raises(InputError, match=rf"^big\.json: the number {number} does not fit llguidance's 64-bit integers$"):
+    with pytest.raises(InputError, match=rf"^big\.json: the number {number} does not fit llguidance's 64-bit"
+                                         r" integers$"):
         compile_format(OutputFormat("json_schema", schema, "big.json"))
 
 

@@ -146,6 +146,22 @@ def test_a_template_without_tool_syntax_gets_the_tools_in_its_system_message() -
     assert messages[3] == {"role": "user", "content": "Tool result for call call_1: 18 C, sunny"}
 
 
+def test_an_earlier_call_with_a_number_past_a_floats_range_is_rendered_as_written() -> None:
+    """Read as JSON, `1e999` became infinity, which the templates wrote `Infinity` into the prompt."""
+    from localspec.app.tool_calls import history_message
+
+    def history(arguments: str) -> Any:
+        call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}
+        message = history_message({"role": "assistant", "tool_calls": [call]}, "assistant", None, "messages[1]")
+        return message["tool_calls"][0]["function"]["arguments"]
+
+    assert history('{"x": 1e999}') == '{"x": 1e999}' and history('{"x": NaN}') == '{"x": NaN}'
+    assert history('{"x": 1.5, "y": [1]}') == {"x": 1.5, "y": [1]}
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": history('{"x": 1e999}')}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert "Infinity" not in render_chat(QWEN, messages)
+
+
 def test_results_of_parallel_calls_are_one_user_message_for_a_template_whose_roles_alternate() -> None:
     """Gemma 3's template refuses two user messages in a row: each result as its own message failed there."""
     alternating = ("{% for m in messages %}{% if (m['role'] == 'user') != loop.index0 is even %}"
@@ -279,11 +295,14 @@ def test_arguments_are_passed_on_as_the_model_wrote_them() -> None:
     for syntax, text in [
         (ToolSyntax.HERMES, f'<tool_call>\n{{"name": "f", "arguments": {written}}}\n</tool_call>'),
         (ToolSyntax.LLAMA3, f'{{"name": "f", "parameters": {written}}}'),
-        (ToolSyntax.JSON, f'{{"tool_calls": [{{"name": "g", "arguments": {{}}}}, {{"name": "f", "arguments": {written}}}]}}'),
+        (ToolSyntax.JSON,
+         f'{{"tool_calls": [{{"name": "g", "arguments": {{}}}}, {{"name": "f", "arguments": {written}}}]}}'),
     ]:
         calls = parse_calls(text, syntax)
         assert calls and calls[-1].name == "f" and calls[-1].arguments == written, (syntax, calls)
     assert parse_calls('{"tool_calls": [{"name": "f", "arguments": {}}, 1]}', ToolSyntax.JSON) is None
+    deep = '{"name": "f", "parameters": {"a": ' + "[" * 5000 + "]" * 5000 + "}}"  # (a recursive schema allows it)
+    assert parse_calls(deep, ToolSyntax.LLAMA3) is None  # not a RecursionError
     assert parse_calls('{"name": "f", "parameters": {}} {}', ToolSyntax.LLAMA3) is None
 
 
@@ -556,12 +575,18 @@ def test_parameters_no_call_can_satisfy_are_refused_as_response_format_refuses_t
                                                       "minItems": 3}}, "required": ["a"]}
     tools = [WEATHER, {"type": "function", "function": {"name": "f", "parameters": unique}}]
     for choice in ("auto", "required", {"type": "function", "function": {"name": "f"}}):
-        with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: no text can satisfy it: uniqueItems asks"
-                                            r" for 3 distinct items \(minItems\), and its items take 2 values$") as error:
+        refused = (r"^tools\[1\]\.function\.parameters: no text can satisfy it: uniqueItems asks for 3 distinct items"
+                   r" \(minItems\), and its items take 2 values$")
+        with pytest.raises(ToolError, match=refused) as error:
             prepare_tools(request(choice, tools=tools), PLAIN, lambda text: False)
         assert error.value.param == "tools[1].function.parameters"
     prepare_tools(request({"type": "function", "function": {"name": "get_weather"}}, tools=tools), PLAIN,
                   lambda text: False)  # (a tool that cannot be called is not held to)
+    crashing = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"const": -2**63}}}}}  # (llguidance ended the process on it)
+    with pytest.raises(ToolError, match="too close to -2\\^63") as error:
+        prepare_tools(request("required", tools=[crashing]), PLAIN, lambda text: False)
+    assert error.value.param == "tools[0].function.parameters"
 
 
 def test_parameters_that_cannot_be_an_object_are_refused() -> None:
@@ -632,7 +657,8 @@ def test_tools_and_earlier_calls_too_long_for_the_context_are_refused_before_tok
     """As a message's content is: tokenizing 300 kB of text without spaces held the one generation slot for 20 s."""
     tokenized: list[str] = []
     original = Model.tokenize
-    monkeypatch.setattr(Model, "tokenize", lambda self, text, *a, **k: tokenized.append(text) or original(self, text, *a, **k))
+    monkeypatch.setattr(Model, "tokenize",
+                        lambda self, text, *a, **k: tokenized.append(text) or original(self, text, *a, **k))
     long = "x" * 200_000
     described = {"type": "function", "function": {"name": "ping", "description": long}}
     called = {"role": "assistant", "content": None, "tool_calls": [

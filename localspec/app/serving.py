@@ -261,7 +261,8 @@ def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
     try:
         served.queue.session.refuse_text_too_long(texts)
     except PromptTooLongError as exc:
-        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt", code="context_length_exceeded") from None
+        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt",
+                       code="context_length_exceeded") from None
 
 
 def _json_text(value: Any) -> str:

@@ -27,6 +27,7 @@ of earlier calls' `arguments` is parsed, and so cleaned, here.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass
@@ -35,7 +36,13 @@ from enum import Enum
 from typing import Any, Callable, Sequence
 
 from ..engine.grammar import (
-    CompiledGrammar, OutputFormat, closed_object, compile_format, fitted_schema, unique_items_beyond_reach,
+    CompiledGrammar,
+    OutputFormat,
+    closed_object,
+    compile_format,
+    fitted_schema,
+    refuse_what_llguidance_crashes_on,
+    unique_items_beyond_reach,
 )
 from ..errors import InputError
 from ..textin import clean_data
@@ -211,6 +218,14 @@ def history_message(message: dict[str, Any], role: str, content: str | None, whe
             "tool_calls": [_history_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)]}
 
 
+def _finite(text: str) -> float:
+    """A JSON number's value; ValueError for one a float cannot hold (1e999) or a constant JSON does not have."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def _history_call(call: Any, where: str) -> dict[str, Any]:
     """An earlier call as templates read it: `function.arguments` an object when its JSON text parses to one."""
     function = call.get("function") if isinstance(call, dict) else None
@@ -220,7 +235,11 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
                         f" with arguments a JSON string, got {_quote(call)}", where)
     arguments: Any = function.get("arguments", "")
     try:
-        arguments = clean_data(json.loads(arguments))[0] if arguments else {}  # "\ud800" escapes: lone surrogates
+        # ("\ud800" escapes: lone surrogates; a number past a float's range, 1e999, would be rendered `Infinity`)
+        if arguments:
+            arguments = clean_data(json.loads(arguments, parse_float=_finite, parse_constant=_finite))[0]
+        else:
+            arguments = {}
     except ValueError:
         pass  # kept as the text it is
     except RecursionError:
@@ -375,7 +394,7 @@ def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
         else:
             listed = _whole(text, _members)["tool_calls"][1]
             calls = [_call(members, "arguments") for members in _whole(listed, _objects)]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # (RecursionError: nested deeper than Python reads)
         return None
     return calls or None
 
@@ -542,13 +561,8 @@ class ToolSetup:
 def prepare_tools(request: ToolRequest, template: str | None, is_special: Callable[[str], bool]) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
     syntax = detect_syntax(template)
-    for index, tool in _callable_tools(request):  # (as `--json-schema` refuses it)
-        try:
-            beyond_reach = unique_items_beyond_reach(tool.parameters)
-        except RecursionError:  # (nested too deeply: said below, where the schema is written out)
-            beyond_reach = None
-        if beyond_reach is not None:
-            raise ToolError(f"{_schema_origin(index)}: no text can satisfy it: {beyond_reach}", _schema_origin(index))
+    for index, tool in _callable_tools(request):
+        _refuse_as_json_schema_does(tool, index)
     try:
         lark = tool_grammar(request, syntax, is_special)
     except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out
@@ -560,6 +574,21 @@ def prepare_tools(request: ToolRequest, template: str | None, is_special: Callab
         raise
     warnings = _schema_warnings(request) if compiled.warnings else ()
     return ToolSetup(request, syntax, compiled.grammar, warnings or compiled.warnings)
+
+
+def _refuse_as_json_schema_does(tool: Tool, index: int) -> None:
+    """ToolError for parameters `--json-schema` refuses before llguidance compiles them: an integer llguidance
+    would crash on, a `uniqueItems` no text can satisfy."""
+    origin = _schema_origin(index)
+    try:
+        refuse_what_llguidance_crashes_on(tool.parameters, origin)
+        beyond_reach = unique_items_beyond_reach(tool.parameters)
+    except InputError as exc:
+        raise ToolError(str(exc), origin) from None
+    except RecursionError:  # (nested too deeply: said where the schema is written out)
+        return
+    if beyond_reach is not None:
+        raise ToolError(f"{origin}: no text can satisfy it: {beyond_reach}", origin)
 
 
 def _schema_warnings(request: ToolRequest) -> tuple[str, ...]:

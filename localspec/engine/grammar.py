@@ -74,7 +74,7 @@ _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "depende
 _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                     "minProperties", "maxProperties", "dependentRequired", "unevaluatedProperties"}
 
-# And values a schema leaves untyped (`"details": {}`, a property with only a description): any JSON, which a
+# And values a schema leaves untyped (`"details": {}` or `true`, a property with only a description): any JSON, which a
 # small model nests for ever (`"ticket_id_json": {"id": …, "ticket_id_json": {…` until max_tokens, at T=0 on the
 # demo pair). An untyped property, array item or other value of an object is any JSON as `--format json`'s
 # values are, nested at most JSON_DEPTH_LIMIT deep, through definitions added to the schema's root.
@@ -109,7 +109,8 @@ JSON_DEPTH_LIMIT = 6
 
 def _any_json_object(depth: int) -> dict[str, Any]:
     """A schema for any JSON object whose arrays and objects, itself included, nest at most `depth` deep."""
-    return {"$defs": _any_value_levels(depth, "level"), "type": "object", "additionalProperties": {"$ref": "#/$defs/level1"}}
+    return {"$defs": _any_value_levels(depth, "level"), "type": "object",
+            "additionalProperties": {"$ref": "#/$defs/level1"}}
 
 
 def _any_value_levels(depth: int, name: str) -> dict[str, Any]:
@@ -280,6 +281,7 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     the user (see `fitted_schema`)."""
     try:
         schema = parse_schema(fmt.source, fmt.origin)
+        refuse_what_llguidance_crashes_on(schema, _name(fmt))
         beyond_reach = unique_items_beyond_reach(schema)
         if beyond_reach is not None:
             raise InputError(f"{_name(fmt)}: no text can satisfy it: {beyond_reach}")
@@ -351,7 +353,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
               if is_count(node.get(key))]
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
     properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
-    untyped = isinstance(schema, dict) and any(_untyped_values(node) for node in nodes) and _refers_to_root(schema, nodes)
+    untyped = (isinstance(schema, dict) and any(_untyped_values(node) for node in nodes)
+               and _refers_to_root(schema, nodes))
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]),
                      collection=max([COLLECTION_LIMIT, properties_listed, *counts, *lists]),
                      close_objects=not any(_merges_here(node) for node in nodes), spell_out_unique=spell_out_unique,
@@ -359,7 +362,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     bounded = _bounded(schema, limits)
     if untyped:
         levels = _any_value_levels(JSON_DEPTH_LIMIT, ANY_VALUE_DEFINITION)
-        bounded["$defs"] = {**bounded.get("$defs", {}), **{name: _bounded(level, limits) for name, level in levels.items()}}
+        bounded["$defs"] = {**bounded.get("$defs", {}),
+                            **{name: _bounded(level, limits) for name, level in levels.items()}}
     return bounded
 
 
@@ -369,12 +373,15 @@ def _untyped_values(node: dict[str, Any]) -> list[Any]:
     values = []
     for key in node.keys() & _UNTYPED_PLACES:
         value = node[key]
-        values += value.values() if key in SCHEMA_MAPS and isinstance(value, dict) else value if isinstance(value, list) else [value]
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            values += value.values()
+        else:
+            values += value if isinstance(value, list) else [value]
     return [value for value in values if _is_untyped(value)]
 
 
 def _is_untyped(schema: Any) -> bool:
-    return isinstance(schema, dict) and schema.keys() <= _ANNOTATIONS
+    return schema is True or (isinstance(schema, dict) and schema.keys() <= _ANNOTATIONS)
 
 
 def _refers_to_root(schema: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:
@@ -499,6 +506,24 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
     arrays = [{"type": "array", "prefixItems": [{"const": value} for value in ordering], "items": False,
                "minItems": len(ordering), "maxItems": len(ordering)} for ordering in orderings]
     return {key: value for key, value in bounded.items() if key != "uniqueItems"} | {"anyOf": arrays}
+
+
+# llguidance (1.x) ends the process (a segmentation fault, no error) on an integer range whose bounds are both
+# within about 600 of -2^63, which a `const` or an `enum` value there is too (checked; one bound alone is refused
+# with an error): such an integer is refused here first, with a margin.
+_CRASHING_BELOW = -2**63 + 2**10
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
+    """InputError (one line, naming `origin`) for a schema holding an integer llguidance would crash on: a `const`,
+    an `enum` value or a bound from -2^63 to -2^63 + 2^10 (beyond 64 bits llguidance refuses a number itself)."""
+    for node in schemas_in(schema):
+        values = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else []),
+                  *(node.get(bound) for bound in _BOUNDS)]
+        for value in values:
+            if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < _CRASHING_BELOW:
+                raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
 
 
 def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
