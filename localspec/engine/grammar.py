@@ -509,8 +509,8 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
 
 
 # llguidance (1.x) ends the process (a segmentation fault, no error) on an integer range whose bounds are both
-# within about 600 of -2^63, which a `const` or an `enum` value there is too (checked; one bound alone is refused
-# with an error): such an integer is refused here first, with a margin.
+# within about 600 of -2^63, which a `const` or an `enum` value there is too (checked; a range with one bound
+# there does not crash it): such an integer is refused here first, with a margin.
 _CRASHING_BELOW = -2**63 + 2**10
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
