@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cli_helpers import cli, one_error_line
 from click.testing import CliRunner
@@ -347,6 +348,16 @@ def test_a_file_name_that_is_not_utf8_is_listed_as_text(tiny_profile: str, tmp_p
     assert cli("memory", "remove", str(odd)).exit_code == 0
     left = cli("memory", "list").stdout
     assert "caf\\xe8.txt" in left and "caf\\\\xe9.txt" in left  # the other files stay
+    # A tag an earlier version wrote (a backslash as one) is replaced by adding the file again, and removed with it.
+    store = local_memory()
+    store.add(np.arange(260, 300, dtype=np.int32), source="file", tag="file:" + str(spelled.resolve()))
+    assert len(json.loads(cli("memory", "list", "--json").stdout)) == 3
+    assert cli("memory", "add", "-p", "tiny", str(spelled)).exit_code == 0
+    assert len(json.loads(cli("memory", "list", "--json").stdout)) == 2
+    store.add(np.arange(260, 300, dtype=np.int32), source="file", tag="file:" + str(spelled.resolve()))
+    assert cli("memory", "remove", str(spelled)).exit_code == 0
+    listed = json.loads(cli("memory", "list", "--json").stdout)
+    assert [row["tag"].rpartition("/")[2] for row in listed] == ["caf\\xe8.txt"]
 
 
 def test_a_file_keeps_one_tag_however_it_is_named_and_an_empty_path_is_refused(tiny_profile: str, tmp_path: Path) -> None:

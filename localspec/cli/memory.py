@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import click
 import numpy as np
@@ -74,7 +74,7 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
                    if store.add(tokens, source="file", tag=tag, compact=False, added=now) is not None}
         # Then what these files added before, and the merge: at most one rebuild for all of them. (New copies
         # first: a process killed between the two keeps both copies, never neither.)
-        store.remove_tags(written, added_before=now)
+        store.remove_tags(written | _earlier_tags(candidates.values()), added_before=now)
         store.compact()
         kept = {document["tag"]: document["tokens"] for document in store.documents()
                 if document["tag"] in written and document["added"] >= now}
@@ -89,7 +89,8 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
 @click.argument("names", nargs=-1, required=True, metavar="PATH...")
 def remove_command(names: tuple[str, ...]) -> None:
     """Remove files added with `memory add` (a folder: every file under it)."""
-    prefixes = [_file_tag(path) for path in _paths(names)]
+    paths = _paths(names)
+    prefixes = [_file_tag(path) for path in paths] + sorted(_earlier_tags(paths))
     removed = 0
     stores = stores_of(LOCAL_OWNER)
     with _reporting_problems(stores):
@@ -189,14 +190,22 @@ def _reporting_problems(stores: list[MemoryStore]) -> Iterator[None]:
                 click.echo(f"localspec: {problem}", err=True)
 
 
-def _file_tag(path: Path) -> str:
+def _file_tag(path: Path, earlier: bool = False) -> str:
     """The tag of what `memory add` added from `path`: its resolved path (one tag however the file is named;
-    bytes that are not UTF-8 shown as \\xNN escapes and a backslash as two, so that no two names share a tag)."""
+    bytes that are not UTF-8 shown as \\xNN escapes and a backslash as two, so that no two names share a tag;
+    `earlier`: as versions before that wrote it, a backslash as one)."""
     try:
         resolved = path.resolve()
     except (OSError, RuntimeError):  # a link loop: the path as given
         resolved = path.absolute()
-    return "file:" + os.fsencode(resolved).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+    name = os.fsencode(resolved)
+    return "file:" + (name if earlier else name.replace(b"\\", b"\\\\")).decode("utf-8", "backslashreplace")
+
+
+def _earlier_tags(paths: Iterable[Path]) -> set[str]:
+    """The tags earlier versions gave the files at `paths` where they differ from today's (a backslash in the
+    path): what adding them again replaces, and removing them removes, too."""
+    return {earlier for path in paths if (earlier := _file_tag(path, earlier=True)) != _file_tag(path)}
 
 
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
