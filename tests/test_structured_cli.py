@@ -590,6 +590,8 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert bounded_values({"type": "object", "additionalProperties": {}})["additionalProperties"] == any_value
     assert bounded_values({"type": "object", "additionalProperties": True})["additionalProperties"] == any_value
     assert bounded_values({"type": "array", "prefixItems": [{}]})["prefixItems"] == [any_value]
+    assert bounded_values({"anyOf": [{"type": "integer"}, True]})["anyOf"][1] == any_value
+    assert bounded_values({"allOf": [{"type": "string", "maxLength": 999}, {}]})["allOf"][1] == {}
     # Not where `#/$defs/…` would name another resource's definitions, nor in `not` (which would then allow more).
     other_resource = {"properties": {"a": {"$id": "other", "properties": {"b": {}}}}}
     assert bounded_values(other_resource)["properties"]["a"]["properties"]["b"] == {}

@@ -76,10 +76,11 @@ _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternPr
 
 # And values a schema leaves untyped (`"details": {}` or `true`, a property with only a description): any JSON, which a
 # small model nests for ever (`"ticket_id_json": {"id": …, "ticket_id_json": {…` until max_tokens, at T=0 on the
-# demo pair). An untyped property, array item or other value of an object is any JSON as `--format json`'s
-# values are, nested at most JSON_DEPTH_LIMIT deep, through definitions added to the schema's root.
+# demo pair). An untyped property, array item, other value of an object or `anyOf` branch is any JSON as
+# `--format json`'s values are, nested at most JSON_DEPTH_LIMIT deep, through definitions added to the schema's
+# root. (Not an `allOf` part, where it would narrow its partners, nor `not`, where it would widen the schema.)
 ANY_VALUE_DEFINITION = "localspec_any_value"
-_UNTYPED_PLACES = {"properties", "patternProperties", "items", "additionalProperties", "prefixItems"}
+_UNTYPED_PLACES = {"properties", "patternProperties", "items", "additionalProperties", "prefixItems", "anyOf"}
 
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of
 # distinct values: 65 arrays for 4 values, 326 for 5 (0.2 s to compile), 1957 for 6 (more than llguidance
@@ -411,7 +412,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(_typed(subschema, key, limits), limits) for name, subschema in value.items()}
-        elif key == "prefixItems" and isinstance(value, list):
+        elif key in ("prefixItems", "anyOf") and isinstance(value, list):
             bounded[key] = [_bounded(_typed(item, key, limits), limits) for item in value]
         else:
             bounded[key] = _bounded(_typed(value, key, limits), limits)
