@@ -609,15 +609,23 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert valid(json.dumps(list(range(COLLECTION_LIMIT)))) and not valid(json.dumps(list(range(COLLECTION_LIMIT + 1))))
 
 
-@pytest.mark.parametrize("schema", [
-    {"const": -2**63 + 2}, {"enum": [1, -2**63]},
-    {"properties": {"a": {"type": "integer", "minimum": -2**63 + 2, "maximum": -2**63 + 9}}},
+@pytest.mark.parametrize("schema, message", [
+    ({"const": -2**63 + 2}, "the number -9223372036854775806 is too close to -2^63 for llguidance"),
+    ({"enum": [1, -2**63]}, "the number -9223372036854775808 is too close to -2^63 for llguidance"),
+    ({"properties": {"a": {"type": "integer", "minimum": -2**63 + 2, "maximum": -2**63 + 9}}},
+     "the number -9223372036854775806 is too close"),
+    ({"type": "integer", "const": -1e308}, "the number -1e+308 is too close to -2^63"),  # (read as -2^63 there)
+    ({"type": "integer", "multipleOf": 2**24}, "multipleOf 16777216 is a multiple of 2^18, which llguidance cannot"),
+    ({"type": "number", "multipleOf": 3.0 * 2**20}, "multipleOf 3145728.0 is a multiple of 2^18"),
+    ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(2500)}}, "2500 definitions, more than the 2000"),
 ])
-def test_an_integer_llguidance_would_crash_on_is_one_line(schema: dict[str, Any]) -> None:
-    """llguidance ended the process (a segmentation fault) on an exact integer range near -2^63: `serve` died."""
-    with pytest.raises(InputError, match=r"^s\.json: the number -9223372036854775\d+ is too close to -2\^63"
-                                         r" for llguidance$"):
+def test_a_schema_llguidance_would_crash_or_hang_on_is_one_line(schema: dict[str, Any], message: str) -> None:
+    """llguidance ended the process (a segmentation fault) on an exact integer range near -2^63 and on a chain of
+    2,500 `$ref`s, and ran on for minutes over a multipleOf of 2^24: one request killed or held `serve`."""
+    with pytest.raises(InputError, match="^s\\.json: " + re.escape(message)):
         compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    for fine in ({"type": "number", "const": -1e308}, {"type": "integer", "multipleOf": 10**6}):
+        compile_format(OutputFormat("json_schema", json.dumps(fine), "s.json"))
 
 
 def test_a_schema_nested_too_deeply_is_one_line() -> None:

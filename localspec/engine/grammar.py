@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -510,21 +511,41 @@ def _unique_items(array: dict[str, Any], bounded: dict[str, Any], spell_out: boo
 
 
 # llguidance (1.x) ends the process (a segmentation fault, no error) on an integer range whose bounds are both
-# within about 600 of -2^63, which a `const` or an `enum` value there is too (checked; a range with one bound
-# there does not crash it): such an integer is refused here first, with a margin.
+# within about 600 of -2^63, which a `const` or an `enum` value there is too, and on a float at or below it where
+# the type is an integer (it is read as -2^63 then); a range with one bound there does not crash it (checked). It
+# runs on for minutes, gigabytes deep, over a `multipleOf` with 2^19 or more among its factors (2^19: 1-5 s). Such
+# numbers are refused here first, with a margin, as are more definitions than it follows (a chain of 2,500 `$ref`s
+# overflows its stack).
 _CRASHING_BELOW = -2**63 + 2**10
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_SLOW_MULTIPLE = 2**18
+MOST_DEFINITIONS = 2000
 
 
 def refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
-    """InputError (one line, naming `origin`) for a schema holding an integer llguidance would crash on: a `const`,
-    an `enum` value or a bound from -2^63 to -2^63 + 2^10 (beyond 64 bits llguidance refuses a number itself)."""
-    for node in schemas_in(schema):
+    """InputError (one line, naming `origin`) for a schema llguidance would crash or hang on: a `const`, an `enum`
+    value or a bound from -2^63 to -2^63 + 2^10 (beyond 64 bits llguidance refuses a number itself), or below it
+    as a float where the type is an integer; a `multipleOf` with 2^18 among its factors; more than
+    MOST_DEFINITIONS definitions."""
+    nodes = schemas_in(schema)
+    definitions = sum(len(node[key]) for node in nodes for key in ("$defs", "definitions")
+                      if isinstance(node.get(key), dict))
+    if definitions > MOST_DEFINITIONS:
+        raise InputError(f"{origin}: {definitions} definitions, more than the {MOST_DEFINITIONS} llguidance follows")
+    for node in nodes:
         values = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else []),
                   *(node.get(bound) for bound in _BOUNDS)]
+        integer = "integer" in _schema_types(node)
         for value in values:
-            if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < _CRASHING_BELOW:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value >= _CRASHING_BELOW:
+                continue
+            if (isinstance(value, int) and value >= -2**63) or (isinstance(value, float) and integer):
                 raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
+        step = node.get("multipleOf")
+        if (isinstance(step, (int, float)) and not isinstance(step, bool) and step and math.isfinite(step)
+                and float(step).is_integer() and int(step) % _SLOW_MULTIPLE == 0):
+            raise InputError(f"{origin}: multipleOf {step} is a multiple of 2^18, which llguidance cannot follow"
+                             " (it runs on for minutes)")
 
 
 def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
