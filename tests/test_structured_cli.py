@@ -626,6 +626,8 @@ def test_a_schema_llguidance_would_crash_or_hang_on_is_one_line(schema: dict[str
         compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     for fine in ({"type": "number", "const": -1e308}, {"type": "integer", "multipleOf": 10**6}):
         compile_format(OutputFormat("json_schema", json.dumps(fine), "s.json"))
+    with pytest.raises(InputError, match=r"^s\.json: "):  # (one line from llguidance; it was an OverflowError here)
+        compile_format(OutputFormat("json_schema", '{"type": "integer", "multipleOf": ' + "9" * 400 + "}", "s.json"))
 
 
 def test_a_schema_nested_too_deeply_is_one_line() -> None:

@@ -541,10 +541,11 @@ def refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
                 continue
             if (isinstance(value, int) and value >= -2**63) or (isinstance(value, float) and integer):
                 raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
-        step = node.get("multipleOf")
-        if (isinstance(step, (int, float)) and not isinstance(step, bool) and step and math.isfinite(step)
-                and float(step).is_integer() and int(step) % _SLOW_MULTIPLE == 0):
-            raise InputError(f"{origin}: multipleOf {step} is a multiple of 2^18, which llguidance cannot follow"
+        given = step = node.get("multipleOf")
+        if isinstance(step, float) and math.isfinite(step) and step.is_integer():
+            step = int(step)  # (compared as the integer it is; an int may be too large for a float)
+        if isinstance(step, int) and not isinstance(step, bool) and step and step % _SLOW_MULTIPLE == 0:
+            raise InputError(f"{origin}: multipleOf {given} is a multiple of 2^18, which llguidance cannot follow"
                              " (it runs on for minutes)")
 
 
