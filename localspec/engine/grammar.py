@@ -23,7 +23,9 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
-from .schema_keywords import DATA_KEYWORDS, SCHEMA_MAPS, is_count, json_types, schemas_in
+from .schema_keywords import (
+    DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_types, schemas_in,
+)
 from .schema_places import SchemaPlaces, integer_range, survey_held
 from .unique_items import schemas_of_grammar
 
@@ -41,9 +43,8 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # digit, and a small model at T=0.8 can (`"tax_rate": 0.2000000000...` until
 # max_tokens). Where a schema leaves them open, numbers get at most 15 digits
 # before the point (|x| < 10^15, JSON's exact-integer range) and 9 after it
-# (`multipleOf` 10^-9); a schema's own bounds and `multipleOf` are kept as written.
-NUMBER_MAGNITUDE_LIMIT = 10**15
-NUMBER_STEP = 1e-9
+# (`multipleOf` 10^-9): NUMBER_MAGNITUDE_LIMIT and NUMBER_STEP (schema_keywords.py, which the code that follows
+# JSON as it is written reads too). A schema's own bounds and `multipleOf` are kept as written.
 
 # Strings too: a small model can loop inside one (`"name": "src_main_src_src_src...` until
 # max_tokens, on held-out schemas at T=0 as at 0.8). Where a schema leaves a string's length

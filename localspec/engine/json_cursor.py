@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .schema_places import (FRACTION_DIGITS, WHOLE_DIGITS, HeldItems, IntegerRange, SchemaPlaces, held_items,
-                            takes_other_keys)
+from .schema_keywords import FRACTION_DIGITS, WHOLE_DIGITS
+from .schema_places import HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
 
 _WHITESPACE = b" \t\r\n"
 _ESCAPE_OR_CONTROL = re.compile(rb"[\\\x00-\x1f]")  # a backslash, or a byte JSON allows in a string only escaped

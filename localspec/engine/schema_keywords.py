@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+# The bounds localspec puts on a number a schema leaves open (see grammar.py, where they are put): at most
+# WHOLE_DIGITS digits before the point and FRACTION_DIGITS after it, as llguidance then writes it (no exponent).
+WHOLE_DIGITS, FRACTION_DIGITS = 15, 9
+NUMBER_MAGNITUDE_LIMIT = 10**WHOLE_DIGITS
+NUMBER_STEP = 10.0**-FRACTION_DIGITS
+
 DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 

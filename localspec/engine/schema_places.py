@@ -14,17 +14,17 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .schema_keywords import is_count, json_types, schemas_in, subschemas
+from .schema_keywords import NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas
 
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-guidance"}  # (x-: llguidance's options)
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
 _INTEGER_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} | _ANNOTATIONS
-# A number as localspec bounds the open ones (grammar.NUMBER_MAGNITUDE_LIMIT, grammar.NUMBER_STEP): llguidance
-# writes it with up to 15 digits before the point, FRACTION_DIGITS after it, no exponent.
-_OPEN_NUMBER = {"type": "number", "exclusiveMaximum": 10**15, "exclusiveMinimum": -(10**15), "multipleOf": 1e-9}
-WHOLE_DIGITS, FRACTION_DIGITS = 15, 9
+# A number as localspec bounds the open ones: llguidance writes it with up to WHOLE_DIGITS digits before the
+# point, FRACTION_DIGITS after it, no exponent.
+_OPEN_NUMBER = {"type": "number", "exclusiveMaximum": NUMBER_MAGNITUDE_LIMIT,
+                "exclusiveMinimum": -NUMBER_MAGNITUDE_LIMIT, "multipleOf": NUMBER_STEP}
 _EXACT_BOUND = 2**53  # the largest bound llguidance reads exactly (it reads bounds as floating point numbers)
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
