@@ -41,8 +41,7 @@ from ..engine.grammar import (
     closed_object,
     compile_format,
     fitted_schema,
-    refuse_what_llguidance_crashes_on,
-    unique_items_beyond_reach,
+    refuse_unusable_schema,
 )
 from ..errors import InputError
 from ..textin import clean_data
@@ -581,14 +580,11 @@ def _refuse_as_json_schema_does(tool: Tool, index: int) -> None:
     would crash on, a `uniqueItems` no text can satisfy."""
     origin = _schema_origin(index)
     try:
-        refuse_what_llguidance_crashes_on(tool.parameters, origin)
-        beyond_reach = unique_items_beyond_reach(tool.parameters)
+        refuse_unusable_schema(tool.parameters, origin)
     except InputError as exc:
         raise ToolError(str(exc), origin) from None
     except RecursionError:  # (nested too deeply: said where the schema is written out)
         return
-    if beyond_reach is not None:
-        raise ToolError(f"{origin}: no text can satisfy it: {beyond_reach}", origin)
 
 
 def _schema_warnings(request: ToolRequest) -> tuple[str, ...]:

@@ -284,10 +284,7 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     the user (see `fitted_schema`)."""
     try:
         schema = parse_schema(fmt.source, fmt.origin)
-        refuse_what_llguidance_crashes_on(schema, _name(fmt))
-        beyond_reach = unique_items_beyond_reach(schema)
-        if beyond_reach is not None:
-            raise InputError(f"{_name(fmt)}: no text can satisfy it: {beyond_reach}")
+        refuse_unusable_schema(schema, _name(fmt))
         fitted = fitted_schema(schema)
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
@@ -523,7 +520,16 @@ _SLOW_MULTIPLE = 2**18
 MOST_DEFINITIONS = 2000
 
 
-def refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
+def refuse_unusable_schema(schema: dict[str, Any], origin: str) -> None:
+    """InputError (one line, naming `origin`) for a schema refused as it is read: one llguidance would crash or
+    hang on, or one whose every document needs more unique items than its items take."""
+    _refuse_what_llguidance_crashes_on(schema, origin)
+    beyond_reach = unique_items_beyond_reach(schema)
+    if beyond_reach is not None:
+        raise InputError(f"{origin}: no text can satisfy it: {beyond_reach}")
+
+
+def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
     """InputError (one line, naming `origin`) for a schema llguidance would crash or hang on: a `const`, an `enum`
     value or a bound from -2^63 to -2^63 + 2^10 (beyond 64 bits llguidance refuses a number itself), or below it
     as a float where the type is an integer; a `multipleOf` with 2^18 among its factors; more than
