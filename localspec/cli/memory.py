@@ -74,7 +74,7 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
                    if store.add(tokens, source="file", tag=tag, compact=False, added=now) is not None}
         # Then what these files added before, and the merge: at most one rebuild for all of them. (New copies
         # first: a process killed between the two keeps both copies, never neither.)
-        store.remove_tags(written | _earlier_tags(candidates.values()), added_before=now)
+        store.remove_tags(written | _earlier_tags(candidates), added_before=now)
         store.compact()
         kept = {document["tag"]: document["tokens"] for document in store.documents()
                 if document["tag"] in written and document["added"] >= now}
@@ -89,8 +89,8 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
 @click.argument("names", nargs=-1, required=True, metavar="PATH...")
 def remove_command(names: tuple[str, ...]) -> None:
     """Remove files added with `memory add` (a folder: every file under it)."""
-    paths = _paths(names)
-    prefixes = [_file_tag(path) for path in paths] + sorted(_earlier_tags(paths))
+    tags = [_file_tag(path) for path in _paths(names)]
+    prefixes = tags + sorted(_earlier_tags(tags))
     removed = 0
     stores = stores_of(LOCAL_OWNER)
     with _reporting_problems(stores):
@@ -190,22 +190,20 @@ def _reporting_problems(stores: list[MemoryStore]) -> Iterator[None]:
                 click.echo(f"localspec: {problem}", err=True)
 
 
-def _file_tag(path: Path, earlier: bool = False) -> str:
+def _file_tag(path: Path) -> str:
     """The tag of what `memory add` added from `path`: its resolved path (one tag however the file is named;
-    bytes that are not UTF-8 shown as \\xNN escapes and a backslash as two, so that no two names share a tag;
-    `earlier`: as versions before that wrote it, a backslash as one)."""
+    bytes that are not UTF-8 shown as \\xNN escapes and a backslash as two, so that no two names share a tag)."""
     try:
         resolved = path.resolve()
     except (OSError, RuntimeError):  # a link loop: the path as given
         resolved = path.absolute()
-    name = os.fsencode(resolved)
-    return "file:" + (name if earlier else name.replace(b"\\", b"\\\\")).decode("utf-8", "backslashreplace")
+    return "file:" + os.fsencode(resolved).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
 
 
-def _earlier_tags(paths: Iterable[Path]) -> set[str]:
-    """The tags earlier versions gave the files at `paths` where they differ from today's (a backslash in the
-    path): what adding them again replaces, and removing them removes, too."""
-    return {earlier for path in paths if (earlier := _file_tag(path, earlier=True)) != _file_tag(path)}
+def _earlier_tags(tags: Iterable[str]) -> set[str]:
+    """The tags earlier versions gave the files of `tags` where they differ (a backslash in the path, which they
+    wrote as one): what adding them again replaces, and removing them removes, too."""
+    return {earlier for tag in tags if (earlier := tag.replace("\\\\", "\\")) != tag}
 
 
 def _under_any(tag: str | None, prefixes: list[str]) -> bool:
