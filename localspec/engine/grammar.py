@@ -24,8 +24,10 @@ from typing import Any, NamedTuple
 from ..config.files import parse_user_json
 from ..errors import InputError
 from .schema_keywords import (
-    DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_types, schemas_in,
+    DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types, schemas_in,
 )
+from .schema_conditionals import conditionals_as_branches
+from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, survey_held
 from .unique_items import schemas_of_grammar
 
@@ -311,8 +313,9 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     """`bounded_values(schema)` where llguidance takes it (with uniqueItems spelled out up to
     SPELLED_OUT_ORDERINGS orderings, else without), else the schema as written (a pattern that asks for
     longer strings than the bound, say, or the schema's own error, for the caller to report), each
-    compiled and checked once. RecursionError for a schema nested too deeply; ValueError for one llguidance
-    cannot take at all."""
+    compiled and checked once, each with its conditionals written as branches llguidance holds to (see
+    `conditionals_as_branches`), the bounded ones with their recursion bounded (`recursion_bounded`).
+    RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all."""
     from llguidance import LLMatcher
 
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
@@ -320,6 +323,10 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
     if spell_out and orderings:  # in case they make the grammar larger than llguidance takes: without them
         tries.append(bounded_values(schema, spell_out_unique=False))
+    # (bounded first: the branches name no value that would need bounds, and whether objects are closed is
+    # decided on the conditionals as the schema wrote them)
+    tries = [conditionals_as_branches(recursion_bounded(bounded)) for bounded in tries]
+    schema = conditionals_as_branches(schema)
     for bounded in tries:
         try:
             grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
@@ -617,20 +624,7 @@ def _listed_values(items: Any) -> list[Any] | None:
     if not isinstance(listed, list):
         return None
     of_its_type = [value for value in listed if not kinds or json_types(value) & set(kinds)]
-    return list({_json_identity(value): value for value in of_its_type}.values())
-
-
-def _json_identity(value: Any) -> str:
-    """One text for JSON values JSON Schema counts equal (1, 1.0 and 1e0; 0 and -0.0): a number by its value."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ",".join(_json_identity(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(json.dumps(key) + ":" + _json_identity(item) for key, item in sorted(value.items())) + "}"
-    return json.dumps(value)
+    return list({json_identity(value): value for value in of_its_type}.values())
 
 
 def _schema_types(schema: dict[str, Any]) -> set[str]:

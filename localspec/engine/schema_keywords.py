@@ -8,7 +8,8 @@ is a name, not a keyword, and `enum`'s values are data, not schemas.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import json
+from typing import Any, Callable, Iterator
 
 # The bounds localspec puts on a number a schema leaves open (see grammar.py, where they are put): at most
 # WHOLE_DIGITS digits before the point and FRACTION_DIGITS after it, as llguidance then writes it (no exponent).
@@ -41,6 +42,25 @@ def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -
             yield value
 
 
+def with_subschemas_changed(schema: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """A copy of `schema` with `change` applied to each schema its keywords hold: a keyword's value, each item of a
+    list of them (`anyOf`), each schema of a map of names to schemas (`properties`; in draft 7's `dependencies`,
+    the schemas, not the lists of names); data (`enum`, `required`, a `$ref`) as it is."""
+    changed: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in DATA_KEYWORDS or key == "$ref":
+            changed[key] = value
+        elif key in SCHEMA_MAPS and isinstance(value, dict):
+            changed[key] = {name: change(subschema) for name, subschema in value.items()}
+        elif key == "dependencies" and isinstance(value, dict):
+            changed[key] = {name: needs if isinstance(needs, list) else change(needs) for name, needs in value.items()}
+        elif isinstance(value, list):
+            changed[key] = [change(item) for item in value]
+        else:
+            changed[key] = change(value)
+    return changed
+
+
 def json_types(value: Any) -> set[str]:
     """The JSON types a parsed JSON value belongs to (a whole number, 2 or 2.0, is both integer and number)."""
     if value is None:
@@ -56,3 +76,16 @@ def json_types(value: Any) -> set[str]:
 def is_count(value: Any) -> bool:
     """Whether `value` is what a schema's counts (`maxLength`, `minItems`, ...) must be: an integer, not negative."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def json_identity(value: Any) -> str:
+    """One text for JSON values JSON Schema counts equal (1, 1.0 and 1e0; 0 and -0.0): a number by its value."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(json_identity(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(key) + ":" + json_identity(item) for key, item in sorted(value.items())) + "}"
+    return json.dumps(value)

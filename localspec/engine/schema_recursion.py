@@ -1,0 +1,110 @@
+"""Recursive definitions written out to a bounded depth.
+
+A schema whose definition refers to itself (a tree's `node` whose `children` are nodes, a comment whose
+`replies` are comments, a root that refers to `#`) lets JSON nest without end, and a small model does: on a
+held-out family-tree schema the demo target wrote Ana, Ben, Cleo, Dan, Ben, Cleo, … one inside the other
+until max_tokens, at both temperatures. Every definition on a cycle of local references is written out
+level by level, RECURSION_LEVELS rounds of the cycle (a cycle through two definitions, a section whose body
+holds sections, takes two levels a round): a reference into the cycle from level k names level k + 1, and
+from the last level it is `false`, so what could only be written deeper cannot be written at all (an
+optional `children` is left out or empty; a value with another branch takes it). Level 1 is reached from
+outside the cycle. A document that goes round the cycle at most RECURSION_LEVELS times validates as before; the
+last level is a definition with its recursion taken out, so no branch that ends is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .schema_keywords import schemas_in, with_subschemas_changed
+
+RECURSION_LEVELS = 6  # (as deep as `--format json`'s values nest: JSON_DEPTH_LIMIT)
+MOST_LEVEL_DEFINITIONS = 600  # definitions written out for the levels, at most (else left as written)
+LEVEL_PREFIX = "localspec_level"
+_DEFINITION_MAPS = ("$defs", "definitions")
+_ROOT = "#"
+_NOT_THE_ROOTS_BODY = {*_DEFINITION_MAPS, "$schema", "$id"}
+
+
+def recursion_bounded(schema: Any) -> Any:
+    """`schema` with its recursive definitions written out RECURSION_LEVELS deep (see the module's docstring):
+    a new schema, the input untouched; the input itself where nothing recurs, or where the levels cannot be
+    named from its root (a nested `$id`, definitions already named like them) or would be too many."""
+    if not isinstance(schema, dict) or any("$id" in node for node in schemas_in(schema) if node is not schema):
+        return schema
+    bodies = _definitions(schema)
+    if any(name.startswith(LEVEL_PREFIX) for name in schema.get("$defs", {})):
+        return schema
+    references = {pointer: _references(body) & bodies.keys() for pointer, body in bodies.items()}
+    reachable = {pointer: _reachable(pointer, references) for pointer in bodies}
+    recurring = sorted(pointer for pointer in bodies if pointer in reachable[pointer])
+    # A round of a cycle through n definitions takes n references: so many levels for each round.
+    rounds = max((len([other for other in reachable[pointer] if pointer in reachable[other]]) for pointer in recurring),
+                 default=0)
+    deepest = RECURSION_LEVELS * rounds
+    if not recurring or len(recurring) * deepest > MOST_LEVEL_DEFINITIONS:
+        return schema
+
+    def level(pointer: str, depth: int) -> str:
+        return f"{LEVEL_PREFIX}{depth}_{recurring.index(pointer)}"
+
+    levels = {level(pointer, depth): _pointing(bodies[pointer], recurring, lambda to, d=depth: (
+        {"$ref": f"#/$defs/{level(to, d + 1)}"} if d < deepest else False))
+        for depth in range(1, deepest + 1) for pointer in recurring}
+
+    def from_outside(to: str) -> Any:
+        return {"$ref": f"#/$defs/{level(to, 1)}"}
+
+    # The root's body refers to level 1; where it is on a cycle itself, its body is a level and the root refers to it.
+    body = from_outside(_ROOT) if _ROOT in recurring else _pointing(bodies[_ROOT], recurring, from_outside)
+    bounded = {**{key: value for key, value in schema.items() if key == "$schema"}, **body}
+    for key in _DEFINITION_MAPS:  # (the recurring ones kept as written: a reference spelled otherwise finds them)
+        if isinstance(schema.get(key), dict):
+            bounded[key] = {name: _pointing(body, recurring, from_outside) for name, body in schema[key].items()}
+    bounded["$defs"] = {**bounded.get("$defs", {}), **levels}
+    return bounded
+
+
+def _definitions(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema's definitions by the `$ref` that names them (`#/$defs/name`; `#` for the root's body)."""
+    bodies = {f"#/{key}/{_escaped(name)}": body for key in _DEFINITION_MAPS if isinstance(schema.get(key), dict)
+              for name, body in schema[key].items()}
+    bodies[_ROOT] = {key: value for key, value in schema.items() if key not in _NOT_THE_ROOTS_BODY}
+    return bodies
+
+
+def _escaped(name: str) -> str:
+    """A name as a JSON pointer writes it (RFC 6901)."""
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _references(schema: Any) -> set[str]:
+    """Every `$ref` in `schema`, at any depth."""
+    return {node["$ref"] for node in schemas_in(schema) if isinstance(node.get("$ref"), str)}
+
+
+def _reachable(start: str, references: dict[str, set[str]]) -> set[str]:
+    """The definitions reached from `start` by one reference or more."""
+    seen: set[str] = set()
+    to_visit = list(references[start])
+    while to_visit:
+        pointer = to_visit.pop()
+        if pointer not in seen:
+            seen.add(pointer)
+            to_visit += references[pointer]
+    return seen
+
+
+def _pointing(schema: Any, recurring: list[str], target: Callable[[str], Any]) -> Any:
+    """`schema` with each reference to a recurring definition replaced by `target(its pointer)` (a schema; False
+    takes the whole schema that held the reference)."""
+    if isinstance(schema, list):
+        return [_pointing(item, recurring, target) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema.get("$ref") in recurring:
+        replacement = target(schema["$ref"])
+        if replacement is False:
+            return False
+        schema = {**schema, **replacement}
+    return with_subschemas_changed(schema, lambda subschema: _pointing(subschema, recurring, target))

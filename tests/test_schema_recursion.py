@@ -1,0 +1,80 @@
+"""Recursive schemas held to RECURSION_LEVELS levels: what nests at most that deep is written as the schema
+allows, nothing deeper, and a branch that ends is always left at the last level."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+
+from localspec.engine.grammar import OutputFormat, compile_format
+from localspec.engine.schema_recursion import RECURSION_LEVELS, recursion_bounded
+
+TREE = {"$defs": {"node": {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 8},
+    "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}},
+    "required": ["name"], "additionalProperties": False}}, "$ref": "#/$defs/node"}
+LIST = {"type": "object", "properties": {"value": {"type": "integer"},
+                                         "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+        "required": ["value", "next"], "additionalProperties": False}
+MUTUAL = {"definitions": {  # draft 7's map, two definitions on one cycle, reached from a property
+    "section": {"type": "object", "properties": {"title": {"type": "string"}, "body": {"$ref": "#/definitions/body"}},
+                "required": ["title"], "additionalProperties": False},
+    "body": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"$ref": "#/definitions/section"}]}}},
+    "type": "object", "properties": {"doc": {"$ref": "#/definitions/section"}}, "required": ["doc"],
+    "additionalProperties": False}
+
+
+def tree(depth: int) -> dict[str, Any]:
+    return {"name": "a"} if depth == 1 else {"name": "a", "children": [tree(depth - 1)]}
+
+
+def linked(depth: int) -> dict[str, Any]:
+    return {"value": 1, "next": None if depth == 1 else linked(depth - 1)}
+
+
+def sections(depth: int) -> dict[str, Any]:
+    return {"title": "t"} if depth == 1 else {"title": "t", "body": ["x", sections(depth - 1)]}
+
+
+def accepts(grammar: str, text: str) -> bool:
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import _byte_tokenizer
+
+    matcher = LLMatcher(_byte_tokenizer(), grammar)
+    return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("schema, document, wrap", [
+    (TREE, tree, lambda value: value),
+    (LIST, linked, lambda value: value),
+    (MUTUAL, sections, lambda value: {"doc": value}),
+], ids=["tree", "root-list", "mutual"])
+def test_documents_nest_the_cycle_up_to_the_levels_and_no_deeper(schema: dict[str, Any], document: Any,
+                                                                  wrap: Any) -> None:
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
+    for depth in range(1, RECURSION_LEVELS + 2):
+        text = json.dumps(wrap(document(depth)))
+        assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))  # (all valid: the bound is ours)
+        assert accepts(grammar, text) == (depth <= RECURSION_LEVELS), depth
+
+
+def test_the_last_level_leaves_the_branch_that_ends() -> None:
+    """At the last level of a list whose `next` is the list or null, `next` can only be null: never a dead end."""
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(LIST), "s.json")).grammar
+    deepest = json.dumps(linked(RECURSION_LEVELS))
+    prefix = deepest[:deepest.rindex("null")]
+    assert accepts(grammar, prefix + "null" + "}" * RECURSION_LEVELS)
+    assert not accepts(grammar, prefix + '{"value": 1, "next": null}' + "}" * RECURSION_LEVELS)
+
+
+def test_schemas_without_recursion_or_with_clashing_names_are_left_as_they_are() -> None:
+    plain = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"type": "string"}}, "$ref": "#/$defs/a"}
+    assert recursion_bounded(plain) is plain
+    clashing = {"$defs": {**TREE["$defs"], "localspec_level1_0": {}}, "$ref": "#/$defs/node"}
+    assert recursion_bounded(clashing) is clashing
+    before = json.dumps(TREE)
+    assert recursion_bounded(TREE) != TREE and json.dumps(TREE) == before  # (a new schema: the input untouched)
