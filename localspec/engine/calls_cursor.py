@@ -72,6 +72,11 @@ class CallsCursor:
         return self.arguments is not None and self.arguments.in_string
 
     @property
+    def in_record(self) -> bool:
+        """Inside a call's arguments, in a record the rule holds (see `JsonCursor.in_record`)."""
+        return self.arguments is not None and self.arguments.in_record
+
+    @property
     def in_held_key(self) -> bool:
         """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""
         return self.arguments is not None and self.arguments.in_held_key

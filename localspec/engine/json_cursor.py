@@ -27,14 +27,16 @@ QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 # What the cursor expects next.
 VALUE, AFTER_VALUE, KEY, COLON, STRING, NUMBER, LITERAL, DONE, LOST = range(9)
-# What the string or number being written is: a key, a value, or an item of an array the rule holds.
-KEY_TEXT, VALUE_TEXT, ITEM_TEXT = range(3)
+# What the string, number or literal being written is: a key, a value, an item of an array the rule holds (or the last
+# value of a record it holds), or another value of such a record (read, not held).
+KEY_TEXT, VALUE_TEXT, ITEM_TEXT, RECORD_TEXT = range(4)
 
 
 @dataclass(frozen=True)
 class _Container:
     """An open object or array: its schema (None where not followed), and for an array the rule holds, the
-    items it holds so far; for an object whose keys it holds, the keys so far."""
+    items it holds so far (the records, where its items are records); for an object whose keys it holds, the
+    keys so far; for a record, its values so far, and at its last value what that value must not be."""
 
     schema: dict[str, Any] | None
     is_array: bool
@@ -44,10 +46,13 @@ class _Container:
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
     seen_at_max_length: bool = False  # an item it holds is as long as they may be: a new one that long must differ
+    records: frozenset[tuple[Any, ...]] = frozenset()  # an array of records: those it holds, each its values
+    record: tuple[Any, ...] | None = None  # a record the rule holds: its values so far (at its last: `items`, `seen`)
 
     @property
     def held(self) -> bool:
-        """Whether this is an array with `uniqueItems` the rule holds."""
+        """Whether this is an array with `uniqueItems` the rule holds, or a record at its last value (which the
+        rule holds as an item)."""
         return self.items is not None
 
     def holding(self, item: str | int | Decimal) -> "_Container":
@@ -103,13 +108,19 @@ class JsonCursor:
 
     @property
     def in_held_array(self) -> bool:
-        """The innermost container is an array the rule holds: the next bytes may complete one of its items."""
+        """The innermost container is an array the rule holds (or a record at its last value): the next bytes may
+        complete one of its items."""
         return bool(self.containers) and self.containers[-1].held and not self.settled
 
     @property
     def in_string(self) -> bool:
         """A string (a key, a value or an item) is being written."""
         return self.expects == STRING
+
+    @property
+    def in_record(self) -> bool:
+        """The innermost container is a record the rule holds: a token that writes on to its last value may end it."""
+        return bool(self.containers) and self.containers[-1].record is not None and not self.settled
 
     @property
     def in_held_key(self) -> bool:
@@ -170,9 +181,11 @@ class JsonCursor:
         """`quick_refusal` where a key or an item the rule compares is being written and `piece` closes it, with
         no escape or control character on the way (JSON reads those otherwise) and nothing after the quote that
         could end another string or ask for another item (a quote, a `[`, a `,`): whether it ends as one held.
-        None where that does not apply."""
-        if self.expects != STRING or self.role == VALUE_TEXT or self.escaped:
+        None where that does not apply (and in a record but at its last value: a number may follow a key)."""
+        if self.expects != STRING or self.role in (VALUE_TEXT, RECORD_TEXT) or self.escaped:
             return None
+        if self.role == KEY_TEXT and self.in_record:
+            return None  # (a record's last key: what follows the quote may write its value whole)
         head, quote, rest = piece.partition(b'"')
         if (not quote or _ESCAPE_OR_CONTROL.search(head) or _ESCAPE_OR_CONTROL.search(self.text)
                 or b'"' in rest or b"[" in rest or b"," in rest):
@@ -227,19 +240,25 @@ class _Reader:
             return self._in_string(byte)
         if expects == NUMBER:
             if byte in _NUMBER_BYTES:
-                if self.role == ITEM_TEXT:
+                if self.role in (ITEM_TEXT, RECORD_TEXT):
                     self.text += bytes((byte,))
                 return True
             if self.role == ITEM_TEXT and not self._item_ends(_number(self.text, self.containers[-1].items)):
                 return False
+            if self.role == RECORD_TEXT:
+                self._record_value(_record_number(self.text))
             if self.expects == LOST:
                 return True
             self.expects = AFTER_VALUE
             return self.step(byte)
         if expects == LITERAL:
             self.literal_left -= 1
+            if self.role == RECORD_TEXT:
+                self.text += bytes((byte,))
             if self.literal_left == 0:
                 self.expects = AFTER_VALUE
+                if self.role == RECORD_TEXT:
+                    self._record_value(("literal", self.text))
             return True
         if expects in (DONE, LOST) or byte in _WHITESPACE:
             return True
@@ -280,19 +299,21 @@ class _Reader:
                 self.containers[-1] = replace(parent, index=parent.index + 1)
         schema = self.places.of_value(unresolved, kind) if parent is None or parent.schema is not None else None
         item = parent is not None and parent.held
+        role = ITEM_TEXT if item else RECORD_TEXT if parent is not None and parent.record is not None else VALUE_TEXT
         if kind == "string":
-            self._string_opens(ITEM_TEXT if item else VALUE_TEXT)
+            self._string_opens(role)
         elif kind == "array":
-            self.containers.append(_Container(schema, True, held_items(schema)))
+            self.containers.append(_Container(schema, True, held_items(schema, self.places)))
             self.expects = VALUE
         elif kind == "object":
             holds_keys = schema is not None and takes_other_keys(schema)
-            self.containers.append(_Container(schema, False, holds_keys=holds_keys))
+            in_records = item and parent.items is not None and parent.items.record is not None
+            self.containers.append(_Container(schema, False, holds_keys=holds_keys, record=() if in_records else None))
             self.expects = KEY
         elif kind == "number":
-            self.expects, self.role, self.text = NUMBER, ITEM_TEXT if item else VALUE_TEXT, bytes((byte,))
+            self.expects, self.role, self.text = NUMBER, role, bytes((byte,))
         else:
-            self.expects, self.literal_left = LITERAL, _LITERALS[byte] - 1
+            self.expects, self.literal_left, self.role, self.text = LITERAL, _LITERALS[byte] - 1, role, bytes((byte,))
 
     def _string_opens(self, role: int) -> None:
         self.expects, self.text, self.role, self.escaped = STRING, b'"', role, False
@@ -324,9 +345,35 @@ class _Reader:
                 return False
             seen = container.seen | {text} if container.holds_keys else container.seen
             self.containers[-1] = replace(container, key=text, seen=seen)
+            if container.record is not None:
+                self._record_key(text)
             self.expects = COLON
             return True
+        if self.role == RECORD_TEXT:
+            self._record_value(("string", text))
+            return True
         return self._item_ends(text)
+
+    def _record_key(self, key: str) -> None:
+        """A key of a record (the innermost container) is read: at its last, what its value must not be (the last
+        values of the records held whose other values equal this one's); a key out of the listed order (not as
+        llguidance writes records) leaves the record unheld."""
+        record, array = self.containers[-1], self.containers[-2]
+        shape = array.items.record if array.items is not None else None
+        if shape is None or record.record is None or key != shape.names[len(record.record)]:
+            self.containers[-1] = replace(record, record=None)
+        elif key == shape.names[-1]:
+            taken = frozenset(values[-1] for values in array.records if values[:-1] == record.record)
+            most = shape.last.max_length
+            at_max_length = any(isinstance(value, str) and len(value) == most for value in taken)
+            self.containers[-1] = replace(record, items=shape.last, seen=taken, seen_at_max_length=at_max_length)
+
+    def _record_value(self, value: Any) -> None:
+        """A value of a record (the innermost container) other than its last is read (None: not one the rule reads,
+        and the record is no longer held)."""
+        record = self.containers[-1]
+        if record.record is not None:
+            self.containers[-1] = replace(record, record=None if value is None else (*record.record, value))
 
     def _item_ends(self, item: str | int | Decimal | None) -> bool:
         """An item of the innermost array, which the rule holds, is complete: False where it repeats one (None: it
@@ -338,6 +385,9 @@ class _Reader:
         if item in container.seen:
             return False
         self.containers[-1] = container.holding(item)
+        if container.record is not None:  # (the last value of a record: the record is held by its array)
+            array = self.containers[-2]
+            self.containers[-2] = replace(array, records=array.records | {(*container.record, item)})
         return True
 
     def _container_closes(self) -> None:
@@ -350,6 +400,14 @@ def _number(text: bytes, items: HeldItems | None) -> int | Decimal | None:
     None where its text is not one of the items' numbers."""
     try:
         return Decimal(text.decode("ascii")) if items is not None and items.fractions else int(text)
+    except (ValueError, InvalidOperation):
+        return None
+
+
+def _record_number(text: bytes) -> tuple[str, Decimal] | None:
+    """A number of a record, as JSON Schema compares numbers (by value: 1.0 equals 1); None where it is none."""
+    try:
+        return "number", Decimal(text.decode("ascii"))
     except (ValueError, InvalidOperation):
         return None
 

@@ -59,24 +59,51 @@ class IntegerRange:
 class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
     characters, where the schema says), the strings of an enum (`values`), the integers of a range
-    (`integers`), or numbers left open (`fractions`)."""
+    (`integers`), numbers left open (`fractions`), or records (`record`: objects of a few scalar values)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
     integers: IntegerRange | None = None
     fractions: bool = False  # numbers as localspec bounds open ones (_OPEN_NUMBER)
+    record: "RecordItems | None" = None
 
     @property
     def numbers(self) -> bool:
         """Whether the items are numbers (integers or fractions), compared by their value."""
         return self.integers is not None or self.fractions
 
+    @property
+    def endless(self) -> bool:
+        """Whether there are more such items than any array holds: free strings, numbers without both bounds."""
+        if self.values is not None:
+            return False
+        if self.integers is not None:
+            return self.integers.size is None
+        return self.fractions or self.max_length != 0
 
-def held_items(schema: Any) -> HeldItems | None:
+
+@dataclass(frozen=True)
+class RecordItems:
+    """Objects as items, held where they are records: every property listed is required and no other key is
+    taken, so that llguidance writes them all, in the listed order (`names`); each value a string, number,
+    boolean or null. Two records are equal where their values are, so the last property's value is held as an
+    array's item is (`last`), unlike the last values of the earlier records whose other values equal this one's.
+    Only where those can never all be held (`last` takes at least as many values as the array takes items), as
+    nothing before the last value is refused."""
+
+    names: tuple[str, ...]
+    last: HeldItems
+
+
+def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems | None:
     """What `schema` takes as items where it is an array with `uniqueItems` the rule holds (free strings, an
-    enum's strings, integers between bounds or none, numbers left open); else None."""
+    enum's strings, integers between bounds or none, numbers left open; records, where `places` resolves their
+    schemas); else None."""
     if not isinstance(schema, dict) or schema.get("uniqueItems") is not True or "prefixItems" in schema:
         return None
+    record = record_items(schema, places) if places is not None else None
+    if record is not None:
+        return HeldItems(record=record)
     items = schema.get("items")
     if not isinstance(items, dict):
         return None
@@ -93,6 +120,42 @@ def held_items(schema: Any) -> HeldItems | None:
     if {key: value for key, value in items.items() if key not in _ANNOTATIONS} == _OPEN_NUMBER:
         return HeldItems(fractions=True)
     return None
+
+
+_RECORD_KEYS = {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties",
+                *_ANNOTATIONS}
+_SCALAR_TYPES = {"string", "number", "boolean", "null"}
+
+
+def record_items(array: dict[str, Any], places: "SchemaPlaces") -> RecordItems | None:
+    """The records an array with `uniqueItems` takes as items (see RecordItems), where its items are such."""
+    items = array.get("items")
+    record = places.of_value(items, "object") if isinstance(items, dict) else None
+    if record is None or not record.keys() <= _RECORD_KEYS or record.get("additionalProperties") is not False:
+        return None
+    properties, required = record.get("properties"), record.get("required")
+    if not (isinstance(properties, dict) and properties and isinstance(required, list)
+            and set(required) == set(properties)):
+        return None
+    if not all(places.types(value) and places.types(value) <= _SCALAR_TYPES for value in properties.values()):
+        return None
+    last_schema = list(properties.values())[-1]
+    kinds = places.types(last_schema)
+    last_value = places.of_value(last_schema, min(kinds)) if len(kinds) == 1 else None
+    last = held_items({"type": "array", "uniqueItems": True, "items": last_value})
+    if last is None:
+        return None
+    most_items = array.get("maxItems")
+    if not last.endless and not (is_count(most_items) and _how_many(last) >= most_items):
+        return None  # (every last value could be held before the last item: a dead end nothing before it avoids)
+    return RecordItems(tuple(properties), last)
+
+
+def _how_many(items: HeldItems) -> int:
+    """How many values items of a few take (an enum's, a range's)."""
+    if items.values is not None:
+        return len(items.values)
+    return items.integers.size if items.integers is not None and items.integers.size is not None else 0
 
 
 def integer_range(items: Any) -> IntegerRange | None:
@@ -270,7 +333,7 @@ def survey_held(root: dict[str, Any]) -> HeldPlaces:
         visited.add((id(node), json_type))
         if json_type == "array":
             if node.get("uniqueItems") is True:
-                (held if held_items(node) is not None else not_held)[id(node)] = node
+                (held if held_items(node, places) is not None else not_held)[id(node)] = node
             prefix, items = node.get("prefixItems"), _values_under(node, "items")
             places_followed = list(prefix) if isinstance(prefix, list) else []
             followed = {"prefixItems"} if isinstance(prefix, list) else set()

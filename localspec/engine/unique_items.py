@@ -21,6 +21,15 @@ That is one more rule of the grammar, a function of the text so far like the
 others: the mask still comes first in the one function that turns logits into a
 distribution, and speculative decoding stays exact w.r.t. the constrained target.
 
+Records, too: objects whose listed properties are all required and that take no
+other key (llguidance writes each in the listed order), each value a string,
+number, boolean or null. Two are equal where their values are, so the last
+value of a record is held as an item is, unlike the last values of the earlier
+records whose other values equal this one's (a playlist's songs came out the
+same five times: the fifth `"seconds": 100` now cannot close); only where the
+last property takes at least as many values as the array takes items, since
+nothing before the last value is refused.
+
 Only arrays the cursor can place are held (schema_places.py follows the schema as
 the cursor does); `survey_held` says which those are, so that a warning
 "not enforced" stays for any other. In a tool-call grammar each call's arguments
@@ -109,13 +118,19 @@ class _Suspects:
     openings: np.ndarray
     quoted_openings: np.ndarray
     keys_held: bool  # the grammar has an object whose keys the rule holds
+    # In a record before its last value, only a token that closes the last key and writes its value whole can
+    # make a repeat: one with two quotes or more (a string), or a quote and a digit (a number).
+    record_endings: np.ndarray
 
     @classmethod
     def of(cls, vocabulary: Vocabulary, keys_held: bool) -> "_Suspects":
         quotes, openings = vocabulary.tokens_holding(QUOTE), vocabulary.tokens_holding(ord("["))
         pieces = vocabulary.token_bytes
         two_quotes = np.array([token for token in quotes.tolist() if pieces(token).count(b'"') >= 2], dtype=np.int64)
-        return cls(quotes, two_quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), keys_held)
+        quoted_digits = [token for token in quotes.tolist() if any(byte in b"0123456789" for byte in pieces(token))]
+        record_endings = np.union1d(two_quotes, np.array(quoted_digits, dtype=np.int64))
+        return cls(quotes, two_quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), keys_held,
+                   record_endings)
 
 
 class UniqueItems:
@@ -173,6 +188,8 @@ class UniqueItems:
             candidates = _allowed_among(allowed, suspects.quoted_openings if cursor.in_string else suspects.openings)
             if suspects.keys_held:
                 candidates = np.union1d(candidates, _allowed_among(allowed, suspects.two_quotes))
+            if cursor.in_record:
+                candidates = np.union1d(candidates, _allowed_among(allowed, suspects.record_endings))
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
