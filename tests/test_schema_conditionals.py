@@ -12,6 +12,8 @@ import pytest
 
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_conditionals import conditionals_as_branches
+from localspec.engine.schema_keywords import CASES_COMMENT
+from localspec.engine.schema_places import survey_held
 
 PAYMENT = {
     "type": "object",
@@ -106,6 +108,8 @@ def test_a_conditional_inside_array_items_is_held_there() -> None:
     {"type": "object", "properties": {"n": {"type": "integer"}}, "if": {"properties": {"n": {"minimum": 3}}},
      "then": {"required": ["n"]}},  # a condition other than listed values
     {"type": "object", "if": {"type": "string"}, "then": {"required": ["a"]}},
+    {"type": "object", "properties": {"a": {"enum": ["x", "y", "z"]}, "b": {"type": "integer"}},
+     "if": {"properties": {"a": {"const": "x", "enum": ["y"]}}}, "then": {"required": ["b"]}},  # (const and enum)
 ])
 def test_a_condition_whose_failing_cannot_be_written_stays_as_written_with_the_warning(schema: dict[str, Any]) -> None:
     assert conditionals_as_branches(schema) == schema
@@ -122,6 +126,50 @@ def test_the_input_schema_is_left_untouched_and_then_false_drops_its_case() -> N
     grammar = compile_format(OutputFormat("json_schema", before, "s.json")).grammar
     absent = {"type": "object", "properties": {"on": False}}
     present_otherwise = {"type": "object", "required": ["on"], "properties": {"on": {"enum": [True]}}}
-    assert branched["allOf"] == [{"anyOf": [absent, present_otherwise]}]
+    assert branched["allOf"] == [{"$comment": CASES_COMMENT, "anyOf": [absent, present_otherwise]}]
     assert accepts(grammar, '{"on": true}') and accepts(grammar, '{"why": "x"}')
     assert not accepts(grammar, '{"on": false}')
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": 5, "if": {"properties": {"a": {"const": 1}}}, "then": {}},
+    {"type": "object", "dependentRequired": {"a": [1]}},
+    {"type": "object", "dependentSchemas": {"a": []}},
+])
+def test_malformed_conditionals_are_llguidances_to_report_never_an_exception(schema: dict[str, Any]) -> None:
+    from localspec.errors import InputError
+
+    try:
+        compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    except InputError:
+        pass  # (a one-line error naming the schema)
+
+
+def test_a_typed_condition_is_held_and_a_dependency_on_a_property_not_listed_keeps_the_object_open() -> None:
+    typed = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"type": "string"}},
+             "if": {"type": "object", "required": ["a"]}, "then": {"required": ["b"]}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(typed), "s.json"))
+    assert compiled.warnings == () and accepts(compiled.grammar, "{}")
+    assert not accepts(compiled.grammar, '{"a": 1}') and accepts(compiled.grammar, '{"a": 1, "b": "x"}')
+    unlisted = {"type": "object", "properties": {"p": {"type": "integer", "minimum": 0, "maximum": 3}},
+                "dependentRequired": {"p": ["r"]}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(unlisted), "s.json")).grammar
+    assert accepts(grammar, '{"p": 1, "r": 2}') and not accepts(grammar, '{"p": 1}')
+
+
+TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+
+
+@pytest.mark.parametrize("schema", [
+    {**PAYMENT, "properties": {**PAYMENT["properties"], "tags": TAGS}},
+    {**CONTACT, "properties": {**CONTACT["properties"], "tags": TAGS}},
+])
+def test_unique_items_and_keys_are_still_held_in_an_object_with_conditionals(schema: dict[str, Any]) -> None:
+    """The cases ask only which properties are present and which listed values they hold: the values are still
+    placed by the object's own keywords, so the rule of unique items follows them (was: not held, and warned)."""
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ()
+    from localspec.engine.unique_items import schema_of_grammar
+
+    survey = survey_held(schema_of_grammar(compiled.grammar))
+    assert (len(survey.held), survey.not_held) == (1, 0)

@@ -78,3 +78,45 @@ def test_schemas_without_recursion_or_with_clashing_names_are_left_as_they_are()
     assert recursion_bounded(clashing) is clashing
     before = json.dumps(TREE)
     assert recursion_bounded(TREE) != TREE and json.dumps(TREE) == before  # (a new schema: the input untouched)
+
+
+def test_each_cycle_counts_its_own_levels() -> None:
+    """A list whose items hold trees: a tree reached from the list's level 5 still has all its levels (was: the
+    list's levels went on into the tree, and a required tree at the list's last level left no document at all)."""
+    schema = {"$defs": {
+        "list": {"type": "object", "properties": {"leaf": {"$ref": "#/$defs/tree"},
+                                                  "next": {"anyOf": [{"$ref": "#/$defs/list"}, {"type": "null"}]}},
+                 "required": ["leaf", "next"], "additionalProperties": False},
+        "tree": TREE["$defs"]["node"] | {"properties": {**TREE["$defs"]["node"]["properties"], "children": {
+            "type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/tree"}}}}},
+        "$ref": "#/$defs/list"}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ()
+    document: Any = {"leaf": tree(RECURSION_LEVELS), "next": None}
+    for _ in range(RECURSION_LEVELS - 1):
+        document = {"leaf": tree(1), "next": document}
+    assert accepts(compiled.grammar, json.dumps(document))
+    assert not accepts(compiled.grammar, json.dumps({"leaf": tree(1), "next": document}))
+
+
+@pytest.mark.parametrize("schema", [
+    {"$id": "https://example.com/s.json", "$defs": {"leaf": {"type": "integer"}}, "type": "object",
+     "properties": {"l": {"$ref": "https://example.com/s.json#/$defs/leaf"}, "next": {"$ref": "#"}}},
+    {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#"}}, "b": {"$ref": "#/properties/a"}}},
+    {"$defs": 5, "type": "object", "properties": {"next": {"$ref": "#"}}},
+    {"$defs": [{}], "type": "object", "properties": {"next": {"$ref": "#"}}},
+])
+def test_a_schema_whose_references_name_more_than_definitions_is_left_as_written(schema: dict[str, Any]) -> None:
+    assert recursion_bounded(schema) is schema
+    compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))  # (no exception: as before)
+
+
+def test_unique_items_are_still_held_in_a_recursive_schema() -> None:
+    from localspec.engine.schema_places import survey_held
+    from localspec.engine.unique_items import schema_of_grammar
+
+    schema = {**LIST, "properties": {**LIST["properties"], "tags": {"type": "array", "items": {"type": "string"},
+                                                                     "uniqueItems": True}}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    survey = survey_held(schema_of_grammar(compiled.grammar))
+    assert compiled.warnings == () and survey.held and survey.not_held == 0

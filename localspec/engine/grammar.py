@@ -68,10 +68,11 @@ COLLECTION_LIMIT = 64
 # only those, as llama.cpp's and xgrammar's schema converters hold it. JSON Schema lets it take any other
 # key too, and a small model invents keys until max_tokens (`"dont recommend": false` forty times on a
 # held-out review schema, an employee's `company` and a product's `tags_by_category` nested ever deeper,
-# at T=0). Closing only narrows what the grammar allows. Not closed: an object whose `required` names a
-# property it does not list, one with keywords that bring properties of their own, and nothing at all in a
-# schema that merges objects (an `allOf`, `if`/`then`/`else`, `dependentSchemas`, or a `$ref`/`anyOf`/
-# `oneOf` beside an object's own keywords), where a closed part would refuse its partner's properties.
+# at T=0). Closing only narrows what the grammar allows. Not closed: an object whose `required` (or
+# `dependentRequired`) names a property it does not list, one with keywords that bring properties of their
+# own, and nothing at all in a schema that merges objects (an `allOf`, `if`/`then`/`else`,
+# `dependentSchemas`, or a `$ref`/`anyOf`/`oneOf` beside an object's own keywords), where a closed part would
+# refuse its partner's properties.
 COMBINING_KEYWORDS = {"allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "then", "else",
                       "dependentSchemas", "dependencies", "unevaluatedProperties"}
 _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "dependencies"}
@@ -414,7 +415,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         return schema
     bounded: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in DATA_KEYWORDS:
+        if key in DATA_KEYWORDS or key == "if":  # (an `if` is a test of the value, not what is written)
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(_typed(subschema, key, limits), limits) for name, subschema in value.items()}
@@ -470,9 +471,22 @@ def closed_object(schema: dict[str, Any]) -> dict[str, Any]:
     if (not isinstance(properties, dict) or "additionalProperties" in schema
             or schema.keys() & COMBINING_KEYWORDS
             or not isinstance(required, list)
-            or not all(isinstance(name, str) and name in properties for name in required)):
+            or not all(isinstance(name, str) and name in properties
+                       for name in [*required, *_dependent_names(schema)])):
         return schema  # (a `required` that is not a list of names: llguidance reports the schema)
     return {**schema, "additionalProperties": False}
+
+
+def _dependent_names(schema: dict[str, Any]) -> list[Any]:
+    """The names a schema's `dependentRequired` (or draft 7's `dependencies`) asks for, and those that ask: closing
+    the object to others would refuse them."""
+    names: list[Any] = []
+    for key in ("dependentRequired", "dependencies"):
+        dependencies = schema.get(key)
+        if isinstance(dependencies, dict):
+            names += list(dependencies)
+            names += [need for needs in dependencies.values() if isinstance(needs, list) for need in needs]
+    return names
 
 
 def _merges_here(schema: dict[str, Any]) -> bool:

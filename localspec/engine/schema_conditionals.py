@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .schema_keywords import json_identity, json_types, with_subschemas_changed
+from .schema_keywords import CASES_COMMENT, json_identity, json_types, schemas_in, with_subschemas_changed
 
 # The cases of one schema's conditionals multiply where llguidance writes the object (2 per dependency, 2 or
 # more per `if`): with 64 (six dependencies) it compiles in 30 ms and writes an object no slower than with one
@@ -31,6 +31,7 @@ from .schema_keywords import json_identity, json_types, with_subschemas_changed
 MOST_CASES = 64
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
 _CONDITION_KEYS = {"properties", "required", "type"} | _ANNOTATIONS
+_PLAIN_CASE_KEYS = {"properties", "required", "type", "enum", "const", "allOf"} | _ANNOTATIONS
 _ABSENT = False  # a property's schema that no value satisfies: the property cannot be present
 
 
@@ -68,7 +69,15 @@ def _branched(node: dict[str, Any]) -> dict[str, Any]:
     earlier = kept.get("allOf", [])
     if not isinstance(earlier, list):
         return node  # (a malformed allOf: llguidance reports it)
-    return {**kept, "allOf": [*earlier, *({"anyOf": branches} for branches in cases)]}
+    return {**kept, "allOf": [*earlier, *(_any_of(branches) for branches in cases)]}
+
+
+def _any_of(branches: list[Any]) -> dict[str, Any]:
+    """An `anyOf` of a conditional's cases, marked (CASES_COMMENT) where they ask only which properties are present
+    and which listed values they hold, so that what follows the JSON written (schema_places.py) can still place
+    values by their object's own keywords."""
+    plain = all(node.keys() <= _PLAIN_CASE_KEYS for node in schemas_in(branches))
+    return {"$comment": CASES_COMMENT, "anyOf": branches} if plain else {"anyOf": branches}
 
 
 def _dependency_cases(key: str, dependencies: dict[str, Any]) -> list[list[Any]] | None:
@@ -130,8 +139,9 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str,
         return []
     if wanted is False:
         return [{"type": "object", "required": [name]}]
+    own = node.get("properties")
     listed = _values(wanted)
-    allowed = _values(node.get("properties", {}).get(name), boolean_type=True)
+    allowed = _values(own.get(name), boolean_type=True) if isinstance(own, dict) else None
     if listed is None or allowed is None:
         return None
     wanted_identities = {json_identity(value) for value in listed}
@@ -141,8 +151,8 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str,
 
 def _values(schema: Any, boolean_type: bool = False) -> list[Any] | None:
     """The values a schema lists (`const`, `enum`; `type: boolean` where `boolean_type`), else None."""
-    if not isinstance(schema, dict):
-        return None
+    if not isinstance(schema, dict) or {"const", "enum"} <= schema.keys():
+        return None  # (both: what each lists, and the other does not, would have to be left out)
     if "const" in schema:
         values: list[Any] = [schema["const"]]
     elif isinstance(schema.get("enum"), list):

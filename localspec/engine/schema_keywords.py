@@ -17,6 +17,10 @@ WHOLE_DIGITS, FRACTION_DIGITS = 15, 9
 NUMBER_MAGNITUDE_LIMIT = 10**WHOLE_DIGITS
 NUMBER_STEP = 10.0**-FRACTION_DIGITS
 
+# The `$comment` on an `anyOf` of a conditional's cases (schema_conditionals.py) that only ask which properties are
+# present and which listed values they hold: where a value goes is still told by its object's own keywords.
+CASES_COMMENT = "localspec: a conditional's cases"
+
 DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 

@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .schema_keywords import NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas
+from .schema_keywords import (
+    CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas,
+)
 
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-guidance"}  # (x-: llguidance's options)
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
@@ -209,8 +211,9 @@ class SchemaPlaces:
                 return None
             if "$id" in schema and schema is not self.root:
                 return None  # (a nested `$id` starts a resource of its own: its `#/...` refs are not the root's)
+            schema = _without_plain_cases(schema)
             if "$ref" in schema:
-                if schema.keys() - {"$ref"} - _ANNOTATIONS:
+                if schema.keys() - {"$ref", "$defs", "definitions", "$schema"} - _ANNOTATIONS:
                     return None  # (keywords beside a $ref are merged with it: not followed)
                 schema = self._pointed(schema["$ref"])
                 continue
@@ -361,6 +364,18 @@ def survey_held(root: dict[str, Any]) -> HeldPlaces:
     for kind in JSON_TYPES:
         walk(root, kind)
     return HeldPlaces(list(held.values()), len(not_held), other_keys)  # (an array held in one place, not another: both)
+
+
+def _without_plain_cases(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` without the parts of its `allOf` that are a conditional's plain cases (CASES_COMMENT): they say which
+    properties are present and which listed values they hold, never where a value goes."""
+    parts = schema.get("allOf")
+    if not isinstance(parts, list) or not any(isinstance(part, dict) and part.get("$comment") == CASES_COMMENT
+                                              for part in parts):
+        return schema
+    kept = [part for part in parts if not (isinstance(part, dict) and part.get("$comment") == CASES_COMMENT)]
+    without = {key: value for key, value in schema.items() if key != "allOf"}
+    return {**without, "allOf": kept} if kept else without
 
 
 def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:

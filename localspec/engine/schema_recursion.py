@@ -4,12 +4,13 @@ A schema whose definition refers to itself (a tree's `node` whose `children` are
 `replies` are comments, a root that refers to `#`) lets JSON nest without end, and a small model does: on a
 held-out family-tree schema the demo target wrote Ana, Ben, Cleo, Dan, Ben, Cleo, … one inside the other
 until max_tokens, at both temperatures. Every definition on a cycle of local references is written out
-level by level, RECURSION_LEVELS rounds of the cycle (a cycle through two definitions, a section whose body
-holds sections, takes two levels a round): a reference into the cycle from level k names level k + 1, and
-from the last level it is `false`, so what could only be written deeper cannot be written at all (an
-optional `children` is left out or empty; a value with another branch takes it). Level 1 is reached from
-outside the cycle. A document that goes round the cycle at most RECURSION_LEVELS times validates as before; the
-last level is a definition with its recursion taken out, so no branch that ends is lost.
+level by level, RECURSION_LEVELS rounds of its cycle (a cycle through two definitions, a section whose body
+holds sections, takes two levels a round; a shorter cycle among them then gets more rounds): a reference
+along the cycle from level k names level k + 1, and from the last level it is `false`, so what could only be
+written deeper cannot be written at all (an optional `children` is left out or empty; a value with another
+branch takes it). A reference from outside the cycle, another cycle's included, names its level 1. A
+document that goes round each cycle at most RECURSION_LEVELS times validates as before; the last level is a
+definition with its recursion taken out, so no branch that ends is lost.
 """
 
 from __future__ import annotations
@@ -23,44 +24,54 @@ MOST_LEVEL_DEFINITIONS = 600  # definitions written out for the levels, at most 
 LEVEL_PREFIX = "localspec_level"
 _DEFINITION_MAPS = ("$defs", "definitions")
 _ROOT = "#"
-_NOT_THE_ROOTS_BODY = {*_DEFINITION_MAPS, "$schema", "$id"}
+_NOT_THE_ROOTS_BODY = {*_DEFINITION_MAPS, "$schema"}
 
 
 def recursion_bounded(schema: Any) -> Any:
     """`schema` with its recursive definitions written out RECURSION_LEVELS deep (see the module's docstring):
     a new schema, the input untouched; the input itself where nothing recurs, or where the levels cannot be
-    named from its root (a nested `$id`, definitions already named like them) or would be too many."""
-    if not isinstance(schema, dict) or any("$id" in node for node in schemas_in(schema) if node is not schema):
+    named from its root (an `$id`, a reference other than to a definition or to `#`, definitions already named
+    like the levels) or would be too many."""
+    if not isinstance(schema, dict) or any("$id" in node for node in schemas_in(schema)):
         return schema
     bodies = _definitions(schema)
-    if any(name.startswith(LEVEL_PREFIX) for name in schema.get("$defs", {})):
+    defs = schema.get("$defs", {})
+    if (not isinstance(defs, dict) or any(name.startswith(LEVEL_PREFIX) for name in defs)
+            or not _references(schema) <= bodies.keys()):  # (a pointer into a definition, an anchor, a URL)
         return schema
-    references = {pointer: _references(body) & bodies.keys() for pointer, body in bodies.items()}
+    references = {pointer: _references(body) for pointer, body in bodies.items()}
     reachable = {pointer: _reachable(pointer, references) for pointer in bodies}
     recurring = sorted(pointer for pointer in bodies if pointer in reachable[pointer])
-    # A round of a cycle through n definitions takes n references: so many levels for each round.
-    rounds = max((len([other for other in reachable[pointer] if pointer in reachable[other]]) for pointer in recurring),
-                 default=0)
-    deepest = RECURSION_LEVELS * rounds
-    if not recurring or len(recurring) * deepest > MOST_LEVEL_DEFINITIONS:
+    # Each definition's cycle: those it reaches that reach it. A round of a cycle through n definitions takes n
+    # references, so a cycle has n * RECURSION_LEVELS levels; a reference into another cycle starts at its level 1.
+    cycles = {pointer: {other for other in reachable[pointer] if pointer in reachable[other]} for pointer in recurring}
+    deepest = {pointer: RECURSION_LEVELS * len(cycle) for pointer, cycle in cycles.items()}
+    if not recurring or sum(deepest.values()) > MOST_LEVEL_DEFINITIONS:
         return schema
 
-    def level(pointer: str, depth: int) -> str:
+    def level_name(pointer: str, depth: int) -> str:
         return f"{LEVEL_PREFIX}{depth}_{recurring.index(pointer)}"
 
-    levels = {level(pointer, depth): _pointing(bodies[pointer], recurring, lambda to, d=depth: (
-        {"$ref": f"#/$defs/{level(to, d + 1)}"} if d < deepest else False))
-        for depth in range(1, deepest + 1) for pointer in recurring}
+    def level(pointer: str, depth: int) -> Any:
+        return {"$ref": f"#/$defs/{level_name(pointer, depth)}"}
 
-    def from_outside(to: str) -> Any:
-        return {"$ref": f"#/$defs/{level(to, 1)}"}
+    def outside(pointer: str) -> Any:
+        return level(pointer, 1)
 
+    def from_level(pointer: str, depth: int) -> Callable[[str], Any]:
+        """Where a reference from `pointer`'s level `depth` leads: one level down its cycle (none past the last),
+        or another cycle's first."""
+        return lambda to: (level(to, 1) if to not in cycles[pointer]
+                           else level(to, depth + 1) if depth < deepest[pointer] else False)
+
+    levels = {level_name(pointer, depth): _pointing(bodies[pointer], recurring, from_level(pointer, depth))
+              for pointer in recurring for depth in range(1, deepest[pointer] + 1)}
     # The root's body refers to level 1; where it is on a cycle itself, its body is a level and the root refers to it.
-    body = from_outside(_ROOT) if _ROOT in recurring else _pointing(bodies[_ROOT], recurring, from_outside)
+    body = outside(_ROOT) if _ROOT in recurring else _pointing(bodies[_ROOT], recurring, outside)
     bounded = {**{key: value for key, value in schema.items() if key == "$schema"}, **body}
-    for key in _DEFINITION_MAPS:  # (the recurring ones kept as written: a reference spelled otherwise finds them)
+    for key in _DEFINITION_MAPS:  # (the recurring ones kept as written, unused)
         if isinstance(schema.get(key), dict):
-            bounded[key] = {name: _pointing(body, recurring, from_outside) for name, body in schema[key].items()}
+            bounded[key] = {name: _pointing(body, recurring, outside) for name, body in schema[key].items()}
     bounded["$defs"] = {**bounded.get("$defs", {}), **levels}
     return bounded
 
