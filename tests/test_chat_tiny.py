@@ -77,11 +77,35 @@ def test_a_piped_line_or_block_past_the_limit_is_refused_not_read_into_memory(
     assert stored()["messages"][:1] == [{"role": "user", "content": "the cat"}]  # (what came before is kept)
 
 
-def test_a_model_without_a_chat_template_is_refused_at_once_and_nothing_is_stored(tiny_pair: tuple[Path, Path]) -> None:
-    command = ["chat", "--target", str(tiny_pair[0]), "--no-speculative", "--max-tokens", "4", "--threads", "1"]
-    result = CliRunner().invoke(main, command, input=b"hello\nagain\n", catch_exceptions=False)
-    one_error_line(result, 2, "has no chat template, which chat needs", "`run --raw`")  # (was: exit 0)
-    assert cli("history", "list", "--json").stdout.strip() in ("", "[]")  # (was: an empty conversation 1)
+@pytest.mark.parametrize("command, says", [
+    (["chat"], "has no chat template, which chat needs"),
+    (["run", "hello"], "has no chat template: use plain completion"),
+    (["bench", "--prompt", "hello", "--strategy", "ngram"], "has no chat template: use plain completion"),
+])
+def test_a_model_without_a_chat_template_is_refused_before_it_loads_and_nothing_is_stored(
+        tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, command: list[str], says: str) -> None:
+    """Told from the file's header (was: after the weights loaded, which for a large model takes a while)."""
+    def no_loading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the models were loaded")
+
+    for module in ("chat", "run", "bench"):
+        monkeypatch.setattr(f"localspec.cli.{module}.load_session", no_loading)
+    args = [*command, "--target", str(tiny_pair[0]), "--no-speculative", "--max-tokens", "4", "--threads", "1"]
+    if command[0] == "bench":
+        args.remove("--no-speculative")
+    result = CliRunner().invoke(main, args, input=b"hello\nagain\n", catch_exceptions=False)
+    one_error_line(result, 2, says, "`run --raw`")  # (chat was: exit 0)
+    assert cli("history", "list", "--json").stdout.strip() in ("", "[]")  # (chat was: an empty conversation 1)
+
+
+def test_a_profiles_chat_template_is_enough_for_a_model_without_one(tiny_pair: tuple[Path, Path],
+                                                                    tmp_path: Path) -> None:
+    from localspec.app.plan import lacks_chat_template, resolve
+
+    flags = {"target.path": str(tiny_pair[0])}
+    assert lacks_chat_template(resolve(None, flags, speculative=False))
+    templated = resolve(None, {**flags, "chat.template": "{{ messages[0].content }}"}, speculative=False)
+    assert not lacks_chat_template(templated)
 
 
 def test_undo_and_system_change_the_stored_history(tiny_profile: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 from ..config.paths import model_path_here, same_file
 from ..config.resolve import ResolvedSettings, resolve_settings
 from ..errors import InputError
-from ..models.compat import check_file, check_pair
+from ..models.compat import check_file, check_pair, has_chat_template
 from ..models.demo import demo_draft_path, demo_target_path
 from ..models.hub import hub_local_path
 from ..runtime.rpc import parse_endpoints
@@ -84,6 +84,12 @@ def resolve(
         notes += ("the draft is the target's own file: each draft token costs what a target token does, so drafting"
                   " with it is slower than the target alone; give a smaller draft, or use --strategy ngram",)
     return Plan(settings, target, draft, generation, ChatSettings.from_values(settings.values), notes)
+
+
+def lacks_chat_template(plan: Plan) -> bool:
+    """Whether a command that renders the chat template would find none (no profile's [chat] template, none in
+    the target's file): told from the file's header, before any weights load."""
+    return plan.chat.template is None and not has_chat_template(plan.target.path)
 
 
 def locate_model(

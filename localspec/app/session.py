@@ -31,6 +31,12 @@ CHEAP_BYTES_PER_TOKEN = 4  # below this many bytes a token of context, `refuse_t
 MAX_SPECIAL_VERDICTS = 256  # contents remembered by `Session._holds_special_text`
 
 
+
+def no_chat_template(model_name: str) -> str:
+    """What is said where a prompt would go through a chat template the model does not have."""
+    return (f"{model_name} has no chat template: use plain completion (`run --raw`, `bench --raw`),"
+            " or give it one (a profile's [chat] template)")
+
 class Session:
     """A target and an optional draft model loaded together."""
 
@@ -112,8 +118,7 @@ class Session:
         """
         template = self.chat_template()
         if template is None:
-            raise InputError(f"{self.target.path.name} has no chat template: use plain completion (`run --raw`, `bench --raw`),"
-                             " or give it one (a profile's [chat] template)")
+            raise InputError(no_chat_template(self.target.path.name))
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
         chunks = render_chat_chunks(template, messages, self._special_texts_in(messages, tools), bos_token=bos,

@@ -24,6 +24,7 @@ import click
 from ..app.chat_session import ChatSession, Reply
 from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
+from ..app.plan import lacks_chat_template
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES, refuse_utf16
@@ -116,6 +117,9 @@ def chat(
     compiled = compile_output_format(output_format)
     flags = setting_flags(options)
     plan = resolve_plan(profile, flags, verbose=verbose, speculative=not no_speculative)
+    if lacks_chat_template(plan):  # (every message would fail, each stored as an empty conversation)
+        raise InputError(f"{plan.target.path.name} has no chat template, which chat needs: give it one (a"
+                         " profile's [chat] template), or use plain completion (`run --raw`)")
     store = _open_store(resuming=continue_latest or resume_id is not None)
     conversation, conversation_id = _starting_conversation(plan.generation.with_seed(), plan.chat.system_prompt,
                                                            store, continue_latest, resume_id)
@@ -127,9 +131,6 @@ def chat(
     colour = terminal_takes_colour(sys.stdout)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model  # (/speculative on: lookups only)
     with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
-        if session.chat_template() is None:  # (every message would fail, each stored as an empty conversation)
-            raise InputError(f"{session.target.path.name} has no chat template, which chat needs: give it one (a"
-                             " profile's [chat] template), or use plain completion (`run --raw`)")
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)

@@ -10,6 +10,8 @@ import click
 
 from ..config.resolve import FLAG_SOURCE
 from ..engine.generation import StopReason
+from ..app.plan import lacks_chat_template
+from ..app.session import no_chat_template
 from ..errors import InputError
 from ..textin import clean_text
 from .common import read_prompt, write_stdout
@@ -63,6 +65,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose, speculative=not no_speculative)
     if raw and plan.settings.sources.get("chat.system_prompt") == FLAG_SOURCE:
         raise InputError("--system goes into the chat template, which --raw leaves out: give one or the other")
+    if not raw and lacks_chat_template(plan):
+        raise InputError(no_chat_template(plan.target.path.name))
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
     # The contexts are sized for this one run once the prompt's length is known, and created where first needed.
     with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True,

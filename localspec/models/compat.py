@@ -210,9 +210,26 @@ def check_file(path: Path) -> None:
     entries = _load()
     if entries.get(_file_key(path)):
         return
-    read_gguf_header(path)
-    entries[_file_key(path)] = True
+    _remember_whole(entries, read_gguf_header(path))
     _store(entries)
+
+
+def has_chat_template(path: Path) -> bool:
+    """Whether the model file carries a chat template (`tokenizer.chat_template`), remembered per file version
+    with the verdict that it is whole (the header is read once for both)."""
+    entries = _load()
+    remembered = entries.get(_file_key(path))
+    if isinstance(remembered, dict) and isinstance(remembered.get("chat_template"), bool):
+        return remembered["chat_template"]
+    _remember_whole(entries, read_gguf_header(path))  # (an entry of an older version, True, is made anew)
+    _store(entries)
+    return entries[_file_key(path)]["chat_template"]
+
+
+def _remember_whole(entries: dict, header: GGUFHeader) -> None:
+    """Remember what a whole file's header says: that it is whole (a true value), and whether it has a chat
+    template."""
+    entries[_file_key(header.path)] = {"chat_template": bool(header.get("tokenizer.chat_template"))}
 
 
 def vocab_identity(path: Path) -> str:
@@ -246,6 +263,7 @@ def check_pair_cached(target: Path, draft: Path) -> CompatReport:
     target_header, draft_header = read_gguf_header(target), read_gguf_header(draft)
     report = check_compatible(VocabInfo.from_header(target_header), VocabInfo.from_header(draft_header))
     entries[key] = [[c.name, c.passed, c.detail] for c in report.checks]
-    entries[_file_key(target)] = entries[_file_key(draft)] = True
+    _remember_whole(entries, target_header)
+    _remember_whole(entries, draft_header)
     _store(entries)
     return report
