@@ -67,8 +67,8 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert arrays.held == [TAGS] and arrays.not_held == 2  # TAGS (also under "either") and "pair"
 
 
-NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings, integers and open numbers where it"
-            " can follow the schema) (not enforced: the output may not satisfy it)")
+NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings, integers, open numbers and records"
+            " where it can follow the schema) (not enforced: the output may not satisfy it)")
 NUMBERS = {"type": "array", "items": {"type": "number", "minimum": 0}, "uniqueItems": True}  # (bounded: not held)
 
 
@@ -753,8 +753,21 @@ def test_a_records_last_string_is_kept_from_reaching_its_max_length_as_a_repeat(
     assert cursor.feed(b"b") is None and cursor.feed(b"c") is not None
 
 
+NARROWED = {**records(last={"type": "string"}, kind={"enum": ["a", "b"]}), "maxItems": 3}  # (a case narrows `last`)
+NARROWED["items"] = {**NARROWED["items"], "if": {"properties": {"kind": {"const": "a"}}},
+                     "then": {"properties": {"last": {"const": "p"}}}}
+RECORD_OR_NULL = {**records(last={"type": "string"}), "items": {"anyOf": [records(last={"type": "string"})["items"],
+                                                                          {"type": "null"}]}}
+
+
 @pytest.mark.parametrize("items, held", [
     (records(last={"type": "string"}, a={"type": "integer"}), True),
+    (NARROWED, False),  # (held, `[{"kind": "a", "last": "p"}, {"kind": "a", "last": "p` led where nothing could go on)
+    ({**NARROWED, "items": {**NARROWED["items"], "if": None, "then": None, "dependentSchemas": {
+        "kind": {"properties": {"last": {"enum": ["p"]}}}}}}, False),
+    (RECORD_OR_NULL, False),  # (held, [null, null] went through)
+    ({**records(last={"type": "string"}), "items": {**records(last={"type": "string"})["items"],
+                                                    "type": ["object", "null"]}}, False),
     (records(last={"enum": ["x", "y", "z"]}, most_items=3), True),  # (three values for three items: one is left)
     (records(last={"enum": ["x", "y", "z"]}, most_items=4), False),  # (a fourth record could find them all held)
     (records(last={"enum": ["x", "y", "z"]}), False),
@@ -768,11 +781,16 @@ def test_a_records_last_string_is_kept_from_reaching_its_max_length_as_a_repeat(
 ])
 def test_records_are_held_where_every_value_is_a_scalar_and_the_last_one_cannot_run_out(items: dict,
                                                                                       held: bool) -> None:
-    survey = survey_held(items)
+    items = {**items, "items": {key: value for key, value in items["items"].items() if value is not None}}
+    from localspec.engine.unique_items import schema_of_grammar
+
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(items), "s.json"))
+    survey = survey_held(schema_of_grammar(compiled.grammar))  # (the schema as held to: its conditionals as cases)
     assert (len(survey.held), survey.not_held) == ((1, 0) if held else (0, 1))
 
 
-RECORD_PIECES = [b'"', b'"}', b'}', b'1', b'10', b'100', b'100}', b'0}', b'": 100}', b'": 10', b'": "', b'"a"}',
+RECORD_PIECES = [b'"', b'"}', b'}', b'": -', b'":-', b'-', b'st": -',
+                 b'1', b'10', b'100', b'100}', b'0}', b'": 100}', b'": 10', b'": "', b'"a"}',
                  b'a"}', b'b"}', b'"last": 100}', b'"last": "a"}', b', "last": "a"}', b'"}, {"', b' ', b', ',
                  b'", "last": 100}', b'", "last": "a"}', b'a", "last": "a"}']  # (these write a last value whole)
 
@@ -784,6 +802,10 @@ RECORD_PIECES = [b'"', b'"}', b'}', b'1', b'10', b'100', b'100}', b'0}', b'": 10
     (FLAGS, '[{"n": 1, "ok": true, "note": null, "last": "a"}, {"n": 1, "ok": true, "note": null, "last": "'),
     (FLAGS, '[{"n": 1, "ok": true, "note": null, "last": "a"}, {"n": 1, "ok": true, "note": null'),
     (FLAGS, '[{"n": 1, "ok": true, "note": "a", "last": "a"}, {"n": 1, "ok": true, "note": "'),
+    (records(last={"type": "integer", "minimum": -1, "maximum": 1}, most_items=3, a={"type": "string"}),
+     '[{"a": "x", "last": -1}, {"a": "x", "last": 0}, {"a": "x", "last'),  # (`": -` can only end as -1)
+    (records(last={"type": "integer", "minimum": -1, "maximum": 1}, most_items=3, a={"type": "string"}),
+     '[{"a": "x", "last": -1}, {"a": "x", "last": 0}, {"a": "x", "la'),
 ])
 def test_the_mask_drops_exactly_the_tokens_that_feeding_would_refuse_in_a_record(schema: dict, text: str) -> None:
     assert assert_the_mask_is_what_feeding_refuses(schema, text, [*SUSPECT_PIECES, *RECORD_PIECES]) > 0

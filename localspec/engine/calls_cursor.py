@@ -76,6 +76,10 @@ class CallsCursor:
         """Inside a call's arguments, in a record the rule holds (see `JsonCursor.in_record`)."""
         return self.arguments is not None and self.arguments.in_record
 
+    def bytes_to_a_records_last_value(self) -> int:
+        """As `JsonCursor.bytes_to_a_records_last_value`, inside a call's arguments."""
+        return self.arguments.bytes_to_a_records_last_value() if self.arguments is not None else 2
+
     @property
     def in_held_key(self) -> bool:
         """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""

@@ -252,7 +252,7 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
             kept.append(f"Unimplemented keys: {json.dumps(keys)}{unimplemented['times'] or ''}")
     if not_held:
         kept.append(f"uniqueItems on {not_held} array{'s' if not_held > 1 else ''} (localspec holds it"
-                    " on arrays of strings, integers and open numbers where it can follow the schema)")
+                    " on arrays of strings, integers, open numbers and records where it can follow the schema)")
     return kept
 
 

@@ -122,6 +122,15 @@ class JsonCursor:
         """The innermost container is a record the rule holds: a token that writes on to its last value may end it."""
         return bool(self.containers) and self.containers[-1].record is not None and not self.settled
 
+    def bytes_to_a_records_last_value(self) -> int:
+        """In a record before its last value: how many bytes a token needs at least to write on into that value
+        (its key whole, in quotes, a colon and the value's first byte; 2 from inside a key, which may be it)."""
+        if self.expects == STRING and self.role == KEY_TEXT:
+            return 2
+        shape = self.containers[-2].items.record if len(self.containers) > 1 and self.containers[-2].items else None
+        shortest_key = json.dumps(shape.names[-1], ensure_ascii=False).encode() if shape is not None else b'""'
+        return len(shortest_key) + 2
+
     @property
     def in_held_key(self) -> bool:
         """A key of an object whose keys the rule holds is being written: the next bytes may complete it."""

@@ -30,6 +30,7 @@ _OPEN_NUMBER = {"type": "number", "exclusiveMaximum": NUMBER_MAGNITUDE_LIMIT,
 _EXACT_BOUND = 2**53  # the largest bound llguidance reads exactly (it reads bounds as floating point numbers)
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 _ANY_VALUE: dict[str, Any] = {}  # the schema of a value a schema leaves open (one object: walked once; never changed)
+CASES_LEFT_OUT = "localspec: cases left out"  # (the mark of a schema placed without its conditional's cases)
 _NOT_FOLLOWED = {"$dynamicRef", "$recursiveRef"}  # (refs resolved at run time)
 # The keywords that apply to one type of value only (a schema that does not say its type may carry both kinds).
 _ARRAY_ONLY_KEYWORDS = {"items", "prefixItems", "contains", "additionalItems", "unevaluatedItems", "minContains",
@@ -132,7 +133,9 @@ _SCALAR_TYPES = {"string", "number", "boolean", "null"}
 def record_items(array: dict[str, Any], places: "SchemaPlaces") -> RecordItems | None:
     """The records an array with `uniqueItems` takes as items (see RecordItems), where its items are such."""
     items = array.get("items")
-    record = places.of_value(items, "object") if isinstance(items, dict) else None
+    if not isinstance(items, dict) or places.types(items) != {"object"}:
+        return None  # (items that may be something else, a null or a number, would not be held)
+    record = places.of_value(items, "object")
     if record is None or not record.keys() <= _RECORD_KEYS or record.get("additionalProperties") is not False:
         return None
     properties, required = record.get("properties"), record.get("required")
@@ -368,14 +371,15 @@ def survey_held(root: dict[str, Any]) -> HeldPlaces:
 
 def _without_plain_cases(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` without the parts of its `allOf` that are a conditional's plain cases (CASES_COMMENT): they say which
-    properties are present and which listed values they hold, never where a value goes."""
+    properties are present and which listed values they hold, never where a value goes. Marked (CASES_LEFT_OUT): a
+    case may narrow a value (`last` to one string), so the object is no record (`record_items`)."""
     parts = schema.get("allOf")
     if not isinstance(parts, list) or not any(isinstance(part, dict) and part.get("$comment") == CASES_COMMENT
                                               for part in parts):
         return schema
     kept = [part for part in parts if not (isinstance(part, dict) and part.get("$comment") == CASES_COMMENT)]
     without = {key: value for key, value in schema.items() if key != "allOf"}
-    return {**without, "allOf": kept} if kept else without
+    return {**without, "allOf": kept, CASES_LEFT_OUT: True} if kept else {**without, CASES_LEFT_OUT: True}
 
 
 def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:

@@ -118,19 +118,20 @@ class _Suspects:
     openings: np.ndarray
     quoted_openings: np.ndarray
     keys_held: bool  # the grammar has an object whose keys the rule holds
-    # In a record before its last value, only a token that closes the last key and writes its value whole can
-    # make a repeat: one with two quotes or more (a string), or a quote and a digit (a number).
+    # In a record before its last value, only a token that closes the last key and writes on into its value can
+    # make a repeat: one with two quotes or more (a string), or a quote and a digit or a minus (a number).
     record_endings: np.ndarray
+    lengths: np.ndarray  # each token's length in bytes
 
     @classmethod
     def of(cls, vocabulary: Vocabulary, keys_held: bool) -> "_Suspects":
         quotes, openings = vocabulary.tokens_holding(QUOTE), vocabulary.tokens_holding(ord("["))
         pieces = vocabulary.token_bytes
         two_quotes = np.array([token for token in quotes.tolist() if pieces(token).count(b'"') >= 2], dtype=np.int64)
-        quoted_digits = [token for token in quotes.tolist() if any(byte in b"0123456789" for byte in pieces(token))]
-        record_endings = np.union1d(two_quotes, np.array(quoted_digits, dtype=np.int64))
+        quoted_numbers = [token for token in quotes.tolist() if any(byte in b"-0123456789" for byte in pieces(token))]
+        record_endings = np.union1d(two_quotes, np.array(quoted_numbers, dtype=np.int64))
         return cls(quotes, two_quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), keys_held,
-                   record_endings)
+                   record_endings, vocabulary.token_lengths())
 
 
 class UniqueItems:
@@ -188,8 +189,10 @@ class UniqueItems:
             candidates = _allowed_among(allowed, suspects.quoted_openings if cursor.in_string else suspects.openings)
             if suspects.keys_held:
                 candidates = np.union1d(candidates, _allowed_among(allowed, suspects.two_quotes))
-            if cursor.in_record:
-                candidates = np.union1d(candidates, _allowed_among(allowed, suspects.record_endings))
+            if cursor.in_record:  # (only a token long enough to write on into its last value)
+                endings = _allowed_among(allowed, suspects.record_endings)
+                endings = endings[suspects.lengths[endings] >= cursor.bytes_to_a_records_last_value()]
+                candidates = np.union1d(candidates, endings)
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
