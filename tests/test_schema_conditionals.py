@@ -173,3 +173,22 @@ def test_unique_items_and_keys_are_still_held_in_an_object_with_conditionals(sch
 
     survey = survey_held(schema_of_grammar(compiled.grammar))
     assert (len(survey.held), survey.not_held) == (1, 0)
+
+
+def test_an_object_whose_conditionals_speak_only_of_its_own_properties_is_closed() -> None:
+    """Closed as an object without conditionals is (a small model invented keys until max_tokens in a tool's
+    parameters with an `if`); not where a conditional names a property the object does not list."""
+    own = {"type": "object", "properties": {"method": {"enum": ["card", "cash"]}, "card": {"type": "string"}},
+           "required": ["method"], "if": {"properties": {"method": {"const": "card"}}}, "then": {"required": ["card"]}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(own), "s.json")).grammar
+    assert accepts(grammar, '{"method": "card", "card": "1"}') and not accepts(grammar, '{"method": "card"}')
+    assert not accepts(grammar, '{"method": "cash", "note": "x"}')  # (was: any other key, any number of them)
+    other = {**own, "then": {"required": ["card", "pin"]}}  # (`pin` is not listed: closing would refuse it)
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(other), "s.json")).grammar
+    assert accepts(grammar, '{"method": "card", "card": "1", "pin": 1}')
+    assert accepts(grammar, '{"method": "cash", "x": 1}')
+    depends = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+               "dependentSchemas": {"a": {"required": ["b"]}}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(depends), "s.json")).grammar
+    assert accepts(grammar, '{"a": 1, "b": 2}')
+    assert not accepts(grammar, '{"a": 1}') and not accepts(grammar, '{"c": 1}')

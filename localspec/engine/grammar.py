@@ -72,10 +72,14 @@ COLLECTION_LIMIT = 64
 # `dependentRequired`) names a property it does not list, one with keywords that bring properties of their
 # own, and nothing at all in a schema that merges objects (an `allOf`, `if`/`then`/`else`,
 # `dependentSchemas`, or a `$ref`/`anyOf`/`oneOf` beside an object's own keywords), where a closed part would
-# refuse its partner's properties.
+# refuse its partner's properties; but conditionals that speak only of the properties their object lists (`if
+# method is card then card_number is required`) leave it closed, since a small model otherwise invents keys
+# until max_tokens there too (a tool's conditional parameters, at T=0).
 COMBINING_KEYWORDS = {"allOf", "anyOf", "oneOf", "$ref", "patternProperties", "if", "then", "else",
                       "dependentSchemas", "dependencies", "unevaluatedProperties"}
 _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "dependencies"}
+_CONDITIONAL_KEYWORDS = {"if", "then", "else", "dependentSchemas", "dependencies"}
+_OPENING_KEYWORDS = {"additionalProperties", "propertyNames", "unevaluatedProperties"}
 _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                     "minProperties", "maxProperties", "dependentRequired", "unevaluatedProperties"}
 
@@ -415,14 +419,16 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         return schema
     bounded: dict[str, Any] = {}
     for key, value in schema.items():
+        # (a conditional's parts are parts of this very object: closing one would refuse the others' properties)
+        inner = limits._replace(close_objects=False) if key in _CONDITIONAL_KEYWORDS else limits
         if key in DATA_KEYWORDS or key == "if":  # (an `if` is a test of the value, not what is written)
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
-            bounded[key] = {name: _bounded(_typed(subschema, key, limits), limits) for name, subschema in value.items()}
+            bounded[key] = {name: _bounded(_typed(subschema, key, inner), inner) for name, subschema in value.items()}
         elif key in ("prefixItems", "anyOf") and isinstance(value, list):
             bounded[key] = [_bounded(_typed(item, key, limits), limits) for item in value]
         else:
-            bounded[key] = _bounded(_typed(value, key, limits), limits)
+            bounded[key] = _bounded(_typed(value, key, inner), inner)
     if limits.close_objects:
         bounded = closed_object(bounded)
     kinds = _schema_types(schema)
@@ -469,7 +475,7 @@ def closed_object(schema: dict[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties")
     required = schema.get("required", [])
     if (not isinstance(properties, dict) or "additionalProperties" in schema
-            or schema.keys() & COMBINING_KEYWORDS
+            or _combining(schema, COMBINING_KEYWORDS)
             or not isinstance(required, list)
             or not all(isinstance(name, str) and name in properties
                        for name in [*required, *_dependent_names(schema)])):
@@ -493,7 +499,50 @@ def _merges_here(schema: dict[str, Any]) -> bool:
     """Whether `schema` merges objects (an `allOf`, an `if`, or a `$ref`/`anyOf`/`oneOf` beside an object's own
     keywords), so that closing one of them would refuse the other's properties."""
     merged_beside = schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS
-    return bool(schema.keys() & _MERGING_KEYWORDS or merged_beside)
+    return bool(_combining(schema, _MERGING_KEYWORDS) or merged_beside)
+
+
+def _combining(schema: dict[str, Any], keywords: set[str]) -> set[str]:
+    """The `keywords` of `schema` that may bring properties of their own: all of them, but its conditionals where
+    they speak only of the properties it lists (`_conditionals_of_its_own`)."""
+    found = schema.keys() & keywords
+    if found and found <= _CONDITIONAL_KEYWORDS and _conditionals_of_its_own(schema):
+        return set()
+    return found
+
+
+def _conditionals_of_its_own(schema: dict[str, Any]) -> bool:
+    """Whether the conditionals of an object schema (`if`/`then`/`else`, `dependentSchemas`, `dependencies`) name
+    only properties it lists and bring none through other keywords (a `$ref`, an `anyOf`, an `additionalProperties`),
+    so that closing it refuses nothing they allow: `if method is card then card_number is required`."""
+    own = schema.get("properties")
+    if not isinstance(own, dict):
+        return False
+    parts = [schema[key] for key in ("if", "then", "else") if key in schema]
+    for key in ("dependentSchemas", "dependencies"):
+        dependencies = schema.get(key, {})
+        if not isinstance(dependencies, dict) or not dependencies.keys() <= own.keys():
+            return False
+        for needs in dependencies.values():
+            if isinstance(needs, list):
+                parts.append({"required": needs})
+            else:
+                parts.append(needs)
+    return all(_speaks_only_of(part, own) for part in parts)
+
+
+def _speaks_only_of(part: Any, own: dict[str, Any]) -> bool:
+    """Whether a conditional's part names only the properties in `own` (the object's listed ones), and none else."""
+    if isinstance(part, bool):
+        return True
+    if not isinstance(part, dict) or part.keys() & (COMBINING_KEYWORDS | _OPENING_KEYWORDS):
+        return False
+    properties, required = part.get("properties", {}), part.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return False
+    if any(node.keys() & (_OBJECT_KEYWORDS | COMBINING_KEYWORDS) for node in schemas_in(list(properties.values()))):
+        return False  # (a value's object merged with the one the object lists for it: not followed)
+    return all(isinstance(name, str) and name in own for name in [*properties, *required, *_dependent_names(part)])
 
 
 def _orderings(array: dict[str, Any]) -> list[tuple[Any, ...]]:
