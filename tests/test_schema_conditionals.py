@@ -117,6 +117,11 @@ def test_a_condition_whose_failing_cannot_be_written_stays_as_written_with_the_w
     assert len(warnings) == 1 and '"if"' in warnings[0] and "not enforced" in warnings[0]
 
 
+def test_an_if_without_then_or_else_is_dropped() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "if": {"required": ["a"]}}
+    assert conditionals_as_branches(schema) == {"type": "object", "properties": {"a": {"type": "string"}}}
+
+
 def test_the_input_schema_is_left_untouched_and_then_false_drops_its_case() -> None:
     schema = {"type": "object", "properties": {"on": {"type": "boolean"}, "why": {"type": "string"}},
               "if": {"properties": {"on": {"const": False}}, "required": ["on"]}, "then": False}
@@ -192,3 +197,19 @@ def test_an_object_whose_conditionals_speak_only_of_its_own_properties_is_closed
     grammar = compile_format(OutputFormat("json_schema", json.dumps(depends), "s.json")).grammar
     assert accepts(grammar, '{"a": 1, "b": 2}')
     assert not accepts(grammar, '{"a": 1}') and not accepts(grammar, '{"c": 1}')
+
+
+def test_an_untyped_value_in_a_conditionals_part_leaves_the_objects_own_schema_of_it() -> None:
+    """`then: {properties: {o: {}}}` says nothing of `o`; made any JSON it narrowed the object's own schema of `o`,
+    and a valid document was refused."""
+    schema = {"type": "object", "properties": {"m": {"enum": ["x", "y"]},
+                                               "o": {"type": "object", "properties": {"p": {"enum": [1, 2]}}}},
+              "if": {"properties": {"m": {"const": "x"}}}, "then": {"properties": {"o": {}}}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
+    assert accepts(grammar, '{"m": "x", "o": {"p": 1}}')
+
+
+def test_a_part_that_may_ask_for_other_keys_keeps_the_bounds_and_the_object_open() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "if": True, "then": {"minProperties": 2}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert not any("do not fit" in warning for warning in compiled.warnings)

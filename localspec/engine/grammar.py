@@ -79,7 +79,9 @@ COMBINING_KEYWORDS = {"allOf", "anyOf", "oneOf", "$ref", "patternProperties", "i
                       "dependentSchemas", "dependencies", "unevaluatedProperties"}
 _MERGING_KEYWORDS = {"allOf", "if", "then", "else", "dependentSchemas", "dependencies"}
 _CONDITIONAL_KEYWORDS = {"if", "then", "else", "dependentSchemas", "dependencies"}
-_OPENING_KEYWORDS = {"additionalProperties", "propertyNames", "unevaluatedProperties"}
+_PARTS_OF_ONE_VALUE = _CONDITIONAL_KEYWORDS | {"allOf"}
+# What a conditional's part may say and still speak only of its object's listed properties (`_speaks_only_of`).
+_OWN_PART_KEYS = {"properties", "required", "dependentRequired", "type", "title", "description", "$comment"}
 _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                     "minProperties", "maxProperties", "dependentRequired", "unevaluatedProperties"}
 
@@ -419,12 +421,16 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         return schema
     bounded: dict[str, Any] = {}
     for key, value in schema.items():
-        # (a conditional's parts are parts of this very object: closing one would refuse the others' properties)
-        inner = limits._replace(close_objects=False) if key in _CONDITIONAL_KEYWORDS else limits
+        # (a conditional's parts, an `allOf`'s, are parts of this very value: closing one would refuse the others'
+        # properties, an untyped value in one made any JSON would narrow the others' schema of it)
+        inner = limits._replace(close_objects=False, any_value=None) if key in _PARTS_OF_ONE_VALUE else limits
         if key in DATA_KEYWORDS or key == "if":  # (an `if` is a test of the value, not what is written)
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(_typed(subschema, key, inner), inner) for name, subschema in value.items()}
+        elif key == "dependencies" and isinstance(value, dict):  # names to names (data) or to schemas
+            bounded[key] = {name: needs if isinstance(needs, list) else _bounded(needs, inner)
+                            for name, needs in value.items()}
         elif key in ("prefixItems", "anyOf") and isinstance(value, list):
             bounded[key] = [_bounded(_typed(item, key, limits), limits) for item in value]
         else:
@@ -535,8 +541,8 @@ def _speaks_only_of(part: Any, own: dict[str, Any]) -> bool:
     """Whether a conditional's part names only the properties in `own` (the object's listed ones), and none else."""
     if isinstance(part, bool):
         return True
-    if not isinstance(part, dict) or part.keys() & (COMBINING_KEYWORDS | _OPENING_KEYWORDS):
-        return False
+    if not isinstance(part, dict) or not part.keys() <= _OWN_PART_KEYS:
+        return False  # (a `const` of the whole object, a `minProperties`, a `$ref` may ask for other keys)
     properties, required = part.get("properties", {}), part.get("required", [])
     if not isinstance(properties, dict) or not isinstance(required, list):
         return False

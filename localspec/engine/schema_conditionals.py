@@ -69,7 +69,7 @@ def _branched(node: dict[str, Any]) -> dict[str, Any]:
     earlier = kept.get("allOf", [])
     if not isinstance(earlier, list):
         return node  # (a malformed allOf: llguidance reports it)
-    return {**kept, "allOf": [*earlier, *(_any_of(branches) for branches in cases)]}
+    return {**kept, "allOf": [*earlier, *(_any_of(branches) for branches in cases)]} if cases else kept
 
 
 def _any_of(branches: list[Any]) -> dict[str, Any]:
