@@ -27,6 +27,7 @@ from .schema_keywords import (
     DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types, schemas_in,
 )
 from .schema_conditionals import conditionals_as_branches
+from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, survey_held
 from .unique_items import schemas_of_grammar
@@ -300,10 +301,10 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     except ValueError as exc:
         raise InputError(f"{_name(fmt)}: {_one_line(str(exc), fmt.kind)}") from None
     if fitted.bounded:
-        return fitted.grammar, fitted.check, []
-    return fitted.grammar, fitted.check, ["the bounds localspec puts on open strings, numbers, arrays and objects"
-                                          " do not fit this schema, so they are left open (a small model may"
-                                          " then run one on until max_tokens)"]
+        return fitted.grammar, fitted.check, list(fitted.notes)
+    return fitted.grammar, fitted.check, [*fitted.notes, "the bounds localspec puts on open strings, numbers,"
+                                          " arrays and objects do not fit this schema, so they are left open (a"
+                                          " small model may then run one on until max_tokens)"]
 
 
 class FittedSchema(NamedTuple):
@@ -314,6 +315,7 @@ class FittedSchema(NamedTuple):
     grammar: str
     check: tuple[bool, list[str]]
     bounded: bool
+    notes: tuple[str, ...] = ()  # property counts left out (see `property_counts_as_branches`)
 
 
 def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
@@ -332,18 +334,18 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
         tries.append(bounded_values(schema, spell_out_unique=False))
     # (bounded first: the branches name no value that would need bounds, and whether objects are closed is
     # decided on the conditionals as the schema wrote them)
-    tries = [conditionals_as_branches(recursion_bounded(bounded)) for bounded in tries]
-    schema = conditionals_as_branches(schema)
-    for bounded in tries:
+    tries = [property_counts_as_branches(conditionals_as_branches(recursion_bounded(bounded))) for bounded in tries]
+    for bounded, notes in tries:
         try:
             grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
             check = LLMatcher.validate_grammar_with_warnings(grammar)
         except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
             break
         if not check[0]:
-            return FittedSchema(bounded, grammar, check, True)
+            return FittedSchema(bounded, grammar, check, True, tuple(notes))
+    schema, notes = property_counts_as_branches(conditionals_as_branches(schema))
     grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
-    return FittedSchema(schema, grammar, LLMatcher.validate_grammar_with_warnings(grammar), False)
+    return FittedSchema(schema, grammar, LLMatcher.validate_grammar_with_warnings(grammar), False, tuple(notes))
 
 
 def parse_schema(text: str, origin: str) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def record_items(array: dict[str, Any], places: "SchemaPlaces") -> RecordItems |
         return None
     properties, required = record.get("properties"), record.get("required")
     if not (isinstance(properties, dict) and properties and isinstance(required, list)
-            and set(required) == set(properties)):
+            and all(isinstance(name, str) for name in required) and set(required) == set(properties)):
         return None
     if not all(places.types(value) and places.types(value) <= _SCALAR_TYPES for value in properties.values()):
         return None
