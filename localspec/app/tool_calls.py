@@ -359,15 +359,21 @@ def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
     values it leaves open bounded, as for `--json-schema`, where the bounds fit it). ValueError for a schema
     that cannot be written as JSON (NaN)."""
-    return _fitted_arguments(json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False))
+    return _fitted_arguments(json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False))[0]
+
+
+def _argument_notes(tool: Tool) -> tuple[str, ...]:
+    """What fitting a tool's parameters schema left out (a property count llguidance cannot hold)."""
+    return _fitted_arguments(json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False))[1]
 
 
 @lru_cache(maxsize=128)
-def _fitted_arguments(parameters: str) -> str:
-    """`arguments_json` of a parameters schema's JSON text: fitting it compiles it with llguidance once or
-    twice, which an agent sending the same tools with every request need not pay again."""
-    schema = {**closed_object(_as_object(fitted_schema(json.loads(parameters)).schema)), "x-guidance": ARGUMENT_LAYOUT}
-    return json.dumps(schema, ensure_ascii=False, allow_nan=False)
+def _fitted_arguments(parameters: str) -> tuple[str, tuple[str, ...]]:
+    """`arguments_json` of a parameters schema's JSON text, and its notes: fitting it compiles it with llguidance
+    once or twice, which an agent sending the same tools with every request need not pay again."""
+    fitted = fitted_schema(json.loads(parameters))
+    schema = {**closed_object(_as_object(fitted.schema)), "x-guidance": ARGUMENT_LAYOUT}
+    return json.dumps(schema, ensure_ascii=False, allow_nan=False), fitted.notes
 
 
 def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
@@ -572,7 +578,9 @@ def prepare_tools(request: ToolRequest, template: str | None, is_special: Callab
         _blame_schema(request)  # name the tool whose schema llguidance rejects
         raise
     warnings = _schema_warnings(request) if compiled.warnings else ()
-    return ToolSetup(request, syntax, compiled.grammar, warnings or compiled.warnings)
+    notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
+                  for note in _argument_notes(tool))
+    return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes)
 
 
 def _refuse_as_json_schema_does(tool: Tool, index: int) -> None:

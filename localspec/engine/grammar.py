@@ -323,10 +323,9 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     SPELLED_OUT_ORDERINGS orderings, else without), else the schema as written (a pattern that asks for
     longer strings than the bound, say, or the schema's own error, for the caller to report), each
     compiled and checked once, each with its conditionals written as branches llguidance holds to (see
-    `conditionals_as_branches`), the bounded ones with their recursion bounded (`recursion_bounded`).
+    `conditionals_as_branches`) and its property counts as llguidance can hold them (`_compiled`), the bounded
+    ones with their recursion bounded (`recursion_bounded`).
     RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all."""
-    from llguidance import LLMatcher
-
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
@@ -334,18 +333,34 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
         tries.append(bounded_values(schema, spell_out_unique=False))
     # (bounded first: the branches name no value that would need bounds, and whether objects are closed is
     # decided on the conditionals as the schema wrote them)
-    tries = [property_counts_as_branches(conditionals_as_branches(recursion_bounded(bounded))) for bounded in tries]
-    for bounded, notes in tries:
+    for bounded in tries:
         try:
-            grammar = LLMatcher.grammar_from_json_schema(bounded, overrides=JSON_OPTIONS)
-            check = LLMatcher.validate_grammar_with_warnings(grammar)
+            fitted = _compiled(conditionals_as_branches(recursion_bounded(bounded)), bounded=True)
         except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
             break
-        if not check[0]:
-            return FittedSchema(bounded, grammar, check, True, tuple(notes))
-    schema, notes = property_counts_as_branches(conditionals_as_branches(schema))
+        if not fitted.check[0]:
+            return fitted
+    return _compiled(conditionals_as_branches(schema), bounded=False)
+
+
+# llguidance's words where it cannot hold a count: "min/maxProperties only supported when all keys listed in
+# properties are required", or, for an object closed to other keys, "minProperties (2) is greater than number of
+# properties (0)" (it counts only the required ones).
+_COUNTS_NOT_HELD = re.compile(r"min/maxProperties only supported|(?:min|max)Properties \(\d+\) is")
+
+
+def _compiled(schema: dict[str, Any], bounded: bool) -> FittedSchema:
+    """`schema` compiled and checked, with the property counts llguidance says it cannot hold written as cases it
+    can, or left out with a note (`property_counts_as_branches`): llguidance's grammar then takes no object."""
+    from llguidance import LLMatcher
+
     grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
-    return FittedSchema(schema, grammar, LLMatcher.validate_grammar_with_warnings(grammar), False, tuple(notes))
+    check = LLMatcher.validate_grammar_with_warnings(grammar)
+    if not any(_COUNTS_NOT_HELD.search(message) for message in check[1]):
+        return FittedSchema(schema, grammar, check, bounded)
+    counted, notes = property_counts_as_branches(schema)
+    grammar = LLMatcher.grammar_from_json_schema(counted, overrides=JSON_OPTIONS)
+    return FittedSchema(counted, grammar, LLMatcher.validate_grammar_with_warnings(grammar), bounded, tuple(notes))
 
 
 def parse_schema(text: str, origin: str) -> dict[str, Any]:

@@ -1,15 +1,17 @@
 """`minProperties` and `maxProperties` that llguidance cannot hold, written as cases it can, or left out with a note.
 
-llguidance holds an object's count of properties only where every property it lists is required; elsewhere it
-warns, and its grammar then takes no object at all (`{"properties": {"m", "b", "s"}, "minProperties": 2}`
-refused `{"m": "x", "b": true}` and every other: a generation could not close the object). For an object closed
-to other keys, a count over its optional properties is a choice of which of them are present:
+llguidance holds an object's count of properties only where every property it lists is required (and a few
+counts besides); elsewhere it warns, and its grammar may then take no object at all (`{"properties": {"m",
+"b", "s"}, "minProperties": 2}` refused `{"m": "x", "b": true}` and every other: a generation could not close
+the object). For an object closed to other keys, a count over its optional properties is a choice of which of
+them are present:
 
     minProperties k   anyOf, over the sets S of k - |required| optional properties: {required: S}
     maxProperties k   anyOf, over the sets T of |optional| - (k - |required|) of them: {properties: {t: false}}
 
-which is exact, up to MOST_CASES cases. Elsewhere (an object that takes other keys, too many cases, a count no
-object can meet) the count is left out, and a note says so.
+which is exact, up to MOST_CASES cases. Elsewhere (an object that takes other keys, too many cases) the count
+is left out, and a note says so; a count no object can meet is left for llguidance to refuse. Only where
+llguidance says it cannot hold a count (grammar.py asks it first): a count it holds stays its own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from typing import Any
 from .schema_keywords import CASES_COMMENT, is_count, with_subschemas_changed
 
 MOST_CASES = 64  # (as for conditionals: see schema_conditionals.MOST_CASES)
+# And properties named in all the cases of one object, at most: llguidance's parser takes at most 2,000 items a
+# row, and 23 cases of 22 properties each (maxProperties 22 of 23) left it none after the first key.
+MOST_NAMED = 256
 _COUNTS = ("minProperties", "maxProperties")
 
 
@@ -51,9 +56,11 @@ def _counted(node: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     optional = [name for name in properties if name not in required]
     closed = node.get("additionalProperties") is False and "patternProperties" not in node
     sizes = [_how_many_cases(key, count - len(set(required)), len(optional)) for key, count in counts.items()]
-    if not closed or None in sizes or math.prod(size or 1 for size in sizes) > MOST_CASES:
-        why = ("the object takes other keys" if not closed else "no object can meet it" if None in sizes
-               else "the choices of properties number too many")
+    if closed and None in sizes:
+        return node  # (no object can meet it: llguidance says so, as for any schema no text can satisfy)
+    named = sum((size or 0) * len(optional) for size in sizes if size is not None)
+    if not closed or math.prod(size or 1 for size in sizes) > MOST_CASES or named > MOST_NAMED:
+        why = "the object takes other keys" if not closed else "the choices of properties number too many"
         notes += [f"{key} {count} left out ({why}; llguidance holds it only where every listed property is"
                   " required): the output may not satisfy it" for key, count in counts.items()]
         return kept
