@@ -359,12 +359,17 @@ def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
     values it leaves open bounded, as for `--json-schema`, where the bounds fit it). ValueError for a schema
     that cannot be written as JSON (NaN)."""
-    return _fitted_arguments(json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False))[0]
+    return _fitted_arguments(_parameters_text(tool))[0]
 
 
 def _argument_notes(tool: Tool) -> tuple[str, ...]:
     """What fitting a tool's parameters schema left out (a property count llguidance cannot hold)."""
-    return _fitted_arguments(json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False))[1]
+    return _fitted_arguments(_parameters_text(tool))[1]
+
+
+def _parameters_text(tool: Tool) -> str:
+    """A tool's parameters schema as JSON text (what `_fitted_arguments` remembers its answers by)."""
+    return json.dumps(tool.parameters, ensure_ascii=False, allow_nan=False)
 
 
 @lru_cache(maxsize=128)

@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 from ..config.files import parse_user_json
 from ..errors import InputError
 from .schema_keywords import (
-    DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types, schemas_in,
+    ANNOTATIONS, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types,
+    schemas_in,
 )
 from .schema_conditionals import conditionals_as_branches
 from .schema_property_counts import property_counts_as_branches
@@ -99,9 +100,8 @@ _UNTYPED_PLACES = {"properties", "patternProperties", "items", "additionalProper
 # takes), so only up to this many values, and up to SPELLED_OUT_ORDERINGS orderings in one schema.
 UNIQUE_VALUES_SPELLED_OUT = 5
 SPELLED_OUT_ORDERINGS = 400
-_ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
-_PLAIN_ARRAY_KEYS = {"type", "items", "uniqueItems", "minItems", "maxItems"} | _ANNOTATIONS
-_PLAIN_ITEM_KEYS = {"type", "enum", "const"} | _ANNOTATIONS
+_PLAIN_ARRAY_KEYS = {"type", "items", "uniqueItems", "minItems", "maxItems"} | ANNOTATIONS
+_PLAIN_ITEM_KEYS = {"type", "enum", "const"} | ANNOTATIONS
 
 # Options for llguidance's JSON-schema compiler. `lenient`: keywords it does
 # not implement (`uniqueItems`, `not`, `if`/`then`, ...) are reported as
@@ -412,7 +412,7 @@ def _untyped_values(node: dict[str, Any]) -> list[Any]:
 
 
 def _is_untyped(schema: Any) -> bool:
-    return schema is True or (isinstance(schema, dict) and schema.keys() <= _ANNOTATIONS)
+    return schema is True or (isinstance(schema, dict) and schema.keys() <= ANNOTATIONS)
 
 
 def _refers_to_root(schema: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:

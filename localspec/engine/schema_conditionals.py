@@ -23,15 +23,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .schema_keywords import CASES_COMMENT, json_identity, json_types, schemas_in, with_subschemas_changed
+from .schema_keywords import ANNOTATIONS, CASES_COMMENT, json_identity, json_types, schemas_in, with_subschemas_changed
 
 # The cases of one schema's conditionals multiply where llguidance writes the object (2 per dependency, 2 or
 # more per `if`): with 64 (six dependencies) it compiles in 30 ms and writes an object no slower than with one
 # case (measured over bytes); beyond that the conditionals are left as written, with llguidance's warning.
 MOST_CASES = 64
-_ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
-_CONDITION_KEYS = {"properties", "required", "type"} | _ANNOTATIONS
-_PLAIN_CASE_KEYS = {"properties", "required", "type", "enum", "const", "allOf"} | _ANNOTATIONS
+_CONDITION_KEYS = {"properties", "required", "type"} | ANNOTATIONS
+_PLAIN_CASE_KEYS = {"properties", "required", "type", "enum", "const", "allOf"} | ANNOTATIONS
 _ABSENT = False  # a property's schema that no value satisfies: the property cannot be present
 
 
@@ -163,7 +162,7 @@ def _values(schema: Any, boolean_type: bool = False) -> list[Any] | None:
         return None
     if boolean_type:
         return values  # (what else the object's own schema asks of the property, it still asks beside the branch)
-    if not schema.keys() <= {"const", "enum", "type"} | _ANNOTATIONS:
+    if not schema.keys() <= {"const", "enum", "type"} | ANNOTATIONS:
         return None
     kinds = schema.get("type", [])
     kinds = {kinds} if isinstance(kinds, str) else set(kinds) if isinstance(kinds, list) else None

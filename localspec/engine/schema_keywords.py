@@ -21,6 +21,9 @@ NUMBER_STEP = 10.0**-FRACTION_DIGITS
 # present and which listed values they hold: where a value goes is still told by its object's own keywords.
 CASES_COMMENT = "localspec: a conditional's cases"
 
+# Keywords that only describe a schema: a schema of them alone leaves its value untyped.
+ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
+
 DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 

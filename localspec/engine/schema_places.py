@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .schema_keywords import (
-    CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas,
+    ANNOTATIONS, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas,
 )
 
-_ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "x-guidance"}  # (x-: llguidance's options)
+_ANNOTATIONS = ANNOTATIONS | {"x-guidance"}  # (x-guidance: llguidance's options)
 # Keywords a string schema may carry and still take any text: each one only bounds its length or describes it.
 _FREE_STRING_KEYS = {"type", "minLength", "maxLength"} | _ANNOTATIONS
 _ENUM_STRING_KEYS = {"type", "enum"} | _ANNOTATIONS
