@@ -407,6 +407,27 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
         assert not takes('{"open":"a","own":"abcd')  # the schema's own maxLength
 
 
+def test_times_are_bounded_to_nine_decimals_and_an_offset() -> None:
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import FORMAT_LENGTH_LIMITS, STRING_LENGTH_LIMIT, _byte_tokenizer, bounded_values
+
+    def takes(schema: dict, text: str) -> bool:
+        grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+        matcher = LLMatcher(_byte_tokenizer(), grammar)
+        return matcher.consume_tokens(list(text.encode())) and matcher.is_accepting()
+
+    time, stamp = {"type": "string", "format": "time"}, {"type": "string", "format": "date-time"}
+    assert takes(time, '"23:59:60.123456789+14:00"') and takes(stamp, '"2026-12-31T23:59:60.123456789-09:30"')
+    assert takes(time, '"08:15:00Z"') and takes(stamp, '"2026-12-04T08:15:00Z"')
+    # (was: a fraction of a second to the string bound, `20:00:00.0000000121111…`, until max_tokens)
+    assert not takes(time, '"20:00:00.' + "1" * 20 + 'Z"') and not takes(stamp, '"2026-12-04T20:00:00.' + "1" * 20)
+    assert bounded_values(time)["maxLength"] == FORMAT_LENGTH_LIMITS["time"]
+    assert bounded_values({**time, "maxLength": 12})["maxLength"] == 12  # the schema's own bound is kept
+    assert bounded_values({**time, "minLength": 30})["maxLength"] == STRING_LENGTH_LIMIT  # room for its minLength
+    assert bounded_values({"type": "string", "format": "email"})["maxLength"] == STRING_LENGTH_LIMIT
+
+
 def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
     from localspec.engine.grammar import COLLECTION_LIMIT, bounded_values
     from localspec.runtime.model import Model

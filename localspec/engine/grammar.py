@@ -57,6 +57,13 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 
+# Times, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
+# (`"time": "20:00:00.000000012111…` to the string bound, four times in a reply, until max_tokens, on a
+# held-out schema at T=0). A `time` or `date-time` a schema leaves open is at most as long as one with nine
+# decimals (a nanosecond) and an offset; its format is what llguidance holds within that length.
+FORMAT_LENGTH_LIMITS = {"time": len("23:59:60.123456789+14:00"),
+                        "date-time": len("2026-12-31T23:59:60.123456789+14:00")}
+
 # And arrays and objects: at T=0 a small model can list one item after another for ever (a product's
 # tags `"WiFi", "WiFi", …`, a recipe's milk and eggs in turn, on held-out schemas), or one key after
 # another (`"skillId": "8583333"` again and again under `--format json`: a repeated key is refused now, see
@@ -464,7 +471,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
     if "string" in kinds and not listed and "maxLength" not in schema:
-        bounded["maxLength"] = limits.string
+        bounded["maxLength"] = _string_length_limit(schema, limits)
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
     if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
@@ -472,6 +479,16 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded, limits.spell_out_unique)
     return bounded
+
+
+def _string_length_limit(schema: dict[str, Any], limits: _Limits) -> int:
+    """The most characters of a string `schema` leaves open: its format's limit (FORMAT_LENGTH_LIMITS) where it has
+    one that its own minLength leaves room for, else the schema's (`limits.string`)."""
+    limit = FORMAT_LENGTH_LIMITS.get(schema["format"]) if isinstance(schema.get("format"), str) else None
+    minimum = schema.get("minLength")
+    if limit is None or (is_count(minimum) and minimum > limit):
+        return limits.string
+    return min(limit, limits.string)
 
 
 def _typed(value: Any, key: str, limits: _Limits) -> Any:
