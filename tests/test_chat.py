@@ -50,7 +50,7 @@ def test_same_replies_as_run_for_a_single_turn(pair: list[str]) -> None:
 def test_commands_and_highlighting(pair: list[str]) -> None:
     result = chat("Hello\n/stats\n/reset\n/nonsense\nHello\n", *pair, "--highlight")
     stderr = result.stderr.decode()
-    assert result.returncode == 0
+    assert result.returncode == 1  # (/nonsense: an error said, the chat went on)
     assert "acceptance" in stderr and "(new conversation)" in stderr and "unknown command /nonsense" in stderr
     assert "\x1b[36m" in result.stdout.decode()  # drafted-and-kept text is coloured
     plain = chat("Hello\n", *pair, "--no-highlight")
@@ -60,7 +60,7 @@ def test_commands_and_highlighting(pair: list[str]) -> None:
 def test_a_turn_too_long_for_the_context_is_refused_and_the_chat_goes_on(pair: list[str]) -> None:
     long_turn = "word " * 400
     result = chat(f"{long_turn}\nHello\n", *pair, "--n-ctx", "256")
-    assert result.returncode == 0
+    assert result.returncode == 1  # (the refused turn: a script learns of it)
     assert "does not fit the context" in result.stderr.decode()
     assert result.stdout.decode().strip()  # the second turn was answered
 
@@ -199,7 +199,7 @@ def test_multi_line_messages_and_a_broken_history_database(pair: list[str]) -> N
     history_file().write_bytes(b"not a database" * 100)
     result = chat('"""\nRepeat these two lines:\nred apple\n"""\n/save /dev/null\nBye\n', *pair)
     stderr = result.stderr.decode()
-    assert result.returncode == 0, stderr
+    assert result.returncode == 1, stderr  # (/save /dev/null is refused)
     assert stderr.count("is not saved") == 1  # said once, and the chat went on
     assert "not a regular file" in stderr
     assert len([line for line in stderr.splitlines() if line.startswith("[")]) == 2  # two replies: the multi-line message was one

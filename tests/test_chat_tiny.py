@@ -117,10 +117,16 @@ def test_undo_and_system_change_the_stored_history(tiny_profile: str) -> None:
     assert messages[0]["content"] == "Be brief." and messages[1]["content"] == "the cat"
 
 
+def test_a_script_piping_into_chat_learns_whether_anything_failed(tiny_profile: str) -> None:
+    assert chat(b"the cat\n/stats\n").exit_code == 0
+    failed = chat(b"/nonsense\nthe cat\n")  # (was: exit 0 whatever failed)
+    assert failed.exit_code == 1 and len(replies(failed.stderr)) == 1  # said, and the chat went on
+
+
 def test_speculative_off_and_on(tiny_profile: str) -> None:
     script = b"/speculative off\nthe cat\n/speculative on\nthe dog\n/speculative maybe\n"
     result = chat(script, "--strategy", "model", "--draft-max", "2")  # a fixed length: adaptive may choose not to draft
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     off, on = replies(result.stderr)
     assert ", no drafting, seed " in off and "acceptance" in on  # the seed text follows the statistics
     assert "/speculative on|off" in result.stderr
@@ -130,7 +136,7 @@ def test_speculative_off_and_on(tiny_profile: str) -> None:
 def test_no_speculative_neither_loads_nor_looks_for_the_draft(tiny_profile: str, tmp_path: Path) -> None:
     result = chat(b"the cat\n/speculative on\n/set strategy ngram\n/speculative on\nthe dog\n",
                   "--no-speculative", "--draft", str(tmp_path / "missing.gguf"), "--strategy", "model")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "no draft model is loaded" in result.stderr and "(speculative decoding on)" in result.stderr
     off, on = replies(result.stderr)
     assert ", no drafting, seed " in off and ", no drafting, seed " not in on
@@ -188,7 +194,7 @@ def test_every_malformed_load_is_one_line_naming_the_file_and_the_chat_goes_on(t
     files = bad_conversation_files(tmp_path)
     script = "".join(f"/load {path}\n" for path in files.values()) + "the cat\n"
     result = chat(script.encode())
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == len(files), result.stderr
     for (fragment, path), line in zip(files.items(), errors):
@@ -210,7 +216,7 @@ def test_a_load_with_invalid_utf8_and_escaped_surrogates_is_replaced(tiny_profil
 def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile: str, tmp_path: Path) -> None:
     target = tmp_path / "no" / "such" / "chat.json"
     result = chat(f"the cat\n/save {target}\n".encode())
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert f"error: {target}: the folder {target.parent} does not exist" in result.stderr
     assert not (tmp_path / "no").exists()
 
@@ -220,7 +226,7 @@ def test_paths_no_check_foresaw_are_one_line_each_and_the_chat_goes_on(tiny_prof
     too_long = tmp_path / ("x" * 300) / "chat.json"
     script = f"/save {too_long}\n/load {too_long}\n/save ~no-such-user-here/c.json\n/format grammar {'y' * 300}\nthe cat\n"
     result = chat(script.encode())
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 4 and "Traceback" not in result.stderr, result.stderr
     assert all("too long" in line for line in (errors[0], errors[1], errors[3])) and "no such user" in errors[2], errors
@@ -310,7 +316,7 @@ def test_a_replys_seed_regenerates_it_within_the_chat_and_in_run(tiny_profile: s
     asking again, and `run --seed SEED` all write the same reply."""
     result = chat(b"the cat\n/speculative off\n/retry 7\n/undo\n/set seed 7\nthe cat\n/retry 1x\n",
                   "--temperature", "1", "--max-tokens", "8", "--seed", "7")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert [line.split("seed ")[1] for line in replies(result.stderr)] == ["7 (coupled)"] * 3
     assert "error: /retry [SEED]: '1x' is not a seed (a whole number from 0 to" in result.stderr
     first = stored()["messages"][1]["content"]
@@ -491,20 +497,20 @@ def contents() -> list[str]:
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input
 def test_a_message_too_long_for_the_context_leaves_the_conversation_as_it_was(tiny_profile: str) -> None:
     result = chat(b"the cat\nthe dog\n" + b"cat " * 400 + b"\nthe end\n", "--n-ctx", "256")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "does not fit the context" in result.stderr and len(replies(result.stderr)) == 3
     kept = contents()
     assert len(kept) == 6 and kept[0::2] == ["the cat", "the dog", "the end"]
     # One whose bytes alone cannot fit is refused before llama.cpp tokenizes it (400 kB took half a minute).
     result = chat(b"the cat\n" + b"x" * 400_000 + b"\nthe end\n", "--n-ctx", "256")
-    assert result.exit_code == 0 and len(replies(result.stderr)) == 2
+    assert result.exit_code == 1 and len(replies(result.stderr)) == 2
     assert "the message is 400000 bytes, more than a context of 256 tokens can hold" in result.stderr
 
 
 def test_a_template_that_refuses_a_message_undoes_that_turn_and_the_chat_goes_on(tiny_pair: tuple[Path, Path]) -> None:
     refusing_profile(tiny_pair)
     result = chat(b"the cat\nboom\nthe dog\n")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "boom is refused" in result.stderr and "Traceback" not in result.stderr
     assert len(replies(result.stderr)) == 2
     assert contents()[0::2] == ["the cat", "the dog"]
@@ -513,7 +519,7 @@ def test_a_template_that_refuses_a_message_undoes_that_turn_and_the_chat_goes_on
 def test_a_retry_that_fails_keeps_the_old_reply(tiny_pair: tuple[Path, Path]) -> None:
     refusing_profile(tiny_pair)
     result = chat(b"the cat\n/system boom\n/retry\n")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "boom is refused" in result.stderr
     messages = stored()["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant"] and messages[1]["content"] == "the cat"
@@ -562,7 +568,7 @@ def test_save_does_not_replace_a_file_it_did_not_write_without_force(tiny_profil
     notes.write_text("my notes\n")
     mine = tmp_path / "chat.json"
     result = chat(f"the cat\n/save {notes}\n/save {mine}\nthe dog\n/save {mine}\n/save {tmp_path}/\n".encode())
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert f"{notes} exists: /save --force {notes} replaces it" in result.stderr
     assert notes.read_text() == "my notes\n" and '"the dog"' in mine.read_text()  # saved twice: the second replaced the first
     assert "names a folder" in result.stderr
@@ -573,7 +579,7 @@ def test_save_does_not_replace_a_file_it_did_not_write_without_force(tiny_profil
 
 def test_a_nul_in_a_path_and_a_message_that_starts_with_a_slash(tiny_profile: str) -> None:
     result = chat(b"/save a\x00b\n/format schema a\x00b\n//etc/hosts: what is it?\n/etc/hosts\n")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert result.stderr.count("a path cannot hold a NUL character") == 2 and "Traceback" not in result.stderr
     assert "unknown command /etc/hosts" in result.stderr and len(replies(result.stderr)) == 1
     assert contents()[0] == "/etc/hosts: what is it?"
@@ -684,7 +690,7 @@ def test_load_keeps_every_system_message_and_names_settings_it_ignores(tiny_prof
     utf16 = tmp_path / "utf16.json"
     utf16.write_bytes(saved.read_text().encode("utf-16"))
     result = chat(f"/load {saved}\n/load {utf16}\n".encode())
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "setting 'sampling.temprature' is not known here: ignored (did you mean 'sampling.temperature'?)" in result.stderr
     assert f"error: {utf16}: is UTF-16, not UTF-8" in result.stderr
     assert stored()["messages"][0] == {"role": "system", "content": "Be brief.\n\nBe kind."}
@@ -771,7 +777,7 @@ def test_a_store_writes_only_at_the_revision_it_knows(tmp_path: Path) -> None:
 def test_a_command_that_takes_nothing_refuses_words_after_it(tiny_profile: str) -> None:
     """`/reset the story` is more likely a message than a reset: said, and nothing reset, undone or left."""
     result = chat(b"the cat\n/reset the story\n/undo x\n/exit now\nthe dog\n")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     for name in ("/reset", "/undo", "/exit"):
         assert f"error: {name} takes nothing after it" in result.stderr
     assert len(replies(result.stderr)) == 2  # both messages answered: the chat neither reset nor left

@@ -272,7 +272,7 @@ def test_chat_format_command_sets_shows_and_clears_the_format(tiny_profile: str,
     script = (f"/format\n/format schema {schema_file}\nthe cat\n/set\n/format bogus\n/format schema {schema_file}.none\n"
               "/format off\n/format\n")
     result = chat(script)
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (/format bogus and a missing file: errors said)
     lines = result.stderr.splitlines()
     assert lines[0].startswith("(format: off; change it with /format json|off|")
     assert f"(format: JSON schema {schema_file})" in lines
@@ -288,7 +288,7 @@ def test_chat_format_grammar_regex_and_json_hold_the_replies_that_follow(tiny_pr
     grammar = tmp_path / "answer.lark"
     grammar.write_text('start: ("yes" | "no") "!"\n', encoding="utf-8")
     result = chat(f"/format grammar {grammar}\nthe cat\n/format regex (red|blue)\\.\nthe dog\n/format json\nthe bird\n")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (replies cut short of their format)
     held, regex, as_json = stored_replies()
     assert held in ("yes!", "no!") and regex in ("red.", "blue.")
     assert as_json.startswith("{")  # a JSON object, whole or (random weights ramble in a string) said to be cut short
@@ -308,7 +308,7 @@ def test_chat_set_shows_the_budget_the_format_gives(tiny_profile: str) -> None:
 
 def test_chat_format_flag_holds_every_reply_and_says_when_one_is_cut_short(tiny_profile: str, schema_file: Path) -> None:
     result = chat("the cat\n/set max_tokens 3\nthe dog\n", "--json-schema", str(schema_file))
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # (a reply cut short of its format, as `run` exits)
     first, second = stored_replies()
     jsonschema.validate(json.loads(first), SCHEMA)
     assert "(reply output cut short by max_tokens or the context (stop reason length): it may not match the format)" \

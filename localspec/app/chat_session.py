@@ -31,7 +31,8 @@ LONG_READ_TOKENS = 1000  # a turn with this many tokens not in the cache says it
 
 @dataclass
 class Reply:
-    """How a turn ended: the generation (None when none ran), whether Ctrl-C cut it, or the error that undid the turn."""
+    """How a turn ended: the generation (None when none ran), whether Ctrl-C cut it, or the error that undid the turn
+    (with `interrupted`: Ctrl-C before the reply began)."""
 
     generation: Generation | None
     interrupted: bool = False
@@ -102,7 +103,7 @@ class ChatSession:
         except LocalspecError as exc:  # too long, or the chat template refuses these messages
             return Reply(None, error=str(exc))
         except KeyboardInterrupt:  # (fitting a long conversation takes a while): no reply, as if none was asked for
-            return Reply(None, error="stopped before the reply began")
+            return Reply(None, interrupted=True, error="stopped before the reply began")
         if dropped:
             on_note(f"(the model no longer sees the {'oldest exchange' if dropped == 1 else f'{dropped} oldest exchanges'}:"
                     " the context is full; the history keeps them)")
@@ -132,7 +133,7 @@ class ChatSession:
         except KeyboardInterrupt:
             self.session.recover_caches()  # a decode may have been cut short before its bookkeeping
             if generation is None or not generation.tokens:  # (reading the prompt): as if nothing was asked
-                return Reply(None, error="stopped before the reply began")
+                return Reply(None, interrupted=True, error="stopped before the reply began")
             interrupted = True
         except LocalspecError as exc:
             return Reply(None, error=str(exc))

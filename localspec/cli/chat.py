@@ -141,6 +141,8 @@ def chat(
         loop.run()
     if store is not None:
         store.close()
+    if loop.failures and not sys.stdin.isatty():  # (a script's input: it learns that something failed)
+        raise SystemExit(1)
 
 
 class ChatLoop:
@@ -156,6 +158,7 @@ class ChatLoop:
         self.highlight = highlight
         self.colour = colour
         self.saved_files: set[Path] = set()  # what /save wrote in this chat: saved again without --force
+        self.failures = 0  # messages and commands that failed (a script piping into chat exits 1 if any did)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -188,23 +191,23 @@ class ChatLoop:
         name, _, argument = text.partition(" ")
         argument = argument.strip()
         if name in TAKE_NO_ARGUMENT and argument:  # ("/reset the story" was likely meant as a message)
-            self.say(f"error: {name} takes nothing after it (a message that starts with / is sent as"
-                     f" {COMMAND_ESCAPE}...)")
+            self.fail(f"error: {name} takes nothing after it (a message that starts with / is sent as"
+                      f" {COMMAND_ESCAPE}...)")
             return True
         if name in ("/exit", "/quit"):
             return False
         handler = getattr(self, f"cmd_{name[1:]}", None)
         if name not in COMMANDS or handler is None:
             near = difflib.get_close_matches(name, list(COMMANDS), n=1)
-            self.say(f"unknown command {name}" + (f": did you mean {near[0]}?" if near else "")
-                     + f" (/help lists them; a message that starts with / is sent as {COMMAND_ESCAPE}...)")
+            self.fail(f"unknown command {name}" + (f": did you mean {near[0]}?" if near else "")
+                      + f" (/help lists them; a message that starts with / is sent as {COMMAND_ESCAPE}...)")
             return True
         try:
             handler(argument)
         except InputError as exc:
-            self.say(f"error: {exc}")
+            self.fail(f"error: {exc}")
         except OSError as exc:  # a path no check foresaw (a name too long, a folder it may not search): the chat goes on
-            self.say(f"error: {os_error_text(exc)}")
+            self.fail(f"error: {os_error_text(exc)}")
         return True
 
     # -- replies -------------------------------------------------------------------------
@@ -222,8 +225,8 @@ class ChatLoop:
 
     def show(self, reply: Reply) -> None:
         """End a streamed reply: its newline, then on stderr an error, an interruption or the statistics line."""
-        if reply.error is not None:
-            self.say(f"error: {reply.error}")
+        if reply.error is not None:  # (Ctrl-C before the reply began is what the user asked for, not a failure)
+            (self.say if reply.interrupted else self.fail)(f"error: {reply.error}")
             return
         self._write("\n")
         if reply.interrupted:
@@ -232,6 +235,7 @@ class ChatLoop:
             cut_short = cut_short_message(reply.generation.stop_reason, reply.generation.matches_format)
             if cut_short:
                 self.say(f"(reply {cut_short})")
+                self.failures += 1  # (as `run` exits non-zero for output cut short of its format)
         if reply.generation is not None and self.show_stats:
             self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}, {_seed_text(reply.generation)}"))
 
@@ -359,6 +363,11 @@ class ChatLoop:
 
     def say(self, text: str) -> None:
         click.echo(text, err=True)
+
+    def fail(self, line: str) -> None:
+        """Say on stderr what failed, and count it."""
+        self.failures += 1
+        self.say(line)
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
