@@ -48,6 +48,12 @@ def test_a_broken_template_is_a_clean_error() -> None:
         render_chat("{% for m in messages %}", MESSAGES)
 
 
+@pytest.mark.parametrize("template", ["{% if false %}x{% endif %}", "{% for m in messages %}\n{% endfor %}"])
+def test_a_template_that_renders_no_text_is_refused(template: str) -> None:
+    with pytest.raises(LocalspecError, match="rendered no text for these messages"):  # (was: a reply to nothing)
+        render_chat(template, MESSAGES)
+
+
 @pytest.mark.parametrize("template, error", [
     ("{{ 1 / 0 }}", "ZeroDivisionError"),
     ("{{ messages[0].content + 1 }}", "TypeError"),

@@ -43,6 +43,9 @@ def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args
                     "--no-speculative", "--max-tokens", "3", "the cat")
         assert alone.exit_code == 0 and "note:" not in alone.stderr, alone.stderr
     one_error_line(cli(*tiny_args, "--system", "Be brief.", "the cat"), 2, "--system goes into the chat template")
+    bench = ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--max-tokens", "2",
+             "--prompts", "1"]
+    one_error_line(cli(*bench, "--system", "Be brief."), 2, "--system goes into the chat template")  # (was: ignored)
     one_error_line(cli(*tiny_args, "--threads", "100000", "the cat"), 2, "--threads", "1<=x<=512")
 
 

@@ -31,8 +31,7 @@ from ..app.bench import (
     run_bench,
     save_fastest,
 )
-from ..app.plan import Plan, lacks_chat_template, verify_rows_of
-from ..app.session import no_chat_template
+from ..app.plan import Plan, verify_rows_of
 from ..app.structured_bench import (
     ConstrainedPrompt,
     StructuredResult,
@@ -42,11 +41,11 @@ from ..app.structured_set import structured_set
 from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
-from ..errors import InputError, LocalspecError
+from ..errors import LocalspecError
 from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
 from .common import stderr_console, stdout_console, write_stdout
-from .loading import load_session, resolve_plan
+from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
     VERBOSE_OPTION,
@@ -188,8 +187,7 @@ def bench(
     for case in cases:  # a combination the settings refuse (draft_min above a swept draft_max) before anything loads
         case_settings(plan.generation, case)
 
-    if not raw and lacks_chat_template(plan):
-        raise InputError(no_chat_template(plan.target.path.name))
+    check_prompt_form(plan, raw)
     stopped: BenchStopped | None = None
     with _said_when_stopped(), load_session(plan, load_draft=bool(needs_draft), verbose=verbose,
                                             remember_lengths=not cold, memory_owner=None) as session:

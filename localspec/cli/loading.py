@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from ..app.memory import LOCAL_OWNER
-from ..app.plan import Plan, resolve
-from ..app.session import Session, open_session
+from ..app.plan import Plan, lacks_chat_template, resolve
+from ..app.session import Session, no_chat_template, open_session
+from ..config.resolve import FLAG_SOURCE
+from ..errors import InputError
 from .common import status_line, stderr_is_terminal
 
 
@@ -18,6 +20,15 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, spe
     for note in plan.notes:
         click.echo(f"note: {note}", err=True)
     return plan
+
+
+def check_prompt_form(plan: Plan, raw: bool) -> None:
+    """Refuse, before anything loads, prompts that cannot be made as asked: `--system` with `--raw` (which leaves
+    out the chat template it goes into), or the chat template a model without one would need."""
+    if raw and plan.settings.sources.get("chat.system_prompt") == FLAG_SOURCE:
+        raise InputError("--system goes into the chat template, which --raw leaves out: give one or the other")
+    if not raw and lacks_chat_template(plan):
+        raise InputError(no_chat_template(plan.target.path.name))
 
 
 def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, remember_lengths: bool = True,

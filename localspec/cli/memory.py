@@ -62,7 +62,7 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
         raise InputError("no text files to add" + (f" ({why})" if skipped else ""))
     if skipped:
         click.echo(why, err=True)
-    model = vocabulary_file(resolve_settings(profile, {"target.path": target} if target else {}))
+    model = vocabulary_file(resolve_settings(profile, {"target.path": target} if target is not None else {}))
     check_file(model)
     with Vocabulary(model) as vocabulary:  # the tokenizer alone: no weights loaded
         tokenized = {tag: np.asarray(vocabulary.tokenize(text, add_special=False), dtype=np.int32)

@@ -8,14 +8,10 @@ from typing import Any
 
 import click
 
-from ..config.resolve import FLAG_SOURCE
 from ..engine.generation import StopReason
-from ..app.plan import lacks_chat_template
-from ..app.session import no_chat_template
-from ..errors import InputError
 from ..textin import clean_text
 from .common import read_prompt, write_stdout
-from .loading import load_session, resolve_plan
+from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
     SPECULATIVE_OPTION,
@@ -63,10 +59,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     tool_run = tool_run_from_options(options, raw or output_format is not None)
     text = read_prompt(prompt)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose, speculative=not no_speculative)
-    if raw and plan.settings.sources.get("chat.system_prompt") == FLAG_SOURCE:
-        raise InputError("--system goes into the chat template, which --raw leaves out: give one or the other")
-    if not raw and lacks_chat_template(plan):
-        raise InputError(no_chat_template(plan.target.path.name))
+    check_prompt_form(plan, raw)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model
     # The contexts are sized for this one run once the prompt's length is known, and created where first needed.
     with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True,

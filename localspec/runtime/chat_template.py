@@ -121,11 +121,14 @@ def render_chat(
                 if size > MAX_RENDERED_CHARS:
                     raise TemplateError(f"the template writes more than {MAX_RENDERED_CHARS} characters")
                 pieces.append(piece)
-        return clean_text("".join(pieces))[0]  # (a lone surrogate the template wrote cannot be tokenized: U+FFFD)
+        text = clean_text("".join(pieces))[0]  # (a lone surrogate the template wrote cannot be tokenized: U+FFFD)
     except TemplateError as exc:
         raise LocalspecError(f"the chat template failed to render: {exc}") from None
     except Exception as exc:  # the template is code from a file: `{{ 1/0 }}`, `{{ messages + 1 }}`, ...
         raise LocalspecError(f"the chat template failed to render: {type(exc).__name__}: {exc}") from None
+    if not text.strip():  # (`{% if false %}…`: the model would be asked to go on from nothing)
+        raise LocalspecError("the chat template rendered no text for these messages: nothing to answer")
+    return text
 
 
 def template_problem(template: str) -> str | None:
