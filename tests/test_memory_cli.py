@@ -88,7 +88,7 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path, mon
     assert local_memory().index().lookup([*range(260, 266)], 4, min_length=2) is None
 
 
-def test_memory_add_with_an_empty_target_is_refused_not_taken_for_the_profiles(tiny_profile: str, tmp_path: Path) -> None:
+def test_memory_add_with_an_empty_target_is_refused(tiny_profile: str, tmp_path: Path) -> None:
     notes = tmp_path / "a.txt"
     notes.write_text("the cat sat\n")
     one_error_line(cli("memory", "add", "-p", "tiny", "--target", "", str(notes)), 2, "the path is empty")
