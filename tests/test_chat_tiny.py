@@ -222,6 +222,13 @@ def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile:
 
 
 
+def test_save_and_load_take_a_quoted_name_as_a_shell_would(tiny_profile: str, tmp_path: Path) -> None:
+    saved = tmp_path / "my chat.json"
+    result = chat(f'the cat\n/save "{saved}"\n/load \'{saved}\'\n'.encode())  # (was: `"` taken into the name)
+    assert result.exit_code == 0, result.stderr
+    assert saved.is_file() and "loaded 2 messages" in result.stderr
+
+
 def test_paths_no_check_foresaw_are_one_line_each_and_the_chat_goes_on(tiny_profile: str, tmp_path: Path) -> None:
     too_long = tmp_path / ("x" * 300) / "chat.json"
     script = f"/save {too_long}\n/load {too_long}\n/save ~no-such-user-here/c.json\n/format grammar {'y' * 300}\nthe cat\n"

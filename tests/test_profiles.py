@@ -379,6 +379,8 @@ def test_a_hub_reference_that_names_no_file_in_a_repository_is_refused_when_the_
 def test_a_chat_template_that_is_not_jinja_is_refused_before_any_model_loads() -> None:
     write_user_profile("jinja", '[target]\npath = "x.gguf"\n[chat]\ntemplate = "{% for m in messages %}{{ m.content }}"\n')
     one_error_line(cli("profile", "show", "jinja"), 2, ":4:", "chat.template", "not valid Jinja", "endfor")
+    write_user_profile("empty", '[target]\npath = "x.gguf"\n[chat]\ntemplate = " "\n')  # (was: "the model has none")
+    one_error_line(cli("profile", "show", "empty"), 2, ":4:", "chat.template", "the chat template is empty")
 
 
 @pytest.mark.parametrize("body, fragments", [

@@ -359,6 +359,7 @@ def test_a_stream_passes_text_at_once_and_holds_a_call() -> None:
     ([{"type": "function", "function": {"name": "get_weather\n"}}], None, "tools[0].function.name"),  # ($ before \n)
     ([{"type": "function", "function": {"name": "f", "parameters": []}}], None, "tools[0].function.parameters"),
     ([{"type": "function", "function": {"name": "f", "description": 5}}], None, "tools[0].function.description"),
+    ([{"type": "function", "function": {"name": "f", "strict": "yes"}}], None, "tools[0].function.strict"),
     ([WEATHER, WEATHER], None, "tools[1].function.name"),
     (TOOLS, "sometimes", "tool_choice"),
     (TOOLS, {"type": "function", "function": {"name": "nope"}}, "tool_choice"),
@@ -398,6 +399,9 @@ def parse(body: dict[str, Any], chat: bool = True):
     ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}]},
      "messages[0].tool_calls[0]"),
     ({"messages": [{"role": "assistant", "content": None}]}, "messages[0].content"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": 5, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
+     "messages[0].tool_calls[0].id"),
 ])
 def test_wrong_shapes_are_400_naming_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(ApiError) as error:

@@ -163,6 +163,9 @@ def _tool(tool: Any, where: str) -> Tool:
     description = function.get("description")
     if description is not None and not isinstance(description, str):
         raise ToolError(f"{where}.function.description must be a string", f"{where}.function.description")
+    if function.get("strict") is not None and not isinstance(function["strict"], bool):
+        raise ToolError(f"{where}.function.strict must be true or false, got {_quote(function['strict'])}",
+                        f"{where}.function.strict")
     parameters = function.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(parameters, dict):
         raise ToolError(f"{where}.function.parameters must be a JSON schema object, got {_quote(parameters)}",
@@ -244,7 +247,9 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
     except RecursionError:
         raise ToolError(f"{where}.function.arguments is nested too deeply", f"{where}.function.arguments") from None
     call_id = call.get("id")
-    return {"id": call_id if isinstance(call_id, str) else "", "type": "function",
+    if call_id is not None and not isinstance(call_id, str):
+        raise ToolError(f"{where}.id must be a string (the call's id), got {_quote(call_id)}", f"{where}.id")
+    return {"id": call_id or "", "type": "function",
             "function": {"name": function["name"], "arguments": arguments}}
 
 

@@ -331,6 +331,7 @@ class ChatLoop:
 
     def cmd_save(self, argument: str) -> None:
         force, name = _force_flag(argument)
+        name = _unquoted(name)
         if not name:
             raise InputError("/save [--force] FILE")
         if name.endswith(("/", os.sep)):
@@ -347,9 +348,9 @@ class ChatLoop:
         self.say(f"(saved to {path})")
 
     def cmd_load(self, argument: str) -> None:
-        if not argument:
+        if not _unquoted(argument):
             raise InputError("/load FILE")
-        path = user_path(argument)
+        path = user_path(_unquoted(argument))
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         if replaced:
             warn_replaced(str(path))
@@ -371,6 +372,14 @@ class ChatLoop:
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
+
+
+def _unquoted(path: str) -> str:
+    """A command's file name without the quotes a shell habit may put around it (`/save "my chat.json"`); a name
+    with spaces needs none."""
+    if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
+        return path[1:-1]
+    return path
 
 
 def _force_flag(argument: str) -> tuple[bool, str]:

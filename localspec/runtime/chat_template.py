@@ -133,6 +133,8 @@ def render_chat(
 
 def template_problem(template: str) -> str | None:
     """Why `template` cannot be compiled (Jinja's syntax error and its line), or None: checked before any model loads."""
+    if not template.strip():  # (it would render no prompt at all)
+        return "the chat template is empty: leave chat.template out to use the model's own"
     try:
         _environment().from_string(template)
     except TemplateSyntaxError as exc:
