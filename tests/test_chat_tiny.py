@@ -224,9 +224,12 @@ def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile:
 
 def test_save_and_load_take_a_quoted_name_as_a_shell_would(tiny_profile: str, tmp_path: Path) -> None:
     saved = tmp_path / "my chat.json"
-    result = chat(f'the cat\n/save "{saved}"\n/load \'{saved}\'\n'.encode())  # (was: `"` taken into the name)
+    schema = tmp_path / "my schema.json"
+    schema.write_text('{"type": "object"}')
+    script = f'the cat\n/save "{saved}"\n/load \'{saved}\'\n/format schema "{schema}"\n'  # (was: `"` in the name)
+    result = chat(script.encode())
     assert result.exit_code == 0, result.stderr
-    assert saved.is_file() and "loaded 2 messages" in result.stderr
+    assert saved.is_file() and "loaded 2 messages" in result.stderr and "(format: JSON schema" in result.stderr
 
 
 def test_paths_no_check_foresaw_are_one_line_each_and_the_chat_goes_on(tiny_profile: str, tmp_path: Path) -> None:
@@ -365,15 +368,15 @@ def test_ctrl_c_while_the_prompt_is_read_takes_the_message_back(tiny_profile: st
     monkeypatch.setattr(Generation, "_evaluate_prompt", interrupted_once)
     result = chat(b"the cat\nthe dog\n")
     assert result.exit_code == 0, result.stderr
-    assert "error: stopped before the reply began" in result.stderr and "[None]" not in result.stderr
+    assert "(stopped before the reply began)" in result.stderr and "[None]" not in result.stderr
     assert len(replies(result.stderr)) == 1
     assert [m["content"] for m in stored()["messages"] if m["role"] == "user"] == ["the dog"]
 
 
 def test_an_unclosed_multi_line_message_is_not_sent(tiny_profile: str) -> None:
     result = chat(b'"""\nthe cat\n/exit\n')
-    assert result.exit_code == 0 and not replies(result.stderr)
-    assert '(the multi-line message was not sent: no closing """)' in result.stderr
+    assert result.exit_code == 1 and not replies(result.stderr)  # (a script learns that its message was lost)
+    assert 'error: the multi-line message was not sent: no closing """' in result.stderr
 
 
 @pytest.mark.slow  # a chat in a pseudo-terminal

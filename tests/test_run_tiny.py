@@ -27,6 +27,22 @@ def warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("warning:")]
 
 
+@pytest.mark.slow  # two bench runs
+def test_bench_sends_the_system_prompt_as_run_does(tiny_pair: tuple[Path, Path]) -> None:
+    from localspec.config.paths import user_profiles_dir
+
+    refusing = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('a system prompt') }}"
+                "{% endif %}{{ m['content'] }} {% endfor %}")
+    path = user_profiles_dir() / "nosystem.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{tiny_pair[1]}"\n'
+                    f'[chat]\ntemplate = "{refusing}"\n')
+    bench = ["bench", "-p", "nosystem", "--prompts", "1", "--max-tokens", "2", "--temperatures", "0", "--threads", "1"]
+    assert cli(*bench).exit_code == 0
+    with_system = cli(*bench, "--system", "Be brief.")  # (was: measured without it)
+    assert with_system.exit_code == 1 and "failed to render: a system prompt" in with_system.stderr.splitlines()[-1]
+
+
 def test_invalid_utf8_in_the_prompt_argument_stop_and_system_is_replaced(tiny_profile: str) -> None:
     # Python hands an invalid byte on the command line over as a lone surrogate ('\xe9' -> '\udce9').
     result = cli("run", "-p", tiny_profile, "--temperature", "0", "--threads", "1", "--max-tokens", "4",

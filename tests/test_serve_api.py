@@ -244,6 +244,21 @@ def test_a_chat_request_to_a_model_without_a_chat_template_says_to_send_plain_te
         session.close()
 
 
+def test_a_template_that_renders_nothing_for_the_messages_is_400_saying_so(tiny_pair: tuple[Path, Path]) -> None:
+    session = Session(Model(tiny_pair[0], ModelSettings(n_threads=1)),
+                      chat=ChatSettings(template="{% for m in messages %}{{ m['content'] }}{% endfor %}"))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    try:
+        with TestClient(serving.create_app(served)) as client:
+            reply = client.post(CHAT, json=chat_body(""))
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == "messages"
+            # (was: "nothing to answer", the part naming the template cut off)
+            assert "the chat template rendered no text for these messages" in reply.json()["error"]["message"]
+    finally:
+        served.queue.close()
+        session.close()
+
+
 # -- defect 3: non-finite numbers -----------------------------------------------------------
 
 

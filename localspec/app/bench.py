@@ -154,11 +154,13 @@ def read_prompts(path: Path) -> tuple[str, ...]:
 
 
 def prompt_tokens(session: Session, prompts: Sequence[str], raw: bool = False) -> list[list[int]]:
-    """Each bench prompt as `run` sends it: through the chat template, or as plain text (`raw`); LocalspecError,
-    naming the prompt, for one the target's context cannot hold (before anything is measured)."""
+    """Each bench prompt as `run` sends it: through the chat template after the system prompt, if any, or as plain
+    text (`raw`); LocalspecError, naming the prompt, for one the target's context cannot hold (before anything is
+    measured)."""
     every = []
     for index, prompt in enumerate(prompts):
-        tokens = session.raw_prompt_tokens(prompt) if raw else session.chat_prompt_tokens([{"role": "user", "content": prompt}])
+        messages = [*session.system_messages(), {"role": "user", "content": prompt}]
+        tokens = session.raw_prompt_tokens(prompt) if raw else session.chat_prompt_tokens(messages)
         if len(tokens) > session.target.n_ctx:
             start = prompt.strip().splitlines()[0][:40]
             raise LocalspecError(f"bench prompt {index + 1} of {len(prompts)} ({start!r}…) is {len(tokens)} tokens,"

@@ -295,7 +295,7 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
         else:
             tokens = session.raw_prompt_tokens(parsed.prompt or "")
     except LocalspecError as exc:  # e.g. a chat template that fails on these messages
-        raise ApiError(400, str(exc).split(": ", 1)[-1], param="messages" if parsed.chat else "prompt") from None
+        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt") from None
     except RecursionError:  # e.g. tool-call arguments nested too deeply for the template's tojson
         raise ApiError(400, "the messages are nested too deeply to render", param="messages") from None
     if len(tokens) >= session.target.n_ctx:

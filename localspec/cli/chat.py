@@ -50,6 +50,7 @@ from .output_format import (
     cut_short_message,
     format_from_command,
     output_format_from_options,
+    unquoted,
 )
 
 if TYPE_CHECKING:
@@ -172,6 +173,9 @@ class ChatLoop:
             line = self.read_line()
             if line is None:
                 return
+            if line is UNCLOSED:
+                self.fail(f"error: the multi-line message was not sent: no closing {MULTILINE}")
+                return
             text = line.strip()
             if not text:
                 continue
@@ -225,8 +229,11 @@ class ChatLoop:
 
     def show(self, reply: Reply) -> None:
         """End a streamed reply: its newline, then on stderr an error, an interruption or the statistics line."""
-        if reply.error is not None:  # (Ctrl-C before the reply began is what the user asked for, not a failure)
-            (self.say if reply.interrupted else self.fail)(f"error: {reply.error}")
+        if reply.interrupted and reply.error is not None:  # (Ctrl-C before the reply began: asked for, no failure)
+            self.say(f"({reply.error})")
+            return
+        if reply.error is not None:
+            self.fail(f"error: {reply.error}")
             return
         self._write("\n")
         if reply.interrupted:
@@ -331,7 +338,7 @@ class ChatLoop:
 
     def cmd_save(self, argument: str) -> None:
         force, name = _force_flag(argument)
-        name = _unquoted(name)
+        name = unquoted(name)
         if not name:
             raise InputError("/save [--force] FILE")
         if name.endswith(("/", os.sep)):
@@ -348,9 +355,9 @@ class ChatLoop:
         self.say(f"(saved to {path})")
 
     def cmd_load(self, argument: str) -> None:
-        if not _unquoted(argument):
+        if not unquoted(argument):
             raise InputError("/load FILE")
-        path = user_path(_unquoted(argument))
+        path = user_path(unquoted(argument))
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         if replaced:
             warn_replaced(str(path))
@@ -372,14 +379,6 @@ class ChatLoop:
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
-
-
-def _unquoted(path: str) -> str:
-    """A command's file name without the quotes a shell habit may put around it (`/save "my chat.json"`); a name
-    with spaces needs none."""
-    if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
-        return path[1:-1]
-    return path
 
 
 def _force_flag(argument: str) -> tuple[bool, str]:
@@ -421,6 +420,7 @@ def _starting_conversation(
 
 
 DROPPED = object()  # Ctrl-C within a multi-line message: the message is dropped
+UNCLOSED = object()  # the end of input within a multi-line message: the message is not sent
 
 
 def _line_reader() -> Callable[[], str | None]:
@@ -483,8 +483,7 @@ def _line_reader() -> Callable[[], str | None]:
                 if size > MAX_PIPED_BYTES:  # (`yes` after an opening quote: lines for ever)
                     raise InputError(_TOO_LONG)
             if line is None:
-                click.echo(f'(the multi-line message was not sent: no closing {MULTILINE})', err=True)
-                return None
+                return UNCLOSED
             if line is DROPPED:
                 click.echo("(multi-line message dropped)", err=True)
                 continue

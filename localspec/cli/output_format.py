@@ -96,6 +96,14 @@ def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] 
     return compiled
 
 
+def unquoted(path: str) -> str:
+    """A chat command's file name without the quotes a shell habit may put around it (`/save "my chat.json"`);
+    a name with spaces needs none."""
+    if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
+        return path[1:-1]
+    return path
+
+
 def format_from_command(argument: str) -> OutputFormat | None:
     """Chat's `/format ARGUMENT`: the new format, or None for `off`; bad input is InputError."""
     word, _, rest = argument.strip().partition(" ")
@@ -106,10 +114,10 @@ def format_from_command(argument: str) -> OutputFormat | None:
         return OutputFormat("json", "", "--format json")
     if word in ("schema", "grammar", "regex") and rest:
         # No pipes: a chat has no shell to make a `<(...)`, and a named one would hold the chat until written to.
-        if word == "schema":
-            return schema_format(rest, "/format schema", pipes_ok=False)
+        if word == "schema":  # (a quoted name: a file, as a JSON string is no schema)
+            return schema_format(unquoted(rest), "/format schema", pipes_ok=False)
         if word == "grammar":
-            return grammar_format(rest, "/format grammar", pipes_ok=False)
+            return grammar_format(unquoted(rest), "/format grammar", pipes_ok=False)
         return OutputFormat("regex", rest, "/format regex")
     raise InputError(FORMAT_COMMAND_USAGE)
 

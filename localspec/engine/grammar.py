@@ -393,7 +393,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
     untyped = (isinstance(schema, dict) and any(_untyped_values(node) for node in nodes)
                and _refers_to_root(schema, nodes))
-    limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]),
+    minimums = [node["minLength"] for node in nodes if is_count(node.get("minLength"))]
+    limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]), longest_minimum=max(minimums, default=0),
                      collection=max([COLLECTION_LIMIT, properties_listed, *counts, *lists]),
                      close_objects=not any(_merges_here(node) for node in nodes), spell_out_unique=spell_out_unique,
                      any_value=f"#/$defs/{ANY_VALUE_DEFINITION}1" if untyped else None)
@@ -432,6 +433,7 @@ def _refers_to_root(schema: dict[str, Any], nodes: list[dict[str, Any]]) -> bool
 
 class _Limits(NamedTuple):
     string: int  # the most characters of a string the schema leaves open
+    longest_minimum: int  # the longest minLength the schema names anywhere (an `allOf` may give a string's in a part)
     collection: int  # the most items of an array, or properties of an object, the schema leaves open
     close_objects: bool  # whether objects that list their properties are closed to others
     spell_out_unique: bool  # whether uniqueItems over a few listed values is spelled out
@@ -470,8 +472,12 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
             bounded["exclusiveMinimum"] = -NUMBER_MAGNITUDE_LIMIT
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
-    if "string" in kinds and not listed and "maxLength" not in schema:
-        bounded["maxLength"] = _string_length_limit(schema, limits)
+    if not listed and "maxLength" not in schema:
+        format_limit = _format_length_limit(schema, limits)
+        if format_limit is not None:  # (where a string must take the format: its own node, an `anyOf` branch, a part)
+            bounded["maxLength"] = format_limit
+        elif "string" in kinds:
+            bounded["maxLength"] = limits.string
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
     if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
@@ -481,14 +487,13 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     return bounded
 
 
-def _string_length_limit(schema: dict[str, Any], limits: _Limits) -> int:
-    """The most characters of a string `schema` leaves open: its format's limit (FORMAT_LENGTH_LIMITS) where it has
-    one that its own minLength leaves room for, else the schema's (`limits.string`)."""
+def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:
+    """The most characters `schema`'s format leaves a string (FORMAT_LENGTH_LIMITS), where it names such a format
+    and no minLength in the schema asks for more; else None."""
     limit = FORMAT_LENGTH_LIMITS.get(schema["format"]) if isinstance(schema.get("format"), str) else None
-    minimum = schema.get("minLength")
-    if limit is None or (is_count(minimum) and minimum > limit):
-        return limits.string
-    return min(limit, limits.string)
+    if limit is None or limits.longest_minimum > limit:
+        return None
+    return limit
 
 
 def _typed(value: Any, key: str, limits: _Limits) -> Any:
