@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
+from .key_patterns import bounded_key_pattern
 from .schema_keywords import (
     ANNOTATIONS, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types,
     schemas_in,
@@ -454,6 +455,8 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(_typed(subschema, key, inner), inner) for name, subschema in value.items()}
+            if key == "patternProperties":
+                bounded[key] = _with_bounded_keys(bounded[key])
         elif key == "dependencies" and isinstance(value, dict):  # names to names (data) or to schemas
             bounded[key] = {name: needs if isinstance(needs, list) else _bounded(needs, inner)
                             for name, needs in value.items()}
@@ -485,6 +488,28 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded, limits.spell_out_unique)
     return bounded
+
+
+def _with_bounded_keys(patterns: dict[str, Any]) -> dict[str, Any]:
+    """`patternProperties` with each pattern's repeats bounded where that can be done (see key_patterns.py), the
+    same order; a pattern is kept as written where its rewrite would coincide with another or llguidance would
+    not read it."""
+    rewritten = {}
+    for pattern, schema in patterns.items():
+        bounded = bounded_key_pattern(pattern)
+        if bounded is None or bounded in patterns or bounded in rewritten or not _reads_as_a_pattern(bounded):
+            bounded = pattern
+        rewritten[bounded] = schema
+    return rewritten if len(rewritten) == len(patterns) else patterns
+
+
+@functools.lru_cache(maxsize=256)
+def _reads_as_a_pattern(pattern: str) -> bool:
+    """Whether llguidance compiles `pattern` (a string's regex)."""
+    from llguidance import LLMatcher
+
+    grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": pattern})
+    return not LLMatcher.validate_grammar(grammar)
 
 
 def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:

@@ -1,0 +1,97 @@
+"""Keys under `patternProperties`, bounded: a pattern's unbounded repeats given an upper bound.
+
+llguidance writes an object's keys under `patternProperties` as its pattern allows, and a pattern such as
+`^[A-Za-z_][A-Za-z0-9_-]*$` (a workflow's job names) allows a key of any length: a small model wrote
+`"CImapvD_3_0-v4-21-…-v4-v4-v4…` until max_tokens on a held-out schema at T=0.8. llguidance does not
+implement `propertyNames`, and a key is no string value that a maxLength bounds, so the pattern itself is
+rewritten: each `*`, `+` and `{n,}` repeats at most KEY_REPEAT_LIMIT times (at least n). That takes only keys
+the pattern takes, so it narrows what the grammar allows, as every bound in grammar.py does.
+
+Only a pattern anchored at both ends (`^…$`, no `|` outside a group) is rewritten: an unanchored one
+takes any text around its match, which no repeat bound reaches. Such a pattern, and one this reading
+cannot follow, is left as written.
+"""
+
+from __future__ import annotations
+
+import re
+
+KEY_REPEAT_LIMIT = 64
+
+_QUANTIFIER = re.compile(r"\{(\d+),\}")  # `{n,}` (an open upper bound)
+_BRACED_ESCAPES = set("pPxu")  # escapes that may take a `{…}` of their own (`\p{L}`, `\x{2603}`)
+
+
+def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | None:
+    """`pattern` with its unbounded repeats bounded (see the module's docstring), or None where it is not
+    anchored at both ends, has no unbounded repeat, or cannot be read here."""
+    if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
+        return None
+    pieces: list[str] = []
+    depth, i, changed = 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char in "\\[":  # an escape or a class: copied whole (a `*` or `{` in them is no repeat)
+            end = (_escape_end if char == "\\" else _class_end)(pattern, i)
+            if end is None:
+                return None
+            pieces.append(pattern[i:end])
+            i = end
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            return None  # (`^a|b$`: each side anchored at one end only)
+        if char in "*+":
+            pieces.append(f"{{{0 if char == '*' else 1},{limit}}}")
+            changed = True
+            i += 1
+            continue
+        if char == "{" and (match := _QUANTIFIER.match(pattern, i)):
+            least = int(match.group(1))
+            pieces.append(f"{{{least},{max(least, limit)}}}")
+            changed = True
+            i = match.end()
+            continue
+        pieces.append(char)
+        i += 1
+    return "".join(pieces) if changed and depth == 0 else None
+
+
+def _escape_end(pattern: str, start: int) -> int | None:
+    """Where the escape at `start` (a backslash) ends: after the escaped character, or after the `{…}` it takes."""
+    if start + 1 >= len(pattern):
+        return None
+    if pattern[start + 1] in _BRACED_ESCAPES and pattern.startswith("{", start + 2):
+        close = pattern.find("}", start + 3)
+        return None if close < 0 else close + 1
+    return start + 2
+
+
+def _class_end(pattern: str, start: int) -> int | None:
+    """Where the character class opening at `start` ends (after its `]`), nested classes and escapes read through."""
+    depth, i = 0, start
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            end = _escape_end(pattern, i)
+            if end is None:
+                return None
+            i = end
+            continue
+        if char == "[":
+            depth += 1
+            i += 1
+            if pattern.startswith("^", i):
+                i += 1
+            if pattern.startswith("]", i):  # (a `]` first in a class is itself)
+                i += 1
+            continue
+        if char == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
