@@ -151,7 +151,7 @@ class ChatLoop:
 
     def __init__(
         self, session: Session, conversation: Conversation, store: HistoryStore | None, conversation_id: int | None,
-        *, read_line: Callable[[], str | None], speculative: bool, stats: bool, highlight: bool, colour: bool,
+        *, read_line: Callable[[], str | object | None], speculative: bool, stats: bool, highlight: bool, colour: bool,
     ) -> None:
         self.chat = ChatSession(session, conversation, store, conversation_id, speculative=speculative, warn=self.say)
         self.read_line = read_line
@@ -423,12 +423,13 @@ DROPPED = object()  # Ctrl-C within a multi-line message: the message is dropped
 UNCLOSED = object()  # the end of input within a multi-line message: the message is not sent
 
 
-def _line_reader() -> Callable[[], str | None]:
+def _line_reader() -> Callable[[], str | object | None]:
     """One message at a time: prompt_toolkit on a terminal (editing, history), plain lines otherwise.
 
     A line holding only \"\"\" starts a multi-line message that ends at the next such line; Ctrl-C within it
-    drops it, and the end of input within it leaves without sending it. On a terminal the whole block goes into
-    the input history as one entry, quotes included, which Up brings back and Enter sends as the same block.
+    drops it, and the end of input within it gives UNCLOSED (the message is not sent). On a terminal the whole
+    block goes into the input history as one entry, quotes included, which Up brings back and Enter sends as the
+    same block.
     """
     remember: Callable[[str], None] | None = None  # adds a closed block to the input history (a terminal's)
     if sys.stdin.isatty():

@@ -508,8 +508,11 @@ def _reads_as_a_pattern(pattern: str) -> bool:
     """Whether llguidance compiles `pattern` (a string's regex)."""
     from llguidance import LLMatcher
 
-    grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": pattern})
-    return not LLMatcher.validate_grammar(grammar)
+    try:
+        grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": pattern})
+        return not LLMatcher.validate_grammar(grammar)
+    except Exception:  # (whatever llguidance raises rather than reports: not read)
+        return False
 
 
 def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:
