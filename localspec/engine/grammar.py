@@ -29,6 +29,7 @@ from .schema_keywords import (
     schemas_in,
 )
 from .schema_conditionals import conditionals_as_branches
+from .schema_contains import contains_as_branches
 from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, survey_held
@@ -330,9 +331,9 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     """`bounded_values(schema)` where llguidance takes it (with uniqueItems spelled out up to
     SPELLED_OUT_ORDERINGS orderings, else without), else the schema as written (a pattern that asks for
     longer strings than the bound, say, or the schema's own error, for the caller to report), each
-    compiled and checked once, each with its conditionals written as branches llguidance holds to (see
-    `conditionals_as_branches`) and its property counts as llguidance can hold them (`_compiled`), the bounded
-    ones with their recursion bounded (`recursion_bounded`).
+    compiled and checked once, each with its conditionals and `contains` written as branches llguidance holds to
+    (see `conditionals_as_branches`, `contains_as_branches`) and its property counts as llguidance can hold them
+    (`_compiled`), the bounded ones with their recursion bounded (`recursion_bounded`).
     RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all."""
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
@@ -343,12 +344,12 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     # decided on the conditionals as the schema wrote them)
     for bounded in tries:
         try:
-            fitted = _compiled(conditionals_as_branches(recursion_bounded(bounded)), bounded=True)
+            fitted = _compiled(conditionals_as_branches(contains_as_branches(recursion_bounded(bounded))), bounded=True)
         except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
             break
         if not fitted.check[0]:
             return fitted
-    return _compiled(conditionals_as_branches(schema), bounded=False)
+    return _compiled(conditionals_as_branches(contains_as_branches(schema)), bounded=False)
 
 
 # llguidance's words where it cannot hold a count: "min/maxProperties only supported when all keys listed in
@@ -451,7 +452,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         # (a conditional's parts, an `allOf`'s, are parts of this very value: closing one would refuse the others'
         # properties, an untyped value in one made any JSON would narrow the others' schema of it)
         inner = limits._replace(close_objects=False, any_value=None) if key in _PARTS_OF_ONE_VALUE else limits
-        if key in DATA_KEYWORDS or key == "if":  # (an `if` is a test of the value, not what is written)
+        if key in DATA_KEYWORDS or key in ("if", "contains"):  # (tests of the value or an item, not what is written)
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(_typed(subschema, key, inner), inner) for name, subschema in value.items()}

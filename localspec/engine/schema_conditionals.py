@@ -90,7 +90,7 @@ def _dependency_cases(key: str, dependencies: dict[str, Any]) -> list[list[Any]]
                 return None
             present: Any = {"required": [name, *needs]}
         elif isinstance(needs, (dict, bool)) and key != "dependentRequired":
-            present = _both({"required": [name]}, needs)
+            present = both({"required": [name]}, needs)
         else:
             return None
         cases.append([branch for branch in ({"properties": {name: _ABSENT}}, present) if branch is not False])
@@ -104,14 +104,14 @@ def _if_cases(node: dict[str, Any]) -> list[Any] | None:
     if condition is True or condition is False:
         branches = [then if condition else otherwise]
     else:
-        failing = _ways_to_fail(condition, node)
+        failing = ways_to_fail(condition, node)
         if failing is None:
             return None
-        branches = [_both(condition, then), *(_both(way, otherwise) for way in failing)]
+        branches = [both(condition, then), *(both(way, otherwise) for way in failing)]
     return [branch for branch in branches if branch is not False]
 
 
-def _ways_to_fail(condition: Any, node: dict[str, Any]) -> list[dict[str, Any]] | None:
+def ways_to_fail(condition: Any, node: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Schemas whose union is exactly the values that fail `condition`, where it asks only for required
     properties and listed values of properties (see the module's docstring); None elsewhere."""
     if not isinstance(condition, dict) or not condition.keys() <= _CONDITION_KEYS:
@@ -171,7 +171,7 @@ def _values(schema: Any, boolean_type: bool = False) -> list[Any] | None:
     return [value for value in values if not kinds or json_types(value) & kinds]
 
 
-def _both(first: Any, second: Any) -> Any:
+def both(first: Any, second: Any) -> Any:
     """A schema of the values both satisfy (booleans as JSON Schema reads them: True anything, False nothing)."""
     if first is False or second is False:
         return False
