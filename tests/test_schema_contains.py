@@ -57,3 +57,28 @@ def test_the_grammar_takes_exactly_the_arrays_the_schema_validates(schema: dict[
 def test_what_cannot_be_written_out_is_left_with_the_warning(schema: dict[str, Any]) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert any("contains" in warning for warning in compiled.warnings)
+
+
+def test_items_stay_open_to_the_properties_contains_asks_for() -> None:
+    # (was: the items closed to `a`, so no array held the `b` that `contains` asks for)
+    items = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    xs = {"type": "array", "contains": {"required": ["b"]}, "items": items}
+    schema = {"type": "object", "properties": {"xs": xs}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    assert accepts(grammar, '{"xs":[{"b":1}]}') and not accepts(grammar, '{"xs":[{"a":1}]}')
+
+
+def test_nested_contains_compiles_and_keeps_the_bounds() -> None:
+    # (was: every level's branches copied into the next, "schema too large", or every bound dropped)
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(4):
+        schema = {"type": "array", "items": schema, "contains": True}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
+    assert accepts(compiled.grammar, "[[[[1]]]]") and not any("bounds" in note for note in compiled.warnings)
+
+
+def test_a_draft7_tuple_keeps_its_warning() -> None:
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [{"type": "integer"}],
+              "contains": {"const": 1}}
+    warnings = compile_format(OutputFormat("json_schema", json.dumps(schema))).warnings
+    assert any("contains" in warning for warning in warnings)

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
-from .key_patterns import bounded_key_pattern
+from .key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
 from .schema_keywords import (
     ANNOTATIONS, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types,
     schemas_in,
@@ -342,14 +342,21 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
         tries.append(bounded_values(schema, spell_out_unique=False))
     # (bounded first: the branches name no value that would need bounds, and whether objects are closed is
     # decided on the conditionals as the schema wrote them)
+    # (and each with its `contains` written as branches, then, should that be more than llguidance takes, without)
+    tries = [contained(recursion_bounded(bounded)) for bounded in tries for contained in (contains_as_branches, _as_is)]
+    tries = [bounded for index, bounded in enumerate(tries) if bounded not in tries[:index]]  # (no `contains`: once)
     for bounded in tries:
         try:
-            fitted = _compiled(conditionals_as_branches(contains_as_branches(recursion_bounded(bounded))), bounded=True)
+            fitted = _compiled(conditionals_as_branches(bounded), bounded=True)
         except ValueError:  # a value llguidance cannot take (a number past 64 bits): the schema's own, as written
             break
         if not fitted.check[0]:
             return fitted
-    return _compiled(conditionals_as_branches(contains_as_branches(schema)), bounded=False)
+    return _compiled(conditionals_as_branches(schema), bounded=False)
+
+
+def _as_is(schema: Any) -> Any:
+    return schema
 
 
 # llguidance's words where it cannot hold a count: "min/maxProperties only supported when all keys listed in
@@ -451,12 +458,13 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     for key, value in schema.items():
         # (a conditional's parts, an `allOf`'s, are parts of this very value: closing one would refuse the others'
         # properties, an untyped value in one made any JSON would narrow the others' schema of it)
-        inner = limits._replace(close_objects=False, any_value=None) if key in _PARTS_OF_ONE_VALUE else limits
+        one_value = key in _PARTS_OF_ONE_VALUE or (key == "items" and not _contains_of_its_own(schema))
+        inner = limits._replace(close_objects=False, any_value=None) if one_value else limits
         if key in DATA_KEYWORDS or key in ("if", "contains"):  # (tests of the value or an item, not what is written)
             bounded[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):  # names to schemas: a name is not a keyword
             bounded[key] = {name: _bounded(_typed(subschema, key, inner), inner) for name, subschema in value.items()}
-            if key == "patternProperties":
+            if key == "patternProperties" and _keys_only_by_pattern(schema):
                 bounded[key] = _with_bounded_keys(bounded[key])
         elif key == "dependencies" and isinstance(value, dict):  # names to names (data) or to schemas
             bounded[key] = {name: needs if isinstance(needs, list) else _bounded(needs, inner)
@@ -489,6 +497,15 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded, limits.spell_out_unique)
     return bounded
+
+
+def _keys_only_by_pattern(schema: dict[str, Any]) -> bool:
+    """Whether an object takes no key but its listed ones and those its patterns take, and lists none longer than a
+    bounded pattern's repeats reach: then bounding the patterns only refuses keys (see key_patterns.py). (Where other
+    keys are taken, a long key a bounded pattern no longer takes would fall to `additionalProperties` instead.)"""
+    listed = schema.get("properties", {})
+    return (schema.get("additionalProperties") is False and isinstance(listed, dict)
+            and all(len(name) <= KEY_REPEAT_LIMIT for name in listed))
 
 
 def _with_bounded_keys(patterns: dict[str, Any]) -> dict[str, Any]:
@@ -603,6 +620,16 @@ def _conditionals_of_its_own(schema: dict[str, Any]) -> bool:
             else:
                 parts.append(needs)
     return all(_speaks_only_of(part, own) for part in parts)
+
+
+def _contains_of_its_own(array: dict[str, Any]) -> bool:
+    """Whether an array's `contains`, if any, names only properties its items list, so that closing the items refuses
+    nothing it allows (else the items, parts of the value that `contains` tests, stay open)."""
+    if "contains" not in array:
+        return True
+    items = array.get("items")
+    own = items.get("properties") if isinstance(items, dict) else None
+    return isinstance(own, dict) and _speaks_only_of(array["contains"], own)
 
 
 def _speaks_only_of(part: Any, own: dict[str, Any]) -> bool:

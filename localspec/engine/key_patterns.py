@@ -5,11 +5,13 @@ llguidance writes an object's keys under `patternProperties` as its pattern allo
 `"CImapvD_3_0-v4-21-…-v4-v4-v4…` until max_tokens on a held-out schema at T=0.8. llguidance does not
 implement `propertyNames`, and a key is no string value that a maxLength bounds, so the pattern itself is
 rewritten: each `*`, `+` and `{n,}` repeats at most KEY_REPEAT_LIMIT times (at least n). That takes only keys
-the pattern takes, so it narrows what the grammar allows, as every bound in grammar.py does.
+the pattern takes, so where the object takes no other key (`additionalProperties: false`, checked by the caller)
+it narrows what the grammar allows, as every bound in grammar.py does.
 
 Only a pattern anchored at both ends (`^…$`, no `|` outside a group) is rewritten: an unanchored one
-takes any text around its match, which no repeat bound reaches. Such a pattern, and one this reading
-cannot follow, is left as written.
+takes any text around its match, which no repeat bound reaches. Nor is one with a repeat of repeats
+(`^(\w+\s*)+$`: bounded, 64 × 64 and more, which llguidance's lexer gives up on partway through a key).
+Such a pattern, and one this reading cannot follow, is left as written.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
         return None
     pieces: list[str] = []
     depth, i, changed = 0, 0, False
+    repeats_inside = [False]  # per open group: whether an unbounded repeat is in it
+    group_repeats = False  # whether the group just closed has one
+    after_repeat = False  # whether the last thing read was a repeat
     while i < len(pattern):
         char = pattern[i]
         if char in "\\[":  # an escape or a class: copied whole (a `*` or `{` in them is no repeat)
@@ -37,24 +42,29 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
                 return None
             pieces.append(pattern[i:end])
             i = end
+            group_repeats = after_repeat = False
             continue
+        quantifier = _QUANTIFIER.match(pattern, i) if char == "{" else None
+        if char in "*+" or quantifier:
+            if group_repeats or after_repeat:
+                return None  # (`(a+)+`: a repeat of repeats, bounded to 64 × 64 and more: llguidance's lexer gives up)
+            least = 0 if char == "*" else 1 if char == "+" else int(quantifier.group(1))
+            pieces.append(f"{{{least},{max(least, limit)}}}")
+            changed = repeats_inside[-1] = after_repeat = True
+            i = quantifier.end() if quantifier else i + 1
+            continue
+        group_repeats = after_repeat = False
         if char == "(":
             depth += 1
+            repeats_inside.append(False)
         elif char == ")":
             depth -= 1
+            if depth < 0:
+                return None
+            group_repeats = repeats_inside.pop()
+            repeats_inside[-1] = repeats_inside[-1] or group_repeats
         elif char == "|" and depth == 0:
             return None  # (`^a|b$`: each side anchored at one end only)
-        if char in "*+":
-            pieces.append(f"{{{0 if char == '*' else 1},{limit}}}")
-            changed = True
-            i += 1
-            continue
-        if char == "{" and (match := _QUANTIFIER.match(pattern, i)):
-            least = int(match.group(1))
-            pieces.append(f"{{{least},{max(least, limit)}}}")
-            changed = True
-            i = match.end()
-            continue
         pieces.append(char)
         i += 1
     return "".join(pieces) if changed and depth == 0 else None

@@ -17,12 +17,17 @@ Other cases (`minContains` above 1, `maxContains` above 1, a `contains` beside `
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .schema_conditionals import both, ways_to_fail
 from .schema_keywords import is_count, with_subschemas_changed
 
 CONTAINS_POSITIONS = 8
+# The branches copy the item's schema once per place it takes (36 for 8 positions), and llguidance is handed every
+# copy: an item schema past this many characters of JSON (an array of arrays that each ask `contains`, whose own
+# branches would be copied again) keeps its `contains` as written.
+LARGEST_COPIED_ITEM = 2000
 _CONTAINS_KEYS = {"contains", "minContains", "maxContains"}
 
 
@@ -51,6 +56,8 @@ def _branches(node: dict[str, Any]) -> list[dict[str, Any]] | None:
     if least == 0:
         return [] if most is None else None
     items = node.get("items", True)
+    if not isinstance(items, (dict, bool)):
+        return None  # (draft 7's list of items: a tuple, whose `contains` is not written out)
     others = items
     if most == 1:
         failing = ways_to_fail(wanted, items) if isinstance(items, dict) else None
@@ -59,6 +66,8 @@ def _branches(node: dict[str, Any]) -> list[dict[str, Any]] | None:
         others = both(items, {"anyOf": failing})
     matching = both(items, wanted)
     if matching is False or others is False:
+        return None
+    if len(json.dumps(matching)) + len(json.dumps(others)) > LARGEST_COPIED_ITEM:
         return None
     fewest, longest = node.get("minItems", 0), node.get("maxItems")
     positions = min(longest, CONTAINS_POSITIONS) if is_count(longest) else CONTAINS_POSITIONS
