@@ -1,4 +1,4 @@
-"""Keys under `patternProperties`, bounded: a pattern's unbounded repeats given an upper bound.
+r"""Keys under `patternProperties`, bounded: a pattern's unbounded repeats given an upper bound.
 
 llguidance writes an object's keys under `patternProperties` as its pattern allows, and a pattern such as
 `^[A-Za-z_][A-Za-z0-9_-]*$` (a workflow's job names) allows a key of any length: a small model wrote
