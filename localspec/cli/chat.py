@@ -241,8 +241,7 @@ class ChatLoop:
         elif self.chat.output_format is not None and reply.generation is not None:
             cut_short = cut_short_message(reply.generation.stop_reason, reply.generation.matches_format)
             if cut_short:
-                self.say(f"(reply {cut_short})")
-                self.failures += 1  # (as `run` exits non-zero for output cut short of its format)
+                self.fail(f"(reply {cut_short})")  # (a failure, as `run` exits non-zero for it)
         if reply.generation is not None and self.show_stats:
             self.say(self._dim(f"[{reply.generation.stop_reason}] {reply.generation.stats.summary()}, {_seed_text(reply.generation)}"))
 
@@ -355,9 +354,10 @@ class ChatLoop:
         self.say(f"(saved to {path})")
 
     def cmd_load(self, argument: str) -> None:
-        if not unquoted(argument):
+        name = unquoted(argument)
+        if not name:
             raise InputError("/load FILE")
-        path = user_path(unquoted(argument))
+        path = user_path(name)
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         if replaced:
             warn_replaced(str(path))

@@ -343,8 +343,9 @@ def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     # (bounded first: the branches name no value that would need bounds, and whether objects are closed is
     # decided on the conditionals as the schema wrote them)
     # (and each with its `contains` written as branches, then, should that be more than llguidance takes, without)
-    tries = [contained(recursion_bounded(bounded)) for bounded in tries for contained in (contains_as_branches, _as_is)]
-    tries = [bounded for index, bounded in enumerate(tries) if bounded not in tries[:index]]  # (no `contains`: once)
+    has_contains = any("contains" in node for node in schemas_in(schema))
+    rewrites = (contains_as_branches, _as_is) if has_contains else (_as_is,)
+    tries = [rewrite(recursion_bounded(bounded)) for bounded in tries for rewrite in rewrites]
     for bounded in tries:
         try:
             fitted = _compiled(conditionals_as_branches(bounded), bounded=True)
@@ -518,7 +519,7 @@ def _with_bounded_keys(patterns: dict[str, Any]) -> dict[str, Any]:
         if bounded is None or bounded in patterns or bounded in rewritten or not _reads_as_a_pattern(bounded):
             bounded = pattern
         rewritten[bounded] = schema
-    return rewritten if len(rewritten) == len(patterns) else patterns
+    return rewritten
 
 
 @functools.lru_cache(maxsize=256)
