@@ -217,5 +217,8 @@ def test_ctrl_c_while_the_server_starts_ends_it_quietly(tiny_pair: tuple[Path, P
             seen += line
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
-        rest = process.communicate(timeout=30)[1]
+        try:
+            rest = process.communicate(timeout=30)[1]
+        finally:
+            process.kill()  # (a server that ran on is not left behind)
         assert process.returncode in (0, 130) and "Traceback" not in rest and "never awaited" not in rest, rest

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import socket
-import warnings
 from typing import Any
 
 import click
@@ -73,15 +73,32 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
                                 timeout_graceful_shutdown=5, lifespan="off", log_config=_log_config())
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
+        handler_before = signal.getsignal(signal.SIGINT)
+        interrupted = _stop_on_ctrl_c(server)
+        config.load()  # uvicorn's imports, before the word that Ctrl-C stops it
         where = f"[{host}]" if ":" in host else host  # (an IPv6 address is bracketed in a URL)
         click.echo(f"localspec: serving {model_id} at http://{where}:{port}/v1 (Ctrl-C stops)", err=True)
-        # Ctrl-C before uvicorn's loop starts leaves its coroutine unawaited. The interrupt's traceback holds
-        # the coroutine until the process exits, where Python warns of it: so the filter stays for the process.
-        warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
         try:
             server.run(sockets=[listener])
         finally:
+            signal.signal(signal.SIGINT, handler_before)
             queue.close()  # the worker may still be finishing (and remembering) a reply
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def _stop_on_ctrl_c(server: uvicorn.Server) -> list[int]:
+    """Until uvicorn's own handler takes over (and after it hands back), Ctrl-C asks the server to stop instead of
+    raising KeyboardInterrupt wherever the main thread happens to be (one raised inside an import or a finalizer
+    is printed as "Exception ignored" and lost: the server then ran on); the list returned fills when it came."""
+    interrupted: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        interrupted.append(signum)
+        server.should_exit = True  # uvicorn, when it starts, shuts down at once
+
+    signal.signal(signal.SIGINT, stop)
+    return interrupted
 
 
 def _log_config() -> dict:
