@@ -85,6 +85,10 @@ class CallsCursor:
         """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""
         return self.arguments is not None and self.arguments.in_held_key
 
+    def language_keys(self) -> tuple[list[bytes], bool] | None:
+        """As `JsonCursor.language_keys`, inside a call's arguments; None outside them."""
+        return self.arguments.language_keys() if self.arguments is not None else None
+
     def refuses(self, piece: bytes) -> bool:
         """Whether `feed(piece)` returns None, found without a whole feed where it can be inside a call's arguments
         (`JsonCursor.quick_refusal`)."""

@@ -1,5 +1,5 @@
 """A JSON text followed byte by byte as it is written, far enough to hold `uniqueItems` in the arrays it can, and
-unique keys in the objects that take keys they do not list.
+unique keys in the objects that take keys they do not list or take keys by pattern alone.
 
 `JsonCursor` is immutable: `feed` returns the cursor after more bytes, or None
 where they would make an item of such an array, or a key of such an object,
@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .key_language import KeyLanguage
 from .schema_keywords import FRACTION_DIGITS, WHOLE_DIGITS
 from .schema_places import HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
 
@@ -42,6 +43,7 @@ class _Container:
     is_array: bool
     items: HeldItems | None = None  # an array the rule holds: what it takes as items
     holds_keys: bool = False  # an object that takes keys it does not list (`takes_other_keys`): its keys are held
+    key_language: KeyLanguage | None = None  # an object that takes keys by pattern alone (key_language.py)
     seen: frozenset[str | int | Decimal] = frozenset()  # the items held so far, or the keys
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
@@ -142,7 +144,8 @@ class JsonCursor:
         enum's item where it can only become a value already held, leaves one where it can only end as a copy (a
         free string at its maxLength equal to an earlier one: only the closing quote can follow; a number whose
         every way on within its bounds, more digits or none, is held already), or asks for one more item where
-        every one it could be is held."""
+        every one it could be is held; and, in an object that takes keys by pattern alone, leaves a key where it
+        can only end as one held, or asks for one more key where every one is held."""
         reader = _Reader(self)
         for byte in data:
             if not reader.step(byte):
@@ -158,6 +161,14 @@ class JsonCursor:
         if (cursor.expects == VALUE and cursor.in_held_array and cursor.containers[-1].index > 0
                 and not cursor.containers[-1].item_may_begin()):
             return None  # (an item must follow the `,` after the last: every one it could be is held)
+        language = cursor.containers[-1].key_language if cursor.containers and not cursor.settled else None
+        if language is not None:
+            seen = cursor.containers[-1].seen
+            if cursor.expects == STRING and cursor.role == KEY_TEXT:
+                if not language.may_end_unlike(_whole_characters_so_far(cursor.text), seen):
+                    return None  # (a key that can only end as one held)
+            elif cursor.expects == KEY and seen and not language.may_end_unlike("", seen):
+                return None  # (a key must follow the `,`: every one it could be is held)
         return cursor
 
     def refuses(self, piece: bytes) -> bool:
@@ -224,6 +235,23 @@ class JsonCursor:
         if not any(len(item) == most and item.startswith(written) for item in array.seen):
             return None  # (no item held at that length begins so: closing quotes alone can repeat one)
         return most - len(written)
+
+    def language_keys(self) -> tuple[list[bytes], bool] | None:
+        """Where the innermost container is an object whose keys are held to a language (key_language.py): the
+        text that may lead the key being written to one that can only end as a key held (the rest of each held key
+        that begins as it does; none outside a key), and whether every key it takes is held. None elsewhere."""
+        container = self.containers[-1] if self.containers and not self.settled else None
+        if container is None or container.key_language is None:
+            return None
+        rests = []
+        if self.expects == STRING and self.role == KEY_TEXT:
+            written = self.text[1:]
+            for key in container.seen:
+                spelled = json.dumps(key, ensure_ascii=False)[1:-1].encode("utf-8")
+                if spelled.startswith(written) and len(spelled) > len(written):
+                    rests.append(spelled[len(written):])
+        exhausted = bool(container.seen) and not container.key_language.may_end_unlike("", container.seen)
+        return rests, exhausted
 
 
 class _Reader:
@@ -315,9 +343,11 @@ class _Reader:
             self.containers.append(_Container(schema, True, held_items(schema, self.places)))
             self.expects = VALUE
         elif kind == "object":
-            holds_keys = schema is not None and takes_other_keys(schema)
+            language = KeyLanguage.of_object(schema) if schema is not None else None
+            holds_keys = schema is not None and (takes_other_keys(schema) or language is not None)
             in_records = item and parent.items is not None and parent.items.record is not None
-            self.containers.append(_Container(schema, False, holds_keys=holds_keys, record=() if in_records else None))
+            self.containers.append(_Container(schema, False, holds_keys=holds_keys, key_language=language,
+                                              record=() if in_records else None))
             self.expects = KEY
         elif kind == "number":
             self.expects, self.role, self.text = NUMBER, role, bytes((byte,))

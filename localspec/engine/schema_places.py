@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .key_language import KeyLanguage
 from .schema_keywords import (
     ANNOTATIONS, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas,
 )
@@ -308,7 +309,8 @@ class SchemaPlaces:
 
 class HeldPlaces(NamedTuple):
     """What the rule holds in a schema's documents: the arrays with `uniqueItems` it holds, how many others ask for
-    it, and whether any object it places takes keys it does not list (`takes_other_keys`: the rule holds them)."""
+    it, and whether any object it places takes keys it does not list (`takes_other_keys`) or keys by pattern alone
+    (key_language.py): the rule holds those keys."""
 
     held: list[dict[str, Any]]
     not_held: int
@@ -347,7 +349,7 @@ def survey_held(root: dict[str, Any]) -> HeldPlaces:
                 places_followed.append(items)
                 followed.add("items")
         elif json_type == "object":
-            other_keys = other_keys or takes_other_keys(node)
+            other_keys = other_keys or takes_other_keys(node) or KeyLanguage.of_object(node) is not None
             properties = node.get("properties")
             places_followed = list(properties.values()) if isinstance(properties, dict) else []
             followed = {"properties"}

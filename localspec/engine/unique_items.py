@@ -42,14 +42,17 @@ keys it does not list (`{"type": "object"}`, `--format json`, an open
 max_tokens) into JSON whose parsers keep the last value only. In every object the
 cursor places that takes such keys, the closing quote of a key equal to an earlier
 one of that object is dropped from the mask; such a key can always take another
-character, so this never leads into a dead end.
+character, so this never leads into a dead end. Keys an object takes by name or
+`patternProperties` pattern alone cannot always go on (`^[a-z]{2}$`), so there
+any token after which the key can only end as one held is dropped, and the `,`
+before a key where every key is held (key_language.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -122,6 +125,8 @@ class _Suspects:
     # make a repeat: one with two quotes or more (a string), or a quote and a digit or a minus (a number).
     record_endings: np.ndarray
     lengths: np.ndarray  # each token's length in bytes
+    commas: np.ndarray
+    spellings: dict[bytes, list[int]] = field(default_factory=dict)  # each token's text: the tokens (filled when asked)
 
     @classmethod
     def of(cls, vocabulary: Vocabulary, keys_held: bool) -> "_Suspects":
@@ -131,7 +136,7 @@ class _Suspects:
         quoted_numbers = [token for token in quotes.tolist() if any(byte in b"-0123456789" for byte in pieces(token))]
         record_endings = np.union1d(two_quotes, np.array(quoted_numbers, dtype=np.int64))
         return cls(quotes, two_quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), keys_held,
-                   record_endings, vocabulary.token_lengths())
+                   record_endings, vocabulary.token_lengths(), vocabulary.tokens_holding(ord(",")))
 
 
 class UniqueItems:
@@ -193,6 +198,14 @@ class UniqueItems:
                 endings = _allowed_among(allowed, suspects.record_endings)
                 endings = endings[suspects.lengths[endings] >= cursor.bytes_to_a_records_last_value()]
                 candidates = np.union1d(candidates, endings)
+        language_keys = cursor.language_keys()
+        if language_keys is not None:  # (a key held to a language may be refused before it closes: any token on the
+            rests, exhausted = language_keys  # way along a key held, a quote that opens one, a `,` when none is left)
+            candidates = np.union1d(candidates, self._tokens_beginning(rests, allowed))
+            if not cursor.in_string or exhausted:
+                candidates = np.union1d(candidates, _allowed_among(allowed, suspects.quotes))
+            if exhausted:
+                candidates = np.union1d(candidates, _allowed_among(allowed, suspects.commas))
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
@@ -201,6 +214,17 @@ class UniqueItems:
         token_bytes, refuses = self._vocabulary.token_bytes, cursor.refuses
         repeating = [token for token in candidates.tolist() if refuses(token_bytes(token))]
         return np.setdiff1d(allowed, repeating, assume_unique=True) if repeating else allowed
+
+    def _tokens_beginning(self, texts: list[bytes], allowed: np.ndarray) -> np.ndarray:
+        """The tokens among `allowed` (sorted ids) that spell the beginning of one of `texts`."""
+        if not texts:
+            return allowed[:0]
+        spellings = self._suspects.spellings
+        if not spellings:
+            for token in range(len(self._vocabulary.token_lengths())):
+                spellings.setdefault(self._vocabulary.token_bytes(token), []).append(token)
+        tokens = {token for text in texts for end in range(1, len(text) + 1) for token in spellings.get(text[:end], ())}
+        return _allowed_among(allowed, np.array(sorted(tokens), dtype=np.int64))
 
     def consume(self, tokens: Sequence[int]) -> bool:
         """Step over `tokens`; False, and no step, where one makes an item repeat (the caller validated them)."""
