@@ -13,6 +13,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# Hypothesis times each example by the wall clock (200 ms by default): on a shared, loaded CI machine an example
+# of a pure function that was descheduled fails as DeadlineExceeded or "Unreliable test timings". Time is not
+# what these tests check: no deadline, no health check on slow data generation, for every property test.
+hypothesis_settings.register_profile("localspec", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("localspec")
 
 # Bytecode caches (gitignored) are written even where PYTHONDONTWRITEBYTECODE is set: compiling the
 # package and the tests afresh in every run, and in every `localspec` process a test starts, costs seconds.

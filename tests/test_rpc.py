@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -40,8 +41,10 @@ def free_port() -> int:
 
 
 def localspec(*args: str, **kwargs) -> subprocess.Popen:
+    # errors="replace": `_wait_for_output` reads the first bytes raw, which may end inside a character of the
+    # reply (how many are read depends on how long this process took to wake); the rest still decodes.
     return subprocess.Popen([sys.executable, "-m", "localspec", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=os.environ.copy(), **kwargs)
+                            text=True, errors="replace", env=os.environ.copy(), **kwargs)
 
 
 def start_workers(n: int) -> tuple[list[str], list[subprocess.Popen]]:
@@ -167,6 +170,35 @@ def test_a_port_that_takes_the_connection_but_never_answers_is_one_line_not_a_ha
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert f"RPC worker {address} took the connection but did not answer llama.cpp's RPC handshake" in lines[0]
+
+
+SLOW_TO_SET_UP = textwrap.dedent("""
+    import sys, time
+    import localspec.cli.worker as worker
+    real = worker.serve
+    def slow(*args):
+        time.sleep(1.5)  # a device's backend that takes its time (a GPU's), set up before llama.cpp listens
+        real(*args)
+    worker.serve = slow
+    from localspec.cli import main
+    main(["worker", "--port", sys.argv[1], "--threads", "1"])
+""")
+
+
+@requires_rpc
+def test_the_worker_says_it_listens_only_once_llama_cpp_does() -> None:
+    """The worker said "listening" after a fixed half second, whatever llama.cpp was doing: a run started on that
+    line (as a script starts it) found the worker unreachable."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", SLOW_TO_SET_UP, str(port)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        deadline = time.monotonic() + 60
+        while "listening" not in process.stdout.readline():
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # (was refused)
+    finally:
+        stop([process])
 
 
 def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from pathlib import Path
 
 import click
@@ -17,7 +18,9 @@ from ..settings import MAX_THREADS
 from .common import is_loopback
 from .stdio import stdout_is_closed
 
-START_SECONDS = 0.5  # the server binds at once; one that has not failed by then is listening
+# llama.cpp's server first sets up a backend on every device it lends (a GPU's takes seconds), then listens:
+# "listening" is said once a connection is taken, or after this long if its setup is slower still.
+START_SECONDS = 60.0
 
 
 @click.command()
@@ -52,8 +55,7 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
                    "anyone who reaches this port can use this machine's devices. Use it on a trusted network only.", err=True)
     server = threading.Thread(target=serve, args=(host, port, threads or default_threads(), cache_dir), daemon=True)
     server.start()
-    server.join(START_SECONDS)
-    if not server.is_alive():
+    if not _listening(server, host, port):
         raise LocalspecError(f"llama.cpp's RPC server could not start on {host}:{port}")
     lent = ", ".join(f"{device.name} ({device.description})" for device in map(describe_device, lent_devices()))
     if not stdout_is_closed():  # (a line scripts wait for; a worker started with `>&-` serves without it)
@@ -65,6 +67,21 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
         click.echo("worker stopped", err=True)
         return
     raise LocalspecError("llama.cpp's RPC server stopped")
+
+
+def _listening(server: threading.Thread, host: str, port: int) -> bool:
+    """Whether llama.cpp's server is up: False once its thread has ended (it could not bind, or a device's
+    backend failed); True once it takes a connection (llama.cpp prints that one as a client that came and went),
+    or after START_SECONDS of setup, however slow the machine."""
+    address = ("127.0.0.1" if host == "0.0.0.0" else host, port)
+    deadline = time.monotonic() + START_SECONDS
+    while server.is_alive() and time.monotonic() < deadline:
+        try:
+            with socket.create_connection(address, timeout=1.0):
+                return True
+        except OSError:  # refused: not listening yet
+            server.join(0.05)
+    return server.is_alive()
 
 
 def _listen_address(host: str) -> str:
