@@ -37,7 +37,7 @@ LOCALES = keys_by("^[a-z]{2}(-[A-Z]{2})?$")
     (LOCALES, "en-G", {"en-GB"}, True),
     (LOCALES, "en-GB", {"en-GB", "en"}, False),
     (keys_by("^[ab]$"), "", {"a", "b"}, False),  # every key held: no new one can begin
-    (keys_by("^[ab]$", listed=("x",)), "", {"a", "b"}, True),  # a listed name is left
+    (keys_by("^[ab]$", listed=("x",)), "", {"a", "b"}, False),  # after a key by pattern no listed name comes
     (keys_by("^[ab]$", listed=("x",)), "", {"a", "b", "x"}, False),
     (keys_by("^k\\d$"), "k", {f"k{n}" for n in range(10)}, False),  # \d: the ten ASCII digits
     (keys_by("^k\\d$"), "k", {f"k{n}" for n in range(9)}, True),
@@ -49,12 +49,53 @@ LOCALES = keys_by("^[a-z]{2}(-[A-Z]{2})?$")
     (keys_by("^[A-Za-z_][A-Za-z0-9_-]*$"), "ab", {"ab"}, True),  # an unbounded repeat: always on
     (keys_by("^[a-z]{2}$", "^[a-z]{3}$"), "id", {"id"}, True),  # another pattern goes on
     (keys_by("^\\.[ab]$"), ".", {".a", ".b"}, False),  # an escaped character is itself
+    (keys_by("^[a-c--b]$"), "", {"a", "c"}, None),  # a set difference (llguidance: a or c; Python: a to c, - to b)
+    (keys_by("^\\s$"), "", set(" \t\n\r\x0b\x0c\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000")
+     | {chr(code) for code in range(0x2000, 0x200b)}, False),  # \s as llguidance reads it: not \x1c-\x1f
+    (keys_by("^[a\U0001F600]$"), "", {"a"}, None),  # a member past the Basic Multilingual Plane: not counted
 ])
 def test_a_key_written_so_far_may_end_unlike_those_held_where_the_language_goes_on(
-        schema: dict, written: str, held: set[str], may: bool) -> None:
+        schema: dict, written: str, held: set[str], may: bool | None) -> None:
     language = KeyLanguage.of_object(schema)
+    if may is None:  # (a pattern read unlike llguidance: not read)
+        assert language is None
+        return
     assert language is not None
     assert language.may_end_unlike(written, frozenset(held)) is may
+
+
+@pytest.mark.parametrize("schema, text, refused", [
+    (keys_by("^(min|max)$", listed=("unit",)), '{"min": 1, "max": 2,', True),  # "unit" cannot follow a key by pattern
+    (keys_by("^(min|max)$", listed=("unit",)), '{"unit": 1, "min": 2,', False),
+    (keys_by("^[ab]$", listed=("a",)), '{"b": 1, "a', True),  # a listed name is never a key by pattern
+    (keys_by("^[ab]$", listed=("a",)), '{"a": 1, "b": 2,', True),
+    (keys_by("^c$", listed=("a", "b")), '{"b": 1, "c": 2,', True),  # nor an earlier listed name after a later one
+    ({**keys_by("^[abc]$"), "properties": {"b": False}}, '{"a": 1, "c": 2,', True),  # nor one whose schema is false
+])
+def test_listed_names_come_first_in_order_and_never_by_pattern(schema: dict, text: str, refused: bool) -> None:
+    for chunk in (0, 1):
+        assert repeats_an_item(schema, text, chunk) is refused, (text, chunk)
+
+
+def test_a_long_held_key_is_walked_without_recursion() -> None:
+    language = KeyLanguage.of_object(keys_by("^x{1100}y?$"))
+    assert language is not None and not language.may_end_unlike("", frozenset({"x" * 1100, "x" * 1100 + "y"}))
+
+
+def test_nested_groups_are_built_once() -> None:
+    assert KeyLanguage.of_object(keys_by("^" + "(" * 12 + "a" + ")" * 12 + "$")) is not None
+
+
+def test_a_token_that_closes_a_value_and_asks_for_a_key_is_refused_in_the_mask() -> None:
+    from localspec.engine.unique_items import UniqueItems
+
+    schema = keys_by("^[ab]$")
+    schema["patternProperties"]["^[ab]$"] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    pieces = [b'{"a":{"n":1},"b":{"n":2', b"},", b"}}", b"}", b'},"a', b"2},", b'"},']
+    rule = UniqueItems.for_grammar(json.dumps({"grammars": [{"json_schema": schema}]}), WordVocabulary(pieces))
+    assert rule is not None and rule.consume([0])
+    kept = rule.allowed(np.arange(len(pieces))).tolist()
+    assert kept == [0, 2, 3, 6] and all(rule.taken([token]) == 1 for token in kept)
 
 
 @pytest.mark.parametrize("schema", [

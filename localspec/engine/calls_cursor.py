@@ -89,6 +89,11 @@ class CallsCursor:
         """As `JsonCursor.language_keys`, inside a call's arguments; None outside them."""
         return self.arguments.language_keys() if self.arguments is not None else None
 
+    @property
+    def encloses_key_language(self) -> bool:
+        """As `JsonCursor.encloses_key_language`, inside a call's arguments."""
+        return self.arguments is not None and self.arguments.encloses_key_language
+
     def refuses(self, piece: bytes) -> bool:
         """Whether `feed(piece)` returns None, found without a whole feed where it can be inside a call's arguments
         (`JsonCursor.quick_refusal`)."""

@@ -44,6 +44,7 @@ class _Container:
     items: HeldItems | None = None  # an array the rule holds: what it takes as items
     holds_keys: bool = False  # an object that takes keys it does not list (`takes_other_keys`): its keys are held
     key_language: KeyLanguage | None = None  # an object that takes keys by pattern alone (key_language.py)
+    names_left: tuple[str, ...] = ()  # such an object: the listed names llguidance may still write (names_after)
     seen: frozenset[str | int | Decimal] = frozenset()  # the items held so far, or the keys
     index: int = 0  # array: the items begun so far
     key: str | None = None  # object: the key whose value comes next
@@ -164,10 +165,11 @@ class JsonCursor:
         language = cursor.containers[-1].key_language if cursor.containers and not cursor.settled else None
         if language is not None:
             seen = cursor.containers[-1].seen
+            names_left = cursor.containers[-1].names_left
             if cursor.expects == STRING and cursor.role == KEY_TEXT:
-                if not language.may_end_unlike(_whole_characters_so_far(cursor.text), seen):
+                if not language.may_end_unlike(_whole_characters_so_far(cursor.text), seen, names_left):
                     return None  # (a key that can only end as one held)
-            elif cursor.expects == KEY and seen and not language.may_end_unlike("", seen):
+            elif cursor.expects == KEY and seen and not language.may_end_unlike("", seen, names_left):
                 return None  # (a key must follow the `,`: every one it could be is held)
         return cursor
 
@@ -250,8 +252,15 @@ class JsonCursor:
                 spelled = json.dumps(key, ensure_ascii=False)[1:-1].encode("utf-8")
                 if spelled.startswith(written) and len(spelled) > len(written):
                     rests.append(spelled[len(written):])
-        exhausted = bool(container.seen) and not container.key_language.may_end_unlike("", container.seen)
+        exhausted = bool(container.seen) and not container.key_language.may_end_unlike(
+            "", container.seen, container.names_left)
         return rests, exhausted
+
+    @property
+    def encloses_key_language(self) -> bool:
+        """An open container other than the innermost holds its keys to a language: a token that closes the
+        innermost (`},` `],"a`) may ask for a key of it, or begin one."""
+        return not self.settled and any(container.key_language is not None for container in self.containers[:-1])
 
 
 class _Reader:
@@ -347,6 +356,7 @@ class _Reader:
             holds_keys = schema is not None and (takes_other_keys(schema) or language is not None)
             in_records = item and parent.items is not None and parent.items.record is not None
             self.containers.append(_Container(schema, False, holds_keys=holds_keys, key_language=language,
+                                              names_left=language.writable if language is not None else (),
                                               record=() if in_records else None))
             self.expects = KEY
         elif kind == "number":
@@ -383,7 +393,9 @@ class _Reader:
             if container.holds_keys and text in container.seen:
                 return False
             seen = container.seen | {text} if container.holds_keys else container.seen
-            self.containers[-1] = replace(container, key=text, seen=seen)
+            names_left = (container.key_language.names_after(text, container.names_left)
+                          if container.key_language is not None else ())
+            self.containers[-1] = replace(container, key=text, seen=seen, names_left=names_left)
             if container.record is not None:
                 self._record_key(text)
             self.expects = COLON

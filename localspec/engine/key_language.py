@@ -26,6 +26,9 @@ _MOST_STATES = 4096  # an automaton larger than this (repeats spelled out) leave
 _MEMBERS_COUNTED = 256  # a class's members counted up to this; more than the keys held is all the rule asks
 _ASCII_ESCAPES = {"d": "0-9", "w": "A-Za-z0-9_"}  # JSON Schema's regular expressions (ECMA-262): ASCII classes
 _LITERAL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
+# `\s` as llguidance reads it (Unicode White_Space): Python's `\s` takes \x1c-\x1f as well.
+_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_SET_OPERATIONS = ("--", "&&", "~~")  # llguidance (Rust regex) reads these in a class as set operations; Python not
 _QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}")
 
 
@@ -55,6 +58,8 @@ def _compiled(text: str) -> re.Pattern[str]:
 def _character_class(text: str) -> _Class:
     """The class of characters `text` (a one-character regular expression) takes; Unreadable where it takes none
     (among the Basic Multilingual Plane's) or Python cannot read it."""
+    if any(ord(char) > 0xFFFF for char in text):
+        raise Unreadable(text)  # (members beyond the Basic Multilingual Plane are not counted below)
     try:
         compiled = _compiled(text)
     except re.error:
@@ -126,7 +131,10 @@ class _PatternReader:
         here = start
         while self.at < len(self.pattern) and self.pattern[self.at] not in "|)":
             atom_at = self.at
-            self.atom_text()  # (read once to find its end, built again for every repeat)
+            if self.pattern[self.at] == "(":
+                self.skip_group()  # (its end found without building it: built for every repeat below)
+            else:
+                self.atom_text()
             least, most = self.quantifier()
             after_atom = self.at
             for count in range(least):
@@ -145,6 +153,36 @@ class _PatternReader:
                 here = optional_end
             self.at = after_atom
         self.automaton.empty_moves[here].append(end)
+
+    def skip_group(self) -> None:
+        """Past the group that opens at `self.at` (to its closing parenthesis), building nothing."""
+        pattern, depth = self.pattern, 0
+        while self.at < len(pattern):
+            char = pattern[self.at]
+            if char == "\\":
+                self.at += 2
+                continue
+            if char == "[":
+                self.at = self.class_end(self.at) + 1
+                continue
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            self.at += 1
+            if depth == 0:
+                return
+        raise Unreadable(pattern)
+
+    def class_end(self, at: int) -> int:
+        """Where the class that opens at `at` closes (its `]`)."""
+        pattern, end = self.pattern, at + 1
+        end += pattern.startswith("^", end)
+        end += pattern.startswith("]", end)
+        while end < len(pattern) and pattern[end] != "]":
+            if pattern[end] == "[":
+                raise Unreadable("a nested class")
+            end += 2 if pattern[end] == "\\" else 1
+        if end >= len(pattern):
+            raise Unreadable(pattern)
+        return end
 
     def repeat_of(self, atom_at: int, start: int, end: int | None) -> int:
         """The atom at `atom_at` once more, from `start` (to `end`, or to a new state); the state it ends in."""
@@ -172,15 +210,9 @@ class _PatternReader:
             self.at += 1
             return None
         if char == "[":
-            end = self.at + 1
-            end += pattern.startswith("^", end)
-            end += pattern.startswith("]", end)
-            while end < len(pattern) and pattern[end] != "]":
-                if pattern[end] == "[":
-                    raise Unreadable("a nested class")
-                end += 2 if pattern[end] == "\\" else 1
-            if end >= len(pattern):
-                raise Unreadable(pattern)
+            end = self.class_end(self.at)
+            if any(operation in pattern[self.at: end + 1] for operation in _SET_OPERATIONS):
+                raise Unreadable("a set operation in a class")
             text = _ascii_classes(pattern[self.at: end + 1], in_class=True)
             self.at = end + 1
             return text
@@ -193,8 +225,10 @@ class _PatternReader:
                 return f"[{_ASCII_ESCAPES[escaped]}]"
             if escaped in _LITERAL_ESCAPES:
                 return re.escape(_LITERAL_ESCAPES[escaped])
-            if escaped in "DWsS":
-                return "\\" + escaped if escaped in "sS" else f"[^{_ASCII_ESCAPES[escaped.lower()]}]"
+            if escaped in "sS":
+                return f"[{_SPACE}]" if escaped == "s" else f"[^{_SPACE}]"
+            if escaped in "DW":
+                return f"[^{_ASCII_ESCAPES[escaped.lower()]}]"
             if escaped.isalnum():
                 raise Unreadable(f"\\{escaped}")  # (`\b`, `\p{…}`, `\u…`, a back-reference: not followed here)
             return re.escape(escaped)
@@ -236,7 +270,9 @@ def _ascii_classes(text: str, in_class: bool) -> str:
             escaped = text[i + 1]
             if escaped in _ASCII_ESCAPES:
                 out.append(_ASCII_ESCAPES[escaped])
-            elif escaped in "DW" and in_class:
+            elif escaped == "s":
+                out.append(_SPACE)
+            elif in_class and (escaped in "DW" or escaped == "S" and text.startswith("[^")):
                 raise Unreadable(f"\\{escaped} in a class")
             elif escaped.isalpha() and escaped not in "sSntrfv":
                 raise Unreadable(f"\\{escaped}")
@@ -252,16 +288,15 @@ def _ascii_classes(text: str, in_class: bool) -> str:
 class KeyLanguage:
     """The keys an object may take: its listed names and what its patterns take (see the module's docstring)."""
 
-    def __init__(self, names: list[str], patterns: list[str]) -> None:
+    def __init__(self, names: list[str], patterns: list[str], writable: list[str] | None = None) -> None:
+        """`names`: the keys listed (`properties`, then `required` ones not listed), which llguidance writes each at
+        most once, in this order, before any key by pattern, and never as a key by pattern; `writable`: those of
+        them it writes at all (not a `false` schema's); every one where None."""
+        self.names = tuple(names)
+        self.writable = self.names if writable is None else tuple(writable)
+        self._not_by_pattern = frozenset(self.names)
         automaton = _Automaton()
         start, accept = automaton.state(), automaton.state()
-        for name in names:
-            here = start
-            for char in name:
-                after = automaton.state()
-                automaton.moves[here].append((_Class(re.escape(char), frozenset(char)), after))
-                here = after
-            automaton.empty_moves[here].append(accept)
         for pattern in patterns:
             if not (pattern.startswith("^") and pattern.endswith("$")) or pattern.endswith("\\$"):
                 raise Unreadable("not anchored at both ends")
@@ -277,38 +312,58 @@ class KeyLanguage:
         if (schema.get("additionalProperties") is not False or "propertyNames" in schema
                 or not isinstance(patterns, dict) or not patterns or not isinstance(listed, dict)):
             return None
-        return _language(tuple(listed), tuple(patterns))
+        required = schema.get("required")
+        required = [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
+        names = list(listed) + [name for name in dict.fromkeys(required) if name not in listed]
+        writable = [name for name in names if listed.get(name) is not False]
+        return _language(tuple(names), tuple(patterns), tuple(writable))
 
-    def may_end_unlike(self, written: str, held: frozenset[str]) -> bool:
-        """Whether some key this language takes begins with `written` and is none of `held` (True, too, where
-        `written` begins no key of it: nothing is refused on a reading that does not apply)."""
+    def names_after(self, key: str, names_left: tuple[str, ...]) -> tuple[str, ...]:
+        """The listed names that may still follow `key`: those after it where it is one of `names_left`, none where
+        it is a key by pattern (llguidance writes the listed ones first, in order)."""
+        return names_left[names_left.index(key) + 1:] if key in names_left else ()
+
+    def may_end_unlike(self, written: str, held: frozenset[str], names_left: tuple[str, ...] = ()) -> bool:
+        """Whether some key this language takes begins with `written` and is none of `held`: one of `names_left`
+        (the listed names that may still come, `names_after`), or one by pattern that is no listed name (True, too,
+        where `written` begins no key of it: nothing is refused on a reading that does not apply)."""
+        if any(name.startswith(written) and name not in held for name in names_left):
+            return True
+        held = held | self._not_by_pattern
         rivals = [key for key in held if key.startswith(written)]
         if not rivals:
             return True
         states = self._start
         for char in written:
             states = self._automaton.step(states, char)
-            if not states:
-                return True
+            if not states:  # (no key by pattern begins so: a listed name that does is held, or may not come)
+                return not any(name.startswith(written) for name in self.names)
         return self._new_key_from(states, written, rivals)
 
     def _new_key_from(self, states: frozenset[int], written: str, rivals: list[str]) -> bool:
-        """Whether a key not among `rivals` (those held that begin with `written`) goes on from `states`."""
-        rivals = [key for key in rivals if key.startswith(written)]
-        if not rivals or (self._accept in states and written not in rivals):
-            return True  # (every state of the automaton leads on to a key: each class takes a character)
-        taken_next = {key[len(written)] for key in rivals if len(key) > len(written)}
-        for state in states:
-            for chars, _ in self._automaton.moves[state]:
-                if chars.members is None or not chars.members <= taken_next:
-                    return True  # a character no rival takes here: a new key begins with it
-        return any(self._new_key_from(self._automaton.step(states, char), written + char, rivals)
-                   for char in taken_next if self._automaton.step(states, char))
+        """Whether a key not among `rivals` (those held that begin with `written`) goes on from `states` (a walk
+        along the rivals' paths, no recursion: a held key may be longer than Python's recursion limit)."""
+        todo = [(states, written)]
+        while todo:
+            states, written = todo.pop()
+            here = [key for key in rivals if key.startswith(written)]
+            if not here or (self._accept in states and written not in here):
+                return True  # (every state of the automaton leads on to a key: each class takes a character)
+            taken_next = {key[len(written)] for key in here if len(key) > len(written)}
+            for state in states:
+                for chars, _ in self._automaton.moves[state]:
+                    if chars.members is None or not chars.members <= taken_next:
+                        return True  # a character no rival takes here: a new key begins with it
+            for char in taken_next:
+                after = self._automaton.step(states, char)
+                if after:
+                    todo.append((after, written + char))
+        return False
 
 
 @functools.lru_cache(maxsize=128)
-def _language(names: tuple[str, ...], patterns: tuple[str, ...]) -> KeyLanguage | None:
+def _language(names: tuple[str, ...], patterns: tuple[str, ...], writable: tuple[str, ...]) -> KeyLanguage | None:
     try:
-        return KeyLanguage(list(names), list(patterns))
+        return KeyLanguage(list(names), list(patterns), list(writable))
     except Unreadable:
         return None

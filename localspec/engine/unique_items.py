@@ -126,6 +126,8 @@ class _Suspects:
     record_endings: np.ndarray
     lengths: np.ndarray  # each token's length in bytes
     commas: np.ndarray
+    quoted_commas: np.ndarray  # a quote and a comma: what closes a string value and asks for a key
+    closers: np.ndarray  # a `}` or `]`, and a comma or a quote: what closes a container and asks for, or begins, a key
     spellings: dict[bytes, list[int]] = field(default_factory=dict)  # each token's text: the tokens (filled when asked)
 
     @classmethod
@@ -135,8 +137,12 @@ class _Suspects:
         two_quotes = np.array([token for token in quotes.tolist() if pieces(token).count(b'"') >= 2], dtype=np.int64)
         quoted_numbers = [token for token in quotes.tolist() if any(byte in b"-0123456789" for byte in pieces(token))]
         record_endings = np.union1d(two_quotes, np.array(quoted_numbers, dtype=np.int64))
+        commas = vocabulary.tokens_holding(ord(","))
+        closing = np.union1d(vocabulary.tokens_holding(ord("}")), vocabulary.tokens_holding(ord("]")))
         return cls(quotes, two_quotes, openings, np.intersect1d(quotes, openings, assume_unique=True), keys_held,
-                   record_endings, vocabulary.token_lengths(), vocabulary.tokens_holding(ord(",")))
+                   record_endings, vocabulary.token_lengths(), commas,
+                   np.intersect1d(quotes, commas, assume_unique=True),
+                   np.intersect1d(closing, np.union1d(commas, quotes), assume_unique=True))
 
 
 class UniqueItems:
@@ -202,10 +208,13 @@ class UniqueItems:
         if language_keys is not None:  # (a key held to a language may be refused before it closes: any token on the
             rests, exhausted = language_keys  # way along a key held, a quote that opens one, a `,` when none is left)
             candidates = np.union1d(candidates, self._tokens_beginning(rests, allowed))
-            if not cursor.in_string or exhausted:
+            if not cursor.in_string:
                 candidates = np.union1d(candidates, _allowed_among(allowed, suspects.quotes))
-            if exhausted:
-                candidates = np.union1d(candidates, _allowed_among(allowed, suspects.commas))
+            if exhausted:  # (in a string value, only a token that closes it can reach a `,`)
+                commas = suspects.quoted_commas if cursor.in_string else suspects.commas
+                candidates = np.union1d(candidates, _allowed_among(allowed, commas))
+        if cursor.encloses_key_language:
+            candidates = np.union1d(candidates, _allowed_among(allowed, suspects.closers))
         room = cursor.room_before_a_forced_repeat()
         if room is not None:  # and those long enough to fill the item (a character is a byte or more)
             candidates = np.union1d(candidates, allowed[self._vocabulary.token_lengths()[allowed] >= room])
