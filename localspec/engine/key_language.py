@@ -10,9 +10,11 @@ text written so far and is none of the keys it holds already.
 
 A pattern is read into a small automaton here (anchored at both ends: literals, escapes, classes, groups,
 alternation, repeats); a character class is Python's reading of it, with `\d` and `\w` as ASCII (as JSON
-Schema's regular expressions read them). Anything else (lookarounds, back-references, `\b`, `\p{…}`) leaves the
-object's keys unheld. The answer only needs the keys held that begin with the text so far, so it walks their
-paths alone: the first character a class takes that none of them takes next is a way to a new key.
+Schema's regular expressions read them) and `\s` as llguidance reads it. Anything else (lookarounds,
+back-references, `\b`, `\p{…}`, a set operation in a class, a character beyond U+FFFF) leaves the object's keys
+unheld. Listed names count as llguidance writes them: first, in order, never as a key by pattern. The answer
+only needs the keys held that begin with the text so far, so it walks their paths alone: the first character a
+class takes that none of them takes next is a way to a new key.
 """
 
 from __future__ import annotations
