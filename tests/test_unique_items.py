@@ -261,6 +261,9 @@ class WordVocabulary:
     def tokens_holding(self, byte: int) -> np.ndarray:
         return np.array([i for i, piece in enumerate(self.pieces) if byte in piece], dtype=np.int64)
 
+    def tokens_spelling(self, text: bytes) -> list[int]:
+        return [i for i, piece in enumerate(self.pieces) if piece == text]
+
     def token_lengths(self) -> np.ndarray:
         return np.array([len(piece) for piece in self.pieces], dtype=np.int64)
 

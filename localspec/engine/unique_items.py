@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -105,6 +105,8 @@ class Vocabulary(Protocol):
 
     def tokens_holding(self, byte: int) -> np.ndarray: ...
 
+    def tokens_spelling(self, text: bytes) -> list[int]: ...
+
     def token_lengths(self) -> np.ndarray: ...
 
 
@@ -128,7 +130,6 @@ class _Suspects:
     commas: np.ndarray
     quoted_commas: np.ndarray  # a quote and a comma: what closes a string value and asks for a key
     closers: np.ndarray  # a `}` or `]`, and a comma or a quote: what closes a container and asks for, or begins, a key
-    spellings: dict[bytes, list[int]] = field(default_factory=dict)  # each token's text: the tokens (filled when asked)
 
     @classmethod
     def of(cls, vocabulary: Vocabulary, keys_held: bool) -> "_Suspects":
@@ -228,11 +229,8 @@ class UniqueItems:
         """The tokens among `allowed` (sorted ids) that spell the beginning of one of `texts`."""
         if not texts:
             return allowed[:0]
-        spellings = self._suspects.spellings
-        if not spellings:
-            for token in range(len(self._vocabulary.token_lengths())):
-                spellings.setdefault(self._vocabulary.token_bytes(token), []).append(token)
-        tokens = {token for text in texts for end in range(1, len(text) + 1) for token in spellings.get(text[:end], ())}
+        spelling = self._vocabulary.tokens_spelling
+        tokens = {token for text in texts for end in range(1, len(text) + 1) for token in spelling(text[:end])}
         return _allowed_among(allowed, np.array(sorted(tokens), dtype=np.int64))
 
     def consume(self, tokens: Sequence[int]) -> bool:

@@ -236,6 +236,7 @@ class Model(_Freed):
         self._first_read_alone: int | None = None
         self._pieces: dict[int, bytes] = {}  # tokens' text, read one by one (until `_pieces_by_id` holds it all)
         self._tokens_holding: dict[int, np.ndarray] = {}
+        self._tokens_by_text: dict[bytes, list[int]] | None = None  # (tokens_spelling's map, built when asked)
         self._token_lengths: np.ndarray | None = None
         self._pieces_by_id: list[bytes] | None = None
         self._word_forms: dict[int, int] = {}
@@ -396,6 +397,14 @@ class Model(_Freed):
             found = np.array([token for token, piece in enumerate(self._all_pieces()) if mark in piece], dtype=np.int64)
             self._tokens_holding[byte] = found
         return found
+
+    def tokens_spelling(self, text: bytes) -> list[int]:
+        """The ids of the tokens whose text is `text`."""
+        if self._tokens_by_text is None:
+            self._tokens_by_text = {}
+            for token, piece in enumerate(self._all_pieces()):
+                self._tokens_by_text.setdefault(piece, []).append(token)
+        return self._tokens_by_text.get(text, [])
 
     def token_lengths(self) -> np.ndarray:
         """Each token's length in bytes of text, by id."""
