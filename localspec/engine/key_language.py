@@ -215,7 +215,7 @@ class _PatternReader:
             end = self.class_end(self.at)
             if any(operation in pattern[self.at: end + 1] for operation in _SET_OPERATIONS):
                 raise Unreadable("a set operation in a class")
-            text = _ascii_classes(pattern[self.at: end + 1], in_class=True)
+            text = _ascii_classes(pattern[self.at: end + 1])
             self.at = end + 1
             return text
         if char == "\\":
@@ -264,8 +264,9 @@ class _PatternReader:
         return least, most
 
 
-def _ascii_classes(text: str, in_class: bool) -> str:
-    r"""A class's text with `\d` and `\w` as ASCII ranges; Unreadable for `\D`, `\W` inside a class."""
+def _ascii_classes(text: str) -> str:
+    r"""A class's text with `\d` and `\w` as ASCII ranges and `\s` as llguidance reads it; Unreadable for `\D`, `\W`
+    (and `\S` in a negated class) inside it, and for any other letter escape."""
     out, i = [], 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text):
@@ -274,7 +275,7 @@ def _ascii_classes(text: str, in_class: bool) -> str:
                 out.append(_ASCII_ESCAPES[escaped])
             elif escaped == "s":
                 out.append(_SPACE)
-            elif in_class and (escaped in "DW" or escaped == "S" and text.startswith("[^")):
+            elif escaped in "DW" or escaped == "S" and text.startswith("[^"):
                 raise Unreadable(f"\\{escaped} in a class")
             elif escaped.isalpha() and escaped not in "sSntrfv":
                 raise Unreadable(f"\\{escaped}")
