@@ -18,7 +18,11 @@ def accepts(grammar: str, text: str) -> bool:
 
     from localspec.engine.grammar import _byte_tokenizer
 
-    matcher = LLMatcher(_byte_tokenizer(), grammar)
+    return _accepted(LLMatcher(_byte_tokenizer(), grammar), text)
+
+
+def _accepted(fresh: Any, text: str) -> bool:
+    matcher = fresh.deep_copy()
     return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
 
 
@@ -31,32 +35,73 @@ def array(**keywords: Any) -> dict[str, Any]:
     return {"type": "array", "items": ITEM, "maxItems": 3, **keywords}
 
 
-@pytest.mark.slow  # every array of up to three items through llguidance
 @pytest.mark.parametrize("schema", [
     array(contains=CHAIR),  # (was: any array, a meeting's attendees without its chair at both temperatures)
     array(contains=CHAIR, maxContains=1),  # exactly one
     array(contains=CHAIR, minContains=0),  # asks nothing
+    array(contains=CHAIR, minContains=2, maxItems=4),  # at least two (was: left, with llguidance's warning)
+    array(contains=CHAIR, minContains=2, maxContains=3, maxItems=4),  # two or three
+    array(contains=CHAIR, minContains=0, maxContains=1),  # at most one
+    array(contains=CHAIR, minContains=0, maxContains=0),  # none
     array(contains={"type": "object", "properties": {"role": {"enum": ["chair", "guest"]}}}, minItems=2),
     {"type": "array", "contains": {"type": "integer", "minimum": 5}, "items": {"type": "integer"}, "maxItems": 3},
 ])
 def test_the_grammar_takes_exactly_the_arrays_the_schema_validates(schema: dict[str, Any]) -> None:
+    from llguidance import LLMatcher
+
+    from localspec.engine.grammar import _byte_tokenizer
+
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert compiled.warnings == ()  # (was: llguidance's "Unimplemented keys: contains")
+    matcher = LLMatcher(_byte_tokenizer(), compiled.grammar)
     values = [{"role": role} for role in ("chair", "member", "guest")] if "items" in schema and \
         schema["items"] is ITEM else [1, 7]
-    for length in range(4):
+    for length in range(schema["maxItems"] + 1):
         for items in itertools.product(values, repeat=length):
             valid = jsonschema.Draft202012Validator(schema).is_valid(list(items))
-            assert accepts(compiled.grammar, json.dumps(list(items))) == valid, (schema, items)
+            assert _accepted(matcher, json.dumps(list(items))) == valid, (schema, items)
 
 
 @pytest.mark.parametrize("schema", [
-    array(contains=CHAIR, minContains=2),  # more than one: not written out
     array(contains={"type": "object", "properties": {"role": {"type": "string"}}}, maxContains=1),  # no failing
+    array(contains={"type": "object", "properties": {"role": {"type": "string"}}}, maxContains=2),
+    array(contains=CHAIR, minContains=3, maxContains=2),  # no array
 ])
 def test_what_cannot_be_written_out_is_left_with_the_warning(schema: dict[str, Any]) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert any("contains" in warning for warning in compiled.warnings)
+
+
+def test_many_matches_are_looked_for_among_fewer_places() -> None:
+    # the places of 4 matches among 8 items would make 70 branches: looked for among the first 7 (35 branches)
+    schema = {"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}, "minContains": 4}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
+    assert compiled.warnings == ()
+    assert accepts(compiled.grammar, "[1,2,1,1,3,4,1,5,6]") and accepts(compiled.grammar, "[2,1,1,1,1]")
+    assert not accepts(compiled.grammar, "[1,1,1]") and not accepts(compiled.grammar, "[2,2,2,2,2,2,2,1,1,1,1]")
+
+
+LARGE_ITEM = {"enum": [f"value number {i}" for i in range(120)]}
+TWO_SEVENS = {"type": "array", "items": LARGE_ITEM, "contains": {"const": "value number 7"}, "minContains": 2}
+
+
+def test_a_large_item_is_named_not_copied() -> None:
+    # (was: llguidance's "schema too large" for every branch's copies, so the `contains` was left, with the warning)
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(TWO_SEVENS)))
+    assert compiled.warnings == ()
+    sevens = ["value number 1"] * 6 + ["value number 7"] * 2
+    assert accepts(compiled.grammar, json.dumps(sevens)) and not accepts(compiled.grammar, json.dumps(sevens[:7]))
+
+
+@pytest.mark.slow  # (copies of 70,000 characters compiled)
+def test_where_items_cannot_be_named_a_large_one_is_copied_into_fewer_places() -> None:
+    # an `$id` inside would change what `#/$defs/…` names: the branches copy the item, among its first few places
+    xs = {**TWO_SEVENS, "items": {"enum": LARGE_ITEM["enum"][:50]}}  # (168 copies of it for 8 places)
+    schema = {"type": "object", "properties": {"xs": xs, "other": {"$id": "other", "type": "integer"}}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema)))
+    assert compiled.warnings == ()
+    assert accepts(compiled.grammar, '{"xs":["value number 7","value number 7"]}')
+    assert not accepts(compiled.grammar, '{"xs":["value number 7","value number 1"]}')
 
 
 def test_items_stay_open_to_the_properties_contains_asks_for() -> None:

@@ -26,7 +26,7 @@ from ..errors import InputError
 from .key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
 from .schema_keywords import (
     ANNOTATIONS, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types,
-    schemas_in,
+    schemas_in, takes_definitions,
 )
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
@@ -402,7 +402,7 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
     properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
     untyped = (isinstance(schema, dict) and any(_untyped_values(node) for node in nodes)
-               and _refers_to_root(schema, nodes))
+               and takes_definitions(schema, ANY_VALUE_DEFINITION))
     minimums = [node["minLength"] for node in nodes if is_count(node.get("minLength"))]
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]), longest_minimum=max(minimums, default=0),
                      collection=max([COLLECTION_LIMIT, properties_listed, *counts, *lists]),
@@ -431,14 +431,6 @@ def _untyped_values(node: dict[str, Any]) -> list[Any]:
 
 def _is_untyped(schema: Any) -> bool:
     return schema is True or (isinstance(schema, dict) and schema.keys() <= ANNOTATIONS)
-
-
-def _refers_to_root(schema: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:
-    """Whether definitions can be added to the root of `schema` and named from anywhere in it: `$defs` free to take
-    them, and no schema inside with an `$id` of its own (where `#/$defs/…` would name its definitions)."""
-    defs = schema.get("$defs", {})
-    return (isinstance(defs, dict) and not any(name.startswith(ANY_VALUE_DEFINITION) for name in defs)
-            and not any("$id" in node for node in nodes if node is not schema))
 
 
 class _Limits(NamedTuple):

@@ -3,63 +3,90 @@
 llguidance does not implement `contains`, `minContains` or `maxContains` (it warns that it ignores them),
 and a model then writes an array with no item of the kind asked for (a meeting's attendees without its
 chair, on a held-out schema, at both temperatures). It does implement `prefixItems`, `items`, `allOf` and
-`anyOf`, and "some item matches C" is an `anyOf` over the position of that item:
+`anyOf`, and "at least m items match C" is an `anyOf` over the places of m such items:
 
     items I, contains C      anyOf [{prefixItems: [I, …, I, I ∧ C], items: I, minItems: i + 1}, i = 0, 1, …]
+    minContains: 2           anyOf [{prefixItems: [I, …, I ∧ C, …, I ∧ C], items: I, …}, i < j, …]
 
-and "exactly one item matches C" (`maxContains: 1`) the same with every other item failing C, where that
-failing can be written out (C asks only for required properties or listed values: see
-schema_conditionals.py). The match is looked for among the first CONTAINS_POSITIONS items: an array whose
-only match comes later is refused, which narrows what the grammar allows, as the bounds in grammar.py do.
-Other cases (`minContains` above 1, `maxContains` above 1, a `contains` beside `prefixItems` or
-`uniqueItems`, an array that may also be another type) stay as written, with llguidance's warning.
+and "from m to M items match C" (`maxContains`) an `anyOf` over the places of all the matching items, every
+other item failing C, where that failing can be written out (C asks only for required properties or listed
+values: see schema_conditionals.py). The branches name the matching and the other items by `$ref`, through
+definitions added to the root, so that llguidance compiles each once; and the array's type, items and bounds
+are left to the branches, which llguidance would otherwise intersect with each. Matches are looked for among
+the first CONTAINS_POSITIONS items (fewer where their places would make more than CONTAINS_BRANCHES branches,
+or, where the items are copied, not named, copies longer than LARGEST_COPIES): an array whose matches come
+later is refused, which narrows what the grammar allows, as the bounds in grammar.py do. Other cases (a
+`contains` beside `prefixItems` or `uniqueItems`, an array that may also be another type, a `maxContains`
+whose failing cannot be written out, an item too large to copy even once per match) stay as written, with
+llguidance's warning.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from typing import Any
 
 from .schema_conditionals import both, ways_to_fail
-from .schema_keywords import is_count, with_subschemas_changed
+from .schema_keywords import is_count, takes_definitions, with_subschemas_changed
 
 CONTAINS_POSITIONS = 8
-# The branches copy the item's schema once per place it takes (36 for 8 positions), and llguidance is handed every
-# copy: an item schema past this many characters of JSON (an array of arrays that each ask `contains`, whose own
-# branches would be copied again) keeps its `contains` as written.
-LARGEST_COPIED_ITEM = 2000
+CONTAINS_BRANCHES = 64  # (the places of 2 matches among 8 items make 28 branches; of 4, 70: looked for among 7)
+# Where the items cannot be named (an `$id` inside), the branches copy the item's schema once per place it takes
+# (36 copies for one match among 8 positions), and llguidance is handed every copy (compiling 70,000 characters
+# of them takes about 0.2 s): matches are looked for among fewer places where the copies would take more
+# characters of JSON than this in all (an array of arrays that each ask `contains`, whose own branches would be
+# copied again).
+LARGEST_COPIES = 72_000
+DEFINITION_PREFIX = "localspec_contains_item"  # (the definitions of matching and other items: see `_named`)
 _CONTAINS_KEYS = {"contains", "minContains", "maxContains"}
 
 
 def contains_as_branches(schema: Any) -> Any:
     """`schema` with every `contains` it holds, at any depth, written as `anyOf` branches where that can be done
-    (see the module's docstring): a new schema, the input untouched."""
+    (see the module's docstring): a new schema, the input untouched. Where definitions can be added to the root
+    and named from anywhere in it, the branches name the items by `$ref` rather than copy them."""
+    definitions: dict[str, Any] | None = {} if takes_definitions(schema, DEFINITION_PREFIX) else None
+    rewritten = _rewritten(schema, definitions)
+    if definitions:
+        rewritten = {**rewritten, "$defs": {**rewritten.get("$defs", {}), **definitions}}
+    return rewritten
+
+
+def _rewritten(schema: Any, definitions: dict[str, Any] | None) -> Any:
     if isinstance(schema, list):
-        return [contains_as_branches(item) for item in schema]
+        return [_rewritten(item, definitions) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    node = with_subschemas_changed(schema, contains_as_branches)
-    branches = _branches(node) if "contains" in node else None
+    node = with_subschemas_changed(schema, lambda subschema: _rewritten(subschema, definitions))
+    branches = _branches(node, definitions) if "contains" in node else None
     if branches is None:
         return node
     kept = {key: value for key, value in node.items() if key not in _CONTAINS_KEYS}
-    return {**kept, "anyOf": branches} if branches else kept
+    if not branches:
+        return kept
+    # The branches hold the array's type, items and bounds: beside them llguidance would intersect every branch with
+    # them again (0.65 s for 21 branches of a ten-value enum; "schema too large" for twenty values).
+    held = {"type", "items"} | {key for key in ("minItems", "maxItems") if is_count(kept.get(key))}
+    return {**{key: value for key, value in kept.items() if key not in held}, "anyOf": branches}
 
 
-def _branches(node: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The arrays `node` takes, one branch per position of the matching item; [] where `contains` asks nothing
-    (`minContains: 0`); None where it is not written out."""
+def _branches(node: dict[str, Any], definitions: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The arrays `node` takes, one branch per set of places of its matching items; [] where `contains` asks
+    nothing (`minContains: 0`, no `maxContains`); None where it is not written out. The matching and other items
+    are named in `definitions` where given, else copied."""
     wanted, least, most = node["contains"], node.get("minContains", 1), node.get("maxContains")
     if (node.get("type") != "array" or not node.keys().isdisjoint({"prefixItems", "anyOf", "uniqueItems"})
-            or not is_count(least) or least > 1 or (most is not None and most != 1)):
+            or not is_count(least) or not (most is None or is_count(most) and most >= least)):
         return None
-    if least == 0:
-        return [] if most is None else None
+    if least == 0 and most is None:
+        return []
     items = node.get("items", True)
     if not isinstance(items, (dict, bool)):
         return None  # (draft 7's list of items: a tuple, whose `contains` is not written out)
-    others = items
-    if most == 1:
+    others = items  # (at least `least` matches: the other items may match too)
+    if most is not None:  # (every match placed: the other items fail)
         failing = ways_to_fail(wanted, items) if isinstance(items, dict) else None
         if not failing:  # (None: its failing cannot be written; []: no item can fail it)
             return None
@@ -67,13 +94,44 @@ def _branches(node: dict[str, Any]) -> list[dict[str, Any]] | None:
     matching = both(items, wanted)
     if matching is False or others is False:
         return None
-    if len(json.dumps(matching)) + len(json.dumps(others)) > LARGEST_COPIED_ITEM:
-        return None
+    matching, others = _named(matching, definitions), _named(others, definitions)
     fewest, longest = node.get("minItems", 0), node.get("maxItems")
+    fewest = fewest if is_count(fewest) else 0
     positions = min(longest, CONTAINS_POSITIONS) if is_count(longest) else CONTAINS_POSITIONS
-    if positions == 0:
-        return None  # (no item at all: nothing matches; llguidance's own reading, with its warning)
+    counts = range(least, (least if most is None else most) + 1)
+    sizes = len(json.dumps(matching)), len(json.dumps(others))
+    while sum(math.comb(positions, count) for count in counts) > CONTAINS_BRANCHES:
+        positions -= 1
+    while positions >= max(least, 1) and _copied(_places(positions, counts), sizes) > LARGEST_COPIES:
+        positions -= 1
+    if positions < max(least, 1):
+        return None  # (no room for the matches, or an item too large to copy: llguidance's reading, its warning)
+    places = _places(positions, counts)
     bound = {"maxItems": longest} if is_count(longest) else {}
-    return [{"type": "array", "prefixItems": [others] * position + [matching], "items": others,
-             "minItems": max(fewest if is_count(fewest) else 0, position + 1), **bound}
-            for position in range(positions)]
+    return [_placed(chosen, matching, others, fewest, bound) for chosen in places]
+
+
+def _named(schema: Any, definitions: dict[str, Any] | None) -> Any:
+    """A `$ref` to `schema`, added to `definitions`; `schema` itself where there are none, or where it is a boolean."""
+    if definitions is None or isinstance(schema, bool):
+        return schema
+    name = f"{DEFINITION_PREFIX}{len(definitions) + 1}"
+    definitions[name] = schema
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _places(positions: int, counts: range) -> list[tuple[int, ...]]:
+    """Every set of places among the first `positions` of as many matching items as `counts` allows."""
+    return [chosen for count in counts for chosen in itertools.combinations(range(positions), count)]
+
+
+def _copied(places: list[tuple[int, ...]], sizes: tuple[int, int]) -> int:
+    """Characters of JSON the branches of `places` copy, for a matching item and another of `sizes`."""
+    return sum(sizes[0] * len(chosen) + sizes[1] * (max(chosen, default=-1) + 2 - len(chosen)) for chosen in places)
+
+
+def _placed(chosen: tuple[int, ...], matching: Any, others: Any, fewest: int, bound: dict[str, Any]) -> dict[str, Any]:
+    """The arrays whose items at the places `chosen` match, the others as `others` says."""
+    prefix = [matching if place in chosen else others for place in range(max(chosen, default=-1) + 1)]
+    return {"type": "array", **({"prefixItems": prefix} if prefix else {}), "items": others,
+            "minItems": max(fewest, len(prefix)), **bound}

@@ -37,6 +37,17 @@ def schemas_in(schema: Any) -> list[dict[str, Any]]:
     return [schema, *(node for child in subschemas(schema) for node in schemas_in(child))]
 
 
+def takes_definitions(schema: Any, prefix: str) -> bool:
+    """Whether definitions named `prefix`… can be added to the root of `schema` and named from anywhere in it:
+    `$defs` free to take them, and no schema inside with an `$id` of its own (where `#/$defs/…` would name its
+    definitions)."""
+    if not isinstance(schema, dict):
+        return False
+    defs = schema.get("$defs", {})
+    return (isinstance(defs, dict) and not any(isinstance(name, str) and name.startswith(prefix) for name in defs)
+            and not any("$id" in node for node in schemas_in(schema) if node is not schema))
+
+
 def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -> Iterator[Any]:
     """The values of `schema`'s keywords that hold schemas (or lists of them), but those in `skipping`: not data
     (`enum`, `required`), and in maps of names to schemas (`properties`), the schemas, not the names."""
