@@ -451,7 +451,12 @@ FREE_OBJECT = {"type": "object"}
     (FREE_OBJECT, '{"a": "b", "b": "a", "c": ["a", "a"]}', False),  # values and items are not keys
     ({"type": "object", "additionalProperties": {"type": "object", "properties": {"x": {}}}},
      '{"a": {"x": 1, "y": 2, "y"', True),  # a listed key beside open ones
-    ({"type": "object", "patternProperties": {"^x": {}}}, '{"x": 1, "x": 2}', False),  # keys a pattern decides
+    # keys by pattern in an object that takes other keys too (was: not held)
+    ({"type": "object", "patternProperties": {"^x": {}}}, '{"x": 1, "y": 2, "x"', True),
+    ({"type": "object", "patternProperties": {"^[a-z]{2}$": {}}, "additionalProperties": {"type": "integer"}},
+     '{"ab": 1, "abc": 2, "ab"', True),
+    ({"type": "object", "patternProperties": {"^[a-z]{2}$": {}}, "additionalProperties": {"type": "integer"}},
+     '{"ab": 1, "abc": 2, "abd"', False),
     ({"type": "object", "properties": {"a": {}}, "additionalProperties": False}, '{"a": 1, "a": 2}', False),
 ])
 def test_the_cursor_finds_a_repeated_key_where_an_object_takes_keys_it_does_not_list(schema: dict, text: str,
@@ -468,6 +473,7 @@ def test_the_cursor_finds_a_repeated_key_where_an_object_takes_keys_it_does_not_
     (bounded_values(RECIPE), False),  # (closed: it lists its properties)
     ({"type": "object", "properties": {"a": FREE_OBJECT}, "additionalProperties": False}, True),
     ({"type": "object", "patternProperties": {"^x": {"type": "string"}}, "additionalProperties": False}, False),
+    ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, True),  # (and any other key)
     ({"type": "object", "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": {"type": "integer"}},
      False),  # (names a grammar might run out of)
 ])
@@ -500,6 +506,21 @@ def test_the_grammar_refuses_a_repeated_key_under_format_json(tiny_pair: tuple[P
         assert quote not in state.allowed() and len(state.allowed()) > 1  # "cat" again: the key must go on
         draft = tokens(model, 's": 3, "cat": 4}')
         assert model.detokenize(draft[:state.validate(draft)]) == 's": 3, "cat'
+
+
+def test_the_grammar_refuses_a_repeated_key_by_pattern_where_other_keys_are_taken(tiny_pair: tuple[Path, Path]) -> None:
+    """A key no pattern takes any more is another key: the one that would close a repeat goes on as one."""
+    schema = {"type": "object", "patternProperties": {"^[a-z]{3}$": {"type": "integer"}},
+              "additionalProperties": {"type": "string"}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    with Model(tiny_pair[0]) as model:
+        quote = tokens(model, '"')[0]
+        state = TokenGrammar.start(model, grammar)
+        state.consume(tokens(model, '{"cat": 1, "ca'))
+        assert quote in state.allowed()  # ("cab" would be new)
+        state.consume(tokens(model, "t"))
+        assert quote not in state.allowed() and len(state.allowed()) > 1  # "cat" again: it goes on, as another key
+        state.consume(tokens(model, 's": "'))
 
 
 def test_a_tools_arguments_hold_their_keys() -> None:

@@ -184,12 +184,12 @@ def integer_range(items: Any) -> IntegerRange | None:
 
 def takes_other_keys(schema: dict[str, Any]) -> bool:
     """Whether an object of `schema` takes keys it does not list, of any name (no `additionalProperties: false`, no
-    `patternProperties`, no `propertyNames`). llguidance writes an object's listed keys at most once each, in order,
-    but lets such other keys repeat: the rule holds them unique, and a key equal to an earlier one can always take
-    another character (where no `propertyNames` bounds them: llguidance leaves it unenforced today, but keys it
-    held to a few names could run out)."""
-    return (not schema.keys() & {"patternProperties", "propertyNames"}
-            and schema.get("additionalProperties", True) is not False)
+    `propertyNames`). llguidance writes an object's listed keys at most once each, in order, but lets such other
+    keys repeat: the rule holds them unique, and a key equal to an earlier one can always take another character
+    (where no `propertyNames` bounds them: llguidance leaves it unenforced today, but keys it held to a few names
+    could run out). Keys by `patternProperties` are such keys too where other keys are taken: a key that no pattern
+    takes any more is another key (llguidance reads `additionalProperties` as every key no pattern matches)."""
+    return "propertyNames" not in schema and schema.get("additionalProperties", True) is not False
 
 
 class SchemaPlaces:
