@@ -45,6 +45,8 @@ def array(**keywords: Any) -> dict[str, Any]:
     array(contains=CHAIR, minContains=0, maxContains=0),  # none
     array(contains={"type": "object", "properties": {"role": {"enum": ["chair", "guest"]}}}, minItems=2),
     {"type": "array", "contains": {"type": "integer", "minimum": 5}, "items": {"type": "integer"}, "maxItems": 3},
+    {"type": "array", "contains": {"type": "integer", "minimum": 5}, "items": {"type": "integer"}, "maxItems": 4,
+     "minContains": 2, "maxContains": 2},  # every other item below the range
 ])
 def test_the_grammar_takes_exactly_the_arrays_the_schema_validates(schema: dict[str, Any]) -> None:
     from llguidance import LLMatcher

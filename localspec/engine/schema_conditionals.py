@@ -11,11 +11,14 @@ llguidance does not implement `if`/`then`/`else`, `dependentRequired`, `dependen
     if I then T else E              anyOf [allOf [I, T], allOf [not I, E]]
 
 `not I` (llguidance does not implement `not` either) is written out where `I` asks only that properties
-be present (`required`) or hold listed values (`const`, `enum`) whose alternatives the object's own
-schema lists (its `enum` or `const`, or `type: boolean`): I fails where one of its required properties is
-missing, or where one of its properties is present with a value it does not list. Elsewhere, and where the
-cases would multiply past MOST_CASES, the conditional stays as written (with llguidance's warning). The
-branches are exact: they let through what the schema validates, no more and no less.
+be present (`required`), hold listed values (`const`, `enum`) whose alternatives the object's own schema
+lists (its `enum` or `const`, or `type: boolean`), or hold numbers in a range (`minimum`, `maximum`,
+`exclusiveMinimum`, `exclusiveMaximum`): I fails where one of its required properties is missing, where
+one of its properties is present with a value it does not list, or with a number below or above its
+range (a value that is no number passes a range). A `type` in I is written out where the schema it
+applies to holds it already (an `integer` property asked to be an `integer` or a `number`). Elsewhere,
+and where the cases would multiply past MOST_CASES, the conditional stays as written (with llguidance's
+warning). The branches are exact: they let through what the schema validates, no more and no less.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from .schema_keywords import ANNOTATIONS, CASES_COMMENT, json_identity, json_typ
 # more per `if`): with 64 (six dependencies) it compiles in 30 ms and writes an object no slower than with one
 # case (measured over bytes); beyond that the conditionals are left as written, with llguidance's warning.
 MOST_CASES = 64
-_CONDITION_KEYS = {"properties", "required", "type"} | ANNOTATIONS
+# A range's bounds, each with the bound a number fails it by: below `minimum` (exclusiveMaximum), and so on.
+_OPPOSITE_BOUNDS = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum", "maximum": "exclusiveMinimum",
+                    "exclusiveMaximum": "minimum"}
+_CONDITION_KEYS = {"properties", "required", "type"} | _OPPOSITE_BOUNDS.keys() | ANNOTATIONS
 _PLAIN_CASE_KEYS = {"properties", "required", "type", "enum", "const", "allOf"} | ANNOTATIONS
 _ABSENT = False  # a property's schema that no value satisfies: the property cannot be present
 
@@ -112,17 +118,21 @@ def _if_cases(node: dict[str, Any]) -> list[Any] | None:
 
 
 def ways_to_fail(condition: Any, node: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Schemas whose union is exactly the values that fail `condition`, where it asks only for required
-    properties and listed values of properties (see the module's docstring); None elsewhere."""
+    """Schemas whose union is exactly the values of `node` that fail `condition`, where it asks only for
+    required properties, listed values of properties and ranges (see the module's docstring); None elsewhere."""
     if not isinstance(condition, dict) or not condition.keys() <= _CONDITION_KEYS:
         return None
     properties, required = condition.get("properties", {}), condition.get("required", [])
     if not isinstance(properties, dict) or not (isinstance(required, list)
                                                 and all(isinstance(name, str) for name in required)):
         return None
-    if "type" in condition and not (condition["type"] == "object" == node.get("type")):
+    if "type" in condition and not _type_holds(condition["type"], node):
         return None  # (a value of another type fails a type: not written out)
+    out_of_range = _out_of_range(condition)
+    if out_of_range is None:
+        return None
     ways: list[dict[str, Any]] = [{"type": "object", "properties": {name: _ABSENT}} for name in required]
+    ways += out_of_range
     for name, wanted in properties.items():
         way = _other_value(name, wanted, node)
         if way is None:
@@ -139,6 +149,13 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str,
     if wanted is False:
         return [{"type": "object", "required": [name]}]
     own = node.get("properties")
+    if isinstance(wanted, dict) and wanted.keys() & _OPPOSITE_BOUNDS and wanted.keys() <= _CONDITION_KEYS - {
+            "properties", "required"}:
+        if "type" in wanted and not (isinstance(own, dict) and _type_holds(wanted["type"], own.get(name))):
+            return None
+        out_of_range = _out_of_range(wanted)
+        return None if out_of_range is None else [
+            {"type": "object", "required": [name], "properties": {name: way}} for way in out_of_range]
     listed = _values(wanted)
     allowed = _values(own.get(name), boolean_type=True) if isinstance(own, dict) else None
     if listed is None or allowed is None:
@@ -146,6 +163,25 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str,
     wanted_identities = {json_identity(value) for value in listed}
     rest = [value for value in allowed if json_identity(value) not in wanted_identities]
     return [{"type": "object", "required": [name], "properties": {name: {"enum": rest}}}] if rest else []
+
+
+def _out_of_range(condition: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The numbers that fail `condition`'s range, one schema per bound; None where a bound is not a number."""
+    ways = []
+    for bound, opposite in _OPPOSITE_BOUNDS.items():
+        if bound in condition:
+            limit = condition[bound]
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
+                return None
+            ways.append({"type": "number", opposite: limit})
+    return ways
+
+
+def _type_holds(kind: Any, schema: Any) -> bool:
+    """Whether every value `schema` allows is of JSON type `kind`: its own `type` is that one (or `integer`, where
+    `kind` is `number`)."""
+    own = schema.get("type") if isinstance(schema, dict) else None
+    return isinstance(kind, str) and isinstance(own, str) and (own == kind or (kind, own) == ("number", "integer"))
 
 
 def _values(schema: Any, boolean_type: bool = False) -> list[Any] | None:
