@@ -235,6 +235,20 @@ def test_every_folder_and_file_is_private_whichever_call_makes_it(tmp_path: Path
     assert_private(shared)
 
 
+def test_a_folder_its_owner_made_read_only_stays_so(tmp_path: Path) -> None:
+    """(was: made writable again, without a word, by the next document added)"""
+    store = MemoryStore(tmp_path / "memory")
+    store.add(document(1), "run")
+    os.chmod(store.root / "segments", 0o550)
+    os.chmod(store.root, 0o555)
+    try:
+        store.add(document(2), "run")  # (as root, written all the same: the modes are what is checked)
+        assert modes(store.root)["."] == 0o500 and modes(store.root)["segments"] == 0o500  # others' bits gone
+    finally:
+        os.chmod(store.root, 0o700)
+        os.chmod(store.root / "segments", 0o700)
+
+
 def test_eviction_keeps_the_newest_documents_within_max_tokens(tmp_path: Path) -> None:
     lengths = [30, 25, 40, 20, 35, 30, 45, 20]
     store = MemoryStore(tmp_path, max_tokens=120)
@@ -294,6 +308,8 @@ def test_damaged_usage_counters_are_reported_and_start_again(tmp_path: Path, tex
         usage.write_text(text)
     assert store.stats()["lookups"] == 0
     assert len(store.problems) == 1 and problem in store.problems[0] and "usage.json: damaged" in store.problems[0]
+    after = MemoryStore(tmp_path)
+    assert after.stats()["lookups"] == 0 and after.problems == []  # (was: reported by every `memory stats`)
     store.record_use(lookups=2, hits=1, proposed=3, accepted=3)
     assert len(store.problems) == 1  # (said once)
     again = MemoryStore(tmp_path)
@@ -492,6 +508,62 @@ def test_damage_a_background_merge_finds_is_noted_once(tmp_path: Path) -> None:
     memory.close()
     assert len(notes) == 1 and "checksum does not match" in notes[0] and generation.name in notes[0]
     assert "table gone" not in notes[0]  # (the table was read: it and the tokens disagree)
+
+
+def test_a_segment_of_another_format_is_reported_and_left_out(tmp_path: Path) -> None:
+    compacted_store(tmp_path)
+    name = MemoryStore(tmp_path).add(document(5), "run")
+    path = tmp_path / "segments" / f"{name}.seg"
+    path.write_bytes(path.read_bytes().replace(b'"format": 1', b'"format": 2'))
+    assert_reported_once_then_repaired(tmp_path, f"{name}.seg", [1, 2, 3, 4])  # (was: read as if it were 1)
+    assert not found(MemoryStore(tmp_path).index(), document(5))
+
+
+def test_a_file_where_the_segments_folder_goes_is_reported_and_replaced(tmp_path: Path) -> None:
+    """(was: every `run` said the memory was off, `memory add` failed, and `memory list` said nothing)"""
+    compacted_store(tmp_path)
+    shutil.rmtree(tmp_path / "segments")
+    (tmp_path / "segments").write_text("x")
+    store = MemoryStore(tmp_path)
+    assert store.documents() and len(store.problems) == 1 and "segments: damaged (not a folder)" in store.problems[0]
+    assert store.add(document(7), "run") is not None
+    assert found(MemoryStore(tmp_path).index(), document(7)) and MemoryStore(tmp_path).problems == []
+
+
+def test_a_clear_while_a_document_is_written_drops_it_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: an InputError, which turns a chat's or a server's memory off for the rest of its session)"""
+    from localspec.app import memory_store
+
+    store = MemoryStore(tmp_path)
+    store.add(document(1), "run")
+    write = memory_store._save_bytes
+
+    def write_then_clear(path: Path, data: bytes) -> None:
+        write(path, data)
+        MemoryStore(tmp_path).clear()
+
+    monkeypatch.setattr(memory_store, "_save_bytes", write_then_clear)
+    assert store.add(document(2), "run") is None
+    monkeypatch.undo()
+    index = MemoryStore(tmp_path).index()
+    assert not found(index, document(1)) and not found(index, document(2))
+
+
+def test_a_session_left_open_stops_drafting_from_what_another_process_removed(tmp_path: Path) -> None:
+    """(was: its index kept until it added a document itself: a chat left open drafted from removed text)"""
+    from localspec.app.memory import SessionMemory
+
+    MemoryStore(tmp_path).add(document(1), "chat", tag="conversation:1")
+    MemoryStore(tmp_path).add(document(2), "chat", tag="conversation:2")
+    memory = SessionMemory(lambda: MemoryStore(tmp_path))
+    assert found(memory.index(), document(1)) and found(memory.index(), document(2))
+    MemoryStore(tmp_path).remove("conversation:1")  # `history remove 1`, elsewhere
+    assert not found(memory.index(), document(1)) and found(memory.index(), document(2))
+    MemoryStore(tmp_path).clear()  # `memory clear`, elsewhere
+    assert not found(memory.index(), document(2))
+    MemoryStore(tmp_path).add(document(3), "run")  # another process's run: found too
+    assert found(memory.index(), document(3))
+    memory.close()
 
 
 def test_a_damaged_segment_is_reported_and_left_out(tmp_path: Path) -> None:

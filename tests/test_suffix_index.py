@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from localspec.engine.suffix_index import (
     MAX_OCCURRENCES,
+    SCAN_LIMIT,
     SEPARATOR,
     MultiIndex,
     Proposal,
@@ -173,6 +174,20 @@ def test_occurrences_kept_are_the_latest_when_there_are_many() -> None:
     match = SuffixIndex.of_documents(documents).longest_match([7, 8, 9], 3, 3)
     assert match is not None and match.count == 200
     assert match.positions.tolist() == [5 * i + 3 for i in range(200 - MAX_OCCURRENCES, 200)]
+
+
+def test_a_lookup_examines_at_most_scan_limit_occurrences_over_every_match_length(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # every document ends with a tail of the same 12 tokens: at every length each occurrence is followed by a
+    # separator (was: up to 65,536 occurrences read at each length, 3-4 ms at 3M tokens)
+    tail = list(range(100, 112))
+    index = SuffixIndex.of_documents([[i % 50, *tail[-(4 + i % 9):]] for i in range(3 * SCAN_LIMIT)])
+    examined = []
+    read = SuffixIndex._followed_positions
+    monkeypatch.setattr(SuffixIndex, "_followed_positions",
+                        lambda self, lo, hi: examined.append(hi - lo) or read(self, lo, hi))
+    assert index.longest_match(tail, 4, 12) is None
+    assert len(examined) > 1 and sum(examined) == SCAN_LIMIT
 
 
 def test_a_continuation_never_crosses_a_separator() -> None:

@@ -74,6 +74,7 @@ class SessionMemory:
         self._open_memory = open_memory
         self._store: MemoryStore | None = None
         self._index: MultiIndex | None = None
+        self._version: Any = None  # the store's `version()` when `_index` was read
         self.notes = notes
         self.use = MemoryUse()
         self.failed = False  # the store failed once: no memory for the rest of the session
@@ -82,8 +83,12 @@ class SessionMemory:
         self._last_stored: dict[str | None, list[int]] = {}  # tag -> the tokens the last document continued
 
     def index(self) -> TokenMemory | None:
-        """What the memory holds now (read again after this session adds to it); None when it failed."""
-        if self._index is None:
+        """What the memory holds now (read again whenever a process, this one or another, has added to it or
+        removed from it: `history remove` and `memory clear` take effect in a chat left open); None when it
+        failed."""
+        version = self._using_store(lambda store: store.version())
+        if self._index is None or version != self._version:
+            self._version = version
             self._index = self._using_store(lambda store: store.index())
         return self._index
 

@@ -90,6 +90,10 @@ def _unreadable(path: Path, exc: OSError) -> LocalspecError:
     return LocalspecError(f"{path}: cannot be read ({exc.strerror or exc}); the memory is left as it is")
 
 
+class _Cleared(Exception):
+    """A segment's temporary file vanished while it was written: a `clear()` emptied the memory meanwhile."""
+
+
 class _Replaced(Exception):
     """A file vanished while it was read: a compaction replaced it. Read again."""
 
@@ -171,12 +175,15 @@ class MemoryStore:
         }
         name = _new_name("seg")
         self._make_root()
+        self._replace_what_is_no_segments_folder()
         _make_private_folder(self._segments)
         encoded = json.dumps(header).encode("utf-8")
         try:
             with atomic_path(self._segments / f"{name}.seg", private=True) as temporary:
                 _save_bytes(temporary, SEGMENT_MAGIC + len(encoded).to_bytes(4, "little") + encoded + data)
-        except FileNotFoundError:  # the temporary file was deleted under it: cleared, this document with the rest
+                if not temporary.exists():
+                    raise _Cleared()
+        except (FileNotFoundError, _Cleared):  # the temporary file was deleted under it: cleared, with the rest
             return None
         if compact and self.needs_compaction():
             self.compact(block=False, when_needed=True)
@@ -209,6 +216,18 @@ class MemoryStore:
         parts = [SuffixIndex(base.tokens, base.suffixes), recent]
         return MultiIndex(parts, names=[str(self.root / (base.generation or "base")), str(self._segments)])
 
+    def version(self) -> tuple[Any, ...]:
+        """What changes whenever documents are added or removed, by any process: the base's pointer file
+        (replaced by every merge, removal or clear) and the segments' folder (a file added or deleted)."""
+        stamps = []
+        for path in (self._pointer, self._segments):
+            try:
+                status = path.stat()
+                stamps.append((status.st_ino, status.st_mtime_ns, status.st_size))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
+
     def documents(self) -> list[dict[str, Any]]:
         """Every document kept, oldest first: source, tag, tokens (how many), added (a Unix time)."""
         listed = self._listed()
@@ -231,6 +250,8 @@ class MemoryStore:
     def stats(self) -> dict[str, Any]:
         """Tokens and documents kept (in all, and by source), bytes on disk, and the usage counters."""
         documents = self.documents()
+        if self._usage()[1]:  # damaged: reported, and written again from 0 so that it is reported once
+            self.record_use(0, 0, 0, 0)
         by_source: dict[str, dict[str, int]] = {}
         for document in documents:
             entry = by_source.setdefault(document["source"], {"documents": 0, "tokens": 0})
@@ -241,7 +262,7 @@ class MemoryStore:
             "documents": len(documents),
             "by_source": by_source,
             "bytes": _bytes_under(self.root),
-            **self._usage(),
+            **self._usage()[0],
         }
 
     # Usage counters -------------------------------------------------------------------------------------------------
@@ -252,7 +273,7 @@ class MemoryStore:
         self._make_lock_file(path)
         try:
             with locked(path, timeout_s=USAGE_LOCK_TIMEOUT_S):
-                counts = self._usage()
+                counts = self._usage()[0]
                 for key, value in zip(USAGE_KEYS, (lookups, hits, proposed, accepted)):
                     counts[key] += int(value)
                 if path.is_dir() and not path.is_symlink():  # (a folder made there: damage, reported by `_usage`)
@@ -261,8 +282,9 @@ class MemoryStore:
         except LocalspecError as exc:
             self._report(f"{path}: usage not counted ({exc})", repair=False)
 
-    def _usage(self) -> dict[str, int]:
-        """The usage counters; damaged ones (not JSON, not counts) are reported and start again from 0."""
+    def _usage(self) -> tuple[dict[str, int], bool]:
+        """The usage counters, and whether they were damaged (not JSON, not counts): then reported, and they start
+        again from 0."""
         path = self.root / USAGE
         value, problem = read_cache_json(path)
         if problem is not None and path.is_dir():
@@ -275,7 +297,7 @@ class MemoryStore:
             problem = f"{wrong[0]} is not a count"
         if problem is not None:
             self._report(f"{path}: damaged ({problem}); the usage counts start again from 0", repair=False)
-        return {key: value[key] if _is_count(value.get(key)) else 0 for key in USAGE_KEYS}
+        return {key: value[key] if _is_count(value.get(key)) else 0 for key in USAGE_KEYS}, problem is not None
 
     # Compaction, removal --------------------------------------------------------------------------------------------
 
@@ -570,6 +592,7 @@ class MemoryStore:
         try:
             files = os.listdir(self._segments)
         except OSError:
+            self._replace_what_is_no_segments_folder()
             return []
         return sorted(name[:-4] for name in files if name.endswith(".seg") and _NAME.fullmatch(name[:-4]))
 
@@ -657,6 +680,14 @@ class MemoryStore:
             yield True
         finally:
             lock.release()
+
+    def _replace_what_is_no_segments_folder(self) -> None:
+        """Delete a file (or anything but a folder) where the segments' folder goes, reported: damage, which no
+        document could otherwise be added past (the folder is made again by the next one added)."""
+        path = self._segments
+        if (path.is_symlink() or path.exists()) and not path.is_dir():
+            self._report(f"{path}: damaged (not a folder); replaced by an empty one", repair=False)
+            _delete(path)
 
     def _sweep_temporaries(self, older_than_s: float = STALE_TEMPORARY_S) -> None:
         """Delete temporary files and folders that processes killed mid-write left behind: a base being written
@@ -759,6 +790,8 @@ def _segment_header(raw: bytes) -> dict[str, Any]:
         valid = False
     if not valid:
         raise _Damaged("header unreadable")
+    if header.get("format") != FORMAT_VERSION:
+        raise _Damaged(f"format {json.dumps(header.get('format'))}, where this localspec reads {FORMAT_VERSION}")
     return header
 
 
@@ -869,10 +902,20 @@ def _open_private(path: Path) -> Any:
 
 
 def _make_private_folder(folder: Path) -> None:
-    """`folder` created if needed (its parent must exist), its mode FOLDER_MODE whether it is new or not."""
-    folder.mkdir(mode=FOLDER_MODE, exist_ok=True)
-    if stat.S_IMODE(folder.stat().st_mode) != FOLDER_MODE:
-        os.chmod(folder, FOLDER_MODE)
+    """`folder` created if needed (its parent must exist) with mode FOLDER_MODE; one there already loses what it
+    grants others (group, other) and keeps what it grants its owner: a folder its owner made read-only stays so,
+    and the memory is then off (see `SessionMemory`)."""
+    try:
+        folder.mkdir(mode=FOLDER_MODE)
+        created = True
+    except FileExistsError:
+        if not folder.is_dir():
+            raise
+        created = False
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    wanted = FOLDER_MODE if created else mode & ~0o077  # (a new one: as wanted whatever the umask took away)
+    if mode != wanted:
+        os.chmod(folder, wanted)
 
 
 def _is_count(value: Any) -> bool:

@@ -29,7 +29,10 @@ import pydivsufsort
 
 SEPARATOR = -1  # ends every document; contexts never hold it and no continuation crosses it
 MAX_OCCURRENCES = 64  # a match keeps this many occurrences, the latest (later text is more recent)
-SCAN_LIMIT = 1 << 16  # occurrences of one match examined at most (the first in suffix order beyond it)
+# Occurrences a lookup examines at most, over all the match lengths it tries (the first in suffix order of each):
+# a context of one token repeated, or a tail that thousands of documents end with (each occurrence followed by
+# a separator, at every length), would otherwise have it read hundreds of thousands (1.4–4 ms at 3M tokens).
+SCAN_LIMIT = 1 << 12
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Match:
 
     `positions`: forward positions just after each occurrence (where its
     continuation starts), ascending, the latest `MAX_OCCURRENCES`; `count`: how
-    many such occurrences there are (of at most `SCAN_LIMIT` examined).
+    many such occurrences there are (of at most `SCAN_LIMIT` examined per lookup).
     """
 
     length: int
@@ -179,10 +182,13 @@ class SuffixIndex:
         backwards = _backwards_tail(context, max_length)
         if len(backwards) < min_length or self._size == 0:
             return None
+        budget = SCAN_LIMIT
         for depth, lo, hi in reversed(self._intervals(backwards)):
-            if depth < min_length:
+            if depth < min_length or budget <= 0:
                 break
-            after = self._followed_positions(lo, hi)
+            examined = min(hi - lo, budget)
+            budget -= examined
+            after = self._followed_positions(lo, lo + examined)
             if after.size:
                 return Match(depth, after[-MAX_OCCURRENCES:], int(after.size))
         return None
@@ -241,7 +247,7 @@ class SuffixIndex:
 
     def _followed_positions(self, lo: int, hi: int) -> np.ndarray:
         """Forward positions just after the occurrences in entries lo..hi-1 followed by a token (no separator), ascending."""
-        starts = np.asarray(self._suffixes[lo : min(hi, lo + SCAN_LIMIT)], dtype=np.int64)
+        starts = np.asarray(self._suffixes[lo:hi], dtype=np.int64)
         after = self._size - starts
         after = after[(after > 0) & (after < self._size)]  # always so for a sound suffix array
         after = after[self._tokens[after] != SEPARATOR]
