@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -154,6 +156,21 @@ def test_bad_grammar_file_and_bad_inline_schema_and_regex(tmp_path: Path) -> Non
 
 
 # -- run on the tiny pair ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # (a process of its own: what it tests would end the test run's)
+def test_a_schema_chaining_many_refs_is_an_error_not_the_end_of_the_process(tiny_args: list[str],
+                                                                             tmp_path: Path) -> None:
+    """llguidance compiles by recursion in native code: 1,200 chained `$ref`s overflowed the stack (SIGSEGV,
+    nothing said; through `serve`, one request ended the server)."""
+    n = 1200
+    definitions = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"type": "integer"}]} for i in range(n)}
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps({"$defs": {**definitions, f"d{n}": {"type": "integer"}}, "$ref": "#/$defs/d0"}))
+    done = subprocess.run([sys.executable, "-m", "localspec", "run", *tiny_args, "--max-tokens", "3",
+                           "--json-schema", str(chain), "the cat"], capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1, 2), done  # (was: -11)
+    assert "Traceback" not in done.stderr
 
 
 def test_run_output_parses_validates_and_is_the_same_with_and_without_speculation(

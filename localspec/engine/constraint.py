@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import InputError, LocalspecError, OutputFormatError
 from ..runtime.model import Model
+from .deep_stack import on_a_deep_stack
 from .grammar import TOO_MUCH_FORCED
 from .unique_items import UniqueItems
 
@@ -54,7 +55,8 @@ class TokenGrammar:
         """A fresh matcher for `grammar` (an llguidance grammar string) over `model`'s vocabulary."""
         from llguidance import LLMatcher
 
-        matcher = LLMatcher(model.grammar_tokenizer(), grammar, log_level=0)
+        tokenizer = model.grammar_tokenizer()
+        matcher = on_a_deep_stack(lambda: LLMatcher(tokenizer, grammar, log_level=0))  # (it compiles: see there)
         if matcher.is_error():
             raise InputError(f"the output format cannot be used: {_first_line(matcher.get_error())}")
         unique = UniqueItems.for_grammar(grammar, model)

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
+from .deep_stack import on_a_deep_stack
 from .key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
 from .schema_keywords import (
     ANNOTATIONS, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types,
@@ -218,7 +219,12 @@ class CompiledGrammar:
 
 
 def compile_format(fmt: OutputFormat) -> CompiledGrammar:
-    """Compile and check `fmt`; an invalid schema, grammar or regex raises InputError (one line)."""
+    """Compile and check `fmt`; an invalid schema, grammar or regex raises InputError (one line). On a deep stack
+    (see deep_stack.py): llguidance's compiling recurses in native code."""
+    return on_a_deep_stack(lambda: _compile_format(fmt))
+
+
+def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     from llguidance import LLMatcher
 
     notes: list[str] = []
@@ -304,7 +310,7 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     try:
         schema = parse_schema(fmt.source, fmt.origin)
         refuse_unusable_schema(schema, _name(fmt))
-        fitted = fitted_schema(schema)
+        fitted = _fitted_schema(schema)  # (compile_format runs on a deep stack already)
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
     except ValueError as exc:
@@ -328,6 +334,11 @@ class FittedSchema(NamedTuple):
 
 
 def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
+    """`_fitted_schema(schema)` on a deep stack (see deep_stack.py): llguidance's compiling recurses in native code."""
+    return on_a_deep_stack(lambda: _fitted_schema(schema))
+
+
+def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     """`bounded_values(schema)` where llguidance takes it (with uniqueItems spelled out up to
     SPELLED_OUT_ORDERINGS orderings, else without), else the schema as written (a pattern that asks for
     longer strings than the bound, say, or the schema's own error, for the caller to report), each
