@@ -25,6 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
 from ..textin import clean_text
+from .template_sandbox import BoundedSandbox
 
 # Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
 _C_WHITESPACE = " \t\n\v\f\r"
@@ -39,23 +40,6 @@ def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
 
 
 MAX_RENDERED_CHARS = 16 * 2**20  # far beyond any context; a template writing more is looping on purpose
-_MAX_REPEATED = 2**20  # the longest text or list `*` may make (`'a' * 10**9` would take a gigabyte)
-
-
-class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, with repetition (`*`) and powers (`**`) kept small: a template from a
-    downloaded file must not fill the memory."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*" and any(isinstance(side, (str, list, tuple)) for side in (left, right)):
-            sequence, count = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
-            if isinstance(count, int) and len(sequence) * count > _MAX_REPEATED:
-                raise TemplateError(f"the template repeats a value to more than {_MAX_REPEATED} items")
-        if operator == "**" and isinstance(right, (int, float)) and abs(right) > 1024:
-            raise TemplateError("the template raises a number to too large a power")
-        return super().call_binop(context, operator, left, right)
 
 
 # The most lines a template's own code may run in one rendering: its loops, a few thousand lines for a
@@ -93,7 +77,7 @@ def _step_budget(limit: int) -> Iterator[None]:
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
