@@ -125,10 +125,10 @@ def test_a_file_that_does_not_say_whether_bos_is_added_gets_llama_cpps_default(
 
 def test_one_changed_token_text_is_found(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
-    changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab, changed_token_id=100)
+    changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab, changed_token_id=270)
     report = check_compatible(VocabInfo.from_header(read_gguf_header(tiny_pair[0])), VocabInfo.from_header(read_gguf_header(changed)))
     failure = report.first_failure
-    assert failure is not None and failure.name == "token texts" and "token 100 differs" in failure.detail
+    assert failure is not None and failure.name == "token texts" and "token 270 differs" in failure.detail
 
 
 @pytest.mark.slow
@@ -180,6 +180,10 @@ def test_a_header_with_a_nonsense_alignment_is_corrupt_not_a_crash(tmp_path: Pat
     ({"block_count": 0}, "llama.block_count is 0: llama.cpp takes 1 to 512 layers"),
     ({"block_count": 600}, "llama.block_count is 600: llama.cpp takes 1 to 512 layers"),
     ({"rms_epsilon": float("nan")}, "llama.attention.layer_norm_rms_epsilon is nan: not a finite number of 0 or more"),
+    # (were: an abort on loading, or on the first text holding a "Q", as an uncaught C++ exception)
+    ({"tokenizer_model": "none"}, 'tokenizer.ggml.model is "none": llama.cpp has no tokenizer for its text'),
+    ({"replaced_tokens": {262: "<0x41>"}}, "tokens 68 and 262 are both '<0x41>' (llama.cpp takes one text per token)"),
+    ({"replaced_tokens": {3 + ord("Q"): "Qz"}}, "its SentencePiece vocabulary has no token <0x51> for that byte"),
 ])
 def test_a_header_llama_cpp_would_abort_on_is_corrupt_not_a_crash(tmp_path: Path, header: dict, message: str) -> None:
     """llama.cpp asserts on these while loading: the process aborted (SIGABRT, a debugger's backtrace)."""
@@ -189,7 +193,21 @@ def test_a_header_llama_cpp_would_abort_on_is_corrupt_not_a_crash(tmp_path: Path
     n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 8
     path = write_model(tmp_path / "odd.gguf", random_weights(n_vocab, seed=1), n_vocab=n_vocab, **header)
     result = cli("run", "--target", str(path), "--raw", "--max-tokens", "2", "the cat")
-    assert result.exit_code == 2 and result.stderr.strip() == f"error: {path}: corrupt GGUF header ({message})"
+    assert result.exit_code == 2 and result.stderr.strip().startswith(f"error: {path}: corrupt GGUF header ({message}")
+
+
+@pytest.mark.slow  # (a process of its own: what it tests ends the process)
+def test_an_abort_inside_llama_cpp_while_loading_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """A WordPiece tokenizer over this vocabulary: llama.cpp's GGML_ABORT on loading (was: ggml's backtrace)."""
+    from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
+
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 8
+    path = write_model(tmp_path / "odd.gguf", random_weights(n_vocab, seed=1), n_vocab=n_vocab, tokenizer_model="bert")
+    command = [sys.executable, "-m", "localspec", "run", "--target", str(path), "--raw", "--max-tokens", "2", "the cat"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done
+    assert lines[0].startswith("error: llama.cpp aborted:") and lines[0].endswith(f"; while loading {path}")
 
 
 def test_failed_quantize_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -304,10 +304,10 @@ def test_check_finds_one_changed_token(tmp_path: Path, tiny_pair: tuple[Path, Pa
     from localspec.models.gguf import read_gguf_header
 
     n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
-    changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=9), n_vocab=n_vocab, changed_token_id=100)
+    changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=9), n_vocab=n_vocab, changed_token_id=270)
     write_user_profile("tok", f'[target]\npath = "{tiny_pair[0]}"\n[draft]\npath = "{changed}"\n')
     result = cli("profile", "check", "tok")
-    assert result.exit_code == 1 and "token 100 differs" in result.output
+    assert result.exit_code == 1 and "token 270 differs" in result.output
     assert result.output.count("pass") == 4
 
 

@@ -119,10 +119,13 @@ def write_model(
     special_pieces: Sequence[tuple[str, int]] = (),
     block_count: int = N_LAYER,
     rms_epsilon: float = 1e-5,
+    replaced_tokens: dict[int, str] | None = None,
 ) -> Path:
-    """Write a GGUF file for `weights` with the tiny vocabulary (`block_count` and `rms_epsilon` as the header
-    says them, for tests of odd files)."""
+    """Write a GGUF file for `weights` with the tiny vocabulary (`block_count`, `rms_epsilon` and token texts
+    `replaced_tokens` as the header says them, for tests of odd files)."""
     tokens, types = vocabulary(n_vocab, changed_token_id, space_token, special_pieces)
+    for number, text in (replaced_tokens or {}).items():
+        tokens[number] = text
     writer = GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     if isinstance(context_length, str):  # a header llama.cpp would refuse, for tests of odd files

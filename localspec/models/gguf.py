@@ -240,6 +240,7 @@ def _parse(data: bytes, path: Path, file_size: int) -> GGUFHeader:
         )
     if tensors:  # (a model's: llama.cpp would load it)
         _check_hyperparameters(metadata)
+        _check_vocabulary(metadata)
     return GGUFHeader(path, version, metadata, tensors, data_offset, file_size)
 
 
@@ -269,3 +270,27 @@ def _check_hyperparameters(metadata: dict[str, Any]) -> None:
         raise ValueError(f"{arch}.expert_count is {experts}: llama.cpp takes at most {LLAMA_MAX_EXPERTS}")
     if used is not None and used > (experts or 0):
         raise ValueError(f"{arch}.expert_used_count is {used}, more than the {experts or 0} experts")
+
+
+def _check_vocabulary(metadata: dict[str, Any]) -> None:
+    """ValueError for a vocabulary llama.cpp asserts on (an abort, or an uncaught C++ exception, on loading or on
+    some text): no tokenizer at all, two tokens of one text, a SentencePiece vocabulary without a way to spell a
+    byte it does not hold (`<0x51>`, or the byte itself)."""
+    model, tokens = metadata.get("tokenizer.ggml.model"), metadata.get("tokenizer.ggml.tokens")
+    if model == "none":
+        raise ValueError('tokenizer.ggml.model is "none": llama.cpp has no tokenizer for its text')
+    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
+        return  # (a vocabulary of another shape: read, and reported, where it is used)
+    seen = set(tokens)
+    if len(seen) < len(tokens):
+        first: dict[str, int] = {}
+        for number, token in enumerate(tokens):
+            if token in first:
+                raise ValueError(f"tokens {first[token]} and {number} are both {token!r} (llama.cpp takes one text"
+                                 " per token)")
+            first[token] = number
+    if model == "llama":
+        for byte in range(256):
+            if f"<0x{byte:02X}>" not in seen and (byte > 0x7F or chr(byte) not in seen):
+                raise ValueError(f"its SentencePiece vocabulary has no token <0x{byte:02X}> for that byte (llama.cpp"
+                                 " would end the process on text that needs it)")

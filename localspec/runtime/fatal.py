@@ -22,9 +22,10 @@ _state: dict = {"callback": None, "explain": None}
 _hooks: list[Callable[[], str | None]] = []
 
 
-def install(explain: Callable[[str], str | None]) -> None:
-    """Route ggml's aborts through `_on_abort`; `explain` turns a known message into one clear line."""
-    _state["explain"] = explain
+def install(explain: Callable[[str], str | None] | None = None) -> None:
+    """Route ggml's aborts through `_on_abort`; `explain` (where given) turns a known message into one clear line."""
+    if explain is not None:
+        _state["explain"] = explain
     if _state["callback"] is None:
         library = ggml()
         library.ggml_set_abort_callback.restype = ctypes.c_void_p

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import ctypes
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, Iterator, Sequence, TypeVar
 
 import numpy as np
 
 from ..errors import LocalspecError
 from ..settings import ALL_LAYERS, ModelSettings
-from . import rpc
+from . import fatal, rpc
 from .chat_template import SpecialTexts
 from .devices import gpu_devices
 from .grammar_vocab import build_grammar_tokenizer
@@ -41,6 +42,18 @@ from .library import (
 from .placement import Placement, parse_load_log
 
 SEQ_ID = 0
+
+
+@contextmanager
+def _named_if_it_aborts(path: Path) -> Iterator[None]:
+    """Within the block, an abort inside llama.cpp (an assertion on a malformed file's header, which no Python code
+    survives) ends the process with one line naming `path` (fatal.py), not ggml's backtrace."""
+    fatal.install()
+    unregister = fatal.on_fatal(lambda: f"while loading {path}")
+    try:
+        yield
+    finally:
+        unregister()
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -141,7 +154,7 @@ class Vocabulary(_Freed):
         params.vocab_only = True
         params.n_gpu_layers = 0
         clear_errors()
-        with captured_log(), interrupts_held():
+        with captured_log(), interrupts_held(), _named_if_it_aborts(self.path):
             self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
         if not self._model:
             raise LocalspecError(
@@ -201,7 +214,7 @@ class Model(_Freed):
         if devices is not None:  # NULL-terminated; kept alive until the load returns
             model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         clear_errors()
-        with captured_log() as load_log, interrupts_held():
+        with captured_log() as load_log, interrupts_held(), _named_if_it_aborts(self.path):
             self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
