@@ -250,6 +250,8 @@ def test_user_profile_overrides_shipped_one(pair: tuple[str, str]) -> None:
     assert removed.exit_code == 0 and "shipped profile of that name applies again" in removed.stderr
     assert load_profile("demo").source == "shipped"
     one_error_line(cli("profile", "remove", "demo"), 2, "shipped profile", "cannot be removed")
+    one_error_line(cli("profile", "remove", "nosuch"), 2, "no user profile named 'nosuch'")
+    assert list(user_profiles_dir().glob(".*.lock")) == []  # (were: .demo.toml.lock and .nosuch.toml.lock)
 
 
 def test_shipped_profiles_parse_and_reference_the_hub() -> None:

@@ -153,14 +153,14 @@ def unset_command(name: str, keys: tuple[str, ...]) -> None:
 def remove_command(name: str) -> None:
     """Delete user profile NAME (shipped profiles cannot be removed)."""
     path = user_profiles_dir() / f"{check_name(name)}.toml"
+    if path.is_dir() and not path.is_symlink():
+        raise InputError(f"{path} is a folder, not a profile file: remove it yourself if you mean to")
+    if not (path.exists() or path.is_symlink()):  # (said before the lock is taken: no lock file is left behind)
+        if profile_file(name) is not None:
+            raise InputError(f"{name!r} is a shipped profile and cannot be removed")
+        raise InputError(f"no user profile named {name!r}")
     with locked(path):  # not in the middle of someone's `profile set`
-        if path.is_dir() and not path.is_symlink():
-            raise InputError(f"{path} is a folder, not a profile file: remove it yourself if you mean to")
-        if not (path.exists() or path.is_symlink()):
-            if profile_file(name) is not None:
-                raise InputError(f"{name!r} is a shipped profile and cannot be removed")
-            raise InputError(f"no user profile named {name!r}")
-        path.unlink()  # a file, or a link (dangling too: `profile list` shows it)
+        path.unlink(missing_ok=True)  # a file, or a link (dangling too: `profile list` shows it)
     discard_lock(path)
     shipped_left = profile_file(name)
     click.echo(f"removed {path}" + (" (the shipped profile of that name applies again)" if shipped_left else ""), err=True)
