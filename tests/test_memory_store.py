@@ -316,6 +316,20 @@ def test_damaged_usage_counters_are_reported_and_start_again(tmp_path: Path, tex
     assert again.stats()["lookups"] == 2 and again.problems == []
 
 
+def test_stats_of_a_store_that_cannot_be_written_still_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: PermissionError out of `memory stats` where its damaged counters could not be written again)"""
+    store = MemoryStore(tmp_path)
+    store.add(document(1), "run")
+    (tmp_path / "usage.json").write_text("[1")
+
+    def refused(self: MemoryStore, path: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(MemoryStore, "_make_lock_file", refused)
+    assert store.stats()["documents"] == 1
+    assert any("usage not counted (Permission denied)" in problem for problem in store.problems)
+
+
 def test_a_missing_folder_is_an_empty_memory_and_reading_does_not_create_it(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path / "nowhere")
     assert store.index().lookup([1, 2, 3, 4], 4, 1) is None

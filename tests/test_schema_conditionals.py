@@ -15,6 +15,7 @@ from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_conditionals import conditionals_as_branches
 from localspec.engine.schema_keywords import CASES_COMMENT
 from localspec.engine.schema_places import survey_held
+from localspec.errors import InputError
 
 PAYMENT = {
     "type": "object",
@@ -128,6 +129,12 @@ def test_a_conditional_inside_array_items_is_held_there() -> None:
      "then": {"required": ["n"]}},  # a condition other than listed values or a range
     {"type": "object", "properties": {"n": {"type": "number"}}, "if": {"properties": {"n": {"type": "integer",
      "minimum": 3}}}, "then": {"required": ["n"]}},  # a type the property may fail
+    # bounds where a validator's floats and the grammar's exact reading part: 99999999.999999999 is 1e8 to the
+    # first, below it to the second (written out, the `else` let it through without `approval`)
+    {"type": "object", "properties": {"price": {"type": "number"}, "approval": {"type": "string"}},
+     "if": {"properties": {"price": {"minimum": 100000000}}}, "then": {"required": ["approval"]}},
+    {"type": "object", "properties": {"n": {"type": "integer"}}, "if": {"properties": {"n": {"maximum": 2**53 + 1}}},
+     "then": {"required": ["n"]}},
     {"type": "object", "if": {"type": "string"}, "then": {"required": ["a"]}},
     {"type": "object", "properties": {"a": {"enum": ["x", "y", "z"]}, "b": {"type": "integer"}},
      "if": {"properties": {"a": {"const": "x", "enum": ["y"]}}}, "then": {"required": ["b"]}},  # (const and enum)
@@ -136,6 +143,14 @@ def test_a_condition_whose_failing_cannot_be_written_stays_as_written_with_the_w
     assert conditionals_as_branches(schema) == schema
     warnings = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings
     assert len(warnings) == 1 and '"if"' in warnings[0] and "not enforced" in warnings[0]
+
+
+def test_a_bound_past_any_float_is_one_line_not_a_traceback() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "b": {"type": "boolean"}},
+              "if": {"properties": {"n": {"minimum": 10**400}}}, "then": {"required": ["b"]}}
+    assert conditionals_as_branches(schema) == schema  # (was: OverflowError from math.isfinite)
+    with pytest.raises(InputError, match="does not fit llguidance's 64-bit integers"):
+        compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
 
 
 def test_an_if_without_then_or_else_is_dropped() -> None:

@@ -457,6 +457,11 @@ FREE_OBJECT = {"type": "object"}
      '{"ab": 1, "abc": 2, "ab"', True),
     ({"type": "object", "patternProperties": {"^[a-z]{2}$": {}}, "additionalProperties": {"type": "integer"}},
      '{"ab": 1, "abc": 2, "abd"', False),
+    # ... but not where no other value can be written: a repeated key would have no way on (the model stuck)
+    ({"type": "object", "patternProperties": {"^x$": {"type": "integer"}}, "additionalProperties": {"enum": []}},
+     '{"x": 1, "x"', False),
+    ({"type": "object", "patternProperties": {"^x$": {}}, "additionalProperties": {"type": "integer", "minimum": 5,
+      "maximum": 3}}, '{"x": 1, "x"', False),
     ({"type": "object", "properties": {"a": {}}, "additionalProperties": False}, '{"a": 1, "a": 2}', False),
 ])
 def test_the_cursor_finds_a_repeated_key_where_an_object_takes_keys_it_does_not_list(schema: dict, text: str,

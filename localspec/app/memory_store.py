@@ -270,8 +270,8 @@ class MemoryStore:
     def record_use(self, lookups: int, hits: int, proposed: int, accepted: int) -> None:
         """Add to the usage counters, under their lock (held too long: skipped, with a line in `problems`)."""
         path = self.root / USAGE
-        self._make_lock_file(path)
         try:
+            self._make_lock_file(path)
             with locked(path, timeout_s=USAGE_LOCK_TIMEOUT_S):
                 counts = self._usage()[0]
                 for key, value in zip(USAGE_KEYS, (lookups, hits, proposed, accepted)):
@@ -279,8 +279,8 @@ class MemoryStore:
                 if path.is_dir() and not path.is_symlink():  # (a folder made there: damage, reported by `_usage`)
                     _delete(path)
                 write_text_atomic(path, json.dumps(counts), private=True)
-        except LocalspecError as exc:
-            self._report(f"{path}: usage not counted ({exc})", repair=False)
+        except (LocalspecError, OSError) as exc:  # (a store that cannot be written: a read-only folder)
+            self._report(f"{path}: usage not counted ({getattr(exc, 'strerror', None) or exc})", repair=False)
 
     def _usage(self) -> tuple[dict[str, int], bool]:
         """The usage counters, and whether they were damaged (not JSON, not counts): then reported, and they start
@@ -686,8 +686,13 @@ class MemoryStore:
         document could otherwise be added past (the folder is made again by the next one added)."""
         path = self._segments
         if (path.is_symlink() or path.exists()) and not path.is_dir():
+            try:
+                _delete(path)
+            except OSError as exc:  # (a read-only store: said, and left as it is)
+                self._report(f"{path}: damaged (not a folder), and cannot be replaced ({exc.strerror or exc})",
+                             repair=False)
+                return
             self._report(f"{path}: damaged (not a folder); replaced by an empty one", repair=False)
-            _delete(path)
 
     def _sweep_temporaries(self, older_than_s: float = STALE_TEMPORARY_S) -> None:
         """Delete temporary files and folders that processes killed mid-write left behind: a base being written

@@ -26,8 +26,8 @@ from ..errors import InputError
 from .deep_stack import on_a_deep_stack
 from .key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
 from .schema_keywords import (
-    ANNOTATIONS, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count, json_identity, json_types,
-    schemas_in, takes_definitions,
+    ANNOTATIONS, ANY_VALUE_DEFINITION, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count,
+    json_identity, json_types, schemas_in, takes_definitions,
 )
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
@@ -101,8 +101,8 @@ _OBJECT_KEYWORDS = {"properties", "required", "additionalProperties", "patternPr
 # small model nests for ever (`"ticket_id_json": {"id": …, "ticket_id_json": {…` until max_tokens, at T=0 on the
 # demo pair). An untyped property, array item, other value of an object or `anyOf` branch is any JSON as
 # `--format json`'s values are, nested at most JSON_DEPTH_LIMIT deep, through definitions added to the schema's
-# root. (Not an `allOf` part, where it would narrow its partners, nor `not`, where it would widen the schema.)
-ANY_VALUE_DEFINITION = "localspec_any_value"
+# root (named ANY_VALUE_DEFINITION). (Not an `allOf` part, where it would narrow its partners, nor `not`, where it
+# would widen the schema.)
 _UNTYPED_PLACES = {"properties", "patternProperties", "items", "additionalProperties", "prefixItems", "anyOf"}
 
 # `uniqueItems` over a few listed values (tags from an enum) is spelled out as every ordering of

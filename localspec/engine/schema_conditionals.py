@@ -128,7 +128,7 @@ def ways_to_fail(condition: Any, node: dict[str, Any]) -> list[dict[str, Any]] |
         return None
     if "type" in condition and not _type_holds(condition["type"], node):
         return None  # (a value of another type fails a type: not written out)
-    out_of_range = _out_of_range(condition)
+    out_of_range = _out_of_range(condition, node) if condition.keys() & _OPPOSITE_BOUNDS else []
     if out_of_range is None:
         return None
     ways: list[dict[str, Any]] = [{"type": "object", "properties": {name: _ABSENT}} for name in required]
@@ -153,7 +153,7 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str,
             "properties", "required"}:
         if "type" in wanted and not (isinstance(own, dict) and _type_holds(wanted["type"], own.get(name))):
             return None
-        out_of_range = _out_of_range(wanted)
+        out_of_range = _out_of_range(wanted, own.get(name) if isinstance(own, dict) else None)
         return None if out_of_range is None else [
             {"type": "object", "required": [name], "properties": {name: way}} for way in out_of_range]
     listed = _values(wanted)
@@ -165,14 +165,27 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str,
     return [{"type": "object", "required": [name], "properties": {name: {"enum": rest}}}] if rest else []
 
 
-def _out_of_range(condition: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The numbers that fail `condition`'s range, one schema per bound; None where a bound is not a number."""
+# A number as JSON writes it is compared with a bound exactly by llguidance, as the float it parses to by a
+# validator: the two agree on every number the bounds in grammar.py let through (15 whole digits, 9 after the
+# point) only near bounds below this (15 significant digits), or near an integer bound below 2**53 where the
+# value is an integer too. Past them a range's failing, written out, would let through what a validator reads as
+# within it (a price of 99999999.999999999 is 1e8 to it): such a range is not written out.
+_EXACT_BOUND = 10**6
+_EXACT_INTEGER = 2**53
+
+
+def _out_of_range(condition: dict[str, Any], schema: Any) -> list[dict[str, Any]] | None:
+    """The numbers that fail `condition`'s range, one schema per bound, for values of `schema`; None where a bound
+    is not a number, or is one whose failing cannot be written exactly (see _EXACT_BOUND)."""
+    integral = _type_holds("integer", schema)
     ways = []
     for bound, opposite in _OPPOSITE_BOUNDS.items():
         if bound in condition:
             limit = condition[bound]
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
                 return None
+            if not (abs(limit) < _EXACT_BOUND or (integral and abs(limit) < _EXACT_INTEGER)):
+                return None  # (10**400 too: `math.isfinite` would raise OverflowError on it)
             ways.append({"type": "number", opposite: limit})
     return ways
 

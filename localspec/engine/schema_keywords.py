@@ -21,6 +21,10 @@ NUMBER_STEP = 10.0**-FRACTION_DIGITS
 # present and which listed values they hold: where a value goes is still told by its object's own keywords.
 CASES_COMMENT = "localspec: a conditional's cases"
 
+# The definitions (numbered from 1, one per level of nesting) that values a schema leaves untyped become: any JSON,
+# bounded (see grammar.py).
+ANY_VALUE_DEFINITION = "localspec_any_value"
+
 # Keywords that only describe a schema: a schema of them alone leaves its value untyped.
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
 

@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from .key_language import KeyLanguage
 from .schema_keywords import (
-    ANNOTATIONS, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types, schemas_in, subschemas,
+    ANNOTATIONS, ANY_VALUE_DEFINITION, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types,
+    schemas_in, subschemas,
 )
 
 _ANNOTATIONS = ANNOTATIONS | {"x-guidance"}  # (x-guidance: llguidance's options)
@@ -188,8 +189,42 @@ def takes_other_keys(schema: dict[str, Any]) -> bool:
     keys repeat: the rule holds them unique, and a key equal to an earlier one can always take another character
     (where no `propertyNames` bounds them: llguidance leaves it unenforced today, but keys it held to a few names
     could run out). Keys by `patternProperties` are such keys too where other keys are taken: a key that no pattern
-    takes any more is another key (llguidance reads `additionalProperties` as every key no pattern matches)."""
-    return "propertyNames" not in schema and schema.get("additionalProperties", True) is not False
+    takes any more is another key (llguidance reads `additionalProperties` as every key no pattern matches), where
+    some value is sure to satisfy `additionalProperties` (`_surely_satisfiable`; one no value satisfies, `{"enum":
+    []}`, takes no other key, and a repeated key by pattern would have no way on)."""
+    other = schema.get("additionalProperties", True)
+    if "propertyNames" in schema or other is False:
+        return False
+    return "patternProperties" not in schema or _surely_satisfiable(other)
+
+
+_TYPE_NAMES = {"string", "integer", "number", "boolean", "null", "object", "array"}
+_UPPER_COUNTS = {"maxLength", "maxItems", "maxProperties"}  # (an empty or a short value meets any of them)
+_LOWER_BOUNDS, _UPPER_BOUNDS = ("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")
+
+
+def _surely_satisfiable(schema: Any) -> bool:
+    """Whether some value is sure to satisfy `schema`, read plainly: `true`, annotations, a `$ref` to the any-value
+    definitions (grammar.py), a `type` (or types), upper counts, a numeric range at least 1 wide; False where that is
+    not told this way."""
+    if schema is True:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    if schema.keys() == {"$ref"}:
+        return str(schema["$ref"]).startswith(f"#/$defs/{ANY_VALUE_DEFINITION}")
+    if not schema.keys() <= _ANNOTATIONS | _UPPER_COUNTS | {"type", *_LOWER_BOUNDS, *_UPPER_BOUNDS}:
+        return False
+    kinds = schema.get("type", list(_TYPE_NAMES))
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds or not set(kinds) <= _TYPE_NAMES:
+        return False
+    if not all(is_count(schema[key]) for key in schema.keys() & _UPPER_COUNTS):
+        return False
+    low, high = ([schema[key] for key in keys if key in schema] for keys in (_LOWER_BOUNDS, _UPPER_BOUNDS))
+    if any(isinstance(bound, bool) or not isinstance(bound, (int, float)) for bound in (*low, *high)):
+        return False
+    return not (low and high) or not set(kinds) <= {"integer", "number"} or max(low) + 1 < min(high)
 
 
 class SchemaPlaces:

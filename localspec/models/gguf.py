@@ -272,6 +272,9 @@ def _check_hyperparameters(metadata: dict[str, Any]) -> None:
         raise ValueError(f"{arch}.expert_used_count is {used}, more than the {experts or 0} experts")
 
 
+_UTF8_BYTES = [byte for byte in range(0xF5) if byte not in (0xC0, 0xC1)]  # (the others are in no UTF-8 text)
+
+
 def _check_vocabulary(metadata: dict[str, Any]) -> None:
     """ValueError for a vocabulary llama.cpp asserts on (an abort, or an uncaught C++ exception, on loading or on
     some text): no tokenizer at all, two tokens of one text, a SentencePiece vocabulary without a way to spell a
@@ -282,15 +285,15 @@ def _check_vocabulary(metadata: dict[str, Any]) -> None:
     if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
         return  # (a vocabulary of another shape: read, and reported, where it is used)
     seen = set(tokens)
-    if len(seen) < len(tokens):
+    if len(seen) < len(tokens) - tokens.count("") + ("" in seen):  # (llama.cpp names each empty one apart)
         first: dict[str, int] = {}
         for number, token in enumerate(tokens):
-            if token in first:
+            if token in first and token:
                 raise ValueError(f"tokens {first[token]} and {number} are both {token!r} (llama.cpp takes one text"
                                  " per token)")
             first[token] = number
     if model == "llama":
-        for byte in range(256):
+        for byte in _UTF8_BYTES:
             if f"<0x{byte:02X}>" not in seen and (byte > 0x7F or chr(byte) not in seen):
                 raise ValueError(f"its SentencePiece vocabulary has no token <0x{byte:02X}> for that byte (llama.cpp"
                                  " would end the process on text that needs it)")
