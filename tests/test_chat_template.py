@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -86,6 +87,13 @@ def test_a_template_that_fails_in_python_is_a_clean_error(template: str, error: 
     ("{{ (10 ** 1000) ** 100 }}", "an integer of more than"),
     ("{{ [1, 2] | slice(10**9) | list }}", "a number beyond"),
     ("{{ lipsum(n=10**6) }}", "undefined"),
+    # (were let through by the first bounds: 40 GB, 10 GB, 1.6 TB at once)
+    ("{{ [[1]] | tojson(indent=10**6) }}", "indents JSON by more than"),
+    ("{{ '%*s' % (10**10, 'a') }}", "whose width another field gives"),
+    ("{{ '%(a)10000000000s' % {'a': 'x'} }}", "wider than"),
+    ("{{ '{:{}}'.format('a', '>10000000000') }}", "whose width another field gives"),
+    ("{{ range(100000) | join('a' | center(16000000)) }}", "a text of more than"),
+    ("{{ ('a\n' * 100000) | indent(16000000, true, true) }}", "a text of more than"),
 ])
 def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Templates come from downloaded files: one must not take the machine's memory (or `serve`'s)."""
@@ -98,6 +106,41 @@ def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: 
     ordinary = ("{{ 'a'|center(5) }}|{{ 'x'.rjust(3, '0') }}|{{ '%3d' % 7 }}|{{ '{:>4}'.format('b') }}|"
                 "{{ 'aa'|replace('a', 'bc') }}")
     assert render_chat(ordinary, MESSAGES) == "  a  |00x|  7|   b|bcbc"
+
+
+@pytest.mark.parametrize("template, limit, error", [
+    # a value doubled at every step, a filter's own loop growing a list: no one step is huge
+    ("{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+     "RENDER_BYTES", "takes more than 64 MiB"),
+    ("{{ range(100000) | map('center', 16000000) | join | length }}", "RENDER_BYTES", "takes more than 64 MiB"),
+    ("{{ (' ' * 1048576) | wordwrap(1) | length }}", "RENDER_SECONDS", "renders for more than 0.5 s"),  # quadratic
+])
+def test_a_template_that_grows_or_runs_on_inside_few_steps_is_stopped_by_the_watchdog(
+        template: str, limit: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(were: gigabytes before the OOM killer, or hours of a filter's Python loop the step budget never sees)"""
+    from localspec.runtime import template_sandbox
+
+    monkeypatch.setattr(template_sandbox, limit, 64 << 20 if limit == "RENDER_BYTES" else 0.5)
+    with pytest.raises(LocalspecError, match=error):
+        render_chat(template, MESSAGES)
+    assert render_chat("{{ messages | length }}", MESSAGES) == "2"  # (and nothing is left pending)
+
+
+def test_large_numbers_are_still_written_and_formatted() -> None:
+    """(were refused by the first bounds: a Unix time in a tool call's arguments failed Qwen3-Coder's template)"""
+    template = ("{{ 1714000000 | string }} {{ -20000000 | abs }} {{ '%d' | format(20000000) }}"
+                " {{ '{}'.format(20000000) }}")
+    assert render_chat(template, MESSAGES) == "1714000000 20000000 20000000 20000000"
+
+
+def test_checking_a_format_takes_linear_time() -> None:
+    """(was: the width check's regex backtracked quadratically, about 2 h at the longest text `*` allows)"""
+    started = time.perf_counter()
+    for text in ("'{' ~ (':' * 1000000)", "'{' ~ ('1' * 1000000)"):
+        assert len(render_chat(f"{{% set s = {text} %}}{{{{ s % () }}}}", MESSAGES)) == 1000001
+    with pytest.raises(LocalspecError, match="incomplete format"):  # (a `%` that formats nothing: said so)
+        render_chat("{% set s = '%' ~ (' ' * 1000000) %}{{ s % () }}", MESSAGES)
+    assert time.perf_counter() - started < 5  # (about 0.1 s; 8,000 characters took 0.4 s before)
 
 
 @pytest.mark.parametrize("template", [

@@ -25,7 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
 from ..textin import clean_text
-from .template_sandbox import BoundedSandbox
+from .template_sandbox import BoundedSandbox, watched_rendering
 
 # Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
 _C_WHITESPACE = " \t\n\v\f\r"
@@ -78,7 +78,7 @@ def _step_budget(limit: int) -> Iterator[None]:
 
 def _environment() -> ImmutableSandboxedEnvironment:
     env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
-    env.filters["tojson"] = _tojson
+    env.add_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env
@@ -98,7 +98,7 @@ def render_chat(
     try:
         compiled = _environment().from_string(template)
         pieces, size = [], 0
-        with _step_budget(MAX_TEMPLATE_STEPS):
+        with watched_rendering(), _step_budget(MAX_TEMPLATE_STEPS):
             for piece in compiled.generate(messages=messages, bos_token=bos_token, eos_token=eos_token,
                                            add_generation_prompt=add_generation_prompt, tools=tools):
                 size += len(piece)

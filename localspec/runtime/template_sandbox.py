@@ -1,41 +1,74 @@
-"""The Jinja sandbox chat templates render in, with what they may build kept small.
+"""The Jinja sandbox chat templates render in, with what they may build and how long they may run kept small.
 
 Jinja's immutable sandbox keeps a template from Python's internals and from
-changing what it is given, but not from building huge values: a template is
-code from a downloaded file, and `'a'|center(4000000000)` took 4 GB, squaring a
-number fourteen times took minutes (its steps are few: the time is in the
-arithmetic), `lipsum(n=10**6)` ran a Python loop the step budget does not see.
-So every call, filter and operator is checked before it runs: no number passed
-to one beyond MAX_ARGUMENT (a width, a count), no text it would make beyond
-that (`replace`, `expandtabs`, a format's widths), no integer beyond
-MAX_INTEGER_BITS, no sequence repeated beyond MAX_REPEATED; `lipsum` is gone.
+changing what it is given, but not from building huge values or running long
+inside one step: a template is code from a downloaded file (and `serve` holds
+its models while one renders). `'a'|center(4000000000)` took 4 GB, `[[1]]|
+tojson(indent=10**10)` 40 GB, squaring a number in a loop of 40 steps ran for
+hours, `wordwrap` over a long run of spaces for hours, `lipsum(n=10**6)` was a
+Python loop the step budget (chat_template.py) never sees. Two guards:
+
+- before a call, filter or operator runs, what would make one huge value at
+  once is refused: a number beyond MAX_ARGUMENT given to a call or as a filter's
+  argument (a width, a count; not the value filtered, nor what a format writes),
+  a format field that wide or built from another field, a `replace`,
+  `expandtabs`, `indent` or `join` whose text would be longer, an indent of
+  JSON past MAX_JSON_INDENT, an integer past MAX_INTEGER_BITS, a sequence
+  repeated past MAX_REPEATED; `lipsum` is gone;
+- while it renders, a watchdog thread ends a rendering that runs past
+  RENDER_SECONDS or grows the process past RENDER_BYTES (what the first guard
+  cannot foresee: a value doubled at every step, a filter's Python loop), by
+  raising RenderingOverrun in the rendering thread.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
 import re
-from typing import Any, Callable
+import resource
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-MAX_ARGUMENT = 16 * 2**20  # the largest number a call, filter or format may be given: any text's length
+MAX_ARGUMENT = 16 * 2**20  # the largest width or count a call or filter may be given: any text's length
 MAX_REPEATED = 2**20  # the longest text or list `*` may make (`'a' * 10**9` would take a gigabyte)
 MAX_INTEGER_BITS = 1 << 16  # the largest integer arithmetic may make (about 20,000 digits)
-# A field of a format (`{:>N}`, `%Nd`) whose width or precision has more digits than MAX_ARGUMENT has.
-_WIDE_FIELD = re.compile(r"\{[^{}]*:[^{}]*\d{%d,}[^{}]*\}|%%[-#0 +]*\d{%d,}" % ((len(str(MAX_ARGUMENT)),) * 2))
+MAX_JSON_INDENT = 64
+RENDER_SECONDS = 10.0  # a long chat with tools renders in milliseconds
+RENDER_BYTES = 1 << 30  # what the process may grow by while a template renders
+_WATCH_EVERY_S = 0.01
+_DIGITS = len(str(MAX_ARGUMENT))
+# A format field (`{:>N}`, `%-Nd`, `%(name)Ns`, `%*d`) whose width or precision is wider than MAX_ARGUMENT, or is
+# given by another field; possessive-free but linear: no part can match the same text two ways.
+_WIDE_BRACE_FIELD = re.compile(r"\{[^{}:]*:[^{}]*(?:\d{%d}|\{)" % _DIGITS)
+_WIDE_PERCENT_FIELD = re.compile(r"%%(?:\([^()]*\))?[-#0 +]*(?:\d{%d}|\*|\.\d{%d}|\.\*)" % (_DIGITS, _DIGITS))
+
+
+class RenderingOverrun(TemplateError):
+    """A rendering ran past RENDER_SECONDS or grew the process past RENDER_BYTES."""
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox with what a template builds kept small (see the module's docstring)."""
+    """Jinja's immutable sandbox with what one step of a template builds kept small (see the module's docstring).
+    Filters added after it is made are held to it too only through `add_filter`."""
 
     intercepted_binops = frozenset({"*", "**", "%"})
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.globals.pop("lipsum", None)
-        self.filters = {name: _checked(name, function) for name, function in self.filters.items()}
+        for name, function in list(self.filters.items()):
+            self.add_filter(name, function)
+
+    def add_filter(self, name: str, function: Callable[..., Any]) -> None:
+        self.filters[name] = _checked(name, function)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "*" and any(isinstance(side, (str, list, tuple)) for side in (left, right)):
@@ -53,28 +86,39 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja's names)
-        _check_arguments(args, kwargs)
         method = getattr(__obj, "__wrapped__", __obj)  # (Jinja hands `str.format` over in a wrapper of its own)
         owner, name = getattr(method, "__self__", None), getattr(method, "__name__", "")
         if isinstance(owner, str):
             _check_str_method(owner, name, args)
+        if not (isinstance(owner, str) and name in ("format", "format_map")):  # (what a format writes: any number)
+            _check_arguments(args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
 
 def _checked(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """A filter that checks its arguments first (see `BoundedSandbox`), keeping what Jinja reads of it (whether
     it takes the environment or the context)."""
-
     passed = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0  # (Jinja's context or environment)
 
     @functools.wraps(function)
     def filter_(*args: Any, **kwargs: Any) -> Any:
-        given = args[passed:]
-        _check_arguments(given, kwargs)
-        if name == "replace" and len(given) >= 3 and isinstance(given[0], str):
-            _check_str_method(given[0], "replace", given[1:])
-        if name == "format" and given and isinstance(given[0], str):
-            _check_format(given[0])
+        value, options = (args[passed], args[passed + 1:]) if len(args) > passed else (None, ())
+        if name != "format":  # (the values a format writes: any number)
+            _check_arguments(options, kwargs)
+        if name == "format" and isinstance(value, str):
+            _check_format(value)
+        if name == "replace" and isinstance(value, str):
+            _check_str_method(value, "replace", options)
+        if name == "indent" and isinstance(value, str):
+            width = options[0] if options else kwargs.get("width", 4)
+            _check_length(len(value) + (value.count("\n") + 1) * (len(width) if isinstance(width, str) else width))
+        if name == "join" and isinstance(value, (list, tuple, range)):
+            separator = options[0] if options else kwargs.get("d", "")
+            _check_length(len(value) * len(str(separator)))
+        if name == "tojson":
+            indent = options[0] if options else kwargs.get("indent")
+            if _integer(indent) and indent > MAX_JSON_INDENT:
+                raise TemplateError(f"the template indents JSON by more than {MAX_JSON_INDENT}")
         return function(*args, **kwargs)
 
     return filter_
@@ -94,15 +138,22 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...] | list[Any]) -
     elif name == "expandtabs":
         size = args[0] if args and _integer(args[0]) else 8
         made += text.count("\t") * max(size, 0)
+    elif name == "join" and args and isinstance(args[0], (list, tuple, range)):
+        made *= len(args[0])
     elif name in ("format", "format_map"):
         _check_format(text)
+    _check_length(made)
+
+
+def _check_length(made: int) -> None:
     if made > MAX_ARGUMENT:
         raise TemplateError(f"the template makes a text of more than {MAX_ARGUMENT} characters")
 
 
 def _check_format(text: str) -> None:
-    if _WIDE_FIELD.search(text):
-        raise TemplateError(f"the template formats a field wider than {MAX_ARGUMENT} characters")
+    if _WIDE_BRACE_FIELD.search(text) or _WIDE_PERCENT_FIELD.search(text):
+        raise TemplateError(f"the template formats a field wider than {MAX_ARGUMENT} characters, or one whose"
+                            " width another field gives")
 
 
 def _check_bits(bits: int) -> None:
@@ -112,3 +163,67 @@ def _check_bits(bits: int) -> None:
 
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- the watchdog ----------------------------------------------------------------------------------------------------
+
+@contextmanager
+def watched_rendering() -> Iterator[None]:
+    """Within the block (this thread's rendering), RenderingOverrun is raised in this thread once it has run
+    RENDER_SECONDS or the process has grown RENDER_BYTES since it began (checked every 10 ms by another thread)."""
+    seconds, grown_bytes = RENDER_SECONDS, RENDER_BYTES
+    rendering = threading.get_ident()
+    done = threading.Event()
+    lock = threading.Lock()  # (an overrun is raised only before the block ends)
+    started, size = time.monotonic(), _resident_bytes()
+    why: list[str] = []
+
+    def watch() -> None:
+        while not done.wait(_WATCH_EVERY_S):
+            if time.monotonic() - started > seconds:
+                reason = f"the template renders for more than {seconds:g} s"
+            elif _resident_bytes() - size > grown_bytes:
+                reason = f"the template takes more than {grown_bytes >> 20} MiB"
+            else:
+                continue
+            with lock:
+                if not done.is_set():
+                    why.append(reason)
+                    _raise_in(rendering, RenderingOverrun)
+            return
+
+    watchdog = threading.Thread(target=watch, name="template-watchdog", daemon=True)
+    watchdog.start()
+    landed = False
+    try:
+        yield
+    except RenderingOverrun:
+        landed = True
+        raise RenderingOverrun(why[0] if why else "the template overran") from None
+    finally:
+        with lock:
+            done.set()
+        if why and not landed:  # raised as the block ended: it lands within a few instructions, here
+            try:
+                for _ in range(10_000_000):
+                    pass
+            except RenderingOverrun:
+                raise RenderingOverrun(why[0]) from None
+
+
+def _raise_in(thread: int, exception: type[BaseException]) -> None:
+    """Have `exception` raised in `thread` at its next Python instruction. (Never called to cancel one: a NULL
+    exception leaves CPython 3.11's eval breaker set, and a traced generator then hangs.)"""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exception))
+
+
+def _resident_bytes() -> int:
+    """The process's resident memory now (Linux), else its peak so far."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
