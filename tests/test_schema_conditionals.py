@@ -69,11 +69,35 @@ AGE = {  # `if` on a range of an integer, and on an open number's exclusive boun
     "dependentSchemas": {"score": {"if": {"properties": {"score": {"exclusiveMaximum": 0.5}}},
                                    "then": {"required": ["retest"]}}},
 }
+DEPLOY = {  # an `else` of `not: {required: [...]}` ("no min_available then"), which llguidance does not implement
+    "type": "object",
+    "properties": {"replicas": {"type": "integer"}, "min_available": {"type": "integer"}, "url": {"type": "string"}},
+    "required": ["replicas"],
+    "if": {"properties": {"replicas": {"minimum": 3}}, "required": ["replicas"]},
+    "then": {"required": ["min_available", "url"]},
+    "else": {"not": {"required": ["min_available"]}},
+    "additionalProperties": False,
+}
+REVIEWED = {  # an `if` on a property of a property, whose schema is a `$ref`
+    "$defs": {"money": {"type": "object", "properties": {"value_minor": {"type": "integer"}, "currency": {
+        "enum": ["EUR", "USD"]}}, "required": ["value_minor"], "additionalProperties": False}},
+    "type": "object",
+    "properties": {"total": {"$ref": "#/$defs/money"}, "review": {"type": "boolean"}},
+    "required": ["total"],
+    "additionalProperties": False,
+    "if": {"properties": {"total": {"properties": {"value_minor": {"minimum": 1000000}, "currency": {
+        "const": "EUR"}}, "required": ["value_minor"]}}, "required": ["total"]},
+    "then": {"required": ["review"]},
+    "else": {"not": {"required": ["review"]}},
+}
 VALUES = {  # what each property may be given in the documents tried (None: left out)
     "method": ["card", "bank", "cash"], "card_number": ["4111"], "iban": ["DE89"], "amount": [5],
     "name": ["Sam"], "phone": ["555"], "email": ["s@x.org"], "prefers": ["phone", "email"],
     "express": [True, False], "country": ["DE", "US"], "courier": ["DHL"], "insured": [True, False], "value": [9],
     "a": [1], "b": [1, 2], "c": [1, 2], "kind": ["a", "b"], "size": [3],
+    "replicas": [1, 3], "min_available": [2], "url": ["u"], "review": [True],
+    "total": [{"value_minor": 5, "currency": "EUR"}, {"value_minor": 2000000, "currency": "EUR"},
+               {"value_minor": 2000000, "currency": "USD"}, {"value_minor": 2000000}],
     "age": [5, 17, 18, 120, 121], "licence": ["B"], "guardian": ["Mum"], "score": [0.25, 0.5, 0.75], "retest": [True],
 }
 
@@ -101,8 +125,8 @@ def _fresh_matcher(grammar: str) -> Any:
     return LLMatcher(_byte_tokenizer(), grammar)
 
 
-@pytest.mark.parametrize("schema", [PAYMENT, CONTACT, SHIPPING, DRAFT7, AGE], ids=[
-    "if", "dependentRequired", "if-required-dependentSchemas", "draft7", "ranges"])
+@pytest.mark.parametrize("schema", [PAYMENT, CONTACT, SHIPPING, DRAFT7, AGE, DEPLOY, REVIEWED], ids=[
+    "if", "dependentRequired", "if-required-dependentSchemas", "draft7", "ranges", "else-not", "nested-ref"])
 def test_the_grammar_takes_exactly_the_objects_the_schema_validates(schema: dict[str, Any]) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert compiled.warnings == ()  # (was: "Unimplemented keys: [if, then, else]", ...)
@@ -204,6 +228,8 @@ TAGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 @pytest.mark.parametrize("schema", [
     {**PAYMENT, "properties": {**PAYMENT["properties"], "tags": TAGS}},
     {**CONTACT, "properties": {**CONTACT["properties"], "tags": TAGS}},
+    {**DEPLOY, "properties": {**DEPLOY["properties"], "tags": TAGS}},  # (ranges and a `not`: were not held)
+    {**REVIEWED, "properties": {**REVIEWED["properties"], "tags": TAGS}},
 ])
 def test_unique_items_and_keys_are_still_held_in_an_object_with_conditionals(schema: dict[str, Any]) -> None:
     """The cases ask only which properties are present and which listed values they hold: the values are still

@@ -26,7 +26,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .schema_keywords import ANNOTATIONS, CASES_COMMENT, json_identity, json_types, schemas_in, with_subschemas_changed
+from .schema_keywords import (
+    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, resolved, schemas_in, with_subschemas_changed,
+)
 
 # The cases of one schema's conditionals multiply where llguidance writes the object (2 per dependency, 2 or
 # more per `if`): with 64 (six dependencies) it compiles in 30 ms and writes an object no slower than with one
@@ -36,32 +38,38 @@ MOST_CASES = 64
 _OPPOSITE_BOUNDS = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum", "maximum": "exclusiveMinimum",
                     "exclusiveMaximum": "minimum"}
 _CONDITION_KEYS = {"properties", "required", "type"} | _OPPOSITE_BOUNDS.keys() | ANNOTATIONS
-_PLAIN_CASE_KEYS = {"properties", "required", "type", "enum", "const", "allOf"} | ANNOTATIONS
+# Cases of these keywords alone only narrow values (presence, listed values, ranges): where a value goes is still told
+# by its object's own keywords.
+_PLAIN_CASE_KEYS = {"properties", "required", "type", "enum", "const", "allOf", "anyOf"} | _OPPOSITE_BOUNDS.keys() | \
+    ANNOTATIONS
 _ABSENT = False  # a property's schema that no value satisfies: the property cannot be present
 
 
 def conditionals_as_branches(schema: Any) -> Any:
     """`schema` with every conditional it holds, at any depth, written as `anyOf` branches where that can be
     done exactly (see the module's docstring): a new schema, the input untouched."""
-    if isinstance(schema, list):
-        return [conditionals_as_branches(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    return _branched(with_subschemas_changed(schema, conditionals_as_branches))
+    def rewritten(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rewritten(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        return _branched(with_subschemas_changed(node, rewritten), schema)
+
+    return rewritten(schema)
 
 
-def _branched(node: dict[str, Any]) -> dict[str, Any]:
+def _branched(node: dict[str, Any], root: Any) -> dict[str, Any]:
     """`node` with its own conditionals as an `allOf` of `anyOf`s, those that can be written so."""
     cases: list[list[Any]] = []
     written: set[str] = set()
     dependencies = [(key, node.get(key)) for key in ("dependentRequired", "dependentSchemas", "dependencies")]
     for key, value in dependencies:
-        branches = _dependency_cases(key, value) if isinstance(value, dict) else None
+        branches = _dependency_cases(key, value, node, root) if isinstance(value, dict) else None
         if branches is not None:
             cases += branches
             written.add(key)
     if "if" in node and ("then" in node or "else" in node):
-        branches = _if_cases(node)
+        branches = _if_cases(node, root)
         if branches is not None:
             cases.append(branches)
             written |= {"if", "then", "else"}
@@ -85,7 +93,8 @@ def _any_of(branches: list[Any]) -> dict[str, Any]:
     return {"$comment": CASES_COMMENT, "anyOf": branches} if plain else {"anyOf": branches}
 
 
-def _dependency_cases(key: str, dependencies: dict[str, Any]) -> list[list[Any]] | None:
+def _dependency_cases(key: str, dependencies: dict[str, Any], node: dict[str, Any],
+                      root: Any) -> list[list[Any]] | None:
     """For each property that brings a dependency (`key`: dependentRequired, dependentSchemas or dependencies),
     the two cases: absent, or present with what it brings (more required names, or a schema). None where a
     dependency is malformed (llguidance reports it)."""
@@ -96,31 +105,47 @@ def _dependency_cases(key: str, dependencies: dict[str, Any]) -> list[list[Any]]
                 return None
             present: Any = {"required": [name, *needs]}
         elif isinstance(needs, (dict, bool)) and key != "dependentRequired":
-            present = both({"required": [name]}, needs)
+            present = both({"required": [name]}, _without_not(needs, node, root))
         else:
             return None
         cases.append([branch for branch in ({"properties": {name: _ABSENT}}, present) if branch is not False])
     return cases
 
 
-def _if_cases(node: dict[str, Any]) -> list[Any] | None:
+def _if_cases(node: dict[str, Any], root: Any) -> list[Any] | None:
     """The cases of `node`'s `if`/`then`/`else`: the condition holds and `then` applies, or it fails (one case
     per way it can fail) and `else` applies. None where its failing cannot be written (see the docstring)."""
-    condition, then, otherwise = node["if"], node.get("then", True), node.get("else", True)
+    condition = node["if"]
+    then, otherwise = (_without_not(node.get(key, True), node, root) for key in ("then", "else"))
     if condition is True or condition is False:
         branches = [then if condition else otherwise]
     else:
-        failing = ways_to_fail(condition, node)
+        failing = ways_to_fail(condition, node, root)
         if failing is None:
             return None
         branches = [both(condition, then), *(both(way, otherwise) for way in failing)]
     return [branch for branch in branches if branch is not False]
 
 
-def ways_to_fail(condition: Any, node: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _without_not(part: Any, node: dict[str, Any], root: Any) -> Any:
+    """`part` (a `then`, an `else`, a dependency's schema: of `node`'s own values) with its `not` written as the
+    ways its schema fails (`not: {required: [x]}`, "no x", is common there, and llguidance does not implement
+    `not`); `part` itself where they cannot be written."""
+    if not isinstance(part, dict) or "not" not in part:
+        return part
+    failing = ways_to_fail(part["not"], node, root)
+    if failing is None:
+        return part
+    rest = {key: value for key, value in part.items() if key != "not"}
+    return both(rest or True, {"anyOf": failing} if failing else False)
+
+
+def ways_to_fail(condition: Any, node: Any, root: Any = None) -> list[dict[str, Any]] | None:
     """Schemas whose union is exactly the values of `node` that fail `condition`, where it asks only for
-    required properties, listed values of properties and ranges (see the module's docstring); None elsewhere."""
-    if not isinstance(condition, dict) or not condition.keys() <= _CONDITION_KEYS:
+    required properties, listed values of properties and ranges, and the same of properties' own values (see
+    the module's docstring); None elsewhere. Local `$ref`s are followed in `root`."""
+    node = resolved(node, root)
+    if not isinstance(condition, dict) or not condition.keys() <= _CONDITION_KEYS or not isinstance(node, dict):
         return None
     properties, required = condition.get("properties", {}), condition.get("required", [])
     if not isinstance(properties, dict) or not (isinstance(required, list)
@@ -134,30 +159,29 @@ def ways_to_fail(condition: Any, node: dict[str, Any]) -> list[dict[str, Any]] |
     ways: list[dict[str, Any]] = [{"type": "object", "properties": {name: _ABSENT}} for name in required]
     ways += out_of_range
     for name, wanted in properties.items():
-        way = _other_value(name, wanted, node)
+        way = _other_value(name, wanted, node, root)
         if way is None:
             return None
         ways += way
     return ways
 
 
-def _other_value(name: str, wanted: Any, node: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The way (none or one) property `name` can fail `wanted`: present, with a value of those `node` allows
-    that `wanted` does not list. None where `wanted` is not a list of values or `node` does not list the rest."""
+def _other_value(name: str, wanted: Any, node: dict[str, Any], root: Any) -> list[dict[str, Any]] | None:
+    """The ways property `name` can fail `wanted`: present, with a value of those `node` allows that `wanted`
+    does not list, out of its range, or failing what `wanted` asks of an object. None where that is not written
+    out (see `ways_to_fail`)."""
     if wanted is True:
         return []
     if wanted is False:
         return [{"type": "object", "required": [name]}]
     own = node.get("properties")
-    if isinstance(wanted, dict) and wanted.keys() & _OPPOSITE_BOUNDS and wanted.keys() <= _CONDITION_KEYS - {
-            "properties", "required"}:
-        if "type" in wanted and not (isinstance(own, dict) and _type_holds(wanted["type"], own.get(name))):
-            return None
-        out_of_range = _out_of_range(wanted, own.get(name) if isinstance(own, dict) else None)
-        return None if out_of_range is None else [
-            {"type": "object", "required": [name], "properties": {name: way}} for way in out_of_range]
+    value = resolved(own.get(name), root) if isinstance(own, dict) else None
+    if isinstance(wanted, dict) and wanted.keys() & {"properties", "required", *_OPPOSITE_BOUNDS}:
+        failing = ways_to_fail(wanted, value if isinstance(value, dict) else {}, root)
+        return None if failing is None else [
+            {"type": "object", "required": [name], "properties": {name: way}} for way in failing]
     listed = _values(wanted)
-    allowed = _values(own.get(name), boolean_type=True) if isinstance(own, dict) else None
+    allowed = _values(value, boolean_type=True)
     if listed is None or allowed is None:
         return None
     wanted_identities = {json_identity(value) for value in listed}

@@ -48,19 +48,19 @@ def contains_as_branches(schema: Any) -> Any:
     (see the module's docstring): a new schema, the input untouched. Where definitions can be added to the root
     and named from anywhere in it, the branches name the items by `$ref` rather than copy them."""
     definitions: dict[str, Any] | None = {} if takes_definitions(schema, DEFINITION_PREFIX) else None
-    rewritten = _rewritten(schema, definitions)
+    rewritten = _rewritten(schema, definitions, schema)
     if definitions:
         rewritten = {**rewritten, "$defs": {**rewritten.get("$defs", {}), **definitions}}
     return rewritten
 
 
-def _rewritten(schema: Any, definitions: dict[str, Any] | None) -> Any:
+def _rewritten(schema: Any, definitions: dict[str, Any] | None, root: Any) -> Any:
     if isinstance(schema, list):
-        return [_rewritten(item, definitions) for item in schema]
+        return [_rewritten(item, definitions, root) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    node = with_subschemas_changed(schema, lambda subschema: _rewritten(subschema, definitions))
-    branches = _branches(node, definitions) if "contains" in node else None
+    node = with_subschemas_changed(schema, lambda subschema: _rewritten(subschema, definitions, root))
+    branches = _branches(node, definitions, root) if "contains" in node else None
     if branches is None:
         return node
     kept = {key: value for key, value in node.items() if key not in _CONTAINS_KEYS}
@@ -72,10 +72,10 @@ def _rewritten(schema: Any, definitions: dict[str, Any] | None) -> Any:
     return {**{key: value for key, value in kept.items() if key not in held}, "anyOf": branches}
 
 
-def _branches(node: dict[str, Any], definitions: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+def _branches(node: dict[str, Any], definitions: dict[str, Any] | None, root: Any) -> list[dict[str, Any]] | None:
     """The arrays `node` takes, one branch per set of places of its matching items; [] where `contains` asks
     nothing (`minContains: 0`, no `maxContains`); None where it is not written out. The matching and other items
-    are named in `definitions` where given, else copied."""
+    are named in `definitions` where given, else copied; the items' `$ref`s are followed in `root`."""
     wanted, least, most = node["contains"], node.get("minContains", 1), node.get("maxContains")
     if (node.get("type") != "array" or not node.keys().isdisjoint({"prefixItems", "anyOf", "uniqueItems"})
             or not is_count(least) or not (most is None or is_count(most) and most >= least)):
@@ -87,7 +87,7 @@ def _branches(node: dict[str, Any], definitions: dict[str, Any] | None) -> list[
         return None  # (draft 7's list of items: a tuple, whose `contains` is not written out)
     others = items  # (at least `least` matches: the other items may match too)
     if most is not None:  # (every match placed: the other items fail)
-        failing = ways_to_fail(wanted, items) if isinstance(items, dict) else None
+        failing = ways_to_fail(wanted, items, root) if isinstance(items, dict) else None
         if not failing:  # (None: its failing cannot be written; []: no item can fail it)
             return None
         others = both(items, {"anyOf": failing})

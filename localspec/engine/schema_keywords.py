@@ -111,3 +111,33 @@ def json_identity(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(json.dumps(key) + ":" + json_identity(item) for key, item in sorted(value.items())) + "}"
     return json.dumps(value)
+
+
+def pointed(root: Any, reference: Any) -> Any:
+    """What a local `$ref` ("#", "#/$defs/name", ...) points at in `root`; None for any other (an anchor's `#name`,
+    another document's)."""
+    if not isinstance(reference, str) or not (reference == "#" or reference.startswith("#/")):
+        return None
+    node: Any = root
+    for part in filter(None, reference[1:].split("/")):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def resolved(schema: Any, root: Any) -> Any:
+    """`schema`, or what it names where it is a lone local `$ref` (annotations beside it), followed through
+    further such refs (a loop of them, or a ref that names nothing: `schema` itself)."""
+    node = schema
+    for _ in range(32):
+        if not (isinstance(node, dict) and "$ref" in node and node.keys() - {"$ref"} <= ANNOTATIONS):
+            return node
+        node = pointed(root, node["$ref"])
+        if node is None:
+            return schema
+    return schema

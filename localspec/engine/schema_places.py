@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from .key_language import KeyLanguage
 from .schema_keywords import (
     ANNOTATIONS, ANY_VALUE_DEFINITION, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types,
-    schemas_in, subschemas,
+    pointed, schemas_in, subschemas,
 )
 
 _ANNOTATIONS = ANNOTATIONS | {"x-guidance"}  # (x-guidance: llguidance's options)
@@ -326,20 +326,8 @@ class SchemaPlaces:
         return list(found.values())
 
     def _pointed(self, reference: Any) -> Any:
-        """What a local `$ref` ("#", "#/$defs/name", ...) points at in the root; None for any other (an anchor's
-        `#name`, another document's)."""
-        if not isinstance(reference, str) or not (reference == "#" or reference.startswith("#/")):
-            return None
-        node: Any = self.root
-        for part in filter(None, reference[1:].split("/")):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node
+        """What a local `$ref` points at in the root (see `pointed`)."""
+        return pointed(self.root, reference)
 
 
 class HeldPlaces(NamedTuple):
