@@ -94,6 +94,14 @@ def test_a_template_that_fails_in_python_is_a_clean_error(template: str, error: 
     ("{{ '{:{}}'.format('a', '>10000000000') }}", "whose width another field gives"),
     ("{{ range(100000) | join('a' | center(16000000)) }}", "a text of more than"),
     ("{{ ('a\n' * 100000) | indent(16000000, true, true) }}", "a text of more than"),
+    # (200 MB from a 1 MB text in one step, terabytes from 16 MiB ones)
+    ("{% set s = 'a' * 1000000 %}{{ ([s] * 200) | join | length }}", "a text of more than"),
+    ("{% set s = 'a' * 1000000 %}{{ ''.join([s] * 200) | length }}", "a text of more than"),
+    ("{% set s = 'a' * 1000000 %}{{ ('%(a)s' * 200) | format(a=s) | length }}", "a text of more than"),
+    ("{% set s = 'a' * 1000000 %}{{ ('{0}' * 200).format(s) | length }}", "a text of more than"),
+    ("{% set s = 'a' * 1000000 %}{{ (('%s' * 200) % ((s,) * 200)) | length }}", "a text of more than"),
+    ("{% set s = 'a' * 1000000 %}{{ ([s] * 200) | tojson | length }}", "a text of more than"),
+    ("{% set s = 'a' * 1000000 %}{{ ([s] * 200) | string | length }}", "a text of more than"),
 ])
 def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Templates come from downloaded files: one must not take the machine's memory (or `serve`'s)."""

@@ -159,6 +159,8 @@ def test_a_conditional_inside_array_items_is_held_there() -> None:
      "if": {"properties": {"price": {"minimum": 100000000}}}, "then": {"required": ["approval"]}},
     {"type": "object", "properties": {"n": {"type": "integer"}}, "if": {"properties": {"n": {"maximum": 2**53 + 1}}},
      "then": {"required": ["n"]}},
+    {"type": "object", "properties": {"n": {"type": "number"}}, "if": {"properties": {"n": {
+        "exclusiveMinimum": 0.9999999999999999}}}, "then": {"required": ["n"]}},  # (1 to llguidance)
     {"type": "object", "if": {"type": "string"}, "then": {"required": ["a"]}},
     {"type": "object", "properties": {"a": {"enum": ["x", "y", "z"]}, "b": {"type": "integer"}},
      "if": {"properties": {"a": {"const": "x", "enum": ["y"]}}}, "then": {"required": ["b"]}},  # (const and enum)
@@ -167,6 +169,19 @@ def test_a_condition_whose_failing_cannot_be_written_stays_as_written_with_the_w
     assert conditionals_as_branches(schema) == schema
     warnings = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings
     assert len(warnings) == 1 and '"if"' in warnings[0] and "not enforced" in warnings[0]
+
+
+def test_refs_under_a_nested_id_are_not_followed_from_the_root() -> None:
+    """Under an `$id`, `#/$defs/n` names the inner definitions: read from the root, the property was taken for an
+    integer, its bound written out, and the grammar let through what a validator refuses."""
+    inner = {"$id": "https://example.com/inner", "$defs": {"n": {"type": "number"}}, "type": "object",
+             "properties": {"n": {"$ref": "#/$defs/n"}, "r": {"type": "boolean"}}, "required": ["n"],
+             "if": {"properties": {"n": {"minimum": 123456789012346}}}, "then": {"required": ["r"]},
+             "else": {"properties": {"r": False}}}
+    schema = {"$defs": {"n": {"type": "integer"}}, "type": "object", "properties": {"o": inner}, "required": ["o"]}
+    assert conditionals_as_branches(schema)["properties"]["o"]["if"] == inner["if"]  # left, with its warning
+    warnings = compile_format(OutputFormat("json_schema", json.dumps(schema))).warnings
+    assert any('"if"' in warning for warning in warnings)
 
 
 def test_a_bound_past_any_float_is_one_line_not_a_traceback() -> None:

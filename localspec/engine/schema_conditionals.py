@@ -27,7 +27,8 @@ import math
 from typing import Any
 
 from .schema_keywords import (
-    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, resolved, schemas_in, with_subschemas_changed,
+    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, refers_from_root, resolved, schemas_in,
+    with_subschemas_changed,
 )
 
 # The cases of one schema's conditionals multiply where llguidance writes the object (2 per dependency, 2 or
@@ -48,12 +49,14 @@ _ABSENT = False  # a property's schema that no value satisfies: the property can
 def conditionals_as_branches(schema: Any) -> Any:
     """`schema` with every conditional it holds, at any depth, written as `anyOf` branches where that can be
     done exactly (see the module's docstring): a new schema, the input untouched."""
+    root = schema if refers_from_root(schema) else None  # ($refs are followed only where they name the root's)
+
     def rewritten(node: Any) -> Any:
         if isinstance(node, list):
             return [rewritten(item) for item in node]
         if not isinstance(node, dict):
             return node
-        return _branched(with_subschemas_changed(node, rewritten), schema)
+        return _branched(with_subschemas_changed(node, rewritten), root)
 
     return rewritten(schema)
 
@@ -191,9 +194,10 @@ def _other_value(name: str, wanted: Any, node: dict[str, Any], root: Any) -> lis
 
 # A number as JSON writes it is compared with a bound exactly by llguidance, as the float it parses to by a
 # validator: the two agree on every number the bounds in grammar.py let through (15 whole digits, 9 after the
-# point) only near bounds below this (15 significant digits), or near an integer bound below 2**53 where the
-# value is an integer too. Past them a range's failing, written out, would let through what a validator reads as
-# within it (a price of 99999999.999999999 is 1e8 to it): such a range is not written out.
+# point) only near bounds below this (15 significant digits) that themselves have at most 15 significant digits,
+# or near an integer bound below 2**53 where the value is an integer too. Past them a range's failing, written
+# out, would let through what a validator reads as within it (a price of 99999999.999999999 is 1e8 to it; 1 is
+# above 0.9999999999999999 to it, not to llguidance): such a range is not written out.
 _EXACT_BOUND = 10**6
 _EXACT_INTEGER = 2**53
 
@@ -210,6 +214,8 @@ def _out_of_range(condition: dict[str, Any], schema: Any) -> list[dict[str, Any]
                 return None
             if not (abs(limit) < _EXACT_BOUND or (integral and abs(limit) < _EXACT_INTEGER)):
                 return None  # (10**400 too: `math.isfinite` would raise OverflowError on it)
+            if isinstance(limit, float) and float(f"{limit:.15g}") != limit:
+                return None  # (0.9999999999999999: llguidance reads it as 1)
             ways.append({"type": "number", opposite: limit})
     return ways
 

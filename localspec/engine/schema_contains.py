@@ -29,7 +29,7 @@ import math
 from typing import Any
 
 from .schema_conditionals import both, ways_to_fail
-from .schema_keywords import is_count, takes_definitions, with_subschemas_changed
+from .schema_keywords import is_count, refers_from_root, takes_definitions, with_subschemas_changed
 
 CONTAINS_POSITIONS = 8
 CONTAINS_BRANCHES = 64  # (the places of 2 matches among 8 items make 28 branches; of 4, 70: looked for among 7)
@@ -48,7 +48,7 @@ def contains_as_branches(schema: Any) -> Any:
     (see the module's docstring): a new schema, the input untouched. Where definitions can be added to the root
     and named from anywhere in it, the branches name the items by `$ref` rather than copy them."""
     definitions: dict[str, Any] | None = {} if takes_definitions(schema, DEFINITION_PREFIX) else None
-    rewritten = _rewritten(schema, definitions, schema)
+    rewritten = _rewritten(schema, definitions, schema if refers_from_root(schema) else None)
     if definitions:
         rewritten = {**rewritten, "$defs": {**rewritten.get("$defs", {}), **definitions}}
     return rewritten

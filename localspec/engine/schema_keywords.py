@@ -49,7 +49,7 @@ def takes_definitions(schema: Any, prefix: str) -> bool:
         return False
     defs = schema.get("$defs", {})
     return (isinstance(defs, dict) and not any(isinstance(name, str) and name.startswith(prefix) for name in defs)
-            and not any("$id" in node for node in schemas_in(schema) if node is not schema))
+            and refers_from_root(schema))
 
 
 def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -> Iterator[Any]:
@@ -128,6 +128,12 @@ def pointed(root: Any, reference: Any) -> Any:
         else:
             return None
     return node
+
+
+def refers_from_root(schema: Any) -> bool:
+    """Whether every local `$ref` in `schema` names a place in it from its root: no schema inside has an `$id` of
+    its own (under which `#/...` names places in that schema)."""
+    return isinstance(schema, dict) and not any("$id" in node for node in schemas_in(schema) if node is not schema)
 
 
 def resolved(schema: Any, root: Any) -> Any:

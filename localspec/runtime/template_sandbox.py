@@ -83,6 +83,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_bits(abs(left).bit_length() * right)
         if operator == "%" and isinstance(left, str):
             _check_format(left)
+            _check_length(len(left) + _fields(left) * _text_size(right, each=True))
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja's names)
@@ -90,6 +91,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         owner, name = getattr(method, "__self__", None), getattr(method, "__name__", "")
         if isinstance(owner, str):
             _check_str_method(owner, name, args)
+            if name in ("format", "format_map"):
+                _check_length(len(owner) + _fields(owner) * _text_size([*args, *kwargs.values()], each=True))
         if not (isinstance(owner, str) and name in ("format", "format_map")):  # (what a format writes: any number)
             _check_arguments(args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
@@ -114,11 +117,15 @@ def _checked(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
             _check_length(len(value) + (value.count("\n") + 1) * (len(width) if isinstance(width, str) else width))
         if name == "join" and isinstance(value, (list, tuple, range)):
             separator = options[0] if options else kwargs.get("d", "")
-            _check_length(len(value) * len(str(separator)))
+            _check_length(len(value) * len(str(separator)) + _text_size(value))
         if name == "tojson":
             indent = options[0] if options else kwargs.get("indent")
             if _integer(indent) and indent > MAX_JSON_INDENT:
                 raise TemplateError(f"the template indents JSON by more than {MAX_JSON_INDENT}")
+        if name in ("tojson", "string", "pprint"):
+            _check_length(_text_size(value))
+        if name == "format" and isinstance(value, str):
+            _check_length(len(value) + _fields(value) * _text_size([*options, *kwargs.values()], each=True))
         return function(*args, **kwargs)
 
     return filter_
@@ -139,10 +146,36 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...] | list[Any]) -
         size = args[0] if args and _integer(args[0]) else 8
         made += text.count("\t") * max(size, 0)
     elif name == "join" and args and isinstance(args[0], (list, tuple, range)):
-        made *= len(args[0])
+        made = made * len(args[0]) + _text_size(args[0])
     elif name in ("format", "format_map"):
         _check_format(text)
     _check_length(made)
+
+
+def _text_size(value: Any, each: bool = False) -> int:
+    """About how many characters `value` writes as text (its strings in full, other scalars a few; nested lists
+    and maps summed), counted only up to just past MAX_ARGUMENT; with `each`, the largest of its members'."""
+    sizes, stack, total = [], [value], 0
+    while stack and total <= MAX_ARGUMENT:
+        item = stack.pop()
+        if isinstance(item, str):
+            size = len(item)
+        elif isinstance(item, (list, tuple, dict)):
+            members = list(item.items()) if isinstance(item, dict) else item
+            if each and item is value:
+                sizes = [_text_size(member) for member in members[:1 << 16]]
+                return max(sizes, default=0)
+            stack.extend(members)
+            size = 2
+        else:
+            size = 24
+        total += size
+    return total
+
+
+def _fields(text: str) -> int:
+    """At most how many fields a format text has (each may write any of the values given)."""
+    return text.count("%") + text.count("{")
 
 
 def _check_length(made: int) -> None:
@@ -193,9 +226,9 @@ def watched_rendering() -> Iterator[None]:
             return
 
     watchdog = threading.Thread(target=watch, name="template-watchdog", daemon=True)
-    watchdog.start()
     landed = False
     try:
+        watchdog.start()  # (in the block: an overrun may land while it starts)
         yield
     except RenderingOverrun:
         landed = True
