@@ -254,6 +254,12 @@ def test_user_profile_overrides_shipped_one(pair: tuple[str, str]) -> None:
     assert list(user_profiles_dir().glob(".*.lock")) == []  # (were: .demo.toml.lock and .nosuch.toml.lock)
 
 
+def test_a_profile_named_as_a_file_is_refused_with_the_name_to_use() -> None:
+    """(was: saved as x.toml.toml)"""
+    one_error_line(cli("profile", "add", "x.toml", "--target", "nowhere.gguf"), 2, "a name, not a file name: use 'x'")
+    assert not list(user_profiles_dir().glob("*.toml"))
+
+
 def test_shipped_profiles_parse_and_reference_the_hub() -> None:
     names = {r["name"] for r in json.loads(cli("profile", "list", "--json").output)}
     assert {"demo", "qwen2.5-7b", "llama3.1-8b", "smollm2-1.7b", "gemma3-12b"} <= names

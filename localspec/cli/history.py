@@ -14,7 +14,7 @@ from ..app.memory import LOCAL_OWNER, conversation_tag, stores_of
 from ..app.prompt_cache import forget_prompts
 from ..config.paths import history_file
 from ..errors import InputError, LocalspecError
-from .common import shown_plainly, stdout_console
+from .common import os_error_text, shown_plainly, stdout_console
 
 
 def _store() -> HistoryStore:
@@ -77,7 +77,8 @@ def remove_command(conversation_id: int) -> None:
     try:
         forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
     except OSError as exc:
-        raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {exc}") from None
+        raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {os_error_text(exc)}"
+                             ) from None
     try:
         removed = _store().remove(conversation_id)
     except HistoryUnavailable as exc:
@@ -87,6 +88,8 @@ def remove_command(conversation_id: int) -> None:
     try:
         forget_prompts()  # (the models' saved reading of the last prompt may be this conversation's)
     except OSError as exc:
-        raise LocalspecError(f"removed conversation {conversation_id}, but not the saved prompts: {exc}") from None
+        raise LocalspecError(f"removed conversation {conversation_id}, but not the saved prompts: {os_error_text(exc)}"
+                             ) from None
     also = f" and its {forgotten} tokens from the memory" if forgotten else ""
     click.echo(f"removed conversation {conversation_id}{also}", err=True)
+

@@ -33,6 +33,9 @@ def add_command(
 ) -> None:
     """Create user profile NAME for TARGET (and a draft)."""
     check_name(name)
+    if name.lower().endswith(".toml") and len(name) > 5:  # (it would be saved as NAME.toml.toml)
+        raise InputError(f"invalid profile name {name!r}: a name, not a file name: use {name[:-5]!r} (saved as"
+                         f" {name[:-5]}.toml)")
     existing = user_profiles_dir() / f"{name}.toml"
     if (existing.exists() or existing.is_symlink()) and not force:  # (before a draft is looked for; checked again as it is written)
         raise profile_exists(name, existing)
