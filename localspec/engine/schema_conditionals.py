@@ -15,8 +15,12 @@ be present (`required`), hold listed values (`const`, `enum`) whose alternatives
 lists (its `enum` or `const`, or `type: boolean`), or hold numbers in a range (`minimum`, `maximum`,
 `exclusiveMinimum`, `exclusiveMaximum`): I fails where one of its required properties is missing, where
 one of its properties is present with a value it does not list, or with a number below or above its
-range (a value that is no number passes a range). A `type` in I is written out where the schema it
-applies to holds it already (an `integer` property asked to be an `integer` or a `number`). Elsewhere,
+range (a value that is no number passes a range; only ranges whose bounds llguidance and a validator read
+alike: see _EXACT_BOUND). A `type` in I is written out where the schema it applies to holds it already (an
+`integer` property asked to be an `integer` or a `number`); a property's condition may ask the same of its
+own properties (it fails where the property is present and fails it); local `$ref`s are followed where no
+nested `$id` changes what they name. A `then`, an `else` or a dependency's schema of `not: C` (often
+`not: {required: [x]}`, "no x then") is written as the ways C fails, the same way. Elsewhere,
 and where the cases would multiply past MOST_CASES, the conditional stays as written (with llguidance's
 warning). The branches are exact: they let through what the schema validates, no more and no less.
 """

@@ -40,6 +40,7 @@ CONTAINS_BRANCHES = 64  # (the places of 2 matches among 8 items make 28 branche
 # copied again).
 LARGEST_COPIES = 72_000
 DEFINITION_PREFIX = "localspec_contains_item"  # (the definitions of matching and other items: see `_named`)
+_REF_SIZE = len(json.dumps({"$ref": f"#/$defs/{DEFINITION_PREFIX}999"}))
 _CONTAINS_KEYS = {"contains", "minContains", "maxContains"}
 
 
@@ -94,12 +95,11 @@ def _branches(node: dict[str, Any], definitions: dict[str, Any] | None, root: An
     matching = both(items, wanted)
     if matching is False or others is False:
         return None
-    matching, others = _named(matching, definitions), _named(others, definitions)
     fewest, longest = node.get("minItems", 0), node.get("maxItems")
     fewest = fewest if is_count(fewest) else 0
     positions = min(longest, CONTAINS_POSITIONS) if is_count(longest) else CONTAINS_POSITIONS
     counts = range(least, (least if most is None else most) + 1)
-    sizes = len(json.dumps(matching)), len(json.dumps(others))
+    sizes = (_REF_SIZE, _REF_SIZE) if definitions is not None else (len(json.dumps(matching)), len(json.dumps(others)))
     while sum(math.comb(positions, count) for count in counts) > CONTAINS_BRANCHES:
         positions -= 1
     while positions >= max(least, 1) and _copied(_places(positions, counts), sizes) > LARGEST_COPIES:
@@ -107,6 +107,7 @@ def _branches(node: dict[str, Any], definitions: dict[str, Any] | None, root: An
     if positions < max(least, 1):
         return None  # (no room for the matches, or an item too large to copy: llguidance's reading, its warning)
     places = _places(positions, counts)
+    matching, others = _named(matching, definitions), _named(others, definitions)
     bound = {"maxItems": longest} if is_count(longest) else {}
     return [_placed(chosen, matching, others, fewest, bound) for chosen in places]
 
