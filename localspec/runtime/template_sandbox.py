@@ -12,8 +12,8 @@ Python loop the step budget (chat_template.py) never sees. Two guards:
   once is refused: a number beyond MAX_ARGUMENT given to a call or as a filter's
   argument (a width, a count; not the value filtered, nor what a format writes),
   a format field that wide or built from another field, a `replace`,
-  `expandtabs`, `indent` or `join` whose text would be longer, an indent of
-  JSON past MAX_JSON_INDENT, an integer past MAX_INTEGER_BITS, a sequence
+  `expandtabs`, `indent`, `join`, format, `tojson` or `string` whose text would
+  be longer, an indent of JSON past MAX_JSON_INDENT, an integer past MAX_INTEGER_BITS, a sequence
   repeated past MAX_REPEATED; `lipsum` is gone;
 - while it renders, a watchdog thread ends a rendering that runs past
   RENDER_SECONDS or grows the process past RENDER_BYTES (what the first guard
@@ -27,7 +27,6 @@ import ctypes
 import functools
 import os
 import re
-import resource
 import sys
 import threading
 import time
@@ -256,6 +255,10 @@ def _resident_bytes() -> int:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
+        try:
+            import resource  # (not on Windows)
+        except ImportError:
+            return 0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
 
