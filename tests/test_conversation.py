@@ -133,6 +133,16 @@ def test_continue_does_not_pick_a_conversation_emptied_by_undo(tmp_path: Path) -
     assert store.latest() == kept and store.get(emptied_id) is not None  # (still listed, to see or remove)
 
 
+def test_a_history_file_that_is_a_pipe_is_an_error_not_a_wait(tmp_path: Path) -> None:
+    """(was: `history list`, `chat` waited for ever on the pipe's writer)"""
+    import os
+
+    pipe = tmp_path / "history.sqlite3"
+    os.mkfifo(pipe)
+    with pytest.raises(HistoryUnavailable, match="not a regular file"):
+        HistoryStore(pipe)
+
+
 def test_a_corrupt_or_locked_database_is_one_clear_error(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.sqlite3"
     corrupt.write_bytes(b"this is not a database" * 100)

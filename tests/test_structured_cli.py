@@ -61,6 +61,9 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("json_schema", '{"type": "object", "properties": {}, "type": "array"}', "s.json"),
      ['s.json: the key "type" appears twice in one object: keep one']),
     (OutputFormat("json_schema", '{"$ref": "#/nowhere"}', "--json-schema"), ["--json-schema: ", "/nowhere"]),
+    # (was Python's `invalid literal for int() with base 10: '²'`: "²".isdigit() is True)
+    (OutputFormat("json_schema", '{"$ref": "#/$defs/x/\u00b2", "$defs": {"x": [{"type": "string"}]}}', "--json-schema"),
+     ["--json-schema: ", "#/$defs/x/\u00b2"]),
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
     (OutputFormat("regex", "abc\\", "--regex"), ["--regex: invalid regex: it ends with a backslash"]),  # (dropped, else)
     (OutputFormat("regex", "[^\\s\\S]", "--regex"), ["--regex: no text can satisfy it"]),  # valid, matching nothing

@@ -124,6 +124,7 @@ def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
         (["--temperatures", "0,-1"], "--temperatures"),
         (["--temperatures", "0,abc"], "'abc' is not a number"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),
+        (["--prompts", "\u00b2"], "cannot read the prompts file"),  # (was: a traceback from int("²"))
         (["--max-tokens", "0"], "--max-tokens"),
         (["--prompt", "  "], "--prompt is empty"),
         (["--draft-min", "4", "--draft-max", "8,2"], "speculative.draft_min (4) must not exceed speculative.draft_max (2)"),

@@ -84,6 +84,8 @@ class HistoryStore:
 
     def __init__(self, path: Path, timeout: float = 1.0) -> None:
         self.path = path
+        if path.exists() and not path.is_file():  # (a FIFO: opening it waited for a writer for ever)
+            raise HistoryUnavailable(f"chat history {path} cannot be used (not a regular file)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             keep_private(path)  # the chats' text (SQLite gives its journal files the database's mode)

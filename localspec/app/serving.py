@@ -107,7 +107,7 @@ class Guard:
         if self.api_key is not None and scope["path"] != "/health" and not self.authorized(headers.get("authorization", "")):
             return ApiError(401, "missing or wrong API key", kind="authentication_error", code="invalid_api_key")
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+        if length is not None and (not (length.isascii() and length.isdigit()) or int(length) > self.max_body_bytes):
             return ApiError(413, f"request body larger than {self.max_body_bytes} bytes")
         return None
 

@@ -290,7 +290,7 @@ def _fitted_lengths(plan: Plan, lengths: list[int | str]) -> list[int | str]:
 def _prompts(spec: str | None) -> tuple[str, ...]:
     if spec is None:
         return DEFAULT_PROMPTS
-    if spec.isdigit():
+    if spec.isascii() and spec.isdigit():  # (not "²": a digit to Unicode, not to int())
         count = int(spec)
         if not 1 <= count <= len(DEFAULT_PROMPTS):
             raise click.BadParameter(f"between 1 and {len(DEFAULT_PROMPTS)} built-in prompts", param_hint="--prompts")

@@ -42,7 +42,7 @@ def keep_private(path: Path) -> None:
     where it exists (made 0644 by an earlier version). A file that cannot be opened is left to whoever opens it
     next, which says why."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), PRIVATE_FILE_MODE))  # (a FIFO)
         os.chmod(path, PRIVATE_FILE_MODE)
     except OSError:
         pass
