@@ -3,13 +3,13 @@ held as branches: the compiled grammar lets through exactly the documents `jsons
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 from typing import Any, Iterator
 
 import jsonschema
 import pytest
+from grammar_helpers import accepts
 
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_conditionals import conditionals_as_branches
@@ -108,21 +108,6 @@ def documents(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
     names = list(schema["properties"])
     for choice in itertools.product(*([None, *VALUES[name]] for name in names)):
         yield {name: value for name, value in zip(names, choice) if value is not None}
-
-
-def accepts(grammar: str, text: str) -> bool:
-    matcher = _fresh_matcher(grammar).deep_copy()
-    return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
-
-
-@functools.lru_cache(maxsize=8)
-def _fresh_matcher(grammar: str) -> Any:
-    """A matcher of `grammar` over bytes that nothing has fed (copied for each text: building one takes longer)."""
-    from llguidance import LLMatcher
-
-    from localspec.engine.grammar import _byte_tokenizer
-
-    return LLMatcher(_byte_tokenizer(), grammar)
 
 
 @pytest.mark.parametrize("schema", [PAYMENT, CONTACT, SHIPPING, DRAFT7, AGE, DEPLOY, REVIEWED], ids=[

@@ -9,21 +9,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from grammar_helpers import accepts
 
 from localspec.engine.grammar import OutputFormat, compile_format
-
-
-def accepts(grammar: str, text: str) -> bool:
-    from llguidance import LLMatcher
-
-    from localspec.engine.grammar import _byte_tokenizer
-
-    return _accepted(LLMatcher(_byte_tokenizer(), grammar), text)
-
-
-def _accepted(fresh: Any, text: str) -> bool:
-    matcher = fresh.deep_copy()
-    return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
 
 
 ITEM = {"type": "object", "properties": {"role": {"enum": ["chair", "member", "guest"]}}, "required": ["role"],
@@ -50,19 +38,14 @@ def array(**keywords: Any) -> dict[str, Any]:
      "minContains": 2, "maxContains": 2},  # every other item below the range
 ])
 def test_the_grammar_takes_exactly_the_arrays_the_schema_validates(schema: dict[str, Any]) -> None:
-    from llguidance import LLMatcher
-
-    from localspec.engine.grammar import _byte_tokenizer
-
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert compiled.warnings == ()  # (was: llguidance's "Unimplemented keys: contains")
-    matcher = LLMatcher(_byte_tokenizer(), compiled.grammar)
     values = [{"role": role} for role in ("chair", "member", "guest")] if schema.get("items") in (
         ITEM, {"$ref": "#/$defs/attendee"}) else [1, 7]
     for length in range(schema["maxItems"] + 1):
         for items in itertools.product(values, repeat=length):
             valid = jsonschema.Draft202012Validator(schema).is_valid(list(items))
-            assert _accepted(matcher, json.dumps(list(items))) == valid, (schema, items)
+            assert accepts(compiled.grammar, json.dumps(list(items))) == valid, (schema, items)
 
 
 @pytest.mark.parametrize("schema", [

@@ -9,18 +9,10 @@ from typing import Any
 
 import jsonschema
 import pytest
+from grammar_helpers import accepts
 
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_property_counts import property_counts_as_branches
-
-
-def accepts(grammar: str, text: str) -> bool:
-    from llguidance import LLMatcher
-
-    from localspec.engine.grammar import _byte_tokenizer
-
-    matcher = LLMatcher(_byte_tokenizer(), grammar)
-    return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
 
 
 def counted(required: list[str], **counts: int) -> dict[str, Any]:

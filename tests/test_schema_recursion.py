@@ -8,6 +8,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from grammar_helpers import accepts
 
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_recursion import RECURSION_LEVELS, recursion_bounded
@@ -37,15 +38,6 @@ def linked(depth: int) -> dict[str, Any]:
 
 def sections(depth: int) -> dict[str, Any]:
     return {"title": "t"} if depth == 1 else {"title": "t", "body": ["x", sections(depth - 1)]}
-
-
-def accepts(grammar: str, text: str) -> bool:
-    from llguidance import LLMatcher
-
-    from localspec.engine.grammar import _byte_tokenizer
-
-    matcher = LLMatcher(_byte_tokenizer(), grammar)
-    return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
 
 
 @pytest.mark.parametrize("schema, document, wrap", [
