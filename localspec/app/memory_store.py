@@ -250,7 +250,8 @@ class MemoryStore:
     def stats(self) -> dict[str, Any]:
         """Tokens and documents kept (in all, and by source), bytes on disk, and the usage counters."""
         documents = self.documents()
-        if self._usage()[1]:  # damaged: reported, and written again from 0 so that it is reported once
+        usage, damaged = self._usage()
+        if damaged:  # reported, and written again from 0 (the counts read) so that it is reported once
             self.record_use(0, 0, 0, 0)
         by_source: dict[str, dict[str, int]] = {}
         for document in documents:
@@ -262,7 +263,7 @@ class MemoryStore:
             "documents": len(documents),
             "by_source": by_source,
             "bytes": _bytes_under(self.root),
-            **self._usage()[0],
+            **usage,
         }
 
     # Usage counters -------------------------------------------------------------------------------------------------

@@ -31,8 +31,7 @@ import math
 from typing import Any
 
 from .schema_keywords import (
-    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, refers_from_root, resolved, schemas_in,
-    with_subschemas_changed,
+    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up, schemas_in,
 )
 
 # The cases of one schema's conditionals multiply where llguidance writes the object (2 per dependency, 2 or
@@ -54,15 +53,7 @@ def conditionals_as_branches(schema: Any) -> Any:
     """`schema` with every conditional it holds, at any depth, written as `anyOf` branches where that can be
     done exactly (see the module's docstring): a new schema, the input untouched."""
     root = schema if refers_from_root(schema) else None  # ($refs are followed only where they name the root's)
-
-    def rewritten(node: Any) -> Any:
-        if isinstance(node, list):
-            return [rewritten(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        return _branched(with_subschemas_changed(node, rewritten), root)
-
-    return rewritten(schema)
+    return rewritten_bottom_up(schema, lambda node: _branched(node, root))
 
 
 def _branched(node: dict[str, Any], root: Any) -> dict[str, Any]:

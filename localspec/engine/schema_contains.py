@@ -29,7 +29,7 @@ import math
 from typing import Any
 
 from .schema_conditionals import both, ways_to_fail
-from .schema_keywords import is_count, refers_from_root, takes_definitions, with_subschemas_changed
+from .schema_keywords import is_count, refers_from_root, rewritten_bottom_up, takes_definitions
 
 CONTAINS_POSITIONS = 8
 CONTAINS_BRANCHES = 64  # (the places of 2 matches among 8 items make 28 branches; of 4, 70: looked for among 7)
@@ -49,18 +49,15 @@ def contains_as_branches(schema: Any) -> Any:
     (see the module's docstring): a new schema, the input untouched. Where definitions can be added to the root
     and named from anywhere in it, the branches name the items by `$ref` rather than copy them."""
     definitions: dict[str, Any] | None = {} if takes_definitions(schema, DEFINITION_PREFIX) else None
-    rewritten = _rewritten(schema, definitions, schema if refers_from_root(schema) else None)
+    root = schema if refers_from_root(schema) else None
+    rewritten = rewritten_bottom_up(schema, lambda node: _without_contains(node, definitions, root))
     if definitions:
         rewritten = {**rewritten, "$defs": {**rewritten.get("$defs", {}), **definitions}}
     return rewritten
 
 
-def _rewritten(schema: Any, definitions: dict[str, Any] | None, root: Any) -> Any:
-    if isinstance(schema, list):
-        return [_rewritten(item, definitions, root) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    node = with_subschemas_changed(schema, lambda subschema: _rewritten(subschema, definitions, root))
+def _without_contains(node: dict[str, Any], definitions: dict[str, Any] | None, root: Any) -> dict[str, Any]:
+    """`node` with its own `contains` written as branches, where that can be done."""
     branches = _branches(node, definitions, root) if "contains" in node else None
     if branches is None:
         return node

@@ -83,6 +83,16 @@ def with_subschemas_changed(schema: dict[str, Any], change: Callable[[Any], Any]
     return changed
 
 
+def rewritten_bottom_up(schema: Any, change: Callable[[dict[str, Any]], Any]) -> Any:
+    """`schema` with `change` applied to each schema in it, at any depth, once the schemas inside it are changed
+    (see `with_subschemas_changed`): a new schema, the input untouched."""
+    if isinstance(schema, list):
+        return [rewritten_bottom_up(item, change) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return change(with_subschemas_changed(schema, lambda subschema: rewritten_bottom_up(subschema, change)))
+
+
 def json_types(value: Any) -> set[str]:
     """The JSON types a parsed JSON value belongs to (a whole number, 2 or 2.0, is both integer and number)."""
     if value is None:

@@ -20,7 +20,7 @@ import itertools
 import math
 from typing import Any
 
-from .schema_keywords import CASES_COMMENT, is_count, with_subschemas_changed
+from .schema_keywords import CASES_COMMENT, is_count, rewritten_bottom_up
 
 MOST_CASES = 64  # (as for conditionals: see schema_conditionals.MOST_CASES)
 # And properties named in all the cases of one object, at most: llguidance's parser takes at most 2,000 items a
@@ -33,15 +33,7 @@ def property_counts_as_branches(schema: Any) -> tuple[Any, list[str]]:
     """`schema` with each property count llguidance cannot hold written as cases, or left out (see the module's
     docstring), and a note for each one left out: a new schema, the input untouched."""
     notes: list[str] = []
-
-    def rewritten(node: Any) -> Any:
-        if isinstance(node, list):
-            return [rewritten(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        return _counted(with_subschemas_changed(node, rewritten), notes)
-
-    return rewritten(schema), notes
+    return rewritten_bottom_up(schema, lambda node: _counted(node, notes)), notes
 
 
 def _counted(node: dict[str, Any], notes: list[str]) -> dict[str, Any]:
