@@ -17,6 +17,6 @@ def _fresh_matcher(grammar: str) -> Any:
     """A matcher of `grammar` over bytes that nothing has fed (copied for each text: building one takes longer)."""
     from llguidance import LLMatcher
 
-    from localspec.engine.grammar import _byte_tokenizer
+    from localspec.engine.byte_tokenizer import byte_tokenizer
 
-    return LLMatcher(_byte_tokenizer(), grammar)
+    return LLMatcher(byte_tokenizer(), grammar)

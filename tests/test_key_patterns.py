@@ -14,9 +14,9 @@ from localspec.engine.key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
 def takes(schema: dict, text: str) -> bool:
     from llguidance import LLMatcher
 
-    from localspec.engine.grammar import _byte_tokenizer
+    from localspec.engine.byte_tokenizer import byte_tokenizer
 
-    matcher = LLMatcher(_byte_tokenizer(), compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar)
+    matcher = LLMatcher(byte_tokenizer(), compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar)
     return matcher.consume_tokens(list(text.encode())) and not matcher.is_error()
 
 

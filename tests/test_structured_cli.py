@@ -109,12 +109,12 @@ def test_gbnf_unicode_escapes_mean_their_characters(gbnf: str, accepted: str, re
     refuses): the escapes are spelled out before it converts."""
     from llguidance import LLMatcher
 
-    from localspec.engine.grammar import _byte_tokenizer
+    from localspec.engine.byte_tokenizer import byte_tokenizer
 
     grammar = compile_format(OutputFormat("grammar", gbnf, "g.gbnf")).grammar
 
     def matches(text: str) -> bool:
-        matcher = LLMatcher(_byte_tokenizer(), grammar)
+        matcher = LLMatcher(byte_tokenizer(), grammar)
         return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
 
     assert matches(accepted) and not matches(refused)
@@ -431,11 +431,12 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
 def test_times_are_bounded_to_the_length_of_nine_decimals_and_an_offset() -> None:
     from llguidance import LLMatcher
 
-    from localspec.engine.grammar import FORMAT_LENGTH_LIMITS, STRING_LENGTH_LIMIT, _byte_tokenizer, bounded_values
+    from localspec.engine.byte_tokenizer import byte_tokenizer
+    from localspec.engine.grammar import FORMAT_LENGTH_LIMITS, STRING_LENGTH_LIMIT, bounded_values
 
     def takes(schema: dict, text: str) -> bool:
         grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
-        matcher = LLMatcher(_byte_tokenizer(), grammar)
+        matcher = LLMatcher(byte_tokenizer(), grammar)
         return matcher.consume_tokens(list(text.encode())) and matcher.is_accepting()
 
     time, stamp = {"type": "string", "format": "time"}, {"type": "string", "format": "date-time"}
@@ -622,9 +623,8 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     now any JSON, five containers deep at most inside the property, strings and collections bounded."""
     from llguidance import LLMatcher
 
-    from localspec.engine.grammar import (
-        ANY_VALUE_DEFINITION, COLLECTION_LIMIT, STRING_LENGTH_LIMIT, _byte_tokenizer, bounded_values,
-    )
+    from localspec.engine.byte_tokenizer import byte_tokenizer
+    from localspec.engine.grammar import ANY_VALUE_DEFINITION, COLLECTION_LIMIT, STRING_LENGTH_LIMIT, bounded_values
 
     schema = {"type": "object", "properties": {"event": {"type": "string"}, "details": {}, "meta": {"description": "x"},
                                                "tags": {"type": "array", "items": {}}},
@@ -647,7 +647,7 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
 
     def valid(details: str) -> bool:
         text = f'{{"event": "jazz", "details": {details}}}'
-        matcher = LLMatcher(_byte_tokenizer(), grammar)
+        matcher = LLMatcher(byte_tokenizer(), grammar)
         return matcher.consume_tokens(list(text.encode())) and not matcher.is_error() and matcher.is_accepting()
 
     assert valid('{"a": [1, {"b": [[true]]}]}') and valid('"x"') and valid("null")

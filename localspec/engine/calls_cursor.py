@@ -85,9 +85,9 @@ class CallsCursor:
         """Inside a call's arguments, in a key the rule holds (see `JsonCursor.in_held_key`)."""
         return self.arguments is not None and self.arguments.in_held_key
 
-    def language_keys(self) -> tuple[list[bytes], bool] | None:
-        """As `JsonCursor.language_keys`, inside a call's arguments; None outside them."""
-        return self.arguments.language_keys() if self.arguments is not None else None
+    def language_rests(self) -> tuple[list[bytes], bool] | None:
+        """As `JsonCursor.language_rests`, inside a call's arguments; None outside them."""
+        return self.arguments.language_rests() if self.arguments is not None else None
 
     @property
     def encloses_key_language(self) -> bool:

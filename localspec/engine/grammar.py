@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
+from .byte_tokenizer import byte_tokenizer
 from .deep_stack import on_a_deep_stack
 from .key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
 from .schema_keywords import (
@@ -278,15 +279,6 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
     return kept
 
 
-@functools.lru_cache(maxsize=1)
-def _byte_tokenizer() -> Any:
-    """An llguidance tokenizer of the 256 bytes and an end token: any text can be written with it."""
-    from llguidance import LLTokenizer
-
-    return LLTokenizer.from_tiktoken(encoder={bytes([byte]): byte for byte in range(256)}, special_tokens={"<end>": 256},
-                                     pattern=r"[\s\S]", eos_token=256, n_vocab=257)
-
-
 def _why_unusable(grammar: str) -> str | None:
     """Why the grammar cannot be used, where that shows at its start; None where it lets something be written.
     Found before any model loads, with bytes for tokens (about a millisecond): nothing allowed at all
@@ -294,7 +286,7 @@ def _why_unusable(grammar: str) -> str | None:
     (`TOO_MUCH_FORCED`)."""
     from llguidance import LLMatcher
 
-    matcher = LLMatcher(_byte_tokenizer(), grammar)
+    matcher = LLMatcher(byte_tokenizer(), grammar)
     matcher.compute_bitmask()  # (the first mask is what finds nothing allowed)
     # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
     if matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"):

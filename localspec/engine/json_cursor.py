@@ -65,24 +65,33 @@ class _Container:
         return replace(self, seen=self.seen | {item}, seen_at_max_length=at_max)
 
     def item_may_begin(self) -> bool:
-        """Whether a new item can still be one not held: an enum's values, or a range's integers, are not all
-        held already (a free string can always be new)."""
+        """Whether a new item can still be one not held: an enum's values, a range's integers, or the strings a
+        pattern or a format takes, are not all held already (a free string can always be new)."""
         items = self.items
         if items is None:
             return True
+        if items.language is not None:
+            return items.language.may_end_unlike(b'"', self.seen_strings())
         if items.values is not None:
             return bool(items.values - self.seen)
         size = items.integers.size if items.integers is not None else None  # (fractions: endless)
         return size is None or size > len(self.seen)  # (the grammar keeps every item in the range)
 
-    def item_may_go_on(self, written: str | None) -> bool:
-        """Whether the item written so far (None: it ends inside a character) can still end as a new item: an
-        enum's item must begin a value not yet held; a free string at its maxLength must not be one held."""
+    def item_may_go_on(self, written: str | None, spelled: bytes) -> bool:
+        """Whether the item written so far (None: it ends inside a character; `spelled`: its JSON text from the
+        opening quote) can still end as a new item: an enum's item must begin a value not yet held, one by a
+        pattern or a format must go on to one not held; a free string at its maxLength must not be one held."""
+        if self.items is not None and self.items.language is not None:
+            return self.items.language.may_end_unlike(spelled, self.seen_strings())
         if written is None or self.items is None or self.items.numbers:
             return True
         if self.items.values is not None:
             return any(value.startswith(written) for value in self.items.values - self.seen)
         return not (self.seen_at_max_length and len(written) == self.items.max_length and written in self.seen)
+
+    def seen_strings(self) -> frozenset[str]:
+        """The strings among the items held so far."""
+        return frozenset(item for item in self.seen if isinstance(item, str))
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,7 @@ class JsonCursor:
                 return None
         cursor = reader.cursor()
         if cursor.role == ITEM_TEXT and cursor.expects == STRING:
-            if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.text)):
+            if not cursor.containers[-1].item_may_go_on(_string_so_far(cursor.text), cursor.text):
                 return None
         if cursor.role == ITEM_TEXT and cursor.expects == NUMBER:
             array = cursor.containers[-1]
@@ -238,20 +247,24 @@ class JsonCursor:
             return None  # (no item held at that length begins so: closing quotes alone can repeat one)
         return most - len(written)
 
-    def language_keys(self) -> tuple[list[bytes], bool] | None:
-        """Where the innermost container is an object whose keys are held to a language (key_language.py): the
-        text that may lead the key being written to one that can only end as a key held (the rest of each held key
-        that begins as it does; none outside a key), and whether every key it takes is held. None elsewhere."""
+    def language_rests(self) -> tuple[list[bytes], bool] | None:
+        """Where the innermost container is an object whose keys are held to a language (key_language.py), or an
+        array whose items are strings by a pattern or a format (string_language.py): the text that may lead the
+        key or item being written to one that can only end as one held (the rest of each held one that begins as
+        it does; none outside a key or an item), and whether every one it takes is held. None elsewhere."""
         container = self.containers[-1] if self.containers and not self.settled else None
-        if container is None or container.key_language is None:
+        items = container.items.language if container is not None and container.items is not None else None
+        if container is None or (container.key_language is None and items is None):
             return None
         rests = []
-        if self.expects == STRING and self.role == KEY_TEXT:
+        if self.expects == STRING and self.role == (KEY_TEXT if items is None else ITEM_TEXT):
             written = self.text[1:]
-            for key in container.seen:
-                spelled = json.dumps(key, ensure_ascii=False)[1:-1].encode("utf-8")
+            for held in container.seen_strings():
+                spelled = json.dumps(held, ensure_ascii=False)[1:-1].encode("utf-8")
                 if spelled.startswith(written) and len(spelled) > len(written):
                     rests.append(spelled[len(written):])
+        if items is not None:
+            return rests, not items.may_end_unlike(b'"', container.seen_strings())
         exhausted = bool(container.seen) and not container.key_language.may_end_unlike(
             "", container.seen, container.names_left)
         return rests, exhausted

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .key_language import KeyLanguage
+from .string_language import StringLanguage
 from .schema_keywords import (
     ANNOTATIONS, ANY_VALUE_DEFINITION, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types,
     pointed, schemas_in, subschemas,
@@ -63,14 +64,16 @@ class IntegerRange:
 @dataclass(frozen=True)
 class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
-    characters, where the schema says), the strings of an enum (`values`), the integers of a range
-    (`integers`), numbers left open (`fractions`), or records (`record`: objects of a few scalar values)."""
+    characters, where the schema says), strings by a pattern or a format (`language`), the strings of an enum
+    (`values`), the integers of a range (`integers`), numbers left open (`fractions`), or records (`record`:
+    objects of a few scalar values)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
     integers: IntegerRange | None = None
     fractions: bool = False  # numbers as localspec bounds open ones (_OPEN_NUMBER)
     record: "RecordItems | None" = None
+    language: StringLanguage | None = None
 
     @property
     def numbers(self) -> bool:
@@ -79,8 +82,9 @@ class HeldItems:
 
     @property
     def endless(self) -> bool:
-        """Whether there are more such items than any array holds: free strings, numbers without both bounds."""
-        if self.values is not None:
+        """Whether there are more such items than any array holds: free strings, numbers without both bounds (not
+        said of strings by a pattern or a format: their language may be finite)."""
+        if self.values is not None or self.language is not None:
             return False
         if self.integers is not None:
             return self.integers.size is None
@@ -119,6 +123,9 @@ def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems |
     if (isinstance(values, list) and values and all(isinstance(value, str) for value in values)
             and items.get("type", "string") == "string" and items.keys() <= _ENUM_STRING_KEYS):
         return HeldItems(values=frozenset(values))
+    language = StringLanguage.of_items(items, places.root.get("x-guidance")) if places is not None else None
+    if language is not None:
+        return HeldItems(language=language)
     bounds = integer_range(items)
     if bounds is not None:
         return HeldItems(integers=bounds)

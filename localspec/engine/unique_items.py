@@ -205,9 +205,11 @@ class UniqueItems:
                 endings = _allowed_among(allowed, suspects.record_endings)
                 endings = endings[suspects.lengths[endings] >= cursor.bytes_to_a_records_last_value()]
                 candidates = np.union1d(candidates, endings)
-        language_keys = cursor.language_keys()
-        if language_keys is not None:  # (a key held to a language may be refused before it closes: any token on the
-            rests, exhausted = language_keys  # way along a key held, a quote that opens one, a `,` when none is left)
+        # A key or an item held to a language may be refused before it closes: any token on the way along one
+        # held, a quote that opens one, a `,` when none is left.
+        language_rests = cursor.language_rests()
+        if language_rests is not None:
+            rests, exhausted = language_rests
             candidates = np.union1d(candidates, self._tokens_beginning(rests, allowed))
             if not cursor.in_string:
                 candidates = np.union1d(candidates, _allowed_among(allowed, suspects.quotes))

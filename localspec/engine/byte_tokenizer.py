@@ -1,0 +1,16 @@
+"""An llguidance tokenizer of single bytes: a matcher over it checks any text, byte by byte, without a model."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.lru_cache(maxsize=1)
+def byte_tokenizer() -> Any:
+    """An llguidance tokenizer of the 256 bytes and an end token: any text can be written with it."""
+    from llguidance import LLTokenizer
+
+    encoder = {bytes([byte]): byte for byte in range(256)}
+    return LLTokenizer.from_tiktoken(encoder=encoder, special_tokens={"<end>": 256}, pattern=r"[\s\S]", eos_token=256,
+                                     n_vocab=257)

@@ -1,0 +1,118 @@
+"""The strings a string schema with a `pattern` or a `format` takes, asked of llguidance itself, byte by byte.
+
+`uniqueItems` over such strings (emails, uuids, codes by pattern) cannot be held
+by refusing the closing quote of a repeat alone, as over free strings: a uuid
+written equal to an earlier one up to its last digit can only close. The rule
+must refuse, a token earlier, an item that can only end as one held.
+`StringLanguage.may_end_unlike` answers that exactly as the grammar writes such a
+string: it walks a matcher of the item's own schema over bytes along the paths of
+the items held, and looks for a byte the matcher allows that none of them takes.
+The walk only follows the items held, so it takes a few microseconds a byte.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import numpy as np
+
+from .byte_tokenizer import byte_tokenizer
+from .schema_keywords import ANNOTATIONS
+
+# The keywords a string item may carry and be held this way: each one is llguidance's to hold, and the matcher of
+# the item alone holds it as the document's grammar does.
+_LANGUAGE_KEYS = {"type", "pattern", "format", "minLength", "maxLength"} | ANNOTATIONS
+_ANSWERS_KEPT = 4096  # may_end_unlike's answers kept per language (a mask asks the same of many tokens)
+_BYTES = 256  # the byte tokenizer's bytes; its end-of-text token comes after them
+
+
+class StringLanguage:
+    """The JSON strings (quotes included) a string schema takes, as llguidance writes them."""
+
+    def __init__(self, matcher: Any) -> None:
+        self._fresh = matcher  # a matcher of the schema over bytes that nothing has fed (copied for each walk)
+        self._answers: dict[tuple[bytes, frozenset[bytes]], bool] = {}
+
+    @classmethod
+    def of_items(cls, items: Any, guidance: Any) -> "StringLanguage | None":
+        """The language of an array's string items where they carry a `pattern` or a `format` (with lengths
+        perhaps) and nothing else llguidance would not hold alone; `guidance`: the root's `x-guidance` options,
+        which decide how llguidance reads a format. None for any other items, or where llguidance refuses them."""
+        if (not isinstance(items, dict) or items.get("type") != "string" or not items.keys() <= _LANGUAGE_KEYS
+                or not items.keys() & {"pattern", "format"}):
+            return None
+        schema = dict(items, **({"x-guidance": guidance} if isinstance(guidance, dict) else {}))
+        try:
+            return _language(json.dumps(schema, sort_keys=True))
+        except (TypeError, ValueError):  # (not JSON after all)
+            return None
+
+    def may_end_unlike(self, written: bytes, held: frozenset[str]) -> bool:
+        """Whether some string the schema takes begins with `written` (its JSON spelling so far, from the opening
+        quote) and is none of `held` (True, too, where `written` is not a beginning llguidance writes: nothing is
+        refused on a reading that does not apply)."""
+        rivals = frozenset(spelled for spelled in map(_spelling, held) if spelled.startswith(written))
+        if not rivals:
+            return True
+        key = (written, rivals)
+        if key not in self._answers:
+            if len(self._answers) >= _ANSWERS_KEPT:
+                self._answers.clear()
+            self._answers[key] = self._new_string_from(written, rivals)
+        return self._answers[key]
+
+    def _new_string_from(self, written: bytes, rivals: frozenset[bytes]) -> bool:
+        """Whether a string not among `rivals` (the spellings held that begin with `written`) goes on from
+        `written`: a walk along the rivals' paths (no recursion: a held item may be longer than Python's
+        recursion limit), stepping the matcher forward and back."""
+        matcher = self._fresh.deep_copy()
+        if not matcher.consume_tokens(list(written)) or matcher.is_error():
+            return True
+        at, todo = written, [written]  # (what the matcher has consumed; the places left to visit)
+        while todo:
+            here = todo.pop()
+            common = _common_length(at, here)
+            if len(at) > common:
+                matcher.rollback(len(at) - common)
+            if len(here) > common:
+                matcher.consume_tokens(list(here[common:]))
+            at = here
+            allowed = _allowed_bytes(matcher)
+            taken_next = {spelled[len(here)] for spelled in rivals
+                          if len(spelled) > len(here) and spelled.startswith(here)}
+            if allowed - taken_next:
+                return True  # a byte no rival takes here: a new string begins with it (llguidance allows no dead end)
+            todo += [here + bytes((byte,)) for byte in sorted(taken_next & allowed)]
+        return False
+
+
+def _allowed_bytes(matcher: Any) -> set[int]:
+    """The bytes `matcher` allows next."""
+    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    return set(np.flatnonzero(bits[:_BYTES]).tolist())
+
+
+def _common_length(one: bytes, other: bytes) -> int:
+    """How many bytes `one` and `other` begin with alike."""
+    for at, (a, b) in enumerate(zip(one, other)):
+        if a != b:
+            return at
+    return min(len(one), len(other))
+
+
+def _spelling(item: str) -> bytes:
+    """How a string is written in JSON, quotes included (escaping only what must be)."""
+    return json.dumps(item, ensure_ascii=False).encode("utf-8")
+
+
+@functools.lru_cache(maxsize=128)
+def _language(schema: str) -> StringLanguage | None:
+    from llguidance import LLMatcher, grammar_from
+
+    try:
+        matcher = LLMatcher(byte_tokenizer(), grammar_from("json_schema", schema), log_level=0)
+    except Exception:  # (whatever llguidance raises rather than reports: not held)
+        return None
+    return None if matcher.is_error() else StringLanguage(matcher)
