@@ -67,6 +67,32 @@ def test_arrays_are_followed_through_refs_nullable_branches_and_nesting() -> Non
     assert arrays.held == [TAGS] and arrays.not_held == 2  # TAGS (also under "either") and "pair"
 
 
+def message(kind: str, **more: dict) -> dict:
+    """An object branch of a message union: its `kind` and more properties, all required, no other key."""
+    return {"type": "object", "properties": {"kind": {"const": kind}, **more}, "required": ["kind", *more],
+            "additionalProperties": False}
+
+
+def test_arrays_are_followed_into_a_union_of_object_branches() -> None:
+    """A `oneOf` of objects told apart by a `const` (which branch is being written is not followed): each key's
+    value is what every branch that takes the key gives it, where they agree."""
+    schema = {"type": "object", "properties": {"message": {"type": "object", "oneOf": [
+        message("email", to=TAGS, subject={"type": "string"}),
+        message("chat", to={"type": "array", "items": {"type": "string"}}, members=TAGS),
+        message("note", members=TAGS, text={"type": "string"}),
+    ]}}, "additionalProperties": False}
+    assert repeats_an_item(schema, '{"message": {"kind": "note", "members": ["ann", "ann"')
+    assert repeats_an_item(schema, '{"message": {"kind": "chat", "members": ["ann", "bo", "ann"')
+    assert not repeats_an_item(schema, '{"message": {"kind": "chat", "to": ["ann", "ann"]}}')  # (branches differ)
+    arrays = survey_held(schema)
+    assert arrays.held == [TAGS] and arrays.not_held == 1 and not arrays.other_keys  # "to": TAGS in one branch
+    assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == (
+        NOT_HELD.format("1 array"),)
+    with_more = {"oneOf": [message("email", to=TAGS), {**message("chat", to=TAGS), "if": {"required": ["to"]}}]}
+    assert not repeats_an_item(with_more, '{"kind": "chat", "to": ["a", "a"]}')  # a branch says more: not followed
+    assert survey_held(with_more).not_held == 1
+
+
 NOT_HELD = ("s.json: uniqueItems on {} (localspec holds it on arrays of strings, integers, open numbers and records"
             " where it can follow the schema) (not enforced: the output may not satisfy it)")
 NUMBERS = {"type": "array", "items": {"type": "number", "minimum": 0}, "uniqueItems": True}  # (bounded: not held)

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 from .key_language import KeyLanguage
 from .string_language import StringLanguage
 from .schema_keywords import (
-    ANNOTATIONS, ANY_VALUE_DEFINITION, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_types,
-    pointed, schemas_in, subschemas,
+    ANNOTATIONS, ANY_VALUE_DEFINITION, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_identity,
+    json_types, pointed, schemas_in, subschemas,
 )
 
 _ANNOTATIONS = ANNOTATIONS | {"x-guidance"}  # (x-guidance: llguidance's options)
@@ -40,6 +40,9 @@ _ARRAY_ONLY_KEYWORDS = {"items", "prefixItems", "contains", "additionalItems", "
                         "maxContains"}
 _OBJECT_ONLY_KEYWORDS = {"properties", "patternProperties", "additionalProperties", "propertyNames", "dependentSchemas",
                          "unevaluatedProperties"}
+# What an object branch may say and be seen with others as one object (SchemaPlaces._objects_view).
+_VIEWED_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties",
+                       CASES_LEFT_OUT} | _ANNOTATIONS
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,7 @@ class SchemaPlaces:
         # of_value's answers, by the schema's identity (every schema asked of is a part of the root, or
         # _ANY_VALUE, kept alive with it) and the value's type: a mask asks the same of many tokens.
         self._resolved: dict[tuple[int, str], dict[str, Any] | None] = {}
+        self._views: list[dict[str, Any]] = []  # objects seen through several branches (_objects_view)
 
     def of_value(self, schema: Any, json_type: str) -> dict[str, Any] | None:
         """`schema` resolved for a value of `json_type` ("object", "array", ...), or None where it cannot be told."""
@@ -267,13 +271,35 @@ class SchemaPlaces:
             if not combined:
                 return schema if json_type in self.types(schema) else None
             branches = schema.get("anyOf", schema.get("oneOf"))
-            if len(combined) > 1 or not isinstance(branches, list) or schema.keys() - combined - _ANNOTATIONS:
+            beside = schema.keys() - combined - _ANNOTATIONS
+            if "type" in beside and json_type in self.types({"type": schema["type"]}):
+                beside.discard("type")  # (a type beside the branches that takes this value narrows none of them)
+            if json_type == "object":
+                beside -= {"minProperties", "maxProperties"}  # (counts place no value: the bounds put them beside)
+            if len(combined) > 1 or not isinstance(branches, list) or beside:
                 return None  # (an allOf, or keywords beside the branches, merge them: not followed)
             taking = [branch for branch in branches if json_type in self.types(branch)]
+            if len(taking) > 1 and json_type == "object":
+                return self._objects_view(taking)
             if len(taking) != 1:
                 return None
             schema = taking[0]
         return None
+
+    def _objects_view(self, branches: list[Any]) -> dict[str, Any] | None:
+        """Several object branches seen as one object (a `oneOf` by a `const` discriminator): each key's value is
+        the schema every branch that takes the key gives it, or an `anyOf` of theirs where they differ (which
+        `of_value` follows where one alone takes the value's type). Only of branches that say nothing more of their
+        objects than their properties and counts; None otherwise. Kept, so that its parts keep their identity."""
+        objects = [self.of_value(branch, "object") for branch in branches]
+        if any(found is None or not found.keys() <= _VIEWED_OBJECT_KEYS for found in objects):
+            return None
+        names = list(dict.fromkeys(name for found in objects for name in found.get("properties", {})))
+        view = {"type": "object",
+                "properties": {name: _either([self.child(found, name, 0) for found in objects]) for name in names},
+                "additionalProperties": _either([_values_under(found, "additionalProperties") for found in objects])}
+        self._views.append(view)
+        return view
 
     def types(self, schema: Any, depth: int = 0) -> set[str]:
         """The JSON types `schema` may take (all of them where it does not say, or where that cannot be told)."""
@@ -412,6 +438,15 @@ def _without_plain_cases(schema: dict[str, Any]) -> dict[str, Any]:
     kept = [part for part in parts if not (isinstance(part, dict) and part.get("$comment") == CASES_COMMENT)]
     without = {key: value for key, value in schema.items() if key != "allOf"}
     return {**without, "allOf": kept, CASES_LEFT_OUT: True} if kept else {**without, CASES_LEFT_OUT: True}
+
+
+def _either(schemas: list[Any]) -> Any:
+    """The schema of a value that one of `schemas` (None: a branch that takes no such value) gives: the one they
+    all give, an `anyOf` of those that differ, or false where none takes it."""
+    distinct = list({json_identity(schema): schema for schema in schemas if schema is not None}.values())
+    if not distinct:
+        return False
+    return distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
 
 
 def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:
