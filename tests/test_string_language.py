@@ -139,3 +139,13 @@ def test_the_grammar_refuses_the_token_that_leaves_an_item_only_a_repeat(tiny_pa
         assert b"]" in pieces and not any(b"," in piece for piece in pieces)  # (the grammar alone takes a `,`)
         every_code.consume(tokens(model, '["ab", "aa", "ba", "bb"]')[-1:])
         assert every_code.stopped
+
+
+def test_items_named_by_a_ref_are_held() -> None:
+    schema = {"$defs": {"sku": {"type": "string", "pattern": "^[A-Z]{2}$"}, "tag": {"type": "string"}},
+              "type": "object", "properties": {"skus": unique({"$ref": "#/$defs/sku"}),
+                                               "tags": unique({"$ref": "#/$defs/tag"})}}
+    assert JsonCursor.start(schema).feed(b'{"skus": ["AB", "A') is not None
+    assert JsonCursor.start(schema).feed(b'{"skus": ["AB", "AB') is None
+    assert JsonCursor.start(schema).feed(b'{"tags": ["x", "x"') is None
+    assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()

@@ -117,6 +117,8 @@ def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems |
     if record is not None:
         return HeldItems(record=record)
     items = schema.get("items")
+    if places is not None and isinstance(items, dict) and "$ref" in items and len(places.types(items)) == 1:
+        items = places.of_value(items, min(places.types(items)))  # (items by a `$ref`: what it names)
     if not isinstance(items, dict):
         return None
     if items.get("type") == "string" and items.keys() <= _FREE_STRING_KEYS:
