@@ -149,3 +149,45 @@ def test_items_named_by_a_ref_are_held() -> None:
     assert JsonCursor.start(schema).feed(b'{"skus": ["AB", "AB') is None
     assert JsonCursor.start(schema).feed(b'{"tags": ["x", "x"') is None
     assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
+
+
+def test_a_long_forced_run_is_walked_at_once() -> None:
+    """Between the items held and their one free letter lie 5,000 forced bytes: past the walk's step limit were
+    they walked a byte at a time (where it answers as if nothing were told)."""
+    language = language_of({"type": "string", "pattern": "^x{5000}[ab]$"})
+    held = frozenset(["x" * 5000 + "a", "x" * 5000 + "b"])
+    assert not language.may_end_unlike(b'"x', held)
+    assert language.may_end_unlike(b'"x', held - {"x" * 5000 + "b"})
+
+
+def test_control_characters_spelled_several_ways_refuse_nothing_early_and_a_repeat_still_closes_nowhere() -> None:
+    """llguidance takes a tab as `\\t` or `\\u0009`: the walk, which follows one spelling, is not asked."""
+    schema = unique({"type": "string", "pattern": "^[\\t\\n]{1,2}$"})
+    cursor = JsonCursor.start(schema).feed(b'["\\t", "\\t')
+    assert cursor is not None and cursor.feed(b'"') is None
+    assert JsonCursor.start(schema).feed(b'["\\t", "\\u0009"') is None
+    assert JsonCursor.start(schema).feed(b'["\\t", "\\u0009\\n"') is not None
+
+
+def test_a_lone_surrogate_is_no_error() -> None:
+    schema = unique({"type": "string", "format": "uuid"})
+    assert JsonCursor.start(schema).feed(b'["\\ud800", "1') is not None
+
+
+@pytest.mark.parametrize("items, least, refused", [
+    ({"type": "string", "pattern": "^(yes|no)$"}, 3, True),
+    ({"type": "string", "pattern": "^(yes|no)$"}, 2, False),
+    ({"type": "string", "pattern": "^[ab]{2}$"}, 5, True),
+    ({"type": "string", "format": "uuid"}, 50, False),
+    ({"type": "string", "pattern": "^[a-z]+$"}, 1000, False),
+])
+def test_a_unique_array_asking_more_strings_than_its_pattern_takes_is_refused_before_generating(
+        items: dict, least: int, refused: bool) -> None:
+    from localspec.errors import InputError
+
+    schema = json.dumps(unique(items, minItems=least))
+    if refused:
+        with pytest.raises(InputError, match="no text can satisfy it"):
+            compile_format(OutputFormat("json_schema", schema, "s.json"))
+    else:
+        compile_format(OutputFormat("json_schema", schema, "s.json"))

@@ -888,3 +888,22 @@ def test_the_grammar_holds_records_unique_without_a_warning(tiny_pair: tuple[Pat
         state.consume(tokens(model, written))
         allowed = {model.token_bytes(token) for token in state.allowed()}
         assert b"1" in allowed and b"}" not in allowed  # 101 is new; `}` would end 100 again
+
+
+def test_a_union_whose_branch_leads_back_to_it_is_not_followed_and_no_error() -> None:
+    schema = {"$defs": {"shape": {"anyOf": [{"$ref": "#/$defs/shape"},
+                                            {"type": "object", "properties": {"kind": {"const": "circle"}}},
+                                            {"type": "object", "properties": {"kind": {"const": "square"}}}]}},
+              "$ref": "#/$defs/shape"}
+    assert survey_held(schema).held == []
+    compile_format(OutputFormat("grammar", "start: %json " + json.dumps(schema) + "\n", "g.lark"))
+    bad = {"oneOf": [{"type": "object", "properties": 5}, {"type": "object", "properties": {"t": TAGS}}]}
+    with pytest.raises(InputError):
+        compile_format(OutputFormat("json_schema", json.dumps(bad), "s.json"))
+
+
+def test_a_union_with_a_discriminator_and_required_names_beside_it_is_followed() -> None:
+    """As Pydantic writes a discriminated union: `discriminator` (OpenAPI's) beside the `oneOf`."""
+    schema = {"type": "object", "required": ["kind"], "discriminator": {"propertyName": "kind"},
+              "oneOf": [message("a", tags=TAGS), message("b", tags=TAGS, n={"type": "integer"})]}
+    assert repeats_an_item(schema, '{"kind": "b", "tags": ["x", "x"')

@@ -35,6 +35,7 @@ from .schema_contains import contains_as_branches
 from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, survey_held
+from .string_language import StringLanguage
 from .unique_items import schemas_of_grammar
 
 KINDS = ("json", "json_schema", "grammar", "regex")
@@ -741,7 +742,8 @@ def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
             array = places.of_value(node, "array")
             if array is None or array.get("uniqueItems") is not True or "prefixItems" in array:
                 continue
-            least, most = array.get("minItems"), _distinct_values(array.get("items"))
+            least = array.get("minItems")
+            most = _distinct_values(array.get("items"), least if is_count(least) else 0)
             if most is not None and is_count(least) and least > most:
                 return (f"uniqueItems asks for {least} distinct items (minItems), and its items take"
                         f" {most} value{'' if most == 1 else 's'}")
@@ -754,14 +756,17 @@ def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
     return None
 
 
-def _distinct_values(items: Any) -> int | None:
+def _distinct_values(items: Any, least: int) -> int | None:
     """How many distinct values `items` takes, where they are few enough to count (listed, booleans, integers
-    between two bounds); else None."""
+    between two bounds, strings by a pattern or a format, counted up to `least`); else None."""
     listed = _listed_values(items)
     if listed is not None:
         return len(listed)
     bounds = integer_range(items)
-    return bounds.size if bounds is not None else None
+    if bounds is not None:
+        return bounds.size
+    language = StringLanguage.of_items(items, JSON_OPTIONS) if least > 1 else None
+    return language.count_up_to(least) if language is not None else None
 
 
 def _listed_values(items: Any) -> list[Any] | None:

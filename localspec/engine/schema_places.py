@@ -254,6 +254,7 @@ class SchemaPlaces:
         """`schema` resolved for a value of `json_type` ("object", "array", ...), or None where it cannot be told."""
         key = (id(schema), json_type)
         if key not in self._resolved:
+            self._resolved[key] = None  # (asked again while resolving, through a branch that leads back: not followed)
             self._resolved[key] = self._resolve(schema, json_type)
         return self._resolved[key]
 
@@ -276,8 +277,8 @@ class SchemaPlaces:
             beside = schema.keys() - combined - _ANNOTATIONS
             if "type" in beside and json_type in self.types({"type": schema["type"]}):
                 beside.discard("type")  # (a type beside the branches that takes this value narrows none of them)
-            if json_type == "object":
-                beside -= {"minProperties", "maxProperties"}  # (counts place no value: the bounds put them beside)
+            if json_type == "object":  # (counts and required names place no value; a discriminator is OpenAPI's note)
+                beside -= {"minProperties", "maxProperties", "required", "discriminator"}
             if len(combined) > 1 or not isinstance(branches, list) or beside:
                 return None  # (an allOf, or keywords beside the branches, merge them: not followed)
             taking = [branch for branch in branches if json_type in self.types(branch)]
@@ -294,7 +295,8 @@ class SchemaPlaces:
         `of_value` follows where one alone takes the value's type). Only of branches that say nothing more of their
         objects than their properties and counts; None otherwise. Kept, so that its parts keep their identity."""
         objects = [self.of_value(branch, "object") for branch in branches]
-        if any(found is None or not found.keys() <= _VIEWED_OBJECT_KEYS for found in objects):
+        if any(found is None or not found.keys() <= _VIEWED_OBJECT_KEYS
+               or not isinstance(found.get("properties", {}), dict) for found in objects):
             return None
         names = list(dict.fromkeys(name for found in objects for name in found.get("properties", {})))
         view = {"type": "object",

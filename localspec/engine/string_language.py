@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,10 @@ from .schema_keywords import ANNOTATIONS
 # the item alone holds it as the document's grammar does.
 _LANGUAGE_KEYS = {"type", "pattern", "format", "minLength", "maxLength"} | ANNOTATIONS
 _ANSWERS_KEPT = 4096  # may_end_unlike's answers kept per language (a mask asks the same of many tokens)
+_MOST_STEPS = 4096  # places a walk visits at most (past them it answers as where nothing is told)
+# A control character, as JSON spells it escaped (`\n`, `\u0001`), or DEL (which JSON leaves as it is and llguidance
+# takes only escaped): llguidance takes several spellings of these.
+_ESCAPED_SEVERAL_WAYS = re.compile(rb'\\[bfnrt]|\\u00[01]|\x7f')
 _BYTES = 256  # the byte tokenizer's bytes; its end-of-text token comes after them
 
 
@@ -33,7 +38,7 @@ class StringLanguage:
 
     def __init__(self, matcher: Any) -> None:
         self._fresh = matcher  # a matcher of the schema over bytes that nothing has fed (copied for each walk)
-        self._answers: dict[tuple[bytes, frozenset[bytes]], bool] = {}
+        self._answers: dict[tuple[bytes, frozenset[str]], bool] = {}
 
     @classmethod
     def of_items(cls, items: Any, guidance: Any) -> "StringLanguage | None":
@@ -51,33 +56,44 @@ class StringLanguage:
 
     def may_end_unlike(self, written: bytes, held: frozenset[str]) -> bool:
         """Whether some string the schema takes begins with `written` (its JSON spelling so far, from the opening
-        quote) and is none of `held` (True, too, where `written` is not a beginning llguidance writes: nothing is
-        refused on a reading that does not apply)."""
-        rivals = frozenset(spelled for spelled in map(_spelling, held) if spelled.startswith(written))
-        if not rivals:
-            return True
-        key = (written, rivals)
+        quote) and is none of `held`. True, too, where that is not told here: `written` is no beginning llguidance
+        writes, holds a `\\u` escape, or a held string that begins as it does holds a control character (llguidance
+        spells those several ways: `\\n`, `\\u000a`, `\\u000A`), or the walk runs past _MOST_STEPS. Nothing is
+        refused on a reading that does not apply; a repeat's closing quote is refused all the same."""
+        key = (written, held)
         if key not in self._answers:
             if len(self._answers) >= _ANSWERS_KEPT:
                 self._answers.clear()
-            self._answers[key] = self._new_string_from(written, rivals)
+            self._answers[key] = self._answer(written, held)
         return self._answers[key]
+
+    def _answer(self, written: bytes, held: frozenset[str]) -> bool:
+        rivals = [spelled for spelled in map(_spelling, held) if spelled is not None and spelled.startswith(written)]
+        if not rivals:
+            return True
+        if b"\\u" in written or any(_ESCAPED_SEVERAL_WAYS.search(spelled) for spelled in rivals):
+            return True
+        return self._new_string_from(written, frozenset(rivals))
 
     def _new_string_from(self, written: bytes, rivals: frozenset[bytes]) -> bool:
         """Whether a string not among `rivals` (the spellings held that begin with `written`) goes on from
         `written`: a walk along the rivals' paths (no recursion: a held item may be longer than Python's
-        recursion limit), stepping the matcher forward and back."""
+        recursion limit), stepping the matcher forward and back, over a run of forced bytes at once."""
         matcher = self._fresh.deep_copy()
         if not matcher.consume_tokens(list(written)) or matcher.is_error():
             return True
         at, todo = written, [written]  # (what the matcher has consumed; the places left to visit)
-        while todo:
+        for _ in range(_MOST_STEPS):
+            if not todo:
+                return False
             here = todo.pop()
-            common = _common_length(at, here)
-            if len(at) > common:
-                matcher.rollback(len(at) - common)
-            if len(here) > common:
-                matcher.consume_tokens(list(here[common:]))
+            _step(matcher, at, here)
+            forced = bytes(matcher.compute_ff_bytes())
+            if forced:
+                matcher.consume_tokens(list(forced))
+                here += forced
+                if not any(spelled.startswith(here) for spelled in rivals):
+                    return True  # (the forced run leaves every rival: it goes on to a string of its own)
             at = here
             allowed = _allowed_bytes(matcher)
             taken_next = {spelled[len(here)] for spelled in rivals
@@ -85,7 +101,23 @@ class StringLanguage:
             if allowed - taken_next:
                 return True  # a byte no rival takes here: a new string begins with it (llguidance allows no dead end)
             todo += [here + bytes((byte,)) for byte in sorted(taken_next & allowed)]
-        return False
+        return True
+
+    def count_up_to(self, most: int) -> int | None:
+        """How many strings the schema takes, counted up to `most`; None where the count would take too long."""
+        matcher, count = self._fresh.deep_copy(), 0
+        at, todo = b"", [b""]
+        for _ in range(_MOST_STEPS):
+            if not todo or count >= most:
+                return min(count, most)
+            here = todo.pop()
+            _step(matcher, at, here)
+            at = here
+            if here.endswith(b'"') and len(here) > 1 and matcher.is_stopped():
+                count += 1  # (a whole string: its closing quote; an escaped quote leaves the matcher going)
+                continue
+            todo += [here + bytes((byte,)) for byte in sorted(_allowed_bytes(matcher), reverse=True)]
+        return None
 
 
 def _allowed_bytes(matcher: Any) -> set[int]:
@@ -94,17 +126,23 @@ def _allowed_bytes(matcher: Any) -> set[int]:
     return set(np.flatnonzero(bits[:_BYTES]).tolist())
 
 
-def _common_length(one: bytes, other: bytes) -> int:
-    """How many bytes `one` and `other` begin with alike."""
-    for at, (a, b) in enumerate(zip(one, other)):
-        if a != b:
-            return at
-    return min(len(one), len(other))
+def _step(matcher: Any, at: bytes, here: bytes) -> None:
+    """Move `matcher` from having consumed `at` to having consumed `here`: back to where they part, then on."""
+    common = next((place for place, (a, b) in enumerate(zip(at, here)) if a != b), min(len(at), len(here)))
+    if len(at) > common:
+        matcher.rollback(len(at) - common)
+    if len(here) > common:
+        matcher.consume_tokens(list(here[common:]))
 
 
-def _spelling(item: str) -> bytes:
-    """How a string is written in JSON, quotes included (escaping only what must be)."""
-    return json.dumps(item, ensure_ascii=False).encode("utf-8")
+@functools.lru_cache(maxsize=4096)
+def _spelling(item: str) -> bytes | None:
+    """How a string is written in JSON, quotes included (escaping only what must be); None for one that is no
+    text (a lone surrogate, `"\\ud800"`: no grammar writes it)."""
+    try:
+        return json.dumps(item, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 @functools.lru_cache(maxsize=128)
