@@ -32,6 +32,7 @@ from .schema_keywords import (
 )
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
+from .schema_one_of import exclusive_one_of_as_any_of
 from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, survey_held
@@ -338,7 +339,9 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     compiled and checked once, each with its conditionals and `contains` written as branches llguidance holds to
     (see `conditionals_as_branches`, `contains_as_branches`) and its property counts as llguidance can hold them
     (`_compiled`), the bounded ones with their recursion bounded (`recursion_bounded`).
-    RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all."""
+    RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all. A `oneOf`
+    whose branches exclude each other is first written as the `anyOf` it equals (`exclusive_one_of_as_any_of`)."""
+    schema = exclusive_one_of_as_any_of(schema)
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]

@@ -1,0 +1,95 @@
+"""A `oneOf` whose branches no value can satisfy two of at once, written as the `anyOf` it then equals.
+
+llguidance holds every `oneOf` as an `anyOf`, and warns that a value might then
+match two branches. Where the branches exclude each other, the two are the same
+and the warning is not true: branches of different JSON types (a string or a
+number; an object or `null`), or objects told apart by a property both require
+whose listed values (`const`, `enum`) have none in common (GeoJSON's `"type":
+"Point"` or `"LineString"`, a tool call's `"tool": "send_email"`). Branches are
+read through local `$ref`s, which llguidance does not follow to tell them apart.
+Anything a branch says besides only narrows it, so it stays apart from the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from .schema_keywords import json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up
+
+_ALL_TYPES = frozenset({"object", "array", "string", "number", "boolean", "null"})
+
+
+def exclusive_one_of_as_any_of(schema: Any) -> Any:
+    """`schema` with each `oneOf` whose branches exclude each other written as an `anyOf` (a new schema; the
+    input untouched). A schema under which a `$ref` might not name what it names from the root (a nested `$id`)
+    is returned as it is."""
+    if not refers_from_root(schema):
+        return schema
+    root = schema
+
+    def change(node: dict[str, Any]) -> dict[str, Any]:
+        branches = node.get("oneOf")
+        if "anyOf" in node or not isinstance(branches, list) or len(branches) < 2:
+            return node
+        if not all(_exclusive(resolved(one, root), resolved(other, root), root)
+                   for one, other in itertools.combinations(branches, 2)):
+            return node
+        return {("anyOf" if key == "oneOf" else key): value for key, value in node.items()}
+
+    return rewritten_bottom_up(schema, change)
+
+
+def _exclusive(one: Any, other: Any, root: Any) -> bool:
+    """Whether no value satisfies both `one` and `other`: of no JSON type both take, or objects only, told apart by
+    a property both require (see `_told_apart`)."""
+    common = _types(one) & _types(other)
+    return not common or (common == {"object"} and _told_apart(one, other, root))
+
+
+def _told_apart(one: dict[str, Any], other: dict[str, Any], root: Any) -> bool:
+    """Whether a property required by both objects has listed values in one that the other lists none of."""
+    for name in _required(one) & _required(other):
+        ours, theirs = _listed(_property(one, name, root)), _listed(_property(other, name, root))
+        if ours is not None and theirs is not None and not ours & theirs:
+            return True
+    return False
+
+
+def _types(schema: Any) -> frozenset[str]:
+    """The JSON types a branch may take (integers counted as numbers), as far as its `type`, `const` or `enum`
+    say; every type where they do not (or where it is not a schema llguidance reads)."""
+    if schema is False:
+        return frozenset()
+    if not isinstance(schema, dict):
+        return _ALL_TYPES
+    kinds = schema.get("type")
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    if isinstance(kinds, list) and all(isinstance(kind, str) for kind in kinds):
+        return frozenset("number" if kind == "integer" else kind for kind in kinds) & _ALL_TYPES
+    listed = _listed(schema)
+    if listed is not None:
+        values = schema["enum"] if "enum" in schema else [schema["const"]]
+        return frozenset().union(*(json_types(value) for value in values)) - {"integer"}
+    return _ALL_TYPES
+
+
+def _listed(schema: Any) -> frozenset[str] | None:
+    """The values a schema lists (its `const`, or its `enum`), by JSON identity; None where it lists none."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return frozenset([json_identity(schema["const"])])
+    values = schema.get("enum")
+    return frozenset(json_identity(value) for value in values) if isinstance(values, list) else None
+
+
+def _required(schema: dict[str, Any]) -> set[str]:
+    names = schema.get("required")
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
+
+
+def _property(schema: dict[str, Any], name: str, root: Any) -> Any:
+    properties = schema.get("properties")
+    return resolved(properties.get(name), root) if isinstance(properties, dict) else None

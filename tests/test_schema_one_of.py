@@ -1,0 +1,62 @@
+"""A `oneOf` whose branches exclude each other, written as the `anyOf` it equals (engine/schema_one_of.py)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from grammar_helpers import accepts
+
+from localspec.engine.grammar import OutputFormat, compile_format
+from localspec.engine.schema_one_of import exclusive_one_of_as_any_of
+
+ONE_OF_WARNING = "oneOf not fully supported"
+
+
+def kind(name: str, **more: dict) -> dict:
+    return {"type": "object", "properties": {"kind": {"const": name}, **more}, "required": ["kind", *more],
+            "additionalProperties": False}
+
+
+SHAPES = {"$defs": {"circle": kind("circle", r={"type": "integer"}),
+                    "square": kind("square", side={"type": "integer"})},
+          "oneOf": [{"$ref": "#/$defs/circle"}, {"$ref": "#/$defs/square"}]}
+
+
+@pytest.mark.parametrize("schema, exclusive", [
+    ({"oneOf": [{"type": "string"}, {"type": "number"}]}, True),
+    ({"oneOf": [{"type": "object"}, {"type": "null"}, {"enum": [1, 2]}]}, True),
+    (SHAPES, True),  # told apart by a const both require, through $refs
+    ({"oneOf": [kind("a"), {**kind("b"), "properties": {"kind": {"enum": ["b", "c"]}}}]}, True),
+    ({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]}, False),  # 1 is both
+    ({"oneOf": [kind("a"), {**kind("b"), "properties": {"kind": {"enum": ["a", "b"]}}}]}, False),  # "a" in both
+    ({"oneOf": [kind("a"), {**kind("b"), "required": []}]}, False),  # {"kind": "a"}... and {} in the second
+    ({"oneOf": [{"properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                {"properties": {"kind": {"const": "b"}}, "required": ["kind"]}]}, False),  # (any string is both)
+    ({"$defs": {"any": {"$ref": "#/$defs/any"}}, "oneOf": [{"type": "string"}, {"$ref": "#/$defs/any"}]}, False),
+    ({"oneOf": [{"type": "string"}]}, False),  # (one branch: nothing to tell apart)
+])
+def test_a_one_of_becomes_an_any_of_only_where_no_value_satisfies_two_branches(schema: dict, exclusive: bool) -> None:
+    rewritten = exclusive_one_of_as_any_of(schema)
+    assert ("anyOf" in rewritten) is exclusive and ("oneOf" in rewritten) is not exclusive
+    assert "oneOf" in schema  # (the input untouched)
+    warnings = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings
+    if exclusive:
+        assert not any(ONE_OF_WARNING in warning for warning in warnings)
+
+
+@pytest.mark.parametrize("document", [
+    {"kind": "circle", "r": 2}, {"kind": "square", "side": 3}, {"kind": "circle", "side": 3},
+    {"kind": "triangle"}, {"kind": "square"}, 5, "circle",
+])
+def test_the_grammar_takes_what_the_one_of_takes(document: object) -> None:
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(SHAPES), "s.json")).grammar
+    assert accepts(grammar, json.dumps(document)) is jsonschema.Draft202012Validator(SHAPES).is_valid(document)
+
+
+def test_a_nested_one_of_is_rewritten_and_a_schema_with_a_nested_id_is_left_as_it_is() -> None:
+    nested = {"type": "object", "properties": {"id": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}}
+    assert "anyOf" in exclusive_one_of_as_any_of(nested)["properties"]["id"]
+    with_id = {"$id": "https://example.com/root", "properties": {"x": {"$id": "x", **SHAPES}}}
+    assert exclusive_one_of_as_any_of(with_id) == with_id
