@@ -110,7 +110,8 @@ NUMBERS = {"type": "array", "items": {"type": "number", "minimum": 0}, "uniqueIt
     ({"type": "object", "properties": {"tags": {**TAGS, "contains": {"const": "a"}}}},
      ['s.json: Unimplemented keys: ["contains"] (not enforced: the output may not satisfy it)']),
     # Held in one place, not in another: keys that match a pattern, a branch the value's type does not tell.
-    ({"type": "object", "properties": {"tags": TAGS}, "patternProperties": {"^x": TAGS}}, [NOT_HELD.format("1 array")]),
+    ({"type": "object", "properties": {"tags": TAGS}, "patternProperties": {"^x": TAGS, "^y": TAGS}},
+     [NOT_HELD.format("2 arrays")]),  # (several patterns: which a key matches is not followed)
     ({"$defs": {"tags": TAGS}, "type": "object",
       "properties": {"a": {"$ref": "#/$defs/tags"}, "b": {"anyOf": [{"$ref": "#/$defs/tags"}, NUMBERS]}}},
      [NOT_HELD.format("2 arrays")]),
@@ -907,3 +908,17 @@ def test_a_union_with_a_discriminator_and_required_names_beside_it_is_followed()
     schema = {"type": "object", "required": ["kind"], "discriminator": {"propertyName": "kind"},
               "oneOf": [message("a", tags=TAGS), message("b", tags=TAGS, n={"type": "integer"})]}
     assert repeats_an_item(schema, '{"kind": "b", "tags": ["x", "x"')
+
+
+def test_arrays_are_followed_under_a_maps_one_pattern_and_beside_branches_that_only_ask_for_names() -> None:
+    """A docker-compose-like map of services by a pattern, each service needing an image or a build."""
+    service = {"type": "object", "properties": {"image": {"type": "string"}, "build": {"type": "string"},
+                                                "ports": TAGS},
+               "anyOf": [{"required": ["image"]}, {"required": ["build"]}], "additionalProperties": False}
+    schema = {"$defs": {"service": service}, "type": "object", "properties": {"services": {
+        "type": "object", "patternProperties": {"^[a-z]+$": {"$ref": "#/$defs/service"}},
+        "additionalProperties": {"type": "array", "items": {"type": "string"}}}}}
+    assert repeats_an_item(schema, '{"services": {"web": {"image": "nginx", "ports": ["80", "80"')
+    assert not repeats_an_item(schema, '{"services": {"Web": ["80", "80"]}}')  # (no pattern: additionalProperties)
+    assert survey_held(schema).held == [TAGS] and survey_held(schema).not_held == 0
+    assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()

@@ -33,6 +33,7 @@ from .schema_keywords import (
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
 from .schema_one_of import exclusive_one_of_as_any_of
+from .schema_property_names import property_names_as_keys
 from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, survey_held
@@ -340,8 +341,9 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     (see `conditionals_as_branches`, `contains_as_branches`) and its property counts as llguidance can hold them
     (`_compiled`), the bounded ones with their recursion bounded (`recursion_bounded`).
     RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all. A `oneOf`
-    whose branches exclude each other is first written as the `anyOf` it equals (`exclusive_one_of_as_any_of`)."""
-    schema = exclusive_one_of_as_any_of(schema)
+    whose branches exclude each other is first written as the `anyOf` it equals (`exclusive_one_of_as_any_of`), and
+    a map's `propertyNames` as keys llguidance holds (`property_names_as_keys`)."""
+    schema = property_names_as_keys(exclusive_one_of_as_any_of(schema))
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]

@@ -10,7 +10,9 @@ whether any object takes keys it does not list (whose keys the rule holds unique
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -40,6 +42,8 @@ _ARRAY_ONLY_KEYWORDS = {"items", "prefixItems", "contains", "additionalItems", "
                         "maxContains"}
 _OBJECT_ONLY_KEYWORDS = {"properties", "patternProperties", "additionalProperties", "propertyNames", "dependentSchemas",
                          "unevaluatedProperties"}
+# What a branch may say and only ask which properties are present (_without_presence_branches).
+_PRESENCE_KEYS = {"required", "minProperties", "maxProperties"} | _ANNOTATIONS
 # What an object branch may say and be seen with others as one object (SchemaPlaces._objects_view).
 _VIEWED_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties",
                        CASES_LEFT_OUT} | _ANNOTATIONS
@@ -264,7 +268,7 @@ class SchemaPlaces:
                 return None
             if "$id" in schema and schema is not self.root:
                 return None  # (a nested `$id` starts a resource of its own: its `#/...` refs are not the root's)
-            schema = _without_plain_cases(schema)
+            schema = _without_presence_branches(_without_plain_cases(schema))
             if "$ref" in schema:
                 if schema.keys() - {"$ref", "$defs", "definitions", "$schema"} - _ANNOTATIONS:
                     return None  # (keywords beside a $ref are merged with it: not followed)
@@ -314,10 +318,11 @@ class SchemaPlaces:
         if "$ref" in schema:
             pointed = self._pointed(schema["$ref"])
             return self.types(pointed, depth + 1) if pointed is not None else set(JSON_TYPES)
+        kinds = schema.get("type")
         for key in ("anyOf", "oneOf"):
             if isinstance(schema.get(key), list):
-                return set().union(*(self.types(branch, depth + 1) for branch in schema[key]))
-        kinds = schema.get("type")
+                branches = set().union(*(self.types(branch, depth + 1) for branch in schema[key]))
+                return branches & self.types({"type": kinds}, depth + 1) if "type" in schema else branches
         if isinstance(kinds, str):
             kinds = [kinds]
         if isinstance(kinds, list):
@@ -337,8 +342,14 @@ class SchemaPlaces:
             properties = container.get("properties")
             if isinstance(properties, dict) and key in properties:
                 return properties[key]
+            by_pattern = _one_pattern(container)
+            if by_pattern is not None:  # (a key by the one pattern takes its schema; another, additionalProperties')
+                pattern, schema = by_pattern
+                if _matches(pattern, key) is None:
+                    return None
+                return schema if _matches(pattern, key) else _values_under(container, "additionalProperties")
             if "patternProperties" in container:
-                return None  # (which pattern a key matches is not followed)
+                return None  # (which of several patterns a key matches is not followed)
             return _values_under(container, "additionalProperties")
         prefix = container.get("prefixItems")
         if isinstance(prefix, list) and index < len(prefix):
@@ -413,7 +424,11 @@ def survey_held(root: dict[str, Any]) -> HeldPlaces:
             properties = node.get("properties")
             places_followed = list(properties.values()) if isinstance(properties, dict) else []
             followed = {"properties"}
-            if "patternProperties" not in node:
+            by_pattern = _one_pattern(node)
+            if by_pattern is not None:
+                places_followed.append(by_pattern[1])
+                followed.add("patternProperties")
+            if "patternProperties" not in node or by_pattern is not None:
                 places_followed.append(_values_under(node, "additionalProperties"))
                 followed.add("additionalProperties")
         else:
@@ -444,6 +459,37 @@ def _without_plain_cases(schema: dict[str, Any]) -> dict[str, Any]:
     return {**without, "allOf": kept, CASES_LEFT_OUT: True} if kept else {**without, CASES_LEFT_OUT: True}
 
 
+def _one_pattern(schema: dict[str, Any]) -> tuple[str, Any] | None:
+    """An object's one `patternProperties` pattern and its schema, where it has one alone that Python reads (where
+    a key may match several, which of them apply is not followed)."""
+    patterns = schema.get("patternProperties")
+    if not isinstance(patterns, dict) or len(patterns) != 1:
+        return None
+    (pattern, values), = patterns.items()
+    return (pattern, values) if _compiled_pattern(pattern) is not None else None
+
+
+def _matches(pattern: str, key: str) -> bool | None:
+    """Whether `key` matches `pattern` somewhere (as JSON Schema reads a pattern); None where Python cannot tell."""
+    compiled = _compiled_pattern(pattern)
+    try:
+        return compiled.search(key) is not None if compiled is not None else None
+    except RecursionError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_pattern(pattern: str) -> re.Pattern[str] | None:
+    """`pattern` compiled, with `\\d` and `\\w` as ASCII as JSON Schema reads them; None where Python does not read
+    it, or reads it otherwise (a class with `&&` or `--`, a `\\p{...}`)."""
+    if not isinstance(pattern, str) or re.search(r"&&|--|\\[pP]\{", pattern):
+        return None
+    try:
+        return re.compile(pattern, re.ASCII)
+    except (re.error, RecursionError, OverflowError):
+        return None
+
+
 def _either(schemas: list[Any]) -> Any:
     """The schema of a value that one of `schemas` (None: a branch that takes no such value) gives: the one they
     all give, an `anyOf` of those that differ, or false where none takes it."""
@@ -451,6 +497,17 @@ def _either(schemas: list[Any]) -> Any:
     if not distinct:
         return False
     return distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
+
+
+def _without_presence_branches(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object's schema without an `anyOf`, `oneOf` or `allOf` beside its properties whose every branch only asks
+    which properties are present (`"anyOf": [{"required": ["image"]}, {"required": ["build"]}]`): they place no
+    value."""
+    if not schema.keys() & _OBJECT_ONLY_KEYWORDS:
+        return schema
+    presence = [key for key in ("anyOf", "oneOf", "allOf") if isinstance(schema.get(key), list) and schema[key]
+                and all(isinstance(branch, dict) and branch.keys() <= _PRESENCE_KEYS for branch in schema[key])]
+    return {key: value for key, value in schema.items() if key not in presence} if presence else schema
 
 
 def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:
