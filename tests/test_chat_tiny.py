@@ -643,6 +643,10 @@ def test_resuming_a_damaged_conversation_says_which_as_history_show_does(tiny_pr
     line = one_error_line(chat(b"", "--resume", str(conversation_id)), 1, f"conversation {conversation_id} is damaged",
                           "not a chat message")
     assert str(history_file()) in line
+    shown = cli("history", "show", str(conversation_id))  # (shown all the same, with what chat --resume says of it)
+    assert shown.exit_code == 0 and "wizard: the cat" in shown.stdout
+    assert shown.stderr.startswith(f"warning: conversation {conversation_id} is damaged (")
+    assert shown.stderr.rstrip().endswith("chat --resume cannot continue it")
     store = HistoryStore(history_file())
     with store._db:
         store._db.execute("UPDATE conversations SET settings = 'not json' WHERE id = ?", (conversation_id,))

@@ -197,6 +197,11 @@ def test_bench_needs_a_draft(smollm_f32: Path) -> None:
     assert result.returncode == 2 and b"no draft model" in result.stderr
 
 
+def test_bench_needs_two_tokens_to_measure_a_speed(smollm_f32: Path) -> None:
+    result = localspec("bench", "--target", str(smollm_f32), "--prompts", "1", "--max-tokens", "1")
+    assert result.returncode == 2 and result.stderr.decode().startswith("error: --max-tokens must be 2 or more")
+
+
 def test_same_seed_same_text_with_and_without_speculation(pair_args: list[str]) -> None:
     """The README's promise on the defaults (hybrid, adaptive length, coupled verification), at T=0.8."""
     args = ["run", *pair_args, "--seed", "42", "--temperature", "0.8", "--max-tokens", "40", "Write a short poem about the sea."]

@@ -148,6 +148,13 @@ def test_a_corrupt_or_locked_database_is_one_clear_error(tmp_path: Path) -> None
     corrupt.write_bytes(b"this is not a database" * 100)
     with pytest.raises(HistoryUnavailable, match="cannot be used"):
         HistoryStore(corrupt)
+    for damaged in (b"x", b"\0"):  # (SQLite itself writes a new database over a file of one byte)
+        corrupt.write_bytes(damaged)
+        with pytest.raises(HistoryUnavailable, match="not a database"):
+            HistoryStore(corrupt)
+        assert corrupt.read_bytes() == damaged
+    corrupt.write_bytes(b"")
+    HistoryStore(corrupt).close()  # (an empty file is a database with nothing in it yet)
 
     path = tmp_path / "locked.sqlite3"
     store = HistoryStore(path, timeout=0.1)

@@ -692,3 +692,14 @@ def test_an_error_names_the_line_of_the_key_not_a_look_alike_inside_a_multi_line
 def test_an_empty_profile_name_is_refused_not_taken_for_the_default(command: list[str]) -> None:
     """`run --profile ""` ran the default profile, where `profile add ""` says the name is empty."""
     one_error_line(cli(*command), 2, "invalid profile name '': it is empty")
+
+
+def test_a_model_file_whose_name_holds_a_dollar_is_found_as_written(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.config.paths import model_path_here
+
+    monkeypatch.setenv("V2", "elsewhere")
+    (tmp_path / "model$V2.gguf").write_bytes(b"GGUF")
+    assert model_path_here(str(tmp_path / "model$V2.gguf"), "target.path") == tmp_path / "model$V2.gguf"
+    (tmp_path / "modelelsewhere.gguf").write_bytes(b"GGUF")  # (where both are there: the variable, as profiles mean)
+    assert model_path_here(str(tmp_path / "model$V2.gguf"), "target.path") == tmp_path / "modelelsewhere.gguf"

@@ -211,7 +211,7 @@ def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback
     assert refused.returncode == 1 and errors.strip() == f"error: cannot listen on 127.0.0.1:{port} (address already in use)"
     blocked = localspec("worker", "--port", str(free_port()), "--cache", "/proc/version/cache")
     _, errors = blocked.communicate(timeout=60)
-    assert blocked.returncode == 1 and errors.startswith("error: cannot use /proc/version/cache for the tensor cache")
+    assert blocked.returncode == 2 and errors.startswith("error: cannot use /proc/version/cache for the tensor cache")
     empty = localspec("worker", "--port", str(free_port()), "--cache", "")
     _, errors = empty.communicate(timeout=60)
     assert empty.returncode == 2 and errors.strip() == "error: --cache: the path is empty"

@@ -67,6 +67,7 @@ BEGIN UPDATE conversations SET revision = revision + 1 WHERE id = NEW.id; END;
 """
 
 
+_SQLITE_HEADER_BYTES = 100  # every SQLite database begins with a header this long
 _FIRST_REVISION_BITS = 62  # a new conversation's first revision: random, with room to count up from it
 _REMOVED = object()
 
@@ -86,6 +87,8 @@ class HistoryStore:
         self.path = path
         if path.exists() and not path.is_file():  # (a FIFO: opening it waited for a writer for ever)
             raise HistoryUnavailable(f"chat history {path} cannot be used (not a regular file)")
+        if path.is_file() and 0 < path.stat().st_size < _SQLITE_HEADER_BYTES:  # (SQLite writes over a 1-byte file)
+            raise HistoryUnavailable(f"chat history {path} cannot be used (file is not a database)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             keep_private(path)  # the chats' text (SQLite gives its journal files the database's mode)

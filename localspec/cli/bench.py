@@ -162,6 +162,9 @@ def bench(
     for key, bench_default in (("sampling.max_tokens", BENCH_MAX_TOKENS), ("sampling.seed", BENCH_SEED)):
         if flags.get(key) is None:
             flags[key] = bench_default
+    if isinstance(flags["sampling.max_tokens"], int) and flags["sampling.max_tokens"] < 2:
+        raise click.UsageError("--max-tokens must be 2 or more here: speed is measured over the tokens after the"
+                               " first (the first comes from the prompt's pass alone)")
     if save and not (profile or not flags.get("target.path")):
         raise click.UsageError("--save writes into a profile: name one with --profile")
     if save and (flags.get("target.path") or flags.get("draft.path")):

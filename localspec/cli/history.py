@@ -9,10 +9,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..app.conversation import Conversation
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.memory import LOCAL_OWNER, conversation_tag, stores_of
 from ..app.prompt_cache import forget_prompts
 from ..config.paths import history_file
+from ..settings import GenerationSettings
 from ..errors import InputError, LocalspecError
 from .common import os_error_text, shown_plainly, stdout_console
 
@@ -59,6 +61,11 @@ def show_command(conversation_id: int, as_json: bool) -> None:
         raise LocalspecError(str(exc)) from None
     if data is None:
         raise InputError(f"no conversation {conversation_id}")
+    try:  # (shown all the same: what can be read of it is the user's)
+        Conversation.from_json(data, GenerationSettings())
+    except InputError as exc:
+        click.echo(f"warning: conversation {conversation_id} is damaged ({exc}): chat --resume cannot continue it",
+                   err=True)
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return

@@ -99,8 +99,12 @@ def stored_assignment(key: str, value: object) -> object:
 
 
 def model_path_here(stored: str, key: str) -> Path:
-    """The file a profile's model path (`key`) names here: its `$VARIABLES` and `~` expanded."""
-    return user_path(os.path.expandvars(stored), key)
+    """The file a profile's model path (`key`) names here: its `$VARIABLES` and `~` expanded (a file whose own
+    name holds a `$`, `model$2.gguf`, where it is there as written)."""
+    expanded = user_path(os.path.expandvars(stored), key)
+    if "$" in stored and not expanded.exists() and user_path(stored, key).exists():
+        return user_path(stored, key)
+    return expanded
 
 
 def _home_override() -> Path | None:
