@@ -528,9 +528,26 @@ def test_a_segment_of_another_format_is_reported_and_left_out(tmp_path: Path) ->
     compacted_store(tmp_path)
     name = MemoryStore(tmp_path).add(document(5), "run")
     path = tmp_path / "segments" / f"{name}.seg"
-    path.write_bytes(path.read_bytes().replace(b'"format": 1', b'"format": 2'))
+    path.write_bytes(path.read_bytes().replace(b'"format": 1', b'"format": 0'))
     assert_reported_once_then_repaired(tmp_path, f"{name}.seg", [1, 2, 3, 4])  # (was: read as if it were 1)
     assert not found(MemoryStore(tmp_path).index(), document(5))
+
+
+def test_a_segment_a_newer_localspec_wrote_is_left_as_it_is_through_compactions(tmp_path: Path) -> None:
+    """(A newer localspec sharing the folder keeps what it wrote: it was deleted as damaged.)"""
+    compacted_store(tmp_path)
+    name = MemoryStore(tmp_path).add(document(5), "run")
+    path = tmp_path / "segments" / f"{name}.seg"
+    path.write_bytes(path.read_bytes().replace(b'"format": 1', b'"format": 2'))
+    written = path.read_bytes()
+    store = MemoryStore(tmp_path)
+    index = store.index()
+    assert len(store.problems) == 1 and "written by a newer localspec" in store.problems[0]
+    assert all(found(index, document(number)) for number in (1, 2, 3, 4)) and not found(index, document(5))
+    store.add(document(6), "run")
+    assert store.compact()
+    assert path.read_bytes() == written
+    assert found(MemoryStore(tmp_path).index(), document(6))
 
 
 def test_a_file_where_the_segments_folder_goes_is_reported_and_replaced(tmp_path: Path) -> None:

@@ -85,6 +85,10 @@ class _Damaged(Exception):
     """A file of the store that cannot be used; the message says why."""
 
 
+class _Newer(_Damaged):
+    """A segment written by a newer localspec (a format above FORMAT_VERSION): not read, and not deleted."""
+
+
 def _unreadable(path: Path, exc: OSError) -> LocalspecError:
     """A file of the store the system will not let this process read: the memory cannot be used as it is."""
     return LocalspecError(f"{path}: cannot be read ({exc.strerror or exc}); the memory is left as it is")
@@ -136,6 +140,7 @@ class MemoryStore:
         self.problems: list[str] = []
         self.evicted_tokens = 0  # tokens this object's merges dropped, oldest first, to stay within max_tokens
         self._needs_repair = False
+        self._newer_segments: set[str] = set()  # segments a newer localspec wrote: kept through compactions
         self._base_cache: _Base | None = None
         self._recent_cache: tuple[tuple[str, ...], SuffixIndex] | None = None
 
@@ -378,7 +383,8 @@ class MemoryStore:
         if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
             return False, 0
         self.evicted_tokens += sum(piece.length for _, piece in entries[: len(entries) - len(kept)])
-        merged = sorted(set(names) | {name for name in base.merged if (self._segments / f"{name}.seg").exists()})
+        merged = sorted(set(names) - self._newer_segments
+                        | {name for name in base.merged if (self._segments / f"{name}.seg").exists()})
         generation = self._write_generation(kept, merged) if kept else None
         self._write_pointer(generation, kept, merged)
         self._needs_repair = False
@@ -632,6 +638,10 @@ class MemoryStore:
         path = self._segments / f"{name}.seg"
         try:
             return _read_segment(path, with_tokens)
+        except _Newer as exc:
+            self._newer_segments.add(name)
+            self._report(f"{path}: {exc}; left as it is", repair=False)
+            return None
         except _Damaged as exc:
             self._report(f"{path}: damaged ({exc}); left out")
             return None
@@ -786,14 +796,17 @@ def _read_segment(path: Path, with_tokens: bool) -> _Segment:
 def _segment_header(raw: bytes) -> dict[str, Any]:
     try:
         header = json.loads(raw.decode("utf-8"))
-        valid = (
+        newer = isinstance(header, dict) and type(header.get("format")) is int and header["format"] > FORMAT_VERSION
+        valid = not newer and (
             isinstance(header, dict) and header.get("source") in SOURCES
             and (header.get("tag") is None or isinstance(header["tag"], str))
             and is_unix_time(header.get("added")) and isinstance(header.get("tokens"), int)
             and header["tokens"] >= 0 and isinstance(header.get("crc32"), int)
         )
     except (UnicodeDecodeError, ValueError, RecursionError):
-        valid = False
+        newer, valid = False, False
+    if newer:
+        raise _Newer(f"format {header['format']}, written by a newer localspec (this one reads {FORMAT_VERSION})")
     if not valid:
         raise _Damaged("header unreadable")
     if header.get("format") != FORMAT_VERSION:

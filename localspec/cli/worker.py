@@ -49,7 +49,8 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
         try:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # (the path the user gave: a file, a pipe, a folder not theirs)
-            raise InputError(f"cannot use {cache_dir} for the tensor cache ({(exc.strerror or str(exc)).lower()})") from None
+            reason = (exc.strerror or str(exc)).lower()
+            raise InputError(f"cannot use {cache_dir} for the tensor cache ({reason})") from None
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}: the RPC protocol has no authentication or encryption; "
                    "anyone who reaches this port can use this machine's devices. Use it on a trusted network only.", err=True)
