@@ -191,3 +191,17 @@ def test_a_unique_array_asking_more_strings_than_its_pattern_takes_is_refused_be
             compile_format(OutputFormat("json_schema", schema, "s.json"))
     else:
         compile_format(OutputFormat("json_schema", schema, "s.json"))
+
+
+def test_records_whose_last_value_is_an_email_are_held() -> None:
+    """Attendees as records of a name and an email: two equal records are refused at the email's last letter."""
+    person = {"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string",
+                                                                                      "format": "email"}},
+              "required": ["name", "email"], "additionalProperties": False}
+    schema = json.loads(compile_format(OutputFormat("json_schema", json.dumps(unique(person, maxItems=4)))).grammar)
+    schema = schema["grammars"][0]["json_schema"]  # (as the rule reads it: bounded, with llguidance's options)
+    first = b'[{"name": "Ann", "email": "ann@x.io"}, {"name": "Ann", "email": "ann@x.io'
+    cursor = JsonCursor.start(schema).feed(first)
+    assert cursor is not None and cursor.feed(b'"') is None and cursor.feed(b'm"') is not None
+    assert JsonCursor.start(schema).feed(first.replace(b'"Ann", "email": "ann@x.io', b'"Bo", "email": "ann@x.io',
+                                                       1)) is not None

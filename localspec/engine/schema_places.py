@@ -73,7 +73,7 @@ class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
     characters, where the schema says), strings by a pattern or a format (`language`), the strings of an enum
     (`values`), the integers of a range (`integers`), numbers left open (`fractions`), or records (`record`:
-    objects of a few scalar values)."""
+    objects of a few scalar values, the last held as an item is)."""
 
     max_length: int | None = None
     values: frozenset[str] | None = None
@@ -165,19 +165,22 @@ def record_items(array: dict[str, Any], places: "SchemaPlaces") -> RecordItems |
     last_schema = list(properties.values())[-1]
     kinds = places.types(last_schema)
     last_value = places.of_value(last_schema, min(kinds)) if len(kinds) == 1 else None
-    last = held_items({"type": "array", "uniqueItems": True, "items": last_value})
+    last = held_items({"type": "array", "uniqueItems": True, "items": last_value}, places)
     if last is None:
         return None
     most_items = array.get("maxItems")
-    if not last.endless and not (is_count(most_items) and _how_many(last) >= most_items):
+    if not last.endless and not (is_count(most_items) and _how_many(last, most_items) >= most_items):
         return None  # (every last value could be held before the last item: a dead end nothing before it avoids)
     return RecordItems(tuple(properties), last)
 
 
-def _how_many(items: HeldItems) -> int:
-    """How many values items of a few take (an enum's, a range's)."""
+def _how_many(items: HeldItems, most: int) -> int:
+    """How many values items of a few take (an enum's, a range's; a pattern's or a format's, counted up to
+    `most`)."""
     if items.values is not None:
         return len(items.values)
+    if items.language is not None:
+        return items.language.count_up_to(most) or 0
     return items.integers.size if items.integers is not None and items.integers.size is not None else 0
 
 
