@@ -922,3 +922,11 @@ def test_arrays_are_followed_under_a_maps_one_pattern_and_beside_branches_that_o
     assert not repeats_an_item(schema, '{"services": {"Web": ["80", "80"]}}')  # (no pattern: additionalProperties)
     assert survey_held(schema).held == [TAGS] and survey_held(schema).not_held == 0
     assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
+
+
+def test_a_property_that_also_matches_the_one_pattern_leaves_the_pattern_not_followed() -> None:
+    """"tags" takes both its own schema and the pattern's: the pattern's uniqueItems is not held there, so said."""
+    schema = {"type": "object", "properties": {"tags": {"type": "array"}}, "patternProperties": {"^t": TAGS}}
+    arrays = survey_held(schema)
+    assert (arrays.held, arrays.not_held) == ([], 1)
+    assert not repeats_an_item(schema, '{"tags": ["x", "x"')  # (not held, and the warning says so)

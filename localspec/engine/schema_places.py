@@ -463,13 +463,18 @@ def _without_plain_cases(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _one_pattern(schema: dict[str, Any]) -> tuple[str, Any] | None:
-    """An object's one `patternProperties` pattern and its schema, where it has one alone that Python reads (where
-    a key may match several, which of them apply is not followed)."""
+    """An object's one `patternProperties` pattern and its schema, where it has one alone that Python reads and
+    no listed property matches it (a key that matches several patterns, or a pattern and a property, takes every
+    schema it matches: which of them apply is not followed)."""
     patterns = schema.get("patternProperties")
     if not isinstance(patterns, dict) or len(patterns) != 1:
         return None
     (pattern, values), = patterns.items()
-    return (pattern, values) if _compiled_pattern(pattern) is not None else None
+    properties = schema.get("properties")
+    names = properties if isinstance(properties, dict) else {}
+    if _compiled_pattern(pattern) is None or any(_matches(pattern, name) is not False for name in names):
+        return None
+    return pattern, values
 
 
 def _matches(pattern: str, key: str) -> bool | None:
