@@ -527,7 +527,7 @@ def test_a_deeply_nested_tools_file_or_schema_is_one_line(tmp_path: Path) -> Non
 UNENFORCED = {"type": "function", "function": {"name": "contact", "parameters": {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "number", "minimum": 0}, "uniqueItems": True, "contains": {"const": 0.5}},
     "phone": {"type": "string", "format": "phone"},
-    "name": {"type": "string", "not": {"const": ""}, "if": {"minLength": 1}, "then": {"maxLength": 9}}}}}}
+    "name": {"type": "string", "not": {"pattern": "^ "}, "if": {"minLength": 1}, "then": {"maxLength": 9}}}}}}
 
 
 def calls_text(name: str, arguments: str) -> str:
@@ -677,7 +677,7 @@ def test_tools_and_earlier_calls_too_long_for_the_context_are_refused_before_tok
 
 def test_serve_reads_back_a_call_and_reports_what_its_schema_does_not_enforce(tools_api: TestClient) -> None:
     ping = {"type": "function", "function": {"name": "ping", "parameters": {
-        "type": "object", "properties": {}, "not": {"required": ["x"]}}}}
+        "type": "object", "properties": {}, "not": {"anyOf": [{"required": ["x"]}, {"required": ["y"]}]}}}}
     for stream in (False, True):
         reply = tools_api.post("/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "ping"}], "tools": [ping], "tool_choice": "required",
@@ -730,7 +730,7 @@ def test_text_that_is_no_call_is_kept_whole_and_a_cut_call_is_dropped() -> None:
 def test_run_tools_prints_what_a_schema_does_not_enforce_as_warning_lines(tmp_path: Path) -> None:
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([{"type": "function", "function": {"name": "ping", "parameters": {
-        "type": "object", "properties": {}, "not": {"required": ["x"]}, "uniqueItems": True}}}]))
+        "type": "object", "properties": {}, "not": {"anyOf": [{"required": ["x"]}]}, "uniqueItems": True}}}]))
     profile = user_profiles_dir() / "marked.toml"  # a context that holds the tools' prompt, and a chat template
     profile.parent.mkdir(parents=True, exist_ok=True)
     profile.write_text(f'[target]\npath = "{marked_model(tmp_path, TokenType.CONTROL)}"\n'

@@ -33,6 +33,7 @@ from .schema_keywords import (
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
 from .schema_formats import formats_as_patterns
+from .schema_not import not_written_out
 from .schema_one_of import exclusive_one_of_as_any_of
 from .schema_property_names import property_names_as_keys
 from .schema_property_counts import property_counts_as_branches
@@ -344,8 +345,9 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all. A `oneOf`
     whose branches exclude each other is first written as the `anyOf` it equals (`exclusive_one_of_as_any_of`), and
     a map's `propertyNames` as keys llguidance holds (`property_names_as_keys`), and formats llguidance does not
-    know as the patterns their standards define (`formats_as_patterns`)."""
-    schema = property_names_as_keys(exclusive_one_of_as_any_of(formats_as_patterns(schema)))
+    know as the patterns their standards define (`formats_as_patterns`), and a `not` of listed values or types as
+    what it leaves (`not_written_out`)."""
+    schema = property_names_as_keys(exclusive_one_of_as_any_of(not_written_out(formats_as_patterns(schema))))
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]

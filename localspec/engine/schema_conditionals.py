@@ -20,7 +20,8 @@ alike: see _EXACT_BOUND). A `type` in I is written out where the schema it appli
 `integer` property asked to be an `integer` or a `number`); a property's condition may ask the same of its
 own properties (it fails where the property is present and fails it); local `$ref`s are followed where no
 nested `$id` changes what they name. A `then`, an `else` or a dependency's schema of `not: C` (often
-`not: {required: [x]}`, "no x then") is written as the ways C fails, the same way. Elsewhere,
+`not: {required: [x]}`, "no x then") is written as the ways C fails, the same way, and so is an
+object's own `not: C` (of a value's own listed values or type: schema_not.py). Elsewhere,
 and where the cases would multiply past MOST_CASES, the conditional stays as written (with llguidance's
 warning). The branches are exact: they let through what the schema validates, no more and no less.
 """
@@ -71,6 +72,11 @@ def _branched(node: dict[str, Any], root: Any) -> dict[str, Any]:
         if branches is not None:
             cases.append(branches)
             written |= {"if", "then", "else"}
+    if "not" in node:  # (a `not` of properties: `not: {required: [x]}` beside the object's own keywords)
+        failing = ways_to_fail(node["not"], node, root)
+        if failing is not None:
+            cases.append(failing)
+            written.add("not")
     if "if" in node and "then" not in node and "else" not in node:
         written.add("if")  # (a condition that brings nothing)
     if (not written or any(not branches for branches in cases)  # (a conditional no value satisfies: as written)
@@ -205,14 +211,20 @@ def _out_of_range(condition: dict[str, Any], schema: Any) -> list[dict[str, Any]
     for bound, opposite in _OPPOSITE_BOUNDS.items():
         if bound in condition:
             limit = condition[bound]
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            if not exact_bound(limit, integral):
                 return None
-            if not (abs(limit) < _EXACT_BOUND or (integral and abs(limit) < _EXACT_INTEGER)):
-                return None  # (10**400 too: `math.isfinite` would raise OverflowError on it)
-            if isinstance(limit, float) and float(f"{limit:.15g}") != limit:
-                return None  # (0.9999999999999999: llguidance reads it as 1)
             ways.append({"type": "number", opposite: limit})
     return ways
+
+
+def exact_bound(limit: Any, integral: bool) -> bool:
+    """Whether `limit` is a number that llguidance and a validator compare values with alike (see _EXACT_BOUND),
+    for values that are integers where `integral`."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        return False
+    if not (abs(limit) < _EXACT_BOUND or (integral and abs(limit) < _EXACT_INTEGER)):
+        return False  # (10**400 too: `math.isfinite` would raise OverflowError on it)
+    return not (isinstance(limit, float) and float(f"{limit:.15g}") != limit)  # (0.9999999999999999: 1 to llguidance)
 
 
 def _type_holds(kind: Any, schema: Any) -> bool:

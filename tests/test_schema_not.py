@@ -1,0 +1,74 @@
+"""A value's `not` of listed values or types written as what it leaves (schema_not.py), and an object's `not` of
+properties as a conditional's cases (schema_conditionals.py): exact, against a validator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from grammar_helpers import accepts
+from localspec.engine.grammar import OutputFormat, compile_format
+from localspec.engine.schema_not import not_written_out
+
+STRINGS = ["", "a", "r", "ro", "roo", "root", "rootx", "admin", "adm", "x", "a.b", "axb", "x-y", "p q", "c]", "^", "\\",
+           "&&", "&", "~~", "é", "a\nb"]
+NUMBERS = [-1, 0, 0.5, 1, 1.5, 2, 3, 4, 1.49, 1.51, 1000]
+VALUES = [*STRINGS, *NUMBERS, None, True, False, {}, {"a": 1}, {"a": 1, "b": 2}, [], [1]]
+
+SCHEMAS = [
+    {"type": "string", "not": {"const": ""}},
+    {"type": "string", "not": {"enum": ["root", "admin", "ro"]}},
+    {"type": "string", "not": {"enum": ["a.b", "x-y", "p q", "c]", "^", "&&", "~~", "a\nb"]}},
+    {"type": "string", "pattern": "^[a-z.]+$", "not": {"enum": ["a.b", "root"]}},  # (a pattern of its own)
+    {"type": "string", "minLength": 2, "not": {"const": ""}},
+    {"not": {"type": "null"}},
+    {"type": ["string", "null"], "not": {"type": "null"}},
+    {"type": ["integer", "null"], "not": {"type": ["null", "string"]}},
+    {"not": {"type": ["number", "boolean"]}},
+    {"type": "integer", "not": {"enum": [0, 3]}},
+    {"type": "number", "not": {"const": 1.5}},
+    {"not": {"enum": [1, "a", None, True]}},
+    {"not": {"const": True}},
+    {"not": {"type": "string", "enum": ["a", 1]}},  # (1 is no string: the `not` takes it)
+    {"enum": ["a", "b", "c", 1], "not": {"const": "b"}},
+    {"enum": ["a", 1, 2.0, None], "not": {"type": "integer"}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+     "not": {"required": ["a", "b"]}},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=[json.dumps(schema)[:60] for schema in SCHEMAS])
+def test_a_not_is_held_exactly_without_a_warning(schema: dict) -> None:
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ()
+    validator = Draft202012Validator(schema)
+    wrong = [value for value in VALUES
+             if accepts(compiled.grammar, json.dumps(value, ensure_ascii=False)) != validator.is_valid(value)]
+    assert wrong == []
+
+
+def test_a_not_llguidance_cannot_take_written_out_keeps_its_warning() -> None:
+    for refused in ({"pattern": "^a"}, {"type": "integer"}, {"enum": [[1]]}, {"const": {"a": 1}},
+                    {"enum": [1e300]}, {"anyOf": [{"const": 1}]}, {"enum": ["a", "b\\"]}, {"const": 'say "hi"'}):
+        schema = {"not": refused}
+        assert not_written_out(schema) == schema
+        warnings = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings
+        assert any("not" in warning for warning in warnings), refused
+
+
+def test_a_string_not_listed_is_one_by_a_pattern_held_unique() -> None:
+    """Items of a pattern (not free strings) are held unique as any pattern's are (unique_items.py)."""
+    schema = {"type": "array", "uniqueItems": True, "items": {"type": "string", "not": {"enum": ["root", "admin"]}}}
+    rewritten = not_written_out(schema)
+    assert rewritten["items"].keys() == {"type", "pattern"}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ()
+    assert accepts(compiled.grammar, '["bob", "rooty"]') and not accepts(compiled.grammar, '["bob", "root"]')
+
+
+def test_the_input_is_left_untouched() -> None:
+    schema = {"type": "string", "not": {"const": ""}}
+    not_written_out(schema)
+    assert schema == {"type": "string", "not": {"const": ""}}
