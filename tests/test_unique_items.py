@@ -400,6 +400,26 @@ def test_an_integer_item_is_refused_where_its_bounds_leave_it_only_held_ones(sch
         assert repeats_an_item(schema, text, chunk) is refused, (text, chunk)
 
 
+SIZES = {"type": "array", "items": {"type": "integer", "enum": [1, 5, 10, 20, 50, 100]}, "uniqueItems": True}
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("[10, 5, 10]", True),
+    ("[10, 1", False),  # (1 itself, or 100)
+    ("[1, 10, 100, 1", True),  # (1, 10 and 100 held: a `1` can only end as one of them)
+    ("[1, 10, 100, 5, 50, 20", False),
+    ("[1, 10, 100, 5, 50, 20,", True),  # (an item must follow: each is held)
+    ("[5, 50, 5", True),
+])
+def test_an_enum_of_integers_is_held_as_a_range_is(text: str, refused: bool) -> None:
+    """Six sizes: more than the orderings spelled out in the grammar (grammar.py), held by the rule instead."""
+    for chunk in (0, 1, 3):
+        assert repeats_an_item(SIZES, text, chunk) is refused, (text, chunk)
+    assert compile_format(OutputFormat("json_schema", json.dumps(SIZES), "s.json")).warnings == ()
+    assert assert_the_mask_is_what_feeding_refuses(SIZES, "[1, 10, 100, ", [b"1", b"10", b"100", b"5", b"0", b"00",
+                                                                           b",", b"]", b" ", b"1,", b"5]"]) > 0
+
+
 def test_an_array_under_a_root_anyof_is_held() -> None:
     schema = {"anyOf": [TAGS, {"type": "string"}]}
     assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
@@ -822,6 +842,29 @@ def test_a_records_last_string_is_kept_from_reaching_its_max_length_as_a_repeat(
     assert cursor.feed(b"b") is None and cursor.feed(b"c") is not None
 
 
+# A commit's files: a path, then one of three changes, for up to six files. The same path twice is fine with another
+# change; where all three are held for a path, its closing quote is refused (a free string goes on: "ab").
+FILES = records(last={"enum": ["added", "modified", "deleted"]}, most_items=6, path={"type": "string", "minLength": 1})
+SPENT = '[{"path": "a", "last": "added"}, {"path": "a", "last": "modified"}, {"path": "a", "last": "deleted"}, '
+
+
+@pytest.mark.parametrize("text, repeats", [
+    ('[{"path": "a", "last": "added"}, {"path": "a", "last": "added"', True),
+    ('[{"path": "a", "last": "added"}, {"path": "a", "last": "deleted"}, {"path": "b", "last": "added"}', False),
+    (SPENT + '{"path": "a"', True),
+    (SPENT + '{"path": "ab", "last": "added"}, {"path": "b", "last": "added"}', False),
+])
+def test_records_whose_last_value_has_few_values_hold_the_free_string_before_it(text: str, repeats: bool) -> None:
+    for chunk in (0, 1, 3):
+        assert repeats_an_item(FILES, text, chunk) is repeats, (text, chunk)
+
+
+def test_a_path_at_its_max_length_whose_changes_are_all_held_is_refused_a_token_early() -> None:
+    schema = records(last={"enum": ["x"]}, most_items=3, path={"type": "string", "maxLength": 1})
+    assert repeats_an_item(schema, '[{"path": "a", "last": "x"}, {"path": "a')
+    assert not repeats_an_item(schema, '[{"path": "a", "last": "x"}, {"path": "b", "last": "x"}')
+
+
 NARROWED = {**records(last={"type": "string"}, kind={"enum": ["a", "b"]}), "maxItems": 3}  # (a case narrows `last`)
 NARROWED["items"] = {**NARROWED["items"], "if": {"properties": {"kind": {"const": "a"}}},
                      "then": {"properties": {"last": {"const": "p"}}}}
@@ -840,6 +883,9 @@ RECORD_OR_NULL = {**records(last={"type": "string"}), "items": {"anyOf": [record
     (records(last={"enum": ["x", "y", "z"]}, most_items=3), True),  # (three values for three items: one is left)
     (records(last={"enum": ["x", "y", "z"]}, most_items=4), False),  # (a fourth record could find them all held)
     (records(last={"enum": ["x", "y", "z"]}), False),
+    (FILES, True),  # (few last values, but a free string before them)
+    (records(last={"enum": ["x", "y", "z"]}, most_items=6, path={"type": "string", "pattern": "^a"}), False),
+    (records(last={"enum": ["x", "y", "z"]}, most_items=6, path={"type": "integer"}), False),
     (records(last={"type": "integer", "minimum": 1, "maximum": 64}, most_items=64), True),
     (records(last={"type": "boolean"}), False),  # (two values: not held)
     (records(last={"type": "string"}, a={"type": "array"}), False),  # (a value that is no scalar)
@@ -861,7 +907,8 @@ def test_records_are_held_where_every_value_is_a_scalar_and_the_last_one_cannot_
 RECORD_PIECES = [b'"', b'"}', b'}', b'": -', b'":-', b'-', b'st": -',
                  b'1', b'10', b'100', b'100}', b'0}', b'": 100}', b'": 10', b'": "', b'"a"}',
                  b'a"}', b'b"}', b'"last": 100}', b'"last": "a"}', b', "last": "a"}', b'"}, {"', b' ', b', ',
-                 b'", "last": 100}', b'", "last": "a"}', b'a", "last": "a"}']  # (these write a last value whole)
+                 b'", "last": 100}', b'", "last": "a"}', b'a", "last": "a"}',  # (these write a last value whole)
+                 b'": "a"', b'a"', b'"a"', b'path": "a",', b' "a",']  # (and these a path whose changes are all held)
 
 
 @pytest.mark.parametrize("schema, text", [
@@ -875,6 +922,9 @@ RECORD_PIECES = [b'"', b'"}', b'}', b'": -', b'":-', b'-', b'st": -',
      '[{"a": "x", "last": -1}, {"a": "x", "last": 0}, {"a": "x", "last'),  # (`": -` can only end as -1)
     (records(last={"type": "integer", "minimum": -1, "maximum": 1}, most_items=3, a={"type": "string"}),
      '[{"a": "x", "last": -1}, {"a": "x", "last": 0}, {"a": "x", "la'),
+    (FILES, SPENT + '{"path": "'),
+    (FILES, SPENT + '{"path'),
+    (FILES, SPENT + '{"'),
 ])
 def test_the_mask_drops_exactly_the_tokens_that_feeding_would_refuse_in_a_record(schema: dict, text: str) -> None:
     assert assert_the_mask_is_what_feeding_refuses(schema, text, [*SUSPECT_PIECES, *RECORD_PIECES]) > 0

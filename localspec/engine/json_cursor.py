@@ -18,7 +18,7 @@ from typing import Any
 
 from .key_language import KeyLanguage
 from .schema_keywords import FRACTION_DIGITS, WHOLE_DIGITS
-from .schema_places import HeldItems, IntegerRange, SchemaPlaces, held_items, takes_other_keys
+from .schema_places import HeldItems, IntegerRange, IntegerSet, SchemaPlaces, held_items, takes_other_keys
 
 _WHITESPACE = b" \t\r\n"
 _ESCAPE_OR_CONTROL = re.compile(rb"[\\\x00-\x1f]")  # a backslash, or a byte JSON allows in a string only escaped
@@ -136,10 +136,13 @@ class JsonCursor:
 
     def bytes_to_a_records_last_value(self) -> int:
         """In a record before its last value: how many bytes a token needs at least to write on into that value
-        (its key whole, in quotes, a colon and the value's first byte; 2 from inside a key, which may be it)."""
+        (its key whole, in quotes, a colon and the value's first byte; 2 from inside a key, which may be it, or
+        where the value before the last is held too)."""
         if self.expects == STRING and self.role == KEY_TEXT:
             return 2
         shape = self.containers[-2].items.record if len(self.containers) > 1 and self.containers[-2].items else None
+        if shape is not None and shape.before_last is not None:
+            return 2  # (the value before it is held too: any token that closes a string may close that one)
         shortest_key = json.dumps(shape.names[-1], ensure_ascii=False).encode() if shape is not None else b'""'
         return len(shortest_key) + 2
 
@@ -426,6 +429,15 @@ class _Reader:
         shape = array.items.record if array.items is not None else None
         if shape is None or record.record is None or key != shape.names[len(record.record)]:
             self.containers[-1] = replace(record, record=None)
+        elif shape.before_last is not None and len(shape.names) > 1 and key == shape.names[-2]:
+            lasts: dict[Any, set[Any]] = {}  # (each value before the last, of records as this one so far: their last)
+            for values in array.records:
+                if values[:-2] == record.record:
+                    lasts.setdefault(values[-2], set()).add(values[-1])
+            spent = frozenset(value[1] for value, taken in lasts.items() if len(taken) >= shape.last_count)
+            most = shape.before_last.max_length
+            at_max_length = any(len(value) == most for value in spent)
+            self.containers[-1] = replace(record, items=shape.before_last, seen=spent, seen_at_max_length=at_max_length)
         elif key == shape.names[-1]:
             taken = frozenset(values[-1] for values in array.records if values[:-1] == record.record)
             most = shape.last.max_length
@@ -449,10 +461,17 @@ class _Reader:
         if item in container.seen:
             return False
         self.containers[-1] = container.holding(item)
-        if container.record is not None:  # (the last value of a record: the record is held by its array)
-            array = self.containers[-2]
+        if container.record is not None and self._at_records_last_value(container):
+            array = self.containers[-2]  # (the last value of a record: the record is held by its array)
             self.containers[-2] = replace(array, records=array.records | {(*container.record, item)})
+        elif container.record is not None:  # (the value before it: one of the record's values, the rule's no more)
+            self.containers[-1] = replace(container, items=None, seen=frozenset(), seen_at_max_length=False,
+                                          record=(*container.record, ("string", item)))
         return True
+
+    def _at_records_last_value(self, record: _Container) -> bool:
+        shape = self.containers[-2].items.record if self.containers[-2].items is not None else None
+        return shape is None or record.record is None or len(record.record) == len(shape.names) - 1
 
     def _container_closes(self) -> None:
         self.containers.pop()
@@ -506,7 +525,7 @@ def _every_fraction_end_held(text: bytes, seen: frozenset[Any]) -> bool:
     return held >= ends
 
 
-def _every_integer_end_held(text: bytes, integers: IntegerRange, seen: frozenset[Any]) -> bool:
+def _every_integer_end_held(text: bytes, integers: IntegerRange | IntegerSet, seen: frozenset[Any]) -> bool:
     """Whether every integer of the range that an item written so far as `text` can still become is held already:
     itself, and with each number of digits more (`0` and `-0` take none: JSON has no leading zeros), as long as
     the range goes."""

@@ -10,6 +10,7 @@ whether any object takes keys it does not list (whose keys the rule holds unique
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -69,6 +70,30 @@ class IntegerRange:
 
 
 @dataclass(frozen=True)
+class IntegerSet:
+    """The integers an enum of integers lists (`members`, sorted): what a range says of its integers, said of
+    them (`low` and `high` its least and greatest)."""
+
+    members: tuple[int, ...]
+
+    @property
+    def low(self) -> int:
+        return self.members[0]
+
+    @property
+    def high(self) -> int:
+        return self.members[-1]
+
+    def count(self, low: int, high: int) -> int:
+        """How many of the integers from `low` to `high` the enum lists."""
+        return max(0, bisect.bisect_right(self.members, high) - bisect.bisect_left(self.members, low))
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+@dataclass(frozen=True)
 class HeldItems:
     """The items of an array with `uniqueItems` that the rule holds: free strings (at most `max_length`
     characters, where the schema says), strings by a pattern or a format (`language`), the strings of an enum
@@ -77,7 +102,7 @@ class HeldItems:
 
     max_length: int | None = None
     values: frozenset[str] | None = None
-    integers: IntegerRange | None = None
+    integers: IntegerRange | IntegerSet | None = None
     fractions: bool = False  # numbers as localspec bounds open ones (_OPEN_NUMBER)
     record: "RecordItems | None" = None
     language: StringLanguage | None = None
@@ -109,6 +134,11 @@ class RecordItems:
 
     names: tuple[str, ...]
     last: HeldItems
+    # Where the last property takes fewer values than the array takes items (a file's `change`, one of four): the
+    # value before it, a free string, held unlike those whose every last value a record with the same values
+    # before them holds already (`last_count` of them), so that the last value always has one left.
+    before_last: HeldItems | None = None
+    last_count: int = 0
 
 
 def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems | None:
@@ -135,7 +165,7 @@ def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems |
     language = StringLanguage.of_items(items, places.root.get("x-guidance")) if places is not None else None
     if language is not None:
         return HeldItems(language=language)
-    bounds = integer_range(items)
+    bounds = integer_range(items) or integer_set(items)
     if bounds is not None:
         return HeldItems(integers=bounds)
     if {key: value for key, value in items.items() if key not in _ANNOTATIONS} == _OPEN_NUMBER:
@@ -169,9 +199,27 @@ def record_items(array: dict[str, Any], places: "SchemaPlaces") -> RecordItems |
     if last is None:
         return None
     most_items = array.get("maxItems")
-    if not last.endless and not (is_count(most_items) and _how_many(last, most_items) >= most_items):
-        return None  # (every last value could be held before the last item: a dead end nothing before it avoids)
-    return RecordItems(tuple(properties), last)
+    if last.endless or (is_count(most_items) and _how_many(last, most_items) >= most_items):
+        return RecordItems(tuple(properties), last)
+    # (every last value could be held before the last item: a dead end, but for a free string before it)
+    before_last = _free_string(list(properties.values())[-2], places) if len(properties) > 1 else None
+    last_count = _how_many(last, most_items if is_count(most_items) else _MOST_COUNTED)
+    if before_last is None or last_count < 1:
+        return None
+    return RecordItems(tuple(properties), last, before_last, last_count)
+
+
+_MOST_COUNTED = 1024  # (the last values of records in an array without a maxItems: counted up to so many)
+
+
+def _free_string(schema: Any, places: "SchemaPlaces") -> HeldItems | None:
+    """What a record's value takes where it is a free string (any text, at most a maxLength: it can always go
+    on to a new one), as an item would be held; else None."""
+    kinds = places.types(schema)
+    value = places.of_value(schema, "string") if kinds == {"string"} else None
+    held = held_items({"type": "array", "uniqueItems": True, "items": value}, places)
+    free = held is not None and held.values is None and held.language is None and not held.numbers
+    return held if free and held.record is None and held.endless else None
 
 
 def _how_many(items: HeldItems, most: int) -> int:
@@ -182,6 +230,18 @@ def _how_many(items: HeldItems, most: int) -> int:
     if items.language is not None:
         return items.language.count_up_to(most) or 0
     return items.integers.size if items.integers is not None and items.integers.size is not None else 0
+
+
+def integer_set(items: Any) -> IntegerSet | None:
+    """The integers an enum of integers lists (llguidance writes each as JSON spells it: `7`, `-12`), where the
+    schema says no more than `type: integer` beside it; None for any other schema."""
+    values = items.get("enum") if isinstance(items, dict) else None
+    if (not isinstance(values, list) or not values or not items.keys() <= {"type", "enum"} | _ANNOTATIONS
+            or items.get("type", "integer") not in ("integer", "number")):
+        return None
+    if not all(type(value) is int and abs(value) <= _EXACT_BOUND for value in values):
+        return None  # (2.0 is written `2.0`, which the cursor does not read as an integer)
+    return IntegerSet(tuple(sorted(set(values))))
 
 
 def integer_range(items: Any) -> IntegerRange | None:
