@@ -27,7 +27,7 @@ SCHEMAS = [
     {"type": ["string", "null"], "not": {"type": "null"}},
     {"type": ["integer", "null"], "not": {"type": ["null", "string"]}},
     {"not": {"type": ["number", "boolean"]}},
-    {"type": "integer", "not": {"enum": [0, 3]}},
+    {"type": "integer", "not": {"const": 3}},
     {"type": "number", "not": {"const": 1.5}},
     {"not": {"enum": [1, "a", None, True]}},
     {"not": {"const": True}},
@@ -36,6 +36,8 @@ SCHEMAS = [
     {"enum": ["a", 1, 2.0, None], "not": {"type": "integer"}},
     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
      "not": {"required": ["a", "b"]}},
+    {"anyOf": [{"const": 1}, {"type": "string"}], "not": {"type": "null"}},  # (into each branch: 1 stays listed)
+    {"oneOf": [{"enum": [0.5, 1, None]}, {"type": "string"}], "not": {"enum": ["", None]}},
 ]
 
 
@@ -51,7 +53,8 @@ def test_a_not_is_held_exactly_without_a_warning(schema: dict) -> None:
 
 def test_a_not_llguidance_cannot_take_written_out_keeps_its_warning() -> None:
     for refused in ({"pattern": "^a"}, {"type": "integer"}, {"enum": [[1]]}, {"const": {"a": 1}},
-                    {"enum": [1e300]}, {"anyOf": [{"const": 1}]}, {"enum": ["a", "b\\"]}, {"const": 'say "hi"'}):
+                    {"enum": [1e300]}, {"anyOf": [{"const": 1}]}, {"enum": ["a", "b\\"]}, {"const": 'say "hi"'},
+                    {"enum": [0, 0.5]}):  # (between two numbers: llguidance took 0 in (0, 0.5))
         schema = {"not": refused}
         assert not_written_out(schema) == schema
         warnings = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings
@@ -72,3 +75,12 @@ def test_the_input_is_left_untouched() -> None:
     schema = {"type": "string", "not": {"const": ""}}
     not_written_out(schema)
     assert schema == {"type": "string", "not": {"const": ""}}
+
+
+def test_a_not_a_ref_points_into_is_kept_and_one_that_leaves_nothing_keeps_its_warning() -> None:
+    into = {"$defs": {"x": {"type": "object", "properties": {"p": {}}, "not": {"required": ["p"]}}},
+            "type": "object", "properties": {"b": {"$ref": "#/$defs/x/not"}}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(into), "s.json"))
+    assert accepts(compiled.grammar, '{"b": {"p": 1}}')
+    nothing = {"const": "a", "not": {"const": "a"}}
+    assert not_written_out(nothing) == nothing

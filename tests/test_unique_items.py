@@ -420,6 +420,13 @@ def test_an_enum_of_integers_is_held_as_a_range_is(text: str, refused: bool) -> 
                                                                            b",", b"]", b" ", b"1,", b"5]"]) > 0
 
 
+def test_a_lone_minus_before_an_enums_zero_is_refused_where_every_negative_is_held() -> None:
+    """An enum writes 0 as `0`, never `-0`: a `-` could only end as a held item (was let through: a dead end)."""
+    schema = {"type": "array", "items": {"type": "integer", "enum": [-1, 0, 1, 2, 3, 4]}, "uniqueItems": True}
+    assert repeats_an_item(schema, "[-1, -")
+    assert not repeats_an_item(schema, "[-1, 0")
+
+
 def test_an_array_under_a_root_anyof_is_held() -> None:
     schema = {"anyOf": [TAGS, {"type": "string"}]}
     assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()

@@ -531,8 +531,9 @@ def _every_integer_end_held(text: bytes, integers: IntegerRange | IntegerSet, se
     the range goes."""
     negative = text.startswith(b"-")
     digits = text[1:] if negative else text
-    if not digits:  # (a lone minus: whatever digit comes next)
-        return all(_every_integer_end_held(text + bytes((digit,)), integers, seen) for digit in b"0123456789")
+    if not digits:  # (a lone minus: whatever digit comes next; `-0` is no enum's spelling of 0)
+        nexts = b"123456789" if isinstance(integers, IntegerSet) else b"0123456789"
+        return all(_every_integer_end_held(text + bytes((digit,)), integers, seen) for digit in nexts)
     if not digits.isdigit():
         return False  # (not an integer: the rule does not read it, nothing is refused)
     if negative:  # the largest magnitude the range takes on this side of zero (None: no bound)

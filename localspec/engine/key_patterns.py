@@ -9,9 +9,10 @@ the pattern takes, so where the object takes no other key (`additionalProperties
 it narrows what the grammar allows, as every bound in grammar.py does.
 
 Only a pattern anchored at both ends (`^…$`, no `|` outside a group) is rewritten: an unanchored one
-takes any text around its match, which no repeat bound reaches. Nor is one with a repeat of repeats
-(`^(\w+\s*)+$`: bounded, 64 × 64 and more, which llguidance's lexer gives up on partway through a key).
-Such a pattern, and one this reading cannot follow, is left as written.
+takes any text around its match, which no repeat bound reaches. A repeat of repeats (`^(\w+\s*)+$`, words;
+`^[A-Z][A-Za-z]*(-[A-Za-z]+)*$`, a trailer's name: the demo target wrote `"GitHub-Lint-Github-Github-…` until
+max_tokens at T=0.8 on a held-out schema) repeats at most NESTED_KEY_REPEAT_LIMIT times, its inner repeats 64
+each; one nested deeper, and a pattern this reading cannot follow, is left as written.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from __future__ import annotations
 import re
 
 KEY_REPEAT_LIMIT = 64
+# A repeat of repeats (`^[A-Z][a-z]*(-[A-Za-z]+)*$`, a header's parts): the outer repeat at most this many times.
+# Bounded to 64 × 64, llguidance's lexer gave up partway through a key of words (`^(\w+\s*)+$`: "too many
+# expressions"); with 8 it writes a key of eight 64-letter words (a mask at most 17 ms over SmolLM2's vocabulary).
+NESTED_KEY_REPEAT_LIMIT = 8
 
 _QUANTIFIER = re.compile(r"\{(\d+),\}")  # `{n,}` (an open upper bound)
 _BRACED_ESCAPES = set("pPxu")  # escapes that may take a `{…}` of their own (`\p{L}`, `\x{2603}`)
@@ -31,8 +36,8 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
         return None
     pieces: list[str] = []
     depth, i, changed = 0, 0, False
-    repeats_inside = [False]  # per open group: whether an unbounded repeat is in it
-    group_repeats = False  # whether the group just closed has one
+    repeats_inside = [0]  # per open group: how deep unbounded repeats nest in it (0: none; 2: a repeat of repeats)
+    group_repeats = 0  # the same of the group just closed
     after_repeat = False  # whether the last thing read was a repeat
     while i < len(pattern):
         char = pattern[i]
@@ -42,27 +47,29 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
                 return None
             pieces.append(pattern[i:end])
             i = end
-            group_repeats = after_repeat = False
+            group_repeats, after_repeat = 0, False
             continue
         quantifier = _QUANTIFIER.match(pattern, i) if char == "{" else None
         if char in "*+" or quantifier:
-            if group_repeats or after_repeat:
-                return None  # (`(a+)+`: a repeat of repeats, bounded to 64 × 64 and more: llguidance's lexer gives up)
+            if group_repeats > 1 or after_repeat:
+                return None  # (`((a+)+)+`, `a+*`: not read here)
             least = 0 if char == "*" else 1 if char == "+" else int(quantifier.group(1))
-            pieces.append(f"{{{least},{max(least, limit)}}}")
-            changed = repeats_inside[-1] = after_repeat = True
+            most = NESTED_KEY_REPEAT_LIMIT if group_repeats else limit  # (`(a+)+`: a repeat of repeats)
+            pieces.append(f"{{{least},{max(least, most)}}}")
+            repeats_inside[-1] = max(repeats_inside[-1], group_repeats + 1)
+            changed = after_repeat = True
             i = quantifier.end() if quantifier else i + 1
             continue
-        group_repeats = after_repeat = False
+        group_repeats, after_repeat = 0, False
         if char == "(":
             depth += 1
-            repeats_inside.append(False)
+            repeats_inside.append(0)
         elif char == ")":
             depth -= 1
             if depth < 0:
                 return None
             group_repeats = repeats_inside.pop()
-            repeats_inside[-1] = repeats_inside[-1] or group_repeats
+            repeats_inside[-1] = max(repeats_inside[-1], group_repeats)
         elif char == "|" and depth == 0:
             return None  # (`^a|b$`: each side anchored at one end only)
         pieces.append(char)
@@ -105,3 +112,27 @@ def _class_end(pattern: str, start: int) -> int | None:
                 return i + 1
         i += 1
     return None
+
+
+def as_full_match(pattern: str) -> str | None:
+    """A regular expression that takes a whole text where `pattern` matches somewhere in it, as JSON Schema reads
+    a pattern (llguidance's regular expressions take a text whole, and read `^` and `$` as nothing): `pattern`
+    less its anchors, with any text allowed at an end it does not anchor. None where an anchor or a `|` stands
+    elsewhere than at the ends (`^a|b$`, `(^a)`), or the pattern cannot be read here."""
+    starts, ends = pattern.startswith("^"), pattern.endswith("$") and not pattern.endswith("\\$")
+    inner = pattern[1 if starts else 0:len(pattern) - 1 if ends else len(pattern)]
+    i, depth = 0, 0
+    while i < len(inner):
+        char = inner[i]
+        if char in "\\[":
+            end = (_escape_end if char == "\\" else _class_end)(inner, i)
+            if end is None:
+                return None
+            i = end
+            continue
+        if char in "^$" or (char == "|" and depth == 0):
+            return None
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        i += 1
+    anything = r"[\s\S]*"
+    return f"{'' if starts else anything}(?:{inner}){'' if ends else anything}"

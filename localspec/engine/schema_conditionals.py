@@ -32,7 +32,8 @@ import math
 from typing import Any
 
 from .schema_keywords import (
-    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up, schemas_in,
+    ANNOTATIONS, CASES_COMMENT, json_identity, json_types, refers_from_root, refers_into, resolved, rewritten_bottom_up,
+    schemas_in,
 )
 
 # The cases of one schema's conditionals multiply where llguidance writes the object (2 per dependency, 2 or
@@ -54,10 +55,11 @@ def conditionals_as_branches(schema: Any) -> Any:
     """`schema` with every conditional it holds, at any depth, written as `anyOf` branches where that can be
     done exactly (see the module's docstring): a new schema, the input untouched."""
     root = schema if refers_from_root(schema) else None  # ($refs are followed only where they name the root's)
-    return rewritten_bottom_up(schema, lambda node: _branched(node, root))
+    own_nots = not refers_into(schema, "not")  # (an object's own `not` is taken away: not where a ref names it)
+    return rewritten_bottom_up(schema, lambda node: _branched(node, root, own_nots))
 
 
-def _branched(node: dict[str, Any], root: Any) -> dict[str, Any]:
+def _branched(node: dict[str, Any], root: Any, own_nots: bool) -> dict[str, Any]:
     """`node` with its own conditionals as an `allOf` of `anyOf`s, those that can be written so."""
     cases: list[list[Any]] = []
     written: set[str] = set()
@@ -72,7 +74,7 @@ def _branched(node: dict[str, Any], root: Any) -> dict[str, Any]:
         if branches is not None:
             cases.append(branches)
             written |= {"if", "then", "else"}
-    if "not" in node:  # (a `not` of properties: `not: {required: [x]}` beside the object's own keywords)
+    if "not" in node and own_nots:  # (a `not` of properties: `not: {required: [x]}` beside the object's keywords)
         failing = ways_to_fail(node["not"], node, root)
         if failing is not None:
             cases.append(failing)

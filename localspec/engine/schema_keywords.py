@@ -32,6 +32,13 @@ DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentR
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 
 
+def refers_into(schema: Any, keyword: str) -> bool:
+    """Whether a `$ref` in `schema` points into a `keyword` of it (`#/$defs/x/not`): a rewrite that takes that
+    keyword away would leave the ref naming nothing."""
+    refs = [node["$ref"] for node in schemas_in(schema) if isinstance(node.get("$ref"), str)]
+    return any(keyword in ref.split("/") for ref in refs)
+
+
 def schemas_in(schema: Any) -> list[dict[str, Any]]:
     """`schema` and every schema inside it, found by keyword (see `subschemas`)."""
     if isinstance(schema, list):

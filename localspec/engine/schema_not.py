@@ -10,8 +10,8 @@ a JSON type:
     strings but ""                      minLength 1
     strings but the listed ones         a pattern: any string that leaves the listed ones' common start
                                         (where none holds a quote or a backslash)
-    numbers but the listed ones         the ranges between them, bounds excluded (only bounds that
-                                        llguidance and a validator read alike: see exact_bound)
+    numbers but one                     below it or above it (only a number that llguidance and a
+                                        validator read alike: see exact_bound)
     booleans but the listed ones        the other one
     a type refused                      the other types
 
@@ -30,17 +30,19 @@ from __future__ import annotations
 from typing import Any
 
 from .schema_conditionals import exact_bound
-from .schema_keywords import ANNOTATIONS, json_identity, json_types, rewritten_bottom_up
+from .schema_keywords import ANNOTATIONS, json_identity, json_types, refers_into, rewritten_bottom_up
 
 _TYPES = ("object", "array", "string", "number", "boolean", "null")
 _REFUSING_KEYS = {"type", "const", "enum"} | ANNOTATIONS  # what a `not` written out here may say
+# Where an untyped value's values are given elsewhere (see _into_branches).
+_VALUES_ELSEWHERE = {"anyOf", "oneOf", "allOf", "$ref", "if", "then", "else", "dependentSchemas"}
 _REGEX_SPECIAL = set("\\.+*?()|[]{}^$#&-~")  # (escaped alike for Python's re and llguidance's regexes)
 
 
 def not_written_out(schema: Any) -> Any:
     """`schema` with each `not` of listed values or of types written as what it leaves (a new schema; the input
-    untouched); any other `not` as it is."""
-    return rewritten_bottom_up(schema, _without_not)
+    untouched); any other `not` as it is. A schema one of whose `$ref`s points into a `not` is returned as it is."""
+    return schema if refers_into(schema, "not") else rewritten_bottom_up(schema, _without_not)
 
 
 def _without_not(node: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +55,10 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
     own_values = _listed(rest)
     if own_values is not None:  # (an enum of the value's own: the refused values left out of it)
         kept = [value for value in own_values if not _refuses(refused, value)]
-        return {key: value for key, value in rest.items() if key not in ("const", "enum")} | {"enum": kept}
+        return {key: value for key, value in rest.items() if key not in ("const", "enum")} | {"enum": kept} \
+            if kept else node  # (none left: as written, as below)
+    if rest.keys() & _VALUES_ELSEWHERE:
+        return _into_branches(rest, refused) if "type" not in rest else node
     own_types = _types(rest.get("type", list(_TYPES)))
     left = _ways_left(refused, own_types) if own_types is not None else None
     if not left:  # (nothing left, no value at all: as written, for llguidance to hold as it can)
@@ -66,6 +71,22 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(earlier, list):
         return node
     return {**rest, "allOf": [*earlier, {"anyOf": left}]}
+
+
+def _into_branches(schema: dict[str, Any], refused: dict[str, Any]) -> dict[str, Any]:
+    """An untyped `schema` whose values an `anyOf` or a `oneOf` gives, with the `not` in each branch ((A or B) and
+    not C is (A and not C) or (B and not C), and exactly one of them where exactly one of A and B); as written,
+    with its `not`, where a branch's cannot be written out or the values come from elsewhere too (a `$ref`, an
+    `allOf`: a type written beside them would bring the bounds localspec puts on open numbers to listed ones)."""
+    keys = schema.keys() & _VALUES_ELSEWHERE
+    unchanged = {**schema, "not": refused}
+    if keys not in ({"anyOf"}, {"oneOf"}) or not isinstance(schema[min(keys)], list):
+        return unchanged
+    branches = [_without_not({**branch, "not": refused}) if isinstance(branch, dict) else branch
+                for branch in schema[min(keys)]]
+    if any(branch is True or isinstance(branch, dict) and "not" in branch for branch in branches):
+        return unchanged
+    return {**schema, min(keys): branches}
 
 
 def _ways_left(refused: dict[str, Any], own_types: set[str]) -> list[dict[str, Any]] | None:
@@ -107,12 +128,10 @@ def _others_of(kind: str, values: list[Any], own_types: set[str]) -> list[dict[s
             return None  # (llguidance lets a string's `\\` or `\"` through a class that leaves them out: `[^\\]`)
         return [{"type": "string", "pattern": f"^{_all_strings_but(values)}$"}]
     if kind == "number":
-        numbers = sorted(set(values))
-        if not all(exact_bound(number, integral=False) for number in numbers):
-            return None
-        return [{"type": "number", **({"exclusiveMinimum": low} if low is not None else {}),
-                 **({"exclusiveMaximum": high} if high is not None else {})}
-                for low, high in zip([None, *numbers], [*numbers, None])]
+        numbers = set(values)
+        if len(numbers) > 1 or not exact_bound(values[0], integral=False):
+            return None  # (between two: llguidance takes 1 in `exclusiveMinimum: 1, exclusiveMaximum: 1.5`)
+        return [{"type": "number", "exclusiveMaximum": values[0]}, {"type": "number", "exclusiveMinimum": values[0]}]
     if kind == "boolean":
         return [{"const": value} for value in (False, True) if value not in values]
     if kind == "null":

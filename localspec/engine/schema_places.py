@@ -13,11 +13,12 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .byte_tokenizer import byte_tokenizer
 from .key_language import KeyLanguage
+from .key_patterns import as_full_match
 from .string_language import StringLanguage
 from .schema_keywords import (
     ANNOTATIONS, ANY_VALUE_DEFINITION, CASES_COMMENT, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, is_count, json_identity,
@@ -523,7 +524,7 @@ def _without_plain_cases(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _one_pattern(schema: dict[str, Any]) -> tuple[str, Any] | None:
-    """An object's one `patternProperties` pattern and its schema, where it has one alone that Python reads and
+    """An object's one `patternProperties` pattern and its schema, where it has one alone that `_matches` reads and
     no listed property matches it (a key that matches several patterns, or a pattern and a property, takes every
     schema it matches: which of them apply is not followed)."""
     patterns = schema.get("patternProperties")
@@ -532,30 +533,37 @@ def _one_pattern(schema: dict[str, Any]) -> tuple[str, Any] | None:
     (pattern, values), = patterns.items()
     properties = schema.get("properties")
     names = properties if isinstance(properties, dict) else {}
-    if _compiled_pattern(pattern) is None or any(_matches(pattern, name) is not False for name in names):
+    if _pattern_matcher(pattern) is None or any(_matches(pattern, name) is not False for name in names):
         return None
     return pattern, values
 
 
 def _matches(pattern: str, key: str) -> bool | None:
-    """Whether `key` matches `pattern` somewhere (as JSON Schema reads a pattern); None where Python cannot tell."""
-    compiled = _compiled_pattern(pattern)
-    try:
-        return compiled.search(key) is not None if compiled is not None else None
-    except RecursionError:
+    """Whether `key` matches `pattern` somewhere (as JSON Schema reads a pattern), as llguidance reads the pattern
+    (its regular expressions take time in proportion to the key, where Python's can take an exponential time:
+    `^(\\w+\\s*)+$` on a long key); None where that cannot be told here (see `as_full_match`)."""
+    fresh = _pattern_matcher(pattern)
+    if fresh is None:
         return None
+    matcher, written = fresh.deep_copy(), list(key.encode())
+    return (matcher.validate_tokens(written) == len(written) and matcher.consume_tokens(written)
+            and matcher.is_accepting())
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled_pattern(pattern: str) -> re.Pattern[str] | None:
-    """`pattern` compiled, with `\\d` and `\\w` as ASCII as JSON Schema reads them; None where Python does not read
-    it, or reads it otherwise (a class with `&&` or `--`, a `\\p{...}`)."""
-    if not isinstance(pattern, str) or re.search(r"&&|--|\\[pP]\{", pattern):
+def _pattern_matcher(pattern: str) -> Any:
+    """A matcher over bytes, nothing fed, of the keys `pattern` takes (see `_matches`); None where it cannot be
+    built."""
+    from llguidance import LLMatcher
+
+    regex = as_full_match(pattern) if isinstance(pattern, str) else None
+    if regex is None:
         return None
-    try:
-        return re.compile(pattern, re.ASCII)
-    except (re.error, RecursionError, OverflowError):
+    grammar = LLMatcher.grammar_from_regex(regex)
+    if LLMatcher.validate_grammar_with_warnings(grammar)[0]:
         return None
+    matcher = LLMatcher(byte_tokenizer(), grammar)
+    return None if matcher.is_error() else matcher
 
 
 def _either(schemas: list[Any]) -> Any:
