@@ -38,6 +38,7 @@ SCHEMAS = [
      "not": {"required": ["a", "b"]}},
     {"anyOf": [{"const": 1}, {"type": "string"}], "not": {"type": "null"}},  # (into each branch: 1 stays listed)
     {"oneOf": [{"enum": [0.5, 1, None]}, {"type": "string"}], "not": {"enum": ["", None]}},
+    {"type": "string", "anyOf": [{"maxLength": 3}, {"pattern": "^r"}], "not": {"enum": ["root", "ab"]}},
 ]
 
 

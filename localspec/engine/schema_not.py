@@ -57,8 +57,8 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
         kept = [value for value in own_values if not _refuses(refused, value)]
         return {key: value for key, value in rest.items() if key not in ("const", "enum")} | {"enum": kept} \
             if kept else node  # (none left: as written, as below)
-    if rest.keys() & _VALUES_ELSEWHERE:
-        return _into_branches(rest, refused) if "type" not in rest else node
+    if rest.keys() & _VALUES_ELSEWHERE and "type" not in rest:
+        return _into_branches(rest, refused)
     own_types = _types(rest.get("type", list(_TYPES)))
     left = _ways_left(refused, own_types) if own_types is not None else None
     if not left:  # (nothing left, no value at all: as written, for llguidance to hold as it can)
