@@ -456,6 +456,21 @@ def test_times_are_bounded_to_the_length_of_nine_decimals_and_an_offset() -> Non
     assert bounded_values({"type": "string", "format": "email"})["maxLength"] == STRING_LENGTH_LIMIT
 
 
+def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_leaves_that_string_alone_open() -> None:
+    """A cron schedule's `^(\\S+\\s+){4}\\S+$` within 256 characters: llguidance cannot tell whether any string
+    matches, and refused the bounded grammar, so every bound of the schema was dropped (a held-out tool's
+    arguments)."""
+    from grammar_helpers import accepts
+
+    schema = {"type": "object", "properties": {"schedule": {"type": "string", "pattern": "^(\\S+\\s+){4}\\S+$"},
+                                               "note": {"type": "string"}}}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert compiled.warnings == ()  # (was: "the bounds localspec puts on open strings ... do not fit this schema")
+    assert accepts(compiled.grammar, '{"schedule": "0 5 * * 1-5", "note": "' + "a" * 256 + '"}')
+    assert not accepts(compiled.grammar, '{"note": "' + "a" * 257 + '"}')  # (the other string still bounded)
+    assert not accepts(compiled.grammar, '{"schedule": "0 5 * *"}')
+
+
 def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:
     from localspec.engine.grammar import COLLECTION_LIMIT, bounded_values
     from localspec.runtime.model import Model
@@ -549,14 +564,16 @@ def test_bounds_leave_names_data_and_listed_values_alone_and_never_break_a_schem
     whole = bounded_values({"type": "array", "items": {"type": "integer", "enum": [1.0, 2]}, "uniqueItems": True})
     assert len(whole["anyOf"]) == 1 + 2 + 2  # 1.0 is a whole number: an integer
 
-    # Each of these compiles as it did before the bounds (a $ref into a spelled-out array, a pattern
-    # longer than the string bound: the schema as written, with a note).
+    # Each of these compiles as it did before the bounds (a $ref into a spelled-out array; a pattern longer than
+    # the string bound: that string left as long as its pattern asks, the rest bounded, see _length_bound_holds).
     tags = {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}
     pointing = {"type": "object", "properties": {"tags": tags, "first": {"$ref": "#/properties/tags/items"}}}
     assert compile_format(OutputFormat("json_schema", json.dumps(pointing))).warnings == ()
     long_pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]{300}$"}}, "required": ["a"]}
     compiled = compile_format(OutputFormat("json_schema", json.dumps(long_pattern), "p.json"))
-    assert any("do not fit this schema" in warning for warning in compiled.warnings)
+    assert compiled.warnings == ()
+    from grammar_helpers import accepts
+    assert accepts(compiled.grammar, '{"a": "' + "a" * 300 + '"}')
 
 
 def test_objects_that_list_their_properties_take_no_others(tiny_pair: tuple[Path, Path]) -> None:

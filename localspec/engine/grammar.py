@@ -30,6 +30,7 @@ from .schema_keywords import (
     ANNOTATIONS, ANY_VALUE_DEFINITION, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count,
     json_identity, json_types, schemas_in, takes_definitions,
 )
+from .schema_all_of import parts_as_one_object
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
 from .schema_formats import formats_as_patterns
@@ -346,8 +347,10 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     whose branches exclude each other is first written as the `anyOf` it equals (`exclusive_one_of_as_any_of`), and
     a map's `propertyNames` as keys llguidance holds (`property_names_as_keys`), and formats llguidance does not
     know as the patterns their standards define (`formats_as_patterns`), and a `not` of listed values or types as
-    what it leaves (`not_written_out`)."""
-    schema = property_names_as_keys(exclusive_one_of_as_any_of(not_written_out(formats_as_patterns(schema))))
+    what it leaves (`not_written_out`), and an object of parts closed by `unevaluatedProperties: false` as one
+    object (`parts_as_one_object`)."""
+    schema = parts_as_one_object(formats_as_patterns(schema))
+    schema = property_names_as_keys(exclusive_one_of_as_any_of(not_written_out(schema)))
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
@@ -494,7 +497,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         format_limit = _format_length_limit(schema, limits)
         if format_limit is not None:  # (where a string must take the format: its own node, an `anyOf` branch, a part)
             bounded["maxLength"] = format_limit
-        elif "string" in kinds:
+        elif "string" in kinds and _length_bound_holds(schema.get("pattern"), limits.string):
             bounded["maxLength"] = limits.string
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
@@ -537,6 +540,22 @@ def _reads_as_a_pattern(pattern: str) -> bool:
         return not LLMatcher.validate_grammar(grammar)
     except Exception:  # (whatever llguidance raises rather than reports: not read)
         return False
+
+
+@functools.lru_cache(maxsize=256)
+def _length_bound_holds(pattern: Any, most: int) -> bool:
+    """Whether llguidance can hold a string of `pattern` (None: any) to `most` characters: of a pattern such as
+    `^(\\S+\\s+){4}\\S+$` (a cron schedule) it cannot tell whether any string that short matches, and refuses the
+    grammar. Such a string is left as long as its pattern lets it be, and the rest of the schema is bounded."""
+    from llguidance import LLMatcher
+
+    def refused(schema: dict[str, Any]) -> bool:
+        return LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_json_schema(schema))[0]
+
+    if not isinstance(pattern, str):
+        return True
+    string = {"type": "string", "pattern": pattern}
+    return not refused({**string, "maxLength": most}) or refused(string)  # (a pattern of its own error: reported)
 
 
 def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:

@@ -146,13 +146,23 @@ def _without_not(part: Any, node: dict[str, Any], root: Any) -> Any:
     return both(rest or True, {"anyOf": failing} if failing else False)
 
 
-def ways_to_fail(condition: Any, node: Any, root: Any = None) -> list[dict[str, Any]] | None:
+def ways_to_fail(condition: Any, node: Any, root: Any = None, depth: int = 0) -> list[dict[str, Any]] | None:
     """Schemas whose union is exactly the values of `node` that fail `condition`, where it asks only for
     required properties, listed values of properties and ranges, and the same of properties' own values (see
-    the module's docstring); None elsewhere. Local `$ref`s are followed in `root`."""
+    the module's docstring); None elsewhere. Local `$ref`s are followed in `root`; a `node` that is an `anyOf` or a
+    `oneOf` of branches (a DNS record of five kinds told apart by a `const`) fails where a branch's value fails
+    (each way beside its branch)."""
     node = resolved(node, root)
     if not isinstance(condition, dict) or not condition.keys() <= _CONDITION_KEYS or not isinstance(node, dict):
         return None
+    union = _union_of(node)
+    if union is not None:  # (values of branches: those of each branch that fail, `depth` unions deep at most)
+        failing = [ways_to_fail(condition, branch, root, depth + 1) if depth < _UNION_DEPTH else None
+                   for branch in union]
+        if any(ways is None for ways in failing):
+            return None
+        return [way for branch, ways in zip(union, failing) for way in
+                (both(resolved(branch, root), each) for each in ways) if way is not False]
     properties, required = condition.get("properties", {}), condition.get("required", [])
     if not isinstance(properties, dict) or not (isinstance(required, list)
                                                 and all(isinstance(name, str) for name in required)):
@@ -170,6 +180,19 @@ def ways_to_fail(condition: Any, node: Any, root: Any = None) -> list[dict[str, 
             return None
         ways += way
     return ways
+
+
+_UNION_DEPTH = 4  # (unions inside unions followed so deep at most: a $ref may lead back to its own)
+
+
+def _union_of(node: dict[str, Any]) -> list[Any] | None:
+    """The branches of a `node` that is an `anyOf` or a `oneOf` alone (annotations and `type` beside it), else
+    None."""
+    keys = node.keys() & {"anyOf", "oneOf"}
+    if len(keys) != 1 or not node.keys() - keys <= {"type"} | ANNOTATIONS:
+        return None
+    branches = node[min(keys)]
+    return branches if isinstance(branches, list) and branches else None
 
 
 def _other_value(name: str, wanted: Any, node: dict[str, Any], root: Any) -> list[dict[str, Any]] | None:
