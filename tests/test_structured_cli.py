@@ -454,9 +454,10 @@ def test_times_are_bounded_to_the_length_of_nine_decimals_and_an_offset() -> Non
                    {"allOf": [{"type": "string"}, {"format": "date-time"}]}):
         assert takes(schema, '"2026-12-04T08:15:00.5Z"') and not takes(schema, '"2026-12-04T20:00:00.' + "1" * 30)
     assert bounded_values({"type": "string", "format": "email"})["maxLength"] == STRING_LENGTH_LIMIT
+    assert bounded_values({"type": "string", "format": "hostname"})["maxLength"] == 253  # (RFC 1035's most)
 
 
-def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_leaves_that_string_alone_open() -> None:
+def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_has_its_repeats_bounded_instead() -> None:
     """A cron schedule's `^(\\S+\\s+){4}\\S+$` within 256 characters: llguidance cannot tell whether any string
     matches, and refused the bounded grammar, so every bound of the schema was dropped (a held-out tool's
     arguments)."""
@@ -469,6 +470,9 @@ def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_leaves_that_string
     assert accepts(compiled.grammar, '{"schedule": "0 5 * * 1-5", "note": "' + "a" * 256 + '"}')
     assert not accepts(compiled.grammar, '{"note": "' + "a" * 257 + '"}')  # (the other string still bounded)
     assert not accepts(compiled.grammar, '{"schedule": "0 5 * *"}')
+    # Its repeats bounded instead (the demo target wrote `0:00:00:…` to max_tokens in it): 64 a field.
+    assert accepts(compiled.grammar, '{"schedule": "' + "0" * 64 + ' 5 * * 1"}')
+    assert not accepts(compiled.grammar, '{"schedule": "' + "0" * 65 + ' 5 * * 1"}')
 
 
 def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:

@@ -72,7 +72,10 @@ STRING_LENGTH_LIMIT = 256
 # held-out schema at T=0). A `time` or `date-time` a schema leaves open is at most as long as one with nine
 # decimals (a nanosecond) and an offset; its format is what llguidance holds within that length.
 FORMAT_LENGTH_LIMITS = {"time": len("23:59:60.123456789+14:00"),
-                        "date-time": len("2026-12-31T23:59:60.123456789+14:00")}
+                        "date-time": len("2026-12-31T23:59:60.123456789+14:00"),
+                        # A hostname: at most 253 characters (RFC 1035), which llguidance does not count (a
+                        # zone's name of 254 came out at T=0.8 on a held-out schema, and a validator refused it).
+                        "hostname": 253}
 
 # And arrays and objects: at T=0 a small model can list one item after another for ever (a product's
 # tags `"WiFi", "WiFi", …`, a recipe's milk and eggs in turn, on held-out schemas), or one key after
@@ -499,6 +502,8 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
             bounded["maxLength"] = format_limit
         elif "string" in kinds and _length_bound_holds(schema.get("pattern"), limits.string):
             bounded["maxLength"] = limits.string
+        elif "string" in kinds and _with_bounded_repeats(schema["pattern"]) is not None:
+            bounded["pattern"] = _with_bounded_repeats(schema["pattern"])  # (its repeats bounded instead)
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
     if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
@@ -546,7 +551,8 @@ def _reads_as_a_pattern(pattern: str) -> bool:
 def _length_bound_holds(pattern: Any, most: int) -> bool:
     """Whether llguidance can hold a string of `pattern` (None: any) to `most` characters: of a pattern such as
     `^(\\S+\\s+){4}\\S+$` (a cron schedule) it cannot tell whether any string that short matches, and refuses the
-    grammar. Such a string is left as long as its pattern lets it be, and the rest of the schema is bounded."""
+    grammar. Such a string has its pattern's repeats bounded instead (`_with_bounded_repeats`), where that can be
+    done, and the rest of the schema is bounded."""
     from llguidance import LLMatcher
 
     def refused(schema: dict[str, Any]) -> bool:
@@ -556,6 +562,20 @@ def _length_bound_holds(pattern: Any, most: int) -> bool:
         return True
     string = {"type": "string", "pattern": pattern}
     return not refused({**string, "maxLength": most}) or refused(string)  # (a pattern of its own error: reported)
+
+
+@functools.lru_cache(maxsize=256)
+def _with_bounded_repeats(pattern: str) -> str | None:
+    """`pattern` with each unbounded repeat bounded as a key's are (key_patterns.py), where llguidance takes it:
+    so a cron schedule's `^(\\S+\\s+){4}\\S+$`, which it cannot hold to a length, still cannot run on (the
+    demo target wrote `0:00:00:…` to max_tokens); None where it cannot be bounded so."""
+    from llguidance import LLMatcher
+
+    rewritten = bounded_key_pattern(pattern)
+    if rewritten is None:
+        return None
+    grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": rewritten})
+    return None if LLMatcher.validate_grammar_with_warnings(grammar)[0] else rewritten
 
 
 def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:
