@@ -48,7 +48,7 @@ def test_a_property_two_parts_name_takes_both_schemas_and_counts_the_tightest() 
                         {"properties": {"n": {"maximum": 5}}, "maxProperties": 2}],
               "unevaluatedProperties": False, "title": "t"}
     assert parts_as_one_object(schema) == {
-        "title": "t", "type": "object", "properties": {"n": {"allOf": [{"minimum": 1}, {"maximum": 5}]}},
+        "title": "t", "properties": {"n": {"allOf": [{"minimum": 1}, {"maximum": 5}]}},
         "maxProperties": 2, "additionalProperties": False}
 
 

@@ -71,7 +71,8 @@ def _merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
             if value not in schemas.setdefault(name, []):
                 schemas[name].append(value)
     required = [name for part in parts for name in part.get("required", [])]
-    merged["type"] = "object"
+    if any("type" in part for part in parts):  # (untyped, other values pass as they did)
+        merged["type"] = "object"
     merged["properties"] = {name: found[0] if len(found) == 1 else {"allOf": found} for name, found in schemas.items()}
     if required:
         merged["required"] = list(dict.fromkeys(required))
