@@ -473,6 +473,8 @@ def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_has_its_repeats_bo
     # Its repeats bounded instead (the demo target wrote `0:00:00:…` to max_tokens in it): 64 a field.
     assert accepts(compiled.grammar, '{"schedule": "' + "0" * 64 + ' 5 * * 1"}')
     assert not accepts(compiled.grammar, '{"schedule": "' + "0" * 65 + ' 5 * * 1"}')
+    with pytest.raises(InputError):  # (a pattern that is no string: the schema's own error, one line; was a TypeError)
+        compile_format(OutputFormat("json_schema", json.dumps({"type": "string", "pattern": ["a"]}), "s.json"))
 
 
 def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pair: tuple[Path, Path]) -> None:

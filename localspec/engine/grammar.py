@@ -500,7 +500,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         format_limit = _format_length_limit(schema, limits)
         if format_limit is not None:  # (where a string must take the format: its own node, an `anyOf` branch, a part)
             bounded["maxLength"] = format_limit
-        elif "string" in kinds and _length_bound_holds(schema.get("pattern"), limits.string):
+        elif "string" in kinds and _length_bound_holds(_pattern_of(schema), limits.string):
             bounded["maxLength"] = limits.string
         elif "string" in kinds and _with_bounded_repeats(schema["pattern"]) is not None:
             bounded["pattern"] = _with_bounded_repeats(schema["pattern"])  # (its repeats bounded instead)
@@ -547,8 +547,14 @@ def _reads_as_a_pattern(pattern: str) -> bool:
         return False
 
 
+def _pattern_of(schema: dict[str, Any]) -> str | None:
+    """A schema's `pattern`, where it is a string (another is the schema's own error, llguidance's to report)."""
+    pattern = schema.get("pattern")
+    return pattern if isinstance(pattern, str) else None
+
+
 @functools.lru_cache(maxsize=256)
-def _length_bound_holds(pattern: Any, most: int) -> bool:
+def _length_bound_holds(pattern: str | None, most: int) -> bool:
     """Whether llguidance can hold a string of `pattern` (None: any) to `most` characters: of a pattern such as
     `^(\\S+\\s+){4}\\S+$` (a cron schedule) it cannot tell whether any string that short matches, and refuses the
     grammar. Such a string has its pattern's repeats bounded instead (`_with_bounded_repeats`), where that can be
@@ -558,7 +564,7 @@ def _length_bound_holds(pattern: Any, most: int) -> bool:
     def refused(schema: dict[str, Any]) -> bool:
         return LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_json_schema(schema))[0]
 
-    if not isinstance(pattern, str):
+    if pattern is None:
         return True
     string = {"type": "string", "pattern": pattern}
     return not refused({**string, "maxLength": most}) or refused(string)  # (a pattern of its own error: reported)
