@@ -14,3 +14,16 @@ def byte_tokenizer() -> Any:
     encoder = {bytes([byte]): byte for byte in range(256)}
     return LLTokenizer.from_tiktoken(encoder=encoder, special_tokens={"<end>": 256}, pattern=r"[\s\S]", eos_token=256,
                                      n_vocab=257)
+
+
+@functools.lru_cache(maxsize=256)
+def byte_matcher(grammar: str) -> Any:
+    """A matcher of an llguidance `grammar` over bytes that nothing has fed (callers feed a `deep_copy`: building
+    one takes longer); None where llguidance refuses the grammar."""
+    from llguidance import LLMatcher
+
+    try:
+        matcher = LLMatcher(byte_tokenizer(), grammar, log_level=0)
+    except Exception:  # (whatever llguidance raises rather than reports)
+        return None
+    return None if matcher.is_error() else matcher

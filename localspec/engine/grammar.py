@@ -502,8 +502,8 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
             bounded["maxLength"] = format_limit
         elif "string" in kinds and _length_bound_holds(_pattern_of(schema), limits.string):
             bounded["maxLength"] = limits.string
-        elif "string" in kinds and _with_bounded_repeats(schema["pattern"]) is not None:
-            bounded["pattern"] = _with_bounded_repeats(schema["pattern"])  # (its repeats bounded instead)
+        elif "string" in kinds and (shorter := _with_bounded_repeats(schema["pattern"])) is not None:
+            bounded["pattern"] = shorter  # (its repeats bounded instead)
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
     if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
@@ -536,12 +536,13 @@ def _with_bounded_keys(patterns: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _reads_as_a_pattern(pattern: str) -> bool:
-    """Whether llguidance compiles `pattern` (a string's regex)."""
+def _reads_as_a_pattern(pattern: str, most: int | None = None) -> bool:
+    """Whether llguidance compiles `pattern` (a string's regex), held to `most` characters where given."""
     from llguidance import LLMatcher
 
+    bound = {} if most is None else {"maxLength": most}
     try:
-        grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": pattern})
+        grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": pattern, **bound})
         return not LLMatcher.validate_grammar(grammar)
     except Exception:  # (whatever llguidance raises rather than reports: not read)
         return False
@@ -553,35 +554,20 @@ def _pattern_of(schema: dict[str, Any]) -> str | None:
     return pattern if isinstance(pattern, str) else None
 
 
-@functools.lru_cache(maxsize=256)
 def _length_bound_holds(pattern: str | None, most: int) -> bool:
     """Whether llguidance can hold a string of `pattern` (None: any) to `most` characters: of a pattern such as
     `^(\\S+\\s+){4}\\S+$` (a cron schedule) it cannot tell whether any string that short matches, and refuses the
     grammar. Such a string has its pattern's repeats bounded instead (`_with_bounded_repeats`), where that can be
-    done, and the rest of the schema is bounded."""
-    from llguidance import LLMatcher
-
-    def refused(schema: dict[str, Any]) -> bool:
-        return LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_json_schema(schema))[0]
-
-    if pattern is None:
-        return True
-    string = {"type": "string", "pattern": pattern}
-    return not refused({**string, "maxLength": most}) or refused(string)  # (a pattern of its own error: reported)
+    done, and the rest of the schema is bounded. (A pattern of its own error: bounded, and the error reported.)"""
+    return pattern is None or not _reads_as_a_pattern(pattern) or _reads_as_a_pattern(pattern, most)
 
 
-@functools.lru_cache(maxsize=256)
 def _with_bounded_repeats(pattern: str) -> str | None:
     """`pattern` with each unbounded repeat bounded as a key's are (key_patterns.py), where llguidance takes it:
     so a cron schedule's `^(\\S+\\s+){4}\\S+$`, which it cannot hold to a length, still cannot run on (the
     demo target wrote `0:00:00:…` to max_tokens); None where it cannot be bounded so."""
-    from llguidance import LLMatcher
-
     rewritten = bounded_key_pattern(pattern)
-    if rewritten is None:
-        return None
-    grammar = LLMatcher.grammar_from_json_schema({"type": "string", "pattern": rewritten})
-    return None if LLMatcher.validate_grammar_with_warnings(grammar)[0] else rewritten
+    return rewritten if rewritten is not None and _reads_as_a_pattern(rewritten) else None
 
 
 def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:

@@ -64,6 +64,11 @@ class _Container:
         at_max = self.seen_at_max_length or (isinstance(item, str) and len(item) == most)
         return replace(self, seen=self.seen | {item}, seen_at_max_length=at_max)
 
+    def holding_only(self, items: HeldItems, seen: frozenset[Any]) -> "_Container":
+        """This record at a value the rule holds as an item of `items`, unlike those `seen`."""
+        at_max = any(isinstance(value, str) and len(value) == items.max_length for value in seen)
+        return replace(self, items=items, seen=seen, seen_at_max_length=at_max)
+
     def item_may_begin(self) -> bool:
         """Whether a new item can still be one not held: an enum's values, a range's integers, or the strings a
         pattern or a format takes, are not all held already (a free string can always be new)."""
@@ -435,14 +440,10 @@ class _Reader:
                 if values[:-2] == record.record:
                     lasts.setdefault(values[-2], set()).add(values[-1])
             spent = frozenset(value[1] for value, taken in lasts.items() if len(taken) >= shape.last_count)
-            most = shape.before_last.max_length
-            at_max_length = any(len(value) == most for value in spent)
-            self.containers[-1] = replace(record, items=shape.before_last, seen=spent, seen_at_max_length=at_max_length)
+            self.containers[-1] = record.holding_only(shape.before_last, spent)
         elif key == shape.names[-1]:
             taken = frozenset(values[-1] for values in array.records if values[:-1] == record.record)
-            most = shape.last.max_length
-            at_max_length = any(isinstance(value, str) and len(value) == most for value in taken)
-            self.containers[-1] = replace(record, items=shape.last, seen=taken, seen_at_max_length=at_max_length)
+            self.containers[-1] = record.holding_only(shape.last, taken)
 
     def _record_value(self, value: Any) -> None:
         """A value of a record (the innermost container) other than its last is read (None: not one the rule reads,

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .byte_tokenizer import byte_tokenizer
+from .byte_tokenizer import byte_matcher
 from .key_language import KeyLanguage
 from .key_patterns import as_full_match
 from .string_language import StringLanguage
@@ -409,9 +409,10 @@ class SchemaPlaces:
             by_pattern = _one_pattern(container)
             if by_pattern is not None:  # (a key by the one pattern takes its schema; another, additionalProperties')
                 pattern, schema = by_pattern
-                if _matches(pattern, key) is None:
+                matches = _matches(pattern, key)
+                if matches is None:
                     return None
-                return schema if _matches(pattern, key) else _values_under(container, "additionalProperties")
+                return schema if matches else _values_under(container, "additionalProperties")
             if "patternProperties" in container:
                 return None  # (which of several patterns a key matches is not followed)
             return _values_under(container, "additionalProperties")
@@ -557,13 +558,7 @@ def _pattern_matcher(pattern: str) -> Any:
     from llguidance import LLMatcher
 
     regex = as_full_match(pattern) if isinstance(pattern, str) else None
-    if regex is None:
-        return None
-    grammar = LLMatcher.grammar_from_regex(regex)
-    if LLMatcher.validate_grammar_with_warnings(grammar)[0]:
-        return None
-    matcher = LLMatcher(byte_tokenizer(), grammar)
-    return None if matcher.is_error() else matcher
+    return byte_matcher(LLMatcher.grammar_from_regex(regex)) if regex is not None else None
 
 
 def _either(schemas: list[Any]) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .byte_tokenizer import byte_tokenizer
+from .byte_tokenizer import byte_matcher
 from .schema_keywords import ANNOTATIONS
 
 # The keywords a string item may carry and be held this way: each one is llguidance's to hold, and the matcher of
@@ -165,10 +165,7 @@ def _spelling(item: str) -> bytes | None:
 
 @functools.lru_cache(maxsize=128)
 def _language(schema: str) -> StringLanguage | None:
-    from llguidance import LLMatcher, grammar_from
+    from llguidance import grammar_from
 
-    try:
-        matcher = LLMatcher(byte_tokenizer(), grammar_from("json_schema", schema), log_level=0)
-    except Exception:  # (whatever llguidance raises rather than reports: not held)
-        return None
-    return None if matcher.is_error() else StringLanguage(matcher)
+    matcher = byte_matcher(grammar_from("json_schema", schema))
+    return StringLanguage(matcher) if matcher is not None else None
