@@ -157,12 +157,13 @@ def ways_to_fail(condition: Any, node: Any, root: Any = None, depth: int = 0) ->
         return None
     union = _union_of(node)
     if union is not None:  # (values of branches: those of each branch that fail, `depth` unions deep at most)
+        branches = [resolved(branch, root) for branch in union]
         failing = [ways_to_fail(condition, branch, root, depth + 1) if depth < _UNION_DEPTH else None
-                   for branch in union]
+                   for branch in branches]
         if any(ways is None for ways in failing):
             return None
-        return [way for branch, ways in zip(union, failing) for way in
-                (both(resolved(branch, root), each) for each in ways) if way is not False]
+        return [way for branch, ways in zip(branches, failing) for way in (both(branch, each) for each in ways)
+                if way is not False]
     properties, required = condition.get("properties", {}), condition.get("required", [])
     if not isinstance(properties, dict) or not (isinstance(required, list)
                                                 and all(isinstance(name, str) for name in required)):
