@@ -13,6 +13,12 @@ from localspec.engine.schema_property_names import property_names_as_keys
 
 COUNTS = {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z_]*$"},
           "additionalProperties": {"type": "integer", "minimum": 0}, "maxProperties": 3}
+RESERVED = {"type": "object", "additionalProperties": {"type": "integer"},  # (a name by a pattern, but a few)
+            "propertyNames": {"pattern": "^[a-z][a-z0-9-]{1,19}$", "not": {"enum": ["default", "all", 3]}}}
+LABELS = {"type": "object", "propertyNames": {"minLength": 2, "maxLength": 5}, "additionalProperties": {"type": "null"}}
+NOT_EMPTY = {"type": "object", "propertyNames": {"not": {"const": ""}}, "additionalProperties": {"type": "boolean"}}
+LISTED_BUT = {"type": "object", "propertyNames": {"enum": ["a", "b", "c"], "not": {"const": "b"}},
+              "additionalProperties": {"type": "null"}}
 EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request", 7]}},
           "type": "object", "propertyNames": {"$ref": "#/$defs/event"}, "additionalProperties": {"type": "null"}}
 
@@ -27,20 +33,39 @@ EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request",
     (EVENTS, {"pull_request": None, "push": None}),  # (valid, but llguidance writes listed keys in their order)
     (EVENTS, {"release": None}),
     (EVENTS, {"push": 1}),
+    (RESERVED, {"prod": 1, "eu-west": 2}),
+    (RESERVED, {"default": 1}),
+    (RESERVED, {"all": 1}),
+    (RESERVED, {"defaults": 1, "al": 2}),
+    (RESERVED, {"Prod": 1}),
+    (RESERVED, {"prod": "on"}),
+    (LABELS, {"ab": None, "abcde": None}),
+    (LABELS, {"a": None}),
+    (LABELS, {"abcdef": None}),
+    (LABELS, {"ééééé": None}),  # (five characters, ten bytes: characters are counted)
+    (LABELS, {"éééééé": None}),
+    (LABELS, {"ab": 1}),
+    (NOT_EMPTY, {"x": True, " ": False}),
+    (NOT_EMPTY, {"": True}),
+    (NOT_EMPTY, {"x": 1}),
+    (LISTED_BUT, {"a": None, "c": None}),
+    (LISTED_BUT, {"b": None}),
 ])
 def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document: dict) -> None:
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
     valid = jsonschema.Draft202012Validator(schema).is_valid(document)
     out_of_order = schema is EVENTS and list(document) == ["pull_request", "push"]
-    assert accepts(grammar, json.dumps(document)) is (valid and not out_of_order)
+    assert accepts(grammar, json.dumps(document, ensure_ascii=False)) is (valid and not out_of_order)
 
 
 def test_no_warning_where_it_is_written_and_llguidances_where_it_is_not() -> None:
-    for schema in (COUNTS, EVENTS):
+    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT):
         assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
     listed = {**COUNTS, "properties": {"total": {"type": "integer"}}}  # (a listed key too: left as it is)
     assert property_names_as_keys(listed) == listed
-    lengths = {**COUNTS, "propertyNames": {"maxLength": 3}}
-    assert property_names_as_keys(lengths) == lengths
-    assert any("propertyNames" in warning
-               for warning in compile_format(OutputFormat("json_schema", json.dumps(lengths), "s.json")).warnings)
+    for names in ({"pattern": "^[a-z]+$", "maxLength": 3},  # (a pattern and a length at once: not written)
+                  {"maxLength": 100_000}, {"pattern": "^[a-z]+$", "not": {"pattern": "^x"}}):
+        unwritten = {**COUNTS, "propertyNames": names}
+        assert property_names_as_keys(unwritten) == unwritten
+        assert any("propertyNames" in warning
+                   for warning in compile_format(OutputFormat("json_schema", json.dumps(unwritten), "s.json")).warnings)

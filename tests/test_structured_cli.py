@@ -428,7 +428,7 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
         assert not takes('{"open":"a","own":"abcd')  # the schema's own maxLength
 
 
-def test_times_are_bounded_to_the_length_of_nine_decimals_and_an_offset() -> None:
+def test_times_and_durations_are_bounded_to_the_length_of_real_ones() -> None:
     from llguidance import LLMatcher
 
     from localspec.engine.byte_tokenizer import byte_tokenizer
@@ -455,6 +455,10 @@ def test_times_are_bounded_to_the_length_of_nine_decimals_and_an_offset() -> Non
         assert takes(schema, '"2026-12-04T08:15:00.5Z"') and not takes(schema, '"2026-12-04T20:00:00.' + "1" * 30)
     assert bounded_values({"type": "string", "format": "email"})["maxLength"] == STRING_LENGTH_LIMIT
     assert bounded_values({"type": "string", "format": "hostname"})["maxLength"] == 253  # (RFC 1035's most)
+    duration = {"type": "string", "format": "duration"}
+    assert takes(duration, '"PT50M"') and takes(duration, '"P10Y11M30DT23H59M59S"')
+    # (was: `P15000…0D` to the string bound, in every duration of a workout log, until max_tokens)
+    assert takes(duration, '"P1' + "0" * 37 + 'D"') and not takes(duration, '"P1' + "0" * 38 + 'D"')
 
 
 def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_has_its_repeats_bounded_instead() -> None:

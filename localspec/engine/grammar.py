@@ -67,7 +67,7 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 
-# Times, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
+# Times and durations, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
 # (`"time": "20:00:00.000000012111…` to the string bound, four times in a reply, until max_tokens, on a
 # held-out schema at T=0). A `time` or `date-time` a schema leaves open is at most as long as one with nine
 # decimals (a nanosecond) and an offset; its format is what llguidance holds within that length.
@@ -75,7 +75,11 @@ FORMAT_LENGTH_LIMITS = {"time": len("23:59:60.123456789+14:00"),
                         "date-time": len("2026-12-31T23:59:60.123456789+14:00"),
                         # A hostname: at most 253 characters (RFC 1035), which llguidance does not count (a
                         # zone's name of 254 came out at T=0.8 on a held-out schema, and a validator refused it).
-                        "hostname": 253}
+                        "hostname": 253,
+                        # A duration's numbers: RFC 3339's grammar lets each run on, and the demo target wrote
+                        # `P15000…0D` to the string bound in each of a workout's durations (a held-out schema at T=0).
+                        # Forty characters hold any real one (`P10Y11M30DT23H59M59S` is 20).
+                        "duration": 40}
 
 # And arrays and objects: at T=0 a small model can list one item after another for ever (a product's
 # tags `"WiFi", "WiFi", …`, a recipe's milk and eggs in turn, on held-out schemas), or one key after
@@ -348,12 +352,12 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     (`_compiled`), the bounded ones with their recursion bounded (`recursion_bounded`).
     RecursionError for a schema nested too deeply; ValueError for one llguidance cannot take at all. A `oneOf`
     whose branches exclude each other is first written as the `anyOf` it equals (`exclusive_one_of_as_any_of`), and
-    a map's `propertyNames` as keys llguidance holds (`property_names_as_keys`), and formats llguidance does not
-    know as the patterns their standards define (`formats_as_patterns`), and a `not` of listed values or types as
-    what it leaves (`not_written_out`), and an object of parts closed by `unevaluatedProperties: false` as one
-    object (`parts_as_one_object`)."""
+    a map's `propertyNames` as keys llguidance holds (`property_names_as_keys`, before `not`s are written out: a
+    `not` of names is its own), and formats llguidance does not know as the patterns their standards define
+    (`formats_as_patterns`), and a `not` of listed values or types as what it leaves (`not_written_out`), and an
+    object of parts closed by `unevaluatedProperties: false` as one object (`parts_as_one_object`)."""
     schema = parts_as_one_object(formats_as_patterns(schema))
-    schema = property_names_as_keys(exclusive_one_of_as_any_of(not_written_out(schema)))
+    schema = exclusive_one_of_as_any_of(not_written_out(property_names_as_keys(schema)))
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
