@@ -19,6 +19,8 @@ LABELS = {"type": "object", "propertyNames": {"minLength": 2, "maxLength": 5}, "
 NOT_EMPTY = {"type": "object", "propertyNames": {"not": {"const": ""}}, "additionalProperties": {"type": "boolean"}}
 LISTED_BUT = {"type": "object", "propertyNames": {"enum": ["a", "b", "c"], "not": {"const": "b"}},
               "additionalProperties": {"type": "null"}}
+ANY_NAME = {"type": "object", "propertyNames": {"type": "string", "not": {"enum": [1]}, "description": "any"},
+            "additionalProperties": {"type": "integer"}}
 EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request", 7]}},
           "type": "object", "propertyNames": {"$ref": "#/$defs/event"}, "additionalProperties": {"type": "null"}}
 
@@ -50,6 +52,8 @@ EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request",
     (NOT_EMPTY, {"x": 1}),
     (LISTED_BUT, {"a": None, "c": None}),
     (LISTED_BUT, {"b": None}),
+    (ANY_NAME, {"x": 1, "": 2}),
+    (ANY_NAME, {"x": "1"}),
 ])
 def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document: dict) -> None:
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
@@ -59,7 +63,7 @@ def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document:
 
 
 def test_no_warning_where_it_is_written_and_llguidances_where_it_is_not() -> None:
-    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT):
+    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT, ANY_NAME):
         assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
     listed = {**COUNTS, "properties": {"total": {"type": "integer"}}}  # (a listed key too: left as it is)
     assert property_names_as_keys(listed) == listed

@@ -66,7 +66,7 @@ def _keys_schema(names: Any, values: Any) -> dict[str, Any] | None:
         pattern = names["pattern"] if "pattern" in names else _length_pattern(names)
         return {**none_of_them, "patternProperties": {pattern: values}, "additionalProperties": False} \
             if isinstance(pattern, str) else None
-    return {**none_of_them, "additionalProperties": values} if refused else None
+    return {**none_of_them, "additionalProperties": values}  # (names otherwise open: any key but the refused)
 
 
 def _refused(refusal: Any) -> list[str] | None:
