@@ -21,6 +21,9 @@ LISTED_BUT = {"type": "object", "propertyNames": {"enum": ["a", "b", "c"], "not"
               "additionalProperties": {"type": "null"}}
 ANY_NAME = {"type": "object", "propertyNames": {"type": "string", "not": {"enum": [1]}, "description": "any"},
             "additionalProperties": {"type": "integer"}}
+LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # (a Kubernetes label's name: at most 63 characters)
+K8S_LABELS = {"type": "object", "propertyNames": {"pattern": LABEL, "maxLength": 63},
+              "additionalProperties": {"type": "string"}}
 EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request", 7]}},
           "type": "object", "propertyNames": {"$ref": "#/$defs/event"}, "additionalProperties": {"type": "null"}}
 
@@ -54,6 +57,11 @@ EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request",
     (LISTED_BUT, {"b": None}),
     (ANY_NAME, {"x": 1, "": 2}),
     (ANY_NAME, {"x": "1"}),
+    (K8S_LABELS, {"app": "web", "a" * 63: "x", "tier-1": "x", "z": "x"}),
+    (K8S_LABELS, {"a" * 64: "x"}),
+    (K8S_LABELS, {"a" + "-" * 61 + "b": "x"}),
+    (K8S_LABELS, {"a" + "-" * 62 + "b": "x"}),
+    (K8S_LABELS, {"web-": "x"}),
 ])
 def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document: dict) -> None:
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
@@ -63,11 +71,15 @@ def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document:
 
 
 def test_no_warning_where_it_is_written_and_llguidances_where_it_is_not() -> None:
-    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT, ANY_NAME):
+    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT, ANY_NAME, K8S_LABELS):
         assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
     listed = {**COUNTS, "properties": {"total": {"type": "integer"}}}  # (a listed key too: left as it is)
     assert property_names_as_keys(listed) == listed
-    for names in ({"pattern": "^[a-z]+$", "maxLength": 3},  # (a pattern and a length at once: not written)
+    for names in ({"pattern": "^[a-z]+$", "minLength": 3},  # (shorter names than the length: not written)
+                  {"pattern": "^[a-z]+", "maxLength": 3},  # (open at its end: any length)
+                  {"pattern": "^\\p{L}+$", "maxLength": 3},  # (not read here)
+                  {"pattern": "^[a-z]{1,9}$", "maxLength": 3},  # (no open repeat to bound)
+                  {"pattern": "^[a-z]+(-[a-z]+)*$", "maxLength": 20},  # (several: each bounded far below 20)
                   {"maxLength": 100_000}, {"pattern": "^[a-z]+$", "not": {"pattern": "^x"}}):
         unwritten = {**COUNTS, "propertyNames": names}
         assert property_names_as_keys(unwritten) == unwritten

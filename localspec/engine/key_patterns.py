@@ -32,10 +32,16 @@ _BRACED_ESCAPES = set("pPxu")  # escapes that may take a `{…}` of their own (`
 def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | None:
     """`pattern` with its unbounded repeats bounded (see the module's docstring), or None where it is not
     anchored at both ends, has no unbounded repeat, or cannot be read here."""
+    bounded = bounded_repeats(pattern, limit)
+    return None if bounded is None else bounded[0]
+
+
+def bounded_repeats(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> tuple[str, int] | None:
+    """`bounded_key_pattern`'s pattern, and how many unbounded repeats it bounded."""
     if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
         return None
     pieces: list[str] = []
-    depth, i, changed = 0, 0, False
+    depth, i, repeats = 0, 0, 0
     repeats_inside = [0]  # per open group: how deep unbounded repeats nest in it (0: none; 2: a repeat of repeats)
     group_repeats = 0  # the same of the group just closed
     after_repeat = False  # whether the last thing read was a repeat
@@ -57,7 +63,7 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
             most = NESTED_KEY_REPEAT_LIMIT if group_repeats else limit  # (`(a+)+`: a repeat of repeats)
             pieces.append(f"{{{least},{max(least, most)}}}")
             repeats_inside[-1] = max(repeats_inside[-1], group_repeats + 1)
-            changed = after_repeat = True
+            repeats, after_repeat = repeats + 1, True
             i = quantifier.end() if quantifier else i + 1
             continue
         group_repeats, after_repeat = 0, False
@@ -74,7 +80,7 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
             return None  # (`^a|b$`: each side anchored at one end only)
         pieces.append(char)
         i += 1
-    return "".join(pieces) if changed and depth == 0 else None
+    return ("".join(pieces), repeats) if repeats and depth == 0 else None
 
 
 def _escape_end(pattern: str, start: int) -> int | None:

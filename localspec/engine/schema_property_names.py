@@ -7,17 +7,26 @@ from an enum, label names of at most so many characters, any name but a few
 reserved ones. There `{"propertyNames": {"pattern": P}, "additionalProperties":
 S}` takes exactly the keys and values `{"patternProperties": {P: S},
 "additionalProperties": false}` does; a length is the pattern of that many
-characters; names from an `enum` or a `const` are the object's only optional
-properties, each of schema S; and names refused by a `not` of listed names are
-properties of schema `false` (which llguidance holds: no such key is written).
-Only such objects are rewritten; any other keeps llguidance's warning.
+characters, and a pattern with a maximum length the pattern with its one
+unbounded repeat bounded so that its longest name fits; names from an `enum`
+or a `const` are the object's only optional properties, each of schema S; and
+names refused by a `not` of listed names are properties of schema `false`
+(which llguidance holds: no such key is written). Only such objects are
+rewritten; any other keeps llguidance's warning.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from .key_patterns import as_full_match, bounded_repeats
 from .schema_keywords import ANNOTATIONS, refers_from_root, resolved, rewritten_bottom_up
+
+try:  # Python's parser of regular expressions, to count a pattern's widths (never to match: no backtracking)
+    from re import _parser as _regex_parser  # Python 3.11 and later
+except ImportError:  # pragma: no cover (3.10)
+    import sre_parse as _regex_parser  # type: ignore[no-redef]
 
 # An object that says no more than these of its keys is a map whose names `propertyNames` alone decides.
 _MAP_KEYS = {"type", "propertyNames", "additionalProperties", "minProperties", "maxProperties", "required", "$defs",
@@ -49,24 +58,83 @@ def property_names_as_keys(schema: Any) -> Any:
 
 def _keys_schema(names: Any, values: Any) -> dict[str, Any] | None:
     """The keywords that take the keys `names` takes, each with a value of schema `values`; None where `names`
-    says of a key more than one of a pattern, a length and listed names (besides a `not` of listed names), or
-    anything else."""
+    says of a key what is not written here (listed names beside a pattern or a length, a `not` of anything but
+    listed names, ...)."""
     if not (isinstance(names, dict) and names.keys() <= _NAME_KEYS and names.get("type", "string") == "string"):
         return None
     refused = _refused(names.get("not"))
-    ways = [keys for keys in ({"pattern"}, {"minLength", "maxLength"}, {"enum", "const"}) if names.keys() & keys]
-    if refused is None or len(ways) > 1:
+    shaped = names.keys() & {"pattern", "minLength", "maxLength"}
+    if refused is None or (shaped and names.keys() & {"enum", "const"}):
         return None
     none_of_them: dict[str, Any] = {"properties": {name: False for name in refused}} if refused else {}
     if names.keys() & {"enum", "const"}:
         listed = _listed(names)
         return None if listed is None else {
             "properties": {name: values for name in listed if name not in refused}, "additionalProperties": False}
-    if ways:
-        pattern = names["pattern"] if "pattern" in names else _length_pattern(names)
-        return {**none_of_them, "patternProperties": {pattern: values}, "additionalProperties": False} \
-            if isinstance(pattern, str) else None
-    return {**none_of_them, "additionalProperties": values}  # (names otherwise open: any key but the refused)
+    if not shaped:
+        return {**none_of_them, "additionalProperties": values}  # (names otherwise open: any key but the refused)
+    pattern = _names_pattern(names)
+    return None if pattern is None else \
+        {**none_of_them, "patternProperties": {pattern: values}, "additionalProperties": False}
+
+
+def _names_pattern(names: dict[str, Any]) -> str | None:
+    """A pattern of the names that `names`' pattern, minLength and maxLength take together; None where lengths are
+    no counts, or a pattern cannot be read here or held to them (see `_held_to_lengths`)."""
+    shortest, longest = names.get("minLength", 0), names.get("maxLength")
+    counts = (shortest,) if longest is None else (shortest, longest)
+    if any(not isinstance(count, int) or isinstance(count, bool) or count < 0 for count in counts):
+        return None
+    if longest is not None and longest < shortest:
+        return None
+    pattern = names.get("pattern")
+    if pattern is None:
+        return None if longest is not None and longest > _LONGEST_COUNTED_NAME else \
+            f"^[\\s\\S]{{{shortest},{'' if longest is None else longest}}}$"
+    if not isinstance(pattern, str):
+        return None
+    if names.keys().isdisjoint({"minLength", "maxLength"}):
+        return pattern
+    return _held_to_lengths(pattern, shortest, longest)
+
+
+def _held_to_lengths(pattern: str, shortest: int, longest: int | None) -> str | None:
+    """`pattern` (anchored at both ends) taking only names of `shortest` to `longest` characters: as written where
+    it takes no others, else, where it has one unbounded repeat, with that repeat bounded (key_patterns.py) as far
+    as it may go for the longest name to fit (a Kubernetes label's `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$` within 63
+    characters: its `*` at most 61 times, which takes exactly the labels of 63 characters or fewer). None where
+    the pattern takes names shorter than `shortest` (a length llguidance's keys cannot be held to), has several
+    unbounded repeats (bounded to fit together, each would leave far fewer names than the length does), or
+    cannot be read here."""
+    widths = _widths(pattern)
+    if widths is None or widths[0] < shortest:
+        return None
+    if longest is None or widths[1] <= longest:
+        return pattern
+    fitting, low, high = None, 0, longest
+    while low <= high:  # (the widest name grows with the repeat's bound: the largest bound that fits)
+        bound = (low + high) // 2
+        bounded = bounded_repeats(pattern, bound)
+        if bounded is None or bounded[1] != 1 or (bounded_widths := _widths(bounded[0])) is None:
+            return None
+        if bounded_widths[1] <= longest:
+            fitting, low = bounded[0], bound + 1
+        else:
+            high = bound - 1
+    return fitting
+
+
+def _widths(pattern: str) -> tuple[int, int] | None:
+    """The fewest and most characters of a name `pattern` takes (the most may be unbounded: a huge number), read
+    by Python's regular-expression parser (never matched); None where the pattern is not anchored at both ends with
+    no `|` outside a group, or that parser cannot read it (`\\p{L}`, say)."""
+    if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")) \
+            or as_full_match(pattern) is None:
+        return None
+    try:
+        return _regex_parser.parse(pattern).getwidth()
+    except (re.error, RecursionError, OverflowError):
+        return None
 
 
 def _refused(refusal: Any) -> list[str] | None:
@@ -84,15 +152,3 @@ def _listed(names: dict[str, Any]) -> list[str] | None:
         return None
     listed = [names["const"]] if "const" in names else names["enum"]
     return [name for name in listed if isinstance(name, str)] if isinstance(listed, list) else None
-
-
-def _length_pattern(names: dict[str, Any]) -> str | None:
-    """A pattern of any name of between minLength and maxLength characters; None for lengths that are no counts or
-    a maxLength too long to count."""
-    shortest, longest = names.get("minLength", 0), names.get("maxLength")
-    counts = (shortest,) if longest is None else (shortest, longest)
-    if any(not isinstance(count, int) or isinstance(count, bool) or count < 0 for count in counts):
-        return None
-    if longest is not None and (longest > _LONGEST_COUNTED_NAME or longest < shortest):
-        return None
-    return f"^[\\s\\S]{{{shortest},{'' if longest is None else longest}}}$"
