@@ -503,7 +503,7 @@ def test_arrays_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_pa
 
 
 def test_format_json_takes_any_object_with_its_values_and_depth_bounded(tiny_pair: tuple[Path, Path]) -> None:
-    from localspec.engine.grammar import COLLECTION_LIMIT, JSON_DEPTH_LIMIT, STRING_LENGTH_LIMIT
+    from localspec.engine.grammar import COLLECTION_LIMIT, JSON_DEPTH_LIMIT, KEY_LENGTH_LIMIT, STRING_LENGTH_LIMIT
     from localspec.runtime.model import Model
 
     grammar = compile_format(OutputFormat("json", "")).grammar
@@ -521,6 +521,8 @@ def test_format_json_takes_any_object_with_its_values_and_depth_bounded(tiny_pai
         assert takes('{"a":[' + ",".join(["1"] * COLLECTION_LIMIT) + "]}", whole=True)
         assert not takes('{"a":[' + ",".join(["1"] * (COLLECTION_LIMIT + 1)))
         assert not takes("{" + ",".join(f'"k{i}":1' for i in range(COLLECTION_LIMIT + 1)))  # properties too
+        assert takes('{"' + "k" * KEY_LENGTH_LIMIT + '":{"' + "é" * KEY_LENGTH_LIMIT + '":1}}', whole=True)
+        assert not takes('{"a":{"' + "k" * (KEY_LENGTH_LIMIT + 1))  # keys at any depth
 
 
 def test_unique_items_over_a_few_listed_values_are_enforced(tiny_pair: tuple[Path, Path]) -> None:
@@ -652,7 +654,8 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     from llguidance import LLMatcher
 
     from localspec.engine.byte_tokenizer import byte_tokenizer
-    from localspec.engine.grammar import ANY_VALUE_DEFINITION, COLLECTION_LIMIT, STRING_LENGTH_LIMIT, bounded_values
+    from localspec.engine.grammar import (ANY_VALUE_DEFINITION, COLLECTION_LIMIT, FREE_KEY_PATTERN, STRING_LENGTH_LIMIT,
+                                          bounded_values)
 
     schema = {"type": "object", "properties": {"event": {"type": "string"}, "details": {}, "meta": {"description": "x"},
                                                "tags": {"type": "array", "items": {}}},
@@ -662,8 +665,10 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert [bounded["properties"][name] for name in ("details", "meta")] == [any_value, any_value]
     assert bounded["properties"]["tags"]["items"] == any_value and bounded["$defs"]["mine"]["type"] == "integer"
     assert bounded["properties"]["event"] == {"type": "string", "maxLength": STRING_LENGTH_LIMIT}
-    assert bounded_values({"type": "object", "additionalProperties": {}})["additionalProperties"] == any_value
-    assert bounded_values({"type": "object", "additionalProperties": True})["additionalProperties"] == any_value
+    assert bounded_values({"type": "object", "additionalProperties": {}})["patternProperties"] == \
+        {FREE_KEY_PATTERN: any_value}  # (keys bounded: test_keys_a_schema_takes_freely_are_bounded_and_no_others)
+    assert bounded_values({"type": "object", "additionalProperties": True})["patternProperties"] == \
+        {FREE_KEY_PATTERN: any_value}
     assert bounded_values({"type": "array", "prefixItems": [{}]})["prefixItems"] == [any_value]
     assert bounded_values({"anyOf": [{"type": "integer"}, True]})["anyOf"][1] == any_value
     assert bounded_values({"allOf": [{"type": "string", "maxLength": 999}, {}]})["allOf"][1] == {}
@@ -684,6 +689,28 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert valid(json.dumps(list(range(COLLECTION_LIMIT)))) and not valid(json.dumps(list(range(COLLECTION_LIMIT + 1))))
 
 
+def test_keys_a_schema_takes_freely_are_bounded_and_no_others() -> None:
+    """A map's keys (`dict[str, int]`): the demo target wrote a character sheet's ability `"thrax: 10, stealth:
+    13, …, Deception: 15, Deception: 15, …` as one key until max_tokens at T=0 (a held-out schema)."""
+    from grammar_helpers import accepts
+
+    from localspec.engine.grammar import KEY_LENGTH_LIMIT
+
+    def takes(schema: dict, document: str) -> bool:
+        return accepts(compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar, document)
+
+    scores = {"type": "object", "additionalProperties": {"type": "integer", "maximum": 18}, "maxProperties": 6}
+    assert takes(scores, '{"strength": 10, "' + "d" * KEY_LENGTH_LIMIT + '": 18}')
+    assert not takes(scores, '{"' + "d" * (KEY_LENGTH_LIMIT + 1) + '": 18}')
+    assert not takes(scores, '{"strength": 19}')  # (values as before)
+    assert not takes(scores, "{" + ",".join(f'"k{i}": 1' for i in range(7)) + "}")  # (and their count)
+    # Keys it lists, or takes by its own pattern, are left as they are: a listed key is no free one.
+    listed = {"type": "object", "properties": {"name": {"type": "string"}}, "additionalProperties": {"type": "integer"}}
+    assert takes(listed, '{"name": "x", "' + "d" * (KEY_LENGTH_LIMIT + 1) + '": 1}')
+    by_pattern = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False}
+    assert takes(by_pattern, '{"x' + "d" * KEY_LENGTH_LIMIT + '": 1}')
+
+
 @pytest.mark.parametrize("schema, message", [
     ({"const": -2**63 + 2}, "the number -9223372036854775806 is too close to -2^63 for llguidance"),
     ({"enum": [1, -2**63]}, "the number -9223372036854775808 is too close to -2^63 for llguidance"),
@@ -694,6 +721,8 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     ({"type": "number", "multipleOf": 3.0 * 2**20}, "multipleOf 3145728.0 is a multiple of 2^18"),
     ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(2500)}}, "2500 definitions, more than the 2000"),
 ])
+
+
 def test_a_schema_llguidance_would_crash_or_hang_on_is_one_line(schema: dict[str, Any], message: str) -> None:
     """llguidance ended the process (a segmentation fault) on an exact integer range near -2^63 and on a chain of
     2,500 `$ref`s, and ran on for minutes over a multipleOf of 2^24: one request killed or held `serve`."""

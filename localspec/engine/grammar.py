@@ -67,6 +67,13 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 
+# Keys too, where a schema takes any key (a map's `additionalProperties`, `--format json`'s objects): the
+# demo target wrote a character sheet's ability `"thrax: 10, stealth: 13, …, Deception: 15, Deception: 15, …`
+# as one key until max_tokens, at T=0, on a held-out schema. Such a key is at most this many characters: a
+# name, a label, a path fit.
+KEY_LENGTH_LIMIT = 128
+FREE_KEY_PATTERN = f"^[\\s\\S]{{0,{KEY_LENGTH_LIMIT}}}$"
+
 # Times and durations, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
 # (`"time": "20:00:00.000000012111…` to the string bound, four times in a reply, until max_tokens, on a
 # held-out schema at T=0). A `time` or `date-time` a schema leaves open is at most as long as one with nine
@@ -140,7 +147,7 @@ JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE, "lenient"
 # that leaves them open (see `bounded_values`), nested at most JSON_DEPTH_LIMIT
 # deep: with no depth bound a small model can open one object inside another for
 # ever (`{"type": "json", "data": {"type": "json", "data": {…` at T=0). Keys are
-# not bounded (llguidance does not implement `propertyNames`).
+# at most KEY_LENGTH_LIMIT characters.
 JSON_DEPTH_LIMIT = 6
 
 
@@ -512,9 +519,22 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         bounded["maxItems"] = limits.collection
     if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
         bounded["maxProperties"] = limits.collection
+    if "object" in kinds and not listed:
+        bounded = _free_keys_bounded(bounded)
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded, limits.spell_out_unique)
     return bounded
+
+
+def _free_keys_bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with the keys it takes freely, where it lists none but refused ones (a map's `additionalProperties`,
+    `--format json`'s objects), held to KEY_LENGTH_LIMIT characters: written as the `patternProperties` of that
+    length. Only keys longer than that are refused: each other key takes the same schema of value as before."""
+    others, listed = schema.get("additionalProperties"), schema.get("properties", {})
+    if (not isinstance(others, dict) or "patternProperties" in schema or not isinstance(listed, dict)
+            or any(value is not False for value in listed.values())):
+        return schema
+    return {**schema, "patternProperties": {FREE_KEY_PATTERN: others}, "additionalProperties": False}
 
 
 def _keys_only_by_pattern(schema: dict[str, Any]) -> bool:
