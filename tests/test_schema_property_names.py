@@ -24,6 +24,9 @@ ANY_NAME = {"type": "object", "propertyNames": {"type": "string", "not": {"enum"
 LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # (a Kubernetes label's name: at most 63 characters)
 K8S_LABELS = {"type": "object", "propertyNames": {"pattern": LABEL, "maxLength": 63},
               "additionalProperties": {"type": "string"}}
+SHORT_WORDS = {"type": "object", "propertyNames": {"pattern": "^x-[a-z]+$", "maxLength": 10},
+               "additionalProperties": {"type": "integer"}}
+NON_EMPTY = {"type": "object", "propertyNames": {"minLength": 1}, "additionalProperties": {"type": "integer"}}
 EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request", 7]}},
           "type": "object", "propertyNames": {"$ref": "#/$defs/event"}, "additionalProperties": {"type": "null"}}
 
@@ -62,6 +65,13 @@ EVENTS = {"$defs": {"event": {"type": "string", "enum": ["push", "pull_request",
     (K8S_LABELS, {"a" + "-" * 61 + "b": "x"}),
     (K8S_LABELS, {"a" + "-" * 62 + "b": "x"}),
     (K8S_LABELS, {"web-": "x"}),
+    (SHORT_WORDS, {"x-abcdefgh": 1}),
+    (SHORT_WORDS, {"x-abcdefghi": 1}),
+    (NON_EMPTY, {"k" * 128: 1}),  # (no maximum: the bound on keys a schema takes freely)
+    (NON_EMPTY, {"": 1}),
+    ({**NON_EMPTY, "propertyNames": True}, {"": 1, "x": 2}),
+    ({**NON_EMPTY, "propertyNames": False}, {}),
+    ({**NON_EMPTY, "propertyNames": False}, {"x": 1}),
 ])
 def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document: dict) -> None:
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
@@ -71,7 +81,8 @@ def test_the_grammar_takes_the_keys_property_names_takes(schema: dict, document:
 
 
 def test_no_warning_where_it_is_written_and_llguidances_where_it_is_not() -> None:
-    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT, ANY_NAME, K8S_LABELS):
+    for schema in (COUNTS, EVENTS, RESERVED, LABELS, NOT_EMPTY, LISTED_BUT, ANY_NAME, K8S_LABELS,
+                   SHORT_WORDS, NON_EMPTY, {**NON_EMPTY, "propertyNames": True}):
         assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
     listed = {**COUNTS, "properties": {"total": {"type": "integer"}}}  # (a listed key too: left as it is)
     assert property_names_as_keys(listed) == listed
@@ -80,8 +91,16 @@ def test_no_warning_where_it_is_written_and_llguidances_where_it_is_not() -> Non
                   {"pattern": "^\\p{L}+$", "maxLength": 3},  # (not read here)
                   {"pattern": "^[a-z]{1,9}$", "maxLength": 3},  # (no open repeat to bound)
                   {"pattern": "^[a-z]+(-[a-z]+)*$", "maxLength": 20},  # (several: each bounded far below 20)
+                  # (one, but bounded to fit the widest names it would refuse others that fit: `a-abcdefghij`)
+                  {"pattern": "^[a-z]{1,20}-[a-z]*$", "maxLength": 25}, {"pattern": "^(?:a|bb)*$", "maxLength": 3},
+                  {"pattern": "^[a-z]+$", "maxLength": 10**9},  # (beyond a counted key: as llguidance reads it)
                   {"maxLength": 100_000}, {"pattern": "^[a-z]+$", "not": {"pattern": "^x"}}):
         unwritten = {**COUNTS, "propertyNames": names}
         assert property_names_as_keys(unwritten) == unwritten
         assert any("propertyNames" in warning
                    for warning in compile_format(OutputFormat("json_schema", json.dumps(unwritten), "s.json")).warnings)
+
+
+def test_a_name_longer_than_the_bound_on_free_keys_is_refused_where_no_maximum_is_given() -> None:
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(NON_EMPTY), "s.json")).grammar
+    assert not accepts(grammar, json.dumps({"k" * 129: 1}))

@@ -694,7 +694,7 @@ def test_keys_a_schema_takes_freely_are_bounded_and_no_others() -> None:
     13, …, Deception: 15, Deception: 15, …` as one key until max_tokens at T=0 (a held-out schema)."""
     from grammar_helpers import accepts
 
-    from localspec.engine.grammar import KEY_LENGTH_LIMIT
+    from localspec.engine.grammar import COLLECTION_LIMIT, KEY_LENGTH_LIMIT
 
     def takes(schema: dict, document: str) -> bool:
         return accepts(compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar, document)
@@ -709,6 +709,18 @@ def test_keys_a_schema_takes_freely_are_bounded_and_no_others() -> None:
     assert takes(listed, '{"name": "x", "' + "d" * (KEY_LENGTH_LIMIT + 1) + '": 1}')
     by_pattern = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False}
     assert takes(by_pattern, '{"x' + "d" * KEY_LENGTH_LIMIT + '": 1}')
+    # Nor where objects merge (llguidance reads no pattern for a branch's `required` key: every bound was lost),
+    # nor where a required key is longer; their other bounds stay.
+    either = {"type": "object", "additionalProperties": {"type": "string"},
+              "anyOf": [{"required": ["email"]}, {"required": ["phone"]}]}
+    assert takes(either, '{"email": "x"}') and not takes(either, '{"email": "' + "x" * 300 + '"}')
+    long_key = "k" * (KEY_LENGTH_LIMIT + 2)
+    required = {"type": "object", "additionalProperties": {"type": "integer"}, "required": [long_key]}
+    assert takes(required, '{"' + long_key + '": 1}') and not takes(required, '{"' + long_key + '": 1' + "0" * 20 + "}")
+    # A map that refuses some names still holds at most COLLECTION_LIMIT keys.
+    refusing = {"type": "object", "propertyNames": {"not": {"const": "default"}},
+                "additionalProperties": {"type": "integer"}}
+    assert not takes(refusing, "{" + ",".join(f'"k{i}": 1' for i in range(COLLECTION_LIMIT + 1)) + "}")
 
 
 @pytest.mark.parametrize("schema, message", [

@@ -25,7 +25,7 @@ from ..config.files import parse_user_json
 from ..errors import InputError
 from .byte_tokenizer import byte_tokenizer
 from .deep_stack import on_a_deep_stack
-from .key_patterns import KEY_REPEAT_LIMIT, bounded_key_pattern
+from .key_patterns import KEY_LENGTH_LIMIT, KEY_REPEAT_LIMIT, bounded_key_pattern
 from .schema_keywords import (
     ANNOTATIONS, ANY_VALUE_DEFINITION, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count,
     json_identity, json_types, schemas_in, takes_definitions,
@@ -67,11 +67,8 @@ JSON_WHITESPACE = r"(?: {0,2}|\r?\n[ \t]{0,32})"
 # a schema that wants more says so with its own maxLength.
 STRING_LENGTH_LIMIT = 256
 
-# Keys too, where a schema takes any key (a map's `additionalProperties`, `--format json`'s objects): the
-# demo target wrote a character sheet's ability `"thrax: 10, stealth: 13, …, Deception: 15, Deception: 15, …`
-# as one key until max_tokens, at T=0, on a held-out schema. Such a key is at most this many characters: a
-# name, a label, a path fit.
-KEY_LENGTH_LIMIT = 128
+# Keys too, where a schema takes any key (a map's `additionalProperties`, `--format json`'s objects): at most
+# KEY_LENGTH_LIMIT characters (key_patterns.py).
 FREE_KEY_PATTERN = f"^[\\s\\S]{{0,{KEY_LENGTH_LIMIT}}}$"
 
 # Times and durations, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
@@ -519,7 +516,7 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         bounded["maxItems"] = limits.collection
     if "object" in kinds and not listed and "maxProperties" not in schema and _counts_keys(bounded):
         bounded["maxProperties"] = limits.collection
-    if "object" in kinds and not listed:
+    if "object" in kinds and not listed and limits.close_objects:
         bounded = _free_keys_bounded(bounded)
     if schema.get("uniqueItems") is True:
         return _unique_items(schema, bounded, limits.spell_out_unique)
@@ -527,12 +524,16 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
 
 
 def _free_keys_bounded(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with the keys it takes freely, where it lists none but refused ones (a map's `additionalProperties`,
-    `--format json`'s objects), held to KEY_LENGTH_LIMIT characters: written as the `patternProperties` of that
-    length. Only keys longer than that are refused: each other key takes the same schema of value as before."""
-    others, listed = schema.get("additionalProperties"), schema.get("properties", {})
+    """`schema` with the keys it takes freely, where it lists none but refused ones and gives their values a schema
+    (a map's `additionalProperties`, `--format json`'s objects), held to KEY_LENGTH_LIMIT characters: written as
+    the `patternProperties` of that length. Only where no object merges into another (the caller's
+    `close_objects`: llguidance reads no pattern for an `anyOf` branch's `required` key, and refuses two patterns
+    that overlap in one `allOf`) and no required key is longer; then only longer keys are refused, and each other
+    key takes the same schema of value as before."""
+    others, listed, required = schema.get("additionalProperties"), schema.get("properties", {}), schema.get("required")
     if (not isinstance(others, dict) or "patternProperties" in schema or not isinstance(listed, dict)
-            or any(value is not False for value in listed.values())):
+            or any(value is not False for value in listed.values())
+            or (isinstance(required, list) and any(len(str(name)) > KEY_LENGTH_LIMIT for name in required))):
         return schema
     return {**schema, "patternProperties": {FREE_KEY_PATTERN: others}, "additionalProperties": False}
 
@@ -618,7 +619,7 @@ def _counts_keys(bounded: dict[str, Any]) -> bool:
     required = bounded.get("required", [])
     if bounded.get("additionalProperties") is False or not (isinstance(properties, dict) and isinstance(required, list)):
         return False
-    return all(name in required for name in properties)
+    return all(name in required for name, value in properties.items() if value is not False)  # (`false`: refused)
 
 
 def closed_object(schema: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,11 @@ from __future__ import annotations
 import re
 
 KEY_REPEAT_LIMIT = 64
+# Keys a schema takes freely (a map's `additionalProperties`, `--format json`'s objects, names by a minLength
+# alone): the demo target wrote a character sheet's ability `"thrax: 10, stealth: 13, …, Deception: 15,
+# Deception: 15, …` as one key until max_tokens, at T=0, on a held-out schema. Such a key is at most this many
+# characters: a name, a label, a path fit.
+KEY_LENGTH_LIMIT = 128
 # A repeat of repeats (`^[A-Z][a-z]*(-[A-Za-z]+)*$`, a header's parts): the outer repeat at most this many times.
 # Bounded to 64 × 64, llguidance's lexer gave up partway through a key of words (`^(\w+\s*)+$`: "too many
 # expressions"); with 8 it writes a key of eight 64-letter words (a mask at most 17 ms over SmolLM2's vocabulary).

@@ -20,13 +20,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .key_patterns import as_full_match, bounded_repeats
+from .key_patterns import KEY_LENGTH_LIMIT, as_full_match, bounded_repeats
 from .schema_keywords import ANNOTATIONS, refers_from_root, resolved, rewritten_bottom_up
 
 try:  # Python's parser of regular expressions, to count a pattern's widths (never to match: no backtracking)
     from re import _parser as _regex_parser  # Python 3.11 and later
 except ImportError:  # pragma: no cover (3.10)
     import sre_parse as _regex_parser  # type: ignore[no-redef]
+
+_REPEATS = {getattr(_regex_parser, name) for name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+            if hasattr(_regex_parser, name)}
 
 # An object that says no more than these of its keys is a map whose names `propertyNames` alone decides.
 _MAP_KEYS = {"type", "propertyNames", "additionalProperties", "minProperties", "maxProperties", "required", "$defs",
@@ -60,6 +63,8 @@ def _keys_schema(names: Any, values: Any) -> dict[str, Any] | None:
     """The keywords that take the keys `names` takes, each with a value of schema `values`; None where `names`
     says of a key what is not written here (listed names beside a pattern or a length, a `not` of anything but
     listed names, ...)."""
+    if isinstance(names, bool):  # (`true`: any name; `false`: none, an empty object)
+        return {"additionalProperties": values if names else False}
     if not (isinstance(names, dict) and names.keys() <= _NAME_KEYS and names.get("type", "string") == "string"):
         return None
     refused = _refused(names.get("not"))
@@ -88,9 +93,9 @@ def _names_pattern(names: dict[str, Any]) -> str | None:
     if longest is not None and longest < shortest:
         return None
     pattern = names.get("pattern")
-    if pattern is None:
-        return None if longest is not None and longest > _LONGEST_COUNTED_NAME else \
-            f"^[\\s\\S]{{{shortest},{'' if longest is None else longest}}}$"
+    if pattern is None:  # (no maximum: the bound on keys a schema takes freely, or the minimum where longer)
+        most = max(shortest, KEY_LENGTH_LIMIT) if longest is None else longest
+        return None if most > _LONGEST_COUNTED_NAME else f"^[\\s\\S]{{{shortest},{most}}}$"
     if not isinstance(pattern, str):
         return None
     if names.keys().isdisjoint({"minLength", "maxLength"}):
@@ -99,18 +104,20 @@ def _names_pattern(names: dict[str, Any]) -> str | None:
 
 
 def _held_to_lengths(pattern: str, shortest: int, longest: int | None) -> str | None:
-    """`pattern` (anchored at both ends) taking only names of `shortest` to `longest` characters: as written where
-    it takes no others, else, where it has one unbounded repeat, with that repeat bounded (key_patterns.py) as far
-    as it may go for the longest name to fit (a Kubernetes label's `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$` within 63
-    characters: its `*` at most 61 times, which takes exactly the labels of 63 characters or fewer). None where
-    the pattern takes names shorter than `shortest` (a length llguidance's keys cannot be held to), has several
-    unbounded repeats (bounded to fit together, each would leave far fewer names than the length does), or
-    cannot be read here."""
+    """`pattern` (anchored at both ends) taking exactly its names of `shortest` to `longest` characters: as
+    written where it takes no others, else, where it has one unbounded repeat, with that repeat bounded
+    (key_patterns.py) as far as it may go for the longest name to fit, where that refuses no name that fits (a
+    Kubernetes label's `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$` within 63 characters: its `*` at most 61 times). None
+    where the pattern takes names shorter than `shortest` (a length llguidance's keys cannot be held to), has
+    several unbounded repeats, a bound would refuse names that fit (`^[a-z]{1,20}-[a-z]*$` within 25: a first
+    part of one letter leaves room for 23 after the `-`, one of 20 for 4), or cannot be read here."""
     widths = _widths(pattern)
     if widths is None or widths[0] < shortest:
         return None
     if longest is None or widths[1] <= longest:
         return pattern
+    if longest > _LONGEST_COUNTED_NAME:
+        return None
     fitting, low, high = None, 0, longest
     while low <= high:  # (the widest name grows with the repeat's bound: the largest bound that fits)
         bound = (low + high) // 2
@@ -118,10 +125,50 @@ def _held_to_lengths(pattern: str, shortest: int, longest: int | None) -> str | 
         if bounded is None or bounded[1] != 1 or (bounded_widths := _widths(bounded[0])) is None:
             return None
         if bounded_widths[1] <= longest:
-            fitting, low = bounded[0], bound + 1
+            fitting, low = (bounded[0], bound), bound + 1
         else:
             high = bound - 1
-    return fitting
+    if fitting is None:
+        return None
+    around = _around_the_open_repeat(pattern)  # (fewest characters around it, fewest in one of its turns)
+    return fitting[0] if around is not None and around[1] > 0 and around[0] + (fitting[1] + 1) * around[1] > longest \
+        else None
+
+
+def _around_the_open_repeat(pattern: str) -> tuple[int, int] | None:
+    """For a pattern with one unbounded repeat: the fewest characters a name that goes through the repeat has
+    outside it, and the fewest of one turn of the repeat; so a name that turns it n times has at least
+    `outside + n × turn` characters. None where the repeat sits inside a bounded repeat of more than one turn,
+    or the pattern cannot be read (see `_widths`)."""
+    if _widths(pattern) is None:
+        return None
+    parsed = _regex_parser.parse(pattern)
+
+    def fewest(items: list[Any]) -> int:
+        return _regex_parser.SubPattern(parsed.state, items).getwidth()[0]
+
+    def through(items: list[Any]) -> tuple[int, int] | None:
+        for index, (op, value) in enumerate(items):
+            inside = within(op, value)
+            if inside is not None:
+                return (fewest(items[:index] + items[index + 1:]) + inside[0], inside[1]) if inside[1] >= 0 else inside
+        return None
+
+    def within(op: Any, value: Any) -> tuple[int, int] | None:
+        if op in _REPEATS:
+            least, most, body = value
+            if most == _regex_parser.MAXREPEAT:
+                return 0, body.getwidth()[0]
+            inner = through(list(body))
+            return inner if inner is None or most <= 1 else (0, -1)  # (-1: turned more than once, not read)
+        if op == _regex_parser.SUBPATTERN:
+            return through(list(value[-1]))
+        if op == _regex_parser.BRANCH:
+            return next((found for way in value[1] if (found := through(list(way))) is not None), None)
+        return None
+
+    found = through(list(parsed))
+    return None if found is None or found[1] < 0 else found
 
 
 def _widths(pattern: str) -> tuple[int, int] | None:
