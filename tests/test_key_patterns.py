@@ -7,7 +7,8 @@ import json
 import pytest
 
 from localspec.engine.grammar import OutputFormat, compile_format
-from localspec.engine.key_patterns import KEY_REPEAT_LIMIT, NESTED_KEY_REPEAT_LIMIT, as_full_match, bounded_key_pattern
+from localspec.engine.key_patterns import (KEY_REPEAT_LIMIT, NESTED_KEY_REPEAT_LIMIT, as_full_match,
+                                          bounded_key_pattern, bounded_repeats)
 from localspec.engine.schema_places import _matches
 
 
@@ -42,6 +43,20 @@ def test_unbounded_repeats_get_a_bound(pattern: str, bounded: str) -> None:
                                      "^((a+)+)+$", "^((a+)*b)+$", "^a*+$"])  # (repeats nested deeper: not read)
 def test_patterns_not_anchored_bounded_already_or_unreadable_are_left(pattern: str) -> None:
     assert bounded_key_pattern(pattern) is None
+
+
+@pytest.mark.parametrize("pattern, bounded", [
+    (r"^[0-9]+ (day|week)s?$", r"^[0-9]{1,32} (day|week)s?$"),
+    (r"^\d*\.[0-9]{2,}$", r"^\d{0,32}\.[0-9]{2,32}$"),
+    (r"^([a-z]+-)*[0-9]+$", r"^([a-z]+-)*[0-9]{1,32}$"),  # (other repeats as written, nested or not)
+    (r"^\\d+$", None),  # (a backslash, then `d`s: no digit)
+    (r"^[a-z0-9]+$", None),  # (not a run of digits only)
+    (r"[0-9]+", None),  # (unanchored: any text around it)
+    (r"^[0-9]{1,3}$", None),  # (bounded already)
+])
+def test_runs_of_digits_alone_get_a_bound(pattern: str, bounded: str | None) -> None:
+    rewritten = bounded_repeats(pattern, 32, digits_only=True)
+    assert (None if rewritten is None else rewritten[0]) == bounded
 
 
 def test_a_key_under_a_pattern_cannot_run_on() -> None:

@@ -428,11 +428,11 @@ def test_strings_a_schema_leaves_open_are_bounded_and_its_own_bounds_kept(tiny_p
         assert not takes('{"open":"a","own":"abcd')  # the schema's own maxLength
 
 
-def test_times_and_durations_are_bounded_to_the_length_of_real_ones() -> None:
+def test_times_durations_and_digit_runs_are_bounded_to_the_length_of_real_ones() -> None:
     from llguidance import LLMatcher
 
     from localspec.engine.byte_tokenizer import byte_tokenizer
-    from localspec.engine.grammar import FORMAT_LENGTH_LIMITS, STRING_LENGTH_LIMIT, bounded_values
+    from localspec.engine.grammar import DIGIT_RUN_LIMIT, FORMAT_LENGTH_LIMITS, STRING_LENGTH_LIMIT, bounded_values
 
     def takes(schema: dict, text: str) -> bool:
         grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
@@ -459,6 +459,9 @@ def test_times_and_durations_are_bounded_to_the_length_of_real_ones() -> None:
     assert takes(duration, '"PT50M"') and takes(duration, '"P10Y11M30DT23H59M59S"')
     # (was: `P15000…0D` to the string bound, in every duration of a workout log, until max_tokens)
     assert takes(duration, '"P1' + "0" * 37 + 'D"') and not takes(duration, '"P1' + "0" * 38 + 'D"')
+    # A run of digits in a pattern (was: a release age `"3000…0 day"` to the string bound, in each rule of a config).
+    age = {"type": "string", "pattern": "^[0-9]+ (minute|hour|day)s?$"}
+    assert takes(age, '"' + "3" * DIGIT_RUN_LIMIT + ' days"') and not takes(age, '"' + "3" * (DIGIT_RUN_LIMIT + 1))
 
 
 def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_has_its_repeats_bounded_instead() -> None:

@@ -25,7 +25,7 @@ from ..config.files import parse_user_json
 from ..errors import InputError
 from .byte_tokenizer import byte_tokenizer
 from .deep_stack import on_a_deep_stack
-from .key_patterns import KEY_LENGTH_LIMIT, KEY_REPEAT_LIMIT, bounded_key_pattern
+from .key_patterns import KEY_LENGTH_LIMIT, KEY_REPEAT_LIMIT, bounded_key_pattern, bounded_repeats
 from .schema_keywords import (
     ANNOTATIONS, ANY_VALUE_DEFINITION, DATA_KEYWORDS, NUMBER_MAGNITUDE_LIMIT, NUMBER_STEP, SCHEMA_MAPS, is_count,
     json_identity, json_types, schemas_in, takes_definitions,
@@ -70,6 +70,13 @@ STRING_LENGTH_LIMIT = 256
 # Keys too, where a schema takes any key (a map's `additionalProperties`, `--format json`'s objects): at most
 # KEY_LENGTH_LIMIT characters (key_patterns.py).
 FREE_KEY_PATTERN = f"^[\\s\\S]{{0,{KEY_LENGTH_LIMIT}}}$"
+
+# Runs of digits in a pattern, too: the demo target wrote a release age of `^[0-9]+ (minute|hour|day)s?$` as
+# `"3000…0 day"` to the string bound, in each of a config's rules (a held-out schema at T=0). A digit repeated
+# without bound (`[0-9]+`, `\d*`, `\d{2,}`) repeats at most this many times: any number a text holds (JSON's
+# numbers are bounded to 15 digits and 9 decimals), a phone number, an account's digits; a pattern that wants more
+# says so (`[0-9]{40}`).
+DIGIT_RUN_LIMIT = 32
 
 # Times and durations, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
 # (`"time": "20:00:00.000000012111…` to the string bound, four times in a reply, until max_tokens, on a
@@ -504,13 +511,16 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
             bounded["exclusiveMinimum"] = -NUMBER_MAGNITUDE_LIMIT
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
+    pattern = _pattern_of(schema)
+    if "string" in kinds and not listed and pattern is not None and (runs := _with_bounded_digit_runs(pattern)):
+        bounded["pattern"] = pattern = runs
     if not listed and "maxLength" not in schema:
         format_limit = _format_length_limit(schema, limits)
         if format_limit is not None:  # (where a string must take the format: its own node, an `anyOf` branch, a part)
             bounded["maxLength"] = format_limit
-        elif "string" in kinds and _length_bound_holds(_pattern_of(schema), limits.string):
+        elif "string" in kinds and _length_bound_holds(pattern, limits.string):
             bounded["maxLength"] = limits.string
-        elif "string" in kinds and (shorter := _with_bounded_repeats(schema["pattern"])) is not None:
+        elif "string" in kinds and pattern is not None and (shorter := _with_bounded_repeats(pattern)) is not None:
             bounded["pattern"] = shorter  # (its repeats bounded instead)
     if "array" in kinds and not listed and "maxItems" not in schema and schema.get("items") is not False:
         bounded["maxItems"] = limits.collection
@@ -593,6 +603,13 @@ def _with_bounded_repeats(pattern: str) -> str | None:
     demo target wrote `0:00:00:…` to max_tokens); None where it cannot be bounded so."""
     rewritten = bounded_key_pattern(pattern)
     return rewritten if rewritten is not None and _reads_as_a_pattern(rewritten) else None
+
+
+def _with_bounded_digit_runs(pattern: str) -> str | None:
+    """`pattern` with each unbounded run of digits at most DIGIT_RUN_LIMIT long, where it has one and llguidance
+    takes the rewrite (see DIGIT_RUN_LIMIT); else None."""
+    rewritten = bounded_repeats(pattern, DIGIT_RUN_LIMIT, digits_only=True)
+    return rewritten[0] if rewritten is not None and _reads_as_a_pattern(rewritten[0]) else None
 
 
 def _format_length_limit(schema: dict[str, Any], limits: _Limits) -> int | None:

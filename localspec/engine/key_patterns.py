@@ -31,6 +31,7 @@ KEY_LENGTH_LIMIT = 128
 NESTED_KEY_REPEAT_LIMIT = 8
 
 _QUANTIFIER = re.compile(r"\{(\d+),\}")  # `{n,}` (an open upper bound)
+_DIGITS = {"[0-9]", "\\d"}  # a digit, as patterns spell it
 _BRACED_ESCAPES = set("pPxu")  # escapes that may take a `{…}` of their own (`\p{L}`, `\x{2603}`)
 
 
@@ -41,8 +42,9 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
     return None if bounded is None else bounded[0]
 
 
-def bounded_repeats(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> tuple[str, int] | None:
-    """`bounded_key_pattern`'s pattern, and how many unbounded repeats it bounded."""
+def bounded_repeats(pattern: str, limit: int = KEY_REPEAT_LIMIT, digits_only: bool = False) -> tuple[str, int] | None:
+    """`bounded_key_pattern`'s pattern, and how many unbounded repeats it bounded; with `digits_only`, only the
+    repeats of a digit (`[0-9]+`, `\\d*`: runs of digits, at most `limit` long, wherever they stand)."""
     if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
         return None
     pieces: list[str] = []
@@ -62,6 +64,11 @@ def bounded_repeats(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> tuple[str, i
             continue
         quantifier = _QUANTIFIER.match(pattern, i) if char == "{" else None
         if char in "*+" or quantifier:
+            if digits_only and (not pieces or pieces[-1] not in _DIGITS):  # (no run of digits: as written)
+                end = quantifier.end() if quantifier else i + 1
+                pieces.append(pattern[i:end])
+                i, group_repeats, after_repeat = end, 0, False
+                continue
             if group_repeats > 1 or after_repeat:
                 return None  # (`((a+)+)+`, `a+*`: not read here)
             least = 0 if char == "*" else 1 if char == "+" else int(quantifier.group(1))
