@@ -60,3 +60,35 @@ def test_a_nested_one_of_is_rewritten_and_a_schema_with_a_nested_id_is_left_as_i
     assert "anyOf" in exclusive_one_of_as_any_of(nested)["properties"]["id"]
     with_id = {"$id": "https://example.com/root", "properties": {"x": {"$id": "x", **SHAPES}}}
     assert exclusive_one_of_as_any_of(with_id) == with_id
+
+
+def presence(*branches: list[str], **more: object) -> dict:
+    names = sorted({name for branch in branches for name in branch})
+    return {"type": "object", "properties": {name: {"type": "integer"} for name in names},
+            "additionalProperties": False, "oneOf": [{"required": branch} for branch in branches], **more}
+
+
+@pytest.mark.parametrize("schema", [
+    presence(["image"], ["build"], ["compose", "service"]),  # (a dev container: exactly one way to start it)
+    presence(["a", "b"], ["b", "c"]),  # (sharing a name)
+    presence(["a"], ["a", "b"]),  # (the second holds only where the first does: never alone)
+    presence(["a"], ["b"], minProperties=1),
+])
+def test_a_one_of_of_presence_only_branches_takes_exactly_the_objects_one_branch_takes(schema: dict) -> None:
+    """llguidance held such a `oneOf` as an `anyOf` (with its warning): an image and a build at once came out."""
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    assert not any(ONE_OF_WARNING in warning for warning in compiled.warnings)
+    names = list(schema["properties"])
+    validator = jsonschema.Draft202012Validator(schema)
+    for present in range(2 ** len(names)):  # (every set of names, in the listed order llguidance writes them in)
+        document = {name: 1 for bit, name in enumerate(names) if present >> bit & 1}
+        assert accepts(compiled.grammar, json.dumps(document)) is validator.is_valid(document), document
+
+
+def test_presence_only_branches_with_more_ways_than_the_limit_are_left_as_they_are() -> None:
+    from localspec.engine.schema_one_of import PRESENCE_WAYS_LIMIT
+
+    many = presence(*[[f"a{i}", f"b{i}"] for i in range(4)])  # (each way: one of 2 names absent in 3 others)
+    assert 4 * 2 ** 3 <= PRESENCE_WAYS_LIMIT and "anyOf" in exclusive_one_of_as_any_of(many)
+    too_many = presence(*[[f"a{i}", f"b{i}", f"c{i}"] for i in range(4)])  # (4 × 3³ = 108)
+    assert exclusive_one_of_as_any_of(too_many) == too_many

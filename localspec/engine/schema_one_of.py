@@ -8,6 +8,13 @@ whose listed values (`const`, `enum`) have none in common (GeoJSON's `"type":
 "Point"` or `"LineString"`, a tool call's `"tool": "send_email"`). Branches are
 read through local `$ref`s, which llguidance does not follow to tell them apart.
 Anything a branch says besides only narrows it, so it stays apart from the others.
+
+A `oneOf` of branches that only ask which properties are present (`{"required":
+["image"]}`, `{"required": ["build"]}`, `{"required": ["composeFile",
+"service"]}`: exactly one way to start a dev container) is written as the
+`anyOf` of the ways exactly one holds: its names present and, of each other
+branch, one name it does not ask absent (a property of schema `false`, which
+llguidance holds), at most PRESENCE_WAYS_LIMIT ways.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .schema_keywords import json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up
+from .schema_keywords import ANNOTATIONS, json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up
 
+PRESENCE_WAYS_LIMIT = 32  # a `oneOf` of presence-only branches whose ways are more is left to llguidance's warning
 _ALL_TYPES = frozenset({"object", "array", "string", "number", "boolean", "null"})
 
 
@@ -32,12 +40,38 @@ def exclusive_one_of_as_any_of(schema: Any) -> Any:
         branches = node.get("oneOf")
         if "anyOf" in node or not isinstance(branches, list) or len(branches) < 2:
             return node
-        if not all(_exclusive(resolved(one, root), resolved(other, root), root)
-                   for one, other in itertools.combinations(branches, 2)):
-            return node
-        return {("anyOf" if key == "oneOf" else key): value for key, value in node.items()}
+        resolved_branches = [resolved(branch, root) for branch in branches]
+        if all(_exclusive(one, other, root) for one, other in itertools.combinations(resolved_branches, 2)):
+            ways = branches
+        else:
+            ways = _ways_one_is_present(resolved_branches)
+            if ways is None:
+                return node
+        return {("anyOf" if key == "oneOf" else key): (ways if key == "oneOf" else value)
+                for key, value in node.items()}
 
     return rewritten_bottom_up(schema, change)
+
+
+def _ways_one_is_present(branches: list[Any]) -> list[dict[str, Any]] | None:
+    """Branches that each ask only for properties to be present, as the ways exactly one of them holds (see the
+    module's docstring); None for any other branches, or too many ways. A branch that holds wherever another does
+    (it asks for more) has no way of its own."""
+    asked = []
+    for branch in branches:
+        names = branch.get("required") if isinstance(branch, dict) and branch.keys() - ANNOTATIONS == {"required"} \
+            else None
+        if not (isinstance(names, list) and names and all(isinstance(name, str) for name in names)):
+            return None
+        asked.append(list(dict.fromkeys(names)))
+    ways: list[dict[str, Any]] = []
+    for index, names in enumerate(asked):
+        not_asked = [[name for name in other if name not in names] for other in asked[:index] + asked[index + 1:]]
+        for absent in itertools.product(*not_asked):  # (none where another branch asks no more than this one)
+            ways.append({"required": names, "properties": {name: False for name in absent}})
+            if len(ways) > PRESENCE_WAYS_LIMIT:
+                return None
+    return ways or None
 
 
 def _exclusive(one: Any, other: Any, root: Any) -> bool:

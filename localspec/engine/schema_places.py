@@ -577,8 +577,16 @@ def _without_presence_branches(schema: dict[str, Any]) -> dict[str, Any]:
     if not schema.keys() & _OBJECT_ONLY_KEYWORDS:
         return schema
     presence = [key for key in ("anyOf", "oneOf", "allOf") if isinstance(schema.get(key), list) and schema[key]
-                and all(isinstance(branch, dict) and branch.keys() <= _PRESENCE_KEYS for branch in schema[key])]
+                and all(_asks_presence(branch) for branch in schema[key])]
     return {key: value for key, value in schema.items() if key not in presence} if presence else schema
+
+
+def _asks_presence(branch: Any) -> bool:
+    """Whether a branch asks only which properties are present or absent (absent: of schema `false`)."""
+    if not isinstance(branch, dict) or not branch.keys() <= _PRESENCE_KEYS | {"properties"}:
+        return False
+    absent = branch.get("properties", {})
+    return isinstance(absent, dict) and all(value is False for value in absent.values())
 
 
 def _values_under(schema: dict[str, Any], keyword: str) -> dict[str, Any] | None:
