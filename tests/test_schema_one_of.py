@@ -36,6 +36,12 @@ SHAPES = {"$defs": {"circle": kind("circle", r={"type": "integer"}),
                 {"properties": {"kind": {"const": "b"}}, "required": ["kind"]}]}, False),  # (any string is both)
     ({"$defs": {"any": {"$ref": "#/$defs/any"}}, "oneOf": [{"type": "string"}, {"$ref": "#/$defs/any"}]}, False),
     ({"oneOf": [{"type": "string"}]}, False),  # (one branch: nothing to tell apart)
+    # A branch that is a union itself (an ESLint rule: a severity, a number or a string, or an array).
+    ({"$defs": {"severity": {"oneOf": [{"type": "integer"}, {"enum": ["off", "warn"]}]}},
+      "oneOf": [{"$ref": "#/$defs/severity"}, {"type": "array"}]}, True),
+    ({"oneOf": [{"anyOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "string"}]}, False),
+    ({"$defs": {"u": {"anyOf": [{"$ref": "#/$defs/u"}, {"type": "string"}]}},  # (a cycle: any type)
+      "oneOf": [{"$ref": "#/$defs/u"}, {"type": "number"}]}, False),
 ])
 def test_a_one_of_becomes_an_any_of_only_where_no_value_satisfies_two_branches(schema: dict, exclusive: bool) -> None:
     rewritten = exclusive_one_of_as_any_of(schema)

@@ -25,6 +25,7 @@ from typing import Any
 from .schema_keywords import ANNOTATIONS, json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up
 
 PRESENCE_WAYS_LIMIT = 32  # a `oneOf` of presence-only branches whose ways are more is left to llguidance's warning
+_UNION_DEPTH_LIMIT = 8  # unions inside unions read this deep (a `$ref` cycle through them: every type)
 _ALL_TYPES = frozenset({"object", "array", "string", "number", "boolean", "null"})
 
 
@@ -77,7 +78,7 @@ def _ways_one_is_present(branches: list[Any]) -> list[dict[str, Any]] | None:
 def _exclusive(one: Any, other: Any, root: Any) -> bool:
     """Whether no value satisfies both `one` and `other`: of no JSON type both take, or objects only, told apart by
     a property both require (see `_told_apart`)."""
-    common = _types(one) & _types(other)
+    common = _types(one, root) & _types(other, root)
     return not common or (common == {"object"} and _told_apart(one, other, root))
 
 
@@ -90,9 +91,10 @@ def _told_apart(one: dict[str, Any], other: dict[str, Any], root: Any) -> bool:
     return False
 
 
-def _types(schema: Any) -> frozenset[str]:
+def _types(schema: Any, root: Any, depth: int = 0) -> frozenset[str]:
     """The JSON types a branch may take (integers counted as numbers), as far as its `type`, `const` or `enum`
-    say; every type where they do not (or where it is not a schema llguidance reads)."""
+    say, or else those of its `anyOf`'s or `oneOf`'s branches (an ESLint rule's severity, a number or a string,
+    beside an array); every type where they do not (or where it is not a schema llguidance reads)."""
     if schema is False:
         return frozenset()
     if not isinstance(schema, dict):
@@ -106,6 +108,9 @@ def _types(schema: Any) -> frozenset[str]:
     if listed is not None:
         values = schema["enum"] if "enum" in schema else [schema["const"]]
         return frozenset().union(*(json_types(value) for value in values)) - {"integer"}
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    if isinstance(branches, list) and branches and depth < _UNION_DEPTH_LIMIT:
+        return frozenset().union(*(_types(resolved(branch, root), root, depth + 1) for branch in branches))
     return _ALL_TYPES
 
 
