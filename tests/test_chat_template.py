@@ -121,7 +121,8 @@ def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: 
     ("{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
      "RENDER_BYTES", "takes more than 64 MiB"),
     ("{{ range(100000) | map('center', 16000000) | join | length }}", "RENDER_BYTES", "takes more than 64 MiB"),
-    ("{{ (' ' * 1048576) | wordwrap(1) | length }}", "RENDER_SECONDS", "renders for more than 0.5 s"),  # quadratic
+    pytest.param("{{ (' ' * 1048576) | wordwrap(1) | length }}", "RENDER_SECONDS", "renders for more than 0.5 s",
+                 marks=pytest.mark.slow),  # (quadratic; waits out the watchdog's half second)
 ])
 def test_a_template_that_grows_or_runs_on_inside_few_steps_is_stopped_by_the_watchdog(
         template: str, limit: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:

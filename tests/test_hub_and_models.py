@@ -234,6 +234,7 @@ def test_a_hub_that_cannot_be_reached_is_one_line_at_once(monkeypatch, endpoint:
     assert reason in failed_pull_from(endpoint, monkeypatch)
 
 
+@pytest.mark.slow  # (waits out the shortened probe)
 def test_a_mirror_that_takes_connections_and_never_answers_is_one_line_soon(monkeypatch) -> None:
     """Not after minutes of huggingface_hub's retries: the probe's wait (20 s, shortened here) is the whole wait."""
     import socket

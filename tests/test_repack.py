@@ -203,6 +203,7 @@ def test_a_draft_that_decodes_one_token_at_a_time_runs_repacked_where_batches_cr
     assert json.loads(plain.stdout)["text"] == json.loads(result.stdout)["text"]  # greedy: the target's text either way
 
 
+@pytest.mark.slow
 @needs_repacking
 def test_repack_on_overrides_a_remembered_crash(tiny_pair: tuple[Path, Path], tiny_q4_0: Path, fresh_cache: Path) -> None:
     require_working_repack(tiny_q4_0)  # "on" is the user's word: where the crash is real, it would end the suite
