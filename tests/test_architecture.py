@@ -59,6 +59,7 @@ def _layer(module: str) -> str:
 MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py") if path.name != "__main__.py"}
 
 
+@pytest.mark.slow
 def test_imports_flow_from_commands_down_to_the_runtime() -> None:
     wrong = []
     for module, path in MODULES.items():

@@ -53,6 +53,7 @@ def test_patterns_not_anchored_bounded_already_or_unreadable_are_left(pattern: s
     (r"^[a-z0-9]+$", None),  # (not a run of digits only)
     (r"[0-9]+", None),  # (unanchored: any text around it)
     (r"^[0-9]{1,3}$", None),  # (bounded already)
+    (r"^[0-9]{40,}$", None),  # (asks for more)
 ])
 def test_runs_of_digits_alone_get_a_bound(pattern: str, bounded: str | None) -> None:
     rewritten = bounded_repeats(pattern, 32, digits_only=True)

@@ -79,6 +79,7 @@ def presence(*branches: list[str], **more: object) -> dict:
     presence(["a", "b"], ["b", "c"]),  # (sharing a name)
     presence(["a"], ["a", "b"]),  # (the second holds only where the first does: never alone)
     presence(["a"], ["b"], minProperties=1),
+    {**presence(["a"], ["b"]), "type": ["object", "null"]},  # (null takes every `required`: two branches, refused)
 ])
 def test_a_one_of_of_presence_only_branches_takes_exactly_the_objects_one_branch_takes(schema: dict) -> None:
     """llguidance held such a `oneOf` as an `anyOf` (with its warning): an image and a build at once came out."""
@@ -89,6 +90,8 @@ def test_a_one_of_of_presence_only_branches_takes_exactly_the_objects_one_branch
     for present in range(2 ** len(names)):  # (every set of names, in the listed order llguidance writes them in)
         document = {name: 1 for bit, name in enumerate(names) if present >> bit & 1}
         assert accepts(compiled.grammar, json.dumps(document)) is validator.is_valid(document), document
+    for other in (None, "x", 5, []):
+        assert accepts(compiled.grammar, json.dumps(other)) is validator.is_valid(other), other
 
 
 def test_presence_only_branches_with_more_ways_than_the_limit_are_left_as_they_are() -> None:
@@ -98,3 +101,24 @@ def test_presence_only_branches_with_more_ways_than_the_limit_are_left_as_they_a
     assert 4 * 2 ** 3 <= PRESENCE_WAYS_LIMIT and "anyOf" in exclusive_one_of_as_any_of(many)
     too_many = presence(*[[f"a{i}", f"b{i}", f"c{i}"] for i in range(4)])  # (4 × 3³ = 108)
     assert exclusive_one_of_as_any_of(too_many) == too_many
+
+
+def test_a_wide_union_that_refers_to_itself_is_read_once() -> None:
+    """Reading a branch's types through its unions took minutes on a union of ten `$ref`s to itself."""
+    import time
+
+    itself = {"$ref": "#/$defs/a"}
+    schema = {"$defs": {"a": {"anyOf": [{"type": "array", "items": itself}] + [itself] * 12}},
+              "properties": {"v": {"oneOf": [itself, {"type": "string"}]}}}
+    started = time.perf_counter()
+    assert "oneOf" in exclusive_one_of_as_any_of(schema)["properties"]["v"]  # (a cycle: any type, not exclusive)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_the_names_ways_leave_absent_do_not_raise_the_bound_on_collections() -> None:
+    from localspec.engine.grammar import COLLECTION_LIMIT, bounded_values
+
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+              "oneOf": [{"required": [f"a{i}", f"b{i}"]} for i in range(4)]}
+    ways = exclusive_one_of_as_any_of(schema)
+    assert len(ways["anyOf"]) == 32 and bounded_values(ways)["properties"]["tags"]["maxItems"] == COLLECTION_LIMIT

@@ -249,6 +249,7 @@ def test_a_grammar_file_holds_the_output(tiny_args: list[str], tmp_path: Path, n
         assert result.stdout in ("yes!", "no!"), result.stdout
 
 
+@pytest.mark.slow
 def test_output_held_to_a_format_gets_a_longer_budget_unless_one_is_given(tiny_args: list[str]) -> None:
     """Cut short, structured output is no use: without --max-tokens it gets STRUCTURED_MAX_TOKENS, free text
     FREE_TEXT_MAX_TOKENS; a budget given is kept either way (here in a serve request too)."""
@@ -462,6 +463,10 @@ def test_times_durations_and_digit_runs_are_bounded_to_the_length_of_real_ones()
     # A run of digits in a pattern (was: a release age `"3000…0 day"` to the string bound, in each rule of a config).
     age = {"type": "string", "pattern": "^[0-9]+ (minute|hour|day)s?$"}
     assert takes(age, '"' + "3" * DIGIT_RUN_LIMIT + ' days"') and not takes(age, '"' + "3" * (DIGIT_RUN_LIMIT + 1))
+    # Not where the schema says how long (a minLength beyond the bound stayed reachable), nor `{40,}`.
+    for long_digits in ({"type": "string", "pattern": "^[0-9]+$", "minLength": 40},
+                        {"type": "string", "pattern": "^[0-9]{40,}$"}):
+        assert takes(long_digits, '"' + "1" * 41 + '"')
 
 
 def test_a_pattern_llguidance_cannot_hold_to_the_string_bound_has_its_repeats_bounded_instead() -> None:

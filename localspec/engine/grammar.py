@@ -72,10 +72,11 @@ STRING_LENGTH_LIMIT = 256
 FREE_KEY_PATTERN = f"^[\\s\\S]{{0,{KEY_LENGTH_LIMIT}}}$"
 
 # Runs of digits in a pattern, too: the demo target wrote a release age of `^[0-9]+ (minute|hour|day)s?$` as
-# `"3000…0 day"` to the string bound, in each of a config's rules (a held-out schema at T=0). A digit repeated
-# without bound (`[0-9]+`, `\d*`, `\d{2,}`) repeats at most this many times: any number a text holds (JSON's
-# numbers are bounded to 15 digits and 9 decimals), a phone number, an account's digits; a pattern that wants more
-# says so (`[0-9]{40}`).
+# `"3000…0 day"` to the string bound, in each of a config's rules (a held-out schema at T=0). Each repeat of a
+# single digit a pattern leaves unbounded (`[0-9]+`, `\d*`, `\d{2,}`) repeats at most this many times: any number
+# a text holds (JSON's numbers are bounded to 15 digits and 9 decimals), a phone number, an account's digits. Not
+# in a string whose schema gives a `minLength` or `maxLength` (it says how long itself), nor a repeat that asks
+# more (`\d{40,}`); two such repeats in a row, or one inside a repeated group, still run longer.
 DIGIT_RUN_LIMIT = 32
 
 # Times and durations, tighter: RFC 3339 lets a time's fraction of a second run on, and a small model can
@@ -434,7 +435,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     counts = [node[key] for node in nodes for key in ("minItems", "maxItems", "minProperties", "maxProperties")
               if is_count(node.get(key))]
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
-    properties_listed = sum(len(node["properties"]) for node in nodes if isinstance(node.get("properties"), dict))
+    properties_listed = sum(sum(value is not False for value in node["properties"].values())  # (false: refused)
+                            for node in nodes if isinstance(node.get("properties"), dict))
     untyped = (isinstance(schema, dict) and any(_untyped_values(node) for node in nodes)
                and takes_definitions(schema, ANY_VALUE_DEFINITION))
     minimums = [node["minLength"] for node in nodes if is_count(node.get("minLength"))]
@@ -512,8 +514,9 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
         if "number" in kinds and "multipleOf" not in schema:
             bounded["multipleOf"] = NUMBER_STEP
     pattern = _pattern_of(schema)
-    if "string" in kinds and not listed and pattern is not None and (runs := _with_bounded_digit_runs(pattern)):
-        bounded["pattern"] = pattern = runs
+    if ("string" in kinds and not listed and pattern is not None and not schema.keys() & {"minLength", "maxLength"}
+            and limits.longest_minimum <= DIGIT_RUN_LIMIT and (runs := _with_bounded_digit_runs(pattern))):
+        bounded["pattern"] = pattern = runs  # (not where the schema gives a length: it says how long itself)
     if not listed and "maxLength" not in schema:
         format_limit = _format_length_limit(schema, limits)
         if format_limit is not None:  # (where a string must take the format: its own node, an `anyOf` branch, a part)

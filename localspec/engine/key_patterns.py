@@ -44,7 +44,7 @@ def bounded_key_pattern(pattern: str, limit: int = KEY_REPEAT_LIMIT) -> str | No
 
 def bounded_repeats(pattern: str, limit: int = KEY_REPEAT_LIMIT, digits_only: bool = False) -> tuple[str, int] | None:
     """`bounded_key_pattern`'s pattern, and how many unbounded repeats it bounded; with `digits_only`, only the
-    repeats of a digit (`[0-9]+`, `\\d*`: runs of digits, at most `limit` long, wherever they stand)."""
+    repeats of a single digit (`[0-9]+`, `\\d*`, each at most `limit` times; not one that asks for more)."""
     if not (pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")):
         return None
     pieces: list[str] = []
@@ -64,7 +64,8 @@ def bounded_repeats(pattern: str, limit: int = KEY_REPEAT_LIMIT, digits_only: bo
             continue
         quantifier = _QUANTIFIER.match(pattern, i) if char == "{" else None
         if char in "*+" or quantifier:
-            if digits_only and (not pieces or pieces[-1] not in _DIGITS):  # (no run of digits: as written)
+            asks_more = quantifier is not None and int(quantifier.group(1)) >= limit
+            if digits_only and (not pieces or pieces[-1] not in _DIGITS or asks_more):  # (no run of digits: as written)
                 end = quantifier.end() if quantifier else i + 1
                 pieces.append(pattern[i:end])
                 i, group_repeats, after_repeat = end, 0, False

@@ -12,9 +12,10 @@ Anything a branch says besides only narrows it, so it stays apart from the other
 A `oneOf` of branches that only ask which properties are present (`{"required":
 ["image"]}`, `{"required": ["build"]}`, `{"required": ["composeFile",
 "service"]}`: exactly one way to start a dev container) is written as the
-`anyOf` of the ways exactly one holds: its names present and, of each other
-branch, one name it does not ask absent (a property of schema `false`, which
-llguidance holds), at most PRESENCE_WAYS_LIMIT ways.
+`anyOf` of the ways exactly one holds: an object (any other value satisfies
+every branch's `required`, so more than one), its names present and, of each
+other branch, one name it does not ask absent (a property of schema `false`,
+which llguidance holds), at most PRESENCE_WAYS_LIMIT ways.
 """
 
 from __future__ import annotations
@@ -68,8 +69,14 @@ def _ways_one_is_present(branches: list[Any]) -> list[dict[str, Any]] | None:
     ways: list[dict[str, Any]] = []
     for index, names in enumerate(asked):
         not_asked = [[name for name in other if name not in names] for other in asked[:index] + asked[index + 1:]]
+        written: set[frozenset[str]] = set()
         for absent in itertools.product(*not_asked):  # (none where another branch asks no more than this one)
-            ways.append({"required": names, "properties": {name: False for name in absent}})
+            absent_names = frozenset(absent)
+            if absent_names in written:
+                continue
+            written.add(absent_names)
+            # (an object: any other value satisfies every branch's `required`, so two or more of them)
+            ways.append({"type": "object", "required": names, "properties": dict.fromkeys(absent, False)})
             if len(ways) > PRESENCE_WAYS_LIMIT:
                 return None
     return ways or None
@@ -91,10 +98,11 @@ def _told_apart(one: dict[str, Any], other: dict[str, Any], root: Any) -> bool:
     return False
 
 
-def _types(schema: Any, root: Any, depth: int = 0) -> frozenset[str]:
+def _types(schema: Any, root: Any, depth: int = 0, seen: dict[int, frozenset[str]] | None = None) -> frozenset[str]:
     """The JSON types a branch may take (integers counted as numbers), as far as its `type`, `const` or `enum`
     say, or else those of its `anyOf`'s or `oneOf`'s branches (an ESLint rule's severity, a number or a string,
     beside an array); every type where they do not (or where it is not a schema llguidance reads)."""
+    seen = {} if seen is None else seen  # (each union read once: a wide union of `$ref`s to itself took minutes)
     if schema is False:
         return frozenset()
     if not isinstance(schema, dict):
@@ -110,7 +118,12 @@ def _types(schema: Any, root: Any, depth: int = 0) -> frozenset[str]:
         return frozenset().union(*(json_types(value) for value in values)) - {"integer"}
     branches = schema.get("anyOf", schema.get("oneOf"))
     if isinstance(branches, list) and branches and depth < _UNION_DEPTH_LIMIT:
-        return frozenset().union(*(_types(resolved(branch, root), root, depth + 1) for branch in branches))
+        if id(schema) in seen:  # (read already, or being read: a `$ref` cycle, every type)
+            return seen[id(schema)]
+        seen[id(schema)] = _ALL_TYPES
+        seen[id(schema)] = frozenset().union(*(_types(resolved(branch, root), root, depth + 1, seen)
+                                                for branch in branches))
+        return seen[id(schema)]
     return _ALL_TYPES
 
 
