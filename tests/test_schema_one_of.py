@@ -122,3 +122,13 @@ def test_the_names_ways_leave_absent_do_not_raise_the_bound_on_collections() -> 
               "oneOf": [{"required": [f"a{i}", f"b{i}"]} for i in range(4)]}
     ways = exclusive_one_of_as_any_of(schema)
     assert len(ways["anyOf"]) == 32 and bounded_values(ways)["properties"]["tags"]["maxItems"] == COLLECTION_LIMIT
+
+
+def test_arrays_beside_presence_only_branches_stay_held_unique_and_no_warning_comes() -> None:
+    schema = {"type": "object", "properties": {"image": {"type": "string"}, "build": {"type": "string"},
+                                               "tags": {"type": "array", "items": {"type": "string"},
+                                                        "uniqueItems": True}},
+              "oneOf": [{"required": ["image"]}, {"required": ["build"]}]}
+    assert compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).warnings == ()
+    refused = {**schema, "type": ["string", "null"]}  # (takes no object: no value is valid, left as written)
+    assert exclusive_one_of_as_any_of(refused) == refused

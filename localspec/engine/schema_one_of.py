@@ -12,10 +12,10 @@ Anything a branch says besides only narrows it, so it stays apart from the other
 A `oneOf` of branches that only ask which properties are present (`{"required":
 ["image"]}`, `{"required": ["build"]}`, `{"required": ["composeFile",
 "service"]}`: exactly one way to start a dev container) is written as the
-`anyOf` of the ways exactly one holds: an object (any other value satisfies
-every branch's `required`, so more than one), its names present and, of each
-other branch, one name it does not ask absent (a property of schema `false`,
-which llguidance holds), at most PRESENCE_WAYS_LIMIT ways.
+`anyOf` of the ways exactly one holds: its names present and, of each other
+branch, one name it does not ask absent (a property of schema `false`, which
+llguidance holds), at most PRESENCE_WAYS_LIMIT ways; and the value an object
+(any other satisfies every branch's `required`, so more than one).
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ def exclusive_one_of_as_any_of(schema: Any) -> Any:
             return node
         resolved_branches = [resolved(branch, root) for branch in branches]
         if all(_exclusive(one, other, root) for one, other in itertools.combinations(resolved_branches, 2)):
-            ways = branches
-        else:
-            ways = _ways_one_is_present(resolved_branches)
-            if ways is None:
-                return node
+            return {("anyOf" if key == "oneOf" else key): value for key, value in node.items()}
+        ways = _ways_one_is_present(resolved_branches)
+        if ways is None or not _may_be_an_object(node):
+            return node
+        # (an object: any other value satisfies every branch's `required`, so two or more of them)
         return {("anyOf" if key == "oneOf" else key): (ways if key == "oneOf" else value)
-                for key, value in node.items()}
+                for key, value in node.items()} | {"type": "object"}
 
     return rewritten_bottom_up(schema, change)
 
@@ -75,11 +75,16 @@ def _ways_one_is_present(branches: list[Any]) -> list[dict[str, Any]] | None:
             if absent_names in written:
                 continue
             written.add(absent_names)
-            # (an object: any other value satisfies every branch's `required`, so two or more of them)
-            ways.append({"type": "object", "required": names, "properties": dict.fromkeys(absent, False)})
+            ways.append({"required": names, "properties": dict.fromkeys(absent, False)})
             if len(ways) > PRESENCE_WAYS_LIMIT:
                 return None
     return ways or None
+
+
+def _may_be_an_object(node: dict[str, Any]) -> bool:
+    """Whether `node`'s own `type` (if any) takes objects."""
+    kinds = node.get("type", "object")
+    return kinds == "object" or (isinstance(kinds, list) and "object" in kinds)
 
 
 def _exclusive(one: Any, other: Any, root: Any) -> bool:
