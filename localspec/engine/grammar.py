@@ -435,8 +435,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     counts = [node[key] for node in nodes for key in ("minItems", "maxItems", "minProperties", "maxProperties")
               if is_count(node.get(key))]
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
-    properties_listed = sum(sum(value is not False for value in node["properties"].values())  # (false: refused)
-                            for node in nodes if isinstance(node.get("properties"), dict))
+    properties_listed = sum(len(_holdable(node["properties"])) for node in nodes
+                            if isinstance(node.get("properties"), dict))
     untyped = (isinstance(schema, dict) and any(_untyped_values(node) for node in nodes)
                and takes_definitions(schema, ANY_VALUE_DEFINITION))
     minimums = [node["minLength"] for node in nodes if is_count(node.get("minLength"))]
@@ -536,6 +536,12 @@ def _bounded(schema: Any, limits: _Limits) -> Any:
     return bounded
 
 
+def _holdable(properties: dict[str, Any]) -> list[str]:
+    """The listed properties an object may hold: all but those of schema `false` (names a `propertyNames` refuses,
+    a presence-only `oneOf`'s absent names)."""
+    return [name for name, value in properties.items() if value is not False]
+
+
 def _free_keys_bounded(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` with the keys it takes freely, where it lists none but refused ones and gives their values a schema
     (a map's `additionalProperties`, `--format json`'s objects), held to KEY_LENGTH_LIMIT characters: written as
@@ -545,7 +551,7 @@ def _free_keys_bounded(schema: dict[str, Any]) -> dict[str, Any]:
     key takes the same schema of value as before."""
     others, listed, required = schema.get("additionalProperties"), schema.get("properties", {}), schema.get("required")
     if (not isinstance(others, dict) or "patternProperties" in schema or not isinstance(listed, dict)
-            or any(value is not False for value in listed.values())
+            or _holdable(listed)
             or (isinstance(required, list) and any(len(str(name)) > KEY_LENGTH_LIMIT for name in required))):
         return schema
     return {**schema, "patternProperties": {FREE_KEY_PATTERN: others}, "additionalProperties": False}
@@ -639,7 +645,7 @@ def _counts_keys(bounded: dict[str, Any]) -> bool:
     required = bounded.get("required", [])
     if bounded.get("additionalProperties") is False or not (isinstance(properties, dict) and isinstance(required, list)):
         return False
-    return all(name in required for name, value in properties.items() if value is not False)  # (`false`: refused)
+    return all(name in required for name in _holdable(properties))
 
 
 def closed_object(schema: dict[str, Any]) -> dict[str, Any]:

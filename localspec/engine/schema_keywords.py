@@ -112,6 +112,15 @@ def json_types(value: Any) -> set[str]:
     return {{str: "string", list: "array", dict: "object"}.get(type(value), "")}
 
 
+def listed_values(schema: dict[str, Any]) -> list[Any] | None:
+    """The values a schema lists: its `const`, or its `enum`; None where it has neither, both, or an `enum` that is
+    no list."""
+    if "const" in schema and "enum" not in schema:
+        return [schema["const"]]
+    values = schema.get("enum")
+    return values if isinstance(values, list) and "const" not in schema else None
+
+
 def is_count(value: Any) -> bool:
     """Whether `value` is what a schema's counts (`maxLength`, `minItems`, ...) must be: an integer, not negative."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

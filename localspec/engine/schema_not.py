@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from .schema_conditionals import exact_bound
-from .schema_keywords import ANNOTATIONS, json_identity, json_types, refers_into, rewritten_bottom_up
+from .schema_keywords import ANNOTATIONS, json_identity, json_types, listed_values, refers_into, rewritten_bottom_up
 
 _TYPES = ("object", "array", "string", "number", "boolean", "null")
 _REFUSING_KEYS = {"type", "const", "enum"} | ANNOTATIONS  # what a `not` written out here may say
@@ -49,10 +49,10 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
     refused = node.get("not")
     if not isinstance(refused, dict) or not refused.keys() <= _REFUSING_KEYS or not refused.keys() - ANNOTATIONS:
         return node
-    if refused.keys() & {"const", "enum"} and _listed(refused) is None:
+    if refused.keys() & {"const", "enum"} and listed_values(refused) is None:
         return node  # (both, or an enum that is no list: llguidance reports what it makes of it)
     rest = {key: value for key, value in node.items() if key != "not"}
-    own_values = _listed(rest)
+    own_values = listed_values(rest)
     if own_values is not None:  # (an enum of the value's own: the refused values left out of it)
         kept = [value for value in own_values if not _refuses(refused, value)]
         return {key: value for key, value in rest.items() if key not in ("const", "enum")} | {"enum": kept} \
@@ -98,7 +98,7 @@ def _ways_left(refused: dict[str, Any], own_types: set[str]) -> list[dict[str, A
     refused_types = _types(list(refused_names))
     if refused_types is None:
         return None
-    values = _listed(refused)  # (None: a type alone, refusing all its values)
+    values = listed_values(refused)  # (None: a type alone, refusing all its values)
     ways: list[dict[str, Any]] = []
     for kind in _TYPES:
         if kind not in own_types:
@@ -182,19 +182,12 @@ def _merged(schema: dict[str, Any], way: dict[str, Any]) -> dict[str, Any] | Non
     return None
 
 
-def _listed(schema: dict[str, Any]) -> list[Any] | None:
-    if "const" in schema and "enum" not in schema:
-        return [schema["const"]]
-    values = schema.get("enum")
-    return values if isinstance(values, list) and "const" not in schema else None
-
-
 def _refuses(refused: dict[str, Any], value: Any) -> bool:
     """Whether `refused` (a `type`, a `const` or an `enum`) takes `value`."""
     kinds = _type_names(refused.get("type", list(_TYPES))) or set()
     if not json_types(value) & kinds:
         return False
-    listed = _listed(refused)
+    listed = listed_values(refused)
     return listed is None or json_identity(value) in {json_identity(each) for each in listed}
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from .schema_keywords import ANNOTATIONS, json_identity, json_types, refers_from_root, resolved, rewritten_bottom_up
 
 PRESENCE_WAYS_LIMIT = 32  # a `oneOf` of presence-only branches whose ways are more is left to llguidance's warning
-_UNION_DEPTH_LIMIT = 8  # unions inside unions read this deep (a `$ref` cycle through them: every type)
+_UNION_DEPTH_LIMIT = 8  # unions inside unions read this deep (deeper: every type)
 _ALL_TYPES = frozenset({"object", "array", "string", "number", "boolean", "null"})
 
 

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from .key_patterns import KEY_LENGTH_LIMIT, as_full_match, bounded_repeats
-from .schema_keywords import ANNOTATIONS, refers_from_root, resolved, rewritten_bottom_up
+from .schema_keywords import ANNOTATIONS, is_count, listed_values, refers_from_root, resolved, rewritten_bottom_up
 
 try:  # Python's parser of regular expressions, to count a pattern's widths (never to match: no backtracking)
     from re import _parser as _regex_parser  # Python 3.11 and later
@@ -87,10 +87,7 @@ def _names_pattern(names: dict[str, Any]) -> str | None:
     """A pattern of the names that `names`' pattern, minLength and maxLength take together; None where lengths are
     no counts, or a pattern cannot be read here or held to them (see `_held_to_lengths`)."""
     shortest, longest = names.get("minLength", 0), names.get("maxLength")
-    counts = (shortest,) if longest is None else (shortest, longest)
-    if any(not isinstance(count, int) or isinstance(count, bool) or count < 0 for count in counts):
-        return None
-    if longest is not None and longest < shortest:
+    if not is_count(shortest) or (longest is not None and not (is_count(longest) and longest >= shortest)):
         return None
     pattern = names.get("pattern")
     if pattern is None:  # (no maximum: the bound on keys a schema takes freely, or the minimum where longer)
@@ -138,10 +135,8 @@ def _held_to_lengths(pattern: str, shortest: int, longest: int | None) -> str | 
 def _around_the_open_repeat(pattern: str) -> tuple[int, int] | None:
     """For a pattern with one unbounded repeat: the fewest characters a name that goes through the repeat has
     outside it, and the fewest of one turn of the repeat; so a name that turns it n times has at least
-    `outside + n × turn` characters. None where the repeat sits inside a bounded repeat of more than one turn,
-    or the pattern cannot be read (see `_widths`)."""
-    if _widths(pattern) is None:
-        return None
+    `outside + n × turn` characters. None where the repeat sits inside a bounded repeat of more than one turn.
+    (`pattern` is one `_widths` reads.)"""
     parsed = _regex_parser.parse(pattern)
 
     def fewest(items: list[Any]) -> int:
@@ -194,8 +189,6 @@ def _refused(refusal: Any) -> list[str] | None:
 
 
 def _listed(names: dict[str, Any]) -> list[str] | None:
-    """The string names of a `const` or an `enum` (not both); None for neither, both, or an enum that is no list."""
-    if ("const" in names) == ("enum" in names):
-        return None
-    listed = [names["const"]] if "const" in names else names["enum"]
-    return [name for name in listed if isinstance(name, str)] if isinstance(listed, list) else None
+    """The string names of a `const` or an `enum` (`listed_values`: not both)."""
+    listed = listed_values(names)
+    return None if listed is None else [name for name in listed if isinstance(name, str)]
