@@ -20,7 +20,8 @@ target-only, through two doors:
          `"speculative": false` for target-only
 
 An output counts as valid when it parses as JSON and validates against its schema
-with `jsonschema` (Draft 2020-12, formats checked: date, email, ipv4, uuid, ...).
+with `jsonschema` (Draft 2020-12, formats checked: date, email, ipv4, uuid, ...; numbers
+read as decimals, so that a `multipleOf` of 0.01 takes 0.07, which floats refuse).
 An output cut short (max_tokens: stop reason / finish_reason "length") counts as a
 failure too. The report gives the fraction valid per door, temperature and mode,
 every failure in one line, and how many speculative outputs were the target-only
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -75,15 +77,30 @@ class Outcome:
         return f"{name}: {self.problem}" if self.problem else name
 
 
+def _is_integer(checker: Any, instance: Any) -> bool:
+    """JSON Schema's integers: any number without a fraction (`1.0` too), a decimal one included."""
+    if isinstance(instance, Decimal):
+        return instance == instance.to_integral_value()
+    return _PLAIN_TYPES.is_type(instance, "integer")
+
+
+# Numbers are read as decimals, schemas' and outputs' alike: `jsonschema` divides floats for `multipleOf`, and so
+# refuses about one in nine prices to the cent (0.07 / 0.01 = 7.000000000000001), which decimals divide exactly.
+_PLAIN_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER
+_DecimalValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                                 type_checker=_PLAIN_TYPES.redefine("integer", _is_integer))
+
+
 def check_output(text: str, cut_short: bool, schema: dict[str, Any]) -> str:
     """What is wrong with one output ("" when it parses and validates)."""
     if cut_short:
         return "cut short by max_tokens"
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=Decimal)
     except json.JSONDecodeError as exc:
         return f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    validator = _DecimalValidator(json.loads(json.dumps(schema), parse_float=Decimal),
+                                  format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     return "" if error is None else f"does not validate: {error.message} (at {error.json_path})"
 

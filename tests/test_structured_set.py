@@ -151,6 +151,17 @@ def test_the_check_script_fails_what_does_not_parse_validate_or_finish() -> None
     assert "does not validate" in check_output(extra, False, case.schema)
 
 
+def test_the_check_script_takes_prices_to_the_cent_that_float_division_refuses() -> None:
+    check_output = script_module("check_structured").check_output
+    price = {"type": "object", "properties": {"amount": {"type": "number", "multipleOf": 0.01, "maximum": 1.5},
+                                              "count": {"type": "integer"}}}
+    assert check_output('{"amount": 0.07, "count": 3}', False, price) == ""  # 0.07 / 0.01 = 7.000000000000001
+    assert check_output('{"amount": 1.11, "count": 3.0}', False, price) == ""
+    assert "multiple" in check_output('{"amount": 0.075}', False, price)
+    assert "maximum" in check_output('{"amount": 1.51}', False, price)
+    assert "integer" in check_output('{"count": 3.5}', False, price)
+
+
 @pytest.mark.slow
 def test_the_check_script_runs_both_doors_and_exits_by_its_count(long_context_profile: str) -> None:
     """End to end on the tiny pair (its random outputs may or may not validate: the exit status must say which)."""
