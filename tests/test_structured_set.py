@@ -93,6 +93,25 @@ STRUCTURED_FIELDS = {
 }
 
 
+@pytest.mark.slow  # over a third of a second: a subprocess
+def test_per_pass_profile_of_structured_output_times_the_grammar_masks(long_context_profile: str) -> None:
+    result = run_script("profile_passes", "-p", long_context_profile, "--structured", "--prompts", "2", "--tokens", "24",
+                        "--strategy", "model", "--temperatures", "0", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    for row in json.loads(result.stdout):
+        assert row["ms_per_pass_by_part"]["grammar masks (target rows)"] > 0
+        assert 0 < row["forced_share"] < 1  # the schemas' first keys are forced, their values are not
+        assert row["tokens_per_pass"] >= 1
+
+
+@pytest.mark.slow  # over a third of a second: a subprocess
+def test_profile_passes_refuses_structured_with_its_own_prompts_in_one_line(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    result = run_script("profile_passes", "--structured", "--prompts-file", str(prompts), timeout=60)
+    assert result.returncode == 2 and "not with --prompts-file" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_bench_structured_reports_constrained_and_free_side_by_side(long_context_profile: str) -> None:
     result = cli("bench", "-p", long_context_profile, "--structured", "--limit", "1", "--max-tokens", "12",
                  "--temperatures", "1", "--draft-max", "3", "--json")
