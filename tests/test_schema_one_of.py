@@ -36,6 +36,8 @@ SHAPES = {"$defs": {"circle": kind("circle", r={"type": "integer"}),
                 {"properties": {"kind": {"const": "b"}}, "required": ["kind"]}]}, False),  # (any string is both)
     ({"$defs": {"any": {"$ref": "#/$defs/any"}}, "oneOf": [{"type": "string"}, {"$ref": "#/$defs/any"}]}, False),
     ({"oneOf": [{"type": "string"}]}, False),  # (one branch: nothing to tell apart)
+    ({"oneOf": [{"type": "object"}, True]}, False),  # (`true` takes every object: it raised an AttributeError)
+    ({"oneOf": [True, kind("a")]}, False),
     # A branch that is a union itself (an ESLint rule: a severity, a number or a string, or an array).
     ({"$defs": {"severity": {"oneOf": [{"type": "integer"}, {"enum": ["off", "warn"]}]}},
       "oneOf": [{"$ref": "#/$defs/severity"}, {"type": "array"}]}, True),

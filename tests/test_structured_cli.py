@@ -737,6 +737,11 @@ def test_keys_a_schema_takes_freely_are_bounded_and_no_others() -> None:
     ({"properties": {"a": {"type": "integer", "minimum": -2**63 + 2, "maximum": -2**63 + 9}}},
      "the number -9223372036854775806 is too close"),
     ({"type": "integer", "const": -1e308}, "the number -1e+308 is too close to -2^63"),  # (read as -2^63 there)
+    # Inside a listed array or object (each ended the process).
+    ({"const": [-2**63]}, "the number -9223372036854775808 is too close to -2^63"),
+    ({"enum": [{"a": [1, -2**63 + 1000]}]}, "the number -9223372036854774808 is too close to -2^63"),
+    ({"const": [-9.223372036854775808e18]}, "the number -9.223372036854776e+18 is too close to -2^63"),
+    ({"type": "array", "items": {"type": "integer"}, "const": [-1e19]}, "the number -1e+19 is too close to -2^63"),
     ({"type": "integer", "multipleOf": 2**24}, "multipleOf 16777216 is a multiple of 2^18, which llguidance cannot"),
     ({"type": "number", "multipleOf": 3.0 * 2**20}, "multipleOf 3145728.0 is a multiple of 2^18"),
     ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(2500)}}, "2500 definitions, more than the 2000"),
@@ -748,7 +753,8 @@ def test_a_schema_llguidance_would_crash_or_hang_on_is_one_line(schema: dict[str
     2,500 `$ref`s, and ran on for minutes over a multipleOf of 2^24: one request killed or held `serve`."""
     with pytest.raises(InputError, match="^s\\.json: " + re.escape(message)):
         compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
-    for fine in ({"type": "number", "const": -1e308}, {"type": "integer", "multipleOf": 10**6}):
+    for fine in ({"type": "number", "const": -1e308}, {"type": "integer", "multipleOf": 10**6},
+                 {"const": [-2**63 + 2000, {"a": [-2**62]}]}):
         compile_format(OutputFormat("json_schema", json.dumps(fine), "s.json"))
     with pytest.raises(InputError, match=r"^s\.json: "):  # (one line from llguidance; it was an OverflowError here)
         compile_format(OutputFormat("json_schema", '{"type": "integer", "multipleOf": ' + "9" * 400 + "}", "s.json"))

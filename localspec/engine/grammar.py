@@ -19,7 +19,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from ..config.files import parse_user_json
 from ..errors import InputError
@@ -799,13 +799,17 @@ def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
     if definitions > MOST_DEFINITIONS:
         raise InputError(f"{origin}: {definitions} definitions, more than the {MOST_DEFINITIONS} llguidance follows")
     for node in nodes:
-        values = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else []),
-                  *(node.get(bound) for bound in _BOUNDS)]
+        listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
+        values = [*listed, *(node.get(bound) for bound in _BOUNDS)]
         integer = "integer" in _schema_types(node)
         for value in values:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value >= _CRASHING_BELOW:
                 continue
             if (isinstance(value, int) and value >= -2**63) or (isinstance(value, float) and integer):
+                raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
+        # Inside a listed array or object (`[-2^63]`) the numbers' types are not followed: any float there too.
+        for value in _numbers_inside(listed):
+            if value < _CRASHING_BELOW and (isinstance(value, float) or value >= -2**63):
                 raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
         given = step = node.get("multipleOf")
         if isinstance(step, float) and math.isfinite(step) and step.is_integer():
@@ -813,6 +817,18 @@ def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
         if isinstance(step, int) and not isinstance(step, bool) and step and step % _SLOW_MULTIPLE == 0:
             raise InputError(f"{origin}: multipleOf {given} is a multiple of 2^18, which llguidance cannot follow"
                              " (it runs on for minutes)")
+
+
+def _numbers_inside(values: list[Any]) -> Iterator[int | float]:
+    """The numbers within the arrays and objects among `values` (not `values`' own), however deep."""
+    pending = [value for value in values if isinstance(value, (list, dict))]
+    while pending:
+        value = pending.pop()
+        for part in value.values() if isinstance(value, dict) else value:
+            if isinstance(part, (list, dict)):
+                pending.append(part)
+            elif isinstance(part, (int, float)) and not isinstance(part, bool):
+                yield part
 
 
 def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:

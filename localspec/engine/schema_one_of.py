@@ -94,8 +94,11 @@ def _exclusive(one: Any, other: Any, root: Any) -> bool:
     return not common or (common == {"object"} and _told_apart(one, other, root))
 
 
-def _told_apart(one: dict[str, Any], other: dict[str, Any], root: Any) -> bool:
-    """Whether a property required by both objects has listed values in one that the other lists none of."""
+def _told_apart(one: Any, other: Any, root: Any) -> bool:
+    """Whether a property required by both objects has listed values in one that the other lists none of
+    (a branch `true` takes every object: it tells none apart)."""
+    if not isinstance(one, dict) or not isinstance(other, dict):
+        return False
     for name in _required(one) & _required(other):
         ours, theirs = _listed(_property(one, name, root)), _listed(_property(other, name, root))
         if ours is not None and theirs is not None and not ours & theirs:
