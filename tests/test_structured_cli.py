@@ -760,6 +760,17 @@ def test_a_schema_llguidance_would_crash_or_hang_on_is_one_line(schema: dict[str
         compile_format(OutputFormat("json_schema", '{"type": "integer", "multipleOf": ' + "9" * 400 + "}", "s.json"))
 
 
+@pytest.mark.parametrize("lark", [
+    'start: %json {"const": -9223372036854775808}\n',
+    'start: "a" | b\nb: %json {"type": "array", "items": {"enum": [[1, -9223372036854775807]]}}\n',
+])
+def test_a_schema_llguidance_would_crash_on_inside_a_lark_grammar_is_one_line(lark: str) -> None:
+    """A grammar's own `%json` schema is read as a schema is (llguidance ended the process on these)."""
+    with pytest.raises(InputError, match=r"^g\.lark: the number -922337203685477580[78] is too close to -2\^63"):
+        compile_format(OutputFormat("grammar", lark, "g.lark"))
+    compile_format(OutputFormat("grammar", 'start: %json {"type": "integer"} | "%json {"\n', "g.lark"))
+
+
 def test_a_schema_nested_too_deeply_is_one_line() -> None:
     deep = '{"items": ' * 600 + "{}" + "}" * 600
     with pytest.raises(InputError, match=r"^deep\.json: the schema is nested too deeply$"):

@@ -260,7 +260,13 @@ def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     elif fmt.kind == "json_schema":
         grammar, check, notes = _schema_grammar(fmt)
     elif fmt.kind == "grammar":
-        grammar = LLMatcher.grammar_from_lark(_as_lark(fmt.source, fmt.origin))
+        lark = _as_lark(fmt.source, fmt.origin)
+        for schema in _inline_json_schemas(lark):
+            try:
+                refuse_unusable_schema(schema, _name(fmt))
+            except RecursionError:
+                raise InputError(f"{_name(fmt)}: a %json schema in it is nested too deeply") from None
+        grammar = LLMatcher.grammar_from_lark(lark)
     else:
         if (len(fmt.source) - len(fmt.source.rstrip("\\"))) % 2:  # (llguidance would drop it, changing the pattern)
             raise InputError(f"{_name(fmt)}: invalid regex: it ends with a backslash that escapes nothing")
@@ -279,6 +285,21 @@ def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
                      for message in _without_held_unique_items(messages, grammar))
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
+
+
+_INLINE_JSON = re.compile(r"%json\s*")
+
+
+def _inline_json_schemas(lark: str) -> Iterator[dict[str, Any]]:
+    """The JSON schemas a Lark grammar writes inline (`rule: %json {...}`), as far as they read as JSON."""
+    decoder = json.JSONDecoder()
+    for found in _INLINE_JSON.finditer(lark):
+        try:
+            schema, _ = decoder.raw_decode(lark, found.end())
+        except ValueError:  # (llguidance says what is wrong with it)
+            continue
+        if isinstance(schema, dict):
+            yield schema
 
 
 def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
