@@ -39,7 +39,8 @@ from .schema_one_of import exclusive_one_of_as_any_of
 from .schema_property_names import property_names_as_keys
 from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
-from .schema_places import SchemaPlaces, integer_range, survey_held
+from .schema_places import SchemaPlaces, integer_range, only_the_empty_string, survey_held
+from .schema_steps import steps_as_values
 from .string_language import StringLanguage
 from .unique_items import schemas_of_grammar
 
@@ -388,8 +389,9 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     a map's `propertyNames` as keys llguidance holds (`property_names_as_keys`, before `not`s are written out: a
     `not` of names is its own), and formats llguidance does not know as the patterns their standards define
     (`formats_as_patterns`), and a `not` of listed values or types as what it leaves (`not_written_out`), and an
-    object of parts closed by `unevaluatedProperties: false` as one object (`parts_as_one_object`)."""
-    schema = parts_as_one_object(formats_as_patterns(schema))
+    object of parts closed by `unevaluatedProperties: false` as one object (`parts_as_one_object`), and a few
+    multiples of a fractional step between bounds as the values they are (`steps_as_values`)."""
+    schema = parts_as_one_object(formats_as_patterns(steps_as_values(schema)))
     schema = exclusive_one_of_as_any_of(not_written_out(property_names_as_keys(schema)))
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
@@ -890,6 +892,8 @@ def _distinct_values(items: Any, least: int) -> int | None:
     listed = _listed_values(items)
     if listed is not None:
         return len(listed)
+    if only_the_empty_string(items):
+        return 1
     bounds = integer_range(items)
     if bounds is not None:
         return bounds.size

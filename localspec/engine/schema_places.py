@@ -156,6 +156,8 @@ def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems |
         items = places.of_value(items, min(places.types(items)))  # (items by a `$ref`: what it names)
     if not isinstance(items, dict):
         return None
+    if only_the_empty_string(items):  # one value: held as a listed one is (a free string could always be new)
+        return HeldItems(values=frozenset([""]))
     if items.get("type") == "string" and items.keys() <= _FREE_STRING_KEYS:
         most = items.get("maxLength")
         return HeldItems(max_length=most if is_count(most) else None)
@@ -172,6 +174,12 @@ def held_items(schema: Any, places: "SchemaPlaces | None" = None) -> HeldItems |
     if {key: value for key, value in items.items() if key not in _ANNOTATIONS} == _OPEN_NUMBER:
         return HeldItems(fractions=True)
     return None
+
+
+def only_the_empty_string(schema: Any) -> bool:
+    """Whether `schema` is a string of no other keyword than its lengths, and its `maxLength` is 0."""
+    return (isinstance(schema, dict) and schema.get("type") == "string" and schema.keys() <= _FREE_STRING_KEYS
+            and schema.get("maxLength") == 0 and not isinstance(schema.get("maxLength"), bool))
 
 
 _RECORD_KEYS = {"type", "properties", "required", "additionalProperties", "minProperties", "maxProperties",
