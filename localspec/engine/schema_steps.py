@@ -14,14 +14,15 @@ their bounds.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 from .schema_keywords import ANNOTATIONS, rewritten_bottom_up
 
 STEP_VALUES_LIMIT = 64  # multiples a range may leave to be listed (more: llguidance's own reading)
 
-_EXACT_MULTIPLES = 10**15  # k·step is exact in Decimal's 28 digits for k below this (a float's step has 17 at most)
+_EXACT_MULTIPLES = 10**15  # (k·step is exact in _PRECISION digits for k below this: a float's step has 17 at most)
+_PRECISION = 64  # digits of the Decimal arithmetic (a quotient of two floats' 17 digits is near an integer far sooner)
 _STEP_KEYS = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"} | ANNOTATIONS
 
 
@@ -46,18 +47,20 @@ def _multiples(node: dict[str, Any]) -> list[int | float] | None:
         return None
     if step <= 0 or step.is_integer():
         return None
-    step = Decimal(repr(step))
     low, high = _bound(node, "minimum", "exclusiveMinimum", lower=True), _bound(node, "maximum", "exclusiveMaximum")
     if low is None or high is None:
         return None
-    first, last = math.ceil(low[0] / step), math.floor(high[0] / step)
-    if low[1] and first * step == low[0]:  # (an exclusive bound that is a multiple itself)
-        first += 1
-    if high[1] and last * step == high[0]:
-        last -= 1
-    if not 0 < last - first + 1 <= STEP_VALUES_LIMIT or max(abs(first), abs(last)) >= _EXACT_MULTIPLES:
-        return None
-    return [_json_number(k * step) for k in range(first, last + 1)]
+    with localcontext() as context:
+        context.prec = _PRECISION
+        step = Decimal(repr(step))
+        first, last = math.ceil(low[0] / step), math.floor(high[0] / step)
+        if low[1] and first * step == low[0]:  # (an exclusive bound that is a multiple itself)
+            first += 1
+        if high[1] and last * step == high[0]:
+            last -= 1
+        if not 0 < last - first + 1 <= STEP_VALUES_LIMIT or max(abs(first), abs(last)) >= _EXACT_MULTIPLES:
+            return None
+        return [_json_number(k * step) for k in range(first, last + 1)]
 
 
 def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool = False) -> tuple[Decimal, bool] | None:
