@@ -138,6 +138,22 @@ def test_forced_tokens_and_the_grammars_end(spaced_pair: tuple[Path, Path], veri
                 assert drafted.stats.draft_tokens_accepted + drafted.stats.forced_tokens <= len(drafted.tokens)
 
 
+@pytest.mark.parametrize("rule", ['x[max_tokens=12]: /( the| cat| dog| sat)+/', 'x[stop=" sun"]: /( the| cat| dog)+/'])
+def test_a_grammar_llguidance_cannot_step_back_is_drafted_along_a_copy(spaced_pair: tuple[Path, Path],
+                                                                        rule: str) -> None:
+    """llguidance cannot roll a matcher back over a lexeme with a token limit or a stop string: drafts are checked
+    along a copy of it (speculative decoding failed with "the grammar could not step back"), the same text."""
+    grammar = llguidance.LLMatcher.grammar_from_lark(f"start: x\n{rule}\n")
+    speculative = SpeculativeParams(strategy="model", draft_max=3)
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        for seed in range(4):
+            settings = GenerationSettings(T1, speculative, max_tokens=16, seed=seed)
+            alone = generate_text(target, PROMPT, settings, None, grammar)
+            drafted = generate_text(target, PROMPT, settings, build_drafter(speculative, T1, draft), grammar)
+            assert drafted.tokens == alone.tokens and drafted.stop_reason is alone.stop_reason
+            assert drafted.stats.draft_tokens_accepted > 0
+
+
 def test_max_tokens_cuts_a_grammar_short(spaced_pair: tuple[Path, Path]) -> None:
     with Model(spaced_pair[0]) as target:
         generation = generate_text(target, PROMPT, GenerationSettings(T1, max_tokens=2, seed=0), None, FORCED_GRAMMAR)

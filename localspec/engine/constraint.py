@@ -19,6 +19,7 @@ repeat an item or a key, and cuts drafts there.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -45,10 +46,11 @@ _FORCED_TOKENS_FOLLOWED = 10_000
 class TokenGrammar:
     """An llguidance matcher over a vocabulary of `n_vocab` tokens."""
 
-    def __init__(self, matcher: Any, n_vocab: int, unique: UniqueItems | None = None) -> None:
+    def __init__(self, matcher: Any, n_vocab: int, unique: UniqueItems | None = None, steps_back: bool = True) -> None:
         self._matcher = matcher
         self.n_vocab = n_vocab
         self._unique = unique  # uniqueItems and unique keys, where llguidance does not hold them (unique_items.py)
+        self._steps_back = steps_back  # llguidance rolls it back (not over a lexeme with `stop=` or `max_tokens=`)
 
     @classmethod
     def start(cls, model: Model, grammar: str) -> "TokenGrammar":
@@ -60,12 +62,12 @@ class TokenGrammar:
         if matcher.is_error():
             raise InputError(f"the output format cannot be used: {_first_line(matcher.get_error())}")
         unique = UniqueItems.for_grammar(grammar, model)
-        return cls(matcher, model.n_vocab, unique)
+        return cls(matcher, model.n_vocab, unique, steps_back=_LEXEME_LIMITS.search(grammar) is None)
 
     def copy(self) -> "TokenGrammar":
         """An independent copy (a drafter advances it along its draft)."""
         unique = self._unique.copy() if self._unique is not None else None
-        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab, unique)
+        return TokenGrammar(self._matcher.deep_copy(), self.n_vocab, unique, self._steps_back)
 
     @property
     def stopped(self) -> bool:
@@ -108,23 +110,27 @@ class TokenGrammar:
         the draft keeps len(masks) - 1 tokens, up to the first the grammar does
         not allow (the matcher never sees a token it has not allowed: its errors
         are permanent), or the first after which every way on repeats an item of
-        an array with `uniqueItems`. The state is unchanged.
+        an array with `uniqueItems`. The state is unchanged (the draft is walked
+        and stepped back, or walked on a copy where llguidance cannot step back).
         """
-        mask, forced = self.next_tokens()
+        walker = self if self._steps_back else self.copy()
+        mask, forced = walker.next_tokens()
         masks, forced_at = [mask], [forced]
         for token in tokens:
             at = int(np.searchsorted(mask, token))
-            if self.stopped or at == len(mask) or mask[at] != token:
+            if walker.stopped or at == len(mask) or mask[at] != token:
                 break
-            self.consume([token])
+            walker.consume([token])
             try:
-                mask, forced = self.next_tokens()
-            except EveryWayRepeats:
-                self._rollback(1)  # the draft ends before the token after which every way on repeats an item
+                mask, forced = walker.next_tokens()
+            except EveryWayRepeats:  # the draft ends before the token after which every way on repeats an item
+                if walker is self:
+                    self._rollback(1)
                 break
             masks.append(mask)
             forced_at.append(forced)
-        self._rollback(len(masks) - 1)
+        if walker is self:
+            self._rollback(len(masks) - 1)
         return masks, forced_at
 
     def next_tokens(self) -> tuple[np.ndarray, bool]:
@@ -184,6 +190,11 @@ class TokenGrammar:
             raise LocalspecError(f"the grammar could not step back: {_first_line(self._matcher.get_error())}")
         if self._unique is not None:
             self._unique.rollback(n)
+
+
+# A lexeme with a stop string or a token limit (`x[stop="\\n", max_tokens=10]: /.*/`, in a Lark grammar): llguidance
+# cannot roll a matcher back over one ("rollback not supported with max_tokens=... or stop=... lexemes").
+_LEXEME_LIMITS = re.compile(r"\b(?:stop|max_tokens)\s*=")
 
 
 def _first_line(text: str) -> str:
