@@ -51,7 +51,8 @@ def test_wider_ranges_and_other_numbers_are_left_to_llguidance() -> None:
                   {"type": "number", "minimum": 0, "maximum": 3, "multipleOf": 2},
                   {"type": "number", "minimum": 0, "maximum": 3, "multipleOf": 0.5, "const": 1},
                   {"type": ["number", "null"], "minimum": 0, "maximum": 3, "multipleOf": 0.5},
-                  {"type": "number", "minimum": 1.3, "maximum": 1.4, "multipleOf": 0.25}):  # (none: llguidance says)
+                  {"type": "number", "minimum": 1.3, "maximum": 1.4, "multipleOf": 0.25},  # (none: llguidance says)
+                  {"type": "number", "minimum": 0, "maximum": 10**400, "multipleOf": 0.5}):  # (an OverflowError)
         assert steps_as_values(other) == other
     nested = {"type": "object", "properties": {"r": {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.5}}}
     assert steps_as_values(nested)["properties"]["r"] == {"type": "number", "enum": [0, 0.5, 1]}

@@ -78,7 +78,10 @@ def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool = F
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether `value` is a number, not infinite (an integer always: `math.isfinite` overflows on 10**400)."""
+    if isinstance(value, int):
+        return not isinstance(value, bool)
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _json_number(value: Decimal) -> int | float:
