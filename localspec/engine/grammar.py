@@ -823,16 +823,13 @@ def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
         raise InputError(f"{origin}: {definitions} definitions, more than the {MOST_DEFINITIONS} llguidance follows")
     for node in nodes:
         listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
-        values = [*listed, *(node.get(bound) for bound in _BOUNDS)]
         integer = "integer" in _schema_types(node)
-        for value in values:
+        # (inside a listed array or object, `[-2^63]`, the numbers' types are not followed: read as integers)
+        numbers = [(value, integer) for value in [*listed, *(node.get(bound) for bound in _BOUNDS)]]
+        for value, as_integer in numbers + [(value, True) for value in _numbers_inside(listed)]:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value >= _CRASHING_BELOW:
                 continue
-            if (isinstance(value, int) and value >= -2**63) or (isinstance(value, float) and integer):
-                raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
-        # Inside a listed array or object (`[-2^63]`) the numbers' types are not followed: any float there too.
-        for value in _numbers_inside(listed):
-            if value < _CRASHING_BELOW and (isinstance(value, float) or value >= -2**63):
+            if (isinstance(value, int) and value >= -2**63) or (isinstance(value, float) and as_integer):
                 raise InputError(f"{origin}: the number {value} is too close to -2^63 for llguidance")
         given = step = node.get("multipleOf")
         if isinstance(step, float) and math.isfinite(step) and step.is_integer():
