@@ -217,6 +217,22 @@ def test_in_a_loop_the_latest_turns_abstain_where_they_reach_the_end_of_the_cont
     n, starts = index.match()
     assert n == 2 and [len(context) - start for start in starts] == [24, 16, 8]
     assert index.continuation(starts, 24) == turn * 3
+    # Past that, every turn goes round the loop again (the context's last 8 and 16 tokens repeat those before).
+    assert index.continuation(starts, 36) == (turn * 5)[:36]
+
+
+def test_a_continuation_that_reaches_the_end_of_a_loop_goes_round_it_again() -> None:
+    """A line of 6 tokens written twice: its last two tokens occurred once before, 6 tokens back, and what
+    followed them is the line itself. The draft goes round the loop as far as asked, not one turn only; where
+    the context's end does not repeat the period before it, the continuation stops at the end."""
+    line = [1, 2, 3, 4, 5, 6]
+    lookup = NGramDrafter(n_min=2, n_max=4)
+    context = [50, 51, *line, *line]
+    lookup.begin(context)
+    assert lookup.propose(context, 20, StreamSampler(np.random.default_rng(0)), 0).tokens == (line * 4)[:20]
+    no_loop = [50, 51, *line, 9, 9, 5, 6]  # (5, 6) went on with 9 9 5 6: the last 4 tokens do not repeat 3 4 5 6
+    lookup.begin(no_loop)
+    assert lookup.propose(no_loop, 20, StreamSampler(np.random.default_rng(0)), 0).tokens == [9, 9, 5, 6]
 
 
 def test_each_match_length_has_its_own_length_controller() -> None:
@@ -292,6 +308,26 @@ def test_a_copy_that_lost_its_thread_resumes_where_it_left_off() -> None:
     lookup, context = copying()
     context += [900 + i for i in range(12)] + [112]  # the copy left off a dozen tokens ago
     assert lookup.propose(context, 8, sampler, 0).tokens == []
+
+
+def test_a_copy_that_can_be_resumed_goes_before_a_short_match_elsewhere() -> None:
+    """After the changed word (999) the tail (999, 112) occurred before, far from the copy: a two-token match
+    there drafts what followed it unless a copy is under way, which resumes at its own place instead; a match
+    of the longest n-gram still goes first."""
+    sampler = StreamSampler(np.random.default_rng(0))
+    source = list(range(100, 140))
+    elsewhere = [999, 112, 500, 501, 502, 503]
+    lookup = NGramDrafter(2, 4, resume_length=FixedLength(8))
+    context = [1, *elsewhere, 2, *source, 3, 4, *source[:6]]
+    lookup.begin(context)
+    assert lookup.propose(context, 8, sampler, 0).tokens == source[6:14]
+    lookup.observe(8, 5, 0.01)  # kept 106..110; the target's own token replaced 111
+    context += [*source[6:11], 999, 112]
+    assert lookup.propose(context, 8, sampler, 0).tokens == source[13:21]
+    assert lookup.length is lookup.resume_length
+    no_copy = NGramDrafter(2, 4, resume_length=FixedLength(8))
+    no_copy.begin(context)
+    assert no_copy.propose(context, 4, sampler, 0).tokens == elsewhere[2:]
 
 
 def test_a_copy_resumes_in_the_occurrence_its_draft_followed() -> None:

@@ -19,6 +19,12 @@ on the demo pair a 4-token match's continuation was kept 91% of the time, a
 2-token match's 18% (half of those drafts lost their first token). So each
 match length has its own length controller, which learns its own acceptance.
 
+In a loop (the context's last p tokens repeat the p before them, and the match
+occurred p tokens back) a continuation that reaches the context's end goes on
+with the loop, as far as the draft may go: a model that repeats a line over and
+over is drafted the whole length at once, where the written text alone would
+draft one period, then two, then four.
+
 Where an answer changes a word of the text it copies (or adds one), no n-gram
 of the context's tail occurred before for a pass or two, but the copy goes on.
 So after a lookup pass the drafter remembers where in the context the copy
@@ -26,6 +32,9 @@ would take its next token; while no n-gram matches, a last token found just
 there (a few tokens either way: a word inserted or left out) resumes the copy
 from after it, with a length controller of its own. A word found anywhere else
 is not taken: far from the copy, a single token says little about what follows.
+Where a copy can be resumed so, it goes before a match shorter than the longest
+n-gram (`, the` found elsewhere in the text): on copying prompts such short
+matches away from the copy lost their first token, the copy's place did not.
 """
 
 from __future__ import annotations
@@ -118,14 +127,29 @@ class NGramIndex:
         if max_tokens <= 0:
             return []
         if len(starts) == 1:
-            return self._tokens[starts[0] : starts[0] + max_tokens]
+            return self._following(starts[0], max_tokens)
         rows = np.full((len(starts), max_tokens), _NOT_WRITTEN_YET, dtype=np.int64)
         for row, start in zip(rows, starts):
-            following = self._tokens[start : start + max_tokens]
+            following = self._following(start, max_tokens)
             row[: len(following)] = following
-        # An occurrence whose continuation reaches the sequence's end (a loop, its latest turn) abstains from
-        # there on: what it goes on with is being written now, not a disagreement.
+        # An occurrence whose continuation reaches the sequence's end (a chat's latest turn; a loop only where it
+        # has not gone round twice) abstains from there on: what it goes on with is being written now, not a
+        # disagreement.
         return weighted_continuation(rows, MIN_SHARE, unknown=_NOT_WRITTEN_YET)[0]
+
+    def _following(self, start: int, max_tokens: int) -> list[int]:
+        """Up to `max_tokens` tokens from `start` on: as written, and past the sequence's end, where the sequence
+        ends in a loop of the period that `start` is back from its end, round the loop again."""
+        following = self._tokens[start : start + max_tokens]
+        period = len(self._tokens) - start
+        if len(following) < max_tokens and self._ends_in_loop(period):
+            following = (following * (max_tokens // period + 1))[:max_tokens]
+        return following
+
+    def _ends_in_loop(self, period: int) -> bool:
+        """Whether the sequence's last `period` tokens repeat the `period` tokens before them."""
+        tokens = self._tokens
+        return 0 < period and 2 * period <= len(tokens) and tokens[-period:] == tokens[-2 * period : -period]
 
 
 class NGramDrafter:
@@ -162,18 +186,19 @@ class NGramDrafter:
 
     def lookup(self, context: Sequence[int], max_tokens: int) -> tuple[DraftLength | None, int, list[int]]:
         """(the length controller of what matched, where its continuation starts in the context, proposed
-        tokens): the continuation of the longest n-gram match, else (where none matched, or its occurrences
-        part at the first token) that of a resumed copy; (None, 0, []) when neither is found."""
+        tokens): the continuation of the longest n-gram match, or that of a resumed copy where one is found and
+        the match is shorter than n_max (or there is none, or its occurrences part at the first token);
+        (None, 0, []) when neither is found."""
         self.index.extend_to(context)
         found = self.index.match()
         if max_tokens <= 0:
             return None, 0, []
-        if found is not None:
+        start = self._resumed_copy(context)
+        if found is not None and (found[0] == self.index.n_max or start is None):
             n, starts = found
             tokens = self.index.continuation(starts, max_tokens)
             if tokens:
                 return self.lengths[n], _followed(context, starts, tokens), tokens
-        start = self._resumed_copy(context)
         if start is None or self.resume_length is None:
             return None, 0, []
         return self.resume_length, start, list(context[start : start + max_tokens])
