@@ -57,6 +57,7 @@ class Session:
         self.prompt_cache = prompt_cache
         self._last_prompt: list[int] | None = None  # the latest generation's prompt (what `close` saves)
         self._special_verdicts: dict[str, bool] = {}  # content -> holds special-token text (`_holds_special_text`)
+        self._draft_same_shape: bool | None = None  # (`_draft_copies_the_target`, asked once)
         # Adaptive draft-length controllers, kept across generations (and across runs with a cache).
         self.learned_lengths = length_cache.load() if length_cache is not None else LearnedLengths()
 
@@ -78,8 +79,21 @@ class Session:
             memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None
             drafter = build_drafter(settings.speculative, settings.sampling, self.draft, self.learned_lengths,
                                     constrained=grammar is not None, memory=memory.index() if memory else None,
-                                    memory_use=memory.use if memory else None, word_form=self.target.word_form)
+                                    memory_use=memory.use if memory else None, word_form=self.target.word_form,
+                                    copies_from=self.target if self._draft_copies_the_target(settings) else None)
         return Generation(self.target, prompt_tokens, settings, drafter, grammar, stop_requested)
+
+    def _draft_copies_the_target(self, settings: GenerationSettings) -> bool:
+        """Whether the draft model takes what the target has read from the target's cache rather than reading
+        it: a draft of the target's own shape (`Model.same_shape`: the same weights at another precision, as
+        `draft make` writes) computed by the CPU (a GPU reads faster than a copy goes through the host's memory),
+        where its probabilities do not enter the text (the target's keys and values give the draft other
+        probabilities than its own reading would: closer to the target's)."""
+        if self.draft is None or not self.draft.computed_by_cpu_alone or _drafts_decide_the_text(settings):
+            return False
+        if self._draft_same_shape is None:
+            self._draft_same_shape = self.draft.same_shape(self.target)
+        return self._draft_same_shape
 
     def remember(self, generation: Generation, source: str, tag: str | None = None) -> None:
         """Add a finished generation's prompt and output to the memory (when there is one and its settings use it)."""

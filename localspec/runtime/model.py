@@ -29,6 +29,7 @@ from . import fatal, rpc
 from .chat_template import SpecialTexts
 from .devices import gpu_devices
 from .grammar_vocab import build_grammar_tokenizer
+from .kv_state import values_by_row
 from .library import (
     captured_log,
     clear_errors,
@@ -570,6 +571,11 @@ class Model(_Freed):
             self._first_read_alone = None
 
     @property
+    def computed_by_cpu_alone(self) -> bool:
+        """Whether the CPU alone computes this model (no GPU layers, no RPC worker)."""
+        return self._runs_on_cpu
+
+    @property
     def reads_alike_in_batches(self) -> bool:
         """Whether this model's cache holds the same keys and values for a text however its reading was
         split into batches of two or more tokens (computed by the CPU alone, on a machine with no GPU to
@@ -610,6 +616,28 @@ class Model(_Freed):
             return False
         self._tokens = list(tokens)
         return True
+
+    def same_shape(self, other: Model) -> bool:
+        """Whether `other` computes keys and values of the same shape from the same positions (its architecture,
+        layers, heads, width, rotary embedding and parameter count are this model's): the same weights at another
+        precision, such as a draft made from its target, whose cache this model can take (`copy_cache_from`)."""
+        def shape(model: Model) -> tuple:
+            llama, handle = model._llama, model._model
+            return (model.metadata("general.architecture"), llama.llama_model_n_layer(handle),
+                    llama.llama_model_n_embd(handle), llama.llama_model_n_head(handle),
+                    llama.llama_model_n_head_kv(handle), llama.llama_model_n_params(handle),
+                    llama.llama_model_rope_type(handle), llama.llama_model_rope_freq_scale_train(handle),
+                    llama.llama_model_n_swa(handle), model.n_vocab, model.n_ctx_train)
+        return self.keeps_every_position and shape(self) == shape(other)
+
+    def copy_cache_from(self, source: Model) -> bool:
+        """Make this cache hold `source`'s tokens with the keys and values `source` computed for them, copied
+        rather than evaluated (a model of the same shape, see `same_shape`); its values rewritten a row a cell
+        where this cache keeps them so (`kv_state`). False, this cache left empty, where llama.cpp refuses them."""
+        state = source.cache_state()
+        if self._runs_on_cpu and not self.flash_attention_off:  # (with flash attention: values a row a cell)
+            state = values_by_row(state) or b""
+        return self.restore_cache_state(source.tokens, state)
 
     def drop_unrecorded(self) -> None:
         """Drop what the cache holds past `tokens`: a decode interrupted (Ctrl-C) after llama.cpp

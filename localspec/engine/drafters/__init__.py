@@ -33,6 +33,7 @@ def build_drafter(
     memory: TokenMemory | None = None,
     memory_use: MemoryUse | None = None,
     word_form: Callable[[int], int] | None = None,
+    copies_from: Model | None = None,
 ) -> Drafter:
     """The drafter for `speculative.strategy` (model and hybrid need `draft_model`).
 
@@ -43,7 +44,8 @@ def build_drafter(
     benchmark keeps what it measured (and a run what earlier runs did). `memory`,
     earlier text to draft from, is used where `drafts_from_memory` says so;
     `memory_use` adds up how that went. `word_form` (`Model.word_form` of the target): what lookups in the
-    context compare tokens by.
+    context compare tokens by. `copies_from`: the target, whose cache the draft model copies rather
+    than reading what the target has read (see `ModelDrafter`).
     """
     learned = LearnedLengths() if learned is None else learned
 
@@ -63,7 +65,7 @@ def build_drafter(
         return in_context if from_memory is None else HybridDrafter(in_context, None, from_memory)
     if draft_model is None:
         raise ValueError(f"strategy {speculative.strategy!r} needs a draft model")
-    by_model = ModelDrafter(draft_model, sampling, speculative.p_min, length("model"))
+    by_model = ModelDrafter(draft_model, sampling, speculative.p_min, length("model"), copies_from)
     if speculative.strategy == "model":
         return by_model
     # With a fixed length, hybrid cannot weigh a lookup against the model: only the longest matches draft

@@ -1,0 +1,123 @@
+"""A draft model of the target's shape takes what the target has read from the target's cache
+(`Model.copy_cache_from`)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_models import N_LAYER, N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
+
+from localspec.app.session import Session
+from localspec.engine.drafters import model as drafting_by_model
+from localspec.runtime.kv_state import values_by_row
+from localspec.runtime.model import Model
+from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
+
+RUNTIME = ModelSettings(n_threads=1)
+TEXT = [1, *[260 + (i * 7) % 23 for i in range(40)]]
+NEXT = 265
+
+
+def test_a_draft_takes_the_targets_reading_as_if_it_had_read_the_text_itself(tiny_pair: tuple[Path, Path]) -> None:
+    """The same weights loaded as a target (values kept transposed, no flash attention) and as a draft (flash
+    attention: values a row a cell): the copy, its values rewritten, gives the draft the logits its own
+    reading gives, up to the two attention kernels' rounding; the state as written is refused."""
+    with Model(tiny_pair[0], RUNTIME) as target, Model(tiny_pair[0], RUNTIME, proposes_only=True) as draft, \
+            Model(tiny_pair[0], RUNTIME, proposes_only=True) as reader:
+        target.sync(TEXT)
+        assert not draft.restore_cache_state(target.tokens, target.cache_state())  # (incompatible V transposition)
+        assert draft.same_shape(target)
+        assert draft.copy_cache_from(target) and draft.tokens == tuple(TEXT)
+        copied = draft.next_logits([*TEXT, NEXT])
+        np.testing.assert_allclose(copied, reader.next_logits([*TEXT, NEXT]), rtol=1e-3, atol=1e-3)
+        assert draft.copy_cache_from(target)  # a copy replaces what the cache held
+        assert draft.tokens == tuple(TEXT)
+
+
+def test_a_state_already_a_row_a_cell_is_left_as_it_is_and_what_is_not_a_state_is_refused(
+        tiny_pair: tuple[Path, Path]) -> None:
+    with Model(tiny_pair[1], RUNTIME, proposes_only=True) as draft, Model(tiny_pair[0], RUNTIME) as target:
+        draft.sync(TEXT)
+        target.sync(TEXT)
+        by_row = draft.cache_state()
+        assert values_by_row(by_row) == by_row
+        transposed = target.cache_state()
+        assert values_by_row(transposed) != transposed and len(values_by_row(transposed)) == len(transposed)
+        for broken in (transposed[:-1], transposed + b"\0", b"", transposed[:8], transposed[4:],
+                       struct.pack("<II", 1, 5)):
+            assert values_by_row(broken) is None
+
+
+def _fewer_layers(folder: Path) -> Path:
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24  # (the tiny pair's)
+    last_layer = f"blk.{N_LAYER - 1}."
+    weights = {name: tensor for name, tensor in random_weights(n_vocab, seed=1).items()
+               if not name.startswith(last_layer)}
+    return write_model(folder / "shallow.gguf", weights, n_vocab=n_vocab, block_count=N_LAYER - 1)
+
+
+def test_a_model_of_another_shape_is_not_given_the_targets_cache(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    with Model(tiny_pair[0], RUNTIME) as target, Model(_fewer_layers(tmp_path), RUNTIME, proposes_only=True) as draft:
+        assert not draft.same_shape(target)
+
+
+def _evaluated_by(model: Model, counts: list[int]) -> None:
+    """Count the tokens `model` evaluates."""
+    evaluate = model.eval
+
+    def counted(tokens, **kwargs):
+        counts.append(len(tokens))
+        return evaluate(tokens, **kwargs)
+
+    model.eval = counted
+
+
+@pytest.mark.parametrize(("verify", "copied_from", "copies"), [("coupled", 16, True), ("coupled", None, False),
+                                                             ("rejection", 16, False)])
+def test_the_draft_model_copies_a_long_reading_of_the_target_where_that_cannot_change_the_text(
+        tiny_pair: tuple[Path, Path], verify: str, copied_from: int | None, copies: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Coupled verification: the draft model copies the prompt's reading (41 tokens, where copies start at 16),
+    and the text is target-only's; a prompt too short to copy (the default threshold) it reads itself. Rejection
+    sampling at a temperature: the draft's probabilities enter the text, so it reads the prompt itself."""
+    if copied_from is not None:
+        monkeypatch.setattr(drafting_by_model, "COPIED_FROM", copied_from)
+    drafting = SpeculativeParams(strategy="model", draft_max=4, verify=verify)
+    settings = GenerationSettings(SamplingParams(temperature=0.8), drafting, max_tokens=12, seed=5)
+    target, draft = Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME, proposes_only=True)
+    with Session(target, draft) as session:
+        evaluated: list[int] = []
+        _evaluated_by(draft, evaluated)
+        speculative = session.generation(TEXT, settings)
+        text = [token for chunk in speculative for token in chunk.tokens]
+        assert (max(evaluated) < len(TEXT) - 1) == copies  # (copied: it evaluated its drafts, not the prompt)
+        alone = session.generation(TEXT, settings, speculative=False)
+        assert (text == [token for chunk in alone for token in chunk.tokens]) or verify == "rejection"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["model", "hybrid"])
+def test_the_demo_draft_copies_a_long_prompt_and_the_text_stays_target_onlys(
+        smollm_f32: Path, smollm_q4_1: Path, strategy: str) -> None:
+    """Real weights: the Q4_1 draft of the F32 target copies the reading of a prompt of more than 128 tokens
+    (its 30 layers' values rewritten a row a cell) and drafts from it; the text is target-only's at T=0.8."""
+    target, draft = Model(smollm_f32, ModelSettings(n_ctx=1024)), Model(smollm_q4_1, ModelSettings(n_ctx=1024),
+                                                                        proposes_only=True)
+    with Session(target, draft) as session:
+        things = ["dishes", "car", "windows", "dog"] * 6
+        chores = ", ".join(f"chore {n}: wash the {thing}" for n, thing in enumerate(things))
+        question = f"My chores this week: {chores}. Which is first?"
+        prompt = session.chat_prompt_tokens([{"role": "user", "content": question}])
+        assert len(prompt) > 160
+        evaluated: list[int] = []
+        _evaluated_by(draft, evaluated)
+        drafting = SpeculativeParams(strategy=strategy, draft_max=8)
+        settings = GenerationSettings(SamplingParams(temperature=0.8), drafting, max_tokens=48, seed=11)
+        speculative = session.generation(prompt, settings)
+        text = [token for chunk in speculative for token in chunk.tokens]
+        assert evaluated and max(evaluated) < 64 and speculative.stats.draft_tokens_proposed > 0
+        alone = session.generation(prompt, settings, speculative=False)
+        assert text == [token for chunk in alone for token in chunk.tokens]
