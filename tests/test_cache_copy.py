@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from tiny_models import N_LAYER, N_SPECIAL_AND_BYTE_TOKENS, random_weights, writ
 from localspec.app.session import Session
 from localspec.engine.drafters import model as drafting_by_model
 from localspec.runtime.kv_state import values_by_row
+from localspec.engine.drafters.model import ModelDrafter
+from localspec.runtime import model as model_module
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
 
@@ -29,8 +32,10 @@ def test_a_draft_takes_the_targets_reading_as_if_it_had_read_the_text_itself(tin
             Model(tiny_pair[0], RUNTIME, proposes_only=True) as reader:
         target.sync(TEXT)
         assert not draft.restore_cache_state(target.tokens, target.cache_state())  # (incompatible V transposition)
+        assert draft.tokens == () and draft.takes_copies
         assert draft.same_shape(target)
         assert draft.copy_cache_from(target) and draft.tokens == tuple(TEXT)
+        assert draft.copied_positions == len(TEXT)
         copied = draft.next_logits([*TEXT, NEXT])
         np.testing.assert_allclose(copied, reader.next_logits([*TEXT, NEXT]), rtol=1e-3, atol=1e-3)
         assert draft.copy_cache_from(target)  # a copy replaces what the cache held
@@ -43,12 +48,31 @@ def test_a_state_already_a_row_a_cell_is_left_as_it_is_and_what_is_not_a_state_i
         draft.sync(TEXT)
         target.sync(TEXT)
         by_row = draft.cache_state()
-        assert values_by_row(by_row) == by_row
+        assert values_by_row(rewritten := bytearray(by_row)) and rewritten == by_row
         transposed = target.cache_state()
-        assert values_by_row(transposed) != transposed and len(values_by_row(transposed)) == len(transposed)
-        for broken in (transposed[:-1], transposed + b"\0", b"", transposed[:8], transposed[4:],
-                       struct.pack("<II", 1, 5)):
-            assert values_by_row(broken) is None
+        assert values_by_row(rewritten := bytearray(transposed)) and rewritten != transposed
+        assert len(rewritten) == len(transposed)
+        assert values_by_row(again := bytearray(rewritten)) and again == rewritten
+        two_ids = bytearray(transposed)
+        struct.pack_into("<I", two_ids, 20, 2)  # (the first cell's count of sequence ids)
+        wrong_position = bytearray(transposed)
+        struct.pack_into("<i", wrong_position, 16, 7)  # (the first cell's position, after magic, id, streams, cells)
+        for broken in (transposed[:-1], transposed + b"\0", b"", transposed[:8], transposed[4:], two_ids,
+                       wrong_position):
+            state = bytearray(broken)
+            assert not values_by_row(state) and state == broken  # (refused untouched)
+
+
+def test_a_copy_that_cannot_be_made_leaves_the_draft_as_it_was_and_is_not_tried_again(
+        tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    with Model(tiny_pair[0], RUNTIME) as target, Model(tiny_pair[0], RUNTIME, proposes_only=True) as draft:
+        target.sync(TEXT)
+        draft.sync(TEXT[:10])
+        monkeypatch.setattr(model_module, "values_by_row", lambda state: False)  # (a format it cannot read)
+        assert not draft.copy_cache_from(target) and draft.tokens == tuple(TEXT[:10]) and not draft.takes_copies
+        drafter = ModelDrafter(draft, SamplingParams(), copies_from=target)
+        monkeypatch.setattr(drafting_by_model, "COPIED_FROM", 16)
+        assert not drafter._copying_pays(TEXT)
 
 
 def _fewer_layers(folder: Path) -> Path:
@@ -121,3 +145,24 @@ def test_the_demo_draft_copies_a_long_prompt_and_the_text_stays_target_onlys(
         assert evaluated and max(evaluated) < 64 and speculative.stats.draft_tokens_proposed > 0
         alone = session.generation(prompt, settings, speculative=False)
         assert text == [token for chunk in alone for token in chunk.tokens]
+
+
+def _text(session: Session, prompt: list[int], settings: GenerationSettings) -> list[int]:
+    return [token for chunk in session.generation(prompt, settings) for token in chunk.tokens]
+
+
+def test_what_one_generation_copied_is_not_drafted_from_where_the_drafts_decide_the_text(
+        tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chat turn (or `serve` request) under coupled verification copies the prompt's reading; the next one,
+    under rejection sampling at a temperature, gives the text a fresh session gives (the draft reads itself)."""
+    monkeypatch.setattr(drafting_by_model, "COPIED_FROM", 16)
+    coupled = GenerationSettings(SamplingParams(temperature=0.8), SpeculativeParams(strategy="model", draft_max=4),
+                                 max_tokens=12, seed=5)
+    rejection = dataclasses.replace(coupled, speculative=dataclasses.replace(coupled.speculative, verify="rejection"))
+    follow_up = [*TEXT, NEXT, 270, 271]
+    with Session(Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME, proposes_only=True)) as session:
+        _text(session, TEXT, coupled)
+        assert session.draft.copied_positions > 0
+        after_a_copy = [_text(session, follow_up, dataclasses.replace(rejection, seed=seed)) for seed in range(6)]
+    with Session(Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME, proposes_only=True)) as fresh:
+        assert after_a_copy == [_text(fresh, follow_up, dataclasses.replace(rejection, seed=seed)) for seed in range(6)]

@@ -74,6 +74,8 @@ class Session:
                 if not model.tokens and (model.flash_attention_off or not _drafts_decide_the_text(settings)):
                     self.prompt_cache.restore(model, prompt_tokens)
             self._last_prompt = list(prompt_tokens)
+        if self.draft is not None and self.draft.copied_positions and _drafts_decide_the_text(settings):
+            self.draft.clear()  # (what an earlier generation copied from the target: `_draft_copies_the_target`)
         drafter = None
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
             memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None

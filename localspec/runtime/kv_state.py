@@ -1,13 +1,13 @@
 """llama.cpp's sequence state, read far enough to store its values row by row.
 
 `llama_state_seq_get_data` writes a sequence's cache as: a magic number, the sequence's id, the
-number of streams; per stream
-the number of cells, each cell's position and sequence ids, then the keys of every layer
-(one row a cell) and the values of every layer. A cache without flash attention keeps each
-layer's values transposed (one row per value dimension, a column a cell) and writes them so;
-one with flash attention keeps and writes them a row a cell. llama.cpp restores a state only
-into a cache that keeps its values the same way, so a target's cache (no flash attention on
-the CPU) can be given to a draft model of the same shape (flash attention on) only rewritten.
+number of streams; per stream the number of cells, each cell's position and sequence ids, then
+the keys of every layer (one row a cell) and the values of every layer. A cache without flash
+attention keeps each layer's values transposed (one row per value dimension, a column a cell)
+and writes them so; one with flash attention keeps and writes them a row a cell. llama.cpp
+restores a state only into a cache that keeps its values the same way, so a target's cache (no
+flash attention on the CPU) can be given to a draft model of the same shape (flash attention on)
+only rewritten. Both layouts take the same number of bytes, so the state is rewritten in place.
 """
 
 from __future__ import annotations
@@ -24,70 +24,89 @@ _ELEMENT_BYTES = {0: 4, 1: 2, 30: 2}
 class _Reader:
     """Reads little-endian fields from a state, and raises ValueError past its end."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
         self.at = 0
 
-    def take(self, n: int) -> memoryview:
+    def skip(self, n: int) -> int:
+        """Pass over `n` bytes; where they start."""
         if n < 0 or self.at + n > len(self.data):
             raise ValueError("the state ends early")
-        part = self.data[self.at : self.at + n]
         self.at += n
-        return part
+        return self.at - n
 
     def field(self, fmt: str) -> int:
-        return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt)))[0]
+        size = struct.calcsize("<" + fmt)
+        return struct.unpack_from("<" + fmt, self.data, self.skip(size))[0]
 
 
-def values_by_row(state: bytes) -> bytes | None:
-    """`state` with every layer's values written a row a cell, as a flash-attention cache keeps them: the
-    same bytes where they are already; None where `state` does not read as llama.cpp's sequence state
-    (another version's format, cells with extra fields, a value type that cannot be transposed)."""
+def values_by_row(state: bytearray) -> bool:
+    """Rewrite `state` in place so that every layer's values are written a row a cell, as a flash-attention
+    cache keeps them (nothing to do where they are already); False, `state` untouched, where it does not read
+    as one sequence's state in llama.cpp's format (another version's, cells with extra fields, a value type
+    that cannot be transposed)."""
     try:
-        return _values_by_row(state)
+        transposed = _transposed_values(state)
     except (ValueError, struct.error):
-        return None
+        return False
+    if transposed is None:
+        return False
+    flags, layers = transposed
+    for flag in flags:
+        struct.pack_into("<I", state, flag, 0)
+    for header, element_bytes, n_dims, n_cells in layers:
+        start = header + 12  # (type, element size, dimensions) become (type, row size): 12 bytes either way
+        end = start + n_dims * n_cells * element_bytes
+        rows = np.frombuffer(state, dtype=f"<u{element_bytes}", count=n_dims * n_cells, offset=start).reshape(
+            n_dims, n_cells).T.tobytes()  # (one layer's values at a time)
+        struct.pack_into("<Q", state, header + 4, n_dims * element_bytes)
+        state[start:end] = rows
+    return True
 
 
-def _values_by_row(state: bytes) -> bytes | None:
+def _transposed_values(state: bytearray) -> tuple[list[int], list[tuple[int, int, int, int]]] | None:
+    """Where the transposed values are: the offsets of each stream's "transposed" flag, and for each layer
+    (offset of its values' header, bytes per element, dimensions, cells); nothing where the values are a
+    row a cell already. None where `state` is not one sequence's state of cells at positions 0..n-1
+    (ValueError where it ends early)."""
     reader = _Reader(state)
     if reader.field("I") != SEQUENCE_STATE_MAGIC:
         return None
-    sequence = reader.field("i")
-    n_stream = reader.field("I")
-    out = bytearray(struct.pack("<IiI", SEQUENCE_STATE_MAGIC, sequence, n_stream))
-    for _ in range(n_stream):
+    reader.field("i")  # (the sequence's id)
+    flags: list[int] = []
+    found: list[tuple[int, int, int, int]] = []
+    for _ in range(reader.field("I")):  # streams
         n_cells = reader.field("I")
-        out += struct.pack("<I", n_cells)
         if n_cells == 0:
             continue
-        start = reader.at
-        for _ in range(n_cells):  # each cell's position, then its sequence ids
-            reader.field("i")
-            reader.take(4 * reader.field("I"))
-        v_trans = reader.field("I")
-        n_layer = reader.field("I")
+        positions = []
+        for _ in range(n_cells):  # each cell's position, then its one sequence id
+            positions.append(reader.field("i"))
+            if reader.field("I") != 1:
+                return None
+            reader.skip(4)
+        if sorted(positions) != list(range(n_cells)):  # (a cell's extra fields would have been read as these)
+            return None
+        flag = reader.at
+        v_trans, n_layer = reader.field("I"), reader.field("I")
         if v_trans not in (0, 1) or n_layer == 0:
             return None
-        out += reader.data[start : reader.at - 8]
-        out += struct.pack("<II", 0, n_layer)
+        if v_trans:
+            flags.append(flag)
         for _ in range(n_layer):  # the keys: type, row size, a row a cell
-            key_type = reader.field("i")
-            row_bytes = reader.field("Q")
-            out += struct.pack("<iQ", key_type, row_bytes) + reader.take(row_bytes * n_cells)
+            reader.field("i")
+            reader.skip(reader.field("Q") * n_cells)
         for _ in range(n_layer):
+            header = reader.at
             value_type = reader.field("i")
             if not v_trans:
-                row_bytes = reader.field("Q")
-                out += struct.pack("<iQ", value_type, row_bytes) + reader.take(row_bytes * n_cells)
+                reader.skip(reader.field("Q") * n_cells)
                 continue
-            element_bytes = reader.field("I")
-            n_dims = reader.field("I")
+            element_bytes, n_dims = reader.field("I"), reader.field("I")
             if _ELEMENT_BYTES.get(value_type) != element_bytes:
                 return None
-            columns = np.frombuffer(reader.take(n_dims * n_cells * element_bytes), dtype=f"<u{element_bytes}")
-            rows = columns.reshape(n_dims, n_cells).T
-            out += struct.pack("<iQ", value_type, n_dims * element_bytes) + rows.tobytes()
+            reader.skip(n_dims * n_cells * element_bytes)
+            found.append((header, element_bytes, n_dims, n_cells))
     if reader.at != len(state):
         return None
-    return bytes(out)
+    return flags, found

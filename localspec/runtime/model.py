@@ -241,6 +241,10 @@ class Model(_Freed):
                 self.close()
                 raise
         self._tokens: list[int] = []
+        # How many cached positions, from the first, hold keys and values another model computed
+        # (`copy_cache_from`), and whether copies are still tried (none after one was refused).
+        self.copied_positions = 0
+        self.takes_copies = True
         # Where llama.cpp computes a token read alone unlike one read in a batch, the position of the first
         # token read alone (None: none is).
         self._lone_reads_differ = not lone_token_computed_like_a_batch() and not self.placement.one_token_decodes
@@ -567,6 +571,7 @@ class Model(_Freed):
             self.sync(kept)
             return
         del self._tokens[n:]
+        self.copied_positions = min(self.copied_positions, n)
         if self._first_read_alone is not None and self._first_read_alone >= n:
             self._first_read_alone = None
 
@@ -593,37 +598,49 @@ class Model(_Freed):
         self._ensure_context()
         return self._llama.llama_state_seq_get_size(self._ctx, SEQ_ID)
 
-    def cache_state(self) -> bytes:
+    def cache_state(self) -> bytearray:
         """The cache's contents (llama.cpp's sequence state: the keys and values of `tokens`)."""
         size = self.cache_state_size()
-        buffer = (ctypes.c_uint8 * size)()
-        written = self._llama.llama_state_seq_get_data(self._ctx, buffer, size, SEQ_ID)
-        return ctypes.string_at(buffer, written)
+        state = bytearray(size)
+        buffer = (ctypes.c_uint8 * size).from_buffer(state)
+        with interrupts_held():
+            written = self._llama.llama_state_seq_get_data(self._ctx, buffer, size, SEQ_ID)
+        del buffer  # (so that the bytes can be cut to what was written)
+        del state[written:]
+        raise_pending_interrupt()
+        return state
 
-    def restore_cache_state(self, tokens: Sequence[int], state: bytes) -> bool:
+    def restore_cache_state(self, tokens: Sequence[int], state: bytes | bytearray) -> bool:
         """Make the cache hold `tokens` from `cache_state()`'s output for them; False (the cache left
         empty) where llama.cpp refuses it (another model's, too long for this context, malformed)."""
         self._ensure_context()
         self.clear()
         if not 0 < len(tokens) <= self._n_ctx or not state:
             return False
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        array = ctypes.c_uint8 * len(state)
+        buffer = array.from_buffer(state) if isinstance(state, bytearray) else array.from_buffer_copy(state)
         clear_errors()
-        restored = self._llama.llama_state_seq_set_data(self._ctx, buffer, len(state), SEQ_ID) == len(state)
+        with interrupts_held():
+            restored = self._llama.llama_state_seq_set_data(self._ctx, buffer, len(state), SEQ_ID) == len(state)
+        del buffer
         if not (restored and self._llama.llama_memory_seq_pos_min(self._memory, SEQ_ID) == 0
                 and self._llama.llama_memory_seq_pos_max(self._memory, SEQ_ID) == len(tokens) - 1):
             self.clear()  # (a state of another length than `tokens` is not theirs)
+            raise_pending_interrupt()
             return False
         self._tokens = list(tokens)
+        raise_pending_interrupt()
         return True
 
     def same_shape(self, other: Model) -> bool:
-        """Whether `other` computes keys and values of the same shape from the same positions (its architecture,
-        layers, heads, width, rotary embedding and parameter count are this model's): the same weights at another
-        precision, such as a draft made from its target, whose cache this model can take (`copy_cache_from`)."""
+        """Whether `other` computes keys and values of the same shape from the same positions: its architecture,
+        layers, heads, width, rotary embedding, parameter count and vocabulary are this model's. Meant for the
+        same weights at another precision, such as a draft made from its target, whose cache this model can
+        then take (`copy_cache_from`); another model of the same dimensions would only draft from it worse."""
         def shape(model: Model) -> tuple:
             llama, handle = model._llama, model._model
-            return (model.metadata("general.architecture"), llama.llama_model_n_layer(handle),
+            architecture = model.metadata("general.architecture")
+            return (architecture, model.metadata(f"{architecture}.rope.freq_base"), llama.llama_model_n_layer(handle),
                     llama.llama_model_n_embd(handle), llama.llama_model_n_head(handle),
                     llama.llama_model_n_head_kv(handle), llama.llama_model_n_params(handle),
                     llama.llama_model_rope_type(handle), llama.llama_model_rope_freq_scale_train(handle),
@@ -633,11 +650,15 @@ class Model(_Freed):
     def copy_cache_from(self, source: Model) -> bool:
         """Make this cache hold `source`'s tokens with the keys and values `source` computed for them, copied
         rather than evaluated (a model of the same shape, see `same_shape`); its values rewritten a row a cell
-        where this cache keeps them so (`kv_state`). False, this cache left empty, where llama.cpp refuses them."""
+        where this cache keeps them so (`kv_state`). False where the state cannot be rewritten (this cache left
+        as it was) or llama.cpp refuses it (this cache left empty); then `takes_copies` is False from then on."""
         state = source.cache_state()
-        if self._runs_on_cpu and not self.flash_attention_off:  # (with flash attention: values a row a cell)
-            state = values_by_row(state) or b""
-        return self.restore_cache_state(source.tokens, state)
+        by_row = self._runs_on_cpu and not self.flash_attention_off  # (with flash attention: values a row a cell)
+        if (by_row and not values_by_row(state)) or not self.restore_cache_state(source.tokens, state):
+            self.takes_copies = False
+            return False
+        self.copied_positions = len(self._tokens)
+        return True
 
     def drop_unrecorded(self) -> None:
         """Drop what the cache holds past `tokens`: a decode interrupted (Ctrl-C) after llama.cpp
@@ -653,6 +674,7 @@ class Model(_Freed):
             self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
         self._tokens = []
         self._first_read_alone = None
+        self.copied_positions = 0
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Make the cache hold exactly `tokens`, reusing the longest common prefix.

@@ -23,6 +23,7 @@ COPIED_FROM = 128
 # A copy costs at most what reading one token in this many would (on the CPU, 2 threads, the demo's draft:
 # 75 µs a token copied, 3.2 ms a token read; a draft on a GPU reads, see `Session._draft_copies_the_target`).
 TOKENS_COPIED_FOR_ONE_READ = 32
+MAX_COPIED_STATE_BYTES = 1 << 30  # (Llama 3 8B's F16 cache of 8,000 tokens; the copy is rewritten in place)
 
 
 class ModelDrafter:
@@ -101,23 +102,19 @@ class ModelDrafter:
 
     def _copying_pays(self, tokens: Sequence[int]) -> bool:
         """Whether copying the target's cache (`Model.copy_cache_from`: the whole of it) beats reading what
-        this model's cache lacks of `tokens` that the target's holds."""
-        if self.copies_from is None:
+        this model's cache lacks of `tokens` that the target's holds (a state of at most MAX_COPIED_STATE_BYTES)."""
+        if self.copies_from is None or not self.model.takes_copies:
             return False
         source = self.copies_from.tokens
         lacking = common_prefix_length(source, tokens) - common_prefix_length(self.model.tokens, tokens)
         return (lacking >= COPIED_FROM and lacking * TOKENS_COPIED_FOR_ONE_READ >= len(source)
-                and len(source) <= self.model.context_size)
+                and len(source) <= self.model.context_size
+                and self.copies_from.cache_state_size() <= MAX_COPIED_STATE_BYTES)
 
     def _copy_what_the_target_read(self, tokens: Sequence[int]) -> bool:
         """Take what the target's cache holds of `tokens` where that beats reading it (`_copying_pays`);
-        whether it did. Where llama.cpp refuses a copy, this model reads from then on."""
-        if not self._copying_pays(tokens):
-            return False
-        if not self.model.copy_cache_from(self.copies_from):
-            self.copies_from = None
-            return False
-        return True
+        whether it did. Where a copy fails once, this model reads from then on (`Model.takes_copies`)."""
+        return self._copying_pays(tokens) and self.model.copy_cache_from(self.copies_from)
 
     def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
         """What the draft model must hold before it drafts: all but the last token; what it holds
