@@ -35,7 +35,7 @@ def test_a_draft_takes_the_targets_reading_as_if_it_had_read_the_text_itself(tin
         assert draft.tokens == () and draft.takes_copies
         assert draft.same_shape(target)
         assert draft.copy_cache_from(target) and draft.tokens == tuple(TEXT)
-        assert draft.copied_positions == len(TEXT)
+        assert draft.restored_positions == len(TEXT)
         copied = draft.next_logits([*TEXT, NEXT])
         np.testing.assert_allclose(copied, reader.next_logits([*TEXT, NEXT]), rtol=1e-3, atol=1e-3)
         assert draft.copy_cache_from(target)  # a copy replaces what the cache held
@@ -162,7 +162,27 @@ def test_what_one_generation_copied_is_not_drafted_from_where_the_drafts_decide_
     follow_up = [*TEXT, NEXT, 270, 271]
     with Session(Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME, proposes_only=True)) as session:
         _text(session, TEXT, coupled)
-        assert session.draft.copied_positions > 0
+        assert session.draft.restored_positions > 0
         after_a_copy = [_text(session, follow_up, dataclasses.replace(rejection, seed=seed)) for seed in range(6)]
     with Session(Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME, proposes_only=True)) as fresh:
         assert after_a_copy == [_text(fresh, follow_up, dataclasses.replace(rejection, seed=seed)) for seed in range(6)]
+
+
+def test_a_draft_state_restored_from_a_saved_prompt_is_dropped_where_the_drafts_decide_the_text(
+        tiny_pair: tuple[Path, Path]) -> None:
+    """Also what the last prompt's saved reading gave the draft model (a chat's first turn under coupled
+    verification, a later one under rejection sampling): read in other batches, it is not what reading computes."""
+    coupled = GenerationSettings(SamplingParams(temperature=0.8), SpeculativeParams(strategy="model", draft_max=4),
+                                 max_tokens=4, seed=5)
+    rejection = dataclasses.replace(coupled, speculative=dataclasses.replace(coupled.speculative, verify="rejection"))
+    with Session(Model(tiny_pair[0], RUNTIME), Model(tiny_pair[1], RUNTIME, proposes_only=True)) as session:
+        session.draft.sync(TEXT)
+        saved = session.draft.cache_state()
+        assert session.draft.restore_cache_state(TEXT, saved) and session.draft.restored_positions == len(TEXT)
+        session.generation([*TEXT, NEXT], coupled)
+        assert session.draft.tokens == tuple(TEXT)  # (kept where drafts are checked against the target's draws)
+        session.generation([*TEXT, NEXT], rejection)
+        assert session.draft.tokens == () and session.draft.restored_positions == 0
+        session.draft.sync(TEXT)  # (read here: kept)
+        session.generation([*TEXT, NEXT], rejection)
+        assert session.draft.tokens == tuple(TEXT)

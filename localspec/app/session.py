@@ -74,8 +74,10 @@ class Session:
                 if not model.tokens and (model.flash_attention_off or not _drafts_decide_the_text(settings)):
                     self.prompt_cache.restore(model, prompt_tokens)
             self._last_prompt = list(prompt_tokens)
-        if self.draft is not None and self.draft.copied_positions and _drafts_decide_the_text(settings):
-            self.draft.clear()  # (what an earlier generation copied from the target: `_draft_copies_the_target`)
+        if self.draft is not None and self.draft.restored_positions and _drafts_decide_the_text(settings):
+            # Where its probabilities enter the text, the draft model holds only what it read itself: not what an
+            # earlier generation copied from the target (`_draft_copies_the_target`) or restored from a saved prompt.
+            self.draft.clear()
         drafter = None
         if speculative and (self.draft is not None or not settings.speculative.uses_draft_model):
             memory = self.memory if self.memory is not None and drafts_from_memory(settings.speculative) else None

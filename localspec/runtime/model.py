@@ -241,9 +241,10 @@ class Model(_Freed):
                 self.close()
                 raise
         self._tokens: list[int] = []
-        # How many cached positions, from the first, hold keys and values another model computed
-        # (`copy_cache_from`), and whether copies are still tried (none after one was refused).
-        self.copied_positions = 0
+        # How many cached positions, from the first, hold keys and values this model did not compute by reading
+        # them here (restored from a saved state, or copied from another model's cache: `copy_cache_from`), and
+        # whether copies are still tried (none after one was refused).
+        self.restored_positions = 0
         self.takes_copies = True
         # Where llama.cpp computes a token read alone unlike one read in a batch, the position of the first
         # token read alone (None: none is).
@@ -571,7 +572,7 @@ class Model(_Freed):
             self.sync(kept)
             return
         del self._tokens[n:]
-        self.copied_positions = min(self.copied_positions, n)
+        self.restored_positions = min(self.restored_positions, n)
         if self._first_read_alone is not None and self._first_read_alone >= n:
             self._first_read_alone = None
 
@@ -629,6 +630,7 @@ class Model(_Freed):
             raise_pending_interrupt()
             return False
         self._tokens = list(tokens)
+        self.restored_positions = len(tokens)
         raise_pending_interrupt()
         return True
 
@@ -657,7 +659,6 @@ class Model(_Freed):
         if (by_row and not values_by_row(state)) or not self.restore_cache_state(source.tokens, state):
             self.takes_copies = False
             return False
-        self.copied_positions = len(self._tokens)
         return True
 
     def drop_unrecorded(self) -> None:
@@ -674,7 +675,7 @@ class Model(_Freed):
             self._llama.llama_memory_seq_rm(self._memory, SEQ_ID, -1, -1)
         self._tokens = []
         self._first_read_alone = None
-        self.copied_positions = 0
+        self.restored_positions = 0
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Make the cache hold exactly `tokens`, reusing the longest common prefix.
