@@ -13,9 +13,9 @@ from tiny_models import N_LAYER, N_SPECIAL_AND_BYTE_TOKENS, random_weights, writ
 
 from localspec.app.session import Session
 from localspec.engine.drafters import model as drafting_by_model
-from localspec.runtime.kv_state import values_by_row
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.runtime import model as model_module
+from localspec.runtime.kv_state import values_by_row
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
 
