@@ -118,6 +118,8 @@ def test_the_draft_model_copies_a_long_reading_of_the_target_where_that_cannot_c
         speculative = session.generation(TEXT, settings)
         text = [token for chunk in speculative for token in chunk.tokens]
         assert (max(evaluated) < len(TEXT) - 1) == copies  # (copied: it evaluated its drafts, not the prompt)
+        assert speculative.stats.draft_tokens_copied == (len(TEXT) if copies else 0)  # (the whole prompt)
+        assert ("copied to the draft" in speculative.stats.summary()) == copies
         alone = session.generation(TEXT, settings, speculative=False)
         assert (text == [token for chunk in alone for token in chunk.tokens]) or verify == "rejection"
 

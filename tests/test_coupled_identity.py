@@ -59,6 +59,10 @@ class _CountingDrafter:
         self.drafter = drafter
         self.rejecting_passes = self.fully_kept_passes = 0
 
+    @property
+    def tokens_copied(self) -> int:
+        return self.drafter.tokens_copied
+
     def prompt_to_read(self, prompt_tokens) -> int:
         return self.drafter.prompt_to_read(prompt_tokens)
 

@@ -593,6 +593,7 @@ class _SameDraftEveryPass:
 
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.judged = tokens, []
+        self.tokens_copied = 0
 
     def prompt_to_read(self, prompt_tokens) -> int:
         return 0
@@ -630,6 +631,10 @@ class _Recorded:
 
     def __init__(self, drafter, events: list) -> None:
         self.drafter, self.events = drafter, events
+
+    @property
+    def tokens_copied(self) -> int:
+        return self.drafter.tokens_copied
 
     def prompt_to_read(self, prompt_tokens) -> int:
         return self.drafter.prompt_to_read(prompt_tokens)

@@ -178,6 +178,8 @@ class Generation:
         finally:
             # (time.perf_counter() - started) less the draft model's reading of the prompt, which is prompt time
             self.stats.generation_seconds = time.perf_counter() - started - self._prompt_seconds_in_loop
+            if self.drafter is not None:
+                self.stats.draft_tokens_copied = self.drafter.tokens_copied
             if self.stop_reason is None:  # the consumer stopped early, or Ctrl-C
                 self.stop_reason = StopReason.INTERRUPTED
 

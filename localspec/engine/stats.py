@@ -34,6 +34,8 @@ class SpecStats:
     mask_seconds: float = 0.0  # part of generation_seconds spent computing grammar masks for the target
     guesses: int = 0  # passes that would have been padded and carried a one-token guess instead (`Generation._guess_padding`)
     guesses_kept: int = 0  # of those guesses, the ones the target kept (not counted as drafts)
+    # Tokens the draft model took from the target's cache rather than reading them (`ModelDrafter`: a long prompt).
+    draft_tokens_copied: int = 0
 
     def record_pass(self, n_proposed: int, n_accepted: int) -> None:
         """Count one target pass that judged `n_proposed` draft tokens and kept `n_accepted`."""
@@ -107,6 +109,8 @@ class SpecStats:
         """One line for `--stats`."""
         speed = f"{self.tokens_per_second:.1f} tok/s" if self.tokens_per_second else "- tok/s"
         line = f"{self.tokens_generated} tokens, {speed}, prompt {self.prompt_tokens} tok in {self.prompt_seconds:.2f}s"
+        if self.draft_tokens_copied:
+            line += f" ({self.draft_tokens_copied} copied to the draft)"
         if self.acceptance_rate is None:
             return line + (f", {self.guesses_kept}/{self.guesses} guesses kept" if self.guesses else ", no drafting")
         return (

@@ -12,7 +12,9 @@ of the generation, drawn with `sampler`, all allowed by `grammar` when the
 output is held to one (the drafter advances a copy, never the grammar itself),
 and, for rejection verification, the distribution each was drawn from; and
 `observe(n_proposed, n_accepted, verify_seconds)`, which tells it how the
-target judged them and what the verify pass cost. A drafter that returns
+target judged them and what the verify pass cost; `tokens_copied` counts the
+tokens a draft model of its took from the target's cache in this generation
+instead of reading them. A drafter that returns
 `q_draft=None` is deterministic (a point-mass q) and is verified by comparing
 with samples of the target.
 """
@@ -38,6 +40,8 @@ NO_DRAFT = Draft([], None)
 
 
 class Drafter(Protocol):
+    tokens_copied: int
+
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int: ...
 
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None: ...

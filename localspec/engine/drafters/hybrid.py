@@ -93,6 +93,10 @@ class HybridDrafter:
         self._waited_on_a_lone_match = False  # the reading has waited a pass on a last token seen once before
         self._held_to_a_grammar = False  # this generation drafts under a grammar (known from its first `propose`)
 
+    @property
+    def tokens_copied(self) -> int:
+        return self.by_model.tokens_copied if self.by_model is not None else 0
+
     def prompt_to_read(self, prompt_tokens: Sequence[int]) -> int:
         return self.by_model.prompt_to_read(prompt_tokens) if self.by_model is not None else 0
 

@@ -70,6 +70,8 @@ class MemoryUse:
 class MemoryDrafter:
     """Drafts the most frequent continuation of the longest earlier match of the context's tail."""
 
+    tokens_copied = 0  # (no model: nothing to read)
+
     def __init__(self, memory: TokenMemory, length: DraftLength | None = None, use: MemoryUse | None = None,
                  min_match: int = MIN_MATCH) -> None:
         self.memory = memory

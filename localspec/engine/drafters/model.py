@@ -48,6 +48,7 @@ class ModelDrafter:
         # The target, where its cache can be copied into this model's (`Model.same_shape`) and the copy cannot
         # change the text: what the target has read this model takes from its cache rather than reading it.
         self.copies_from = copies_from
+        self.tokens_copied = 0  # in this generation (see `begin`): what copies saved this model reading
         self.sampling = sampling
         self.p_min = p_min
         self.length = length or FixedLength(model.context_size)
@@ -63,6 +64,7 @@ class ModelDrafter:
     def begin(self, prompt_tokens: Sequence[int], read_later: bool = False) -> None:
         """Evaluate the prompt ahead of the first draft (counted as prompt time), or, `read_later`,
         draft nothing until `read`."""
+        self.tokens_copied = 0
         if read_later:
             self.waiting = True
             self._unread, self._prompt_length = self.prompt_to_read(prompt_tokens), len(prompt_tokens)
@@ -114,7 +116,13 @@ class ModelDrafter:
     def _copy_what_the_target_read(self, tokens: Sequence[int]) -> bool:
         """Take what the target's cache holds of `tokens` where that beats reading it (`_copying_pays`);
         whether it did. Where a copy fails once, this model reads from then on (`Model.takes_copies`)."""
-        return self._copying_pays(tokens) and self.model.copy_cache_from(self.copies_from)
+        if not self._copying_pays(tokens):
+            return False
+        lacking = len(tokens) - common_prefix_length(self.model.tokens, tokens)
+        if not self.model.copy_cache_from(self.copies_from):
+            return False
+        self.tokens_copied += lacking - (len(tokens) - common_prefix_length(self.model.tokens, tokens))
+        return True
 
     def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
         """What the draft model must hold before it drafts: all but the last token; what it holds

@@ -155,6 +155,8 @@ class NGramIndex:
 class NGramDrafter:
     """Drafts by prompt lookup over the whole context (prompt and generated text)."""
 
+    tokens_copied = 0  # (no model: nothing to read)
+
     def __init__(self, n_min: int = 2, n_max: int = 4, length_for: Callable[[int], DraftLength] | None = None,
                  resume_length: DraftLength | None = None, word_form: Callable[[int], int] | None = None) -> None:
         """`length_for(n)`: the draft-length controller for continuations of n-token matches (default:
