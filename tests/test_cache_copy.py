@@ -72,7 +72,7 @@ def test_a_copy_that_cannot_be_made_leaves_the_draft_as_it_was_and_is_not_tried_
         assert not draft.copy_cache_from(target) and draft.tokens == tuple(TEXT[:10]) and not draft.takes_copies
         drafter = ModelDrafter(draft, SamplingParams(), copies_from=target)
         monkeypatch.setattr(drafting_by_model, "COPIED_FROM", 16)
-        assert not drafter._copying_pays(TEXT)
+        assert drafter._tokens_a_copy_saves(TEXT) == 0
 
 
 def _fewer_layers(folder: Path) -> Path:

@@ -102,26 +102,26 @@ class ModelDrafter:
             if n_new >= READ_MEASURED_FROM:
                 self.length.record_read(n_new, time.perf_counter() - started)
 
-    def _copying_pays(self, tokens: Sequence[int]) -> bool:
-        """Whether copying the target's cache (`Model.copy_cache_from`: the whole of it) beats reading what
-        this model's cache lacks of `tokens` that the target's holds (a state of at most MAX_COPIED_STATE_BYTES)."""
+    def _tokens_a_copy_saves(self, tokens: Sequence[int]) -> int:
+        """How many tokens of `tokens` that this model's cache lacks the target's holds, where copying the
+        target's cache (`Model.copy_cache_from`: the whole of it, a state of at most MAX_COPIED_STATE_BYTES)
+        beats reading them; else 0."""
         if self.copies_from is None or not self.model.takes_copies:
-            return False
+            return 0
         source = self.copies_from.tokens
         lacking = common_prefix_length(source, tokens) - common_prefix_length(self.model.tokens, tokens)
-        return (lacking >= COPIED_FROM and lacking * TOKENS_COPIED_FOR_ONE_READ >= len(source)
+        pays = (lacking >= COPIED_FROM and lacking * TOKENS_COPIED_FOR_ONE_READ >= len(source)
                 and len(source) <= self.model.context_size
                 and self.copies_from.cache_state_size() <= MAX_COPIED_STATE_BYTES)
+        return lacking if pays else 0
 
     def _copy_what_the_target_read(self, tokens: Sequence[int]) -> bool:
-        """Take what the target's cache holds of `tokens` where that beats reading it (`_copying_pays`);
+        """Take what the target's cache holds of `tokens` where that beats reading it (`_tokens_a_copy_saves`);
         whether it did. Where a copy fails once, this model reads from then on (`Model.takes_copies`)."""
-        if not self._copying_pays(tokens):
+        saved = self._tokens_a_copy_saves(tokens)
+        if not saved or not self.model.copy_cache_from(self.copies_from):
             return False
-        lacking = len(tokens) - common_prefix_length(self.model.tokens, tokens)
-        if not self.model.copy_cache_from(self.copies_from):
-            return False
-        self.tokens_copied += lacking - (len(tokens) - common_prefix_length(self.model.tokens, tokens))
+        self.tokens_copied += saved
         return True
 
     def _to_read(self, prompt_tokens: Sequence[int]) -> Sequence[int]:
