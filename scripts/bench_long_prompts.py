@@ -4,6 +4,7 @@
     python scripts/bench_long_prompts.py                           # the demo pair, T=0
     python scripts/bench_long_prompts.py --temperatures 0,0.8 --max-tokens 64,256
     python scripts/bench_long_prompts.py --before ../old-checkout   # also the same runs on another checkout
+    python scripts/bench_long_prompts.py --before ../old --run-args "--draft-max 8 --no-prompt-cache"
 
 Each prompt is an excerpt of this README (about 1300 tokens) with a one-sentence
 question, or, for comparison, a short ordinary prompt. Every contender is a fresh
@@ -70,7 +71,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", default="64", help="budgets for the long prompts, comma-separated (default 64)")
     parser.add_argument("--temperatures", default="0")
     parser.add_argument("--before", type=Path, default=None, help="another checkout of localspec to run side by side")
+    parser.add_argument("--run-args", default="", help="more flags for every `localspec run`, space-separated"
+                        " (e.g. \"--draft-max 8 --no-prompt-cache\")")
     args = parser.parse_args()
+    run_args = args.run_args.split()
     try:
         budgets = [int(n) for n in args.max_tokens.split(",")]
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -81,7 +85,8 @@ def main() -> None:
     if args.before is not None and not (args.before / "localspec" / "__init__.py").is_file():
         parser.error(f"--before {args.before}: not a checkout of localspec (no localspec/__init__.py)")
 
-    contenders: dict[str, tuple[dict[str, str], list[str]]] = {"speculative": ({}, []), "target-only": ({}, ["--no-speculative"])}
+    contenders: dict[str, tuple[dict[str, str], list[str]]] = {
+        "speculative": ({}, run_args), "target-only": ({}, [*run_args, "--no-speculative"])}
     with tempfile.TemporaryDirectory() as folder:
         if args.before is not None:
             from localspec.config.paths import cache_dir
@@ -91,7 +96,7 @@ def main() -> None:
                             ignore=shutil.ignore_patterns("*.gguf*"))
             for model in cache_dir().glob("*.gguf"):  # the demo's derived target: linked, not copied
                 (before_cache / "localspec" / model.name).symlink_to(model)
-            contenders["before"] = ({"PYTHONPATH": str(args.before.resolve()), "XDG_CACHE_HOME": str(before_cache)}, [])
+            contenders["before"] = ({"PYTHONPATH": str(args.before.resolve()), "XDG_CACHE_HOME": str(before_cache)}, run_args)
         cases = [("long", p, n) for n in budgets for p in long_prompts(args.prompts)]
         cases += [("short", p, 128) for p in SHORT_PROMPTS]
         for name, (env, extra) in contenders.items():  # a warm-up each: the first process pays for cold files
