@@ -224,7 +224,8 @@ class ModelSettings(SettingsGroup):
 class SamplingParams(SettingsGroup):
     """How one next-token distribution is shaped, identically for draft and target.
 
-    `top_k=0`, `top_p=1` and `min_p=0` switch a filter off. The defaults use
+    `top_k=0`, `top_p=1` and `min_p=0` switch a filter off; so do `repeat_penalty=1`, `presence_penalty=0` and
+    `frequency_penalty=0` (see `engine.penalties`). The defaults use
     min-p alone: top-k and top-p cut the draft's and the target's supports in
     different places, which costs acceptance (measured on the demo pair at
     temperature 0.8: 95% with min-p alone, 84% with top-k 40 and top-p 0.95 added).
@@ -237,6 +238,22 @@ class SamplingParams(SettingsGroup):
     top_k: int = setting(0, "Keep the k most likely tokens; 0 = off.", low=0, flag="--top-k", request="top_k")
     top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off.", low=0, high=1, low_open=True, flag="--top-p", request="top_p")
     min_p: float = setting(0.05, "Drop tokens below this fraction of the top one's probability; 0 = off.", low=0.0, high=1.0, flag="--min-p", request="min_p")
+    repeat_penalty: float = setting(
+        1.0, "Divide the scores of tokens among the last penalty_last_n by this (multiply where negative); 1 = off.",
+        low=0.0, low_open=True, flag="--repeat-penalty", request=("repeat_penalty", "repetition_penalty"),
+    )
+    presence_penalty: float = setting(
+        0.0, "Lower the scores of tokens among the last penalty_last_n by this; 0 = off.", low=-2.0, high=2.0,
+        flag="--presence-penalty", request="presence_penalty",
+    )
+    frequency_penalty: float = setting(
+        0.0, "Lower the scores of tokens among the last penalty_last_n by this times their count there; 0 = off.",
+        low=-2.0, high=2.0, flag="--frequency-penalty", request="frequency_penalty",
+    )
+    penalty_last_n: int = setting(
+        64, "How many of the latest tokens (the prompt's too) the three penalties count; 0 = all of them.", low=0,
+        flag="--penalty-last-n", request="penalty_last_n",
+    )
 
     @property
     def greedy(self) -> bool:

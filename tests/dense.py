@@ -26,6 +26,21 @@ def to_dense(probs: Probs, n_vocab: int) -> np.ndarray:
     return dense
 
 
+def penalised(logits: np.ndarray, text: Sequence[int], params: SamplingParams) -> np.ndarray:
+    """`logits` after the repetition penalties of `params` for the row that follows `text`, one token at a
+    time as llama.cpp's penalties sampler writes them (the reference `Penalties` is checked against)."""
+    window = list(text)[-params.penalty_last_n:] if params.penalty_last_n else list(text)
+    out = np.array(logits, dtype=np.float64)
+    for token in set(window):
+        if 0 <= token < len(out):
+            if out[token] <= 0:
+                out[token] *= params.repeat_penalty
+            else:
+                out[token] /= params.repeat_penalty
+            out[token] -= window.count(token) * params.frequency_penalty + params.presence_penalty
+    return out.astype(np.float32)
+
+
 def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """The processed next-token distribution as a dense vector (float64, zero outside the kept support)."""
     return to_dense(next_token_probs(logits, params), logits.shape[-1])

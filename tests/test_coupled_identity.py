@@ -33,6 +33,8 @@ SAMPLINGS = {
     "t1.0": SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
     "t1.0-topk8-topp0.9": SamplingParams(temperature=1.0, top_k=8, top_p=0.9, min_p=0.0),
     "shipped-min-p": SamplingParams(),
+    # each row penalised for the context and the drafts before it, as target-only decoding's row there
+    "penalties": SamplingParams(repeat_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.3, penalty_last_n=8),
 }
 SPECULATIVE = {
     "model-1": SpeculativeParams(strategy="model", draft_max=1),

@@ -9,13 +9,14 @@ second on).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Hashable
 
 import numpy as np
 import pytest
-from dense import logits_to_probs
+from dense import logits_to_probs, penalised
 from stats_helpers import MIN_EXPECTED_COUNT, chi_square_pvalue
 
 from localspec.engine.drafters import build_drafter
@@ -46,11 +47,15 @@ def three_token_pvalue(target: Model, sampling: SamplingParams, prompt: list[int
     others one cell together (their exact mass: the rest), and an observed outcome the target never draws
     fails the test. (Every outcome's probability would take a target pass per pair of first tokens.)"""
     n = sum(observed.values())
-    first = logits_to_probs(target.next_logits(prompt), sampling)
-    second = {int(t1): logits_to_probs(target.next_logits([*prompt, int(t1)]), sampling) for t1 in np.flatnonzero(first)}
+
+    def after(text: list[int]) -> np.ndarray:
+        return logits_to_probs(penalised(target.next_logits(text), text, sampling), sampling)
+
+    first = after(prompt)
+    second = {int(t1): after([*prompt, int(t1)]) for t1 in np.flatnonzero(first)}
 
     def third(t1: int, t2: int) -> np.ndarray:
-        return logits_to_probs(target.next_logits([*prompt, t1, t2]), sampling)
+        return after([*prompt, t1, t2])
 
     cells: dict[Hashable, float] = {}
     for t1, given_t1 in second.items():
@@ -101,6 +106,14 @@ CASES = {
     "coupled-shipped-defaults": (SamplingParams(), SpeculativeParams(), 4),
     "coupled-model-t1.0": (T1, SpeculativeParams(strategy="model", draft_max=3), 4),
 }
+# Repetition penalties: each row penalised for the text and the drafts before it (the exact distribution
+# here by `dense.penalised`); a window of five holds the prompt's last tokens and the ones drawn. Negative
+# penalties, which favour what the window holds, make a row that left out the drafts before it stand out.
+PENALISED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=0.6, presence_penalty=-1.5,
+                           frequency_penalty=-0.5, penalty_last_n=5)
+CASES["penalties-rejection"] = (PENALISED, SpeculativeParams(strategy="model", draft_max=3, verify="rejection"), 4)
+CASES["penalties-coupled-hybrid"] = (PENALISED, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2,
+                                                                   ngram_max=2), 4)
 CONFIDENT_PROMPT = [*PROMPT, 259]  # after it the draft is often unsure: p_min stops many of its drafts
 
 
@@ -137,6 +150,9 @@ def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Pat
         assert plain_passes > 100  # p_min and draft_min really left passes undrafted
     with Model(target_path) as target:
         assert three_token_pvalue(target, sampling, prompt, counts) > ALPHA
+        if sampling.penalty_last_n and sampling.presence_penalty:  # the penalties moved the distribution: power
+            unpenalised = dataclasses.replace(sampling, repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
+            assert three_token_pvalue(target, unpenalised, prompt, counts) < ALPHA
 
 
 def plain_two_token_counts(model: Model, sampling: SamplingParams, n_seeds: int) -> Counter:

@@ -162,7 +162,7 @@ def test_set_takes_text_that_reads_as_toml_as_text_and_refuses_more_than_one_val
 
 @pytest.mark.parametrize(("key", "suggested"), [
     ("draft_max", "speculative.draft_max"), ("sampling.temp", "sampling.temperature"),
-    ("sampling.temprature", "sampling.temperature"), ("sampling.repeat_penalty", None), ("target.model", None),
+    ("sampling.temprature", "sampling.temperature"), ("sampling.mirostat", None), ("target.model", None),
 ])
 def test_an_unknown_key_suggests_the_setting_meant_or_none(key: str, suggested: str | None) -> None:
     write_user_profile("hinted", '[target]\npath = "/models/t.gguf"\n')

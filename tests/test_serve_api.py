@@ -279,7 +279,6 @@ def test_non_finite_numbers_are_refused(api: Api, stream: bool, field: str, valu
 @pytest.mark.parametrize("field, value", [
     ("n", 2), ("best_of", 3), ("logprobs", True), ("logprobs", 2), ("top_logprobs", 3), ("echo", True),
     ("functions", [{"name": "f"}]), ("function_call", "auto"), ("logit_bias", {"5": 1}),
-    ("presence_penalty", 0.5), ("frequency_penalty", 1),
 ])
 def test_fields_that_would_change_the_reply_are_refused_by_name(api: Api, field: str, value: Any) -> None:
     refused = api.post(CHAT, chat_body("hi", **{field: value}))
@@ -289,8 +288,7 @@ def test_fields_that_would_change_the_reply_are_refused_by_name(api: Api, field:
 
 
 def test_the_harmless_values_of_those_fields_are_accepted(api: Api) -> None:
-    harmless = {"n": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "logit_bias": {}, "presence_penalty": 0,
-                "frequency_penalty": 0.0}
+    harmless = {"n": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "logit_bias": {}}
     assert set(harmless) <= set(UNSUPPORTED)
     no_format_no_tools = {"response_format": {"type": "text"}, "tools": [], "tool_choice": "none"}
     assert api.post(CHAT, chat_body("hi", max_tokens=1, **harmless, **no_format_no_tools)).status_code == 200
@@ -582,6 +580,24 @@ def test_the_same_seed_gives_the_same_reply_however_it_is_drafted(api: Api) -> N
     assert text(verify="rejection", strategy="model", draft_max=3) != alone  # equal in distribution only
 
 
+def test_repetition_penalties_change_the_reply_and_the_same_seed_gives_it_however_it_is_drafted(api: Api) -> None:
+    penalties = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.3}
+
+    def text(**fields: Any) -> str:
+        reply = api.post(COMPLETIONS, {"prompt": "the cat", "temperature": 1.0, "max_tokens": 24, "seed": 3, **fields})
+        assert reply.status_code == 200, reply.text
+        return reply.json()["choices"][0]["text"]
+
+    alone = text(speculative=False, **penalties)
+    assert alone != text(speculative=False)
+    drafted = [text(**penalties), text(strategy="model", draft_max=3, **penalties), text(strategy="ngram", **penalties)]
+    assert drafted == [alone] * 3
+    assert text(speculative=False, **penalties, penalty_last_n=1) != alone  # (the window is the request's too)
+    for field, value in (("presence_penalty", 2.5), ("frequency_penalty", "1"), ("repetition_penalty", 0)):
+        refused = api.post(COMPLETIONS, {"prompt": "the cat", field: value})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
+
+
 # -- the fuzz test --------------------------------------------------------------------------------
 
 SURROGATES = st.sampled_from(["\ud800", "\udfff", "\ud83d", "\ude00"])
@@ -597,7 +613,8 @@ MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={
     "role": st.one_of(st.sampled_from(["system", "user", "assistant", "developer", "tool"]), JSON),
     "content": CONTENT,
 }), JSON)
-FIELDS = {name: JSON for name in ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "strategy", "draft_max",
+FIELDS = {name: JSON for name in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty",
+                                  "frequency_penalty", "penalty_last_n", "seed", "stop", "strategy", "draft_max",
                                   "draft_min", "p_min", "ngram_min", "ngram_max", "same_text", "memory",
                                   "speculative", "stream", "stream_options", "model", "response_format", "tools",
                                   "tool_choice", "parallel_tool_calls", *UNSUPPORTED)}

@@ -23,6 +23,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..settings import SamplingParams
+from .penalties import Penalties
 from .sampling import Probs, Sampler, masked_argmax, next_token_probs
 
 # One distribution per position.
@@ -44,10 +45,13 @@ def accept(
     sampler: Sampler,
     position: int,
     allowed: Sequence[np.ndarray] | None = None,
+    text: Sequence[int] = (),
 ) -> Accepted:
     """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one).
 
-    Row i scores the token at `position + i` of the generation; `allowed[i]`,
+    Row i scores the token at `position + i` of the generation, after `text` (the prompt and the tokens
+    emitted so far) and the drafts before it, which the repetition penalties count (`Penalties.each_row`,
+    where `sampling` asks for any); `allowed[i]`,
     when the output is held to a grammar, is that row's mask (the grammar's
     state after the drafts before it). Under coupled verification every draft is
     checked against the target's own draws, so what is emitted never depends on
@@ -55,6 +59,9 @@ def accept(
     rejection sampling.
     """
     masks = allowed if allowed is not None else [None] * len(target_logits)
+    penalties = Penalties.of(sampling)
+    if penalties is not None:
+        target_logits = penalties.each_row(target_logits, text, draft_tokens)
     if sampling.greedy:
         return accept_greedy(draft_tokens, [masked_argmax(row, mask) for row, mask in zip(target_logits, masks)])
     p_target = [next_token_probs(row, sampling, mask) for row, mask in zip(target_logits, masks)]

@@ -11,6 +11,7 @@ from ...runtime.model import Model, common_prefix_length
 from ...settings import SamplingParams
 from ..constraint import EveryWayRepeats, TokenGrammar
 from ..draft_length import AdaptiveLength, DraftLength, FixedLength
+from ..penalties import Penalties
 from ..sampling import Confidence, Probs, Sampler, coupled_lead, masked_argmax, next_token_probs
 from .base import Draft
 
@@ -33,7 +34,8 @@ class ModelDrafter:
     same `next_token_probs` as the target's, with the generation's sampler: under
     coupled verification with the noise the target draws its own token with at
     that position, so the draft proposes the target's token wherever q_draft and
-    p_target are close. Drafting stops early when the draft model's confidence
+    p_target are close (the repetition penalties, where asked for, counting the context and the draft so far,
+    as the target's row at that position counts them). Drafting stops early when the draft model's confidence
     (the largest probability of its unprocessed next-token distribution) falls
     below `p_min`, and where the length controller says one more token is not
     worth its cost, and after an end-of-generation token (nothing after it is
@@ -159,6 +161,7 @@ class ModelDrafter:
         needs_confidence = self.p_min > 0 or self.length.uses_confidence
         along = grammar.copy() if grammar is not None else None
         after_forced = False  # the step to come holds the evaluation of a forced run: not a draft step's cost
+        penalties = Penalties.of(self.sampling)
         while True:
             try:
                 allowed, forced = along.next_tokens() if along is not None else (None, False)
@@ -178,6 +181,8 @@ class ModelDrafter:
                 certainties = [1.0] * len(new)
                 rows += [Probs(np.array([token]), np.ones(1)) for token in new]
             else:
+                if penalties is not None:  # (the draft's so far counted, as the target's row there counts them)
+                    logits = penalties.apply(logits, penalties.window(context, tokens))
                 confidence = Confidence(logits, allowed) if needs_confidence else None
                 if self.p_min > 0 and confidence.max() < self.p_min:
                     break
