@@ -239,20 +239,20 @@ class SamplingParams(SettingsGroup):
     top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off.", low=0, high=1, low_open=True, flag="--top-p", request="top_p")
     min_p: float = setting(0.05, "Drop tokens below this fraction of the top one's probability; 0 = off.", low=0.0, high=1.0, flag="--min-p", request="min_p")
     repeat_penalty: float = setting(
-        1.0, "Divide the scores of tokens among the last penalty_last_n by this (multiply where negative); 1 = off.",
-        low=0.0, low_open=True, flag="--repeat-penalty", request=("repeat_penalty", "repetition_penalty"),
+        1.0, "Divide the scores of tokens among the last repeat_last_n by this (multiply where not positive); 1 = off.",
+        low=0.05, high=20.0, flag="--repeat-penalty", request=("repeat_penalty", "repetition_penalty"),
     )
     presence_penalty: float = setting(
-        0.0, "Lower the scores of tokens among the last penalty_last_n by this; 0 = off.", low=-2.0, high=2.0,
+        0.0, "Lower the scores of tokens among the last repeat_last_n by this; 0 = off.", low=-2.0, high=2.0,
         flag="--presence-penalty", request="presence_penalty",
     )
     frequency_penalty: float = setting(
-        0.0, "Lower the scores of tokens among the last penalty_last_n by this times their count there; 0 = off.",
+        0.0, "Lower the scores of tokens among the last repeat_last_n by this times their count there; 0 = off.",
         low=-2.0, high=2.0, flag="--frequency-penalty", request="frequency_penalty",
     )
-    penalty_last_n: int = setting(
-        64, "How many of the latest tokens (the prompt's too) the three penalties count; 0 = all of them.", low=0,
-        flag="--penalty-last-n", request="penalty_last_n",
+    repeat_last_n: int = setting(
+        64, "How many of the latest tokens (the prompt's too) the three penalties count; -1 = all of them, 0 = none"
+        " (the penalties off).", low=-1, flag="--repeat-last-n", request=("repeat_last_n", "penalty_last_n"),
     )
 
     @property

@@ -180,6 +180,7 @@ def check_serve(args: argparse.Namespace, cases: tuple[StructuredCase, ...], tem
     try:
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
         model = client.models.list().data[0].id
+        penalty = {} if args.repeat_penalty is None else {"repeat_penalty": args.repeat_penalty}
         for case in cases:
             response_format = {"type": "json_schema", "json_schema": {"name": case.name, "schema": case.schema, "strict": True}}
             for temperature in temperatures:
@@ -187,7 +188,7 @@ def check_serve(args: argparse.Namespace, cases: tuple[StructuredCase, ...], tem
                     reply = client.chat.completions.create(
                         model=model, messages=[{"role": "user", "content": case.prompt}], temperature=temperature,
                         max_tokens=args.max_tokens, seed=args.seed, response_format=response_format,
-                        extra_body={"speculative": mode == "speculative"},
+                        extra_body={"speculative": mode == "speculative", **penalty},
                     )
                     choice = reply.choices[0]
                     text = choice.message.content or ""
@@ -242,6 +243,8 @@ def main() -> int:
     parser.add_argument("--temperatures", default="0,0.8", help="Comma-separated (default 0,0.8).")
     parser.add_argument("--max-tokens", type=int, default=1024, help="Budget per output (default 1024: the set's largest answers, digit strings at their maximum length, take up to about 700 tokens).")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--repeat-penalty", type=float, help="A repetition penalty for every output (small models loop"
+                        " inside strings without one; see README, How it works).")
     parser.add_argument("--doors", default="api,serve", help="Which of api,serve to go through (default both).")
     parser.add_argument("--json", action="store_true", help="One JSON object on stdout, outputs included.")
     args = parser.parse_args()
@@ -257,7 +260,7 @@ def main() -> int:
     runs = []
     if "api" in doors:
         flags = {"sampling.max_tokens": args.max_tokens, "sampling.seed": args.seed,
-                 "target.path": args.target, "draft.path": args.draft}
+                 "sampling.repeat_penalty": args.repeat_penalty, "target.path": args.target, "draft.path": args.draft}
         runs.append(check_api(resolve(args.profile, flags), cases, temperatures))
     if "serve" in doors:
         runs.append(check_serve(args, cases, temperatures))

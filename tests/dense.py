@@ -28,17 +28,17 @@ def to_dense(probs: Probs, n_vocab: int) -> np.ndarray:
 
 def penalised(logits: np.ndarray, text: Sequence[int], params: SamplingParams) -> np.ndarray:
     """`logits` after the repetition penalties of `params` for the row that follows `text`, one token at a
-    time as llama.cpp's penalties sampler writes them (the reference `Penalties` is checked against)."""
-    window = list(text)[-params.penalty_last_n:] if params.penalty_last_n else list(text)
-    out = np.array(logits, dtype=np.float64)
+    time in float32 as llama.cpp's penalties sampler writes them (the reference `Penalties` is checked against):
+    the window is the last `repeat_last_n` tokens, -1 the whole text, 0 none."""
+    n = params.repeat_last_n
+    window = list(text) if n == -1 else list(text)[len(text) - n:] if 0 < n < len(text) else list(text) if n else []
+    out = np.array(logits, dtype=np.float32)
     for token in set(window):
         if 0 <= token < len(out):
-            if out[token] <= 0:
-                out[token] *= params.repeat_penalty
-            else:
-                out[token] /= params.repeat_penalty
-            out[token] -= window.count(token) * params.frequency_penalty + params.presence_penalty
-    return out.astype(np.float32)
+            repeat, count = np.float32(params.repeat_penalty), np.float32(window.count(token))
+            out[token] = out[token] * repeat if out[token] <= 0 else out[token] / repeat
+            out[token] -= count * np.float32(params.frequency_penalty) + np.float32(params.presence_penalty)
+    return out
 
 
 def logits_to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

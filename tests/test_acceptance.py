@@ -173,10 +173,11 @@ def test_greedy_keeps_matching_prefix_then_emits_target_argmax() -> None:
 def test_accept_picks_the_path_from_the_sampling_and_the_draft() -> None:
     logits = np.log(np.stack([_dist([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])] * 3))
     rng = np.random.default_rng(0)
-    assert accept([0, 1], None, logits, SamplingParams(temperature=0), StreamSampler(rng), 0) == ([0, 0], 1)
+    assert accept([0, 1], None, logits, SamplingParams(temperature=0), StreamSampler(rng), 0, text=[]) == ([0, 0], 1)
     sampled = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     q = np.stack([_dist([1, 0, 0, 0, 0, 0])] * 2)
-    kept = accept([0, 0], rows_to_probs(q), logits, sampled, StreamSampler(np.random.default_rng(1)), 0)
+    kept = accept([0, 0], rows_to_probs(q), logits, sampled, StreamSampler(np.random.default_rng(1)), 0, text=[])
     assert kept.tokens[: kept.n_accepted] == [0] * kept.n_accepted and len(kept.tokens) == kept.n_accepted + 1
-    counts = Counter(accept([3], None, logits[:2], sampled, StreamSampler(np.random.default_rng(s)), 0).tokens[0] for s in range(4000))
+    counts = Counter(accept([3], None, logits[:2], sampled, StreamSampler(np.random.default_rng(s)), 0,
+                            text=[]).tokens[0] for s in range(4000))
     assert chi_square_pvalue(counts, dict(enumerate(_dist([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])))) > ALPHA

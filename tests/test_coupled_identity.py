@@ -20,6 +20,7 @@ from localspec.engine import generation as generation_module
 from localspec.engine.drafters import HybridDrafter, build_drafter
 from localspec.engine.generation import generate_text
 from localspec.engine.noise import gumbel
+from localspec.engine.penalties import Penalties
 from localspec.engine.sampling import CoupledSampler, Probs
 from localspec.runtime.model import Model
 from localspec.settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
@@ -34,7 +35,7 @@ SAMPLINGS = {
     "t1.0-topk8-topp0.9": SamplingParams(temperature=1.0, top_k=8, top_p=0.9, min_p=0.0),
     "shipped-min-p": SamplingParams(),
     # each row penalised for the context and the drafts before it, as target-only decoding's row there
-    "penalties": SamplingParams(repeat_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.3, penalty_last_n=8),
+    "penalties": SamplingParams(repeat_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.3, repeat_last_n=8),
 }
 SPECULATIVE = {
     "model-1": SpeculativeParams(strategy="model", draft_max=1),
@@ -169,6 +170,21 @@ def test_a_wrong_coupling_fails_the_identity_test(pair, monkeypatch: pytest.Monk
     target, draft = pair
     totals = _compare(target, draft, SAMPLINGS["t1.0"], SPECULATIVE["model-3"])
     assert totals["differing_seeds"] > N_SEEDS // 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("speculative_name", ["model-3", "hybrid-adaptive"])
+def test_penalised_rows_give_target_only_tokens_and_rows_that_leave_out_the_drafts_do_not(
+        pair, monkeypatch: pytest.MonkeyPatch, speculative_name: str) -> None:
+    target, draft = pair
+    totals = _compare(target, draft, SAMPLINGS["penalties"], SPECULATIVE[speculative_name])
+    assert totals["differing_seeds"] == 0 and totals["rejecting_passes"] > 0 and totals["fully_kept_passes"] > 0
+
+    def each_row_without_the_drafts(self, rows, text, drafted):
+        return [self.apply(row, self.window(text)) for row in rows]
+
+    monkeypatch.setattr(Penalties, "each_row", each_row_without_the_drafts)
+    assert _compare(target, draft, SAMPLINGS["penalties"], SPECULATIVE[speculative_name])["differing_seeds"] > 0
 
 
 def test_rejection_verification_does_not_promise_identity(pair) -> None:

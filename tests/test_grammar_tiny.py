@@ -116,6 +116,23 @@ def test_the_grammar_follows_the_emitted_tokens_after_rejections(spaced_pair: tu
     assert rejections > 10
 
 
+@pytest.mark.slow
+def test_penalised_rows_under_a_grammar_give_target_only_tokens(spaced_pair: tuple[Path, Path]) -> None:
+    """Forced tokens count in the penalties' window as drawn ones do, masked rows are penalised, and speculative
+    decoding emits what target-only decoding does."""
+    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.5, presence_penalty=0.8,
+                              repeat_last_n=6)
+    for speculative in (SpeculativeParams(strategy="model", draft_max=3), SpeculativeParams(strategy="hybrid")):
+        with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+            for seed in range(6):
+                settings = GenerationSettings(sampling, speculative, max_tokens=24, seed=seed)
+                for grammar in (WORDS_GRAMMAR, FORCED_GRAMMAR):
+                    alone = generate_text(target, PROMPT, settings, None, grammar)
+                    drafter = build_drafter(speculative, sampling, draft)
+                    drafted = generate_text(target, PROMPT, settings, drafter, grammar)
+                    assert drafted.tokens == alone.tokens
+
+
 @pytest.mark.parametrize("verify", ["coupled", "rejection"])
 def test_forced_tokens_and_the_grammars_end(spaced_pair: tuple[Path, Path], verify: str) -> None:
     """Forced text is appended without sampling; the generation stops when the grammar is complete,

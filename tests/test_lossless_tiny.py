@@ -110,7 +110,7 @@ CASES = {
 # here by `dense.penalised`); a window of five holds the prompt's last tokens and the ones drawn. Negative
 # penalties, which favour what the window holds, make a row that left out the drafts before it stand out.
 PENALISED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=0.6, presence_penalty=-1.5,
-                           frequency_penalty=-0.5, penalty_last_n=5)
+                           frequency_penalty=-0.5, repeat_last_n=5)
 CASES["penalties-rejection"] = (PENALISED, SpeculativeParams(strategy="model", draft_max=3, verify="rejection"), 4)
 CASES["penalties-coupled-hybrid"] = (PENALISED, SpeculativeParams(strategy="hybrid", draft_max=3, ngram_min=2,
                                                                    ngram_max=2), 4)
@@ -150,7 +150,7 @@ def test_speculative_first_tokens_match_target_distribution(tiny_pair: tuple[Pat
         assert plain_passes > 100  # p_min and draft_min really left passes undrafted
     with Model(target_path) as target:
         assert three_token_pvalue(target, sampling, prompt, counts) > ALPHA
-        if sampling.penalty_last_n and sampling.presence_penalty:  # the penalties moved the distribution: power
+        if sampling.repeat_last_n and sampling.presence_penalty:  # the penalties moved the distribution: power
             unpenalised = dataclasses.replace(sampling, repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
             assert three_token_pvalue(target, unpenalised, prompt, counts) < ALPHA
 

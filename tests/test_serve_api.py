@@ -592,7 +592,7 @@ def test_repetition_penalties_change_the_reply_and_the_same_seed_gives_it_howeve
     assert alone != text(speculative=False)
     drafted = [text(**penalties), text(strategy="model", draft_max=3, **penalties), text(strategy="ngram", **penalties)]
     assert drafted == [alone] * 3
-    assert text(speculative=False, **penalties, penalty_last_n=1) != alone  # (the window is the request's too)
+    assert text(speculative=False, **penalties, repeat_last_n=1) != alone  # (the window is the request's too)
     for field, value in (("presence_penalty", 2.5), ("frequency_penalty", "1"), ("repetition_penalty", 0)):
         refused = api.post(COMPLETIONS, {"prompt": "the cat", field: value})
         assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
@@ -614,8 +614,8 @@ MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={
     "content": CONTENT,
 }), JSON)
 FIELDS = {name: JSON for name in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty",
-                                  "frequency_penalty", "penalty_last_n", "seed", "stop", "strategy", "draft_max",
-                                  "draft_min", "p_min", "ngram_min", "ngram_max", "same_text", "memory",
+                                  "frequency_penalty", "repeat_last_n", "penalty_last_n", "seed", "stop", "strategy",
+                                  "draft_max", "draft_min", "p_min", "ngram_min", "ngram_max", "same_text", "memory",
                                   "speculative", "stream", "stream_options", "model", "response_format", "tools",
                                   "tool_choice", "parallel_tool_calls", *UNSUPPORTED)}
 BODY = st.fixed_dictionaries({}, optional={

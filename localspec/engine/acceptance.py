@@ -45,7 +45,8 @@ def accept(
     sampler: Sampler,
     position: int,
     allowed: Sequence[np.ndarray] | None = None,
-    text: Sequence[int] = (),
+    *,
+    text: Sequence[int],
 ) -> Accepted:
     """Judge a draft against the target's logits at its k+1 positions (one row per draft token, plus one).
 

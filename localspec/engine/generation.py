@@ -160,7 +160,7 @@ class Generation:
                 target_logits, verify_seconds = self._score(context, draft, len(forced.tokens))
                 # 3. The acceptance rule keeps a prefix of the draft and adds one token of the target's.
                 new_tokens, n_accepted = accept(draft.tokens, draft.q_draft, target_logits, self.settings.sampling,
-                                                sampler, position, allowed, context)
+                                                sampler, position, allowed, text=context)
                 # 4. The target's cache keeps the context and the accepted drafts, nothing rejected.
                 self.target.keep(len(context) + n_accepted)
                 # 5. Feedback: the statistics and the drafter learn how the draft fared.
@@ -208,7 +208,8 @@ class Generation:
                 self.grammar is not None and (self.grammar.stopped or self.grammar.forced() is not None)):
             return Chunk([], "", 0)
         _, allowed, _ = self._masked(NO_DRAFT)
-        new_tokens, _ = accept([], None, first_row[np.newaxis], self.settings.sampling, sampler, 0, allowed, context)
+        new_tokens, _ = accept([], None, first_row[np.newaxis], self.settings.sampling, sampler, 0, allowed,
+                               text=context)
         chunk = self._emit(new_tokens, 0, context)
         self.stats.tokens_from_prompt = len(chunk.tokens)
         return chunk

@@ -162,6 +162,7 @@ class ModelDrafter:
         along = grammar.copy() if grammar is not None else None
         after_forced = False  # the step to come holds the evaluation of a forced run: not a draft step's cost
         penalties = Penalties.of(self.sampling)
+        seen = penalties.window(context) if penalties is not None else None  # (and the draft so far: `extend`)
         while True:
             try:
                 allowed, forced = along.next_tokens() if along is not None else (None, False)
@@ -181,8 +182,8 @@ class ModelDrafter:
                 certainties = [1.0] * len(new)
                 rows += [Probs(np.array([token]), np.ones(1)) for token in new]
             else:
-                if penalties is not None:  # (the draft's so far counted, as the target's row there counts them)
-                    logits = penalties.apply(logits, penalties.window(context, tokens))
+                if penalties is not None:  # (the draft so far counted, as the target's row there counts it)
+                    logits = penalties.apply(logits, seen)
                 confidence = Confidence(logits, allowed) if needs_confidence else None
                 if self.p_min > 0 and confidence.max() < self.p_min:
                     break
@@ -202,6 +203,8 @@ class ModelDrafter:
                 started = now
             after_forced = forced
             tokens += new
+            if seen is not None:
+                seen.extend(new)
             if len(tokens) >= most or (along is not None and along.stopped):  # nothing can follow the grammar's end
                 break
             if self.model.is_end_of_generation(tokens[-1]):  # nor an end-of-generation token
