@@ -235,14 +235,19 @@ def test_a_continuation_that_reaches_the_end_of_a_loop_goes_round_it_again() -> 
     assert lookup.propose(no_loop, 20, StreamSampler(np.random.default_rng(0)), 0).tokens == [9, 9, 5, 6]
 
 
-def test_each_match_length_has_its_own_length_controller() -> None:
-    lengths = {n: AdaptiveLength() for n in (2, 3, 4)}
-    lookup = NGramDrafter(n_min=2, n_max=4, length_for=lengths.__getitem__)
-    sampler = StreamSampler(np.random.default_rng(0))
-    # Two-token matches have been kept rarely, four-token ones nearly always.
+def _lookup_whose_matches_were_kept(rarely: int, always: int) -> tuple[NGramDrafter, dict[int, AdaptiveLength]]:
+    """A lookup (n-grams of 2 to 4) whose `rarely`-token matches' drafts have been kept rarely and `always`-token
+    ones' nearly always, and its controllers by match length."""
+    lengths = {n: AdaptiveLength() for n in (2, 3, 4, 8, 16)}
     for _ in range(40):
-        lengths[2].observe(4, 0, 0.01)
-        lengths[4].observe(4, 4, 0.01)
+        lengths[rarely].observe(4, 0, 0.01)
+        lengths[always].observe(4, 4, 0.01)
+    return NGramDrafter(n_min=2, n_max=4, length_for=lengths.__getitem__), lengths
+
+
+def test_each_match_length_has_its_own_length_controller() -> None:
+    lookup, lengths = _lookup_whose_matches_were_kept(rarely=2, always=4)
+    sampler = StreamSampler(np.random.default_rng(0))
     long_match = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]  # (9, 1, 2, 3) occurred before: continue with 4, 5...
     lookup.begin(long_match)
     drafted = lookup.propose(long_match, 8, sampler, 0)
@@ -256,6 +261,23 @@ def test_each_match_length_has_its_own_length_controller() -> None:
     lookup.observe(1, 0, 0.01)
     assert sum(lengths[2].reached) > before
 
+
+def test_a_match_that_goes_further_back_than_n_max_has_a_controller_of_its_own() -> None:
+    """A quote matches its source far back; a phrase met again matches n_max tokens and little more. Here
+    four-token matches have been kept rarely and eight-token ones nearly always: the quote is drafted, the
+    phrase is not."""
+    lookup, lengths = _lookup_whose_matches_were_kept(rarely=4, always=8)
+    sampler = StreamSampler(np.random.default_rng(0))
+    passage = list(range(100, 130))
+    for quoted, controller in ((5, 4), (9, 8), (12, 8), (20, 16)):
+        context = [7, *passage, 50, 51, 99, *passage[:quoted]]  # (99, not 7, before it: the quote matches back whole)
+        lookup.begin(context)
+        drafted = lookup.propose(context, 8, sampler, 0).tokens
+        assert lookup.length is lengths[controller], quoted
+        if controller == 4:
+            assert drafted == []  # (not worth a verify row)
+        elif controller == 8:
+            assert drafted == passage[quoted : quoted + 8]
 
 
 def test_lookups_match_a_word_however_it_was_tokenized_and_draft_what_the_source_wrote() -> None:
