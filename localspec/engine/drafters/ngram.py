@@ -18,11 +18,12 @@ How far a lookup is worth drafting depends on how long a match it continues:
 on the demo pair a 4-token match's continuation was kept 91% of the time, a
 2-token match's 18% (half of those drafts lost their first token). So each
 match length has its own length controller, which learns its own acceptance.
-Nor does n_max end it: where the n_max-token match's earlier occurrence goes on
-matching further back, 8 or 16 tokens (MATCH_DEPTHS), the answer is quoting a
-passage rather than meeting a phrase again, and those matches have controllers
-of their own (on six copying prompts their drafts were kept 0.66 of the time
-against 0.63, and long ones were drafted whole: 1.07× as fast).
+Nor does n_max end it: where the n_max-token match's earlier occurrence (the
+one the draft follows) goes on matching further back, 8 or 16 tokens
+(MATCH_DEPTHS), the answer is quoting a passage (or going round a loop) rather
+than meeting a phrase again, and those matches have controllers of their own
+(on six copying prompts their drafts were kept 0.66 of the time against 0.63,
+and long ones were drafted whole: 1.07× as fast).
 
 In a loop (the context's last p tokens repeat the p before them, and the match
 occurred p tokens back) a continuation that reaches the context's end goes on
@@ -70,7 +71,7 @@ RESUME_AFTER_KEPT = 4
 # A longest n-gram match whose earlier occurrence goes on matching further back, this many tokens or more (the
 # largest that fits), has a length controller of its own: a quote's continuation is kept far more often than
 # a common phrase's, though both match n_max tokens.
-MATCH_DEPTHS = (8, 16)
+MATCH_DEPTHS = (8, 16)  # (an n_max controller learned before they had theirs counted quotes too: it soon decays)
 
 
 class NGramIndex:
