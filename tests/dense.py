@@ -31,7 +31,7 @@ def penalised(logits: np.ndarray, text: Sequence[int], params: SamplingParams) -
     time in float32 as llama.cpp's penalties sampler writes them (the reference `Penalties` is checked against):
     the window is the last `repeat_last_n` tokens, -1 the whole text, 0 none."""
     n = params.repeat_last_n
-    window = list(text) if n == -1 else list(text)[len(text) - n:] if 0 < n < len(text) else list(text) if n else []
+    window = [] if n == 0 else list(text) if n == -1 else list(text)[-n:]
     out = np.array(logits, dtype=np.float32)
     for token in set(window):
         if 0 <= token < len(out):

@@ -122,8 +122,8 @@ def test_penalised_rows_under_a_grammar_give_target_only_tokens(spaced_pair: tup
     decoding emits what target-only decoding does."""
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.5, presence_penalty=0.8,
                               repeat_last_n=6)
-    for speculative in (SpeculativeParams(strategy="model", draft_max=3), SpeculativeParams(strategy="hybrid")):
-        with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+    with Model(spaced_pair[0]) as target, Model(spaced_pair[1]) as draft:
+        for speculative in (SpeculativeParams(strategy="model", draft_max=3), SpeculativeParams(strategy="hybrid")):
             for seed in range(6):
                 settings = GenerationSettings(sampling, speculative, max_tokens=24, seed=seed)
                 for grammar in (WORDS_GRAMMAR, FORCED_GRAMMAR):
