@@ -1,7 +1,8 @@
 """Tool calls on tiny models: definitions checked, each call syntax rendered by its real chat template, held to by
 its grammar (an llguidance matcher on the tiny model's tokenizer), and read back; request bodies checked.
 
-The Qwen2.5 and Llama 3.1 templates in tests/data are the models' published Jinja texts.
+The Qwen2.5, Llama 3.1, Mistral Nemo and Mistral Small 3.2 templates in tests/data are the models' published
+Jinja texts.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from localspec.app.tool_calls import (
     arguments_json,
     chat_input,
     detect_syntax,
+    marker_tokens,
+    mistral_id,
     parse_calls,
     prepare_tools,
-    special_token_test,
     tool_request,
 )
 from localspec.config.paths import user_profiles_dir
@@ -47,6 +49,8 @@ from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
 DATA = Path(__file__).parent / "data"
 QWEN = (DATA / "qwen2.5-instruct.jinja").read_text()
 LLAMA = (DATA / "llama3.1-instruct.jinja").read_text()
+NEMO = (DATA / "mistral-nemo-instruct-2407.jinja").read_text()
+MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
 PLAIN = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
 
 WEATHER = {"type": "function", "function": {
@@ -76,12 +80,33 @@ CALLS = {
                         ['{"name": "get_weather", "arguments": {"city": "Paris"}}',
                          '{"name": "get_weather", "parameters": {"days": 2}}',
                          '{"name": "get_time", "parameters": {}}']),
+    ToolSyntax.MISTRAL: ('[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "a1B2c3D4e"}]',
+                         ['[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "short"}]',
+                          '[TOOL_CALLS][{"name": "add", "arguments": {"a": "1", "b": 2}}]',
+                          '[TOOL_CALLS]{"name": "add", "arguments": {"a": 1, "b": 2}}']),
+    ToolSyntax.MISTRAL_ARGS: ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+                              ['[TOOL_CALLS]get_weather[ARGS]{"city": 5}',
+                               '[TOOL_CALLS]get_weather{"city": "Paris"}',
+                               '[TOOL_CALLS]get_time[ARGS]{}']),
     ToolSyntax.JSON: ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}',
                       ['{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}]}',
                        '{"tool_calls": []}',
                        '{"name": "get_weather", "arguments": {"city": "Paris"}}']),
 }
-TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.LLAMA3: LLAMA, ToolSyntax.JSON: PLAIN}
+TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.LLAMA3: LLAMA, ToolSyntax.MISTRAL: NEMO,
+             ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.JSON: PLAIN}
+# A call of `add` (a=1, b=2), or of a tool named otherwise, in each syntax.
+ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
+             ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
+             ToolSyntax.MISTRAL: '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+             ToolSyntax.MISTRAL_ARGS: '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
+             ToolSyntax.JSON: '{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}'}
+
+
+def add_call(syntax: ToolSyntax, name: str = "add", arguments: str = '{"a": 1, "b": 2}') -> str:
+    """`ADD_CALLS[syntax]` with another tool's name or other arguments."""
+    call = ADD_CALLS[syntax].replace('{"a": 1, "b": 2}', arguments)
+    return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[")
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +136,12 @@ def request(choice: Any = None, parallel: Any = None, tools: Any = TOOLS):
 def test_the_syntax_is_read_from_the_template() -> None:
     assert detect_syntax(QWEN) is ToolSyntax.HERMES
     assert detect_syntax(LLAMA) is ToolSyntax.LLAMA3
+    assert detect_syntax(NEMO) is ToolSyntax.MISTRAL and detect_syntax(MISTRAL_SMALL) is ToolSyntax.MISTRAL_ARGS
     assert detect_syntax(PLAIN) is ToolSyntax.JSON and detect_syntax(None) is ToolSyntax.JSON
 
 
 def test_qwen_renders_the_tools_earlier_calls_and_their_results() -> None:
-    messages, tools = chat_input(HISTORY, prepare_tools(request(), QWEN, lambda text: False), QWEN)
+    messages, tools = chat_input(HISTORY, prepare_tools(request(), QWEN, lambda text: None), QWEN)
     text = render_chat(QWEN, messages, tools=tools)
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
     assert "<tools>\n" + json.dumps({"type": "function", "function": WEATHER["function"]}) + "\n" in text
@@ -125,7 +151,7 @@ def test_qwen_renders_the_tools_earlier_calls_and_their_results() -> None:
 
 
 def test_llama_renders_the_tools_in_the_first_user_message_and_results_as_ipython() -> None:
-    messages, tools = chat_input(HISTORY, prepare_tools(request(), LLAMA, lambda text: False), LLAMA)
+    messages, tools = chat_input(HISTORY, prepare_tools(request(), LLAMA, lambda text: None), LLAMA)
     text = render_chat(LLAMA, messages, tools=tools)
     assert "Environment: ipython\n" in text
     assert ('Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}'
@@ -137,7 +163,7 @@ def test_llama_renders_the_tools_in_the_first_user_message_and_results_as_ipytho
 
 
 def test_a_template_without_tool_syntax_gets_the_tools_in_its_system_message() -> None:
-    messages, tools = chat_input(HISTORY, prepare_tools(request(), PLAIN, lambda text: False), PLAIN)
+    messages, tools = chat_input(HISTORY, prepare_tools(request(), PLAIN, lambda text: None), PLAIN)
     assert tools is None  # described in the system message instead
     assert messages[0]["role"] == "system" and messages[0]["content"].startswith("Be brief.\n\nYou can call these tools")
     assert json.dumps(WEATHER["function"]) in messages[0]["content"]
@@ -174,7 +200,7 @@ def test_results_of_parallel_calls_are_one_user_message_for_a_template_whose_rol
                {"role": "tool", "content": "18 C", "tool_call_id": "call_0"},
                {"role": "tool", "content": "24 C", "tool_call_id": "call_1"},
                {"role": "user", "content": "And tomorrow?"}]
-    messages, _ = chat_input(history, prepare_tools(request(), alternating, lambda text: False), alternating)
+    messages, _ = chat_input(history, prepare_tools(request(), alternating, lambda text: None), alternating)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[3]["content"] == ("Tool result for call call_0: 18 C\n\nTool result for call call_1: 24 C"
                                       "\n\nAnd tomorrow?")
@@ -185,9 +211,9 @@ def test_results_of_parallel_calls_are_one_user_message_for_a_template_whose_rol
 def test_each_template_renders_tool_history_on_a_tiny_model(tiny_target: Model, syntax: ToolSyntax) -> None:
     template = TEMPLATES[syntax]
     session = Session(tiny_target, chat=ChatSettings(template=template))
-    messages, tools = chat_input(HISTORY, prepare_tools(request(), template, lambda text: False), template)
+    messages, tools = chat_input(HISTORY, prepare_tools(request(), template, lambda text: None), template)
     tokens = session.chat_prompt_tokens(messages, tools)
-    text = render_chat(template, messages, tools=tools)
+    text = render_chat(template, messages, tools=tools, eos_token=tiny_target.detokenize_special(tiny_target.eos_token))
     assert tokens == [tiny_target.bos_token, *tiny_target.tokenize(text, add_special=False, parse_special=True)]
 
 
@@ -198,7 +224,7 @@ def test_each_template_renders_tool_history_on_a_tiny_model(tiny_target: Model, 
 def test_the_grammar_takes_a_whole_call_and_refuses_a_malformed_one(tiny_target: Model, syntax: ToolSyntax) -> None:
     valid, malformed = CALLS[syntax]
     for choice in ("auto", "required"):
-        grammar = prepare_tools(request(choice), TEMPLATES[syntax], lambda text: False).grammar
+        grammar = prepare_tools(request(choice), TEMPLATES[syntax], lambda text: None).grammar
         assert accepts(tiny_target, grammar, valid), (choice, valid)
         for text in malformed:
             assert not accepts(tiny_target, grammar, text), (choice, text)
@@ -209,20 +235,53 @@ def test_the_grammar_takes_a_whole_call_and_refuses_a_malformed_one(tiny_target:
 @pytest.mark.parametrize("syntax", list(ToolSyntax))
 def test_a_named_tool_is_the_only_one_callable(tiny_target: Model, syntax: ToolSyntax) -> None:
     named = prepare_tools(request({"type": "function", "function": {"name": "add"}}), TEMPLATES[syntax],
-                          lambda text: False).grammar
-    add_call = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
-                ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
-                ToolSyntax.JSON: '{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}'}[syntax]
-    assert accepts(tiny_target, named, add_call)
-    assert not accepts(tiny_target, named, add_call.replace('"add"', '"get_weather"'))
+                          lambda text: None).grammar
+    assert accepts(tiny_target, named, add_call(syntax))
+    assert not accepts(tiny_target, named, add_call(syntax, "get_weather"))
 
 
 def test_auto_text_may_not_start_like_a_call(tiny_target: Model) -> None:
-    hermes = prepare_tools(request(), QWEN, lambda text: False).grammar
+    hermes = prepare_tools(request(), QWEN, lambda text: None).grammar
     assert not accepts(tiny_target, hermes, "  <tool_call>\nnot a call")
-    json_form = prepare_tools(request(), PLAIN, lambda text: False).grammar
+    json_form = prepare_tools(request(), PLAIN, lambda text: None).grammar
     assert not accepts(tiny_target, json_form, ' {"answer": 4}')
     assert accepts(tiny_target, json_form, "The answer is {4}.")
+    for template in (NEMO, MISTRAL_SMALL):
+        mistral = prepare_tools(request(), template, lambda text: None).grammar
+        assert not accepts(tiny_target, mistral, " [TOOL_CALLS]not a call")
+        assert accepts(tiny_target, mistral, "[1, 2] is a list.")
+
+
+@pytest.mark.parametrize("template", [NEMO, MISTRAL_SMALL])
+def test_mistral_templates_get_call_ids_they_take(template: str) -> None:
+    """Both refuse an id that is not nine letters or digits (`call_1`, OpenAI's `call_…`): such ids are rendered
+    as nine hex digits of their hash, alike in the call and in its result; ids of nine are kept."""
+    kept = "a1B2c3D4e"
+    history = [*HISTORY, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": kept, "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]},
+               {"role": "tool", "content": "3", "tool_call_id": kept}]
+    messages, tools = chat_input(history, prepare_tools(request(), template, lambda text: None), template)
+    text = render_chat(template, messages, tools=tools)
+    mapped = mistral_id("call_1")
+    assert len(mapped) == 9 and mapped.isalnum() and mistral_id(kept) == kept
+    assert text.count(mapped) == 2 and text.count(kept) == 2 and "call_1" not in text
+    assert "[AVAILABLE_TOOLS]" in text and '"get_weather"' in text
+    with pytest.raises(Exception, match="alphanumeric strings with length 9"):
+        render_chat(template, history, tools=tools)  # (what the template says of the ids as a client sent them)
+
+
+def test_mistral_calls_are_bounded_and_can_be_turned_off(tiny_target: Model) -> None:
+    def several(n: int) -> str:
+        return "".join(['[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}'] * n)
+
+    parallel = prepare_tools(request("required"), MISTRAL_SMALL, lambda text: None).grammar
+    assert accepts(tiny_target, parallel, several(MAX_CALLS))
+    assert not accepts(tiny_target, parallel, several(MAX_CALLS + 1))
+    single = prepare_tools(request("required", parallel=False), MISTRAL_SMALL, lambda text: None).grammar
+    assert accepts(tiny_target, single, several(1)) and not accepts(tiny_target, single, several(2))
+    listed = prepare_tools(request("required"), NEMO, lambda text: None).grammar
+    two = '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "add", "arguments": {"a": 3, "b": 4}}]'
+    assert accepts(tiny_target, listed, two)
 
 
 def test_parallel_calls_are_bounded_and_can_be_turned_off(tiny_target: Model) -> None:
@@ -231,10 +290,10 @@ def test_parallel_calls_are_bounded_and_can_be_turned_off(tiny_target: Model) ->
     def several(n: int) -> str:
         return '{"tool_calls": [' + ", ".join([one] * n) + "]}"
 
-    parallel = prepare_tools(request("required"), PLAIN, lambda text: False).grammar
+    parallel = prepare_tools(request("required"), PLAIN, lambda text: None).grammar
     assert accepts(tiny_target, parallel, several(MAX_CALLS))
     assert not accepts(tiny_target, parallel, several(MAX_CALLS + 1))
-    single = prepare_tools(request("required", parallel=False), PLAIN, lambda text: False).grammar
+    single = prepare_tools(request("required", parallel=False), PLAIN, lambda text: None).grammar
     assert accepts(tiny_target, single, several(1)) and not accepts(tiny_target, single, several(2))
     calls = parse_calls(several(2), ToolSyntax.JSON)
     assert calls and [call.name for call in calls] == ["add", "add"] and calls[0].id != calls[1].id
@@ -244,7 +303,7 @@ def test_an_arguments_schema_llguidance_rejects_is_one_line() -> None:
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "x": {"type": "string", "pattern": "(unclosed"}}}}}
     with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: .*unclosed group") as error:
-        prepare_tools(request(tools=[ADD, bad]), PLAIN, lambda text: False)
+        prepare_tools(request(tools=[ADD, bad]), PLAIN, lambda text: None)
     assert error.value.param == "tools[1].function.parameters"
 
 
@@ -257,7 +316,7 @@ def test_the_rejected_schema_is_named_among_callable_tools_only() -> None:
         "x": {"type": "string", "pattern": "(unclosed"}}}}}
     forced_bad = {"type": "function", "function": {"name": "f"}}
     with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: .*unclosed group"):
-        prepare_tools(request(forced_bad, tools=[unwritable, bad]), PLAIN, lambda text: False)
+        prepare_tools(request(forced_bad, tools=[unwritable, bad]), PLAIN, lambda text: None)
 
 
 def test_arguments_a_schema_leaves_open_are_bounded_as_for_a_json_schema() -> None:
@@ -287,6 +346,23 @@ def test_calls_are_read_back_and_anything_else_is_text() -> None:
     assert quoting and json.loads(quoting[0].arguments) == {"x": "1</tool_call>2"}  # the tag inside a string is text
     assert parse_calls('{"name": "a", "parameters": [1]}', ToolSyntax.LLAMA3) is None
     assert parse_calls('{"tool_calls": [{"name": "a"', ToolSyntax.JSON) is None
+
+
+def test_mistral_calls_are_read_back_with_the_ids_the_model_wrote() -> None:
+    listed = parse_calls(' [TOOL_CALLS][{"name": "a", "arguments": {"x": 1}, "id": "a1B2c3D4e"}, '
+                         '{"name": "b", "arguments": {}, "id": "nope"}]', ToolSyntax.MISTRAL)
+    assert listed and [(c.name, c.arguments) for c in listed] == [("a", '{"x": 1}'), ("b", "{}")]
+    assert listed[0].id == "a1B2c3D4e" and len(listed[1].id) == 9 and listed[1].id.isalnum()
+    marked = parse_calls('[TOOL_CALLS]a[ARGS]{"x": [1, 2]}\n[TOOL_CALLS]b[CALL_ID]a1B2c3D4e[ARGS]{}',
+                         ToolSyntax.MISTRAL_ARGS)
+    assert marked and [(c.name, c.arguments, len(c.id)) for c in marked] == [("a", '{"x": [1, 2]}', 9), ("b", "{}", 9)]
+    assert marked[1].id == "a1B2c3D4e" and marked[0].id.isalnum()
+    for text in ['[{"name": "a", "arguments": {}}]', '[TOOL_CALLS][{"name": "a", "arguments": {}}',
+                 "Hi [TOOL_CALLS][]"]:
+        assert parse_calls(text, ToolSyntax.MISTRAL) is None, text
+    for text in ['[TOOL_CALLS]a{"x": 1}', "[TOOL_CALLS]a[ARGS][1]", "[TOOL_CALLS]a[CALL_ID]abc[ARGS]{}",
+                 '[TOOL_CALLS]a[ARGS]{"x": 1} and text', 'a[ARGS]{"x": 1}']:
+        assert parse_calls(text, ToolSyntax.MISTRAL_ARGS) is None, text
 
 
 def test_arguments_are_passed_on_as_the_model_wrote_them() -> None:
@@ -324,10 +400,8 @@ def test_text_the_grammar_lets_through_as_text_is_never_read_as_a_call(tiny_targ
     """U+001C to U+001F are whitespace to Python's strip but not to llguidance's `\\s`: text that starts with one
     before a call's opening is plain text to the grammar (`auto`), so it must be to the reader too. And a call
     reads back only as a call of a tool offered."""
-    setup = prepare_tools(request("auto"), TEMPLATES[syntax], lambda text: False)
-    call = {ToolSyntax.HERMES: '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>',
-            ToolSyntax.LLAMA3: '{"name": "rm_rf", "parameters": {}}',
-            ToolSyntax.JSON: '{"tool_calls": [{"name": "rm_rf", "arguments": {}}]}'}[syntax]
+    setup = prepare_tools(request("auto"), TEMPLATES[syntax], lambda text: None)
+    call = add_call(syntax, "rm_rf", "{}")
     text = "\x1c" + call
     assert accepts(tiny_target, setup.grammar, text)  # plain text, as far as the grammar goes
     assert setup.calls_in(text) is None
@@ -346,6 +420,10 @@ def test_a_stream_passes_text_at_once_and_holds_a_call() -> None:
     assert call.rest() == ' {"tool_calls"'
     forced = CallStream(ToolSyntax.LLAMA3, forced=True)
     assert forced.feed("Hello") == "" and forced.rest() == "Hello"
+    mistral = CallStream(ToolSyntax.MISTRAL, forced=False)
+    assert mistral.feed("[TOOL") == "" and mistral.feed("_CALLS][") == "" and mistral.call
+    listing = CallStream(ToolSyntax.MISTRAL_ARGS, forced=False)
+    assert listing.feed("[1, 2]") == "[1, 2]" and not listing.call
 
 
 # -- tool definitions and request bodies -------------------------------------------------------------------
@@ -506,7 +584,7 @@ def test_a_schema_that_cannot_be_written_as_json_is_one_line() -> None:
     infinite = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "x": {"type": "number", "maximum": float("inf")}}}}}
     with pytest.raises(InputError, match="cannot be written as JSON"):
-        prepare_tools(request(tools=[infinite]), PLAIN, lambda text: False)
+        prepare_tools(request(tools=[infinite]), PLAIN, lambda text: None)
 
 
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input
@@ -535,14 +613,14 @@ def calls_text(name: str, arguments: str) -> str:
 
 
 def test_keywords_llguidance_does_not_enforce_are_warnings_naming_the_tool(tiny_target: Model) -> None:
-    setup = prepare_tools(request("required", tools=[ADD, UNENFORCED]), PLAIN, lambda text: False)
+    setup = prepare_tools(request("required", tools=[ADD, UNENFORCED]), PLAIN, lambda text: None)
     assert setup.warnings and all(w.startswith("tools[1].function.parameters: ") for w in setup.warnings)
     for keyword in ("uniqueItems", "contains", "phone", "not", "if"):
         assert any(keyword in warning for warning in setup.warnings), (keyword, setup.warnings)
     assert accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": [1.5, 1.5], "phone": "x"}'))
     assert not accepts(tiny_target, setup.grammar, calls_text("contact", '{"tags": ["1"]}'))  # the rest holds
     named = prepare_tools(request({"type": "function", "function": {"name": "add"}}, tools=[ADD, UNENFORCED]), PLAIN,
-                          lambda text: False)
+                          lambda text: None)
     assert named.warnings == ()  # only the tools the model may call
 
 
@@ -564,7 +642,7 @@ def test_keywords_llguidance_does_not_enforce_are_warnings_naming_the_tool(tiny_
 def test_arguments_are_an_object_and_closing_keeps_the_schemas_meaning(tiny_target: Model, parameters: dict[str, Any],
                                                                         valid: list[str], invalid: list[str]) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
-    grammar = prepare_tools(request("required", tools=[tool]), PLAIN, lambda text: False).grammar
+    grammar = prepare_tools(request("required", tools=[tool]), PLAIN, lambda text: None).grammar
     for arguments in valid:
         assert accepts(tiny_target, grammar, calls_text("f", arguments)), arguments
         calls = parse_calls(calls_text("f", arguments), ToolSyntax.JSON)
@@ -582,14 +660,14 @@ def test_parameters_no_call_can_satisfy_are_refused_as_response_format_refuses_t
         refused = (r"^tools\[1\]\.function\.parameters: no text can satisfy it: uniqueItems asks for 3 distinct items"
                    r" \(minItems\), and its items take 2 values$")
         with pytest.raises(ToolError, match=refused) as error:
-            prepare_tools(request(choice, tools=tools), PLAIN, lambda text: False)
+            prepare_tools(request(choice, tools=tools), PLAIN, lambda text: None)
         assert error.value.param == "tools[1].function.parameters"
     prepare_tools(request({"type": "function", "function": {"name": "get_weather"}}, tools=tools), PLAIN,
-                  lambda text: False)  # (a tool that cannot be called is not held to)
+                  lambda text: None)  # (a tool that cannot be called is not held to)
     crashing = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a": {"const": -2**63}}}}}  # (llguidance ended the process on it)
     with pytest.raises(ToolError, match="too close to -2\\^63") as error:
-        prepare_tools(request("required", tools=[crashing]), PLAIN, lambda text: False)
+        prepare_tools(request("required", tools=[crashing]), PLAIN, lambda text: None)
     assert error.value.param == "tools[0].function.parameters"
 
 
@@ -622,15 +700,16 @@ def control_marked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
 @pytest.mark.parametrize("kind", [TokenType.CONTROL, TokenType.USER_DEFINED])
 def test_a_call_opened_by_a_special_marker_token_is_read_back(tmp_path: Path, control_marked: Model,
                                                               kind: TokenType) -> None:
-    """A control token renders as no text, so the grammar spells such a marker out; a user-defined one is its
-    text, and the grammar names it as the token. Either way the forced call reads back."""
+    """The grammar names a marker that is one special token as that token, a control token (no text where the
+    output is read without special tokens: the output held to a grammar shows it) as a user-defined one; the forced
+    call reads back."""
     model = control_marked if kind is TokenType.CONTROL else Model(marked_model(tmp_path, kind), ModelSettings(n_threads=1))
     try:
         marker = model.tokenize("<tool_call>", add_special=False, parse_special=True)
         assert len(marker) == 1
-        assert special_token_test(model)("<tool_call>") is (kind is TokenType.USER_DEFINED)
+        assert marker_tokens(model)("<tool_call>") == marker[0]
         session = Session(model, chat=ChatSettings(template=QWEN))
-        setup = prepare_tools(request("required", parallel=False, tools=[EMPTY]), QWEN, special_token_test(model))
+        setup = prepare_tools(request("required", parallel=False, tools=[EMPTY]), QWEN, marker_tokens(model))
         assert setup.warnings == ()  # (llguidance's "no tokenizer - can't validate <special_token>" was one)
         messages, definitions = chat_input(HISTORY[:2], setup, QWEN)
         generation = session.generation(session.chat_prompt_tokens(messages, definitions),
@@ -638,7 +717,7 @@ def test_a_call_opened_by_a_special_marker_token_is_read_back(tmp_path: Path, co
                                         speculative=False, grammar=setup.grammar)
         list(generation)
         assert generation.stop_reason is StopReason.EOS and generation.text == PING_CALL
-        assert (marker[0] in generation.tokens) is (kind is TokenType.USER_DEFINED)
+        assert marker[0] in generation.tokens
         calls = setup.calls_in(generation.text)
         assert calls and [(call.name, call.arguments) for call in calls] == [("ping", "{}")]
     finally:
@@ -697,6 +776,72 @@ def test_serve_reads_back_a_call_and_reports_what_its_schema_does_not_enforce(to
                                                                                              "arguments": "{}"}
         assert body["choices"][0]["finish_reason"] == "tool_calls"
         assert [w for w in body["warnings"] if w.startswith("tools[0].function.parameters: ") and "not" in w], body
+
+
+MISTRAL_MARKERS = ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[INST]",
+                   "[/INST]")
+
+
+@pytest.fixture(scope="module")
+def mistral_marked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
+    """A tiny model whose vocabulary has Mistral's markers as control tokens, as Mistral's GGUF files have them."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path_factory.mktemp("mistral") / "mistral-marked.gguf", random_weights(n_vocab, seed=2),
+                       n_vocab=n_vocab, space_token=True, context_length=1024,
+                       special_pieces=[(marker, TokenType.CONTROL) for marker in MISTRAL_MARKERS])
+    model = Model(path, ModelSettings(n_threads=1))
+    yield model
+    model.close()
+
+
+@pytest.mark.parametrize("template, opening", [(NEMO, '[TOOL_CALLS][{"name": "ping", "arguments": {}'),
+                                               (MISTRAL_SMALL, "[TOOL_CALLS]ping")])
+def test_a_mistral_call_opened_by_its_control_token_is_read_back(mistral_marked: Model, template: str,
+                                                                 opening: str) -> None:
+    """The model writes `[TOOL_CALLS]` as the one control token it was trained on (no text where the output is
+    read without special tokens); held to the tools' grammar, the output shows it, and the call reads back."""
+    marker = mistral_marked.tokenize("[TOOL_CALLS]", add_special=False, parse_special=True)
+    assert len(marker) == 1 and mistral_marked.token_bytes(marker[0]) == b""
+    assert marker_tokens(mistral_marked)("[TOOL_CALLS]") == marker[0] and marker_tokens(mistral_marked)("[X]") is None
+    session = Session(mistral_marked, chat=ChatSettings(template=template))
+    setup = prepare_tools(request("required", parallel=False, tools=[EMPTY]), template, marker_tokens(mistral_marked))
+    asked = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Ping?"}]
+    messages, definitions = chat_input(asked, setup, template)
+    for speculative in (False, True):
+        generation = session.generation(session.chat_prompt_tokens(messages, definitions),
+                                        GenerationSettings.from_values({"sampling.max_tokens": 80,
+                                                                        "speculative.strategy": "ngram"}),
+                                        speculative=speculative, grammar=setup.grammar)
+        list(generation)
+        assert generation.stop_reason is StopReason.EOS and generation.tokens[0] == marker[0]
+        assert generation.text.startswith(opening), generation.text
+        calls = setup.calls_in(generation.text)
+        assert calls and [(call.name, call.arguments) for call in calls] == [("ping", "{}")]
+        assert len(calls[0].id) == 9 and calls[0].id.isalnum()
+
+
+def test_serve_answers_a_mistral_call_with_an_id_its_template_takes_back(mistral_marked: Model) -> None:
+    session = Session(mistral_marked, chat=ChatSettings(template=NEMO))
+    served = ServedModel(GenerationQueue(session, queue_size=1),
+                         GenerationSettings.from_values({"sampling.max_tokens": 80}), "mistral")
+    ping = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    asked = [{"role": "user", "content": "Ping?"}]
+    with TestClient(create_app(served)) as client:
+        for stream in (False, True):
+            reply = client.post("/v1/chat/completions", json={
+                "messages": asked, "tools": [ping], "tool_choice": "required", "temperature": 0, "stream": stream})
+            assert reply.status_code == 200, reply.text
+            if stream:
+                events = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: {")]
+                call = next(part for e in events if e["choices"]
+                            for part in e["choices"][0]["delta"].get("tool_calls", []))
+            else:
+                call = reply.json()["choices"][0]["message"]["tool_calls"][0]
+            assert call["function"]["name"] == "ping" and len(call["id"]) == 9 and call["id"].isalnum(), call
+        answered = [*asked, {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": call["id"], "content": "pong"}]
+        reply = client.post("/v1/chat/completions", json={"messages": answered, "tools": [ping], "max_tokens": 4})
+        assert reply.status_code == 200, reply.text  # (the template refuses any other id)
 
 
 def test_a_call_cut_short_is_never_sent_as_text(tools_api: TestClient) -> None:

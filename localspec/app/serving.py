@@ -41,7 +41,7 @@ from .tool_calls import (
     ToolSetup,
     chat_input,
     prepare_tools,
-    special_token_test,
+    marker_tokens,
 )
 
 # OpenAI's finish_reason for each way a generation ends (cut short counts as "length", as OpenAI does)
@@ -279,7 +279,7 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | N
         return None
     session = served.queue.session
     try:
-        return prepare_tools(parsed.tools, session.chat_template(), special_token_test(session.target))
+        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target))
     except LocalspecError as exc:  # an arguments schema llguidance rejects
         raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
 

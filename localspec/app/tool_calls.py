@@ -7,13 +7,19 @@ chat template decides how the model writes a call (`detect_syntax`):
 - `hermes`: Qwen2.5, Hermes and others whose template shows `<tool_call>`:
   `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per call;
 - `llama3`: Llama 3.1 to 3.3's JSON tool calling: one object `{"name": ..., "parameters": {...}}`;
+- `mistral`: Mistral 7B v0.3 and Nemo, whose template shows `[TOOL_CALLS]`: the marker, then a JSON list
+  `[{"name": ..., "arguments": {...}, "id": ...}, ...]` (the id, nine letters or digits, optional);
+- `mistral-args`: Mistral Small 3.2, Magistral, Devstral, whose template shows `[ARGS]` too:
+  `[TOOL_CALLS]name[ARGS]{...}` per call (a `[CALL_ID]` and its id between them, optional);
 - `json`: a template with no tool syntax (SmolLM2's): the tools are described in a
   system message and a reply that calls them is one object
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}`.
 
 `tool_grammar` writes the Lark grammar (for llguidance) that holds the output
 to that syntax: one alternative per tool, so the name fixes the schema the
-arguments follow (`%json`). `required` or a named tool forces a call; `auto`
+arguments follow (`%json`). A marker that is one special token of the model's
+vocabulary (Mistral's `[TOOL_CALLS]`) is named as that token, which the
+generation then shows as its text; other markers are spelled out. `required` or a named tool forces a call; `auto`
 allows plain text too, which then may not start like a call. `parse_calls`
 reads the calls back from a finished output; `CallStream` decides, as text
 streams in, whether it is plain text (passed on at once) or a call (held
@@ -26,6 +32,7 @@ of earlier calls' `arguments` is parsed, and so cleaned, here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -47,6 +54,8 @@ from ..errors import InputError
 from ..textin import clean_data
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
+MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"  # Mistral's markers
+MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")  # the call ids Mistral's templates take (the whole id: fullmatch)
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names (the whole name: fullmatch)
 CHOICES = ("auto", "required", "none")
 # How the arguments are written inside a call: compact separators as json.dumps writes them (and the templates
@@ -69,7 +78,20 @@ class ToolError(InputError):
 class ToolSyntax(str, Enum):
     HERMES = "hermes"
     LLAMA3 = "llama3"
+    MISTRAL = "mistral"
+    MISTRAL_ARGS = "mistral-args"
     JSON = "json"
+
+    @property
+    def is_mistral(self) -> bool:
+        return self in (ToolSyntax.MISTRAL, ToolSyntax.MISTRAL_ARGS)
+
+    @property
+    def opening(self) -> str:
+        """What a reply that makes calls starts with (after whitespace)."""
+        if self is ToolSyntax.HERMES:
+            return OPEN_TAG
+        return MISTRAL_CALLS if self.is_mistral else "{"
 
 
 @dataclass(frozen=True)
@@ -262,6 +284,8 @@ def detect_syntax(template: str | None) -> ToolSyntax:
         return ToolSyntax.JSON
     if OPEN_TAG in template:
         return ToolSyntax.HERMES
+    if MISTRAL_CALLS in template:
+        return ToolSyntax.MISTRAL_ARGS if MISTRAL_ARGS in template else ToolSyntax.MISTRAL
     if '"parameters": dictionary of argument name' in template:
         return ToolSyntax.LLAMA3
     return ToolSyntax.JSON
@@ -271,6 +295,8 @@ def template_messages(messages: Sequence[dict[str, Any]], request: ToolRequest |
                       syntax: ToolSyntax) -> list[dict[str, Any]]:
     """The messages to render: as they are for a template with tool syntax; for one without (`json`), the
     tools described in the system message, earlier calls written in the JSON form and results as user messages."""
+    if syntax.is_mistral:
+        return [_with_mistral_ids(message) for message in messages]
     if syntax is not ToolSyntax.JSON:
         return list(messages)
     rendered = _results_together(messages)
@@ -280,6 +306,22 @@ def template_messages(messages: Sequence[dict[str, Any]], request: ToolRequest |
     if rendered and rendered[0]["role"] == "system":
         return [{"role": "system", "content": f"{rendered[0]['content']}\n\n{prompt}"}, *rendered[1:]]
     return [{"role": "system", "content": prompt}, *rendered]
+
+
+def mistral_id(call_id: str) -> str:
+    """A call's id as Mistral's templates take it (nine letters or digits; they refuse others): as it is where it
+    is one, else nine hex digits of its hash, so that a call and the result that names it still match."""
+    if MISTRAL_ID.fullmatch(call_id):
+        return call_id
+    return hashlib.sha256(call_id.encode("utf-8", errors="replace")).hexdigest()[:9]
+
+
+def _with_mistral_ids(message: dict[str, Any]) -> dict[str, Any]:
+    if message["role"] == "tool":
+        return {**message, "tool_call_id": mistral_id(message["tool_call_id"])}
+    if message.get("tool_calls"):
+        return {**message, "tool_calls": [{**call, "id": mistral_id(call["id"])} for call in message["tool_calls"]]}
+    return message
 
 
 def json_tools_prompt(request: ToolRequest) -> str:
@@ -320,16 +362,17 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
 # -- the grammar ----------------------------------------------------------------------------------
 
 
-def tool_grammar(request: ToolRequest, syntax: ToolSyntax, is_special: Callable[[str], bool] = lambda text: False) -> str:
+def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
+                 marker_token: Callable[[str], int | None] = lambda text: None) -> str:
     """Lark text (llguidance) holding the output to `syntax`'s calls of `request.callable`.
 
-    `is_special(text)` says whether the vocabulary has `text` (`<tool_call>`) as one special token,
-    which the grammar must then name as a token (`<tool_call>`) rather than spell.
+    `marker_token(text)`: the id of the one special token of the vocabulary that is `text` (`<tool_call>`,
+    `[TOOL_CALLS]`), which the grammar then names as that token rather than spelling it; else None.
     """
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
     if syntax is ToolSyntax.HERMES:
-        opening, closing = (_marker(text, is_special) for text in (OPEN_TAG, CLOSE_TAG))
+        opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
         more = f' ("\\n" call){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [f"calls: call{more}",
                   f'call: {opening} "\\n" body "\\n" {closing}',
@@ -338,6 +381,19 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax, is_special: Callable[
     elif syntax is ToolSyntax.LLAMA3:  # Llama 3.1's template renders one call per message
         lines += ["calls: body", r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
         lines += _alternatives(tools, "parameters")
+    elif syntax is ToolSyntax.MISTRAL:
+        more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
+        lines += [f'calls: {_marker(MISTRAL_CALLS, marker_token)} "[" body{more} "]"',
+                  r'call_id: ", \"id\": \"" ID "\""', *_MISTRAL_RULES]
+        lines += _alternatives(tools, "arguments", before_end=" call_id?")
+    elif syntax is ToolSyntax.MISTRAL_ARGS:  # a marker before each call
+        opening, call_id, arguments = (_marker(text, marker_token)
+                                       for text in (MISTRAL_CALLS, MISTRAL_CALL_ID, MISTRAL_ARGS))
+        more = f" body{{0,{MAX_CALLS - 1}}}" if request.several else ""
+        lines += [f"calls: body{more}", "body: " + " | ".join(f"call_{i}" for i in range(len(tools))), *_MISTRAL_RULES]
+        for i, tool in enumerate(tools):
+            lines.append(f"call_{i}: {opening} {json.dumps(tool.name)} ({call_id} ID)? {arguments} arguments_{i}")
+            lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     else:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
@@ -346,16 +402,24 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax, is_special: Callable[
     return "\n".join(lines) + "\n"
 
 
-def _marker(text: str, is_special: Callable[[str], bool]) -> str:
-    return text if is_special(text) else json.dumps(text)
+# A Mistral call's id, and plain text, which may not start as a call does (spelled out, `[TOOL_CALLS]` would read
+# back as one).
+_MISTRAL_RULES = ["ID: /[A-Za-z0-9]{9}/", r"TEXT: /(?s:.*)/ & ~/\s*\[TOOL_CALLS\](?s:.*)/"]
 
 
-def _alternatives(tools: Sequence[Tool], arguments_key: str) -> list[str]:
-    """`body` as one alternative per tool: the name written out, then the arguments held to its schema."""
+def _marker(text: str, marker_token: Callable[[str], int | None]) -> str:
+    """`text` in a grammar: the special token it is, named by its id, or else spelled out."""
+    token = marker_token(text)
+    return json.dumps(text) if token is None else f"<[{token}]>"
+
+
+def _alternatives(tools: Sequence[Tool], arguments_key: str, before_end: str = "") -> list[str]:
+    """`body` as one alternative per tool: the name written out, then the arguments held to its schema (then
+    `before_end`, Lark for what may follow them inside the object)."""
     lines = ["body: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
     for i, tool in enumerate(tools):
         head = json.dumps(f'{{"name": "{tool.name}", "{arguments_key}": ')
-        lines.append(f'call_{i}: {head} arguments_{i} "}}"')
+        lines.append(f'call_{i}: {head} arguments_{i}{before_end} "}}"')
         lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     return lines
 
@@ -401,14 +465,18 @@ def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
     Python would write `1e999` back as `Infinity`, which is no JSON."""
     try:
         if syntax is ToolSyntax.HERMES:
-            calls = [_call(body, "arguments") for body in _hermes_bodies(text)]
+            calls = [_call(body, "arguments", syntax) for body in _hermes_bodies(text)]
+        elif syntax is ToolSyntax.MISTRAL:
+            calls = [_call(members, "arguments", syntax) for members in _mistral_list(text)]
+        elif syntax is ToolSyntax.MISTRAL_ARGS:
+            calls = _mistral_args_calls(text)
         elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
-            calls = [_call(_whole(text, _members), "parameters")]
+            calls = [_call(_whole(text, _members), "parameters", syntax)]
         else:
             listed = _whole(text, _members)["tool_calls"][1]
-            calls = [_call(members, "arguments") for members in _whole(listed, _objects)]
+            calls = [_call(members, "arguments", syntax) for members in _whole(listed, _objects)]
     except (ValueError, KeyError, TypeError, RecursionError):  # (RecursionError: nested deeper than Python reads)
         return None
     return calls or None
@@ -437,6 +505,43 @@ def _hermes_bodies(text: str) -> list[dict[str, Written]]:
         bodies.append(body)
         at = _after_space(text, at + len(CLOSE_TAG))
     return bodies
+
+
+def _mistral_list(text: str) -> list[dict[str, Written]]:
+    """The members of each object in `[TOOL_CALLS][{…}, …]`, the whole of `text` (whitespace around it aside)."""
+    at = _after_space(text, 0)
+    if not text.startswith(MISTRAL_CALLS, at):
+        raise ValueError("not a tool call")
+    return _whole(text[at + len(MISTRAL_CALLS):], _objects)
+
+
+def _written_id(members: dict[str, Written]) -> str | None:
+    """The id a Mistral call was written with, where it is one its templates take."""
+    call_id = members.get("id", (None, ""))[0]
+    return call_id if isinstance(call_id, str) and MISTRAL_ID.fullmatch(call_id) else None
+
+
+def _mistral_args_calls(text: str) -> list[ToolCall]:
+    """The calls `[TOOL_CALLS]name([CALL_ID]id)?[ARGS]{…}` that make up the whole of `text` (whitespace around
+    them aside). ValueError when the text is anything else."""
+    calls, at = [], _after_space(text, 0)
+    while at < len(text):
+        name = TOOL_NAME.match(text, at + len(MISTRAL_CALLS)) if text.startswith(MISTRAL_CALLS, at) else None
+        if name is None:
+            raise ValueError("not a tool call")
+        at, call_id = name.end(), None
+        if text.startswith(MISTRAL_CALL_ID, at):
+            written = MISTRAL_ID.match(text, at + len(MISTRAL_CALL_ID))
+            if written is None:
+                raise ValueError("not a call id")
+            at, call_id = written.end(), written.group()
+        if not text.startswith(MISTRAL_ARGS, at):
+            raise ValueError("no arguments")
+        start = at + len(MISTRAL_ARGS)
+        _, end = _members(text, start)
+        calls.append(ToolCall(name.group(), text[start:end], call_id or _new_id(ToolSyntax.MISTRAL_ARGS)))
+        at = _after_space(text, end)
+    return calls
 
 
 def _after_space(text: str, at: int) -> int:
@@ -496,18 +601,26 @@ def _container(text: str, at: int, brackets: str, keyed: bool) -> tuple[Any, int
 _DECODER = json.JSONDecoder()
 
 
-def _call(members: dict[str, Written], arguments_key: str) -> ToolCall:
+def _call(members: dict[str, Written], arguments_key: str, syntax: ToolSyntax) -> ToolCall:
+    """The call an object's members make, with the id a Mistral model wrote in it, else a fresh one."""
     name, (arguments, written) = members["name"][0], members[arguments_key]
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise TypeError("not a call")
-    return ToolCall(name, written, f"call_{uuid.uuid4().hex[:24]}")
+    return ToolCall(name, written, (syntax is ToolSyntax.MISTRAL and _written_id(members)) or _new_id(syntax))
+
+
+def _new_id(syntax: ToolSyntax) -> str:
+    """A fresh call id: nine hex digits for a Mistral model (its templates take no other), else OpenAI's form."""
+    if syntax.is_mistral:
+        return uuid.uuid4().hex[:9]
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 class CallStream:
     """Streamed text sorted as it comes: plain text is passed on at once, a call is held until the output ends."""
 
     def __init__(self, syntax: ToolSyntax, forced: bool) -> None:
-        self.opening = OPEN_TAG if syntax is ToolSyntax.HERMES else "{"
+        self.opening = syntax.opening
         self.held = ""
         self.plain = False  # the output is plain text: pass it on
         self.call = forced  # the output is a call: hold it
@@ -573,13 +686,13 @@ class ToolSetup:
         return None if cut_short and stream.call else output
 
 
-def prepare_tools(request: ToolRequest, template: str | None, is_special: Callable[[str], bool]) -> ToolSetup:
+def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None]) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
     syntax = detect_syntax(template)
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
     try:
-        lark = tool_grammar(request, syntax, is_special)
+        lark = tool_grammar(request, syntax, marker_token)
     except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
     try:
@@ -641,17 +754,19 @@ def _named(message: str, index: int) -> str:
     return f"{origin}: {_SCHEMA_FAILURE.sub('', message[len(origin) + 2:])}" if message.startswith(origin) else message
 
 
-def special_token_test(model: Any) -> Callable[[str], bool]:
-    """Whether a text is one special token of `model`'s vocabulary (as its grammar tokenizer marks them) that the
-    output's text shows. A control token is rendered as no text at all (the output is read without special tokens),
-    so a call opened with one could not be read back: such a marker is spelled out instead."""
+def marker_tokens(model: Any) -> Callable[[str], int | None]:
+    """The id of the one special token of `model`'s vocabulary (as its grammar tokenizer marks them) that is a
+    text, or None. A control token counts too: rendered as no text where a text is read without special tokens,
+    it is shown as its text in an output held to a grammar (`Generation`), so a call opened with one reads back."""
 
-    def is_special(text: str) -> bool:
+    def token_of(text: str) -> int | None:
         tokens = model.tokenize(text, add_special=False, parse_special=True)
-        return (len(tokens) == 1 and bool(model.grammar_tokenizer().is_special_token(tokens[0]))
-                and model.token_bytes(tokens[0]) == text.encode())
+        if (len(tokens) == 1 and model.grammar_tokenizer().is_special_token(tokens[0])
+                and model.token_bytes(tokens[0], special=True) == text.encode()):
+            return tokens[0]
+        return None
 
-    return is_special
+    return token_of
 
 
 def chat_input(messages: Sequence[dict[str, Any]], setup: ToolSetup | None,

@@ -26,7 +26,7 @@ from ..app.tool_calls import (
     chat_input,
     check_tools,
     prepare_tools,
-    special_token_test,
+    marker_tokens,
     tool_request,
 )
 from ..config.files import parse_user_json, read_user_text
@@ -89,7 +89,7 @@ class ToolRun:
     def prompt_tokens(self, session: Session, messages: list[dict[str, Any]]) -> list[int]:
         """The chat prompt with the tools offered, in the session's model's own syntax."""
         template = session.chat_template()
-        self.setup = prepare_tools(self.request, template, special_token_test(session.target))
+        self.setup = prepare_tools(self.request, template, marker_tokens(session.target))
         for warning in self.setup.warnings:
             click.echo(f"localspec: warning: {warning}", err=True)
         rendered, definitions = chat_input(messages, self.setup, template)

@@ -396,7 +396,7 @@ class Generation:
             context.append(token)
             self.tokens.append(token)
             self.stats.tokens_generated += 1
-            text += self._stream.push(self.target.token_bytes(token))
+            text += self._stream.push(self._token_bytes(token))
             if len(kept) <= n_accepted:
                 drafted_text = text
             if self._stream.stopped:
@@ -406,6 +406,15 @@ class Generation:
                 self.stop_reason = StopReason.EOS  # the output is complete: nothing may follow
                 break
         return Chunk(kept, text, min(n_accepted, len(kept)), drafted_text)
+
+    def _token_bytes(self, token: int) -> bytes:
+        """A token's bytes in the output. A special token is text too where the grammar names it (it allows
+        none that it does not): a tool call's marker such as Mistral's `[TOOL_CALLS]`, a control token that
+        is no text where the output is read without special tokens."""
+        piece = self.target.token_bytes(token)
+        if not piece and self.grammar is not None:
+            piece = self.target.token_bytes(token, special=True)
+        return piece
 
 
 def generate_text(
