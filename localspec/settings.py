@@ -285,10 +285,12 @@ class SpeculativeParams(SettingsGroup):
     )
     draft_max: int | str = setting(
         ADAPTIVE, f"Most draft tokens per target pass, or '{ADAPTIVE}': chosen each pass from measured acceptance and costs.",
-        low=1, high=256, words=(ADAPTIVE,), flag="--draft-max", request="draft_max",
-    )
-    draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256, flag="--draft-min", request="draft_min")
-    p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0, high=1.0, flag="--p-min", request="p_min")
+        low=1, high=256, words=(ADAPTIVE,), flag="--draft-max", request=("draft_max", "speculative.n_max"),
+    )  # (llama-server's per-request names taken too, for its clients: speculative.n_max, .n_min, .p_min)
+    draft_min: int = setting(0, "A draft shorter than this is dropped (plain decoding that step).", low=0, high=256,
+                             flag="--draft-min", request=("draft_min", "speculative.n_min"))
+    p_min: float = setting(0.0, "Stop drafting when the draft model's confidence falls below this.", low=0.0,
+                           high=1.0, flag="--p-min", request=("p_min", "speculative.p_min"))
     ngram_min: int = setting(2, "Shortest n-gram the lookup matches.", low=1, high=16, flag="--ngram-min", request="ngram_min")
     ngram_max: int = setting(4, "Longest n-gram the lookup matches.", low=1, high=16, flag="--ngram-max", request="ngram_max")
     memory: bool = setting(

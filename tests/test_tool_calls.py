@@ -490,12 +490,50 @@ def test_wrong_shapes_are_400_naming_the_field(body: dict[str, Any], param: str)
 @pytest.mark.parametrize("field, value", [
     ("grammar", 'root ::= "yes"'), ("json_schema", {"type": "object"}), ("n_predict", 8),
     ("min_tokens", 4), ("ignore_eos", True), ("modalities", ["text", "audio"]), ("prediction", {"content": "x"}),
+    ("dry_multiplier", 0.8), ("typical_p", 0.9), ("mirostat", 2), ("guided_json", {"type": "object"}),
+    ("n_probs", 5), ("chat_template_kwargs", {"enable_thinking": False}), ("stop_token_ids", [2]),
 ])
 def test_other_servers_fields_that_change_the_output_are_refused(field: str, value: Any) -> None:
     with pytest.raises(ApiError) as error:
         parse({field: value})
     assert error.value.status == 400 and error.value.param == field, str(error.value)
     assert parse({"modalities": ["text"], "repeat_penalty": 1.0, "user": "u1", "metadata": {"a": "b"}}).messages
+
+
+def test_what_llama_servers_clients_send_is_taken() -> None:
+    """Its web UI sends its samplers at the values that turn them off, and options that change nothing here: one
+    of them was refused as a misspelling (`dry_penalty_last_n`, of `penalty_last_n`). Its per-request draft
+    settings are taken under its names."""
+    sent = {"dry_multiplier": 0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+            "dry_sequence_breakers": ["\n"], "xtc_probability": 0, "xtc_threshold": 0.1, "typical_p": 1,
+            "mirostat": 0, "top_n_sigma": -1, "samplers": ["top_k", "min_p"], "cache_prompt": True,
+            "timings_per_token": False, "speculative.n_max": 6, "speculative.n_min": 2, "speculative.p_min": 0.5}
+    settings = parse(sent).settings.speculative
+    assert (settings.draft_max, settings.draft_min, settings.p_min) == (6, 2, 0.5)
+
+
+def test_a_schema_beside_json_object_holds_the_reply_to_it() -> None:
+    """llama-server's form; it was ignored, and any JSON object passed."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    held = parse({"response_format": {"type": "json_object", "schema": schema}}).grammar
+    assert held is not None and held != parse({"response_format": {"type": "json_object"}}).grammar
+    with pytest.raises(ApiError) as error:
+        parse({"response_format": {"type": "json_object", "schema": [1]}})
+    assert error.value.param == "response_format.schema"
+
+
+def test_a_body_that_is_not_utf8_is_refused_as_such() -> None:
+    from localspec.app.openai_request import parse_body
+
+    assert parse_body('\ufeff{"a": 1}'.encode()) == {"a": 1}
+    for encoding in ("utf-16", "utf-32"):  # (json.loads of bytes guessed these, and took them)
+        with pytest.raises(ApiError, match="not valid UTF-8"):
+            parse_body('{"a": 1}'.encode(encoding))
+
+
+def test_a_messages_name_reaches_the_template() -> None:
+    named = parse({"messages": [{"role": "user", "content": "hi", "name": "alice"}]}).messages
+    assert named == [{"role": "user", "content": "hi", "name": "alice"}]
 
 
 def test_escaped_lone_surrogates_anywhere_in_a_body_become_replacement_characters() -> None:
@@ -578,6 +616,20 @@ def test_run_tools_bad_files_are_one_line(tmp_path: Path) -> None:
     one_error_line(cli("run", "--tools", str(good), "--tool-choice", "nope", "hi"), 2, "--tool-choice", "nope")
     one_error_line(cli("run", "--tool-choice", "required", "hi"), 2, "--tool-choice needs --tools")
     one_error_line(cli("run", "--tools", str(good), "--format", "json", "hi"), 2, "--tools cannot be combined")
+    # A parameters schema llguidance refuses is refused before any model is looked for (none is here).
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "strng"}}}}}]))
+    one_error_line(cli("run", "--target", str(tmp_path / "none.gguf"), "--tools", str(refused), "hi"), 2,
+                   "refused.json[0].function.parameters", "strng")
+
+
+def test_a_parameters_number_past_64_bits_is_named_with_its_tool() -> None:
+    huge = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 10**30}}}}}
+    with pytest.raises(ToolError, match=r"^tools\[1\]\.function\.parameters: the number 1000+ does not fit") as error:
+        prepare_tools(request(tools=[ADD, huge]), PLAIN, lambda text: None)
+    assert error.value.param == "tools[1].function.parameters"
 
 
 def test_a_schema_that_cannot_be_written_as_json_is_one_line() -> None:

@@ -73,13 +73,35 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "modalities": (_absent_or(["text"]), "text output only"),
     "audio": (_absent(), "text output only"),
     "prediction": (_absent(), "no predicted outputs"),
+    # Other servers' samplers and options (llama-server's, vLLM's): their clients send most of them at the values
+    # that switch them off, which are taken.
+    "dry_multiplier": (_absent_or(0, 0.0), "no DRY sampler (repeat_penalty and presence_penalty are there)"),
+    "xtc_probability": (_absent_or(0, 0.0), "no XTC sampler"),
+    "typical_p": (_absent_or(1, 1.0), "no typical sampling"),
+    "mirostat": (_absent_or(0), "no Mirostat sampling"),
+    "top_n_sigma": (_absent_or(-1, -1.0), "no top-n-sigma sampling"),
+    "dynatemp_range": (_absent_or(0, 0.0), "no dynamic temperature"),
+    "n_probs": (_absent_or(0), "no probabilities"),
+    "stop_token_ids": (_absent_or([]), "give stop strings (stop)"),
+    "include_stop_str_in_output": (_absent_or(False), "a stop string is left out of the output"),
+    "chat_template_kwargs": (_absent_or({}), "the chat template is rendered with the messages and tools only"),
+    **{name: (_absent(), 'give response_format {"type": "json_schema", ...}')
+       for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")},
 }
+
+# Other servers' fields that change nothing here, whatever their value (those of samplers refused above when on,
+# llama-server's caching and timing options), taken rather than suspected of being misspellings of known ones.
+OTHER_SERVERS_FIELDS = ("dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+                        "xtc_threshold", "mirostat_tau", "mirostat_eta", "dynatemp_exponent", "min_keep", "samplers",
+                        "cache_prompt", "timings_per_token", "return_tokens", "post_sampling_probs", "id_slot",
+                        "t_max_predict_ms", "n_keep", "n_indent", "penalize_nl", "skip_special_tokens",
+                        "spaces_between_special_tokens")
 
 
 # Fields read apart from the settings (REQUEST_FIELDS) and the refused ones (UNSUPPORTED).
 READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "response_format", "tools", "tool_choice",
                "parallel_tool_calls", "speculative")
-_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS)
+_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 
 
@@ -133,7 +155,7 @@ class CompletionRequest:
 def parse_body(raw: bytes) -> dict[str, Any]:
     """The JSON object a request body holds, or a 400."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8-sig"))  # (UTF-8, as the API's JSON is: not UTF-16 or -32 guessed at)
     except UnicodeDecodeError as exc:  # (a ValueError too: said apart, as the CLI says it of files)
         raise ApiError(400, f"the request body is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset"
                        f" {exc.start})") from None
@@ -191,7 +213,11 @@ def _response_format(value: Any) -> CompiledGrammar | None:
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "text":
         return None
-    if kind == "json_object":
+    if kind == "json_object" and isinstance(value, dict) and value.get("schema") is not None:
+        # llama-server's form: a schema beside json_object holds the object to it (ignored, any object would pass)
+        where = "response_format.schema"
+        fmt = OutputFormat("json_schema", _schema_text(value["schema"], where), where)
+    elif kind == "json_object":
         fmt = OutputFormat("json", origin="response_format")  # a JSON object, as `--format json`
     elif kind == "json_schema":
         fmt = OutputFormat("json_schema", _json_schema(value.get("json_schema")), "response_format.json_schema.schema")
@@ -214,15 +240,19 @@ def _json_schema(spec: Any) -> str:
         raise ApiError(400, f"{where}.name must be a non-empty string, got {quote_json(name)}", param=f"{where}.name")
     if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
         raise ApiError(400, f"{where}.strict must be true or false, got {quote_json(spec['strict'])}", param=f"{where}.strict")
-    schema = spec.get("schema", {})
+    return _schema_text(spec.get("schema", {}), f"{where}.schema")
+
+
+def _schema_text(schema: Any, where: str) -> str:
+    """A request's JSON schema as JSON text, checked: an object, finite numbers, nested as deep as JSON goes."""
     if not isinstance(schema, dict):
-        raise ApiError(400, f"{where}.schema must be a JSON schema object, got {quote_json(schema)}", param=f"{where}.schema")
+        raise ApiError(400, f"{where} must be a JSON schema object, got {quote_json(schema)}", param=where)
     try:
         return json.dumps(schema, allow_nan=False)
     except ValueError:
-        raise ApiError(400, f"{where}.schema holds a number that is not finite", param=f"{where}.schema") from None
+        raise ApiError(400, f"{where} holds a number that is not finite", param=where) from None
     except RecursionError:
-        raise ApiError(400, f"{where}.schema is nested too deeply", param=f"{where}.schema") from None
+        raise ApiError(400, f"{where} is nested too deeply", param=where) from None
 
 
 def _refuse_misspelled(body: dict[str, Any]) -> None:
@@ -324,9 +354,12 @@ def _message(message: Any, where: str) -> dict[str, Any]:
     may_be_empty = role == "assistant" and message.get("tool_calls") is not None
     text = None if content is None and may_be_empty else _content(content, f"{where}.content")
     try:
-        return history_message(message, role, text, where)
+        checked = history_message(message, role, text, where)
     except ToolError as exc:
         raise ApiError(400, str(exc), param=exc.param) from None
+    if message.get("name"):  # (for the templates that render a participant's or a tool's name)
+        checked["name"] = message["name"]
+    return checked
 
 
 def _content(content: Any, where: str) -> str:

@@ -40,8 +40,8 @@ from .tool_calls import (
     ToolCall,
     ToolSetup,
     chat_input,
-    prepare_tools,
     marker_tokens,
+    prepare_tools,
 )
 
 # OpenAI's finish_reason for each way a generation ends (cut short counts as "length", as OpenAI does)

@@ -49,6 +49,7 @@ from ..engine.grammar import (
     compile_format,
     fitted_schema,
     refuse_unusable_schema,
+    value_error_message,
 )
 from ..errors import InputError
 from ..textin import clean_data
@@ -693,7 +694,8 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
         _refuse_as_json_schema_does(tool, index)
     try:
         lark = tool_grammar(request, syntax, marker_token)
-    except (ValueError, RecursionError):  # NaN or Infinity, or nested too deeply to write out
+    except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
+        _blame_unwritable(request)
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
     try:
         compiled = compile_format(OutputFormat("grammar", lark, "tools"))
@@ -704,6 +706,31 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
     return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes)
+
+
+def check_parameters(request: ToolRequest) -> None:
+    """ToolError naming the first callable tool whose parameters schema cannot be held to (what `prepare_tools`
+    would find once a model is loaded), for a command to refuse before it loads one."""
+    for index, tool in _callable_tools(request):
+        _refuse_as_json_schema_does(tool, index)
+    _blame_unwritable(request)
+    _blame_schema(request)
+
+
+def _blame_unwritable(request: ToolRequest) -> None:
+    """Raise ToolError naming the first callable tool whose parameters schema cannot be written out for llguidance
+    (NaN, a number past 64 bits, nesting too deep), with what was wrong."""
+    for index, tool in _callable_tools(request):
+        origin = _schema_origin(index)
+        try:
+            arguments_json(tool)
+        except ValueError as exc:  # (llguidance names a number past 64 bits; JSON, a NaN or an infinity)
+            message = value_error_message(exc)
+            if not message.startswith("the number"):
+                message = f"the schema cannot be written as JSON ({message})"
+            raise ToolError(f"{origin}: {message}", origin) from None
+        except RecursionError:
+            raise ToolError(f"{origin}: the schema is nested too deeply", origin) from None
 
 
 def _refuse_as_json_schema_does(tool: Tool, index: int) -> None:

@@ -24,9 +24,10 @@ from ..app.tool_calls import (
     ToolRequest,
     ToolSetup,
     chat_input,
+    check_parameters,
     check_tools,
-    prepare_tools,
     marker_tokens,
+    prepare_tools,
     tool_request,
 )
 from ..config.files import parse_user_json, read_user_text
@@ -76,6 +77,10 @@ def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
         if not tools:
             raise InputError(f"{path}: holds no tools (an empty list): leave out --tools instead")
         raise InputError("--tool-choice none offers no tools: leave out --tools instead")
+    try:
+        check_parameters(request)  # (before any model loads)
+    except ToolError as exc:
+        raise InputError(str(exc).replace("tools[", f"{path}[", 1)) from None
     return request
 
 

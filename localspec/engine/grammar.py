@@ -989,6 +989,11 @@ def _name(fmt: OutputFormat) -> str:
     return fmt.origin or {"json": "--format json", "json_schema": "JSON schema", "grammar": "grammar", "regex": "--regex"}[fmt.kind]
 
 
+def value_error_message(exc: ValueError) -> str:
+    """What a ValueError llguidance (or JSON) raised on a schema says, as one line (a number past 64 bits named)."""
+    return _one_line(str(exc), "json_schema")
+
+
 def _one_line(message: str, kind: str) -> str:
     """llguidance's message as one line: its first line, with the `error: ...` detail of a regex error appended.
 
