@@ -202,6 +202,23 @@ def test_history_commands_show_text_as_typed_and_refuse_impossible_ids() -> None
         one_error_line(cli("history", command, str(2**64)), 2, f"no conversation {2**64}")
 
 
+def test_text_another_program_stored_as_invalid_utf8_is_listed_and_shown_with_replacements() -> None:
+    """One such row made `history list`, `show` and `chat --continue` fail for every conversation."""
+    from cli_helpers import cli
+
+    from localspec.config.paths import history_file
+
+    store = HistoryStore(history_file())
+    kept = store.start(conversation("first", "answer"))
+    store.close()
+    with sqlite3.connect(history_file()) as db:
+        db.execute("INSERT INTO messages(conversation, role, content) VALUES (?, 'user', CAST(x'68e9' AS TEXT))",
+                   (kept,))
+    listed, shown = cli("history", "list"), cli("history", "show", str(kept), "--json")
+    assert listed.exit_code == shown.exit_code == 0, (listed.stderr, shown.stderr)
+    assert json.loads(shown.output)["messages"][-1]["content"] == "h\ufffd"
+
+
 def test_load_refuses_settings_that_are_not_an_object_and_reads_a_bom(tmp_path: Path) -> None:
     saved = tmp_path / "chat.json"
     saved.write_text('{"messages": [{"role": "user", "content": "hi"}], "settings": "x"}')

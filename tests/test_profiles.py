@@ -190,6 +190,9 @@ def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
     assert (user_profiles_dir() / "p1.toml").read_text() == before
     assert cli("profile", "add", "p1", "--target", target, "--force").exit_code == 0
     assert "draft.path" not in load_profile("p1").values
+    # An empty --draft (an unset $DRAFT) is refused, not saved as a profile without a draft.
+    one_error_line(cli("profile", "add", "p2", "--target", target, "--draft", ""), 2, "empty")
+    assert not (user_profiles_dir() / "p2.toml").exists()
 
 
 @pytest.mark.slow
@@ -267,6 +270,8 @@ def test_shipped_profiles_parse_and_reference_the_hub() -> None:
         profile = load_profile(name)
         assert profile.source == "shipped" and profile.get("target.hf_repo") and profile.get("draft.hf_file")
     one_error_line(cli("run", "-p", "qwen2.5-7b", "Hi"), 2, "not downloaded yet", "localspec pull qwen2.5-7b")
+    # A setting no download could make right is refused first, not after the user downloads gigabytes for it.
+    one_error_line(cli("run", "-p", "qwen2.5-7b", "--draft-min", "99", "--draft-max", "8", "Hi"), 2, "draft_min")
 
 
 # -- compatibility -------------------------------------------------------------------------------

@@ -94,6 +94,8 @@ class HistoryStore:
             keep_private(path)  # the chats' text (SQLite gives its journal files the database's mode)
             # Used from one thread at a time; the fatal-abort hook may write from llama.cpp's thread.
             self._db = sqlite3.connect(path, timeout=timeout, check_same_thread=False)
+            # Text another program wrote may not be UTF-8: read with replacements (`_text`), not an error on every read.
+            self._db.text_factory = lambda data: data.decode("utf-8", "replace")
             self._db.execute("PRAGMA foreign_keys = ON")
             with self._db:
                 self._db.executescript(SCHEMA)

@@ -64,9 +64,16 @@ def resolve(
     without `speculative` (the target alone) the draft is neither looked for nor checked."""
     settings = resolve_settings(profile_name, flags)
     with_draft = speculative and settings.has_model("draft")
-    # The runtime settings first (an RPC address, a thread count): bad input is refused before a model is derived.
+    # The settings first (an RPC address, a thread count, a temperature): bad input is refused before a model is
+    # looked for, derived or said to need downloading.
     target_runtime = _runtime(settings, "target")
     draft_runtime = _runtime(settings, "draft") if with_draft else None
+    generation, notes = _generation_settings(settings, target_runtime, with_draft=with_draft, drafts=speculative)
+    if (speculative and generation.speculative.uses_draft_model and not with_draft
+            and settings.sources["speculative.strategy"] != "default"):
+        raise InputError(
+            f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
+        )
     target = ModelChoice("target", locate_model(settings, "target", on_derive_start, on_progress), target_runtime)
     draft = None
     if with_draft:
@@ -74,12 +81,6 @@ def resolve(
         check_pair(target.path, draft.path)
     else:
         check_file(target.path)
-    generation, notes = _generation_settings(settings, target.runtime, with_draft=draft is not None, drafts=speculative)
-    if (speculative and generation.speculative.uses_draft_model and draft is None
-            and settings.sources["speculative.strategy"] != "default"):
-        raise InputError(
-            f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
-        )
     if draft is not None and generation.speculative.uses_draft_model and same_file(target.path, draft.path):
         notes += ("the draft is the target's own file: each draft token costs what a target token does, so drafting"
                   " with it is slower than the target alone; give a smaller draft, or use --strategy ngram",)

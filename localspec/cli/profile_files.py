@@ -44,7 +44,7 @@ def add_command(
         values["description"] = clean_input(description, "--description")
     if draft == "auto":
         values["draft.path"] = str(_auto_draft(model_path_here(values["target.path"], "target.path"), make_draft))
-    elif draft:
+    elif draft is not None:  # (an empty path is refused there, not taken for no draft)
         values["draft.path"] = stored_model_path(draft, "--draft")
     for assignment in assignments:
         key, value = parse_assignment(clean_input(assignment, "--set"))
