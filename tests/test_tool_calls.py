@@ -1,8 +1,8 @@
 """Tool calls on tiny models: definitions checked, each call syntax rendered by its real chat template, held to by
 its grammar (an llguidance matcher on the tiny model's tokenizer), and read back; request bodies checked.
 
-The Qwen2.5, Llama 3.1, Mistral Nemo and Mistral Small 3.2 templates in tests/data are the models' published
-Jinja texts.
+The Qwen2.5, Qwen3-Coder, Llama 3.1, Mistral Nemo and Mistral Small 3.2 templates in tests/data are the models'
+published Jinja texts.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
 DATA = Path(__file__).parent / "data"
 QWEN = (DATA / "qwen2.5-instruct.jinja").read_text()
 LLAMA = (DATA / "llama3.1-instruct.jinja").read_text()
+QWEN_CODER = (DATA / "qwen3-coder.jinja").read_text()
 NEMO = (DATA / "mistral-nemo-instruct-2407.jinja").read_text()
 MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
 PLAIN = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
@@ -80,6 +81,13 @@ CALLS = {
                         ['{"name": "get_weather", "arguments": {"city": "Paris"}}',
                          '{"name": "get_weather", "parameters": {"days": 2}}',
                          '{"name": "get_time", "parameters": {}}']),
+    ToolSyntax.XML: ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+                     "</tool_call>",
+                     ["<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                      "<parameter=days>\n0\n</parameter>\n</function>\n</tool_call>",
+                      "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n"
+                      "</tool_call>",
+                      '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>']),
     ToolSyntax.MISTRAL: ('[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "a1B2c3D4e"}]',
                          ['[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "short"}]',
                           '[TOOL_CALLS][{"name": "add", "arguments": {"a": "1", "b": 2}}]',
@@ -93,10 +101,12 @@ CALLS = {
                        '{"tool_calls": []}',
                        '{"name": "get_weather", "arguments": {"city": "Paris"}}']),
 }
-TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.LLAMA3: LLAMA, ToolSyntax.MISTRAL: NEMO,
+TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.XML: QWEN_CODER, ToolSyntax.LLAMA3: LLAMA, ToolSyntax.MISTRAL: NEMO,
              ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.JSON: PLAIN}
 # A call of `add` (a=1, b=2), or of a tool named otherwise, in each syntax.
 ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
+             ToolSyntax.XML: "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n"
+                             "</parameter>\n</function>\n</tool_call>",
              ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
              ToolSyntax.MISTRAL: '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
              ToolSyntax.MISTRAL_ARGS: '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
@@ -104,7 +114,11 @@ ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a":
 
 
 def add_call(syntax: ToolSyntax, name: str = "add", arguments: str = '{"a": 1, "b": 2}') -> str:
-    """`ADD_CALLS[syntax]` with another tool's name or other arguments."""
+    """`ADD_CALLS[syntax]` with another tool's name or other arguments (for `xml`: JSON values)."""
+    if syntax is ToolSyntax.XML:
+        parameters = "".join(f"<parameter={key}>\n{json.dumps(value)}\n</parameter>\n"
+                             for key, value in json.loads(arguments).items())
+        return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
     call = ADD_CALLS[syntax].replace('{"a": 1, "b": 2}', arguments)
     return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[")
 
@@ -137,6 +151,7 @@ def test_the_syntax_is_read_from_the_template() -> None:
     assert detect_syntax(QWEN) is ToolSyntax.HERMES
     assert detect_syntax(LLAMA) is ToolSyntax.LLAMA3
     assert detect_syntax(NEMO) is ToolSyntax.MISTRAL and detect_syntax(MISTRAL_SMALL) is ToolSyntax.MISTRAL_ARGS
+    assert detect_syntax(QWEN_CODER) is ToolSyntax.XML
     assert detect_syntax(PLAIN) is ToolSyntax.JSON and detect_syntax(None) is ToolSyntax.JSON
 
 
@@ -229,7 +244,7 @@ def test_the_grammar_takes_a_whole_call_and_refuses_a_malformed_one(tiny_target:
         for text in malformed:
             assert not accepts(tiny_target, grammar, text), (choice, text)
         assert accepts(tiny_target, grammar, "The sky is blue.") is (choice == "auto")
-    assert parse_calls(valid, syntax)
+    assert parse_calls(valid, syntax, request().tools)
 
 
 @pytest.mark.parametrize("syntax", list(ToolSyntax))
@@ -348,6 +363,82 @@ def test_calls_are_read_back_and_anything_else_is_text() -> None:
     assert parse_calls('{"tool_calls": [{"name": "a"', ToolSyntax.JSON) is None
 
 
+NOTE = {"type": "function", "function": {"name": "save_note", "parameters": {"type": "object", "properties": {
+    "title": {"type": "string", "maxLength": 12}, "body": {"type": "string"}, "tags": {"type": "array", "items": {
+        "type": "string"}}, "priority": {"type": "string", "enum": ["low", "high"]}}, "required": ["title", "body"]}}}
+
+
+def xml_call(*parameters: tuple[str, str]) -> str:
+    written = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in parameters)
+    return f"<tool_call>\n<function=save_note>\n{written}</function>\n</tool_call>"
+
+
+def test_xml_calls_write_strings_as_text_and_the_rest_as_json(tiny_target: Model) -> None:
+    """A string's text may span lines and hold `</parameter>` not followed by a newline; it reads back as a
+    JSON string, other values as the JSON the model wrote; parameters keep the schema's order, required ones."""
+    setup = prepare_tools(request("required", tools=[NOTE]), QWEN_CODER, lambda text: None)
+    body = 'line one\n  "quoted" </parameter> and \\ more'
+    call = xml_call(("title", "Groceries"), ("body", body), ("tags", '["food", "weekly"]'), ("priority", "high"))
+    assert accepts(tiny_target, setup.grammar, call)
+    calls = setup.calls_in(call)
+    assert calls and calls[0].name == "save_note"
+    assert calls[0].arguments == ('{"title": "Groceries", "body": ' + json.dumps(body) + ', "tags": ["food", "weekly"],'
+                                  ' "priority": "high"}')
+    assert json.loads(calls[0].arguments)["body"] == body
+    for wrong in [xml_call(("title", "A title too long"), ("body", "x")),  # maxLength 12
+                  xml_call(("body", "x"), ("title", "T")),  # out of the schema's order
+                  xml_call(("title", "T")),  # the required body left out
+                  xml_call(("title", "T"), ("body", "x"), ("priority", "urgent")),  # not in its enum
+                  xml_call(("title", "T"), ("body", "x"), ("tags", "food")),  # not JSON
+                  xml_call(("title", "T"), ("body", "x"), ("color", "red"))]:  # not a parameter
+        assert not accepts(tiny_target, setup.grammar, wrong), wrong
+    assert parse_calls(xml_call(("title", "T"), ("body", "x")), ToolSyntax.XML) is None  # no tool offered by that name
+
+
+def test_an_xml_call_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path) -> None:
+    """Target-only and speculative decoding held to the XML syntax's grammar (a lazy lexeme for each text value:
+    drafts are rolled back over it) give the same call, which reads back."""
+    short = json.loads(json.dumps(NOTE))
+    short["function"]["parameters"]["properties"]["body"]["maxLength"] = 6
+    short["function"]["parameters"]["properties"]["tags"] = {"type": "array", "maxItems": 2,
+                                                             "items": {"type": "string", "maxLength": 4}}
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24  # (a context for the template's long tool prompt, spelled in bytes)
+    model = Model(write_model(tmp_path / "long.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab,
+                              space_token=True, context_length=4096), ModelSettings(n_threads=1))
+    try:
+        session = Session(model, chat=ChatSettings(template=QWEN_CODER))
+        setup = prepare_tools(request("required", parallel=False, tools=[short]), QWEN_CODER, lambda text: None)
+        messages, definitions = chat_input([{"role": "user", "content": "Note it."}], setup, QWEN_CODER)
+        outputs = []
+        for speculative in (False, True):
+            settings = GenerationSettings.from_values({"sampling.max_tokens": 200, "sampling.seed": 3,
+                                                       "speculative.strategy": "ngram"})
+            generation = session.generation(session.chat_prompt_tokens(messages, definitions), settings,
+                                            speculative=speculative, grammar=setup.grammar)
+            list(generation)
+            assert generation.stop_reason is StopReason.EOS, generation.text
+            calls = setup.calls_in(generation.text)
+            assert calls and calls[0].name == "save_note", generation.text
+            arguments = json.loads(calls[0].arguments)
+            assert len(arguments["title"]) <= 12 and len(arguments["body"]) <= 6
+            outputs.append(generation.text)
+        assert outputs[0] == outputs[1]
+    finally:
+        model.close()
+
+
+def test_what_the_xml_syntax_does_not_hold_is_a_warning_and_a_name_it_cannot_write_is_refused() -> None:
+    patterned = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"}}}}}
+    warnings = prepare_tools(request(tools=[patterned]), QWEN_CODER, lambda text: None).warnings
+    assert any("'code' parameter's pattern is not held to" in warning for warning in warnings), warnings
+    assert not prepare_tools(request(tools=[patterned]), QWEN, lambda text: None).warnings  # (JSON holds it)
+    odd = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a>b": {"type": "string"}}}}}
+    with pytest.raises(InputError, match="parameter name 'a>b' cannot be written"):
+        prepare_tools(request(tools=[odd]), QWEN_CODER, lambda text: None)
+
+
 def test_mistral_calls_are_read_back_with_the_ids_the_model_wrote() -> None:
     listed = parse_calls(' [TOOL_CALLS][{"name": "a", "arguments": {"x": 1}, "id": "a1B2c3D4e"}, '
                          '{"name": "b", "arguments": {}, "id": "nope"}]', ToolSyntax.MISTRAL)
@@ -407,7 +498,8 @@ def test_text_the_grammar_lets_through_as_text_is_never_read_as_a_call(tiny_targ
     assert setup.calls_in(text) is None
     stream = setup.stream()
     assert stream.feed(text) == text and not stream.call
-    assert parse_calls(call, syntax) and setup.calls_in(call) is None  # a whole call, of a tool not offered
+    rm_rf = Tool("rm_rf", {"type": "object", "properties": {}}, {})
+    assert parse_calls(call, syntax, [rm_rf]) and setup.calls_in(call) is None  # a whole call, of a tool not offered
 
 
 def test_a_stream_passes_text_at_once_and_holds_a_call() -> None:

@@ -7,6 +7,9 @@ chat template decides how the model writes a call (`detect_syntax`):
 - `hermes`: Qwen2.5, Hermes and others whose template shows `<tool_call>`:
   `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per call;
 - `llama3`: Llama 3.1 to 3.3's JSON tool calling: one object `{"name": ..., "parameters": {...}}`;
+- `xml`: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano and others whose template shows `<function=` and
+  `<parameter=` inside `<tool_call>`: each parameter in tags of its own, a string as its text
+  (see `tool_call_xml`);
 - `mistral`: Mistral 7B v0.3 and Nemo, whose template shows `[TOOL_CALLS]`: the marker, then a JSON list
   `[{"name": ..., "arguments": {...}, "id": ...}, ...]` (the id, nine letters or digits, optional);
 - `mistral-args`: Mistral Small 3.2, Magistral, Devstral, whose template shows `[ARGS]` too:
@@ -53,6 +56,7 @@ from ..engine.grammar import (
 )
 from ..errors import InputError
 from ..textin import clean_data
+from .tool_call_xml import UnwritableParameter, function_rules, is_text, read_function
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"  # Mistral's markers
@@ -78,6 +82,7 @@ class ToolError(InputError):
 
 class ToolSyntax(str, Enum):
     HERMES = "hermes"
+    XML = "xml"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
     MISTRAL_ARGS = "mistral-args"
@@ -90,7 +95,7 @@ class ToolSyntax(str, Enum):
     @property
     def opening(self) -> str:
         """What a reply that makes calls starts with (after whitespace)."""
-        if self is ToolSyntax.HERMES:
+        if self in (ToolSyntax.HERMES, ToolSyntax.XML):
             return OPEN_TAG
         return MISTRAL_CALLS if self.is_mistral else "{"
 
@@ -284,7 +289,7 @@ def detect_syntax(template: str | None) -> ToolSyntax:
     if template is None:
         return ToolSyntax.JSON
     if OPEN_TAG in template:
-        return ToolSyntax.HERMES
+        return ToolSyntax.XML if "<function=" in template and "<parameter=" in template else ToolSyntax.HERMES
     if MISTRAL_CALLS in template:
         return ToolSyntax.MISTRAL_ARGS if MISTRAL_ARGS in template else ToolSyntax.MISTRAL
     if '"parameters": dictionary of argument name' in template:
@@ -372,13 +377,13 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
     """
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
-    if syntax is ToolSyntax.HERMES:
+    if syntax in (ToolSyntax.HERMES, ToolSyntax.XML):
         opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
         more = f' ("\\n" call){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [f"calls: call{more}",
                   f'call: {opening} "\\n" body "\\n" {closing}',
                   r"TEXT: /(?s:.*)/ & ~/\s*<tool_call>(?s:.*)/"]
-        lines += _alternatives(tools, "arguments")
+        lines += _alternatives(tools, "arguments") if syntax is ToolSyntax.HERMES else _xml_alternatives(tools)
     elif syntax is ToolSyntax.LLAMA3:  # Llama 3.1's template renders one call per message
         lines += ["calls: body", r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
         lines += _alternatives(tools, "parameters")
@@ -425,6 +430,20 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str, before_end: str = "
     return lines
 
 
+def _xml_alternatives(tools: Sequence[Tool]) -> list[str]:
+    """`body` as one alternative per tool, each a call in the XML syntax (`tool_call_xml.function_rules`)."""
+    lines = ["body: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
+    for i, tool in enumerate(tools):
+        lines += function_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), ARGUMENT_LAYOUT)
+    return lines
+
+
+def _text_parameters(tool: Tool) -> set[str]:
+    """The parameters the XML syntax writes as their text (strings), not as JSON."""
+    properties = json.loads(arguments_json(tool)).get("properties") or {}
+    return {name for name, schema in properties.items() if is_text(schema)}
+
+
 def arguments_json(tool: Tool) -> str:
     """The JSON text of the schema a call's arguments are held to (with the layout and options of `%json`;
     values it leaves open bounded, as for `--json-schema`, where the bounds fit it). ValueError for a schema
@@ -460,13 +479,15 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
 # -- reading calls back -----------------------------------------------------------------------------
 
 
-def parse_calls(text: str, syntax: ToolSyntax) -> list[ToolCall] | None:
+def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = ()) -> list[ToolCall] | None:
     """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call).
     Each call's arguments are the JSON text the model wrote (as OpenAI passes them on), not a re-encoding:
     Python would write `1e999` back as `Infinity`, which is no JSON."""
     try:
         if syntax is ToolSyntax.HERMES:
             calls = [_call(body, "arguments", syntax) for body in _hermes_bodies(text)]
+        elif syntax is ToolSyntax.XML:  # (which values are text: the offered `tools` say)
+            calls = [ToolCall(name, arguments, _new_id(syntax)) for name, arguments in _xml_calls(text, tools)]
         elif syntax is ToolSyntax.MISTRAL:
             calls = [_call(members, "arguments", syntax) for members in _mistral_list(text)]
         elif syntax is ToolSyntax.MISTRAL_ARGS:
@@ -506,6 +527,30 @@ def _hermes_bodies(text: str) -> list[dict[str, Written]]:
         bodies.append(body)
         at = _after_space(text, at + len(CLOSE_TAG))
     return bodies
+
+
+def _xml_calls(text: str, tools: Sequence[Tool]) -> list[tuple[str, str]]:
+    """The name and arguments (JSON text) of each call in `<tool_call>` blocks in the XML syntax that make up the
+    whole of `text` (whitespace around them aside). ValueError when the text is anything else, or calls a tool
+    not among `tools`."""
+    texts = {tool.name: _text_parameters(tool) for tool in tools}
+
+    def takes_text(name: str, parameter: str) -> bool:
+        if name not in texts:
+            raise ValueError(f"{name} is not offered")
+        return parameter in texts[name]
+
+    calls, at = [], _after_space(text, 0)
+    while at < len(text):
+        if not text.startswith(OPEN_TAG, at):
+            raise ValueError("not a tool call")
+        name, arguments, at = read_function(text, _after_space(text, at + len(OPEN_TAG)), takes_text)
+        at = _after_space(text, at)
+        if not text.startswith(CLOSE_TAG, at):
+            raise ValueError("a tool call not closed")
+        calls.append((name, arguments))
+        at = _after_space(text, at + len(CLOSE_TAG))
+    return calls
 
 
 def _mistral_list(text: str) -> list[dict[str, Written]]:
@@ -672,7 +717,7 @@ class ToolSetup:
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
         """The calls `text` makes (None: plain text, or not whole calls of the tools offered)."""
-        calls = parse_calls(text, self.syntax)
+        calls = parse_calls(text, self.syntax, self.request.callable)
         offered = {tool.name for tool in self.request.callable}
         return calls if calls and all(call.name in offered for call in calls) else None
 
@@ -694,6 +739,8 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
         _refuse_as_json_schema_does(tool, index)
     try:
         lark = tool_grammar(request, syntax, marker_token)
+    except UnwritableParameter as exc:
+        raise InputError(f"tools: {exc}") from None
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
         _blame_unwritable(request)
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
@@ -705,7 +752,20 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     warnings = _schema_warnings(request) if compiled.warnings else ()
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
-    return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes)
+    return ToolSetup(request, syntax, compiled.grammar,
+                     (warnings or compiled.warnings) + notes + _unheld_as_text(request, syntax))
+
+
+def _unheld_as_text(request: ToolRequest, syntax: ToolSyntax) -> tuple[str, ...]:
+    """What the XML syntax does not hold a string parameter to, written as its text: its `pattern` or `format`
+    (its length and `enum` it does)."""
+    if syntax is not ToolSyntax.XML:
+        return ()
+    return tuple(f"{_schema_origin(index)}: the {name!r} parameter's {key} is not held to (this model's call syntax"
+                 " writes it as text)"
+                 for index, tool in _callable_tools(request)
+                 for name, schema in (json.loads(arguments_json(tool)).get("properties") or {}).items()
+                 if is_text(schema) for key in ("pattern", "format") if key in schema)
 
 
 def check_parameters(request: ToolRequest) -> None:
