@@ -57,8 +57,11 @@ def test_set_takes_short_or_dotted_names_and_checks_ranges() -> None:
     assert chat.set("stop", '["###", "END"]') and chat.settings.stop == ("###", "END")
     with pytest.raises(InputError, match="must be >= 0"):
         chat.set("temperature", "-1")
-    with pytest.raises(InputError, match="did you mean 'temperature'"):
+    with pytest.raises(InputError, match="did you mean 'sampling.temperature'"):
         chat.set("temprature", "1")
+    for partial, meant in [("temp", "sampling.temperature"), ("speculative.draftmax", "speculative.draft_max")]:
+        with pytest.raises(InputError, match=f"did you mean '{meant}'"):  # (no suggestion for either before)
+            chat.set(partial, "1")
 
 
 def test_the_json_form_round_trips() -> None:

@@ -228,6 +228,18 @@ def test_paths_expand_home_and_environment_variables(pair: tuple[str, str], monk
     assert report["model"]["target"] == str(target)
 
 
+def test_a_path_no_file_can_have_is_refused_with_its_line_and_an_unset_variable_is_named(monkeypatch) -> None:
+    """Such profiles were listed as valid, and failed only in use, naming neither the file nor the line; an unset
+    `$VARIABLE` was `no such file`."""
+    for name, value, problem in [("empty", "", "target.path is empty"), ("nul", "/x\\u0000y.gguf", "NUL")]:
+        path = write_user_profile(name, f'[target]\npath = "{value}"\n')
+        one_error_line(cli("profile", "check", name), 2, f"{path}:2", problem)
+    monkeypatch.delenv("LOCALSPEC_UNSET_DIR", raising=False)
+    write_user_profile("unset", '[target]\npath = "$LOCALSPEC_UNSET_DIR/m.gguf"\n')
+    for command in (["profile", "check", "unset"], ["run", "--target", "${LOCALSPEC_UNSET_DIR}/m.gguf", "Hi"]):
+        one_error_line(cli(*command), 2, "$LOCALSPEC_UNSET_DIR is not set")
+
+
 @pytest.mark.slow
 def test_environment_and_configured_default_choose_the_profile(pair: tuple[str, str]) -> None:
     target, _ = pair

@@ -7,14 +7,13 @@ JSON form (`to_json`) is what `/save` writes and `history show --json` prints.
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ..config.files import refuse_utf16
-from ..config.profiles import parse_value
+from ..config.profiles import nearest_name, parse_value
 from ..errors import InputError, LocalspecError
 from ..settings import SETTINGS, GenerationSettings, shown_value
 from ..textin import clean_data, decode_bytes
@@ -188,13 +187,14 @@ def resolve_key(key: str) -> str:
     matches = [k for k in keys if k == key or k.rpartition(".")[2] == key]
     if len(matches) == 1:
         return matches[0]
-    raise InputError(f"unknown setting {key!r}{did_you_mean(key, [k.rpartition('.')[2] for k in keys])}; /set lists them")
+    raise InputError(f"unknown setting {key!r}{did_you_mean(key, keys)}; /set lists them")
 
 
 def did_you_mean(name: str, known: list[str]) -> str:
-    """' (did you mean 'x'?)' naming the known name nearest `name`, or '' when none is near."""
-    near = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {near[0]!r}?)" if near else ""
+    """' (did you mean 'x'?)' naming the known dotted name nearest `name` (as a profile's unknown keys are
+    answered: `nearest_name`), or '' when none is near."""
+    near = nearest_name(name, known)
+    return f" (did you mean {near!r}?)" if near else ""
 
 
 def _quoted(value: Any, limit: int = 120) -> str:

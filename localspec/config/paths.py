@@ -10,6 +10,7 @@ states) stay in the platform's cache folder either way.
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -102,9 +103,16 @@ def model_path_here(stored: str, key: str) -> Path:
     """The file a profile's model path (`key`) names here: its `$VARIABLES` and `~` expanded (a file whose own
     name holds a `$`, `model$2.gguf`, where it is there as written)."""
     expanded = user_path(os.path.expandvars(stored), key)
-    if "$" in stored and not expanded.exists() and user_path(stored, key).exists():
-        return user_path(stored, key)
+    if "$" in stored and not expanded.exists():
+        if user_path(stored, key).exists():
+            return user_path(stored, key)
+        unset = [name for name in _VARIABLE.findall(stored) if name.strip("{}") not in os.environ]
+        if unset:  # (the path would be looked for with the `$NAME` in it: "no such file" would not say why)
+            raise InputError(f"{key} = {stored}: ${unset[0].strip('{}')} is not set in this environment")
     return expanded
+
+
+_VARIABLE = re.compile(r"\$(\w+|\{\w+\})")  # a `$NAME` or `${NAME}` that os.path.expandvars expands
 
 
 def _home_override() -> Path | None:

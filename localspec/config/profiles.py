@@ -139,13 +139,17 @@ def validate(values: dict[str, Any], text: str = "", where: Path | str = "profil
         raise InputError(f"{where}: a profile needs a [target] section")
     for role in ROLES:
         if any(k.startswith(f"{role}.") for k in values):
-            _validate_location(values, role, where)
+            _validate_location(values, role, where, text)
 
 
-def _validate_location(values: dict[str, Any], role: str, where: Path | str) -> None:
+def _validate_location(values: dict[str, Any], role: str, where: Path | str, text: str = "") -> None:
     given = [k for k in LOCATION_KEYS if f"{role}.{k}" in values]
     if len(given) != 1:
         raise InputError(f"{where}: [{role}] needs exactly one of path, hf_repo (with hf_file) or builtin")
+    path = values.get(f"{role}.path")
+    if isinstance(path, str) and (not path.strip() or "\0" in path):  # (no file has such a name: said here, not later)
+        problem = "is empty" if not path.strip() else "holds a NUL character"
+        raise InputError(f"{where}{line_of(f'{role}.path', text)}: {role}.path {problem}")
     if given == ["hf_repo"] and f"{role}.hf_file" not in values:
         raise InputError(f"{where}: [{role}] hf_repo needs hf_file too")
     if f"{role}.hf_file" in values and given != ["hf_repo"]:
@@ -158,26 +162,32 @@ def _validate_location(values: dict[str, Any], role: str, where: Path | str) -> 
 
 def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -> InputError:
     candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
-    nearest = _nearest(key, candidates)
+    nearest = nearest_name(key, candidates)
     hint = f" (did you mean {nearest!r}?)" if nearest else ""
     kind = "section" if is_section else "key"
     return InputError(f"{where}{line_of(key, text)}: unknown {kind} {key!r}{hint}")
 
 
-def _nearest(key: str, candidates: list[str]) -> str | None:
-    """The known name `key` most likely meant: one whose last part is the same (`draft_max` at the top:
-    `speculative.draft_max`), else in the same section one that begins with it (`sampling.temp`), else the
-    closest spelling (`sampling.temprature`); None where nothing is close."""
+def nearest_name(key: str, candidates: list[str]) -> str | None:
+    """The known dotted name `key` most likely meant: one whose last part is the same (`draft_max` at the top:
+    `speculative.draft_max`), else in the same section (any, for a name without one) one that begins with it
+    (`sampling.temp`, `temp`), else the closest spelling (`sampling.temprature`; of the last parts, for a name
+    without a section: `temprature`); None where nothing is close."""
     section, _, leaf = key.rpartition(".")
     same_leaf = [c for c in candidates if c.rpartition(".")[2] == leaf]
     if same_leaf:
         return same_leaf[0]
     if len(leaf) >= 3:
-        begun = [c for c in candidates if c.rpartition(".")[0] == section and c.rpartition(".")[2].startswith(leaf)]
+        begun = [c for c in candidates if (not section or c.rpartition(".")[0] == section)
+                 and c.rpartition(".")[2].startswith(leaf)]
         if len(begun) == 1:
             return begun[0]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
-    return close[0] if close else None
+    if close or section:
+        return close[0] if close else None
+    by_leaf = {c.rpartition(".")[2]: c for c in candidates}
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+    return by_leaf[close[0]] if close else None
 
 
 _TABLE_HEADER = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+")
