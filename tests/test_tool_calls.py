@@ -1,8 +1,8 @@
 """Tool calls on tiny models: definitions checked, each call syntax rendered by its real chat template, held to by
 its grammar (an llguidance matcher on the tiny model's tokenizer), and read back; request bodies checked.
 
-The Qwen2.5, Qwen3-Coder, Llama 3.1, Mistral Nemo and Mistral Small 3.2 templates in tests/data are the models'
-published Jinja texts.
+The Qwen2.5, Qwen3-Coder, GLM 4.6 and 4.7 Flash, Llama 3.1, Mistral Nemo and Mistral Small 3.2 templates in
+tests/data are the models' published Jinja texts.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ DATA = Path(__file__).parent / "data"
 QWEN = (DATA / "qwen2.5-instruct.jinja").read_text()
 LLAMA = (DATA / "llama3.1-instruct.jinja").read_text()
 QWEN_CODER = (DATA / "qwen3-coder.jinja").read_text()
+GLM, GLM_FLASH = ((DATA / name).read_text() for name in ("glm-4.6.jinja", "glm-4.7-flash.jinja"))
 NEMO = (DATA / "mistral-nemo-instruct-2407.jinja").read_text()
 MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
 PLAIN = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
@@ -88,6 +89,11 @@ CALLS = {
                       "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n"
                       "</tool_call>",
                       '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>']),
+    ToolSyntax.ARG_KEYS: ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+                          ["<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+                           "<arg_key>days</arg_key>\n<arg_value>0</arg_value>\n</tool_call>",
+                           "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+                           "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>"]),
     ToolSyntax.MISTRAL: ('[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "a1B2c3D4e"}]',
                          ['[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "short"}]',
                           '[TOOL_CALLS][{"name": "add", "arguments": {"a": "1", "b": 2}}]',
@@ -101,12 +107,11 @@ CALLS = {
                        '{"tool_calls": []}',
                        '{"name": "get_weather", "arguments": {"city": "Paris"}}']),
 }
-TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.XML: QWEN_CODER, ToolSyntax.LLAMA3: LLAMA, ToolSyntax.MISTRAL: NEMO,
+TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.XML: QWEN_CODER, ToolSyntax.ARG_KEYS: GLM, ToolSyntax.LLAMA3: LLAMA,
+             ToolSyntax.MISTRAL: NEMO,
              ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.JSON: PLAIN}
-# A call of `add` (a=1, b=2), or of a tool named otherwise, in each syntax.
+# A call of `add` (a=1, b=2) in each syntax but those with tagged parameters (`add_call` writes those).
 ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
-             ToolSyntax.XML: "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n"
-                             "</parameter>\n</function>\n</tool_call>",
              ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
              ToolSyntax.MISTRAL: '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
              ToolSyntax.MISTRAL_ARGS: '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
@@ -114,11 +119,15 @@ ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a":
 
 
 def add_call(syntax: ToolSyntax, name: str = "add", arguments: str = '{"a": 1, "b": 2}') -> str:
-    """`ADD_CALLS[syntax]` with another tool's name or other arguments (for `xml`: JSON values)."""
+    """A call of `add` in `syntax` (`ADD_CALLS`), or of another tool or with other arguments (JSON values)."""
     if syntax is ToolSyntax.XML:
         parameters = "".join(f"<parameter={key}>\n{json.dumps(value)}\n</parameter>\n"
                              for key, value in json.loads(arguments).items())
         return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
+    if syntax is ToolSyntax.ARG_KEYS:
+        parameters = "".join(f"<arg_key>{key}</arg_key>\n<arg_value>{json.dumps(value)}</arg_value>\n"
+                             for key, value in json.loads(arguments).items())
+        return f"<tool_call>{name}\n{parameters}</tool_call>"
     call = ADD_CALLS[syntax].replace('{"a": 1, "b": 2}', arguments)
     return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[")
 
@@ -395,9 +404,29 @@ def test_xml_calls_write_strings_as_text_and_the_rest_as_json(tiny_target: Model
     assert parse_calls(xml_call(("title", "T"), ("body", "x")), ToolSyntax.XML) is None  # no tool offered by that name
 
 
-def test_an_xml_call_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path) -> None:
-    """Target-only and speculative decoding held to the XML syntax's grammar (a lazy lexeme for each text value:
-    drafts are rolled back over it) give the same call, which reads back."""
+def test_each_template_shows_its_layout_of_tagged_parameters() -> None:
+    """Read from the template's own rendering of a call: GLM 4.7 writes no newlines where 4.6 does."""
+    from localspec.app.tool_call_xml import ARG_KEYS, QWEN_XML
+
+    layouts = {name: prepare_tools(request(), template, lambda text: None).layout
+               for name, template in [("qwen", QWEN_CODER), ("glm", GLM), ("flash", GLM_FLASH)]}
+    assert layouts["qwen"] == QWEN_XML and layouts["glm"] == ARG_KEYS
+    assert (layouts["flash"].after_name, layouts["flash"].after_key, layouts["flash"].value_end) == (
+        "", "</arg_key><arg_value>", "</arg_value>")
+    flash = prepare_tools(request("required", tools=[NOTE]), GLM_FLASH, lambda text: None)
+    call = ("<tool_call>save_note<arg_key>title</arg_key><arg_value>Milk</arg_value><arg_key>body</arg_key>"
+            "<arg_value>two\nlitres</arg_value><arg_key>tags</arg_key><arg_value>[\"food\"]</arg_value></tool_call>")
+    calls = flash.calls_in(call)
+    assert calls and json.loads(calls[0].arguments) == {"title": "Milk", "body": "two\nlitres", "tags": ["food"]}
+    assert flash.calls_in(call.replace("save_note<arg_key>", "save_note\n<arg_key>")) is None
+    broken = "{% for m in messages %}{{ m.content }}<tool_call><arg_key>{{ raise_exception('no') }}{% endfor %}"
+    assert prepare_tools(request(), broken, lambda text: None).layout == ARG_KEYS  # (its rendering fails)
+
+
+@pytest.mark.parametrize("template", [QWEN_CODER, GLM_FLASH])
+def test_a_call_with_tagged_parameters_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path, template: str) -> None:
+    """Target-only and speculative decoding held to the grammar of tagged parameters (a lazy lexeme for each text
+    value: drafts are rolled back over it) give the same call, which reads back."""
     short = json.loads(json.dumps(NOTE))
     short["function"]["parameters"]["properties"]["body"]["maxLength"] = 6
     short["function"]["parameters"]["properties"]["tags"] = {"type": "array", "maxItems": 2,
@@ -406,9 +435,9 @@ def test_an_xml_call_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path) -> N
     model = Model(write_model(tmp_path / "long.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab,
                               space_token=True, context_length=4096), ModelSettings(n_threads=1))
     try:
-        session = Session(model, chat=ChatSettings(template=QWEN_CODER))
-        setup = prepare_tools(request("required", parallel=False, tools=[short]), QWEN_CODER, lambda text: None)
-        messages, definitions = chat_input([{"role": "user", "content": "Note it."}], setup, QWEN_CODER)
+        session = Session(model, chat=ChatSettings(template=template))
+        setup = prepare_tools(request("required", parallel=False, tools=[short]), template, lambda text: None)
+        messages, definitions = chat_input([{"role": "user", "content": "Note it."}], setup, template)
         outputs = []
         for speculative in (False, True):
             settings = GenerationSettings.from_values({"sampling.max_tokens": 200, "sampling.seed": 3,

@@ -1,19 +1,22 @@
-"""The XML call syntax of Qwen3-Coder, Qwen3.5 and others: its grammar, and calls read back from it.
+"""Tool calls with each parameter in tags of its own: their layouts, grammar, and calls read back from them.
 
-A call is written inside `<tool_call>` tags (as Hermes calls are) as
+Two families write a call inside `<tool_call>` tags this way. Qwen3-Coder,
+Qwen3.5 and Nemotron 3 Nano (`QWEN_XML`):
 
+    <tool_call>
     <function=get_weather>
     <parameter=city>
     Paris
     </parameter>
-    <parameter=days>
-    2
-    </parameter>
     </function>
+    </tool_call>
 
-A string parameter's value is its text as it is (up to the first
-`\\n</parameter>\\n`); any other value is JSON. `function_rules` writes the Lark
-rules (llguidance) that hold one tool's call to its parameters schema, the
+and GLM 4.5 to 4.7, Laguna and Ling (`<tool_call>get_weather` then
+`<arg_key>city</arg_key><arg_value>Paris</arg_value>` per parameter, with or
+without newlines between: `layout_shown` reads which from the template's own
+rendering of a call). A string parameter's value is its text as it is (up to
+the first end of a value); any other value is JSON. `function_rules` writes the
+Lark rules (llguidance) that hold one tool's call to its parameters schema, the
 parameters in the schema's order, the required ones present; `read_function`
 reads a call back into a name and its arguments as JSON text.
 """
@@ -21,14 +24,76 @@ reads a call back into a name and its arguments as JSON text.
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
-PARAMETER_END = "\n</parameter>\n"  # what ends every parameter's value
-_FUNCTION_END = "</function>"
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tool's name (OpenAI's rule, as tool_calls checks it)
+
+
+@dataclass(frozen=True)
+class XmlLayout:
+    """What stands between `<tool_call>` and `</tool_call>` around a call's name and each parameter:
+    `before_name` NAME `after_name`, then per parameter `before_key` KEY `after_key` VALUE `value_end`, then
+    `after_parameters`."""
+
+    before_name: str
+    after_name: str
+    before_key: str
+    after_key: str
+    value_end: str
+    after_parameters: str
+
+
+QWEN_XML = XmlLayout("\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n", "</function>\n")
+ARG_KEYS = XmlLayout("", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n", "")  # GLM 4.5 and 4.6's
+# A call the templates are asked to render, to read their layout from: names and values found nowhere else.
+_PROBE_NAME, _PROBE_KEYS, _PROBE_VALUES = "probe_fn", ("probe_key_a", "probe_key_b"), ("probe_value_a", "probe_value_b")
 
 
 class UnwritableParameter(ValueError):
-    """A parameter this syntax cannot write: its name would end its own tag."""
+    """A parameter a layout cannot write: its name would end its own tag."""
+
+
+def probe_call() -> dict[str, Any]:
+    """An assistant message with one call, for `layout_shown` to read a template's rendering of."""
+    arguments = dict(zip(_PROBE_KEYS, _PROBE_VALUES))
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"id": "a1b2c3d4e", "type": "function",
+                            "function": {"name": _PROBE_NAME, "arguments": arguments}}]}
+
+
+def layout_shown(call_text: str) -> XmlLayout | None:
+    """The layout of `call_text`, a template's rendering of `probe_call()` between `<tool_call>` and
+    `</tool_call>`; None where it is not one a layout describes."""
+    try:
+        at = [call_text.index(part) for part in (_PROBE_NAME, *_PROBE_KEYS[:1], *_PROBE_VALUES[:1], *_PROBE_KEYS[1:],
+                                                   *_PROBE_VALUES[1:])]
+    except ValueError:
+        return None
+    parts = (_PROBE_NAME, _PROBE_KEYS[0], _PROBE_VALUES[0], _PROBE_KEYS[1], _PROBE_VALUES[1])
+    if at != sorted(at):
+        return None
+    ends = [start + len(part) for start, part in zip(at, parts)]
+    name_to_key, key_to_value, value_to_key = (call_text[ends[i]:at[i + 1]] for i in range(3))
+    rest = call_text[ends[4]:]
+    if call_text[ends[3]:at[4]] != key_to_value:
+        return None
+    # The key's opening tag: what the text before each key shares, from its last '<' (`<arg_key>`).
+    shared = _common_suffix(name_to_key, value_to_key)
+    before_key = shared[shared.rfind("<"):] if "<" in shared else ""
+    value_end = value_to_key[: len(value_to_key) - len(before_key)]
+    if not before_key or not value_end or not rest.startswith(value_end):
+        return None
+    return XmlLayout(call_text[: at[0]], name_to_key[: len(name_to_key) - len(before_key)], before_key, key_to_value,
+                     value_end, rest[len(value_end):])
+
+
+def _common_suffix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return a[len(a) - n:]
 
 
 def is_text(schema: Any) -> bool:
@@ -45,11 +110,12 @@ def is_text(schema: Any) -> bool:
     return bool(values)
 
 
-def function_rules(rule: str, name: str, parameters: dict[str, Any], layout: dict[str, Any]) -> list[str]:
+def function_rules(rule: str, name: str, parameters: dict[str, Any], layout: XmlLayout,
+                   json_options: dict[str, Any]) -> list[str]:
     """Lark rules: `rule` is a call of `name` with `parameters` (a closed, fitted object schema: `tool_calls`
-    bounds its open strings as for `--json-schema`), each parameter in the schema's order, the required ones
-    present, a text parameter's length within its bounds and a JSON one held to its schema (written with
-    `layout`, llguidance's `x-guidance` options)."""
+    bounds its open strings as for `--json-schema`) in `layout`, each parameter in the schema's order, the
+    required ones present, a text parameter's length within its bounds and a JSON one held to its schema
+    (written with `json_options`, llguidance's `x-guidance` options)."""
     properties = parameters.get("properties") or {}
     required = set(parameters.get("required") or ())
     definitions = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
@@ -58,47 +124,56 @@ def function_rules(rule: str, name: str, parameters: dict[str, Any], layout: dic
         if not parameter or any(mark in parameter for mark in "<>\n"):
             raise UnwritableParameter(f"{name}: the parameter name {parameter!r} cannot be written in this model's"
                                       " call syntax")
-        head, value = json.dumps(f"<parameter={parameter}>\n"), f"{rule}_value_{j}"
+        head, value = json.dumps(f"{layout.before_key}{parameter}{layout.after_key}"), f"{rule}_value_{j}"
         if is_text(schema):
-            lines += _text_value_rules(value, schema)
+            lines += _text_value_rules(value, schema, layout.value_end)
             lines.append(f"{rule}_{j}: {head} {value}")
         else:
-            lines.append(f"{rule}_{j}: {head} {value} {json.dumps(PARAMETER_END)}")
-            held = {**definitions, **schema, "x-guidance": layout}
+            lines.append(f"{rule}_{j}: {head} {value} {json.dumps(layout.value_end)}")
+            held = {**definitions, **schema, "x-guidance": json_options}
             lines.append(f"{value}: %json {json.dumps(held, ensure_ascii=False, allow_nan=False)}")
         parts.append(f"{rule}_{j}" if parameter in required else f"{rule}_{j}?")
-    opening = json.dumps(f"<function={name}>\n")
-    return [f"{rule}: {' '.join([opening, *parts, json.dumps(_FUNCTION_END)])}", *lines]
+    opening = json.dumps(f"{layout.before_name}{name}{layout.after_name}")
+    return [f"{rule}: {' '.join([opening, *parts, json.dumps(layout.after_parameters)])}", *lines]
 
 
-def _text_value_rules(value: str, schema: dict[str, Any]) -> list[str]:
-    """`value`: a text parameter's value and the end of the parameter: one of its `enum` (or its `const`) as
-    written, else any text of `minLength` to `maxLength` characters, up to the first end (a lazy lexeme)."""
+def _text_value_rules(value: str, schema: dict[str, Any], end: str) -> list[str]:
+    """`value`: a text parameter's value and the `end` after it: one of its `enum` (or its `const`) as written,
+    else any text of `minLength` to `maxLength` characters, up to the first `end` (a lazy lexeme)."""
     listed = schema.get("enum") if isinstance(schema.get("enum"), list) else None
     if listed is None and "const" in schema:
         listed = [schema["const"]]
     if listed is not None:
-        return [f"{value}: " + " | ".join(json.dumps(text + PARAMETER_END, ensure_ascii=False) for text in listed)]
+        return [f"{value}: " + " | ".join(json.dumps(text + end, ensure_ascii=False) for text in listed)]
     low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
     count = f"{{{low},{int(high)}}}" if high is not None else f"{{{low},}}"
-    return [f"{value}[lazy]: /(?s:.{count})\\n<\\/parameter>\\n/"]
+    return [f"{value}[lazy]: /(?s:.{count}){_regex_text(end)}/"]
 
 
-def read_function(text: str, at: int, takes_text: Callable[[str, str], bool]) -> tuple[str, str, int]:
-    """The call written from `at` (`<function=NAME>` … `</function>`): its name, its arguments as JSON text
+_REGEX_SPECIAL = set("\\.+*?()|[]{}^$#&-~/")  # (and `/`, which would end the Lark literal)
+
+
+def _regex_text(text: str) -> str:
+    """`text` as a regex that matches it alone, written inside a Lark `/…/` literal."""
+    return "".join("\\n" if char == "\n" else "\\" + char if char in _REGEX_SPECIAL else char for char in text)
+
+
+def read_function(text: str, at: int, layout: XmlLayout,
+                  takes_text: Callable[[str, str], bool]) -> tuple[str, str, int]:
+    """The call written from `at` in `layout` (up to its `</tool_call>`): its name, its arguments as JSON text
     (a text value as a JSON string, a JSON value as the model wrote it), and where it ends. `takes_text(name,
     parameter)` says whether a value is text. ValueError where `text` holds no whole call there."""
-    if not text.startswith("<function=", at):
-        raise ValueError("not a function call")
-    name_end = text.index(">\n", at)
-    name, at = text[at + len("<function="):name_end], name_end + 2
+    at = _expect(text, at, layout.before_name)
+    found = _NAME.match(text, at)
+    if found is None:
+        raise ValueError("no function name")
+    name, at = found.group(), _expect(text, found.end(), layout.after_name)
     members: list[str] = []
-    while not text.startswith(_FUNCTION_END, at):
-        if not text.startswith("<parameter=", at):
-            raise ValueError("expected a parameter")
-        key_end = text.index(">\n", at)
-        key, at = text[at + len("<parameter="):key_end], key_end + 2
-        end = text.index(PARAMETER_END, at)
+    while not text.startswith(layout.after_parameters + "</tool_call>", at):
+        at = _expect(text, at, layout.before_key)
+        key_end = text.index(layout.after_key, at)
+        key, at = text[at:key_end], key_end + len(layout.after_key)
+        end = text.index(layout.value_end, at)
         written = text[at:end]
         if takes_text(name, key):
             value = json.dumps(written, ensure_ascii=False)
@@ -106,8 +181,14 @@ def read_function(text: str, at: int, takes_text: Callable[[str, str], bool]) ->
             json.loads(written, parse_constant=_no_constant)  # one JSON value, or ValueError
             value = written
         members.append(f"{json.dumps(key, ensure_ascii=False)}: {value}")
-        at = end + len(PARAMETER_END)
-    return name, "{" + ", ".join(members) + "}", at + len(_FUNCTION_END)
+        at = end + len(layout.value_end)
+    return name, "{" + ", ".join(members) + "}", at + len(layout.after_parameters)
+
+
+def _expect(text: str, at: int, part: str) -> int:
+    if not text.startswith(part, at):
+        raise ValueError(f"expected {part!r}")
+    return at + len(part)
 
 
 def _no_constant(name: str) -> Any:

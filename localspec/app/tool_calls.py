@@ -8,8 +8,10 @@ chat template decides how the model writes a call (`detect_syntax`):
   `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per call;
 - `llama3`: Llama 3.1 to 3.3's JSON tool calling: one object `{"name": ..., "parameters": {...}}`;
 - `xml`: Qwen3-Coder, Qwen3.5, Nemotron 3 Nano and others whose template shows `<function=` and
-  `<parameter=` inside `<tool_call>`: each parameter in tags of its own, a string as its text
-  (see `tool_call_xml`);
+  `<parameter=` inside `<tool_call>`: each parameter in tags of its own, a string as its text;
+  `arg-keys`: GLM 4.5 to 4.7 and others whose template shows `<arg_key>`: the name, then
+  `<arg_key>…</arg_key><arg_value>…</arg_value>` per parameter (the layout of both read from the
+  template's own rendering of a call: see `tool_call_xml`);
 - `mistral`: Mistral 7B v0.3 and Nemo, whose template shows `[TOOL_CALLS]`: the marker, then a JSON list
   `[{"name": ..., "arguments": {...}, "id": ...}, ...]` (the id, nine letters or digits, optional);
 - `mistral-args`: Mistral Small 3.2, Magistral, Devstral, whose template shows `[ARGS]` too:
@@ -54,9 +56,20 @@ from ..engine.grammar import (
     refuse_unusable_schema,
     value_error_message,
 )
-from ..errors import InputError
+from ..errors import InputError, LocalspecError
 from ..textin import clean_data
-from .tool_call_xml import UnwritableParameter, function_rules, is_text, read_function
+from ..runtime.chat_template import render_chat
+from .tool_call_xml import (
+    ARG_KEYS,
+    QWEN_XML,
+    UnwritableParameter,
+    XmlLayout,
+    function_rules,
+    is_text,
+    layout_shown,
+    probe_call,
+    read_function,
+)
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"  # Mistral's markers
@@ -83,6 +96,7 @@ class ToolError(InputError):
 class ToolSyntax(str, Enum):
     HERMES = "hermes"
     XML = "xml"
+    ARG_KEYS = "arg-keys"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
     MISTRAL_ARGS = "mistral-args"
@@ -93,9 +107,14 @@ class ToolSyntax(str, Enum):
         return self in (ToolSyntax.MISTRAL, ToolSyntax.MISTRAL_ARGS)
 
     @property
+    def has_tagged_parameters(self) -> bool:
+        """Each parameter in tags of its own, a string as its text (`tool_call_xml`)."""
+        return self in (ToolSyntax.XML, ToolSyntax.ARG_KEYS)
+
+    @property
     def opening(self) -> str:
         """What a reply that makes calls starts with (after whitespace)."""
-        if self in (ToolSyntax.HERMES, ToolSyntax.XML):
+        if self in (ToolSyntax.HERMES, ToolSyntax.XML, ToolSyntax.ARG_KEYS):
             return OPEN_TAG
         return MISTRAL_CALLS if self.is_mistral else "{"
 
@@ -289,6 +308,8 @@ def detect_syntax(template: str | None) -> ToolSyntax:
     if template is None:
         return ToolSyntax.JSON
     if OPEN_TAG in template:
+        if "<arg_key>" in template:
+            return ToolSyntax.ARG_KEYS
         return ToolSyntax.XML if "<function=" in template and "<parameter=" in template else ToolSyntax.HERMES
     if MISTRAL_CALLS in template:
         return ToolSyntax.MISTRAL_ARGS if MISTRAL_ARGS in template else ToolSyntax.MISTRAL
@@ -369,21 +390,28 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
-                 marker_token: Callable[[str], int | None] = lambda text: None) -> str:
+                 marker_token: Callable[[str], int | None] = lambda text: None, layout: XmlLayout | None = None) -> str:
     """Lark text (llguidance) holding the output to `syntax`'s calls of `request.callable`.
 
     `marker_token(text)`: the id of the one special token of the vocabulary that is `text` (`<tool_call>`,
     `[TOOL_CALLS]`), which the grammar then names as that token rather than spelling it; else None.
+    `layout`: where a syntax with tagged parameters puts the name and parameters (else its usual one).
     """
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
-    if syntax in (ToolSyntax.HERMES, ToolSyntax.XML):
+    if syntax is ToolSyntax.HERMES:
         opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
         more = f' ("\\n" call){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [f"calls: call{more}",
                   f'call: {opening} "\\n" body "\\n" {closing}',
                   r"TEXT: /(?s:.*)/ & ~/\s*<tool_call>(?s:.*)/"]
-        lines += _alternatives(tools, "arguments") if syntax is ToolSyntax.HERMES else _xml_alternatives(tools)
+        lines += _alternatives(tools, "arguments")
+    elif syntax.has_tagged_parameters:  # (the layout has the newlines inside the tags)
+        opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
+        more = f' ("\\n"? call){{0,{MAX_CALLS - 1}}}' if request.several else ""
+        lines += [f"calls: call{more}", f"call: {opening} body {closing}",
+                  r"TEXT: /(?s:.*)/ & ~/\s*<tool_call>(?s:.*)/"]
+        lines += _xml_alternatives(tools, layout or default_layout(syntax))
     elif syntax is ToolSyntax.LLAMA3:  # Llama 3.1's template renders one call per message
         lines += ["calls: body", r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
         lines += _alternatives(tools, "parameters")
@@ -430,12 +458,29 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str, before_end: str = "
     return lines
 
 
-def _xml_alternatives(tools: Sequence[Tool]) -> list[str]:
-    """`body` as one alternative per tool, each a call in the XML syntax (`tool_call_xml.function_rules`)."""
+def _xml_alternatives(tools: Sequence[Tool], layout: XmlLayout) -> list[str]:
+    """`body` as one alternative per tool, each a call with tagged parameters (`tool_call_xml.function_rules`)."""
     lines = ["body: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
     for i, tool in enumerate(tools):
-        lines += function_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), ARGUMENT_LAYOUT)
+        lines += function_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), layout, ARGUMENT_LAYOUT)
     return lines
+
+
+def default_layout(syntax: ToolSyntax) -> XmlLayout:
+    """The usual layout of a syntax with tagged parameters (where its template's own is not read)."""
+    return QWEN_XML if syntax is ToolSyntax.XML else ARG_KEYS
+
+
+def template_layout(template: str, syntax: ToolSyntax) -> XmlLayout:
+    """The layout `template` renders a call of a syntax with tagged parameters in (GLM 4.7 puts no newlines
+    where 4.6 does), read from its rendering of a probe call; the syntax's usual one where that fails."""
+    try:
+        text = render_chat(template, [{"role": "user", "content": "probe"}, probe_call()], add_generation_prompt=False)
+        start = text.rfind(OPEN_TAG, 0, text.index("probe_fn")) + len(OPEN_TAG)
+        shown = layout_shown(text[start:text.index(CLOSE_TAG, start)])
+    except (LocalspecError, ValueError):
+        shown = None
+    return shown or default_layout(syntax)
 
 
 def _text_parameters(tool: Tool) -> set[str]:
@@ -479,15 +524,17 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
 # -- reading calls back -----------------------------------------------------------------------------
 
 
-def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = ()) -> list[ToolCall] | None:
+def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
+                layout: XmlLayout | None = None) -> list[ToolCall] | None:
     """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call).
     Each call's arguments are the JSON text the model wrote (as OpenAI passes them on), not a re-encoding:
     Python would write `1e999` back as `Infinity`, which is no JSON."""
     try:
         if syntax is ToolSyntax.HERMES:
             calls = [_call(body, "arguments", syntax) for body in _hermes_bodies(text)]
-        elif syntax is ToolSyntax.XML:  # (which values are text: the offered `tools` say)
-            calls = [ToolCall(name, arguments, _new_id(syntax)) for name, arguments in _xml_calls(text, tools)]
+        elif syntax.has_tagged_parameters:  # (which values are text: the offered `tools` say)
+            layout = layout or default_layout(syntax)
+            calls = [ToolCall(name, arguments, _new_id(syntax)) for name, arguments in _xml_calls(text, tools, layout)]
         elif syntax is ToolSyntax.MISTRAL:
             calls = [_call(members, "arguments", syntax) for members in _mistral_list(text)]
         elif syntax is ToolSyntax.MISTRAL_ARGS:
@@ -529,10 +576,10 @@ def _hermes_bodies(text: str) -> list[dict[str, Written]]:
     return bodies
 
 
-def _xml_calls(text: str, tools: Sequence[Tool]) -> list[tuple[str, str]]:
-    """The name and arguments (JSON text) of each call in `<tool_call>` blocks in the XML syntax that make up the
-    whole of `text` (whitespace around them aside). ValueError when the text is anything else, or calls a tool
-    not among `tools`."""
+def _xml_calls(text: str, tools: Sequence[Tool], layout: XmlLayout) -> list[tuple[str, str]]:
+    """The name and arguments (JSON text) of each call in `<tool_call>` blocks with tagged parameters in `layout`
+    that make up the whole of `text` (whitespace around them aside). ValueError when the text is anything else,
+    or calls a tool not among `tools`."""
     texts = {tool.name: _text_parameters(tool) for tool in tools}
 
     def takes_text(name: str, parameter: str) -> bool:
@@ -544,7 +591,7 @@ def _xml_calls(text: str, tools: Sequence[Tool]) -> list[tuple[str, str]]:
     while at < len(text):
         if not text.startswith(OPEN_TAG, at):
             raise ValueError("not a tool call")
-        name, arguments, at = read_function(text, _after_space(text, at + len(OPEN_TAG)), takes_text)
+        name, arguments, at = read_function(text, at + len(OPEN_TAG), layout, takes_text)
         at = _after_space(text, at)
         if not text.startswith(CLOSE_TAG, at):
             raise ValueError("a tool call not closed")
@@ -714,10 +761,11 @@ class ToolSetup:
     syntax: ToolSyntax
     grammar: str
     warnings: tuple[str, ...] = ()
+    layout: XmlLayout | None = None  # where a syntax with tagged parameters puts them, in this model's template
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
         """The calls `text` makes (None: plain text, or not whole calls of the tools offered)."""
-        calls = parse_calls(text, self.syntax, self.request.callable)
+        calls = parse_calls(text, self.syntax, self.request.callable, self.layout)
         offered = {tool.name for tool in self.request.callable}
         return calls if calls and all(call.name in offered for call in calls) else None
 
@@ -735,10 +783,11 @@ class ToolSetup:
 def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None]) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
     syntax = detect_syntax(template)
+    layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
     try:
-        lark = tool_grammar(request, syntax, marker_token)
+        lark = tool_grammar(request, syntax, marker_token, layout)
     except UnwritableParameter as exc:
         raise InputError(f"tools: {exc}") from None
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
@@ -753,13 +802,13 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
     return ToolSetup(request, syntax, compiled.grammar,
-                     (warnings or compiled.warnings) + notes + _unheld_as_text(request, syntax))
+                     (warnings or compiled.warnings) + notes + _unheld_as_text(request, syntax), layout)
 
 
 def _unheld_as_text(request: ToolRequest, syntax: ToolSyntax) -> tuple[str, ...]:
     """What the XML syntax does not hold a string parameter to, written as its text: its `pattern` or `format`
     (its length and `enum` it does)."""
-    if syntax is not ToolSyntax.XML:
+    if not syntax.has_tagged_parameters:
         return ()
     return tuple(f"{_schema_origin(index)}: the {name!r} parameter's {key} is not held to (this model's call syntax"
                  " writes it as text)"
