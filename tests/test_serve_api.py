@@ -313,6 +313,8 @@ def test_wrong_types_and_values_are_400_or_404_never_500(api: Api, field: str, v
     ({"max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens", "max_tokens is 4 but max_completion_tokens is 8"),
     ({"stop": ""}, "stop", "empty text"),
     ({"ngram_min": 5, "ngram_max": 2}, "ngram_min", "ngram_min (5) must not exceed ngram_max (2)"),
+    # (a setting the request left out named by its field, which a client can send, not its profile key)
+    ({"draft_min": 40}, "draft_min", "must not exceed draft_max (adaptive, which drafts up to 32) (draft_max is"),
     ({"temprature": 0}, "temprature", "unknown field \"temprature\": did you mean 'temperature'?"),
     ({"stream_option": {"include_usage": True}}, "stream_option", "did you mean 'stream_options'?"),
 ])

@@ -314,8 +314,10 @@ def _settings(body: dict[str, Any], defaults: GenerationSettings, has_draft: boo
         settings = defaults.with_values(values)
     except InputError as exc:  # a rule between settings, e.g. draft_min above draft_max
         message = str(exc)
-        for key, name in names.items():
-            message = message.replace(key, name)
+        # Each setting by the name this request gave it, else by its field's name (not the profile key).
+        for key in sorted(SETTINGS, key=len, reverse=True):
+            if key in names or SETTINGS[key].request:
+                message = message.replace(key, names.get(key) or SETTINGS[key].request[0])
         raise ApiError(400, message, param=next((n for k, n in names.items() if k in str(exc)), None)) from None
     if settings.speculative.uses_draft_model and not has_draft and "speculative.strategy" in values:
         raise ApiError(400, f"strategy {settings.speculative.strategy!r} needs a draft model, and none is loaded",
