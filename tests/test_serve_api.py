@@ -324,6 +324,31 @@ def test_a_field_of_the_wrong_kind_or_twice_given_is_400_saying_which(api: Api, 
     assert refused.json()["error"]["param"] == param and says in refused.json()["error"]["message"]
 
 
+def test_a_conversation_ending_with_an_assistant_message_continues_it(api: Api) -> None:
+    """As llama-server continues it: the reply goes on from that message's text (a client's "continue"), where
+    it had been rendered as a finished turn with a new one begun after it."""
+    from types import SimpleNamespace
+
+    from localspec.app.openai_request import parse_request
+    from localspec.app.serving import _prompt_tokens
+
+    turns = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
+             "{% if add_generation_prompt %}<assistant>{% endif %}")
+    session = Session(api.session.target, chat=ChatSettings(template=turns))  # (the served model's, another template)
+    served = SimpleNamespace(queue=SimpleNamespace(session=session))
+    asked = [{"role": "user", "content": "Write a haiku"}]
+    begun = [*asked, {"role": "assistant", "content": "Autumn moon"}]
+
+    def prompt(**body: Any) -> list[int]:
+        return _prompt_tokens(served, parse_request({"messages": begun, **body}, chat=True,
+                                                    defaults=GenerationSettings(), has_draft=True))
+
+    assert prompt() == session.chat_prompt_tokens(asked) + session.target.tokenize("Autumn moon", add_special=False)
+    assert prompt(response_format={"type": "json_object"}) == session.chat_prompt_tokens(begun)  # (a turn of its own)
+    continued = api.post(CHAT, {"messages": begun, "max_tokens": 2, "temperature": 0})
+    assert continued.status_code == 200, continued.text
+
+
 def test_every_speculative_setting_may_be_given_and_other_servers_fields_are_ignored(api: Api) -> None:
     """localspec's own settings in a request are the command line's (p_min and the rest had been ignored, NaN
     too); a field no misspelling of a known one (`user`, another server's `max_new_tokens`) changes nothing."""

@@ -284,14 +284,29 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | N
         raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
 
 
+def _reply_begun(parsed: CompletionRequest) -> tuple[list[dict[str, Any]], str]:
+    """The messages to render, and the start of the reply where the conversation ends with an assistant message
+    (without tool calls) after another: that message is continued, as llama-server continues it (its
+    `--prefill-assistant`, on by default), and the reply is what follows it. Not under a response format or
+    tools, whose grammar holds a whole reply (the message then stays a turn of its own, as before)."""
+    messages = parsed.messages or []
+    last = messages[-1] if messages else None
+    if (last is None or last["role"] != "assistant" or last.get("tool_calls") or not last["content"]
+            or len(messages) < 2 or parsed.tools is not None or parsed.response_format is not None):
+        return messages, ""
+    return messages[:-1], last["content"]
+
+
 def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSetup | None = None) -> list[int]:
     session = served.queue.session
     if parsed.messages is not None and session.chat_template() is None:
         raise ApiError(400, "this model has no chat template: send plain text to /v1/completions", param="messages")
     try:
         if parsed.messages is not None:
-            messages, definitions = chat_input(parsed.messages, tools, served.queue.session.chat_template())
+            asked, begun = _reply_begun(parsed)
+            messages, definitions = chat_input(asked, tools, served.queue.session.chat_template())
             tokens = session.chat_prompt_tokens(messages, definitions)
+            tokens += session.target.tokenize(begun, add_special=False) if begun else []  # (plain text, as typed)
         else:
             tokens = session.raw_prompt_tokens(parsed.prompt or "")
     except LocalspecError as exc:  # e.g. a chat template that fails on these messages
