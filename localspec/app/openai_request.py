@@ -78,10 +78,13 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "dry_multiplier": (_absent_or(0, 0.0), "no DRY sampler (repeat_penalty and presence_penalty are there)"),
     "xtc_probability": (_absent_or(0, 0.0), "no XTC sampler"),
     "typical_p": (_absent_or(1, 1.0), "no typical sampling"),
-    "mirostat": (_absent_or(0), "no Mirostat sampling"),
+    "mirostat": (_absent_or(0, 0.0), "no Mirostat sampling"),
     "top_n_sigma": (_absent_or(-1, -1.0), "no top-n-sigma sampling"),
     "dynatemp_range": (_absent_or(0, 0.0), "no dynamic temperature"),
-    "n_probs": (_absent_or(0), "no probabilities"),
+    "n_probs": (_absent_or(0, 0.0), "no probabilities"),
+    "return_tokens": (_absent_or(False), "no token ids in the reply"),
+    "skip_special_tokens": (_absent_or(True), "special tokens are left out of the text"),
+    "t_max_predict_ms": (_absent_or(0, -1, 0.0, -1.0), "no time limit (give max_tokens)"),
     "stop_token_ids": (_absent_or([]), "give stop strings (stop)"),
     "include_stop_str_in_output": (_absent_or(False), "a stop string is left out of the output"),
     "chat_template_kwargs": (_absent_or({}), "the chat template is rendered with the messages and tools only"),
@@ -93,9 +96,8 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
 # llama-server's caching and timing options), taken rather than suspected of being misspellings of known ones.
 OTHER_SERVERS_FIELDS = ("dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
                         "xtc_threshold", "mirostat_tau", "mirostat_eta", "dynatemp_exponent", "min_keep", "samplers",
-                        "cache_prompt", "timings_per_token", "return_tokens", "post_sampling_probs", "id_slot",
-                        "t_max_predict_ms", "n_keep", "n_indent", "penalize_nl", "skip_special_tokens",
-                        "spaces_between_special_tokens")
+                        "cache_prompt", "timings_per_token", "post_sampling_probs", "id_slot", "n_keep", "n_indent",
+                        "penalize_nl", "spaces_between_special_tokens")
 
 
 # Fields read apart from the settings (REQUEST_FIELDS) and the refused ones (UNSUPPORTED).

@@ -254,7 +254,7 @@ def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
     `Session.refuse_text_too_long`): the messages' contents, earlier calls and the tools' definitions."""
     texts = [parsed.prompt or ""]
     if parsed.messages is not None:
-        texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)]
+        texts = [m[key] for m in parsed.messages for key in ("content", "name") if isinstance(m.get(key), str)]
         texts += [_json_text(m["tool_calls"]) for m in parsed.messages if m.get("tool_calls")]
         if parsed.tools is not None:
             texts.append(_json_text(parsed.tools.definitions()))

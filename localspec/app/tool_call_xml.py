@@ -15,10 +15,14 @@ and GLM 4.5 to 4.7, Laguna and Ling (`<tool_call>get_weather` then
 `<arg_key>city</arg_key><arg_value>Paris</arg_value>` per parameter, with or
 without newlines between: `layout_shown` reads which from the template's own
 rendering of a call). A string parameter's value is its text as it is (up to
-the first end of a value); any other value is JSON. `function_rules` writes the
-Lark rules (llguidance) that hold one tool's call to its parameters schema, the
-parameters in the schema's order, the required ones present; `read_function`
-reads a call back into a name and its arguments as JSON text.
+the first end of a value), where the text alone can hold all its schema says
+(`writes_as_text`); any other value is JSON held to its schema. `function_rules`
+writes the Lark rules (llguidance) that hold one tool's call to its parameters
+schema, the parameters in the schema's order, the required ones present; a schema
+that asks more of the arguments than their parameters one by one
+(`tagged_problem`: a root `anyOf`, a `$ref` to the root, ...) is held as JSON by
+the caller instead. `read_function` reads a call back into a name and its
+arguments as JSON text.
 """
 
 from __future__ import annotations
@@ -51,8 +55,51 @@ ARG_KEYS = XmlLayout("", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_va
 _PROBE_NAME, _PROBE_KEYS, _PROBE_VALUES = "probe_fn", ("probe_key_a", "probe_key_b"), ("probe_value_a", "probe_value_b")
 
 
-class UnwritableParameter(ValueError):
-    """A parameter a layout cannot write: its name would end its own tag."""
+# What a parameters schema may hold for its calls to be held in tagged form: the rest constrains the
+# arguments as a whole, which a parameter at a time cannot.
+_TAGGED_ROOT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "x-guidance", "$defs",
+                               "definitions", "description", "title", "$schema", "$comment"})
+# What a string parameter's schema may hold for its value to be written as its text: the text alone holds these
+# exactly (a `pattern`, a `format` or a `minLength` it would not: such a value is written as JSON).
+_TEXT_KEYS = frozenset({"type", "enum", "const", "maxLength", "description", "title", "default", "examples",
+                        "$comment"})
+
+
+def tagged_problem(parameters: Any) -> str | None:
+    """Why calls with these (fitted) parameters cannot be held in tagged form, or None where they can."""
+    if not isinstance(parameters, dict):
+        return "the schema is not an object"
+    extra = sorted(set(parameters) - _TAGGED_ROOT_KEYS)
+    if extra:
+        return f"its {extra[0]!r} holds the arguments as a whole"
+    properties, required = parameters.get("properties", {}), parameters.get("required", [])
+    if not isinstance(properties, dict) or not all(isinstance(schema, dict) for schema in properties.values()):
+        return "a parameter's schema is not an object"
+    if parameters.get("additionalProperties", False) is not False:
+        return "it takes parameters it does not list"
+    if not isinstance(required, list) or not all(isinstance(name, str) and name in properties for name in required):
+        return "it requires parameters it does not list"
+    for name, schema in properties.items():
+        if not name or any(mark in name for mark in "<>\n"):
+            return f"the parameter name {name!r} would end its own tag"
+        outside = next((ref for ref in _refs(schema) if not ref.startswith(("#/$defs/", "#/definitions/"))), None)
+        if outside is not None:
+            return f"a $ref to {outside!r} points outside the parameter"
+    return None
+
+
+def _refs(schema: Any) -> list[str]:
+    """Every `$ref` in a schema, however deep (without recursion)."""
+    found, pending = [], [schema]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("$ref"), str):
+                found.append(item["$ref"])
+            pending += item.values()
+        elif isinstance(item, list):
+            pending += item
+    return found
 
 
 def probe_call() -> dict[str, Any]:
@@ -96,15 +143,17 @@ def _common_suffix(a: str, b: str) -> str:
     return a[len(a) - n:]
 
 
-def is_text(schema: Any) -> bool:
-    """Whether a parameter's value is written as its text (a string), not as JSON."""
-    if not isinstance(schema, dict):
+def writes_as_text(schema: Any) -> bool:
+    """Whether a parameter's value is written as its text (a string the text alone holds to all its schema
+    says: its listed values, or a length up to its `maxLength`), not as JSON."""
+    if not isinstance(schema, dict) or set(schema) - _TEXT_KEYS or ("enum" in schema and "const" in schema):
         return False
-    values = schema.get("enum") if isinstance(schema.get("enum"), list) else None
-    if values is None and "const" in schema:
-        values = [schema["const"]]
-    if values is not None and not all(isinstance(value, str) for value in values):
-        return False  # (JSON holds such a value to the rest of the schema)
+    values = schema.get("enum") if "enum" in schema else [schema["const"]] if "const" in schema else None
+    if values is not None:
+        if not isinstance(values, list) or not all(isinstance(value, str) for value in values) or "maxLength" in schema:
+            return False  # (JSON holds such a value to the rest of the schema)
+    elif "maxLength" in schema and not (type(schema["maxLength"]) is int and schema["maxLength"] >= 0):
+        return False
     if "type" in schema:
         return schema["type"] == "string" or schema["type"] == ["string"]
     return bool(values)
@@ -112,20 +161,17 @@ def is_text(schema: Any) -> bool:
 
 def function_rules(rule: str, name: str, parameters: dict[str, Any], layout: XmlLayout,
                    json_options: dict[str, Any]) -> list[str]:
-    """Lark rules: `rule` is a call of `name` with `parameters` (a closed, fitted object schema: `tool_calls`
-    bounds its open strings as for `--json-schema`) in `layout`, each parameter in the schema's order, the
-    required ones present, a text parameter's length within its bounds and a JSON one held to its schema
-    (written with `json_options`, llguidance's `x-guidance` options)."""
+    """Lark rules: `rule` is a call of `name` with `parameters` (a closed, fitted object schema that
+    `tagged_problem` passes: `tool_calls` bounds its open strings as for `--json-schema`) in `layout`, each
+    parameter in the schema's order, the required ones present, a text value held to its listed values or its
+    `maxLength`, a JSON one to its schema (written with `json_options`, llguidance's `x-guidance` options)."""
     properties = parameters.get("properties") or {}
     required = set(parameters.get("required") or ())
     definitions = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
     lines, parts = [], []
     for j, (parameter, schema) in enumerate(properties.items()):
-        if not parameter or any(mark in parameter for mark in "<>\n"):
-            raise UnwritableParameter(f"{name}: the parameter name {parameter!r} cannot be written in this model's"
-                                      " call syntax")
         head, value = json.dumps(f"{layout.before_key}{parameter}{layout.after_key}"), f"{rule}_value_{j}"
-        if is_text(schema):
+        if writes_as_text(schema):
             lines += _text_value_rules(value, schema, layout.value_end)
             lines.append(f"{rule}_{j}: {head} {value}")
         else:
@@ -139,14 +185,12 @@ def function_rules(rule: str, name: str, parameters: dict[str, Any], layout: Xml
 
 def _text_value_rules(value: str, schema: dict[str, Any], end: str) -> list[str]:
     """`value`: a text parameter's value and the `end` after it: one of its `enum` (or its `const`) as written,
-    else any text of `minLength` to `maxLength` characters, up to the first `end` (a lazy lexeme)."""
-    listed = schema.get("enum") if isinstance(schema.get("enum"), list) else None
-    if listed is None and "const" in schema:
-        listed = [schema["const"]]
+    else any text of up to `maxLength` characters, up to the first `end` (a lazy lexeme: where the reader ends
+    it too)."""
+    listed = schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else None
     if listed is not None:
         return [f"{value}: " + " | ".join(json.dumps(text + end, ensure_ascii=False) for text in listed)]
-    low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
-    count = f"{{{low},{int(high)}}}" if high is not None else f"{{{low},}}"
+    count = f"{{0,{schema['maxLength']}}}" if "maxLength" in schema else "*"
     return [f"{value}[lazy]: /(?s:.{count}){_regex_text(end)}/"]
 
 

@@ -62,13 +62,13 @@ from ..runtime.chat_template import render_chat
 from .tool_call_xml import (
     ARG_KEYS,
     QWEN_XML,
-    UnwritableParameter,
     XmlLayout,
     function_rules,
-    is_text,
     layout_shown,
     probe_call,
     read_function,
+    tagged_problem,
+    writes_as_text,
 )
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
@@ -259,7 +259,7 @@ def history_message(message: dict[str, Any], role: str, content: str | None, whe
                             f"{where}.tool_call_id")
         return {"role": "tool", "content": content or "", "tool_call_id": call_id}
     calls = message.get("tool_calls")
-    if role != "assistant" or calls is None:
+    if role != "assistant" or calls is None or calls == []:  # (no calls: templates take `[]` for some)
         return {"role": role, "content": content or ""}
     if not isinstance(calls, list):
         raise ToolError(f"{where}.tool_calls must be a list of calls", f"{where}.tool_calls")
@@ -417,7 +417,8 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         lines += _alternatives(tools, "parameters")
     elif syntax is ToolSyntax.MISTRAL:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
-        lines += [f'calls: {_marker(MISTRAL_CALLS, marker_token)} "[" body{more} "]"',
+        # (7B v0.3's template writes a space after the marker, Nemo's none)
+        lines += [f'calls: {_marker(MISTRAL_CALLS, marker_token)} " "? "[" body{more} "]"',
                   r'call_id: ", \"id\": \"" ID "\""', *_MISTRAL_RULES]
         lines += _alternatives(tools, "arguments", before_end=" call_id?")
     elif syntax is ToolSyntax.MISTRAL_ARGS:  # a marker before each call
@@ -484,9 +485,9 @@ def template_layout(template: str, syntax: ToolSyntax) -> XmlLayout:
 
 
 def _text_parameters(tool: Tool) -> set[str]:
-    """The parameters the XML syntax writes as their text (strings), not as JSON."""
+    """The parameters a syntax with tagged parameters writes as their text (strings), not as JSON."""
     properties = json.loads(arguments_json(tool)).get("properties") or {}
-    return {name for name, schema in properties.items() if is_text(schema)}
+    return {name for name, schema in properties.items() if writes_as_text(schema)}
 
 
 def arguments_json(tool: Tool) -> str:
@@ -548,7 +549,18 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
             calls = [_call(members, "arguments", syntax) for members in _whole(listed, _objects)]
     except (ValueError, KeyError, TypeError, RecursionError):  # (RecursionError: nested deeper than Python reads)
         return None
-    return calls or None
+    return _distinct_ids(calls) or None
+
+
+def _distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
+    """The calls, each with an id of its own: a Mistral model that wrote an id twice (copied from an earlier
+    call, say) gets a fresh one for the repeat, so that each result names one call."""
+    seen: set[str] = set()
+    for i, call in enumerate(calls):
+        if call.id in seen:
+            calls[i] = ToolCall(call.name, call.arguments, _new_id(ToolSyntax.MISTRAL))
+        seen.add(calls[i].id)
+    return calls
 
 
 # A JSON value as written: the value, and its text.
@@ -783,13 +795,12 @@ class ToolSetup:
 def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None]) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
     syntax = detect_syntax(template)
-    layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
+    syntax, held_as_json = _tagged_or_json(request, syntax)
+    layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     try:
         lark = tool_grammar(request, syntax, marker_token, layout)
-    except UnwritableParameter as exc:
-        raise InputError(f"tools: {exc}") from None
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
         _blame_unwritable(request)
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
@@ -801,20 +812,24 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     warnings = _schema_warnings(request) if compiled.warnings else ()
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
-    return ToolSetup(request, syntax, compiled.grammar,
-                     (warnings or compiled.warnings) + notes + _unheld_as_text(request, syntax), layout)
+    return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes + held_as_json, layout)
 
 
-def _unheld_as_text(request: ToolRequest, syntax: ToolSyntax) -> tuple[str, ...]:
-    """What the XML syntax does not hold a string parameter to, written as its text: its `pattern` or `format`
-    (its length and `enum` it does)."""
+def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax) -> tuple[ToolSyntax, tuple[str, ...]]:
+    """`syntax`; or, for a syntax with tagged parameters where a callable tool's schema asks more than tags one
+    parameter at a time can hold (`tool_call_xml.tagged_problem`), Hermes's JSON inside `<tool_call>`, which
+    holds it exactly, with a note saying so."""
     if not syntax.has_tagged_parameters:
-        return ()
-    return tuple(f"{_schema_origin(index)}: the {name!r} parameter's {key} is not held to (this model's call syntax"
-                 " writes it as text)"
-                 for index, tool in _callable_tools(request)
-                 for name, schema in (json.loads(arguments_json(tool)).get("properties") or {}).items()
-                 if is_text(schema) for key in ("pattern", "format") if key in schema)
+        return syntax, ()
+    for index, tool in _callable_tools(request):
+        try:
+            problem = tagged_problem(json.loads(arguments_json(tool)))
+        except (ValueError, RecursionError):  # (said where the grammar is written)
+            return syntax, ()
+        if problem is not None:
+            return ToolSyntax.HERMES, (f"{_schema_origin(index)}: {problem}, so calls are held as JSON inside"
+                                       " <tool_call> rather than in this model's own tags",)
+    return syntax, ()
 
 
 def check_parameters(request: ToolRequest) -> None:
