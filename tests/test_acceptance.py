@@ -78,9 +78,10 @@ CASES = {
 FAST_ACCEPTANCE_CASES = ("dense", "top_k_truncated_supports")
 
 
-@pytest.mark.parametrize("case", [pytest.param(name, marks=[] if name in FAST_ACCEPTANCE_CASES else [pytest.mark.slow])
-                                  for name in sorted(CASES)])
-@pytest.mark.parametrize("k", [1, 3])  # k=1: the bonus token is the second one compared; k=3: a rejection at position 2
+# k=1: the bonus token is the second one compared; k=3: a rejection at position 2 (the fast suite keeps k=1)
+@pytest.mark.parametrize("k, case", [
+    pytest.param(k, name, marks=[] if name in FAST_ACCEPTANCE_CASES and k == 1 else [pytest.mark.slow], id=f"{k}-{name}")
+    for k in (1, 3) for name in sorted(CASES)])
 def test_first_two_tokens_follow_the_target(case: str, k: int) -> None:
     p_rows, q_rows = _position_rows(*CASES[case])
     verdicts: Counter = Counter()

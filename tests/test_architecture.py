@@ -71,6 +71,7 @@ def test_imports_flow_from_commands_down_to_the_runtime() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.slow  # (over a third of a second: every module imported)
 def test_no_import_cycles() -> None:
     graph = {module: {name for name in _imports(path) if name in MODULES and name != module} for module, path in MODULES.items()}
     state: dict[str, int] = {}

@@ -202,6 +202,7 @@ def test_a_coupled_lead_is_on_the_logits_scale_and_goes_to_the_greedy_lead_as_th
     assert coupled_lead(math.inf, 0.8) == 1.0 and coupled_lead(0.0, 0.8) == 0.0
 
 
+@pytest.mark.slow  # (over a third of a second)
 def test_the_lead_of_a_coupled_draft_foretells_whether_a_nearby_target_draws_the_same_token() -> None:
     """What the draft length relies on: over many positions, a draft token that led by little is redrawn by a
     target whose distribution is near the draft's far more often than one that led by much."""
