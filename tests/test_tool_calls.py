@@ -484,7 +484,9 @@ def test_a_string_its_text_cannot_hold_is_json_and_a_schema_tags_cannot_hold_is_
                        {"type": "object", "additionalProperties": {"type": "integer"}},
                        {"type": "object", "properties": {"name": {"type": "string"},
                                                          "children": {"type": "array", "items": {"$ref": "#"}}},
-                        "required": ["name"]}]:
+                        "required": ["name"]},
+                       {"type": "object", "properties": {"node": {"$ref": "#/$defs/node"}},
+                        "$defs": {"node": {"type": "object", "properties": {"up": {"$ref": "#"}}}}}]:
         tool = {"type": "function", "function": {"name": "g", "parameters": parameters}}
         held = prepare_tools(request("required", tools=[tool]), QWEN_CODER, lambda text: None)
         assert held.syntax is ToolSyntax.HERMES, parameters

@@ -79,12 +79,13 @@ def tagged_problem(parameters: Any) -> str | None:
         return "it takes parameters it does not list"
     if not isinstance(required, list) or not all(isinstance(name, str) and name in properties for name in required):
         return "it requires parameters it does not list"
-    for name, schema in properties.items():
+    for name in properties:
         if not name or any(mark in name for mark in "<>\n"):
             return f"the parameter name {name!r} would end its own tag"
-        outside = next((ref for ref in _refs(schema) if not ref.startswith(("#/$defs/", "#/definitions/"))), None)
-        if outside is not None:
-            return f"a $ref to {outside!r} points outside the parameter"
+    # (each parameter's schema is held apart, with the definitions beside it: a $ref to anything else would miss)
+    outside = next((ref for ref in _refs(parameters) if not ref.startswith(("#/$defs/", "#/definitions/"))), None)
+    if outside is not None:
+        return f"a $ref to {outside!r} points outside the definitions"
     return None
 
 
@@ -113,12 +114,11 @@ def probe_call() -> dict[str, Any]:
 def layout_shown(call_text: str) -> XmlLayout | None:
     """The layout of `call_text`, a template's rendering of `probe_call()` between `<tool_call>` and
     `</tool_call>`; None where it is not one a layout describes."""
+    parts = (_PROBE_NAME, _PROBE_KEYS[0], _PROBE_VALUES[0], _PROBE_KEYS[1], _PROBE_VALUES[1])
     try:
-        at = [call_text.index(part) for part in (_PROBE_NAME, *_PROBE_KEYS[:1], *_PROBE_VALUES[:1], *_PROBE_KEYS[1:],
-                                                   *_PROBE_VALUES[1:])]
+        at = [call_text.index(part) for part in parts]
     except ValueError:
         return None
-    parts = (_PROBE_NAME, _PROBE_KEYS[0], _PROBE_VALUES[0], _PROBE_KEYS[1], _PROBE_VALUES[1])
     if at != sorted(at):
         return None
     ends = [start + len(part) for start, part in zip(at, parts)]

@@ -57,8 +57,8 @@ from ..engine.grammar import (
     value_error_message,
 )
 from ..errors import InputError, LocalspecError
-from ..textin import clean_data
 from ..runtime.chat_template import render_chat
+from ..textin import clean_data
 from .tool_call_xml import (
     ARG_KEYS,
     QWEN_XML,
