@@ -100,10 +100,27 @@ def test_unset_brings_back_the_default_and_a_new_location_replaces_the_old(tiny_
     assert cli("profile", "unset", "mine", "sampling.max_tokens").exit_code == 0
     assert "max_tokens" not in path.read_text() and "# cool" in path.read_text()
     one_error_line(cli("profile", "unset", "mine", "sampling.max_tokens"), 2, "profile mine does not set sampling.max_tokens")
-    one_error_line(cli("profile", "unset", "mine", "sampling.temprature"), 2, "did you mean 'sampling.temperature'?")
+    one_error_line(cli("profile", "unset", "mine", "sampling.temprature"), 2, "profile mine: unknown key",
+                   "did you mean 'sampling.temperature'?")
+    assert cli("profile", "unset", "mine", "sampling.temperature", "sampling.temperature").exit_code == 0  # (once)
     assert cli("profile", "set", "mine", f"draft.path={tiny_pair[1]}").exit_code == 0
     shown = json.loads(cli("profile", "show", "mine", "--json").output)
     assert shown["draft.path"]["value"] == str(tiny_pair[1]) and "draft.builtin" not in shown
+
+
+def test_set_keeps_windows_line_endings_and_a_profiles_folder_that_is_a_file_is_named(tmp_path: Path) -> None:
+    """`profile set` on a CRLF file appended LF lines; a profiles "folder" that is a file was a lock error
+    ending in "File exists"."""
+    path = write_user_profile("crlf", '[target]\r\npath = "/models/t.gguf"\r\n')
+    assert cli("profile", "set", "crlf", "sampling.temperature=0.5").exit_code == 0
+    written = path.read_bytes()
+    assert b"temperature = 0.5\r\n" in written and written.count(b"\n") == written.count(b"\r\n")
+    folder = user_profiles_dir()
+    for item in folder.iterdir():
+        item.unlink()
+    folder.rmdir()
+    folder.write_text("not a folder")
+    one_error_line(cli("profile", "set", "demo", "sampling.temperature=0.5"), 2, f"{folder}: not a folder")
 
 
 def test_set_stores_a_model_path_given_relative_as_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

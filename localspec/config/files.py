@@ -206,6 +206,8 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
 
     path = Path(path)
     lock_file = lock_path(path)
+    if lock_file.parent.exists() and not lock_file.parent.is_dir():  # (mkdir would say "File exists")
+        raise InputError(f"{lock_file.parent}: not a folder (localspec keeps {path.name} in it)")
     lock = filelock.FileLock(str(lock_file), timeout=timeout_s)
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)

@@ -398,13 +398,14 @@ def update_profile(name: str, changes: dict[str, Any], unset: tuple[str, ...] = 
     """
     _existing_file(name)  # refuses a name that is invalid or not a profile
     _check_same_name(name, changes)
+    unset = tuple(dict.fromkeys(unset))  # (a key given twice is unset once)
     path = user_profiles_dir() / f"{name}.toml"
     for dotted, value in changes.items():  # a value given here is named as given, not by a line of the file
         if (problem := SETTINGS[dotted].problem(value)) is not None:
             raise InputError(f"profile {name}: {problem}")
     for dotted in unset:
         if dotted not in SETTINGS:
-            raise _unknown(dotted, "", "setting")
+            raise _unknown(dotted, "", f"profile {name}")
     with locked(path):
         current = path if path.is_file() else _existing_file(name)
         text = read_user_text(current)
@@ -415,7 +416,10 @@ def update_profile(name: str, changes: dict[str, Any], unset: tuple[str, ...] = 
             del values[dotted]
         values = {**_without_replaced_locations(values, changes), **changes}
         validate(values, text, where=f"profile {name}")
-        write_text_atomic(path, render_profile(values, text))
+        rendered = render_profile(values, text)
+        if "\r\n" in text:  # (a file written with Windows line endings keeps them, its new lines too)
+            rendered = rendered.replace("\r\n", "\n").replace("\n", "\r\n")
+        write_text_atomic(path, rendered)
     return path
 
 
@@ -439,7 +443,7 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
     if not sep or not key:
         raise InputError(f"expected key=value, got {assignment!r}")
     if key not in SETTINGS:
-        raise _unknown(key, "", "setting")
+        raise _unknown(key, "", repr(assignment.strip()))
     return key, parse_value(raw, SETTINGS[key].kind)
 
 
