@@ -89,6 +89,7 @@ def test_no_import_cycles() -> None:
             visit(module, [])
 
 
+@pytest.mark.slow  # (over a third of a second: every module imported)
 def test_only_the_runtime_imports_llama_cpp() -> None:
     def imports_llama_cpp(path: Path) -> bool:
         return any("llama_cpp" in ast.dump(node) for node in _import_nodes(path))
