@@ -143,12 +143,17 @@ def _common_suffix(a: str, b: str) -> str:
     return a[len(a) - n:]
 
 
+def _listed(schema: dict[str, Any]) -> Any:
+    """A schema's listed values: its `enum`, else its `const` alone; None where it lists none."""
+    return schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else None
+
+
 def writes_as_text(schema: Any) -> bool:
     """Whether a parameter's value is written as its text (a string the text alone holds to all its schema
     says: its listed values, or a length up to its `maxLength`), not as JSON."""
     if not isinstance(schema, dict) or set(schema) - _TEXT_KEYS or ("enum" in schema and "const" in schema):
         return False
-    values = schema.get("enum") if "enum" in schema else [schema["const"]] if "const" in schema else None
+    values = _listed(schema)
     if values is not None:
         if not isinstance(values, list) or not all(isinstance(value, str) for value in values) or "maxLength" in schema:
             return False  # (JSON holds such a value to the rest of the schema)
@@ -187,7 +192,7 @@ def _text_value_rules(value: str, schema: dict[str, Any], end: str) -> list[str]
     """`value`: a text parameter's value and the `end` after it: one of its `enum` (or its `const`) as written,
     else any text of up to `maxLength` characters, up to the first `end` (a lazy lexeme: where the reader ends
     it too)."""
-    listed = schema["enum"] if "enum" in schema else [schema["const"]] if "const" in schema else None
+    listed = _listed(schema)
     if listed is not None:
         return [f"{value}: " + " | ".join(json.dumps(text + end, ensure_ascii=False) for text in listed)]
     count = f"{{0,{schema['maxLength']}}}" if "maxLength" in schema else "*"
@@ -204,7 +209,7 @@ def _regex_text(text: str) -> str:
 
 def read_function(text: str, at: int, layout: XmlLayout,
                   takes_text: Callable[[str, str], bool]) -> tuple[str, str, int]:
-    """The call written from `at` in `layout` (up to its `</tool_call>`): its name, its arguments as JSON text
+    """The call written from `at` in `layout` (up to its closing tag): its name, its arguments as JSON text
     (a text value as a JSON string, a JSON value as the model wrote it), and where it ends. `takes_text(name,
     parameter)` says whether a value is text. ValueError where `text` holds no whole call there."""
     at = _expect(text, at, layout.before_name)
@@ -213,8 +218,8 @@ def read_function(text: str, at: int, layout: XmlLayout,
         raise ValueError("no function name")
     name, at = found.group(), _expect(text, found.end(), layout.after_name)
     members: list[str] = []
-    while not text.startswith(layout.after_parameters + "</tool_call>", at):
-        at = _expect(text, at, layout.before_key)
+    while text.startswith(layout.before_key, at):
+        at += len(layout.before_key)
         key_end = text.index(layout.after_key, at)
         key, at = text[at:key_end], key_end + len(layout.after_key)
         end = text.index(layout.value_end, at)
@@ -226,7 +231,7 @@ def read_function(text: str, at: int, layout: XmlLayout,
             value = written
         members.append(f"{json.dumps(key, ensure_ascii=False)}: {value}")
         at = end + len(layout.value_end)
-    return name, "{" + ", ".join(members) + "}", at + len(layout.after_parameters)
+    return name, "{" + ", ".join(members) + "}", _expect(text, at, layout.after_parameters)
 
 
 def _expect(text: str, at: int, part: str) -> int:

@@ -45,7 +45,7 @@ import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from enum import Enum
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from ..engine.grammar import (
     CompiledGrammar,
@@ -399,19 +399,18 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
     """
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
-    if syntax is ToolSyntax.HERMES:
+    if syntax is ToolSyntax.HERMES or syntax.has_tagged_parameters:
         opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
-        more = f' ("\\n" call){{0,{MAX_CALLS - 1}}}' if request.several else ""
-        lines += [f"calls: call{more}",
-                  f'call: {opening} "\\n" body "\\n" {closing}',
+        tagged = syntax.has_tagged_parameters  # (a tagged layout has the newlines inside the tags)
+        separator = '"\\n"?' if tagged else '"\\n"'
+        more = f" ({separator} call){{0,{MAX_CALLS - 1}}}" if request.several else ""
+        inside = "body" if tagged else '"\\n" body "\\n"'
+        lines += [f"calls: call{more}", f"call: {opening} {inside} {closing}",
                   r"TEXT: /(?s:.*)/ & ~/\s*<tool_call>(?s:.*)/"]
-        lines += _alternatives(tools, "arguments")
-    elif syntax.has_tagged_parameters:  # (the layout has the newlines inside the tags)
-        opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
-        more = f' ("\\n"? call){{0,{MAX_CALLS - 1}}}' if request.several else ""
-        lines += [f"calls: call{more}", f"call: {opening} body {closing}",
-                  r"TEXT: /(?s:.*)/ & ~/\s*<tool_call>(?s:.*)/"]
-        lines += _xml_alternatives(tools, layout or default_layout(syntax))
+        if tagged:
+            lines += _xml_alternatives(tools, layout or default_layout(syntax))
+        else:
+            lines += _alternatives(tools, "arguments")
     elif syntax is ToolSyntax.LLAMA3:  # Llama 3.1's template renders one call per message
         lines += ["calls: body", r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
         lines += _alternatives(tools, "parameters")
@@ -425,7 +424,7 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         opening, call_id, arguments = (_marker(text, marker_token)
                                        for text in (MISTRAL_CALLS, MISTRAL_CALL_ID, MISTRAL_ARGS))
         more = f" body{{0,{MAX_CALLS - 1}}}" if request.several else ""
-        lines += [f"calls: body{more}", "body: " + " | ".join(f"call_{i}" for i in range(len(tools))), *_MISTRAL_RULES]
+        lines += [f"calls: body{more}", _body_rule(tools), *_MISTRAL_RULES]
         for i, tool in enumerate(tools):
             lines.append(f"call_{i}: {opening} {json.dumps(tool.name)} ({call_id} ID)? {arguments} arguments_{i}")
             lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
@@ -448,10 +447,15 @@ def _marker(text: str, marker_token: Callable[[str], int | None]) -> str:
     return json.dumps(text) if token is None else f"<[{token}]>"
 
 
+def _body_rule(tools: Sequence[Tool]) -> str:
+    """`body`: a call of any one of `tools`, rule `call_i` for the i-th."""
+    return "body: " + " | ".join(f"call_{i}" for i in range(len(tools)))
+
+
 def _alternatives(tools: Sequence[Tool], arguments_key: str, before_end: str = "") -> list[str]:
     """`body` as one alternative per tool: the name written out, then the arguments held to its schema (then
     `before_end`, Lark for what may follow them inside the object)."""
-    lines = ["body: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
+    lines = [_body_rule(tools)]
     for i, tool in enumerate(tools):
         head = json.dumps(f'{{"name": "{tool.name}", "{arguments_key}": ')
         lines.append(f'call_{i}: {head} arguments_{i}{before_end} "}}"')
@@ -461,7 +465,7 @@ def _alternatives(tools: Sequence[Tool], arguments_key: str, before_end: str = "
 
 def _xml_alternatives(tools: Sequence[Tool], layout: XmlLayout) -> list[str]:
     """`body` as one alternative per tool, each a call with tagged parameters (`tool_call_xml.function_rules`)."""
-    lines = ["body: " + " | ".join(f"call_{i}" for i in range(len(tools)))]
+    lines = [_body_rule(tools)]
     for i, tool in enumerate(tools):
         lines += function_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), layout, ARGUMENT_LAYOUT)
     return lines
@@ -532,7 +536,8 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
     Python would write `1e999` back as `Infinity`, which is no JSON."""
     try:
         if syntax is ToolSyntax.HERMES:
-            calls = [_call(body, "arguments", syntax) for body in _hermes_bodies(text)]
+            bodies = _tagged_blocks(text, lambda at: _members(text, _after_space(text, at)))
+            calls = [_call(body, "arguments", syntax) for body in bodies]
         elif syntax.has_tagged_parameters:  # (which values are text: the offered `tools` say)
             layout = layout or default_layout(syntax)
             calls = [ToolCall(name, arguments, _new_id(syntax)) for name, arguments in _xml_calls(text, tools, layout)]
@@ -565,21 +570,23 @@ def _distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
 
 # A JSON value as written: the value, and its text.
 Written = tuple[Any, str]
+_Body = TypeVar("_Body")  # what is read of one `<tool_call>` block
 _JSON_SPACE = " \t\n\r"
 # What `\s` matches in llguidance's regular expressions (Unicode White_Space): the grammar lets text start with
 # these before a call's opening no more than a call itself (Python's str.isspace also takes U+001C to U+001F).
 _GRAMMAR_SPACE = re.compile(r"[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*")
 
 
-def _hermes_bodies(text: str) -> list[dict[str, Written]]:
-    """The members of the JSON objects in `<tool_call>{…}</tool_call>` blocks that make up the whole of `text`
-    (whitespace around them aside), each read as JSON to its end, so a closing tag inside a string stays text.
-    ValueError when the text is anything else."""
+def _tagged_blocks(text: str, read: Callable[[int], tuple[_Body, int]]) -> list[_Body]:
+    """What `read` finds in each `<tool_call>` … `</tool_call>` block that makes up the whole of `text`
+    (whitespace around them aside): `read(at)`, from just after an opening tag, gives a block's body and where
+    it ends (a Hermes body is read as JSON to its end, so a closing tag inside a string stays text). ValueError
+    when the text is anything else."""
     bodies, at = [], _after_space(text, 0)
     while at < len(text):
         if not text.startswith(OPEN_TAG, at):
             raise ValueError("not a tool call")
-        body, at = _members(text, _after_space(text, at + len(OPEN_TAG)))
+        body, at = read(at + len(OPEN_TAG))
         at = _after_space(text, at)
         if not text.startswith(CLOSE_TAG, at):
             raise ValueError("a tool call not closed")
@@ -599,17 +606,11 @@ def _xml_calls(text: str, tools: Sequence[Tool], layout: XmlLayout) -> list[tupl
             raise ValueError(f"{name} is not offered")
         return parameter in texts[name]
 
-    calls, at = [], _after_space(text, 0)
-    while at < len(text):
-        if not text.startswith(OPEN_TAG, at):
-            raise ValueError("not a tool call")
-        name, arguments, at = read_function(text, at + len(OPEN_TAG), layout, takes_text)
-        at = _after_space(text, at)
-        if not text.startswith(CLOSE_TAG, at):
-            raise ValueError("a tool call not closed")
-        calls.append((name, arguments))
-        at = _after_space(text, at + len(CLOSE_TAG))
-    return calls
+    def read(at: int) -> tuple[tuple[str, str], int]:
+        name, arguments, end = read_function(text, at, layout, takes_text)
+        return (name, arguments), end
+
+    return _tagged_blocks(text, read)
 
 
 def _mistral_list(text: str) -> list[dict[str, Written]]:
