@@ -39,6 +39,51 @@ def test_escapes_from_the_sandbox_are_refused(template: str) -> None:
         render_chat(template, [dict(m) for m in MESSAGES])
 
 
+@pytest.mark.parametrize("template", [
+    "{% set x = messages[0].update({'role': 'user'}) %}{{ messages }}",
+    "{% set x = messages[0].pop('content') %}{{ messages }}",
+    "{% set x = tools.append({'type': 'function'}) %}{{ tools }}",
+    "{% set x = tools[0]['function'].clear() %}{{ tools }}",
+])
+def test_what_a_template_is_given_it_cannot_change(template: str) -> None:
+    messages, tools = [dict(m) for m in MESSAGES], [{"type": "function", "function": {"name": "f"}}]
+    with pytest.raises(LocalspecError, match="is unsafe"):
+        render_chat(template, messages, tools=tools)
+    assert messages == MESSAGES and tools == [{"type": "function", "function": {"name": "f"}}]
+
+
+@pytest.mark.parametrize("template, rendered", [
+    # Kimi K2's: a list of its own, appended to
+    ("{% set ns = namespace(ids=[]) %}{% for m in messages %}{% set _ = ns.ids.append(m.role) %}{% endfor %}"
+     "{{ ns.ids | join(',') }}", "system,user"),
+    ("{% set seen = {} %}{% for m in messages %}{% set _ = seen.update({m.role: 1}) %}{% endfor %}{{ seen | tojson }}",
+     '{"system": 1, "user": 1}'),
+    # Command R7B's and Kimi K3's loop controls
+    ("{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.content }}{% endfor %}", "Be brief."),
+    ("{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}{{ m.content }}{% endfor %}", "Hi"),
+    # LFM2.5's training block, Hugging Face's `{% generation %}`: its content
+    ("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}", "[Be brief.][Hi]"),
+    # (llama.cpp's DeepSeek R1 template writes a `map` as JSON)
+    ("{{ messages | map(attribute='role') | tojson }}", '["system", "user"]'),
+])
+def test_templates_render_what_hugging_face_and_llama_cpp_render(template: str, rendered: str) -> None:
+    assert render_chat(template, MESSAGES) == rendered
+
+
+def test_an_error_names_a_given_value_by_its_type() -> None:
+    with pytest.raises(LocalspecError, match="'dict object' has no attribute 'missing'"):
+        render_chat("{{ messages[0].missing.x }}", MESSAGES)
+
+
+@pytest.mark.parametrize("template", [
+    "{% set l = [1] %}{% for i in range(40) %}{% set _ = l.extend(l) %}{% endfor %}{{ l | length }}",
+    "{% set l = [] %}{% for i in range(20) %}{% set _ = l.extend(range(99999)) %}{% endfor %}x",
+])
+def test_a_list_the_template_makes_is_kept_small(template: str) -> None:
+    with pytest.raises(LocalspecError, match="grows a list or map past"):
+        render_chat(template, MESSAGES)
+
+
 def test_raise_exception_in_a_template_is_a_clean_error() -> None:
     with pytest.raises(LocalspecError, match="only user and assistant roles"):
         render_chat("{{ raise_exception('only user and assistant roles') }}", MESSAGES)

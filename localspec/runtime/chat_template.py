@@ -1,7 +1,8 @@
 """Render a model's chat template (Jinja, read from GGUF metadata) in a sandbox.
 
-Templates come from downloaded files, so they run in Jinja's immutable sandbox:
-no attribute access to Python internals, no mutation of passed-in objects.
+Templates come from downloaded files, so they run in Jinja's sandbox: no
+attribute access to Python internals, no mutation of passed-in objects
+(`template_sandbox`).
 
 Message contents, tool calls and tool definitions are text from users, not
 template: `render_chat_chunks` marks where their special-token text stands so
@@ -22,11 +23,10 @@ from types import FrameType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from jinja2 import TemplateError, TemplateSyntaxError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
 from ..textin import clean_text
-from .template_sandbox import BoundedSandbox, watched_rendering
+from .template_sandbox import BoundedSandbox, given, watched_rendering
 
 # Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
 _C_WHITESPACE = " \t\n\v\f\r"
@@ -37,7 +37,14 @@ def _raise_exception(message: str) -> None:
 
 
 def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=_listed)
+
+
+def _listed(value: Any) -> list[Any]:
+    """What `tojson` writes of a value JSON has no form for: a sequence Jinja's `map` or `select` made, as a list."""
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 MAX_RENDERED_CHARS = 16 * 2**20  # far beyond any context; a template writing more is looping on purpose
@@ -77,7 +84,7 @@ def _step_budget(limit: int) -> Iterator[None]:
         sys.settrace(earlier)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
+def _environment() -> BoundedSandbox:
     env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
     env.add_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
@@ -107,8 +114,8 @@ def render_chat(
         compiled = _compiled(template)
         pieces, size = [], 0
         with watched_rendering(), _step_budget(MAX_TEMPLATE_STEPS):
-            for piece in compiled.generate(messages=messages, bos_token=bos_token, eos_token=eos_token,
-                                           add_generation_prompt=add_generation_prompt, tools=tools):
+            for piece in compiled.generate(messages=given(messages), bos_token=bos_token, eos_token=eos_token,
+                                           add_generation_prompt=add_generation_prompt, tools=given(tools)):
                 size += len(piece)
                 if size > MAX_RENDERED_CHARS:
                     raise TemplateError(f"the template writes more than {MAX_RENDERED_CHARS} characters")

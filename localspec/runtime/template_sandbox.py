@@ -1,7 +1,12 @@
 """The Jinja sandbox chat templates render in, with what they may build and how long they may run kept small.
 
-Jinja's immutable sandbox keeps a template from Python's internals and from
-changing what it is given, but not from building huge values or running long
+Jinja's sandbox keeps a template from Python's internals; what it is given
+(`given`: the messages and tools) it may not change, while lists and maps it
+makes itself it may (Kimi K2's template appends to a list of its own, as
+llama.cpp's Jinja engine lets it). Templates may use `{% break %}` and
+`{% continue %}` (Command R7B's, Kimi K3's) and Hugging Face's
+`{% generation %}` block (LFM2.5's; written as its content), as Hugging Face's
+renderer allows. The sandbox does not keep a template from building huge values or running long
 inside one step: a template is code from a downloaded file (and `serve` holds
 its models while one renders). `'a'|center(4000000000)` took 4 GB, `[[1]]|
 tojson(indent=10**10)` 40 GB, squaring a number in a loop of 40 steps ran for
@@ -25,16 +30,19 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import os
 import re
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sized
 
-from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateError, nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.parser import Parser
+from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 
 MAX_ARGUMENT = 16 * 2**20  # the largest width or count a call or filter may be given: any text's length
 MAX_REPEATED = 2**20  # the longest text or list `*` may make (`'a' * 10**9` would take a gigabyte)
@@ -54,20 +62,61 @@ class RenderingOverrun(TemplateError):
     """A rendering ran past RENDER_SECONDS or grew the process past RENDER_BYTES."""
 
 
-class BoundedSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox with what one step of a template builds kept small (see the module's docstring).
+class GivenList(list):  # type: ignore[type-arg]
+    """A list the template is given (not one it made): it may not change it."""
+
+
+class GivenDict(dict):  # type: ignore[type-arg]
+    """A map the template is given: it may not change it."""
+
+
+# Named as the types they are in what a template's errors say ("'dict object' has no attribute 'x'").
+GivenList.__module__ = GivenDict.__module__ = "builtins"
+GivenList.__name__, GivenDict.__name__ = "list", "dict"
+
+
+def given(value: Any) -> Any:
+    """`value` (JSON-like data: messages, tools) copied into lists and maps the sandbox keeps a template from
+    changing, however deep."""
+    if isinstance(value, dict):
+        return GivenDict((key, given(item)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return GivenList(given(item) for item in value)
+    return value
+
+
+class _GenerationBlock(Extension):
+    """Hugging Face's `{% generation %}…{% endgeneration %}` (it marks an assistant's text for training masks):
+    its content, as it is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+class BoundedSandbox(SandboxedEnvironment):
+    """Jinja's sandbox with what one step of a template builds kept small (see the module's docstring), what it
+    is given (`given`) kept as it is, and the loop controls and block tags chat templates use.
     Filters added after it is made are held to it too only through `add_filter`."""
 
     intercepted_binops = frozenset({"*", "**", "%"})
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+        super().__init__(extensions=[loopcontrols, _GenerationBlock], **options)
         self.globals.pop("lipsum", None)
         for name, function in list(self.filters.items()):
             self.add_filter(name, function)
 
     def add_filter(self, name: str, function: Callable[..., Any]) -> None:
         self.filters[name] = _checked(name, function)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        """Jinja's sandbox's rule; a method that changes a value only for a list or map the template made."""
+        if not super().is_safe_attribute(obj, attr, value):
+            return False
+        return type(obj) in (list, dict) or not modifies_known_mutable(obj, attr)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "*" and any(isinstance(side, (str, list, tuple)) for side in (left, right)):
@@ -92,6 +141,12 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_str_method(owner, name, args)
             if name in ("format", "format_map"):
                 _check_length(len(owner) + _fields(owner) * _text_size([*args, *kwargs.values()], each=True))
+        if type(owner) in (list, dict) and name in ("append", "insert", "extend", "update", "setdefault"):
+            if name in ("extend", "update") and args and not isinstance(args[-1], Sized):  # (a `map` filter's)
+                args = (*args[:-1], list(itertools.islice(args[-1], MAX_REPEATED + 1)))
+            added = len(args[-1]) if name in ("extend", "update") and args else 1
+            if len(owner) + added > MAX_REPEATED:
+                raise TemplateError(f"the template grows a list or map past {MAX_REPEATED} items")
         if not (isinstance(owner, str) and name in ("format", "format_map")):  # (what a format writes: any number)
             _check_arguments(args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
