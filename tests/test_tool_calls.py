@@ -23,12 +23,14 @@ from localspec.app.generation_queue import GenerationQueue
 from localspec.app.openai_request import ApiError, parse_request
 from localspec.app.serving import ServedModel, create_app
 from localspec.app.session import Session
+from localspec.app.tool_call_frames import Hole, template_frame
 from localspec.app.tool_calls import (
     MAX_CALLS,
     CallStream,
     Tool,
     ToolCall,
     ToolError,
+    ToolSetup,
     ToolSyntax,
     arguments_json,
     chat_input,
@@ -37,10 +39,11 @@ from localspec.app.tool_calls import (
     mistral_id,
     parse_calls,
     prepare_tools,
+    tool_grammar,
     tool_request,
 )
 from localspec.config.paths import user_profiles_dir
-from localspec.engine.generation import StopReason
+from localspec.engine.generation import Generation, StopReason
 from localspec.errors import InputError
 from localspec.runtime.chat_template import render_chat
 from localspec.runtime.model import Model
@@ -53,6 +56,9 @@ QWEN_CODER = (DATA / "qwen3-coder.jinja").read_text()
 GLM, GLM_FLASH = ((DATA / name).read_text() for name in ("glm-4.6.jinja", "glm-4.7-flash.jinja"))
 NEMO = (DATA / "mistral-nemo-instruct-2407.jinja").read_text()
 MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
+KIMI, DEEPSEEK = ((DATA / name).read_text() for name in ("kimi-k2-instruct.jinja", "deepseek-v3.1.jinja"))
+KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>"
+             '{"a": 1, "b": 2}<|tool_call_end|><|tool_calls_section_end|>')
 PLAIN = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
 
 WEATHER = {"type": "function", "function": {
@@ -102,6 +108,9 @@ CALLS = {
                               ['[TOOL_CALLS]get_weather[ARGS]{"city": 5}',
                                '[TOOL_CALLS]get_weather{"city": "Paris"}',
                                '[TOOL_CALLS]get_time[ARGS]{}']),
+    ToolSyntax.FRAMED: (KIMI_CALL,
+                        [KIMI_CALL.replace('"a": 1', '"a": "1"'), KIMI_CALL.replace('"b": 2', '"b": 2, "c": 3'),
+                         KIMI_CALL.replace("add:0", "add")]),
     ToolSyntax.JSON: ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}',
                       ['{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}]}',
                        '{"tool_calls": []}',
@@ -109,12 +118,13 @@ CALLS = {
 }
 TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.XML: QWEN_CODER, ToolSyntax.ARG_KEYS: GLM, ToolSyntax.LLAMA3: LLAMA,
              ToolSyntax.MISTRAL: NEMO,
-             ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.JSON: PLAIN}
+             ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.FRAMED: KIMI, ToolSyntax.JSON: PLAIN}
 # A call of `add` (a=1, b=2) in each syntax but those with tagged parameters (`add_call` writes those).
 ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
              ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
              ToolSyntax.MISTRAL: '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
              ToolSyntax.MISTRAL_ARGS: '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
+             ToolSyntax.FRAMED: KIMI_CALL,
              ToolSyntax.JSON: '{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}'}
 
 
@@ -129,7 +139,7 @@ def add_call(syntax: ToolSyntax, name: str = "add", arguments: str = '{"a": 1, "
                              for key, value in json.loads(arguments).items())
         return f"<tool_call>{name}\n{parameters}</tool_call>"
     call = ADD_CALLS[syntax].replace('{"a": 1, "b": 2}', arguments)
-    return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[")
+    return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[").replace(".add:", f".{name}:")
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +263,7 @@ def test_the_grammar_takes_a_whole_call_and_refuses_a_malformed_one(tiny_target:
         for text in malformed:
             assert not accepts(tiny_target, grammar, text), (choice, text)
         assert accepts(tiny_target, grammar, "The sky is blue.") is (choice == "auto")
-    assert parse_calls(valid, syntax, request().tools)
+    assert parse_calls(valid, syntax, request().tools, frame=template_frame(TEMPLATES[syntax]))
 
 
 @pytest.mark.parametrize("syntax", list(ToolSyntax))
@@ -429,6 +439,23 @@ def test_each_template_shows_its_layout_of_tagged_parameters() -> None:
     assert prepare_tools(request(), broken, lambda text: None).layout == ARG_KEYS  # (its rendering fails)
 
 
+def target_only_and_speculative(model: Model, template: str, setup: ToolSetup, ask: str,
+                                 seed: int) -> list[Generation]:
+    """A forced call drawn target-only and then speculatively (ngram) from the same seed, each run to its end."""
+    session = Session(model, chat=ChatSettings(template=template))
+    messages, definitions = chat_input([{"role": "user", "content": ask}], setup, template)
+    generations = []
+    for speculative in (False, True):
+        settings = GenerationSettings.from_values({"sampling.max_tokens": 200, "sampling.seed": seed,
+                                                   "speculative.strategy": "ngram"})
+        generation = session.generation(session.chat_prompt_tokens(messages, definitions), settings,
+                                        speculative=speculative, grammar=setup.grammar)
+        list(generation)
+        assert generation.stop_reason is StopReason.EOS, generation.text
+        generations.append(generation)
+    return generations
+
+
 @pytest.mark.parametrize("template", [QWEN_CODER, GLM_FLASH])
 def test_a_call_with_tagged_parameters_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path, template: str) -> None:
     """Target-only and speculative decoding held to the grammar of tagged parameters (a lazy lexeme for each text
@@ -441,23 +468,14 @@ def test_a_call_with_tagged_parameters_is_drawn_and_read_back_on_a_tiny_model(tm
     model = Model(write_model(tmp_path / "long.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab,
                               space_token=True, context_length=4096), ModelSettings(n_threads=1))
     try:
-        session = Session(model, chat=ChatSettings(template=template))
         setup = prepare_tools(request("required", parallel=False, tools=[short]), template, lambda text: None)
-        messages, definitions = chat_input([{"role": "user", "content": "Note it."}], setup, template)
-        outputs = []
-        for speculative in (False, True):
-            settings = GenerationSettings.from_values({"sampling.max_tokens": 200, "sampling.seed": 3,
-                                                       "speculative.strategy": "ngram"})
-            generation = session.generation(session.chat_prompt_tokens(messages, definitions), settings,
-                                            speculative=speculative, grammar=setup.grammar)
-            list(generation)
-            assert generation.stop_reason is StopReason.EOS, generation.text
+        generations = target_only_and_speculative(model, template, setup, "Note it.", seed=3)
+        for generation in generations:
             calls = setup.calls_in(generation.text)
             assert calls and calls[0].name == "save_note", generation.text
             arguments = json.loads(calls[0].arguments)
             assert len(arguments["title"]) <= 12 and len(arguments["body"]) <= 6
-            outputs.append(generation.text)
-        assert outputs[0] == outputs[1]
+        assert generations[0].text == generations[1].text
     finally:
         model.close()
 
@@ -556,22 +574,23 @@ def test_text_the_grammar_lets_through_as_text_is_never_read_as_a_call(tiny_targ
     stream = setup.stream()
     assert stream.feed(text) == text and not stream.call
     rm_rf = Tool("rm_rf", {"type": "object", "properties": {}}, {})
-    assert parse_calls(call, syntax, [rm_rf]) and setup.calls_in(call) is None  # a whole call, of a tool not offered
+    assert parse_calls(call, syntax, [rm_rf], frame=setup.frame)  # a whole call…
+    assert setup.calls_in(call) is None  # …of a tool not offered
 
 
 def test_a_stream_passes_text_at_once_and_holds_a_call() -> None:
-    text = CallStream(ToolSyntax.HERMES, forced=False)
+    text = CallStream(ToolSyntax.HERMES.opening(), forced=False)
     assert text.feed("  <to") == ""  # may still become a call
     assert text.feed("day") == "  <today"
     assert text.feed(" it rains") == " it rains" and text.rest() == ""
-    call = CallStream(ToolSyntax.JSON, forced=False)
+    call = CallStream(ToolSyntax.JSON.opening(), forced=False)
     assert call.feed(' {"tool') == "" and call.feed('_calls"') == ""
     assert call.rest() == ' {"tool_calls"'
-    forced = CallStream(ToolSyntax.LLAMA3, forced=True)
+    forced = CallStream(ToolSyntax.LLAMA3.opening(), forced=True)
     assert forced.feed("Hello") == "" and forced.rest() == "Hello"
-    mistral = CallStream(ToolSyntax.MISTRAL, forced=False)
+    mistral = CallStream(ToolSyntax.MISTRAL.opening(), forced=False)
     assert mistral.feed("[TOOL") == "" and mistral.feed("_CALLS][") == "" and mistral.call
-    listing = CallStream(ToolSyntax.MISTRAL_ARGS, forced=False)
+    listing = CallStream(ToolSyntax.MISTRAL_ARGS.opening(), forced=False)
     assert listing.feed("[1, 2]") == "[1, 2]" and not listing.call
 
 
@@ -879,6 +898,114 @@ def test_parameters_that_cannot_be_an_object_are_refused() -> None:
     assert error.value.param == "tools[0].function.parameters"
 
 
+# -- calls framed by the template's own texts ---------------------------------------------------------------
+
+FUNCTIONARY = ("{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+               "{% if m.tool_calls %}{% for c in m.tool_calls %}<function={{ c.function.name }}>"
+               "{{ c.function.arguments | tojson }}</function>{% endfor %}<|eom_id|>"
+               "{% else %}{{ m.content }}<|eot_id|>{% endif %}{% endfor %}"
+               "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+# Solar Open's shape: each call's id before its name
+WITH_IDS = ("{% for m in messages %}<|begin|>{{ m.role }}{% if m.tool_calls %}<|tool_calls|>{% for c in m.tool_calls %}"
+            "<|tool_call:begin|>{{ c.id }}<|tool_call:name|>{{ c.function.name }}<|tool_call:args|>"
+            "{{ c.function.arguments | tojson }}<|tool_call:end|>{% endfor %}<|calls|>{% else %}<|content|>"
+            "{{ m.content }}<|end|>{% endif %}{% endfor %}{% if add_generation_prompt %}<|begin|>assistant{% endif %}")
+
+
+def test_frames_are_read_from_the_templates_rendering_of_probe_calls() -> None:
+    kimi = template_frame(KIMI)
+    assert kimi is not None and detect_syntax(KIMI) is ToolSyntax.FRAMED
+    assert kimi.opening == ("<|tool_calls_section_begin|><|tool_call_begin|>functions.",)
+    assert kimi.name_end == (":", Hole.INDEX, "<|tool_call_argument_begin|>")  # the call's index
+    assert kimi.separator == ("<|tool_call_end|><|tool_call_begin|>functions.",)
+    assert kimi.closing == ("<|tool_call_end|><|tool_calls_section_end|>",) and kimi.shows_tools
+    deepseek = template_frame(DEEPSEEK)
+    assert deepseek is not None and detect_syntax(DEEPSEEK) is ToolSyntax.FRAMED
+    assert (deepseek.opening, deepseek.name_end, deepseek.closing) == (
+        ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>",), ("<｜tool▁sep｜>",), ("<｜tool▁call▁end｜><｜tool▁calls▁end｜>",))
+    assert not deepseek.shows_tools  # (its template writes no tools: see the next test)
+    with_ids = template_frame(WITH_IDS)
+    assert with_ids is not None and with_ids.opening == ("<|tool_calls|><|tool_call:begin|>", Hole.ID,
+                                                         "<|tool_call:name|>")
+    assert template_frame(FUNCTIONARY).closing == ("</function><|eom_id|>",)  # (a text reply ends otherwise)
+    for template in (QWEN, LLAMA, PLAIN):  # markers of their own; none rendered
+        assert template_frame(template) is None or detect_syntax(template) is not ToolSyntax.FRAMED
+    assert template_frame(PLAIN) is None
+
+
+def test_a_template_that_writes_no_tools_gets_them_and_its_frame_in_the_system_message() -> None:
+    setup = prepare_tools(request("auto"), DEEPSEEK, lambda text: None)
+    messages, _ = chat_input(HISTORY, setup, DEEPSEEK)
+    system = messages[0]["content"]
+    assert system.startswith("Be brief.\n\nYou can call these tools") and '"name": "get_weather"' in system
+    assert ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>TOOL_NAME<｜tool▁sep｜>{ARGUMENTS}<｜tool▁call▁end｜>"
+            "<｜tool▁calls▁end｜>") in system and system.endswith("otherwise reply with plain text.")
+    prompt = render_chat(DEEPSEEK, messages)
+    assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>' in prompt
+            and "<｜tool▁output▁begin｜>18 C, sunny" in prompt)  # the earlier call and its result, as it writes them
+    kimi_messages, definitions = chat_input(HISTORY, prepare_tools(request(), KIMI, lambda text: None), KIMI)
+    assert kimi_messages == HISTORY and definitions == request().definitions()  # (Kimi's writes the tools)
+
+
+def test_framed_calls_are_read_back_whole_or_not_at_all() -> None:
+    kimi = prepare_tools(request(), KIMI, lambda text: None)
+    two = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>{"a": 1, "b": 2}'
+           '<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city": "Oslo"}'
+           "<|tool_call_end|><|tool_calls_section_end|>")
+    calls = kimi.calls_in(two)
+    assert calls and [(c.name, c.arguments) for c in calls] == [("add", '{"a": 1, "b": 2}'),
+                                                               ("get_weather", '{"city": "Oslo"}')]
+    assert calls[0].id != calls[1].id
+    unseparated = two.replace("<|tool_call_end|><|tool_call_begin|>", "")
+    for broken in (two[:-5], two + "x", two.replace(":1<", "<"), unseparated, "Hi " + two):
+        assert kimi.calls_in(broken) is None, broken
+    functionary = prepare_tools(request(), FUNCTIONARY, lambda text: None)
+    for ending in ("</function>", "</function><|eom_id|>"):  # (an end-of-generation token ends it unwritten)
+        assert functionary.calls_in('<function=add>{"a": 1, "b": 2}' + ending)
+    assert functionary.calls_in('<function=add>{"a": 1, "b": 2}</function>x') is None
+    with_ids = prepare_tools(request(), WITH_IDS, lambda text: None)
+    written = with_ids.calls_in('<|tool_calls|><|tool_call:begin|>call7<|tool_call:name|>add<|tool_call:args|>'
+                                '{"a": 1, "b": 2}<|tool_call:end|><|calls|>')
+    assert written and written[0].id == "call7"  # the id the model wrote
+    stream = kimi.stream()
+    assert stream.feed("<|tool_calls_sec") == "" and stream.feed("tion_begin|>") == "" and not stream.call
+    assert stream.feed("<|tool_call_begin|>functions.add") == "" and stream.call  # held: a call
+
+
+DEEPSEEK_MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                    "<｜tool▁calls▁end｜>")
+
+
+def test_a_deepseek_call_is_drawn_in_its_control_tokens_and_read_back(tmp_path: Path) -> None:
+    """DeepSeek V3.1's frame on a tiny model whose vocabulary has its markers as control tokens: target-only and
+    speculative decoding write the same call, the markers as those tokens, and it reads back."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path / "deepseek.gguf", random_weights(n_vocab, seed=2), n_vocab=n_vocab, space_token=True,
+                       context_length=4096, special_pieces=[(m, TokenType.CONTROL) for m in DEEPSEEK_MARKERS])
+    model = Model(path, ModelSettings(n_threads=1))
+    try:
+        setup = prepare_tools(request("required", parallel=False, tools=[ADD]), DEEPSEEK, marker_tokens(model))
+        assert "<[" in setup.grammar and setup.warnings == ()
+        generations = target_only_and_speculative(model, DEEPSEEK, setup, "Add 1 and 2.", seed=5)
+        for generation in generations:
+            calls = setup.calls_in(generation.text)
+            assert calls and all(call.name == "add" for call in calls), generation.text
+            assert generation.text.startswith(DEEPSEEK_MARKERS[0] + DEEPSEEK_MARKERS[1] + "add" + DEEPSEEK_MARKERS[2])
+            marker_ids = {model.tokenize(m, add_special=False, parse_special=True)[0] for m in DEEPSEEK_MARKERS}
+            assert marker_ids <= set(generation.tokens)
+        assert generations[0].text == generations[1].text
+    finally:
+        model.close()
+
+
+def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:
+    ids = {"<|tool_calls_section_begin|>": 90, "<|tool_call_begin|>": 91, "<|tool_call_argument_begin|>": 92}
+    grammar = tool_grammar(request(), ToolSyntax.FRAMED, ids.get, frame=template_frame(KIMI))
+    assert 'calls: <[90]> <[91]> "functions." body' in grammar
+    assert 'call_1: "add" ":" /[0-9]{1,2}/ <[92]> arguments_1' in grammar
+    assert '"<|tool_call_end|>"' in grammar  # (not a special token of this vocabulary: spelled out)
+
+
 # -- markers that are special tokens -----------------------------------------------------------------------
 
 EMPTY = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
@@ -1068,9 +1195,9 @@ def test_a_call_cut_short_is_never_sent_as_text(tools_api: TestClient) -> None:
 
 
 def test_text_that_is_no_call_is_kept_whole_and_a_cut_call_is_dropped() -> None:
-    held = CallStream(ToolSyntax.JSON, forced=False)
+    held = CallStream(ToolSyntax.JSON.opening(), forced=False)
     assert held.feed(' {"tool_calls": [{"na') == "" and held.rest(cut_short=True) == ""
-    text = CallStream(ToolSyntax.JSON, forced=False)
+    text = CallStream(ToolSyntax.JSON.opening(), forced=False)
     assert text.feed("Hello") == "Hello" and text.rest(cut_short=True) == ""
 
 

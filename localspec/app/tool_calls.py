@@ -59,6 +59,7 @@ from ..engine.grammar import (
 from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
 from ..textin import clean_data
+from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_xml import (
     ARG_KEYS,
     QWEN_XML,
@@ -100,6 +101,7 @@ class ToolSyntax(str, Enum):
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
     MISTRAL_ARGS = "mistral-args"
+    FRAMED = "framed"  # JSON arguments framed by the template's own texts (`tool_call_frames`)
     JSON = "json"
 
     @property
@@ -111,9 +113,10 @@ class ToolSyntax(str, Enum):
         """Each parameter in tags of its own, a string as its text (`tool_call_xml`)."""
         return self in (ToolSyntax.XML, ToolSyntax.ARG_KEYS)
 
-    @property
-    def opening(self) -> str:
-        """What a reply that makes calls starts with (after whitespace)."""
+    def opening(self, frame: CallFrame | None = None) -> str:
+        """What a reply that makes calls starts with (after whitespace); for FRAMED, `frame`'s opening."""
+        if self is ToolSyntax.FRAMED and frame is not None:
+            return frame.opening_text
         if self in (ToolSyntax.HERMES, ToolSyntax.XML, ToolSyntax.ARG_KEYS):
             return OPEN_TAG
         return MISTRAL_CALLS if self.is_mistral else "{"
@@ -304,32 +307,43 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
 
 
 def detect_syntax(template: str | None) -> ToolSyntax:
-    """How the model writes calls, read from its chat template."""
+    """How the model writes calls, read from its chat template: its markers, else the frame its rendering of
+    probe calls shows (`tool_call_frames`), else none (JSON)."""
     if template is None:
         return ToolSyntax.JSON
     if OPEN_TAG in template:
         if "<arg_key>" in template:
             return ToolSyntax.ARG_KEYS
-        return ToolSyntax.XML if "<function=" in template and "<parameter=" in template else ToolSyntax.HERMES
+        if "<function=" in template and "<parameter=" in template:
+            return ToolSyntax.XML
+        frame = template_frame(template)  # (Apriel 1.5's names `<tool_call>` but writes `<tool_calls>[…]`)
+        return ToolSyntax.FRAMED if frame is not None and OPEN_TAG not in frame.opening_text else ToolSyntax.HERMES
     if MISTRAL_CALLS in template:
         return ToolSyntax.MISTRAL_ARGS if MISTRAL_ARGS in template else ToolSyntax.MISTRAL
     if '"parameters": dictionary of argument name' in template:
         return ToolSyntax.LLAMA3
-    return ToolSyntax.JSON
+    return ToolSyntax.JSON if template_frame(template) is None else ToolSyntax.FRAMED
 
 
 def template_messages(messages: Sequence[dict[str, Any]], request: ToolRequest | None,
-                      syntax: ToolSyntax) -> list[dict[str, Any]]:
+                      syntax: ToolSyntax, frame: CallFrame | None = None) -> list[dict[str, Any]]:
     """The messages to render: as they are for a template with tool syntax; for one without (`json`), the
-    tools described in the system message, earlier calls written in the JSON form and results as user messages."""
+    tools described in the system message, earlier calls written in the JSON form and results as user messages;
+    for a `frame` whose template writes no tools (DeepSeek V3.1's), the tools and the frame described."""
     if syntax.is_mistral:
         return [_with_mistral_ids(message) for message in messages]
+    if syntax is ToolSyntax.FRAMED and frame is not None and not frame.shows_tools and request is not None:
+        return _with_system_text(list(messages), framed_tools_prompt(request, frame))
     if syntax is not ToolSyntax.JSON:
         return list(messages)
     rendered = _results_together(messages)
     if request is None:
         return rendered
-    prompt = json_tools_prompt(request)
+    return _with_system_text(rendered, json_tools_prompt(request))
+
+
+def _with_system_text(rendered: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """`rendered` with `prompt` after its system message's text, or as a system message of its own first."""
     if rendered and rendered[0]["role"] == "system":
         return [{"role": "system", "content": f"{rendered[0]['content']}\n\n{prompt}"}, *rendered[1:]]
     return [{"role": "system", "content": prompt}, *rendered]
@@ -353,11 +367,23 @@ def _with_mistral_ids(message: dict[str, Any]) -> dict[str, Any]:
 
 def json_tools_prompt(request: ToolRequest) -> str:
     """The system text that offers the tools to a model whose template has no tool syntax."""
+    return (_tools_offered(request) + 'To call tools, reply with only this JSON object: {"tool_calls": [{"name": '
+            '"<tool name>", "arguments": {<the arguments>}}]}' + _or_text(request))
+
+
+def framed_tools_prompt(request: ToolRequest, frame: CallFrame) -> str:
+    """The system text that offers the tools to a model whose template writes calls in `frame` but not the tools."""
+    return (_tools_offered(request) + f"To call a tool, reply with only: {frame.example()}\n(TOOL_NAME the tool's "
+            "name, ARGUMENTS its arguments as a JSON object)" + _or_text(request))
+
+
+def _tools_offered(request: ToolRequest) -> str:
     tools = "\n".join(json.dumps(tool.definition["function"], ensure_ascii=False) for tool in request.callable)
-    return ("You can call these tools (name, description, and parameters as a JSON schema):\n"
-            f"{tools}\n\n"
-            'To call tools, reply with only this JSON object: {"tool_calls": [{"name": "<tool name>", '
-            '"arguments": {<the arguments>}}]}' + ("" if request.forced else "; otherwise reply with plain text") + ".")
+    return f"You can call these tools (name, description, and parameters as a JSON schema):\n{tools}\n\n"
+
+
+def _or_text(request: ToolRequest) -> str:
+    return ("" if request.forced else "; otherwise reply with plain text") + "."
 
 
 def _results_together(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -390,12 +416,14 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
-                 marker_token: Callable[[str], int | None] = lambda text: None, layout: XmlLayout | None = None) -> str:
+                 marker_token: Callable[[str], int | None] = lambda text: None, layout: XmlLayout | None = None,
+                 frame: CallFrame | None = None) -> str:
     """Lark text (llguidance) holding the output to `syntax`'s calls of `request.callable`.
 
     `marker_token(text)`: the id of the one special token of the vocabulary that is `text` (`<tool_call>`,
     `[TOOL_CALLS]`), which the grammar then names as that token rather than spelling it; else None.
-    `layout`: where a syntax with tagged parameters puts the name and parameters (else its usual one).
+    `layout`: where a syntax with tagged parameters puts the name and parameters (else its usual one);
+    `frame`: the texts around FRAMED calls (required for that syntax).
     """
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
@@ -428,6 +456,18 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         for i, tool in enumerate(tools):
             lines.append(f"call_{i}: {opening} {json.dumps(tool.name)} ({call_id} ID)? {arguments} arguments_{i}")
             lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
+    elif syntax is ToolSyntax.FRAMED:
+        assert frame is not None, "FRAMED calls need their frame"
+        texts = (grammar_text(parts, marker_token) for parts in (frame.opening, frame.separator, frame.closing))
+        opening, separator, closing = texts
+        more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several else ""
+        spelled = frame.opening_text.lstrip() or frame.opening_text
+        lines += [f"calls: {opening} body{more} {closing}", _body_rule(tools),
+                  f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
+        name_end = grammar_text(frame.name_end, marker_token)
+        for i, tool in enumerate(tools):
+            lines.append(f"call_{i}: {json.dumps(tool.name)} {name_end} arguments_{i}")
+            lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     else:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
@@ -439,6 +479,11 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
 # A Mistral call's id, and plain text, which may not start as a call does (spelled out, `[TOOL_CALLS]` would read
 # back as one).
 _MISTRAL_RULES = ["ID: /[A-Za-z0-9]{9}/", r"TEXT: /(?s:.*)/ & ~/\s*\[TOOL_CALLS\](?s:.*)/"]
+
+
+def _regex_literal(text: str) -> str:
+    """`text` matched literally inside a Lark regular expression (`/…/`)."""
+    return "".join(f"\\x{{{ord(char):x}}}" if not char.isalnum() else char for char in text)
 
 
 def _marker(text: str, marker_token: Callable[[str], int | None]) -> str:
@@ -530,7 +575,7 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
-                layout: XmlLayout | None = None) -> list[ToolCall] | None:
+                layout: XmlLayout | None = None, frame: CallFrame | None = None) -> list[ToolCall] | None:
     """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call).
     Each call's arguments are the JSON text the model wrote (as OpenAI passes them on), not a re-encoding:
     Python would write `1e999` back as `Infinity`, which is no JSON."""
@@ -545,6 +590,8 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
             calls = [_call(members, "arguments", syntax) for members in _mistral_list(text)]
         elif syntax is ToolSyntax.MISTRAL_ARGS:
             calls = _mistral_args_calls(text)
+        elif syntax is ToolSyntax.FRAMED:
+            calls = _framed_calls(text, frame) if frame is not None else []
         elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
@@ -650,6 +697,29 @@ def _mistral_args_calls(text: str) -> list[ToolCall]:
     return calls
 
 
+def _framed_calls(text: str, frame: CallFrame) -> list[ToolCall]:
+    """The calls in `frame` that make up the whole of `text` (whitespace before them aside). ValueError when the
+    text is anything else."""
+    opening = frame.opening_text
+    calls, parts = [], (opening.lstrip(), *frame.opening[1:]) if opening else frame.opening  # (Apriel's "\n")
+    at = _after_space(text, 0)
+    while True:
+        at, call_id = read_parts(text, at, parts)
+        name = TOOL_NAME.match(text, at)
+        if name is None:
+            raise ValueError("no tool name")
+        start = read_parts(text, name.end(), frame.name_end)[0]
+        _, end = _members(text, start)
+        calls.append(ToolCall(name.group(), text[start:end], call_id or _new_id(ToolSyntax.FRAMED)))
+        try:
+            at, parts = end, frame.separator
+            read_parts(text, at, parts)
+        except ValueError:
+            if not ends_as_closing(text[end:], frame.closing):
+                raise
+            return calls
+
+
 def _after_space(text: str, at: int) -> int:
     return _GRAMMAR_SPACE.match(text, at).end()
 
@@ -725,8 +795,8 @@ def _new_id(syntax: ToolSyntax) -> str:
 class CallStream:
     """Streamed text sorted as it comes: plain text is passed on at once, a call is held until the output ends."""
 
-    def __init__(self, syntax: ToolSyntax, forced: bool) -> None:
-        self.opening = syntax.opening
+    def __init__(self, opening: str, forced: bool) -> None:
+        self.opening = opening
         self.held = ""
         self.plain = False  # the output is plain text: pass it on
         self.call = forced  # the output is a call: hold it
@@ -775,15 +845,16 @@ class ToolSetup:
     grammar: str
     warnings: tuple[str, ...] = ()
     layout: XmlLayout | None = None  # where a syntax with tagged parameters puts them, in this model's template
+    frame: CallFrame | None = None  # the texts this model's template writes around FRAMED calls
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
         """The calls `text` makes (None: plain text, or not whole calls of the tools offered)."""
-        calls = parse_calls(text, self.syntax, self.request.callable, self.layout)
+        calls = parse_calls(text, self.syntax, self.request.callable, self.layout, self.frame)
         offered = {tool.name for tool in self.request.callable}
         return calls if calls and all(call.name in offered for call in calls) else None
 
     def stream(self) -> CallStream:
-        return CallStream(self.syntax, self.request.forced)
+        return CallStream(self.syntax.opening(self.frame), self.request.forced)
 
     def text_of(self, output: str, cut_short: bool) -> str | None:
         """The message content of an `output` that makes no whole call: the output, or None where it is a
@@ -800,8 +871,9 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
         _refuse_as_json_schema_does(tool, index)
     syntax, held_as_json = _tagged_or_json(request, syntax)
     layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
+    frame = template_frame(template) if template is not None and syntax is ToolSyntax.FRAMED else None
     try:
-        lark = tool_grammar(request, syntax, marker_token, layout)
+        lark = tool_grammar(request, syntax, marker_token, layout, frame)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
         _blame_unwritable(request)
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
@@ -813,7 +885,8 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     warnings = _schema_warnings(request) if compiled.warnings else ()
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
-    return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes + held_as_json, layout)
+    return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes + held_as_json, layout,
+                     frame)
 
 
 def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax) -> tuple[ToolSyntax, tuple[str, ...]]:
@@ -927,7 +1000,8 @@ def chat_input(messages: Sequence[dict[str, Any]], setup: ToolSetup | None,
     itself; for one without, they are described in the system message (see `template_messages`)."""
     syntax = setup.syntax if setup is not None else detect_syntax(template)
     request = setup.request if setup is not None else None
-    rendered = template_messages(messages, request, syntax)
+    frame = template_frame(template) if template is not None and syntax is ToolSyntax.FRAMED else None
+    rendered = template_messages(messages, request, syntax, frame)
     if request is None or syntax is ToolSyntax.JSON:
         return rendered, None
     return rendered, request.definitions()
