@@ -102,7 +102,10 @@ OTHER_SERVERS_FIELDS = ("dry_base", "dry_allowed_length", "dry_penalty_last_n", 
 
 # Fields read apart from the settings (REQUEST_FIELDS) and the refused ones (UNSUPPORTED).
 READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "response_format", "tools", "tool_choice",
-               "parallel_tool_calls", "speculative")
+               "parallel_tool_calls", "speculative", "reasoning_format")
+# llama-server's `reasoning_format` values: "none" leaves a reply's thinking in its content; the others sort it
+# into `reasoning_content` (see `reasoning`).
+REASONING_FORMATS = ("auto", "deepseek", "none")
 _KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 
@@ -136,6 +139,7 @@ class CompletionRequest:
     include_usage: bool
     response_format: CompiledGrammar | None = None  # `response_format` as a grammar (None: free text)
     tools: ToolRequest | None = None  # tools the model must or may call (None: none offered)
+    reasoning: bool = True  # a thinking model's thinking goes to `reasoning_content` (`reasoning_format` not "none")
 
     @property
     def grammar(self) -> str | None:
@@ -194,7 +198,17 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
         include_usage=include_usage,
         response_format=response_format,
         tools=tools,
+        reasoning=_reasoning_format(body.get("reasoning_format")) != "none",
     )
+
+
+def _reasoning_format(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if value not in REASONING_FORMATS:
+        raise ApiError(400, f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, got {quote_json(value)}",
+                       param="reasoning_format")
+    return value
 
 
 def _tools(body: dict[str, Any], chat: bool) -> ToolRequest | None:
@@ -363,6 +377,11 @@ def _message(message: Any, where: str) -> dict[str, Any]:
         raise ApiError(400, str(exc), param=exc.param) from None
     if message.get("name"):  # (for the templates that render a participant's or a tool's name)
         checked["name"] = message["name"]
+    if role == "assistant" and message.get("reasoning_content") is not None:  # (Qwen3's template renders it)
+        if not isinstance(message["reasoning_content"], str):
+            raise ApiError(400, f"{where}.reasoning_content must be a string, got "
+                           f"{quote_json(message['reasoning_content'])}", param=f"{where}.reasoning_content")
+        checked["reasoning_content"] = message["reasoning_content"]
     return checked
 
 

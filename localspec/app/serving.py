@@ -36,6 +36,7 @@ from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
+from .reasoning import Sorted, ThoughtSplitter, opened_by, split_thought, thinks
 from .tool_calls import (
     ToolCall,
     ToolSetup,
@@ -194,7 +195,7 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
         tools, tokens = await asyncio.to_thread(_prepared_prompt, served, parsed)
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
-        reply = Reply(served, chat, parsed, tools)
+        reply = Reply(served, chat, parsed, tools, _thinking(served, parsed, tokens) if chat else None)
         if parsed.stream:
             held = hold.pop_all()
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
@@ -221,6 +222,17 @@ def _let_go_soon(held: AsyncExitStack) -> None:
     task = asyncio.ensure_future(held.aclose())
     _letting_go.add(task)
     task.add_done_callback(_letting_go.discard)
+
+
+def _thinking(served: ServedModel, parsed: CompletionRequest, tokens: list[int]) -> bool | None:
+    """For a model that thinks in `<think>` tags (`reasoning.thinks`) and a reply that may think (free text: under
+    a response format or tools the grammar holds it from its first token), whether the prompt opened the thought
+    (True) or the reply may (False); None where the reply is not sorted (or `reasoning_format` is "none")."""
+    session = served.queue.session
+    if not thinks(session.chat_template()) or parsed.grammar is not None or parsed.tools is not None \
+            or not parsed.reasoning:
+        return None
+    return opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]))
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -254,7 +266,8 @@ def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
     `Session.refuse_text_too_long`): the messages' contents, earlier calls and the tools' definitions."""
     texts = [parsed.prompt or ""]
     if parsed.messages is not None:
-        texts = [m[key] for m in parsed.messages for key in ("content", "name") if isinstance(m.get(key), str)]
+        texts = [m[key] for m in parsed.messages for key in ("content", "name", "reasoning_content")
+                 if isinstance(m.get(key), str)]
         texts += [_json_text(m["tool_calls"]) for m in parsed.messages if m.get("tool_calls")]
         if parsed.tools is not None:
             texts.append(_json_text(parsed.tools.definitions()))
@@ -340,10 +353,11 @@ class Reply:
     """The response bodies of one completion request, whole or as server-sent events."""
 
     def __init__(self, served: ServedModel, chat: bool, parsed: CompletionRequest | None = None,
-                 tools: ToolSetup | None = None) -> None:
+                 tools: ToolSetup | None = None, thinking: bool | None = None) -> None:
         """`tools`: the request's tools on this model (the output is then held to their grammar and read back as
-        calls); otherwise the output is held to `parsed`'s response_format, if any."""
-        self.served, self.chat, self.tools = served, chat, tools
+        calls); otherwise the output is held to `parsed`'s response_format, if any. `thinking`: whether the
+        prompt opened a thought (see `_thinking`; None: the reply is not sorted into thinking and answer)."""
+        self.served, self.chat, self.tools, self.thinking = served, chat, tools, thinking
         self.grammar = tools.grammar if tools is not None else parsed.grammar if parsed is not None else None
         # What a format that fails while generating (a limit of llguidance's) is put down to.
         self.format_param = "tools" if tools is not None else "response_format"
@@ -377,6 +391,10 @@ class Reply:
         calls = self._calls(generation)
         finish = "tool_calls" if calls else _finish_reason(generation)
         message: dict[str, Any] = {"role": "assistant", "content": None if calls else self._text(generation)}
+        if self.thinking is not None:
+            thought = split_thought(generation.text, self.thinking)
+            message["content"] = thought.content
+            message["reasoning_content"] = thought.reasoning or None
         if calls:
             message["tool_calls"] = [call.to_openai() for call in calls]
         choice = ({"index": 0, "message": message, "finish_reason": finish}
@@ -418,18 +436,25 @@ class Reply:
                                                    grammar=self.grammar))
         work.add_done_callback(lambda _: on_generated())
         sorting = self.tools.stream() if self.tools is not None else None  # plain text passes, a call waits
+        thoughts = ThoughtSplitter(self.thinking) if self.thinking is not None else None
         try:
             if self.chat:
                 yield self._event({"role": "assistant", "content": ""})
             async for text in self._pieces(pieces, work, slot):
                 if sorting is not None:
                     text = sorting.feed(text)
-                if text:
+                if thoughts is not None:
+                    for event in self._thought_events(thoughts.feed(text)):
+                        yield event
+                elif text:
                     yield self._event({"content": text})
             if self.served.shutting_down():  # end the stream with an error event rather than cut it
                 self.ended = True
                 yield _error_event("the server is shutting down", "shutting_down")
                 return
+            if thoughts is not None:
+                for event in self._thought_events(thoughts.finish()):
+                    yield event
             generation = self._finished(work.result())
             calls = self._calls(generation)
             if calls:
@@ -461,6 +486,13 @@ class Reply:
             work.cancel()  # only the wait for it: the admission hands the models on once the worker is done
             if work.done() and not work.cancelled():
                 work.exception()  # seen (a failure nobody was left to hear of is not logged again at exit)
+
+    def _thought_events(self, text: Sorted) -> Iterator[str]:
+        """Thinking as `delta.reasoning_content`, then the answer as `delta.content` (each where there is some)."""
+        if text.reasoning:
+            yield self._event({"reasoning_content": text.reasoning})
+        if text.content:
+            yield self._event({"content": text.content})
 
     def _call_events(self, calls: list[ToolCall]) -> Iterator[str]:
         """Each call as `delta.tool_calls` chunks: its index, id, type and name, then its arguments."""

@@ -408,8 +408,9 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
         calls = [{"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
                  for call in message["tool_calls"]]
         text = json.dumps({"tool_calls": calls}, ensure_ascii=False)
-        return {"role": message["role"], "content": f"{message['content']}\n{text}" if message["content"] else text}
-    return {"role": message["role"], "content": message["content"]}
+        rest = {key: value for key, value in message.items() if key != "tool_calls"}  # (a name, its thinking)
+        return {**rest, "content": f"{message['content']}\n{text}" if message["content"] else text}
+    return dict(message)
 
 
 # -- the grammar ----------------------------------------------------------------------------------

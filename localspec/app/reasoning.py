@@ -1,0 +1,105 @@
+"""A reasoning model's thinking kept apart from its answer: `<think>…</think>` (Qwen3, DeepSeek R1, QwQ, GLM,
+Kimi K2 Thinking, …).
+
+A template that writes `<think>` and `</think>` belongs to a model that may think before it answers: in a
+block that opens its reply, or in one the prompt has already opened (DeepSeek R1's and Qwen3 Thinking's end
+with `<think>\\n`). `ThoughtSplitter` sorts the output, as it streams, into the thinking (without its tags
+and the whitespace around it) and the answer after it; `serve` sends the thinking as `reasoning_content`, as
+llama-server does with its default `reasoning_format`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPEN, CLOSE = "<think>", "</think>"
+
+
+def thinks(template: str | None) -> bool:
+    """Whether the model of `template` may think in `<think>` tags before its answer."""
+    return template is not None and OPEN in template and CLOSE in template
+
+
+def opened_by(prompt_end: str) -> bool:
+    """Whether a prompt ending in `prompt_end` leaves a thought open (the reply goes on inside it)."""
+    return prompt_end.rstrip().endswith(OPEN)
+
+
+@dataclass
+class Sorted:
+    """Text sorted out of an output: its thinking and its answer."""
+
+    reasoning: str = ""
+    content: str = ""
+
+    def __add__(self, other: Sorted) -> Sorted:
+        return Sorted(self.reasoning + other.reasoning, self.content + other.content)
+
+
+class ThoughtSplitter:
+    """Sorts an output into thinking and answer as it streams (`feed`), holding back only what may yet turn out
+    to be a tag or the whitespace around the thinking; `finish` gives what was held back once the output is over.
+
+    The thinking is the text of a `<think>` block the output opens with (after whitespace), or, where the prompt
+    opened it (`opened`), the text up to the first `</think>`; a block never closed is thinking to the end."""
+
+    def __init__(self, opened: bool = False) -> None:
+        self.state = "thinking" if opened else "start"
+        self.held = ""
+        self.reasoning_begun = False  # (the whitespace that opens the thinking is dropped)
+
+    def feed(self, text: str) -> Sorted:
+        self.held += text
+        out = Sorted()
+        while True:
+            if self.state == "start":
+                stripped = self.held.lstrip()
+                if stripped.startswith(OPEN):
+                    self.state, self.held = "thinking", stripped[len(OPEN):]
+                    continue
+                if OPEN.startswith(stripped):  # (whitespace, or part of the tag: wait)
+                    return out
+                self.state = "answer"
+            if self.state == "thinking":
+                end = self.held.find(CLOSE)
+                if end < 0:  # (send what cannot be the tag or the whitespace before it)
+                    sent = _before_partial(self.held, CLOSE).rstrip()
+                    self.held = self.held[len(sent):]
+                    return out + self._thought(sent)
+                out += self._thought(self.held[:end].rstrip())
+                self.state, self.held = "after", self.held[end + len(CLOSE):]
+                continue
+            if self.state == "after":  # the whitespace between the thinking and the answer is neither
+                self.held = self.held.lstrip()
+                if not self.held:
+                    return out
+                self.state = "answer"
+            text, self.held = self.held, ""
+            return out + Sorted(content=text)
+
+    def finish(self) -> Sorted:
+        """What was held back: a tag begun but never finished is answer text; thinking never closed, thinking."""
+        text, self.held = self.held, ""
+        if self.state == "thinking":
+            return self._thought(text.rstrip())
+        return Sorted(content="" if self.state == "after" else text)
+
+    def _thought(self, text: str) -> Sorted:
+        """`text`, the thinking's next part, without the whitespace that opens the thinking."""
+        sent = text if self.reasoning_begun else text.lstrip()
+        self.reasoning_begun = self.reasoning_begun or bool(sent)
+        return Sorted(reasoning=sent)
+
+
+def _before_partial(text: str, tag: str) -> str:
+    """`text` without the end that may be the start of `tag`."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-size:]):
+            return text[:-size]
+    return text
+
+
+def split_thought(text: str, opened: bool = False) -> Sorted:
+    """A whole output sorted into thinking and answer (see `ThoughtSplitter`)."""
+    splitter = ThoughtSplitter(opened)
+    return splitter.feed(text) + splitter.finish()
