@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import llguidance
 import pytest
 from cli_helpers import cli, one_error_line
+from grammar_helpers import accepts as accepts_bytes
 from conftest import TINY_TEMPLATE
 from gguf import TokenType
 from starlette.testclient import TestClient
@@ -24,6 +25,7 @@ from localspec.app.openai_request import ApiError, parse_request
 from localspec.app.serving import ServedModel, create_app
 from localspec.app.session import Session
 from localspec.app.tool_call_frames import Hole, template_frame
+from localspec.app.tool_call_xml import XmlLayout
 from localspec.app.tool_calls import (
     MAX_CALLS,
     CallStream,
@@ -57,6 +59,8 @@ GLM, GLM_FLASH = ((DATA / name).read_text() for name in ("glm-4.6.jinja", "glm-4
 NEMO = (DATA / "mistral-nemo-instruct-2407.jinja").read_text()
 MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
 KIMI, DEEPSEEK = ((DATA / name).read_text() for name in ("kimi-k2-instruct.jinja", "deepseek-v3.1.jinja"))
+SEED, MINIMAX, DSML = ((DATA / name).read_text()
+                       for name in ("seed-oss.jinja", "minimax-m2.jinja", "deepseek-v3.2.jinja"))
 KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>"
              '{"a": 1, "b": 2}<|tool_call_end|><|tool_calls_section_end|>')
 PLAIN = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
@@ -446,7 +450,7 @@ def target_only_and_speculative(model: Model, template: str, setup: ToolSetup, a
     messages, definitions = chat_input([{"role": "user", "content": ask}], setup, template)
     generations = []
     for speculative in (False, True):
-        settings = GenerationSettings.from_values({"sampling.max_tokens": 200, "sampling.seed": seed,
+        settings = GenerationSettings.from_values({"sampling.max_tokens": 800, "sampling.seed": seed,
                                                    "speculative.strategy": "ngram"})
         generation = session.generation(session.chat_prompt_tokens(messages, definitions), settings,
                                         speculative=speculative, grammar=setup.grammar)
@@ -456,7 +460,7 @@ def target_only_and_speculative(model: Model, template: str, setup: ToolSetup, a
     return generations
 
 
-@pytest.mark.parametrize("template", [QWEN_CODER, GLM_FLASH])
+@pytest.mark.parametrize("template", [QWEN_CODER, GLM_FLASH, SEED, DSML])
 def test_a_call_with_tagged_parameters_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path, template: str) -> None:
     """Target-only and speculative decoding held to the grammar of tagged parameters (a lazy lexeme for each text
     value: drafts are rolled back over it) give the same call, which reads back."""
@@ -996,6 +1000,35 @@ def test_a_deepseek_call_is_drawn_in_its_control_tokens_and_read_back(tmp_path: 
         assert generations[0].text == generations[1].text
     finally:
         model.close()
+
+
+def test_frames_of_tagged_parameters_are_read_from_the_templates() -> None:
+    """Seed-OSS, MiniMax-M2 and DeepSeek V3.2 tag each parameter, each inside wrappers of its own; DeepSeek V3.2
+    marks a value written as JSON apart from one written as text."""
+    seed, minimax, dsml = (template_frame(template) for template in (SEED, MINIMAX, DSML))
+    assert all(detect_syntax(template) is ToolSyntax.FRAMED for template in (SEED, MINIMAX, DSML))
+    assert seed.opening == ("<seed:tool_call>\n<function=",) and seed.closing == ("</function>\n</seed:tool_call>",)
+    assert seed.separator == ("</function>\n</seed:tool_call>\n<seed:tool_call>\n<function=",)
+    assert seed.layout == XmlLayout("", ">\n", "<parameter=", ">", "</parameter>\n", "")
+    assert minimax.opening == ('\n<minimax:tool_call>\n<invoke name="',)
+    assert minimax.closing == ("</invoke>\n</minimax:tool_call>",)  # (its turn's end, `[e~[`, left out)
+    assert minimax.layout == XmlLayout("", '">\n', '<parameter name="', '">', "</parameter>\n", "")
+    assert dsml.layout.after_key_of(True) == '" string="true">'
+    assert dsml.layout.after_key_of(False) == '" string="false">'
+    setup = prepare_tools(request(tools=[NOTE]), DSML, lambda text: None)
+    call = ('\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="save_note">\n<｜DSML｜parameter name="title" '
+            'string="true">Milk</｜DSML｜parameter>\n<｜DSML｜parameter name="body" string="true">two\nlitres'
+            '</｜DSML｜parameter>\n<｜DSML｜parameter name="tags" string="false">["food"]</｜DSML｜parameter>\n'
+            "</｜DSML｜invoke>\n</｜DSML｜function_calls>")
+    assert accepts_bytes(setup.grammar, call)
+    calls = setup.calls_in(call)
+    assert calls and json.loads(calls[0].arguments) == {"title": "Milk", "body": "two\nlitres", "tags": ["food"]}
+    wrong_mark = call.replace('"tags" string="false"', '"tags" string="true"')
+    assert not accepts_bytes(setup.grammar, wrong_mark) and setup.calls_in(wrong_mark) is None
+    whole = {"type": "function", "function": {"name": "either", "parameters": {
+        "anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}]}}}
+    held = prepare_tools(request(tools=[whole]), SEED, lambda text: None)  # (tags cannot hold a root anyOf)
+    assert held.syntax is ToolSyntax.JSON and any("JSON form" in warning for warning in held.warnings)
 
 
 def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:

@@ -8,7 +8,9 @@ and a JSON object. `template_frame` renders an assistant message with one probe 
 the frame off: the text before the first name (`opening`), between a name and its arguments (`name_end`),
 between one call's arguments and the next name (`separator`) and after the last arguments (`closing`, up to
 the end of the turn). A call's index (Kimi's `:0`, `:1`) and its id (Solar Open writes one) are holes in
-those texts, which the model fills and the reading skips or keeps.
+those texts, which the model fills and the reading skips or keeps. Where the probe's arguments come out a tag
+per parameter (Seed-OSS's `<seed:tool_call>\n<function=NAME>\n<parameter=KEY>VALUE</parameter>…`, MiniMax-M2's
+`<invoke name="NAME">`, DeepSeek V3.2's DSML), the frame carries their layout (`tool_call_xml.XmlLayout`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Callable, Union
 
 from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
+from .tool_call_xml import XmlLayout, common_suffix
 
 
 class Hole(Enum):
@@ -40,6 +43,8 @@ SPECIAL_LOOKING = re.compile(r"<[^<>\s]{1,64}>|\[[A-Z_]{2,32}\]")
 _PROBE_NAMES = ("probe_fn_a", "probe_fn_b")
 _PROBE_IDS = ("probecalla", "probecallb")
 _PROBE_TEXT = "probe_text"
+_PROBE_KEYS = ("probe_key_a", "probe_key_b")  # a string parameter, then a number
+_PROBE_STRINGS, _PROBE_NUMBERS = ("probe_value_a", "probe_value_b"), (271828, 314159)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class CallFrame:
     separator: tuple[Part, ...]
     closing: tuple[Part, ...]
     shows_tools: bool  # the template writes the tools offered into the prompt (DeepSeek V3.1's does not)
+    # Where the arguments are tagged parameters (Seed-OSS, MiniMax-M2, DeepSeek V3.2), how: from after the name
+    # (its `after_name`) to the last value's end (`name_end` is then empty).
+    layout: XmlLayout | None = None
 
     @property
     def opening_text(self) -> str:
@@ -62,7 +70,11 @@ class CallFrame:
         def text(parts: tuple[Part, ...]) -> str:
             return "".join(part if isinstance(part, str) else {Hole.INDEX: "0", Hole.ID: "call1"}[part]
                            for part in parts)
-        return f"{text(self.opening)}TOOL_NAME{text(self.name_end)}{{ARGUMENTS}}{text(self.closing)}"
+        if self.layout is None:
+            return f"{text(self.opening)}TOOL_NAME{text(self.name_end)}{{ARGUMENTS}}{text(self.closing)}"
+        layout = self.layout
+        return (f"{text(self.opening)}TOOL_NAME{layout.after_name}{layout.before_key}KEY{layout.after_key}VALUE"
+                f"{layout.value_end}{text(self.closing)}")
 
 
 def _literal_prefix(parts: tuple[Part, ...]) -> str:
@@ -95,10 +107,14 @@ def _frame(template: str) -> CallFrame | None:
 
     prompt, text, one, two = (render_chat(template, [user]), reply(), reply(0), reply(0, 1))
     start = len(prompt) if one.startswith(prompt) else _before_special(one, _common_prefix(text, one))
+    text_tail = text[text.find(_PROBE_TEXT) + len(_PROBE_TEXT):]
+    shows_tools = render_chat(template, [user], tools=[_probe_tool()]) != prompt
     arguments = [json.dumps(_probe_arguments(i), ensure_ascii=False) for i in range(2)]
     name_a = one.find(_PROBE_NAMES[0], start)
     args_a = one.find(arguments[0], name_a)
-    if name_a < 0 or args_a < 0 or not two.startswith(one[:args_a + len(arguments[0])]):
+    if name_a >= 0 and args_a < 0:
+        return _checked(_tagged_frame(one, two, start, text_tail, shows_tools))
+    if name_a < 0 or not two.startswith(one[:args_a + len(arguments[0])]):
         return None
     after_a = args_a + len(arguments[0])
     name_b = two.find(_PROBE_NAMES[1], after_a)
@@ -107,17 +123,72 @@ def _frame(template: str) -> CallFrame | None:
         return None
     opening, separator = one[start:name_a], two[after_a:name_b]
     name_end_a, name_end_b = one[name_a + len(_PROBE_NAMES[0]):args_a], two[name_b + len(_PROBE_NAMES[1]):args_b]
-    closing = _before_turn_end(one[after_a:], text[text.find(_PROBE_TEXT) + len(_PROBE_TEXT):])
+    closing = _before_turn_end(one[after_a:], text_tail)
     if not opening.strip():
         return None
     opening_parts, separator_parts = _numbered(opening, separator, align_end=True)
     name_end_parts, name_end_b_parts = _numbered(name_end_a, name_end_b, align_end=False)
     if _with_ids(name_end_b_parts, 1) != _with_ids(name_end_parts, 0):
         return None
-    with_tools = render_chat(template, [user], tools=[_probe_tool()])
-    frame = CallFrame(_with_ids(opening_parts, 0), _with_ids(name_end_parts, 0), _with_ids(separator_parts, 1),
-                      _joined([closing]), with_tools != prompt)
-    texts = (*frame.opening, *frame.name_end, *frame.separator, *frame.closing)
+    return _checked(CallFrame(_with_ids(opening_parts, 0), _with_ids(name_end_parts, 0),
+                              _with_ids(separator_parts, 1), _joined([closing]), shows_tools))
+
+
+def _tagged_frame(one: str, two: str, start: int, text_tail: str, shows_tools: bool) -> CallFrame | None:
+    """The frame of calls whose arguments are tagged parameters: read from `one` (a reply with probe call a) and
+    `two` (calls a and b) from `start`, the text after the reply's header; None where they show none."""
+    found_a = _in_order(one, start, _probe_parts(0))
+    found_b = _in_order(two, found_a[-1][1], _probe_parts(1)) if found_a else None
+    if not found_a or not found_b or two[:found_a[-1][1]] != one[:found_a[-1][1]]:
+        return None
+    (name, key_a, string, key_b, number), ends = found_a, [end for _, end in found_a]
+    name_to_key, value_to_key = one[name[1]:key_a[0]], one[string[1]:key_b[0]]
+    shared = common_suffix(name_to_key, value_to_key)
+    before_key = shared[shared.rfind("<"):] if "<" in shared else ""  # (the key's opening tag)
+    value_end = value_to_key[:len(value_to_key) - len(before_key)]
+    after_text_key, after_json_key = one[key_a[1]:string[0]], one[key_b[1]:number[0]]
+    after_a, after_b = one[ends[4]:], two[found_b[-1][1]:]
+    between = two[ends[4]:found_b[0][0]]
+    if not before_key or not value_end or after_a != after_b or not after_a.startswith(value_end) \
+            or not between.startswith(value_end) or _layout_of(two, found_b) != (name_to_key, value_to_key):
+        return None
+    layout = XmlLayout("", name_to_key[:len(name_to_key) - len(before_key)], before_key, after_text_key, value_end, "",
+                       None if after_json_key == after_text_key else after_json_key)
+    opening, separator = _numbered(one[start:name[0]], between[len(value_end):], align_end=True)
+    closing = _before_turn_end(after_a[len(value_end):], text_tail)
+    return CallFrame(_with_ids(opening, 0), (), _with_ids(separator, 1), _joined([closing]), shows_tools, layout)
+
+
+def _probe_parts(i: int) -> tuple[str, ...]:
+    """What probe call `i` writes, in order, where its parameters are tagged: its name, then each key and value."""
+    return _PROBE_NAMES[i], _PROBE_KEYS[0], _PROBE_STRINGS[i], _PROBE_KEYS[1], str(_PROBE_NUMBERS[i])
+
+
+def _in_order(text: str, at: int, parts: tuple[str, ...]) -> list[tuple[int, int]] | None:
+    """Where each of `parts` stands in `text`, each after the one before, from `at` (None where one is missing)."""
+    found = []
+    for part in parts:
+        at = text.find(part, at)
+        if at < 0:
+            return None
+        found.append((at, at + len(part)))
+        at += len(part)
+    return found
+
+
+def _layout_of(text: str, found: list[tuple[int, int]]) -> tuple[str, str]:
+    """The texts between a probe call's name and first key and between its first value and second key."""
+    return text[found[0][1]:found[1][0]], text[found[2][1]:found[3][0]]
+
+
+def _checked(frame: CallFrame | None) -> CallFrame | None:
+    """`frame`, or None where a probe's word is left in one of its texts (the frame was misread)."""
+    if frame is None:
+        return None
+    layout = frame.layout
+    texts = (*frame.opening, *frame.name_end, *frame.separator, *frame.closing,
+             *((layout.after_name, layout.before_key, layout.after_key, layout.value_end, layout.after_json_key or "")
+               if layout is not None else ()))
     return None if any(isinstance(part, str) and "probe" in part for part in texts) else frame
 
 
@@ -126,8 +197,8 @@ def _probe_call(i: int) -> dict[str, Any]:
             "function": {"name": _PROBE_NAMES[i], "arguments": _probe_arguments(i)}}
 
 
-def _probe_arguments(i: int) -> dict[str, str]:
-    return {"probe_key": f"probe_value_{'ab'[i]}"}
+def _probe_arguments(i: int) -> dict[str, Any]:
+    return {_PROBE_KEYS[0]: _PROBE_STRINGS[i], _PROBE_KEYS[1]: _PROBE_NUMBERS[i]}
 
 
 def _probe_tool() -> dict[str, Any]:
@@ -154,6 +225,8 @@ def _before_special(text: str, at: int) -> int:
 def _before_turn_end(tail: str, text_tail: str) -> str:
     """The calls' closing text: `tail` (what follows the last arguments) up to where a reply of text ends its turn
     (a special-looking text that follows a text reply, `text_tail`), where the tail has one."""
+    if text_tail.strip() and tail.endswith(text_tail):  # (MiniMax's `[e~[`: the same end, whatever it looks like)
+        return tail[:len(tail) - len(text_tail)]
     ends = [tail.find(found.group()) for found in SPECIAL_LOOKING.finditer(text_tail)]
     return tail[:min((end for end in ends if end >= 0), default=len(tail))]
 

@@ -47,6 +47,12 @@ class XmlLayout:
     after_key: str
     value_end: str
     after_parameters: str
+    after_json_key: str | None = None  # after the key of a value written as JSON, where not `after_key`
+    # (DeepSeek V3.2's `" string="false">` against `" string="true">`)
+
+    def after_key_of(self, as_text: bool) -> str:
+        """What follows a parameter's key: before its text, or before its JSON."""
+        return self.after_key if as_text or self.after_json_key is None else self.after_json_key
 
 
 QWEN_XML = XmlLayout("\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n", "</function>\n")
@@ -127,7 +133,7 @@ def layout_shown(call_text: str) -> XmlLayout | None:
     if call_text[ends[3]:at[4]] != key_to_value:
         return None
     # The key's opening tag: what the text before each key shares, from its last '<' (`<arg_key>`).
-    shared = _common_suffix(name_to_key, value_to_key)
+    shared = common_suffix(name_to_key, value_to_key)
     before_key = shared[shared.rfind("<"):] if "<" in shared else ""
     value_end = value_to_key[: len(value_to_key) - len(before_key)]
     if not before_key or not value_end or not rest.startswith(value_end):
@@ -136,7 +142,7 @@ def layout_shown(call_text: str) -> XmlLayout | None:
                      value_end, rest[len(value_end):])
 
 
-def _common_suffix(a: str, b: str) -> str:
+def common_suffix(a: str, b: str) -> str:
     n = 0
     while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
         n += 1
@@ -175,8 +181,10 @@ def function_rules(rule: str, name: str, parameters: dict[str, Any], layout: Xml
     definitions = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
     lines, parts = [], []
     for j, (parameter, schema) in enumerate(properties.items()):
-        head, value = json.dumps(f"{layout.before_key}{parameter}{layout.after_key}"), f"{rule}_value_{j}"
-        if writes_as_text(schema):
+        as_text = writes_as_text(schema)
+        head = json.dumps(f"{layout.before_key}{parameter}{layout.after_key_of(as_text)}")
+        value = f"{rule}_value_{j}"
+        if as_text:
             lines += _text_value_rules(value, schema, layout.value_end)
             lines.append(f"{rule}_{j}: {head} {value}")
         else:
@@ -220,11 +228,17 @@ def read_function(text: str, at: int, layout: XmlLayout,
     members: list[str] = []
     while text.startswith(layout.before_key, at):
         at += len(layout.before_key)
-        key_end = text.index(layout.after_key, at)
-        key, at = text[at:key_end], key_end + len(layout.after_key)
+        ends = [end for after in {layout.after_key_of(True), layout.after_key_of(False)}
+                if (end := text.find(after, at)) >= 0]
+        if not ends:
+            raise ValueError("a key not closed")
+        key_end = min(ends)
+        key = text[at:key_end]
+        as_text = takes_text(name, key)
+        at = _expect(text, key_end, layout.after_key_of(as_text))
         end = text.index(layout.value_end, at)
         written = text[at:end]
-        if takes_text(name, key):
+        if as_text:
             value = json.dumps(written, ensure_ascii=False)
         else:
             json.loads(written, parse_constant=_no_constant)  # one JSON value, or ValueError

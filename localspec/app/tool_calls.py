@@ -465,8 +465,10 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         spelled = frame.opening_text.lstrip() or frame.opening_text
         lines += [f"calls: {opening} body{more} {closing}", _body_rule(tools),
                   f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
+        if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
+            lines += _xml_alternatives(tools, frame.layout)[1:]
         name_end = grammar_text(frame.name_end, marker_token)
-        for i, tool in enumerate(tools):
+        for i, tool in enumerate(tools if frame.layout is None else ()):
             lines.append(f"call_{i}: {json.dumps(tool.name)} {name_end} arguments_{i}")
             lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     else:
@@ -592,7 +594,7 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
         elif syntax is ToolSyntax.MISTRAL_ARGS:
             calls = _mistral_args_calls(text)
         elif syntax is ToolSyntax.FRAMED:
-            calls = _framed_calls(text, frame) if frame is not None else []
+            calls = _framed_calls(text, frame, tools) if frame is not None else []
         elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
@@ -647,6 +649,18 @@ def _xml_calls(text: str, tools: Sequence[Tool], layout: XmlLayout) -> list[tupl
     """The name and arguments (JSON text) of each call in `<tool_call>` blocks with tagged parameters in `layout`
     that make up the whole of `text` (whitespace around them aside). ValueError when the text is anything else,
     or calls a tool not among `tools`."""
+    takes_text = _text_reader(tools)
+
+    def read(at: int) -> tuple[tuple[str, str], int]:
+        name, arguments, end = read_function(text, at, layout, takes_text)
+        return (name, arguments), end
+
+    return _tagged_blocks(text, read)
+
+
+def _text_reader(tools: Sequence[Tool]) -> Callable[[str, str], bool]:
+    """Whether a tagged parameter of a call (its tool's name, the parameter's) is written as its text; ValueError
+    for a tool not among `tools`."""
     texts = {tool.name: _text_parameters(tool) for tool in tools}
 
     def takes_text(name: str, parameter: str) -> bool:
@@ -654,11 +668,7 @@ def _xml_calls(text: str, tools: Sequence[Tool], layout: XmlLayout) -> list[tupl
             raise ValueError(f"{name} is not offered")
         return parameter in texts[name]
 
-    def read(at: int) -> tuple[tuple[str, str], int]:
-        name, arguments, end = read_function(text, at, layout, takes_text)
-        return (name, arguments), end
-
-    return _tagged_blocks(text, read)
+    return takes_text
 
 
 def _mistral_list(text: str) -> list[dict[str, Written]]:
@@ -698,20 +708,24 @@ def _mistral_args_calls(text: str) -> list[ToolCall]:
     return calls
 
 
-def _framed_calls(text: str, frame: CallFrame) -> list[ToolCall]:
-    """The calls in `frame` that make up the whole of `text` (whitespace before them aside). ValueError when the
-    text is anything else."""
+def _framed_calls(text: str, frame: CallFrame, tools: Sequence[Tool]) -> list[ToolCall]:
+    """The calls in `frame` that make up the whole of `text` (whitespace before them aside); tagged parameters
+    are read as `tools` say (which values are text). ValueError when the text is anything else."""
     opening = frame.opening_text
     calls, parts = [], (opening.lstrip(), *frame.opening[1:]) if opening else frame.opening  # (Apriel's "\n")
     at = _after_space(text, 0)
     while True:
         at, call_id = read_parts(text, at, parts)
-        name = TOOL_NAME.match(text, at)
-        if name is None:
-            raise ValueError("no tool name")
-        start = read_parts(text, name.end(), frame.name_end)[0]
-        _, end = _members(text, start)
-        calls.append(ToolCall(name.group(), text[start:end], call_id or _new_id(ToolSyntax.FRAMED)))
+        if frame.layout is not None:
+            name, arguments, end = read_function(text, at, frame.layout, _text_reader(tools))
+        else:
+            written = TOOL_NAME.match(text, at)
+            if written is None:
+                raise ValueError("no tool name")
+            start = read_parts(text, written.end(), frame.name_end)[0]
+            name, end = written.group(), _members(text, start)[1]
+            arguments = text[start:end]
+        calls.append(ToolCall(name, arguments, call_id or _new_id(ToolSyntax.FRAMED)))
         try:
             at, parts = end, frame.separator
             read_parts(text, at, parts)
@@ -870,9 +884,10 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     syntax = detect_syntax(template)
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
-    syntax, held_as_json = _tagged_or_json(request, syntax)
-    layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     frame = template_frame(template) if template is not None and syntax is ToolSyntax.FRAMED else None
+    syntax, held_as_json = _tagged_or_json(request, syntax, frame)
+    frame = frame if syntax is ToolSyntax.FRAMED else None
+    layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     try:
         lark = tool_grammar(request, syntax, marker_token, layout, frame)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
@@ -890,17 +905,22 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
                      frame)
 
 
-def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax) -> tuple[ToolSyntax, tuple[str, ...]]:
-    """`syntax`; or, for a syntax with tagged parameters where a callable tool's schema asks more than tags one
-    parameter at a time can hold (`tool_call_xml.tagged_problem`), Hermes's JSON inside `<tool_call>`, which
-    holds it exactly, with a note saying so."""
-    if not syntax.has_tagged_parameters:
+def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax,
+                    frame: CallFrame | None = None) -> tuple[ToolSyntax, tuple[str, ...]]:
+    """`syntax`; or, for a syntax with tagged parameters (or a `frame` with them) where a callable tool's schema
+    asks more than tags one parameter at a time can hold (`tool_call_xml.tagged_problem`), JSON that holds it
+    exactly, with a note saying so: Hermes's inside `<tool_call>`, or for a frame the JSON form."""
+    framed = frame is not None and frame.layout is not None
+    if not (syntax.has_tagged_parameters or framed):
         return syntax, ()
     for index, tool in _callable_tools(request):
         try:
             problem = tagged_problem(json.loads(arguments_json(tool)))
         except (ValueError, RecursionError):  # (said where the grammar is written)
             return syntax, ()
+        if problem is not None and framed:
+            return ToolSyntax.JSON, (f"{_schema_origin(index)}: {problem}, so calls are held to the JSON form"
+                                     " described in the system message rather than in this model's own tags",)
         if problem is not None:
             return ToolSyntax.HERMES, (f"{_schema_origin(index)}: {problem}, so calls are held as JSON inside"
                                        " <tool_call> rather than in this model's own tags",)
