@@ -84,6 +84,37 @@ def test_a_list_the_template_makes_is_kept_small(template: str) -> None:
         render_chat(template, MESSAGES)
 
 
+@pytest.mark.parametrize("template, error", [
+    ("{% set _ = dict.update(messages[0], {'content': 'x'}) %}{{ messages }}", "changes a value it was given"),
+    ("{% set _ = dict.clear(tools[0]) %}{{ tools }}", "changes a value it was given"),
+    ("{% set ns = namespace(l=[1]) %}{% for i in range(30) %}{% set ns.l = ns.l + ns.l %}{% endfor %}x",
+     "makes a list of more than"),
+    ("{% set d = {} %}{% set _ = dict.update(d, {'a': 1}) %}{{ 'x' if d.a == 1 }}", None),  # (one of its own)
+    ("{% set big = ['x' * 2**20] * 2**20 %}x", "makes a text of more than"),  # (a megabyte, a million times)
+    ("{% set big = ['x' * 2**20] * 32 %}{{ ([big] | select | tojson) | length }}", "makes a text of more than"),
+    ("{% set big = ['x' * 2**20] * 8 %}{% set ns = namespace(l=[]) %}{% for i in range(4) %}"
+     "{% set ns.l = ns.l + big %}{% endfor %}{{ ns.l }}", "makes a text of more than"),
+])
+def test_changing_or_growing_past_the_bounds_is_refused_by_any_way_in(template: str, error: str | None) -> None:
+    messages, tools = [dict(m) for m in MESSAGES], [{"type": "function", "function": {"name": "f"}}]
+    if error is None:
+        assert render_chat(template, messages, tools=tools) == "x"
+        return
+    with pytest.raises(LocalspecError, match=error):
+        render_chat(template, messages, tools=tools)
+    assert messages == MESSAGES and tools == [{"type": "function", "function": {"name": "f"}}]
+
+
+def test_what_a_template_is_given_may_be_nested_deeper_than_pythons_stack() -> None:
+    deep: dict = {}
+    inner = deep
+    for _ in range(3000):
+        inner["x"] = {}
+        inner = inner["x"]
+    messages = [{"role": "user", "content": "hi", "deep": deep}]
+    assert render_chat("{{ messages[0].content }}", messages) == "hi"
+
+
 def test_raise_exception_in_a_template_is_a_clean_error() -> None:
     with pytest.raises(LocalspecError, match="only user and assistant roles"):
         render_chat("{{ raise_exception('only user and assistant roles') }}", MESSAGES)

@@ -1031,6 +1031,49 @@ def test_frames_of_tagged_parameters_are_read_from_the_templates() -> None:
     assert held.syntax is ToolSyntax.JSON and any("JSON form" in warning for warning in held.warnings)
 
 
+# A frame whose opening starts with a newline (as Apriel's), and one whose calls have nothing between them.
+LEADING = ("{% for m in messages %}{% if m.tool_calls %}{{ '\\n' }}<calls>{% for c in m.tool_calls %}"
+           "{{ c.function.name }}={{ c.function.arguments | tojson }};{% endfor %}</calls>"
+           "{% else %}{{ m.content }}{% endif %}|{% endfor %}")
+TOGETHER = LEADING.replace(";", "")
+
+
+def test_framed_calls_stream_and_read_back_whatever_starts_or_parts_them() -> None:
+    leading = prepare_tools(request(), LEADING, lambda text: None)
+    assert leading.frame.opening == ("\n<calls>",) and leading.frame.closing == (";</calls>",)
+    call = '\n<calls>add={"a": 1, "b": 2};</calls>'
+    stream = leading.stream()
+    assert stream.feed("\n<calls>ad") == "" and stream.call  # held: a call, not text (was: streamed as text)
+    assert leading.text_of(call[:12], cut_short=True) is None and leading.calls_in(call)
+    together = prepare_tools(request(), TOGETHER, lambda text: None)
+    assert together.frame.separator == ()
+    both = '\n<calls>add={"a": 1, "b": 2}get_weather={"city": "Oslo"}</calls>'
+    calls = together.calls_in(both)
+    assert calls and [call.name for call in calls] == ["add", "get_weather"]  # (was: read as no call)
+    assert accepts_bytes(together.grammar, both)
+
+
+@pytest.mark.parametrize("template", [
+    # an opening that starts with the call's index: plain text could not be told from a call
+    "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ loop.index0 }}) {{ c.function.name }} "
+    "{{ c.function.arguments | tojson }}\n{% endfor %}{{ m.content }}|{% endfor %}",
+    # a text after the name that a name could go on into: the name would be read as `NAME-args`
+    "{% for m in messages %}{% for c in m.tool_calls or [] %}[{{ c.function.name }}-args "
+    "{{ c.function.arguments | tojson }}]{% endfor %}{{ m.content }}|{% endfor %}",
+])
+def test_a_frame_that_could_not_be_read_back_is_none(template: str) -> None:
+    assert template_frame(template) is None and detect_syntax(template) is ToolSyntax.JSON
+
+
+def test_a_tool_without_a_description_renders_with_templates_that_read_one() -> None:
+    """Apertus's and Functionary's templates read each tool's description: one left out failed to render."""
+    reads = ("{% for t in tools %}{{ t.function.name }}: {{ t.function.description }}\n{% endfor %}"
+             "{{ messages[0].content }}")
+    bare = request(tools=[{"type": "function", "function": {"name": "ping"}}])
+    assert bare.definitions()[0]["function"]["description"] == ""
+    assert render_chat(reads, [{"role": "user", "content": "hi"}], tools=bare.definitions()) == "ping: \nhi"
+
+
 def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:
     ids = {"<|tool_calls_section_begin|>": 90, "<|tool_call_begin|>": 91, "<|tool_call_argument_begin|>": 92}
     grammar = tool_grammar(request(), ToolSyntax.FRAMED, ids.get, frame=template_frame(KIMI))

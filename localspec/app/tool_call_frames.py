@@ -40,6 +40,7 @@ HOLE_TEXT = {Hole.INDEX: re.compile(r"[0-9]{1,2}"), Hole.ID: re.compile(r"[A-Za-
 # Texts that may be one special token of a vocabulary (`<|tool_call_begin|>`, `<｜tool▁sep｜>`, `[TOOL_CALLS]`);
 # whether each is one is the vocabulary's to say.
 SPECIAL_LOOKING = re.compile(r"<[^<>\s]{1,64}>|\[[A-Z_]{2,32}\]")
+_NAME_CHARACTER = re.compile(r"[A-Za-z0-9_-]")  # what a tool's name is made of (tool_calls.TOOL_NAME)
 _PROBE_NAMES = ("probe_fn_a", "probe_fn_b")
 _PROBE_IDS = ("probecalla", "probecallb")
 _PROBE_TEXT = "probe_text"
@@ -182,14 +183,20 @@ def _layout_of(text: str, found: list[tuple[int, int]]) -> tuple[str, str]:
 
 
 def _checked(frame: CallFrame | None) -> CallFrame | None:
-    """`frame`, or None where a probe's word is left in one of its texts (the frame was misread)."""
+    """`frame`, or None where it cannot be held to and read back: a probe's word left in one of its texts (it was
+    misread), an opening that does not start with text (plain text could not be told from a call), a name that
+    its next text would go on (`[NAME-args`, `NAME0` where an index follows)."""
     if frame is None:
         return None
     layout = frame.layout
     texts = (*frame.opening, *frame.name_end, *frame.separator, *frame.closing,
              *((layout.after_name, layout.before_key, layout.after_key, layout.value_end, layout.after_json_key or "")
                if layout is not None else ()))
-    return None if any(isinstance(part, str) and "probe" in part for part in texts) else frame
+    after_name = layout.after_name if layout is not None else _literal_prefix(frame.name_end)
+    if any(isinstance(part, str) and "probe" in part for part in texts) or not frame.opening_text.strip() \
+            or _NAME_CHARACTER.match(after_name) or isinstance((*frame.name_end, "")[0], Hole):
+        return None
+    return frame
 
 
 def _probe_call(i: int) -> dict[str, Any]:

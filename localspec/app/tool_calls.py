@@ -116,7 +116,7 @@ class ToolSyntax(str, Enum):
     def opening(self, frame: CallFrame | None = None) -> str:
         """What a reply that makes calls starts with (after whitespace); for FRAMED, `frame`'s opening."""
         if self is ToolSyntax.FRAMED and frame is not None:
-            return frame.opening_text
+            return frame.opening_text.lstrip()  # (as the stream and the reader skip whitespace first)
         if self in (ToolSyntax.HERMES, ToolSyntax.XML, ToolSyntax.ARG_KEYS):
             return OPEN_TAG
         return MISTRAL_CALLS if self.is_mistral else "{"
@@ -223,8 +223,8 @@ def _tool(tool: Any, where: str) -> Tool:
     if not _allows_an_object(parameters.get("type", "object")):
         raise ToolError(f"{where}.function.parameters must describe an object (the arguments), got type "
                         f"{_quote(parameters['type'])}", f"{where}.function.parameters")
-    definition = {"name": name, **({"description": description} if description else {}),
-                  "parameters": parameters}
+    # (a description always: Apertus's, Functionary's and Command R+'s templates read it, and fail without)
+    definition = {"name": name, "description": description or "", "parameters": parameters}
     return Tool(name, parameters, {"type": "function", "function": definition})
 
 
@@ -711,8 +711,7 @@ def _mistral_args_calls(text: str) -> list[ToolCall]:
 def _framed_calls(text: str, frame: CallFrame, tools: Sequence[Tool]) -> list[ToolCall]:
     """The calls in `frame` that make up the whole of `text` (whitespace before them aside); tagged parameters
     are read as `tools` say (which values are text). ValueError when the text is anything else."""
-    opening = frame.opening_text
-    calls, parts = [], (opening.lstrip(), *frame.opening[1:]) if opening else frame.opening  # (Apriel's "\n")
+    calls, parts = [], (frame.opening_text.lstrip(), *frame.opening[1:])  # (Apriel's opening "\n")
     at = _after_space(text, 0)
     while True:
         at, call_id = read_parts(text, at, parts)
@@ -726,13 +725,9 @@ def _framed_calls(text: str, frame: CallFrame, tools: Sequence[Tool]) -> list[To
             name, end = written.group(), _members(text, start)[1]
             arguments = text[start:end]
         calls.append(ToolCall(name, arguments, call_id or _new_id(ToolSyntax.FRAMED)))
-        try:
-            at, parts = end, frame.separator
-            read_parts(text, at, parts)
-        except ValueError:
-            if not ends_as_closing(text[end:], frame.closing):
-                raise
+        if ends_as_closing(text[end:], frame.closing):
             return calls
+        at, parts = end, frame.separator
 
 
 def _after_space(text: str, at: int) -> int:

@@ -13,6 +13,7 @@ tokenized as plain text and cannot end a turn or open a forged one.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import secrets
@@ -26,7 +27,7 @@ from jinja2 import TemplateError, TemplateSyntaxError
 
 from ..errors import LocalspecError
 from ..textin import clean_text
-from .template_sandbox import BoundedSandbox, given, watched_rendering
+from .template_sandbox import MAX_REPEATED, BoundedSandbox, checked_size, given, watched_rendering
 
 # Whitespace as llama.cpp's `isspace` sees it when a token strips its neighbours.
 _C_WHITESPACE = " \t\n\v\f\r"
@@ -43,7 +44,7 @@ def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
 def _listed(value: Any) -> list[Any]:
     """What `tojson` writes of a value JSON has no form for: a sequence Jinja's `map` or `select` made, as a list."""
     if isinstance(value, Iterator):
-        return list(value)
+        return checked_size(list(itertools.islice(value, MAX_REPEATED + 1)))
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 

@@ -77,12 +77,27 @@ GivenList.__name__, GivenDict.__name__ = "list", "dict"
 
 def given(value: Any) -> Any:
     """`value` (JSON-like data: messages, tools) copied into lists and maps the sandbox keeps a template from
-    changing, however deep."""
-    if isinstance(value, dict):
-        return GivenDict((key, given(item)) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return GivenList(given(item) for item in value)
-    return value
+    changing, however deep (without recursion: an earlier call's arguments may be nested deeper than Python's
+    stack goes)."""
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    copy = _empty_like(value)
+    pending = [(value, copy)]
+    while pending:  # (each container filled with its members, containers among them copied empty and queued)
+        original, filling = pending.pop()
+        for key, item in original.items() if isinstance(original, dict) else enumerate(original):
+            member = _empty_like(item) if isinstance(item, (dict, list, tuple)) else item
+            if isinstance(filling, dict):
+                filling[key] = member
+            else:
+                filling.append(member)
+            if member is not item:
+                pending.append((item, member))
+    return copy
+
+
+def _empty_like(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> GivenDict | GivenList:
+    return GivenDict() if isinstance(value, dict) else GivenList()
 
 
 class _GenerationBlock(Extension):
@@ -101,10 +116,10 @@ class BoundedSandbox(SandboxedEnvironment):
     is given (`given`) kept as it is, and the loop controls and block tags chat templates use.
     Filters added after it is made are held to it too only through `add_filter`."""
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(extensions=[loopcontrols, _GenerationBlock], **options)
+        super().__init__(extensions=[loopcontrols, _GenerationBlock], finalize=_written, **options)
         self.globals.pop("lipsum", None)
         for name, function in list(self.filters.items()):
             self.add_filter(name, function)
@@ -119,10 +134,15 @@ class BoundedSandbox(SandboxedEnvironment):
         return type(obj) in (list, dict) or not modifies_known_mutable(obj, attr)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)) \
+                and len(left) + len(right) > MAX_REPEATED:
+            raise TemplateError(f"the template makes a list of more than {MAX_REPEATED} items")
         if operator == "*" and any(isinstance(side, (str, list, tuple)) for side in (left, right)):
             sequence, count = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
             if isinstance(count, int) and len(sequence) * count > MAX_REPEATED:
                 raise TemplateError(f"the template repeats a value to more than {MAX_REPEATED} items")
+            if isinstance(count, int) and not isinstance(sequence, str):  # (a megabyte text repeated a million times)
+                _check_length(_text_size(sequence) * count)
         elif operator == "*" and _integer(left) and _integer(right):
             _check_bits(abs(left).bit_length() + abs(right).bit_length())
         if operator == "**" and isinstance(right, (int, float)) and abs(right) > 1024:
@@ -141,11 +161,17 @@ class BoundedSandbox(SandboxedEnvironment):
             _check_str_method(owner, name, args)
             if name in ("format", "format_map"):
                 _check_length(len(owner) + _fields(owner) * _text_size([*args, *kwargs.values()], each=True))
-        if type(owner) in (list, dict) and name in ("append", "insert", "extend", "update", "setdefault"):
-            if name in ("extend", "update") and args and not isinstance(args[-1], Sized):  # (a `map` filter's)
+        changed, added = owner, args
+        if getattr(method, "__objclass__", None) in (list, dict) and args:  # (`dict.update(d, …)`, unbound)
+            changed, added = args[0], args[1:]
+        if isinstance(changed, (list, dict)) and modifies_known_mutable(changed, name):
+            if type(changed) not in (list, dict):
+                raise TemplateError("the template changes a value it was given (the messages or tools)")
+            if name in ("extend", "update") and added and not isinstance(added[-1], Sized):  # (a `map` filter's)
                 args = (*args[:-1], list(itertools.islice(args[-1], MAX_REPEATED + 1)))
-            added = len(args[-1]) if name in ("extend", "update") and args else 1
-            if len(owner) + added > MAX_REPEATED:
+                added = (*added[:-1], args[-1])
+            count = (len(added[-1]) if name in ("extend", "update") and added else 1) + len(kwargs)
+            if len(changed) + count > MAX_REPEATED:
                 raise TemplateError(f"the template grows a list or map past {MAX_REPEATED} items")
         if not (isinstance(owner, str) and name in ("format", "format_map")):  # (what a format writes: any number)
             _check_arguments(args, kwargs)
@@ -183,6 +209,19 @@ def _checked(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         return function(*args, **kwargs)
 
     return filter_
+
+
+def _written(value: Any) -> Any:
+    """What `{{ … }}` writes, a list or map refused first where its text would be longer than MAX_ARGUMENT."""
+    if isinstance(value, (list, tuple, dict)):
+        _check_length(_text_size(value))
+    return value
+
+
+def checked_size(value: Any) -> Any:
+    """`value`, refused (TemplateError) where its text would be longer than MAX_ARGUMENT."""
+    _check_length(_text_size(value))
+    return value
 
 
 def _check_arguments(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> None:
