@@ -137,6 +137,7 @@ def test_min_p_on_float32_logits_keeps_what_float64_keeps(logits, temperature, m
     np.testing.assert_allclose(logits_to_probs(logits, params), reference, atol=1e-12)
 
 
+@pytest.mark.slow  # (0.4 s: sixty examples)
 @settings(max_examples=60, deadline=None)
 @given(arrays(np.float64, st.integers(2, 80), elements=st.floats(0, 1)), arrays(np.float64, 80, elements=st.floats(0, 1)), st.integers(0, 2**32))
 def test_sparse_distribution_agrees_with_the_dense_vector(p_dense, q_dense, seed) -> None:

@@ -1277,6 +1277,7 @@ def test_text_that_is_no_call_is_kept_whole_and_a_cut_call_is_dropped() -> None:
     assert text.feed("Hello") == "Hello" and text.rest(cut_short=True) == ""
 
 
+@pytest.mark.slow  # (0.4 s: a `run` process's work in this one)
 def test_run_tools_prints_what_a_schema_does_not_enforce_as_warning_lines(tmp_path: Path) -> None:
     tools = tmp_path / "tools.json"
     tools.write_text(json.dumps([{"type": "function", "function": {"name": "ping", "parameters": {
