@@ -8,13 +8,19 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from gguf import TokenType
+from grammar_helpers import accepts as accepts_bytes
 from starlette.testclient import TestClient
+from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
 
 from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
+from localspec.app.harmony import HarmonySplitter, split_harmony
 from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thinks
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
+from localspec.app.tool_call_frames import template_frame
+from localspec.app.tool_calls import ToolSyntax, prepare_tools, tool_request
 from localspec.runtime.model import Model
 from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
 
@@ -108,3 +114,85 @@ def test_an_earlier_replys_reasoning_content_reaches_the_template(thinking_clien
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "messages[1].reasoning_content"
     bad_format = thinking_client.post(CHAT, json={"messages": messages[:1], "reasoning_format": "deepseek-legacy"})
     assert bad_format.status_code == 400 and bad_format.json()["error"]["param"] == "reasoning_format"
+
+
+# -- gpt-oss's harmony channels ---------------------------------------------------------------------------------
+
+ANALYSIS, FINAL = "<|channel|>analysis<|message|>", "<|channel|>final<|message|>"
+NEXT = "<|end|><|start|>assistant"
+CALL = ' to=functions.add<|channel|>commentary json<|message|>{"a": 1, "b": 2}'
+
+
+@pytest.mark.parametrize("text, reasoning, content", [
+    (f"{ANALYSIS}Simple sum.{NEXT}{FINAL}It is 3.", "Simple sum.", "It is 3."),
+    (f"{FINAL}It is 3.", "", "It is 3."),
+    (f"{ANALYSIS}Call add.{NEXT}{CALL}", "Call add.", CALL),  # (the call read back by its frame)
+    ("Hello", "", "Hello"),
+    (f"{ANALYSIS}never closed <|en", "never closed <|en", ""),
+    ("<|chan", "", "<|chan"),
+])
+def test_a_harmony_output_is_sorted_alike_whole_and_in_any_pieces(text: str, reasoning: str, content: str) -> None:
+    assert split_harmony(text) == Sorted(reasoning, content)
+    rng = random.Random(len(text))
+    for _ in range(300):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 8))))
+        splitter, got = HarmonySplitter(), Sorted()
+        for start, end in zip([0, *cuts], [*cuts, len(text)]):
+            got += splitter.feed(text[start:end])
+        assert got + splitter.finish() == Sorted(reasoning, content), (text, cuts)
+
+
+GPT_OSS = (Path(__file__).parent / "data" / "gpt-oss.jinja").read_text()
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+
+
+def test_gpt_oss_calls_one_tool_a_message_and_may_think_first() -> None:
+    frame = template_frame(GPT_OSS)
+    assert frame is not None and frame.harmony and frame.one_call
+    assert frame.opening == (" to=functions.",) and frame.name_end == ("<|channel|>commentary json<|message|>",)
+    for choice in ("auto", "required"):
+        setup = prepare_tools(tool_request([ADD], choice), GPT_OSS, lambda text: None)
+        assert setup.syntax is ToolSyntax.FRAMED
+        for text in (CALL + "<|call|>", ANALYSIS + "Call add." + NEXT + CALL + "<|call|>"):
+            assert accepts_bytes(setup.grammar, text)
+            calls = setup.calls_in(text)
+            assert calls and [(c.name, c.arguments) for c in calls] == [("add", '{"a": 1, "b": 2}')]
+        assert not accepts_bytes(setup.grammar, CALL + CALL + "<|call|>")  # one call a message
+        answer = ANALYSIS + "No call." + NEXT + FINAL + "It is 3."
+        assert accepts_bytes(setup.grammar, answer) is (choice == "auto")
+        assert not accepts_bytes(setup.grammar, "It is 3.")  # text only as a final message
+
+
+HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
+
+
+def test_a_gpt_oss_call_is_drawn_in_its_markers_read_back_and_its_analysis_sent_apart(tmp_path: Path) -> None:
+    """On a tiny model with gpt-oss's markers (llama.cpp writes `<|channel|>`, `<|message|>`, `<|start|>` and
+    `<|end|>` as text for such a vocabulary, `<|call|>` ends the generation): a forced call, drawn with or without
+    an analysis before it, reads back through `serve`, streamed and whole alike."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path / "harmony.gguf", random_weights(n_vocab, seed=4), n_vocab=n_vocab, space_token=True,
+                       context_length=4096, special_pieces=[(m, TokenType.CONTROL) for m in HARMONY_MARKERS])
+    model = Model(path, ModelSettings(n_threads=1))
+    session = Session(model, chat=ChatSettings(template=GPT_OSS))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    try:
+        with TestClient(serving.create_app(served)) as client:
+            for seed in range(3):
+                body = {"messages": [{"role": "user", "content": "Add 1 and 2."}], "tools": [ADD],
+                        "tool_choice": "required", "seed": seed, "max_tokens": 300}
+                whole = client.post(CHAT, json=body).json()["choices"][0]
+                assert whole["finish_reason"] == "tool_calls", whole
+                assert [c["function"]["name"] for c in whole["message"]["tool_calls"]] == ["add"]
+                streamed = client.post(CHAT, json={**body, "stream": True})
+                chunks = [json.loads(line[6:])["choices"] for line in streamed.text.splitlines()
+                          if line.startswith("data: {")]
+                deltas = [choices[0]["delta"] for choices in chunks if choices]
+                reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+                assert reasoning == (whole["message"]["reasoning_content"] or "")
+                arguments = "".join(call["function"]["arguments"] for d in deltas for call in d.get("tool_calls", []))
+                assert arguments == whole["message"]["tool_calls"][0]["function"]["arguments"]
+    finally:
+        served.queue.close()
+        session.close()

@@ -11,6 +11,7 @@ llama-server does with its default `reasoning_format`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -34,6 +35,14 @@ class Sorted:
 
     def __add__(self, other: Sorted) -> Sorted:
         return Sorted(self.reasoning + other.reasoning, self.content + other.content)
+
+
+class Splitter(Protocol):
+    """Sorts an output into thinking and answer as it streams (`ThoughtSplitter`, `harmony.HarmonySplitter`)."""
+
+    def feed(self, text: str) -> Sorted: ...
+
+    def finish(self) -> Sorted: ...
 
 
 class ThoughtSplitter:
@@ -63,7 +72,7 @@ class ThoughtSplitter:
             if self.state == "thinking":
                 end = self.held.find(CLOSE)
                 if end < 0:  # (send what cannot be the tag or the whitespace before it)
-                    sent = _before_partial(self.held, CLOSE).rstrip()
+                    sent = before_partial(self.held, CLOSE).rstrip()
                     self.held = self.held[len(sent):]
                     return out + self._thought(sent)
                 out += self._thought(self.held[:end].rstrip())
@@ -91,7 +100,7 @@ class ThoughtSplitter:
         return Sorted(reasoning=sent)
 
 
-def _before_partial(text: str, tag: str) -> str:
+def before_partial(text: str, tag: str) -> str:
     """`text` without the end that may be the start of `tag`."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-size:]):

@@ -36,8 +36,10 @@ from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
-from .reasoning import Sorted, ThoughtSplitter, opened_by, split_thought, thinks
+from .harmony import HarmonySplitter, is_harmony
+from .reasoning import Sorted, Splitter, ThoughtSplitter, opened_by, thinks
 from .tool_calls import (
+    CallStream,
     ToolCall,
     ToolSetup,
     chat_input,
@@ -195,7 +197,7 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
         tools, tokens = await asyncio.to_thread(_prepared_prompt, served, parsed)
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
-        reply = Reply(served, chat, parsed, tools, _thinking(served, parsed, tokens) if chat else None)
+        reply = Reply(served, chat, parsed, tools, _splitter(served, parsed, tokens) if chat else None)
         if parsed.stream:
             held = hold.pop_all()
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
@@ -224,15 +226,21 @@ def _let_go_soon(held: AsyncExitStack) -> None:
     task.add_done_callback(_letting_go.discard)
 
 
-def _thinking(served: ServedModel, parsed: CompletionRequest, tokens: list[int]) -> bool | None:
-    """For a model that thinks in `<think>` tags (`reasoning.thinks`) and a reply that may think (free text: under
-    a response format or tools the grammar holds it from its first token), whether the prompt opened the thought
-    (True) or the reply may (False); None where the reply is not sorted (or `reasoning_format` is "none")."""
+def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int]) -> Callable[[], Splitter] | None:
+    """What sorts a chat reply into thinking and answer, made anew for each reply: gpt-oss's harmony channels
+    (`harmony`; a grammar for tools lets its analysis come first), or `<think>` tags (`reasoning.thinks`) where
+    the reply may think (free text: under a response format or tools the grammar holds it from its first
+    token), opened by the prompt or not; None where the reply is not sorted (or `reasoning_format` is "none")."""
     session = served.queue.session
-    if not thinks(session.chat_template()) or parsed.grammar is not None or parsed.tools is not None \
-            or not parsed.reasoning:
+    template = session.chat_template()
+    if not parsed.reasoning:
         return None
-    return opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]))
+    if is_harmony(template):
+        return HarmonySplitter
+    if not thinks(template) or parsed.grammar is not None or parsed.tools is not None:
+        return None
+    opened = opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]))
+    return lambda: ThoughtSplitter(opened)
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -353,11 +361,11 @@ class Reply:
     """The response bodies of one completion request, whole or as server-sent events."""
 
     def __init__(self, served: ServedModel, chat: bool, parsed: CompletionRequest | None = None,
-                 tools: ToolSetup | None = None, thinking: bool | None = None) -> None:
+                 tools: ToolSetup | None = None, splitter: Callable[[], Splitter] | None = None) -> None:
         """`tools`: the request's tools on this model (the output is then held to their grammar and read back as
-        calls); otherwise the output is held to `parsed`'s response_format, if any. `thinking`: whether the
-        prompt opened a thought (see `_thinking`; None: the reply is not sorted into thinking and answer)."""
-        self.served, self.chat, self.tools, self.thinking = served, chat, tools, thinking
+        calls); otherwise the output is held to `parsed`'s response_format, if any. `splitter`: what sorts the
+        reply into thinking (`reasoning_content`) and answer (see `_splitter`; None: the reply is all answer)."""
+        self.served, self.chat, self.tools, self.splitter = served, chat, tools, splitter
         self.grammar = tools.grammar if tools is not None else parsed.grammar if parsed is not None else None
         # What a format that fails while generating (a limit of llguidance's) is put down to.
         self.format_param = "tools" if tools is not None else "response_format"
@@ -388,13 +396,13 @@ class Reply:
             generation = self._finished(work.result())
         except OutputFormatError as exc:  # the request's schema or tools, found unusable only while generating
             raise ApiError(400, str(exc), param=self.format_param) from None
-        calls = self._calls(generation)
+        reply = self._sorted(generation.text)
+        calls = self._calls(generation, reply.content)
         finish = "tool_calls" if calls else _finish_reason(generation)
-        message: dict[str, Any] = {"role": "assistant", "content": None if calls else self._text(generation)}
-        if self.thinking is not None:
-            thought = split_thought(generation.text, self.thinking)
-            message["content"] = thought.content
-            message["reasoning_content"] = thought.reasoning or None
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": None if calls else self._text(generation, reply.content)}
+        if self.splitter is not None:
+            message["reasoning_content"] = reply.reasoning or None
         if calls:
             message["tool_calls"] = [call.to_openai() for call in calls]
         choice = ({"index": 0, "message": message, "finish_reason": finish}
@@ -403,17 +411,25 @@ class Reply:
                              "created": self.created, "model": self.served.model_id, "choices": [choice],
                              "usage": _usage(generation), "speculative": _speculative(generation), **self._warnings()})
 
-    def _calls(self, generation: Generation) -> list[ToolCall] | None:
-        """The tool calls a whole output makes (None: plain text, no tools, or output cut short)."""
+    def _sorted(self, text: str) -> Sorted:
+        """A whole output sorted into thinking and answer (all answer where nothing sorts it)."""
+        if self.splitter is None:
+            return Sorted(content=text)
+        splitter = self.splitter()
+        return splitter.feed(text) + splitter.finish()
+
+    def _calls(self, generation: Generation, answer: str) -> list[ToolCall] | None:
+        """The tool calls a whole output's `answer` makes (None: plain text, no tools, or output cut short)."""
         if self.tools is None or generation.stop_reason is not StopReason.EOS:
             return None
-        return self.tools.calls_in(generation.text)
+        return self.tools.calls_in(answer)
 
-    def _text(self, generation: Generation) -> str | None:
-        """A reply's content where it makes no call: its text, or None for a call cut short (see `ToolSetup.text_of`)."""
+    def _text(self, generation: Generation, answer: str) -> str | None:
+        """A reply's content where it makes no call: its `answer`, or None for a call cut short (see
+        `ToolSetup.text_of`)."""
         if self.tools is None:
-            return generation.text
-        return self.tools.text_of(generation.text, cut_short=generation.stop_reason is not StopReason.EOS)
+            return answer
+        return self.tools.text_of(answer, cut_short=generation.stop_reason is not StopReason.EOS)
 
     def _warnings(self) -> dict[str, list[str]]:
         """`warnings`: what llguidance does not enforce of the response_format's or the tools' schemas (absent
@@ -436,27 +452,22 @@ class Reply:
                                                    grammar=self.grammar))
         work.add_done_callback(lambda _: on_generated())
         sorting = self.tools.stream() if self.tools is not None else None  # plain text passes, a call waits
-        thoughts = ThoughtSplitter(self.thinking) if self.thinking is not None else None
+        thoughts = self.splitter() if self.splitter is not None else None
         try:
             if self.chat:
                 yield self._event({"role": "assistant", "content": ""})
             async for text in self._pieces(pieces, work, slot):
-                if sorting is not None:
-                    text = sorting.feed(text)
-                if thoughts is not None:
-                    for event in self._thought_events(thoughts.feed(text)):
-                        yield event
-                elif text:
-                    yield self._event({"content": text})
+                for event in self._sorted_events(thoughts.feed(text) if thoughts else Sorted(content=text), sorting):
+                    yield event
             if self.served.shutting_down():  # end the stream with an error event rather than cut it
                 self.ended = True
                 yield _error_event("the server is shutting down", "shutting_down")
                 return
             if thoughts is not None:
-                for event in self._thought_events(thoughts.finish()):
+                for event in self._sorted_events(thoughts.finish(), sorting):
                     yield event
             generation = self._finished(work.result())
-            calls = self._calls(generation)
+            calls = self._calls(generation, self._sorted(generation.text).content)
             if calls:
                 for event in self._call_events(calls):
                     yield event
@@ -487,12 +498,14 @@ class Reply:
             if work.done() and not work.cancelled():
                 work.exception()  # seen (a failure nobody was left to hear of is not logged again at exit)
 
-    def _thought_events(self, text: Sorted) -> Iterator[str]:
-        """Thinking as `delta.reasoning_content`, then the answer as `delta.content` (each where there is some)."""
+    def _sorted_events(self, text: Sorted, sorting: CallStream | None) -> Iterator[str]:
+        """Thinking as `delta.reasoning_content`, then the answer as `delta.content` (each where there is some;
+        the answer passed through `sorting`, which holds back a call)."""
         if text.reasoning:
             yield self._event({"reasoning_content": text.reasoning})
-        if text.content:
-            yield self._event({"content": text.content})
+        content = sorting.feed(text.content) if sorting is not None else text.content
+        if content:
+            yield self._event({"content": content})
 
     def _call_events(self, calls: list[ToolCall]) -> Iterator[str]:
         """Each call as `delta.tool_calls` chunks: its index, id, type and name, then its arguments."""

@@ -15,6 +15,7 @@ per parameter (Seed-OSS's `<seed:tool_call>\n<function=NAME>\n<parameter=KEY>VAL
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -24,6 +25,7 @@ from typing import Any, Callable, Union
 
 from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
+from .harmony import is_harmony
 from .tool_call_xml import XmlLayout, common_suffix
 
 
@@ -60,6 +62,8 @@ class CallFrame:
     # Where the arguments are tagged parameters (Seed-OSS, MiniMax-M2, DeepSeek V3.2), how: from after the name
     # (its `after_name`) to the last value's end (`name_end` is then empty).
     layout: XmlLayout | None = None
+    one_call: bool = False  # the template writes one call per message (gpt-oss's): no separator
+    harmony: bool = False  # replies in the harmony format (gpt-oss's): an analysis may come first (`harmony`)
 
     @property
     def opening_text(self) -> str:
@@ -92,9 +96,10 @@ def template_frame(template: str) -> CallFrame | None:
     """The frame `template` writes calls in, or None where its rendering of probe calls shows no such frame
     (no calls at all, arguments written otherwise than as their JSON, a reply that is not the same around them)."""
     try:
-        return _frame(template)
+        frame = _frame(template)
     except (LocalspecError, ValueError):
         return None
+    return dataclasses.replace(frame, harmony=True) if frame is not None and is_harmony(template) else frame
 
 
 def _frame(template: str) -> CallFrame | None:
@@ -118,6 +123,10 @@ def _frame(template: str) -> CallFrame | None:
     if name_a < 0 or not two.startswith(one[:args_a + len(arguments[0])]):
         return None
     after_a = args_a + len(arguments[0])
+    if two == one:  # (gpt-oss's template writes one call per message: the first)
+        name_end = one[name_a + len(_PROBE_NAMES[0]):args_a]
+        return _checked(CallFrame(_with_ids((one[start:name_a],), 0), _with_ids((name_end,), 0), (),
+                                  _joined([_before_turn_end(one[after_a:], text_tail)]), shows_tools, one_call=True))
     name_b = two.find(_PROBE_NAMES[1], after_a)
     args_b = two.find(arguments[1], name_b)
     if name_b < 0 or args_b < 0 or one[after_a:] != two[args_b + len(arguments[1]):]:

@@ -59,6 +59,7 @@ from ..engine.grammar import (
 from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
 from ..textin import clean_data
+from .harmony import split_harmony, thinking_rules
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_xml import (
     ARG_KEYS,
@@ -461,10 +462,14 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         assert frame is not None, "FRAMED calls need their frame"
         texts = (grammar_text(parts, marker_token) for parts in (frame.opening, frame.separator, frame.closing))
         opening, separator, closing = texts
-        more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several else ""
+        more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several and not frame.one_call else ""
         spelled = frame.opening_text.lstrip() or frame.opening_text
         lines += [f"calls: {opening} body{more} {closing}", _body_rule(tools),
                   f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
+        if frame.harmony:  # (gpt-oss: its analysis first, as it was trained to; text only as a final message)
+            thinking, final = thinking_rules(marker_token)
+            lines[1] = f"start: analysis? {'calls' if request.forced else f'({final} | calls)'}"
+            lines += thinking
         if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
             lines += _xml_alternatives(tools, frame.layout)[1:]
         name_end = grammar_text(frame.name_end, marker_token)
@@ -727,6 +732,8 @@ def _framed_calls(text: str, frame: CallFrame, tools: Sequence[Tool]) -> list[To
         calls.append(ToolCall(name, arguments, call_id or _new_id(ToolSyntax.FRAMED)))
         if ends_as_closing(text[end:], frame.closing):
             return calls
+        if frame.one_call:
+            raise ValueError("more than the call")
         at, parts = end, frame.separator
 
 
@@ -858,7 +865,10 @@ class ToolSetup:
     frame: CallFrame | None = None  # the texts this model's template writes around FRAMED calls
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
-        """The calls `text` makes (None: plain text, or not whole calls of the tools offered)."""
+        """The calls `text` makes (None: plain text, or not whole calls of the tools offered); a harmony reply's
+        analysis, which the grammar lets come first, is left aside."""
+        if self.frame is not None and self.frame.harmony:
+            text = split_harmony(text).content
         calls = parse_calls(text, self.syntax, self.request.callable, self.layout, self.frame)
         offered = {tool.name for tool in self.request.callable}
         return calls if calls and all(call.name in offered for call in calls) else None
