@@ -20,7 +20,7 @@ from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thin
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
 from localspec.app.tool_call_frames import template_frame
-from localspec.app.tool_calls import ToolSyntax, prepare_tools, tool_request
+from localspec.app.tool_calls import ToolSyntax, marker_tokens, prepare_tools, tool_request
 from localspec.runtime.model import Model
 from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
 
@@ -156,12 +156,23 @@ def test_gpt_oss_calls_one_tool_a_message_and_may_think_first() -> None:
         assert setup.syntax is ToolSyntax.FRAMED
         for text in (CALL + "<|call|>", ANALYSIS + "Call add." + NEXT + CALL + "<|call|>"):
             assert accepts_bytes(setup.grammar, text)
-            calls = setup.calls_in(text)
+            calls = setup.calls_in(setup.answer(text))
             assert calls and [(c.name, c.arguments) for c in calls] == [("add", '{"a": 1, "b": 2}')]
         assert not accepts_bytes(setup.grammar, CALL + CALL + "<|call|>")  # one call a message
         answer = ANALYSIS + "No call." + NEXT + FINAL + "It is 3."
         assert accepts_bytes(setup.grammar, answer) is (choice == "auto")
         assert not accepts_bytes(setup.grammar, "It is 3.")  # text only as a final message
+
+
+def a_call_whole_and_streamed(client: TestClient, seed: int, max_tokens: int) -> tuple[dict[str, Any],
+                                                                                      list[dict[str, Any]]]:
+    """A forced call of `add` asked with `seed`, whole and streamed: the whole reply's choice, the stream's deltas."""
+    body = {"messages": [{"role": "user", "content": "Add 1 and 2."}], "tools": [ADD], "tool_choice": "required",
+            "seed": seed, "max_tokens": max_tokens}
+    whole = client.post(CHAT, json=body).json()["choices"][0]
+    streamed = client.post(CHAT, json={**body, "stream": True})
+    chunks = [json.loads(line[6:])["choices"] for line in streamed.text.splitlines() if line.startswith("data: {")]
+    return whole, [choices[0]["delta"] for choices in chunks if choices]
 
 
 HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
@@ -180,15 +191,9 @@ def test_a_gpt_oss_call_is_drawn_in_its_markers_read_back_and_its_analysis_sent_
     try:
         with TestClient(serving.create_app(served)) as client:
             for seed in range(3):
-                body = {"messages": [{"role": "user", "content": "Add 1 and 2."}], "tools": [ADD],
-                        "tool_choice": "required", "seed": seed, "max_tokens": 300}
-                whole = client.post(CHAT, json=body).json()["choices"][0]
+                whole, deltas = a_call_whole_and_streamed(client, seed, max_tokens=300)
                 assert whole["finish_reason"] == "tool_calls", whole
                 assert [c["function"]["name"] for c in whole["message"]["tool_calls"]] == ["add"]
-                streamed = client.post(CHAT, json={**body, "stream": True})
-                chunks = [json.loads(line[6:])["choices"] for line in streamed.text.splitlines()
-                          if line.startswith("data: {")]
-                deltas = [choices[0]["delta"] for choices in chunks if choices]
                 reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
                 assert reasoning == (whole["message"]["reasoning_content"] or "")
                 arguments = "".join(call["function"]["arguments"] for d in deltas for call in d.get("tool_calls", []))
@@ -196,3 +201,49 @@ def test_a_gpt_oss_call_is_drawn_in_its_markers_read_back_and_its_analysis_sent_
     finally:
         served.queue.close()
         session.close()
+
+
+# -- thinking before a call, in <think> tags ---------------------------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+QWEN3, R1 = ((DATA / name).read_text() for name in ("qwen3.jinja", "deepseek-r1.jinja"))
+THINK_TAGS = ("<think>", "</think>")
+R1_MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")
+
+
+@pytest.mark.slow  # (2 s: the tiny model thinks for hundreds of tokens before it closes the thought)
+@pytest.mark.parametrize("template, markers, opened", [
+    (QWEN3, ("<tool_call>", "</tool_call>"), False),  # Qwen3: a reply may open with a <think> block
+    (R1, R1_MARKERS, True),  # DeepSeek R1: the prompt opens the thought, which the reply must close
+])
+def test_a_thinking_model_may_think_before_its_call(tmp_path: Path, template: str, markers: tuple[str, ...],
+                                                    opened: bool) -> None:
+    """With its tags one special token each (as in Qwen3's and R1's vocabularies), the grammar for tools lets the
+    reply think first: the call reads back past the thinking, which goes to `reasoning_content`, streamed and
+    whole alike."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    pieces = [(m, TokenType.USER_DEFINED) for m in (*THINK_TAGS, *markers)]
+    path = write_model(tmp_path / "thinking.gguf", random_weights(n_vocab, seed=6), n_vocab=n_vocab,
+                       space_token=True, context_length=4096, special_pieces=pieces)
+    model = Model(path, ModelSettings(n_threads=1))
+    session = Session(model, chat=ChatSettings(template=template))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    setup = prepare_tools(tool_request([ADD], "required"), template, marker_tokens(model))
+    assert setup.thinking is not None and setup.thinking.opened is opened
+    called_after_thinking = 0
+    try:
+        with TestClient(serving.create_app(served)) as client:
+            for seed in range(6):
+                whole, deltas = a_call_whole_and_streamed(client, seed, max_tokens=600)
+                message = whole["message"]
+                assert "".join(d.get("reasoning_content", "") for d in deltas) == (message["reasoning_content"] or "")
+                if whole["finish_reason"] == "length":  # (the tiny model may think to the end of its budget)
+                    assert message["content"] is None and "tool_calls" not in message and message["reasoning_content"]
+                    continue
+                assert whole["finish_reason"] == "tool_calls", whole
+                assert [c["function"]["name"] for c in message["tool_calls"]][:1] == ["add"]
+                called_after_thinking += bool(message["reasoning_content"])
+    finally:
+        served.queue.close()
+        session.close()
+    assert called_after_thinking  # (a call after thinking: the grammar let the reply think first)

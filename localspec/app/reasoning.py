@@ -10,8 +10,12 @@ llama-server does with its default `reasoning_format`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
+
+from ..errors import LocalspecError
+from ..runtime.chat_template import render_chat
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -24,6 +28,48 @@ def thinks(template: str | None) -> bool:
 def opened_by(prompt_end: str) -> bool:
     """Whether a prompt ending in `prompt_end` leaves a thought open (the reply goes on inside it)."""
     return prompt_end.rstrip().endswith(OPEN)
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """A thinking model's tags as the special tokens of its vocabulary, and whether its prompt opens the
+    thought: what a grammar needs to let a reply think before what it holds (`thinking_rules`)."""
+
+    open_token: int
+    close_token: int
+    opened: bool
+
+
+def template_thinking(template: str | None, marker_token: Callable[[str], int | None]) -> Thinking | None:
+    """`Thinking` for a template that thinks in `<think>` tags which are one special token each in the model's
+    vocabulary (as in Qwen3's, DeepSeek R1's, MiniMax-M2's); else None (a spelled tag could not be told apart
+    from the text around it)."""
+    if not thinks(template):
+        return None
+    open_token, close_token = marker_token(OPEN), marker_token(CLOSE)
+    if open_token is None or close_token is None:
+        return None
+    return Thinking(open_token, close_token, _prompt_opens(template))
+
+
+@functools.lru_cache(maxsize=16)
+def _prompt_opens(template: str) -> bool:
+    """Whether `template`'s generation prompt leaves a thought open (DeepSeek R1's `<think>\n`)."""
+    try:
+        return opened_by(render_chat(template, [{"role": "user", "content": "probe"}]))
+    except LocalspecError:
+        return False
+
+
+def thinking_rules(thinking: Thinking, alternatives: str, answer: str, plain_start: str) -> list[str]:
+    """Lark rules that let a reply think before `answer` (Lark: what may follow the thinking, after whitespace);
+    `alternatives`: the reply's start without thinking (where the prompt does not open a thought);
+    `plain_start`: the text an answer in plain text may not start with (a call's opening, as TEXT may not)."""
+    closed = f"thinking_text <[{thinking.close_token}]> after_thinking"
+    start = closed if thinking.opened else f"{alternatives} | <[{thinking.open_token}]> {closed}"
+    return [f"start: {start}", f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/",
+            r"THINKING_SPACE: /[ \t\r\n]+/",
+            f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/"]
 
 
 @dataclass

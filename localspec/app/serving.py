@@ -197,7 +197,7 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
         tools, tokens = await asyncio.to_thread(_prepared_prompt, served, parsed)
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
-        reply = Reply(served, chat, parsed, tools, _splitter(served, parsed, tokens) if chat else None)
+        reply = Reply(served, chat, parsed, tools, _splitter(served, parsed, tokens, tools) if chat else None)
         if parsed.stream:
             held = hold.pop_all()
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
@@ -226,18 +226,23 @@ def _let_go_soon(held: AsyncExitStack) -> None:
     task.add_done_callback(_letting_go.discard)
 
 
-def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int]) -> Callable[[], Splitter] | None:
+def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int],
+              tools: ToolSetup | None) -> Callable[[], Splitter] | None:
     """What sorts a chat reply into thinking and answer, made anew for each reply: gpt-oss's harmony channels
     (`harmony`; a grammar for tools lets its analysis come first), or `<think>` tags (`reasoning.thinks`) where
-    the reply may think (free text: under a response format or tools the grammar holds it from its first
-    token), opened by the prompt or not; None where the reply is not sorted (or `reasoning_format` is "none")."""
+    the reply may think (free text, or tools whose grammar lets it think first: `ToolSetup.thinking`; under a
+    response format the grammar holds it from its first token), opened by the prompt or not; None where the
+    reply is not sorted (or `reasoning_format` is "none")."""
     session = served.queue.session
     template = session.chat_template()
     if not parsed.reasoning:
         return None
     if is_harmony(template):
         return HarmonySplitter
-    if not thinks(template) or parsed.grammar is not None or parsed.tools is not None:
+    if tools is not None:
+        thinking = tools.thinking
+        return None if thinking is None else lambda: ThoughtSplitter(thinking.opened)
+    if not thinks(template) or parsed.grammar is not None:
         return None
     opened = opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]))
     return lambda: ThoughtSplitter(opened)

@@ -59,7 +59,8 @@ from ..engine.grammar import (
 from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
 from ..textin import clean_data
-from .harmony import split_harmony, thinking_rules
+from .harmony import split_harmony, thinking_rules as harmony_rules
+from .reasoning import Thinking, split_thought, template_thinking, thinking_rules
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_xml import (
     ARG_KEYS,
@@ -419,13 +420,14 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
                  marker_token: Callable[[str], int | None] = lambda text: None, layout: XmlLayout | None = None,
-                 frame: CallFrame | None = None) -> str:
+                 frame: CallFrame | None = None, thinking: Thinking | None = None) -> str:
     """Lark text (llguidance) holding the output to `syntax`'s calls of `request.callable`.
 
     `marker_token(text)`: the id of the one special token of the vocabulary that is `text` (`<tool_call>`,
     `[TOOL_CALLS]`), which the grammar then names as that token rather than spelling it; else None.
     `layout`: where a syntax with tagged parameters puts the name and parameters (else its usual one);
-    `frame`: the texts around FRAMED calls (required for that syntax).
+    `frame`: the texts around FRAMED calls (required for that syntax). `thinking`: a thinking model's tags,
+    which the reply may then open with (`reasoning.thinking_rules`).
     """
     tools = request.callable
     lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
@@ -467,9 +469,9 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         lines += [f"calls: {opening} body{more} {closing}", _body_rule(tools),
                   f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
         if frame.harmony:  # (gpt-oss: its analysis first, as it was trained to; text only as a final message)
-            thinking, final = thinking_rules(marker_token)
+            thinking_lines, final = harmony_rules(marker_token)
             lines[1] = f"start: analysis? {'calls' if request.forced else f'({final} | calls)'}"
-            lines += thinking
+            lines += thinking_lines
         if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
             lines += _xml_alternatives(tools, frame.layout)[1:]
         name_end = grammar_text(frame.name_end, marker_token)
@@ -481,6 +483,12 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
                   r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
         lines += _alternatives(tools, "arguments")
+    if thinking is not None:
+        answer = "calls" if request.forced else "(ANSWER_TEXT | calls)?"
+        plain = _regex_literal(syntax.opening(frame).lstrip())
+        start, *rules = thinking_rules(thinking, lines[1][len("start: "):], answer, plain)
+        lines[1] = start
+        lines += rules
     return "\n".join(lines) + "\n"
 
 
@@ -863,12 +871,20 @@ class ToolSetup:
     warnings: tuple[str, ...] = ()
     layout: XmlLayout | None = None  # where a syntax with tagged parameters puts them, in this model's template
     frame: CallFrame | None = None  # the texts this model's template writes around FRAMED calls
+    thinking: Thinking | None = None  # a thinking model's tags: a reply may think before its call or text
+
+    def answer(self, output: str) -> str:
+        """An `output` without the thinking its grammar lets come first (a harmony analysis, a `<think>` block):
+        what `calls_in` reads."""
+        if self.frame is not None and self.frame.harmony:
+            return split_harmony(output).content
+        if self.thinking is not None:
+            return split_thought(output, self.thinking.opened).content
+        return output
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
-        """The calls `text` makes (None: plain text, or not whole calls of the tools offered); a harmony reply's
-        analysis, which the grammar lets come first, is left aside."""
-        if self.frame is not None and self.frame.harmony:
-            text = split_harmony(text).content
+        """The calls `text`, an answer (see `answer`), makes (None: plain text, or not whole calls of the tools
+        offered)."""
         calls = parse_calls(text, self.syntax, self.request.callable, self.layout, self.frame)
         offered = {tool.name for tool in self.request.callable}
         return calls if calls and all(call.name in offered for call in calls) else None
@@ -893,8 +909,9 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     syntax, held_as_json = _tagged_or_json(request, syntax, frame)
     frame = frame if syntax is ToolSyntax.FRAMED else None
     layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
+    thinking = template_thinking(template, marker_token) if frame is None or not frame.harmony else None
     try:
-        lark = tool_grammar(request, syntax, marker_token, layout, frame)
+        lark = tool_grammar(request, syntax, marker_token, layout, frame, thinking)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
         _blame_unwritable(request)
         raise InputError("tools: a parameters schema cannot be written as JSON") from None
@@ -907,7 +924,7 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
     return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes + held_as_json, layout,
-                     frame)
+                     frame, thinking)
 
 
 def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax,

@@ -108,7 +108,7 @@ class ToolRun:
         """The calls of a whole output (None: plain text, or cut short)."""
         if self.setup is None or cut_short_message(generation.stop_reason) is not None:
             return None
-        return self.setup.calls_in(generation.text)
+        return self.setup.calls_in(self.setup.answer(generation.text))
 
     def print_answer(self, generation: Generation) -> None:
         """The calls as one JSON object, or the text (output cut short is text: `run` then says so and exits 1)."""
