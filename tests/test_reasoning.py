@@ -16,11 +16,13 @@ from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
 from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.harmony import HarmonySplitter, split_harmony
-from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thinks
+from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thinks, thought_tags
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
 from localspec.app.tool_call_frames import template_frame
-from localspec.app.tool_calls import ToolSyntax, marker_tokens, prepare_tools, tool_request
+from localspec.app.openai_request import parse_request
+from localspec.app.tool_calls import ToolSyntax, chat_input, marker_tokens, prepare_tools, tool_request
+from localspec.runtime.chat_template import render_chat
 from localspec.runtime.model import Model
 from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
 
@@ -164,11 +166,11 @@ def test_gpt_oss_calls_one_tool_a_message_and_may_think_first() -> None:
         assert not accepts_bytes(setup.grammar, "It is 3.")  # text only as a final message
 
 
-def a_call_whole_and_streamed(client: TestClient, seed: int, max_tokens: int) -> tuple[dict[str, Any],
-                                                                                      list[dict[str, Any]]]:
+def a_call_whole_and_streamed(client: TestClient, seed: int, max_tokens: int,
+                              **extra: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A forced call of `add` asked with `seed`, whole and streamed: the whole reply's choice, the stream's deltas."""
     body = {"messages": [{"role": "user", "content": "Add 1 and 2."}], "tools": [ADD], "tool_choice": "required",
-            "seed": seed, "max_tokens": max_tokens}
+            "seed": seed, "max_tokens": max_tokens, **extra}
     whole = client.post(CHAT, json=body).json()["choices"][0]
     streamed = client.post(CHAT, json={**body, "stream": True})
     chunks = [json.loads(line[6:])["choices"] for line in streamed.text.splitlines() if line.startswith("data: {")]
@@ -190,8 +192,8 @@ def test_a_gpt_oss_call_is_drawn_in_its_markers_read_back_and_its_analysis_sent_
     served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
     try:
         with TestClient(serving.create_app(served)) as client:
-            for seed in range(3):
-                whole, deltas = a_call_whole_and_streamed(client, seed, max_tokens=300)
+            for seed, reasoning_format in ((0, "auto"), (1, "auto"), (2, "auto"), (0, "none")):
+                whole, deltas = a_call_whole_and_streamed(client, seed, 300, reasoning_format=reasoning_format)
                 assert whole["finish_reason"] == "tool_calls", whole
                 assert [c["function"]["name"] for c in whole["message"]["tool_calls"]] == ["add"]
                 reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
@@ -247,3 +249,26 @@ def test_a_thinking_model_may_think_before_its_call(tmp_path: Path, template: st
         served.queue.close()
         session.close()
     assert called_after_thinking  # (a call after thinking: the grammar let the reply think first)
+
+
+def test_other_thinking_tags_are_found_and_sorted() -> None:
+    seed = (DATA / "seed-oss.jinja").read_text()
+    assert thought_tags(seed) == ("<seed:think>", "</seed:think>")
+    assert thought_tags("<|START_THINKING|>{{ m }}<|END_THINKING|>") == ("<|START_THINKING|>", "<|END_THINKING|>")
+    assert thought_tags(QWEN3) == ("<think>", "</think>") and thought_tags(GPT_OSS) is None
+    tags = ("<seed:think>", "</seed:think>")
+    assert split_thought("<seed:think>Hmm.</seed:think>\n\nDone.", tags=tags) == Sorted("Hmm.", "Done.")
+    assert split_thought("<think>x</think>y", tags=tags) == Sorted("", "<think>x</think>y")
+
+
+def test_an_earlier_analysis_reaches_gpt_oss_as_its_thinking() -> None:
+    """gpt-oss's template reads an earlier reply's `thinking`, Qwen3's its `reasoning_content`: both are given."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    body = {"messages": [{"role": "user", "content": "Add 1 and 2."},
+                         {"role": "assistant", "content": None, "reasoning_content": "I MUST CALL ADD",
+                          "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "call_1", "content": "3"}], "tools": [ADD]}
+    parsed = parse_request(body, chat=True, defaults=GenerationSettings(), has_draft=False)
+    setup = prepare_tools(parsed.tools, GPT_OSS, lambda text: None)
+    messages, definitions = chat_input(parsed.messages, setup, GPT_OSS)
+    assert "<|channel|>analysis<|message|>I MUST CALL ADD<|end|>" in render_chat(GPT_OSS, messages, tools=definitions)

@@ -25,7 +25,7 @@ from localspec.app.openai_request import ApiError, parse_request
 from localspec.app.serving import ServedModel, create_app
 from localspec.app.session import Session
 from localspec.app.tool_call_frames import Hole, template_frame
-from localspec.app.tool_call_xml import XmlLayout
+from localspec.app.tool_call_xml import XmlLayout, read_function
 from localspec.app.tool_calls import (
     MAX_CALLS,
     CallStream,
@@ -1314,3 +1314,11 @@ def test_run_tools_cut_short_in_text_is_not_complete(tmp_path: Path) -> None:
     report = json.loads(cut.stdout)
     assert cut.exit_code == 1 and report["stop_reason"] == "length" and report["complete"] is False
     assert report["tool_calls"] is None
+
+
+def test_a_text_value_in_cdata_is_read_as_its_text() -> None:
+    """MiniCPM 5's template asks for a value holding `<`, `&` or a newline in CDATA, and writes it so."""
+    layout = XmlLayout('<function name="', '">', '<param name="', '">', "</param>", "")
+    text = '<function name="note"><param name="body"><![CDATA[a < b & c]]></param>'
+    name, arguments, _ = read_function(text, 0, layout, lambda name, key: True)
+    assert (name, json.loads(arguments)) == ("note", {"body": "a < b & c"})

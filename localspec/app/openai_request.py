@@ -377,11 +377,12 @@ def _message(message: Any, where: str) -> dict[str, Any]:
         raise ApiError(400, str(exc), param=exc.param) from None
     if message.get("name"):  # (for the templates that render a participant's or a tool's name)
         checked["name"] = message["name"]
-    if role == "assistant" and message.get("reasoning_content") is not None:  # (Qwen3's template renders it)
+    if role == "assistant" and message.get("reasoning_content") is not None:
         if not isinstance(message["reasoning_content"], str):
             raise ApiError(400, f"{where}.reasoning_content must be a string, got "
                            f"{quote_json(message['reasoning_content'])}", param=f"{where}.reasoning_content")
-        checked["reasoning_content"] = message["reasoning_content"]
+        # (Qwen3's template reads `reasoning_content`; gpt-oss's reads `thinking`, as llama-server passes it on)
+        checked["reasoning_content"] = checked["thinking"] = message["reasoning_content"]
     return checked
 
 

@@ -1,7 +1,8 @@
 """A reasoning model's thinking kept apart from its answer: `<think>…</think>` (Qwen3, DeepSeek R1, QwQ, GLM,
-Kimi K2 Thinking, …).
+Kimi K2 Thinking, MiniMax-M2, …), `<seed:think>…</seed:think>` (Seed-OSS), `<|START_THINKING|>…<|END_THINKING|>`
+(Command R7B, Command A).
 
-A template that writes `<think>` and `</think>` belongs to a model that may think before it answers: in a
+A template that writes such a pair of tags belongs to a model that may think before it answers: in a
 block that opens its reply, or in one the prompt has already opened (DeepSeek R1's and Qwen3 Thinking's end
 with `<think>\\n`). `ThoughtSplitter` sorts the output, as it streams, into the thinking (without its tags
 and the whitespace around it) and the answer after it; `serve` sends the thinking as `reasoning_content`, as
@@ -18,16 +19,24 @@ from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
 
 OPEN, CLOSE = "<think>", "</think>"
+TAGS = ((OPEN, CLOSE), ("<seed:think>", "</seed:think>"), ("<|START_THINKING|>", "<|END_THINKING|>"))
+
+
+def thought_tags(template: str | None) -> tuple[str, str] | None:
+    """The tags the model of `template` thinks in before its answer (the first pair of `TAGS` it writes), or None."""
+    if template is None:
+        return None
+    return next(((opening, closing) for opening, closing in TAGS if opening in template and closing in template), None)
 
 
 def thinks(template: str | None) -> bool:
-    """Whether the model of `template` may think in `<think>` tags before its answer."""
-    return template is not None and OPEN in template and CLOSE in template
+    """Whether the model of `template` may think in tags before its answer."""
+    return thought_tags(template) is not None
 
 
-def opened_by(prompt_end: str) -> bool:
+def opened_by(prompt_end: str, opening: str = OPEN) -> bool:
     """Whether a prompt ending in `prompt_end` leaves a thought open (the reply goes on inside it)."""
-    return prompt_end.rstrip().endswith(OPEN)
+    return prompt_end.rstrip().endswith(opening)
 
 
 @dataclass(frozen=True)
@@ -38,25 +47,27 @@ class Thinking:
     open_token: int
     close_token: int
     opened: bool
+    tags: tuple[str, str] = (OPEN, CLOSE)
 
 
 def template_thinking(template: str | None, marker_token: Callable[[str], int | None]) -> Thinking | None:
     """`Thinking` for a template that thinks in `<think>` tags which are one special token each in the model's
     vocabulary (as in Qwen3's, DeepSeek R1's, MiniMax-M2's); else None (a spelled tag could not be told apart
     from the text around it)."""
-    if not thinks(template):
+    tags = thought_tags(template)
+    if template is None or tags is None:
         return None
-    open_token, close_token = marker_token(OPEN), marker_token(CLOSE)
+    open_token, close_token = (marker_token(tag) for tag in tags)
     if open_token is None or close_token is None:
         return None
-    return Thinking(open_token, close_token, _prompt_opens(template))
+    return Thinking(open_token, close_token, _prompt_opens(template, tags[0]), tags)
 
 
 @functools.lru_cache(maxsize=16)
-def _prompt_opens(template: str) -> bool:
+def _prompt_opens(template: str, opening: str) -> bool:
     """Whether `template`'s generation prompt leaves a thought open (DeepSeek R1's `<think>\n`)."""
     try:
-        return opened_by(render_chat(template, [{"role": "user", "content": "probe"}]))
+        return opened_by(render_chat(template, [{"role": "user", "content": "probe"}]), opening)
     except LocalspecError:
         return False
 
@@ -98,8 +109,9 @@ class ThoughtSplitter:
     The thinking is the text of a `<think>` block the output opens with (after whitespace), or, where the prompt
     opened it (`opened`), the text up to the first `</think>`; a block never closed is thinking to the end."""
 
-    def __init__(self, opened: bool = False) -> None:
+    def __init__(self, opened: bool = False, tags: tuple[str, str] = (OPEN, CLOSE)) -> None:
         self.state = "thinking" if opened else "start"
+        self.opening, self.closing = tags
         self.held = ""
         self.reasoning_begun = False  # (the whitespace that opens the thinking is dropped)
 
@@ -109,20 +121,20 @@ class ThoughtSplitter:
         while True:
             if self.state == "start":
                 stripped = self.held.lstrip()
-                if stripped.startswith(OPEN):
-                    self.state, self.held = "thinking", stripped[len(OPEN):]
+                if stripped.startswith(self.opening):
+                    self.state, self.held = "thinking", stripped[len(self.opening):]
                     continue
-                if OPEN.startswith(stripped):  # (whitespace, or part of the tag: wait)
+                if self.opening.startswith(stripped):  # (whitespace, or part of the tag: wait)
                     return out
                 self.state = "answer"
             if self.state == "thinking":
-                end = self.held.find(CLOSE)
+                end = self.held.find(self.closing)
                 if end < 0:  # (send what cannot be the tag or the whitespace before it)
-                    sent = before_partial(self.held, CLOSE).rstrip()
+                    sent = before_partial(self.held, self.closing).rstrip()
                     self.held = self.held[len(sent):]
                     return out + self._thought(sent)
                 out += self._thought(self.held[:end].rstrip())
-                self.state, self.held = "after", self.held[end + len(CLOSE):]
+                self.state, self.held = "after", self.held[end + len(self.closing):]
                 continue
             if self.state == "after":  # the whitespace between the thinking and the answer is neither
                 self.held = self.held.lstrip()
@@ -154,7 +166,7 @@ def before_partial(text: str, tag: str) -> str:
     return text
 
 
-def split_thought(text: str, opened: bool = False) -> Sorted:
+def split_thought(text: str, opened: bool = False, tags: tuple[str, str] = (OPEN, CLOSE)) -> Sorted:
     """A whole output sorted into thinking and answer (see `ThoughtSplitter`)."""
-    splitter = ThoughtSplitter(opened)
+    splitter = ThoughtSplitter(opened, tags)
     return splitter.feed(text) + splitter.finish()

@@ -37,7 +37,7 @@ from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
 from .harmony import HarmonySplitter, is_harmony
-from .reasoning import Sorted, Splitter, ThoughtSplitter, opened_by, thinks
+from .reasoning import Sorted, Splitter, ThoughtSplitter, opened_by, thought_tags
 from .tool_calls import (
     CallStream,
     ToolCall,
@@ -229,23 +229,26 @@ def _let_go_soon(held: AsyncExitStack) -> None:
 def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int],
               tools: ToolSetup | None) -> Callable[[], Splitter] | None:
     """What sorts a chat reply into thinking and answer, made anew for each reply: gpt-oss's harmony channels
-    (`harmony`; a grammar for tools lets its analysis come first), or `<think>` tags (`reasoning.thinks`) where
-    the reply may think (free text, or tools whose grammar lets it think first: `ToolSetup.thinking`; under a
-    response format the grammar holds it from its first token), opened by the prompt or not; None where the
-    reply is not sorted (or `reasoning_format` is "none")."""
+    (`harmony`; a grammar for tools lets its analysis come first), or thinking tags (`reasoning.thought_tags`)
+    where the reply may think (free text, or tools whose grammar lets it think first: `ToolSetup.thinking`; under
+    a response format the grammar holds it from its first token), opened by the prompt or not; None where the
+    reply is not sorted (`reasoning_format` "none", but for tools: their calls are read past the thinking)."""
     session = served.queue.session
     template = session.chat_template()
+    if tools is not None:  # (sorted whatever `reasoning_format` says: the call is read past the thinking)
+        if is_harmony(template):
+            return HarmonySplitter
+        thinking = tools.thinking
+        return None if thinking is None else lambda: ThoughtSplitter(thinking.opened, thinking.tags)
+    tags = thought_tags(template)
     if not parsed.reasoning:
         return None
     if is_harmony(template):
         return HarmonySplitter
-    if tools is not None:
-        thinking = tools.thinking
-        return None if thinking is None else lambda: ThoughtSplitter(thinking.opened)
-    if not thinks(template) or parsed.grammar is not None:
+    if tags is None or parsed.grammar is not None:
         return None
-    opened = opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]))
-    return lambda: ThoughtSplitter(opened)
+    opened = opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]), tags[0])
+    return lambda: ThoughtSplitter(opened, tags)
 
 
 def _finish_reason(generation: Generation) -> str:

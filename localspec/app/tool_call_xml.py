@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tool's name (OpenAI's rule, as tool_calls checks it)
+_CDATA = ("<![CDATA[", "]]>")  # what a text value may be wrapped in where it holds markup (MiniCPM 5's template)
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ def read_function(text: str, at: int, layout: XmlLayout,
         at = _expect(text, key_end, layout.after_key_of(as_text))
         end = text.index(layout.value_end, at)
         written = text[at:end]
+        if as_text and written.startswith(_CDATA[0]) and written.endswith(_CDATA[1]):  # (MiniCPM 5's, for `<`, `&`)
+            written = written[len(_CDATA[0]):len(written) - len(_CDATA[1])]
         if as_text:
             value = json.dumps(written, ensure_ascii=False)
         else:

@@ -879,7 +879,7 @@ class ToolSetup:
         if self.frame is not None and self.frame.harmony:
             return split_harmony(output).content
         if self.thinking is not None:
-            return split_thought(output, self.thinking.opened).content
+            return split_thought(output, self.thinking.opened, self.thinking.tags).content
         return output
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
