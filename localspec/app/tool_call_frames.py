@@ -102,51 +102,69 @@ def template_frame(template: str) -> CallFrame | None:
     return dataclasses.replace(frame, harmony=True) if frame is not None and is_harmony(template) else frame
 
 
+@dataclass(frozen=True)
+class _Renderings:
+    """A template's renderings of the probe: a reply of text, of call a, and of calls a and b, each after one
+    user message (`start`: where the reply begins in them), and what follows a reply of text (`text_tail`)."""
+
+    one: str
+    two: str
+    start: int
+    text_tail: str
+    shows_tools: bool
+
+    @classmethod
+    def of(cls, template: str) -> _Renderings:
+        user = {"role": "user", "content": "probe"}
+
+        def reply(*calls: int) -> str:
+            message = {"role": "assistant", "content": "" if calls else _PROBE_TEXT,
+                       "tool_calls": [_probe_call(i) for i in calls] or None}
+            return render_chat(template, [user, {k: v for k, v in message.items() if v is not None}],
+                               add_generation_prompt=False)
+
+        prompt, text, one, two = (render_chat(template, [user]), reply(), reply(0), reply(0, 1))
+        start = len(prompt) if one.startswith(prompt) else _before_special(one, _common_prefix(text, one))
+        shows_tools = render_chat(template, [user], tools=[_probe_tool()]) != prompt
+        return cls(one, two, start, text[text.find(_PROBE_TEXT) + len(_PROBE_TEXT):], shows_tools)
+
+
 def _frame(template: str) -> CallFrame | None:
-    user = {"role": "user", "content": "probe"}
-
-    def reply(*calls: int) -> str:
-        message = {"role": "assistant", "content": "" if calls else _PROBE_TEXT,
-                   "tool_calls": [_probe_call(i) for i in calls] or None}
-        return render_chat(template, [user, {k: v for k, v in message.items() if v is not None}],
-                           add_generation_prompt=False)
-
-    prompt, text, one, two = (render_chat(template, [user]), reply(), reply(0), reply(0, 1))
-    start = len(prompt) if one.startswith(prompt) else _before_special(one, _common_prefix(text, one))
-    text_tail = text[text.find(_PROBE_TEXT) + len(_PROBE_TEXT):]
-    shows_tools = render_chat(template, [user], tools=[_probe_tool()]) != prompt
-    arguments = [json.dumps(_probe_arguments(i), ensure_ascii=False) for i in range(2)]
-    name_a = one.find(_PROBE_NAMES[0], start)
-    args_a = one.find(arguments[0], name_a)
-    if name_a >= 0 and args_a < 0:
-        return _checked(_tagged_frame(one, two, start, text_tail, shows_tools))
-    if name_a < 0 or not two.startswith(one[:args_a + len(arguments[0])]):
+    seen = _Renderings.of(template)
+    name_a = seen.one.find(_PROBE_NAMES[0], seen.start)
+    if name_a < 0:
         return None
-    after_a = args_a + len(arguments[0])
+    args_a = seen.one.find(json.dumps(_probe_arguments(0), ensure_ascii=False), name_a)
+    return _checked(_tagged_frame(seen) if args_a < 0 else _json_frame(seen, name_a, args_a))
+
+
+def _json_frame(seen: _Renderings, name_a: int, args_a: int) -> CallFrame | None:
+    """The frame of calls whose arguments are JSON, call a's name and arguments found at `name_a` and `args_a`."""
+    one, two, start = seen.one, seen.two, seen.start
+    after_a = args_a + len(json.dumps(_probe_arguments(0), ensure_ascii=False))
+    closing = _joined([_before_turn_end(one[after_a:], seen.text_tail)])
+    name_end_a = one[name_a + len(_PROBE_NAMES[0]):args_a]
     if two == one:  # (gpt-oss's template writes one call per message: the first)
-        name_end = one[name_a + len(_PROBE_NAMES[0]):args_a]
-        return _checked(CallFrame(_with_ids((one[start:name_a],), 0), _with_ids((name_end,), 0), (),
-                                  _joined([_before_turn_end(one[after_a:], text_tail)]), shows_tools, one_call=True))
+        return CallFrame(_with_ids((one[start:name_a],), 0), _with_ids((name_end_a,), 0), (), closing,
+                         seen.shows_tools, one_call=True)
+    arguments_b = json.dumps(_probe_arguments(1), ensure_ascii=False)
     name_b = two.find(_PROBE_NAMES[1], after_a)
-    args_b = two.find(arguments[1], name_b)
-    if name_b < 0 or args_b < 0 or one[after_a:] != two[args_b + len(arguments[1]):]:
+    args_b = two.find(arguments_b, name_b)
+    if not two.startswith(one[:after_a]) or name_b < 0 or args_b < 0 \
+            or one[after_a:] != two[args_b + len(arguments_b):]:  # (the same end after the last call)
         return None
-    opening, separator = one[start:name_a], two[after_a:name_b]
-    name_end_a, name_end_b = one[name_a + len(_PROBE_NAMES[0]):args_a], two[name_b + len(_PROBE_NAMES[1]):args_b]
-    closing = _before_turn_end(one[after_a:], text_tail)
-    if not opening.strip():
-        return None
-    opening_parts, separator_parts = _numbered(opening, separator, align_end=True)
+    opening_parts, separator_parts = _numbered(one[start:name_a], two[after_a:name_b], align_end=True)
+    name_end_b = two[name_b + len(_PROBE_NAMES[1]):args_b]
     name_end_parts, name_end_b_parts = _numbered(name_end_a, name_end_b, align_end=False)
     if _with_ids(name_end_b_parts, 1) != _with_ids(name_end_parts, 0):
         return None
-    return _checked(CallFrame(_with_ids(opening_parts, 0), _with_ids(name_end_parts, 0),
-                              _with_ids(separator_parts, 1), _joined([closing]), shows_tools))
+    return CallFrame(_with_ids(opening_parts, 0), _with_ids(name_end_parts, 0), _with_ids(separator_parts, 1),
+                     closing, seen.shows_tools)
 
 
-def _tagged_frame(one: str, two: str, start: int, text_tail: str, shows_tools: bool) -> CallFrame | None:
-    """The frame of calls whose arguments are tagged parameters: read from `one` (a reply with probe call a) and
-    `two` (calls a and b) from `start`, the text after the reply's header; None where they show none."""
+def _tagged_frame(seen: _Renderings) -> CallFrame | None:
+    """The frame of calls whose arguments are tagged parameters; None where the renderings show none."""
+    one, two, start = seen.one, seen.two, seen.start
     found_a = _in_order(one, start, _probe_parts(0))
     found_b = _in_order(two, found_a[-1][1], _probe_parts(1)) if found_a else None
     if not found_a or not found_b or two[:found_a[-1][1]] != one[:found_a[-1][1]]:
@@ -165,8 +183,8 @@ def _tagged_frame(one: str, two: str, start: int, text_tail: str, shows_tools: b
     layout = XmlLayout("", name_to_key[:len(name_to_key) - len(before_key)], before_key, after_text_key, value_end, "",
                        None if after_json_key == after_text_key else after_json_key)
     opening, separator = _numbered(one[start:name[0]], between[len(value_end):], align_end=True)
-    closing = _before_turn_end(after_a[len(value_end):], text_tail)
-    return CallFrame(_with_ids(opening, 0), (), _with_ids(separator, 1), _joined([closing]), shows_tools, layout)
+    closing = _before_turn_end(after_a[len(value_end):], seen.text_tail)
+    return CallFrame(_with_ids(opening, 0), (), _with_ids(separator, 1), _joined([closing]), seen.shows_tools, layout)
 
 
 def _probe_parts(i: int) -> tuple[str, ...]:
