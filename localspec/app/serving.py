@@ -35,8 +35,8 @@ from ..engine.stats import SpecStats
 from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
-from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
 from .harmony import HarmonySplitter, is_harmony
+from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
 from .reasoning import Sorted, Splitter, ThoughtSplitter, opened_by, thought_tags
 from .tool_calls import (
     CallStream,
@@ -240,11 +240,11 @@ def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int],
             return HarmonySplitter
         thinking = tools.thinking
         return None if thinking is None else lambda: ThoughtSplitter(thinking.opened, thinking.tags)
-    tags = thought_tags(template)
     if not parsed.reasoning:
         return None
     if is_harmony(template):
         return HarmonySplitter
+    tags = thought_tags(template)
     if tags is None or parsed.grammar is not None:
         return None
     opened = opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]), tags[0])

@@ -462,22 +462,11 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
             lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     elif syntax is ToolSyntax.FRAMED:
         assert frame is not None, "FRAMED calls need their frame"
-        texts = (grammar_text(parts, marker_token) for parts in (frame.opening, frame.separator, frame.closing))
-        opening, separator, closing = texts
-        more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several and not frame.one_call else ""
-        spelled = frame.opening_text.lstrip() or frame.opening_text
-        lines += [f"calls: {opening} body{more} {closing}", _body_rule(tools),
-                  f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
+        lines += _framed_lines(request, frame, marker_token)
         if frame.harmony:  # (gpt-oss: its analysis first, as it was trained to; text only as a final message)
-            thinking_lines, final = harmony_rules(marker_token)
+            harmony_lines, final = harmony_rules(marker_token)
             lines[1] = f"start: analysis? {'calls' if request.forced else f'({final} | calls)'}"
-            lines += thinking_lines
-        if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
-            lines += _xml_alternatives(tools, frame.layout)[1:]
-        name_end = grammar_text(frame.name_end, marker_token)
-        for i, tool in enumerate(tools if frame.layout is None else ()):
-            lines.append(f"call_{i}: {json.dumps(tool.name)} {name_end} arguments_{i}")
-            lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
+            lines += harmony_lines
     else:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
@@ -490,6 +479,25 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         lines[1] = start
         lines += rules
     return "\n".join(lines) + "\n"
+
+
+def _framed_lines(request: ToolRequest, frame: CallFrame, marker_token: Callable[[str], int | None]) -> list[str]:
+    """The calls in `frame`, their bodies (JSON arguments after the name, or tagged parameters), and plain text,
+    which may not start as they do."""
+    tools = request.callable
+    opening, separator, closing = (grammar_text(parts, marker_token)
+                                   for parts in (frame.opening, frame.separator, frame.closing))
+    more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several and not frame.one_call else ""
+    spelled = frame.opening_text.lstrip() or frame.opening_text
+    lines = [f"calls: {opening} body{more} {closing}", _body_rule(tools),
+             f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
+    if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
+        return lines + _xml_alternatives(tools, frame.layout)[1:]
+    name_end = grammar_text(frame.name_end, marker_token)
+    for i, tool in enumerate(tools):
+        lines.append(f"call_{i}: {json.dumps(tool.name)} {name_end} arguments_{i}")
+        lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
+    return lines
 
 
 # A Mistral call's id, and plain text, which may not start as a call does (spelled out, `[TOOL_CALLS]` would read
