@@ -51,9 +51,9 @@ class Thinking:
 
 
 def template_thinking(template: str | None, marker_token: Callable[[str], int | None]) -> Thinking | None:
-    """`Thinking` for a template that thinks in `<think>` tags which are one special token each in the model's
-    vocabulary (as in Qwen3's, DeepSeek R1's, MiniMax-M2's); else None (a spelled tag could not be told apart
-    from the text around it)."""
+    """`Thinking` for a template that thinks in tags (`thought_tags`) which are one special token each in the
+    model's vocabulary (as Qwen3's, DeepSeek R1's and MiniMax-M2's `<think>` are); else None (a spelled tag could
+    not be told apart from the text around it)."""
     tags = thought_tags(template)
     if template is None or tags is None:
         return None
@@ -65,7 +65,7 @@ def template_thinking(template: str | None, marker_token: Callable[[str], int | 
 
 @functools.lru_cache(maxsize=16)
 def _prompt_opens(template: str, opening: str) -> bool:
-    """Whether `template`'s generation prompt leaves a thought open (DeepSeek R1's `<think>\n`)."""
+    """Whether `template`'s generation prompt leaves a thought open (DeepSeek R1's `<think>\\n`)."""
     try:
         return opened_by(render_chat(template, [{"role": "user", "content": "probe"}]), opening)
     except LocalspecError:
