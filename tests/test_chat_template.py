@@ -105,6 +105,12 @@ def test_changing_or_growing_past_the_bounds_is_refused_by_any_way_in(template: 
     assert messages == MESSAGES and tools == [{"type": "function", "function": {"name": "f"}}]
 
 
+def test_a_list_that_holds_itself_is_written_at_once() -> None:
+    started = time.monotonic()
+    assert render_chat("{% set l = [1] %}{% set _ = l.append(l) %}{{ l }}", MESSAGES) == "[1, [...]]"
+    assert time.monotonic() - started < 1  # (its size was counted round the loop: 5 s)
+
+
 def test_what_a_template_is_given_may_be_nested_deeper_than_pythons_stack() -> None:
     deep: dict = {}
     inner = deep

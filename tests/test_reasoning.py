@@ -16,7 +16,7 @@ from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
 from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.harmony import HarmonySplitter, split_harmony
-from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thinks, thought_tags
+from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thought_tags
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
 from localspec.app.tool_call_frames import template_frame
@@ -53,9 +53,9 @@ def test_an_output_is_sorted_alike_whole_and_in_any_pieces(text: str, opened: bo
 
 
 def test_only_a_template_with_both_tags_thinks() -> None:
-    assert thinks("{{ '<think>\\n' }}{{ m.content.split('</think>')[-1] }}")
-    assert not thinks("{% for m in messages %}{{ m.content }}{% endfor %}") and not thinks(None)
-    assert not thinks("<think> but never closed")
+    assert thought_tags("{{ '<think>\\n' }}{{ m.content.split('</think>')[-1] }}") == ("<think>", "</think>")
+    assert thought_tags("{% for m in messages %}{{ m.content }}{% endfor %}") is None and thought_tags(None) is None
+    assert thought_tags("<think> but never closed") is None
 
 
 # A template that opens the thought in its prompt, and renders an earlier reply's thinking where it has one.
@@ -158,7 +158,7 @@ def test_gpt_oss_calls_one_tool_a_message_and_may_think_first() -> None:
         assert setup.syntax is ToolSyntax.FRAMED
         for text in (CALL + "<|call|>", ANALYSIS + "Call add." + NEXT + CALL + "<|call|>"):
             assert accepts_bytes(setup.grammar, text)
-            calls = setup.calls_in(setup.answer(text))
+            calls = setup.calls_in(setup.answer(text).content)
             assert calls and [(c.name, c.arguments) for c in calls] == [("add", '{"a": 1, "b": 2}')]
         assert not accepts_bytes(setup.grammar, CALL + CALL + "<|call|>")  # one call a message
         answer = ANALYSIS + "No call." + NEXT + FINAL + "It is 3."

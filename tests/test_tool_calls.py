@@ -1074,6 +1074,25 @@ def test_a_tool_without_a_description_renders_with_templates_that_read_one() -> 
     assert render_chat(reads, [{"role": "user", "content": "hi"}], tools=bare.definitions()) == "ping: \nhi"
 
 
+def test_a_frame_leaves_out_an_empty_thought_and_a_turn_end_written_twice() -> None:
+    """Kimi K2 Thinking's template writes `<think></think>` before an earlier call (a thought the model may write
+    or leave out: not part of the call); R1 Distill's writes its end of turn twice after calls."""
+    kimi_thinking = template_frame((DATA / "kimi-k2-thinking.jinja").read_text())
+    assert kimi_thinking is not None and kimi_thinking.opening == template_frame(KIMI).opening
+    distill = template_frame((DATA / "deepseek-r1-distill-qwen.jinja").read_text())
+    assert distill is not None and distill.closing == ("\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",)
+
+
+def test_an_id_written_after_the_name_is_the_calls_id() -> None:
+    after_name = ("{% for m in messages %}{% if m.tool_calls %}<calls>{% for c in m.tool_calls %}{{ c.function.name }}"
+                  "@{{ c.id }}:{{ c.function.arguments | tojson }};{% endfor %}</calls>{% else %}{{ m.content }}"
+                  "{% endif %}|{% endfor %}")
+    setup = prepare_tools(request(), after_name, lambda text: None)
+    assert setup.frame.name_end == ("@", Hole.ID, ":")
+    calls = setup.calls_in('<calls>add@xyz9:{"a": 1, "b": 2};get_weather@xyz9:{"city": "Oslo"};</calls>')
+    assert calls and calls[0].id == "xyz9" and calls[1].id.startswith("call_")  # (written twice: a fresh one)
+
+
 def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:
     ids = {"<|tool_calls_section_begin|>": 90, "<|tool_call_begin|>": 91, "<|tool_call_argument_begin|>": 92}
     grammar = tool_grammar(request(), ToolSyntax.FRAMED, ids.get, frame=template_frame(KIMI))

@@ -77,10 +77,10 @@ def split_harmony(text: str) -> Sorted:
     return splitter.feed(text) + splitter.finish()
 
 
-def thinking_rules(marker_token: Callable[[str], int | None]) -> tuple[list[str], str]:
+def thinking_rules(marker_token: Callable[[str], int | None]) -> list[str]:
     """Lark rules for an analysis message that may open a harmony reply held to a grammar (rule `analysis`), and
-    the rule of a final message of free text (`final`): each marker named as the special token it is (else
-    spelled out, and the analysis then read up to the first spelled end)."""
+    for a final message of free text (rule `final`): each marker named as the special token it is (else spelled
+    out, and the analysis then read up to the first spelled end)."""
     channel, message, end, start = (_named(text, marker_token) for text in (CHANNEL, MESSAGE, END, START))
     if marker_token(END) is not None:  # (a text lexeme cannot hold a special token: it ends where the token comes)
         analysis = f'analysis: {channel} "analysis" {message} thought {end} {start} "assistant"'
@@ -88,7 +88,7 @@ def thinking_rules(marker_token: Callable[[str], int | None]) -> tuple[list[str]
     else:
         analysis = f'analysis: {channel} "analysis" {message} thought {start} "assistant"'
         thought = r"thought[lazy]: /(?s:.*)<\|end\|>/"
-    return [analysis, thought, f'final: {channel} "final" {message} answer', "answer: /(?s:.*)/"], "final"
+    return [analysis, thought, f'final: {channel} "final" {message} answer', "answer: /(?s:.*)/"]
 
 
 def _named(text: str, marker_token: Callable[[str], int | None]) -> str:

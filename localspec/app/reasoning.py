@@ -29,11 +29,6 @@ def thought_tags(template: str | None) -> tuple[str, str] | None:
     return next(((opening, closing) for opening, closing in TAGS if opening in template and closing in template), None)
 
 
-def thinks(template: str | None) -> bool:
-    """Whether the model of `template` may think in tags before its answer."""
-    return thought_tags(template) is not None
-
-
 def opened_by(prompt_end: str, opening: str = OPEN) -> bool:
     """Whether a prompt ending in `prompt_end` leaves a thought open (the reply goes on inside it)."""
     return prompt_end.rstrip().endswith(opening)
@@ -72,15 +67,16 @@ def _prompt_opens(template: str, opening: str) -> bool:
         return False
 
 
-def thinking_rules(thinking: Thinking, alternatives: str, answer: str, plain_start: str) -> list[str]:
-    """Lark rules that let a reply think before `answer` (Lark: what may follow the thinking, after whitespace);
-    `alternatives`: the reply's start without thinking (where the prompt does not open a thought);
-    `plain_start`: the text an answer in plain text may not start with (a call's opening, as TEXT may not)."""
+def thinking_rules(thinking: Thinking, alternatives: str, answer: str, plain_start: str) -> tuple[str, list[str]]:
+    """The start rule's body and the Lark rules that let a reply think before `answer` (Lark: what may follow
+    the thinking, after whitespace); `alternatives`: the reply's start without thinking (where the prompt does
+    not open a thought); `plain_start`: the text an answer in plain text may not start with (a call's opening,
+    as TEXT may not)."""
     closed = f"thinking_text <[{thinking.close_token}]> after_thinking"
     start = closed if thinking.opened else f"{alternatives} | <[{thinking.open_token}]> {closed}"
-    return [f"start: {start}", f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/",
-            r"THINKING_SPACE: /[ \t\r\n]+/",
-            f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/"]
+    return start, [f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/",
+                   r"THINKING_SPACE: /[ \t\r\n]+/",
+                   f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/"]
 
 
 @dataclass

@@ -236,10 +236,7 @@ def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int],
     session = served.queue.session
     template = session.chat_template()
     if tools is not None:  # (sorted whatever `reasoning_format` says: the call is read past the thinking)
-        if is_harmony(template):
-            return HarmonySplitter
-        thinking = tools.thinking
-        return None if thinking is None else lambda: ThoughtSplitter(thinking.opened, thinking.tags)
+        return tools.splitter
     if not parsed.reasoning:
         return None
     if is_harmony(template):

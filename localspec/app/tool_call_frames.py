@@ -26,6 +26,7 @@ from typing import Any, Callable, Union
 from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
 from .harmony import is_harmony
+from .reasoning import thought_tags
 from .tool_call_xml import XmlLayout, common_suffix
 
 
@@ -125,6 +126,7 @@ class _Renderings:
 
         prompt, text, one, two = (render_chat(template, [user]), reply(), reply(0), reply(0, 1))
         start = len(prompt) if one.startswith(prompt) else _before_special(one, _common_prefix(text, one))
+        start = _after_empty_thought(one, start, thought_tags(template))
         shows_tools = render_chat(template, [user], tools=[_probe_tool()]) != prompt
         return cls(one, two, start, text[text.find(_PROBE_TEXT) + len(_PROBE_TEXT):], shows_tools)
 
@@ -258,11 +260,22 @@ def _before_special(text: str, at: int) -> int:
 
 def _before_turn_end(tail: str, text_tail: str) -> str:
     """The calls' closing text: `tail` (what follows the last arguments) up to where a reply of text ends its turn
-    (a special-looking text that follows a text reply, `text_tail`), where the tail has one."""
-    if text_tail.strip() and tail.endswith(text_tail):  # (MiniMax's `[e~[`: the same end, whatever it looks like)
-        return tail[:len(tail) - len(text_tail)]
+    (a special-looking text that follows a text reply, `text_tail`: its first time in the tail, as R1 Distill's
+    template writes its end twice; or the whole of `text_tail` at the tail's end, MiniMax's `[e~[`)."""
     ends = [tail.find(found.group()) for found in SPECIAL_LOOKING.finditer(text_tail)]
+    if text_tail.strip() and tail.endswith(text_tail):
+        ends.append(len(tail) - len(text_tail))
     return tail[:min((end for end in ends if end >= 0), default=len(tail))]
+
+
+def _after_empty_thought(text: str, at: int, tags: tuple[str, str] | None) -> int:
+    """`at`, or past the empty thought that starts there (Kimi K2 Thinking's template writes `<think></think>`
+    before an earlier call: a thought the grammar lets the model write itself, or leave out)."""
+    if tags is None:
+        return at
+    empty = re.compile(r"\s*" + re.escape(tags[0]) + r"\s*" + re.escape(tags[1]) + r"\s*")
+    found = empty.match(text, at)
+    return found.end() if found else at
 
 
 def _with_ids(parts: tuple[Part, ...], i: int) -> tuple[Part, ...]:

@@ -59,8 +59,8 @@ from ..engine.grammar import (
 from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
 from ..textin import clean_data
-from .harmony import split_harmony, thinking_rules as harmony_rules
-from .reasoning import Thinking, split_thought, template_thinking, thinking_rules
+from .harmony import HarmonySplitter, thinking_rules as harmony_rules
+from .reasoning import Sorted, Splitter, Thinking, ThoughtSplitter, template_thinking, thinking_rules
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_xml import (
     ARG_KEYS,
@@ -430,7 +430,8 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
     which the reply may then open with (`reasoning.thinking_rules`).
     """
     tools = request.callable
-    lines = ["%llguidance {}", f"start: {'calls' if request.forced else 'TEXT | calls'}"]
+    start = "calls" if request.forced else "TEXT | calls"
+    lines = []
     if syntax is ToolSyntax.HERMES or syntax.has_tagged_parameters:
         opening, closing = (_marker(text, marker_token) for text in (OPEN_TAG, CLOSE_TAG))
         tagged = syntax.has_tagged_parameters  # (a tagged layout has the newlines inside the tags)
@@ -462,35 +463,34 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
             lines.append(f"arguments_{i}: %json {arguments_json(tool)}")
     elif syntax is ToolSyntax.FRAMED:
         assert frame is not None, "FRAMED calls need their frame"
-        lines += _framed_lines(request, frame, marker_token)
+        lines += _framed_lines(request, frame, marker_token, plain_text=not frame.harmony)
         if frame.harmony:  # (gpt-oss: its analysis first, as it was trained to; text only as a final message)
-            harmony_lines, final = harmony_rules(marker_token)
-            lines[1] = f"start: analysis? {'calls' if request.forced else f'({final} | calls)'}"
-            lines += harmony_lines
+            start = f"analysis? {'calls' if request.forced else '(final | calls)'}"
+            lines += harmony_rules(marker_token)
     else:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
                   r"TEXT: /(?s:.*)/ & ~/\s*\{(?s:.*)/"]
         lines += _alternatives(tools, "arguments")
-    if thinking is not None:
+    if thinking is not None:  # (a thought first, where the model may write one)
         answer = "calls" if request.forced else "(ANSWER_TEXT | calls)?"
         plain = _regex_literal(syntax.opening(frame).lstrip())
-        start, *rules = thinking_rules(thinking, lines[1][len("start: "):], answer, plain)
-        lines[1] = start
+        start, rules = thinking_rules(thinking, start, answer, plain)
         lines += rules
-    return "\n".join(lines) + "\n"
+    return "\n".join(["%llguidance {}", f"start: {start}", *lines]) + "\n"
 
 
-def _framed_lines(request: ToolRequest, frame: CallFrame, marker_token: Callable[[str], int | None]) -> list[str]:
-    """The calls in `frame`, their bodies (JSON arguments after the name, or tagged parameters), and plain text,
-    which may not start as they do."""
+def _framed_lines(request: ToolRequest, frame: CallFrame, marker_token: Callable[[str], int | None],
+                  plain_text: bool = True) -> list[str]:
+    """The calls in `frame`, their bodies (JSON arguments after the name, or tagged parameters), and (with
+    `plain_text`) plain text, which may not start as they do."""
     tools = request.callable
     opening, separator, closing = (grammar_text(parts, marker_token)
                                    for parts in (frame.opening, frame.separator, frame.closing))
     more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several and not frame.one_call else ""
-    spelled = frame.opening_text.lstrip() or frame.opening_text
-    lines = [f"calls: {opening} body{more} {closing}", _body_rule(tools),
-             f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(spelled)}(?s:.*)/"]
+    lines = [f"calls: {opening} body{more} {closing}", _body_rule(tools)]
+    if plain_text:
+        lines.append(f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(frame.opening_text.lstrip())}(?s:.*)/")
     if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
         return lines + _xml_alternatives(tools, frame.layout)[1:]
     name_end = grammar_text(frame.name_end, marker_token)
@@ -600,7 +600,8 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
 
 def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
                 layout: XmlLayout | None = None, frame: CallFrame | None = None) -> list[ToolCall] | None:
-    """The calls a finished output makes, each with a fresh id (None: it is plain text, or not a whole call).
+    """The calls a finished output makes, each with the id the model wrote (Mistral's, a frame's) or a fresh one
+    (None: it is plain text, or not a whole call).
     Each call's arguments are the JSON text the model wrote (as OpenAI passes them on), not a re-encoding:
     Python would write `1e999` back as `Infinity`, which is no JSON."""
     try:
@@ -625,16 +626,16 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
             calls = [_call(members, "arguments", syntax) for members in _whole(listed, _objects)]
     except (ValueError, KeyError, TypeError, RecursionError):  # (RecursionError: nested deeper than Python reads)
         return None
-    return _distinct_ids(calls) or None
+    return _distinct_ids(calls, syntax) or None
 
 
-def _distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
-    """The calls, each with an id of its own: a Mistral model that wrote an id twice (copied from an earlier
-    call, say) gets a fresh one for the repeat, so that each result names one call."""
+def _distinct_ids(calls: list[ToolCall], syntax: ToolSyntax) -> list[ToolCall]:
+    """The calls, each with an id of its own: a model that wrote an id twice (a Mistral model, Solar Open;
+    copied from an earlier call, say) gets a fresh one for the repeat, so that each result names one call."""
     seen: set[str] = set()
     for i, call in enumerate(calls):
         if call.id in seen:
-            calls[i] = ToolCall(call.name, call.arguments, _new_id(ToolSyntax.MISTRAL))
+            calls[i] = ToolCall(call.name, call.arguments, _new_id(syntax))
         seen.add(calls[i].id)
     return calls
 
@@ -742,8 +743,8 @@ def _framed_calls(text: str, frame: CallFrame, tools: Sequence[Tool]) -> list[To
             written = TOOL_NAME.match(text, at)
             if written is None:
                 raise ValueError("no tool name")
-            start = read_parts(text, written.end(), frame.name_end)[0]
-            name, end = written.group(), _members(text, start)[1]
+            start, written_id = read_parts(text, written.end(), frame.name_end)
+            name, end, call_id = written.group(), _members(text, start)[1], call_id or written_id
             arguments = text[start:end]
         calls.append(ToolCall(name, arguments, call_id or _new_id(ToolSyntax.FRAMED)))
         if ends_as_closing(text[end:], frame.closing):
@@ -881,14 +882,22 @@ class ToolSetup:
     frame: CallFrame | None = None  # the texts this model's template writes around FRAMED calls
     thinking: Thinking | None = None  # a thinking model's tags: a reply may think before its call or text
 
-    def answer(self, output: str) -> str:
-        """An `output` without the thinking its grammar lets come first (a harmony analysis, a `<think>` block):
-        what `calls_in` reads."""
+    @property
+    def splitter(self) -> Callable[[], Splitter] | None:
+        """What sorts an output into the thinking its grammar lets come first (a harmony analysis, a thought in
+        tags) and the answer, made anew for each output; None where the grammar lets none come."""
         if self.frame is not None and self.frame.harmony:
-            return split_harmony(output).content
-        if self.thinking is not None:
-            return split_thought(output, self.thinking.opened, self.thinking.tags).content
-        return output
+            return HarmonySplitter
+        thinking = self.thinking
+        return None if thinking is None else lambda: ThoughtSplitter(thinking.opened, thinking.tags)
+
+    def answer(self, output: str) -> Sorted:
+        """An `output` sorted into its thinking and its answer (what `calls_in` reads; all answer where the
+        grammar lets no thinking come)."""
+        if self.splitter is None:
+            return Sorted(content=output)
+        splitter = self.splitter()
+        return splitter.feed(output) + splitter.finish()
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
         """The calls `text`, an answer (see `answer`), makes (None: plain text, or not whole calls of the tools
@@ -1051,7 +1060,10 @@ def chat_input(messages: Sequence[dict[str, Any]], setup: ToolSetup | None,
     itself; for one without, they are described in the system message (see `template_messages`)."""
     syntax = setup.syntax if setup is not None else detect_syntax(template)
     request = setup.request if setup is not None else None
-    frame = template_frame(template) if template is not None and syntax is ToolSyntax.FRAMED else None
+    if setup is not None:
+        frame = setup.frame
+    else:
+        frame = template_frame(template) if template is not None and syntax is ToolSyntax.FRAMED else None
     rendered = template_messages(messages, request, syntax, frame)
     if request is None or syntax is ToolSyntax.JSON:
         return rendered, None

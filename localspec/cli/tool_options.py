@@ -108,7 +108,7 @@ class ToolRun:
         """The calls of a whole output (None: plain text, or cut short)."""
         if self.setup is None or cut_short_message(generation.stop_reason) is not None:
             return None
-        return self.setup.calls_in(self.setup.answer(generation.text))
+        return self.setup.calls_in(self.setup.answer(generation.text).content)
 
     def print_answer(self, generation: Generation) -> None:
         """The calls as one JSON object, or the text (output cut short is text: `run` then says so and exits 1)."""
@@ -116,7 +116,9 @@ class ToolRun:
         if calls:
             write_stdout(json_with_calls({}, calls) + "\n")
             return
-        write_stdout(generation.text + ("" if generation.text.endswith("\n") else "\n"))
+        # (a thinking model's answer without the thought its grammar let come first, as `serve` sends it)
+        text = self.setup.answer(generation.text).content if self.setup is not None else generation.text
+        write_stdout(text + ("" if text.endswith("\n") else "\n"))
 
 
 def json_with_calls(report: dict[str, Any], calls: list[ToolCall] | None) -> str:

@@ -248,12 +248,15 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...] | list[Any]) -
 def _text_size(value: Any, each: bool = False) -> int:
     """About how many characters `value` writes as text (its strings in full, other scalars a few; nested lists
     and maps summed), counted only up to just past MAX_ARGUMENT; with `each`, the largest of its members'."""
-    sizes, stack, total = [], [value], 0
+    sizes, stack, total, seen = [], [value], 0, set()
     while stack and total <= MAX_ARGUMENT:
         item = stack.pop()
         if isinstance(item, str):
             size = len(item)
+        elif isinstance(item, (list, tuple, dict)) and id(item) in seen:  # (a list that holds itself: `[...]`)
+            size = 5
         elif isinstance(item, (list, tuple, dict)):
+            seen.add(id(item))
             members = list(item.items()) if isinstance(item, dict) else item
             if each and item is value:
                 sizes = [_text_size(member) for member in members[:1 << 16]]
