@@ -61,6 +61,8 @@ MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
 KIMI, DEEPSEEK = ((DATA / name).read_text() for name in ("kimi-k2-instruct.jinja", "deepseek-v3.1.jinja"))
 SEED, MINIMAX, DSML = ((DATA / name).read_text()
                        for name in ("seed-oss.jinja", "minimax-m2.jinja", "deepseek-v3.2.jinja"))
+GEMMA = (DATA / "gemma-4.jinja").read_text()
+GEMMA_CALL = '<|tool_call>call:add{a:1,b:2}<tool_call|>'
 KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>"
              '{"a": 1, "b": 2}<|tool_call_end|><|tool_calls_section_end|>')
 PLAIN = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
@@ -115,6 +117,9 @@ CALLS = {
     ToolSyntax.FRAMED: (KIMI_CALL,
                         [KIMI_CALL.replace('"a": 1', '"a": "1"'), KIMI_CALL.replace('"b": 2', '"b": 2, "c": 3'),
                          KIMI_CALL.replace("add:0", "add")]),
+    ToolSyntax.GEMMA: (GEMMA_CALL,
+                       [GEMMA_CALL.replace("a:1", 'a:<|"|>1<|"|>'), GEMMA_CALL.replace("{a:1,b:2}", "{b:2,a:1}"),
+                        GEMMA_CALL.replace("b:2", "b:2,c:3")]),
     ToolSyntax.JSON: ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}',
                       ['{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}]}',
                        '{"tool_calls": []}',
@@ -122,13 +127,15 @@ CALLS = {
 }
 TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.XML: QWEN_CODER, ToolSyntax.ARG_KEYS: GLM, ToolSyntax.LLAMA3: LLAMA,
              ToolSyntax.MISTRAL: NEMO,
-             ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.FRAMED: KIMI, ToolSyntax.JSON: PLAIN}
+             ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.FRAMED: KIMI, ToolSyntax.GEMMA: GEMMA,
+             ToolSyntax.JSON: PLAIN}
 # A call of `add` (a=1, b=2) in each syntax but those with tagged parameters (`add_call` writes those).
 ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
              ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
              ToolSyntax.MISTRAL: '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
              ToolSyntax.MISTRAL_ARGS: '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
              ToolSyntax.FRAMED: KIMI_CALL,
+             ToolSyntax.GEMMA: GEMMA_CALL,
              ToolSyntax.JSON: '{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}'}
 
 
@@ -142,6 +149,11 @@ def add_call(syntax: ToolSyntax, name: str = "add", arguments: str = '{"a": 1, "
         parameters = "".join(f"<arg_key>{key}</arg_key>\n<arg_value>{json.dumps(value)}</arg_value>\n"
                              for key, value in json.loads(arguments).items())
         return f"<tool_call>{name}\n{parameters}</tool_call>"
+    if syntax is ToolSyntax.GEMMA:  # (keys bare and sorted, strings between <|"|> marks)
+        quote = '<|"|>'
+        written = ",".join(f"{key}:{quote + value + quote if isinstance(value, str) else json.dumps(value)}"
+                           for key, value in sorted(json.loads(arguments).items()))
+        return f"<|tool_call>call:{name}{{{written}}}<tool_call|>"
     call = ADD_CALLS[syntax].replace('{"a": 1, "b": 2}', arguments)
     return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[").replace(".add:", f".{name}:")
 
@@ -1091,6 +1103,38 @@ def test_an_id_written_after_the_name_is_the_calls_id() -> None:
     assert setup.frame.name_end == ("@", Hole.ID, ":")
     calls = setup.calls_in('<calls>add@xyz9:{"a": 1, "b": 2};get_weather@xyz9:{"city": "Oslo"};</calls>')
     assert calls and calls[0].id == "xyz9" and calls[1].id.startswith("call_")  # (written twice: a fresh one)
+
+
+def test_gemma_4_calls_are_held_in_its_notation_and_read_back(tmp_path: Path) -> None:
+    """Gemma 4's keys bare and sorted, a string between `<|"|>` marks (its special token, named by id), other values
+    as JSON; drawn alike target-only and speculatively on a tiny model with its markers; a schema its notation
+    cannot hold is held to the JSON form."""
+    note = prepare_tools(request(tools=[NOTE]), GEMMA, lambda text: None)  # (an array of tags)
+    assert note.syntax is ToolSyntax.JSON and any("JSON form" in warning for warning in note.warnings)
+    weather = prepare_tools(request(), GEMMA, lambda text: None)
+    both = '<|tool_call>call:get_weather{city:<|"|>Paris, TX<|"|>,days:3}<tool_call|>' + GEMMA_CALL
+    assert accepts_bytes(weather.grammar, both)
+    calls = weather.calls_in(both)
+    assert calls and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris, TX", "days": 3}), ("add", {"a": 1, "b": 2})]
+    assert not accepts_bytes(weather.grammar, '<|tool_call>call:get_weather{days:3}<tool_call|>')  # (city required)
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path / "gemma.gguf", random_weights(n_vocab, seed=8), n_vocab=n_vocab, space_token=True,
+                       context_length=4096,
+                       special_pieces=[(m, TokenType.USER_DEFINED) for m in ('<|tool_call>', '<tool_call|>', '<|"|>')])
+    model = Model(path, ModelSettings(n_threads=1))
+    try:
+        short = json.loads(json.dumps(WEATHER))
+        short["function"]["parameters"]["properties"]["city"]["maxLength"] = 12
+        setup = prepare_tools(request("required", parallel=False, tools=[short]), GEMMA, marker_tokens(model))
+        assert '<[' in setup.grammar
+        generations = target_only_and_speculative(model, GEMMA, setup, "Weather in Paris?", seed=2)
+        for generation in generations:
+            drawn = setup.calls_in(generation.text)
+            assert drawn and drawn[0].name == "get_weather" and len(json.loads(drawn[0].arguments)["city"]) <= 12
+        assert generations[0].text == generations[1].text
+    finally:
+        model.close()
 
 
 def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:

@@ -62,6 +62,7 @@ from ..textin import clean_data
 from .harmony import HarmonySplitter, thinking_rules as harmony_rules
 from .reasoning import Sorted, Splitter, Thinking, ThoughtSplitter, template_thinking, thinking_rules
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
+from .tool_call_gemma import OPEN as GEMMA_OPEN, gemma_problem, gemma_rules, read_gemma_calls, writes_gemma_calls
 from .tool_call_xml import (
     ARG_KEYS,
     QWEN_XML,
@@ -104,6 +105,7 @@ class ToolSyntax(str, Enum):
     MISTRAL = "mistral"
     MISTRAL_ARGS = "mistral-args"
     FRAMED = "framed"  # JSON arguments framed by the template's own texts (`tool_call_frames`)
+    GEMMA = "gemma"  # Gemma 4's `<|tool_call>call:NAME{key:VALUE}<tool_call|>` (`tool_call_gemma`)
     JSON = "json"
 
     @property
@@ -121,6 +123,8 @@ class ToolSyntax(str, Enum):
             return frame.opening_text.lstrip()  # (as the stream and the reader skip whitespace first)
         if self in (ToolSyntax.HERMES, ToolSyntax.XML, ToolSyntax.ARG_KEYS):
             return OPEN_TAG
+        if self is ToolSyntax.GEMMA:
+            return GEMMA_OPEN
         return MISTRAL_CALLS if self.is_mistral else "{"
 
 
@@ -324,6 +328,8 @@ def detect_syntax(template: str | None) -> ToolSyntax:
         return ToolSyntax.MISTRAL_ARGS if MISTRAL_ARGS in template else ToolSyntax.MISTRAL
     if '"parameters": dictionary of argument name' in template:
         return ToolSyntax.LLAMA3
+    if writes_gemma_calls(template):
+        return ToolSyntax.GEMMA
     return ToolSyntax.JSON if template_frame(template) is None else ToolSyntax.FRAMED
 
 
@@ -467,6 +473,12 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         if frame.harmony:  # (gpt-oss: its analysis first, as it was trained to; text only as a final message)
             start = f"analysis? {'calls' if request.forced else '(final | calls)'}"
             lines += harmony_rules(marker_token)
+    elif syntax is ToolSyntax.GEMMA:  # (calls one after another, nothing between)
+        more = f" body{{0,{MAX_CALLS - 1}}}" if request.several else ""
+        lines += [f"calls: body{more}", _body_rule(tools), r"TEXT: /(?s:.*)/ & ~/\s*<\|tool_call>(?s:.*)/"]
+        for i, tool in enumerate(tools):
+            lines += gemma_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), marker_token,
+                                 ARGUMENT_LAYOUT)
     else:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
@@ -617,6 +629,9 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
             calls = _mistral_args_calls(text)
         elif syntax is ToolSyntax.FRAMED:
             calls = _framed_calls(text, frame, tools) if frame is not None else []
+        elif syntax is ToolSyntax.GEMMA:
+            calls = [ToolCall(name, arguments, _new_id(syntax))
+                     for name, arguments in read_gemma_calls(text[_after_space(text, 0):], _text_reader(tools))]
         elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
@@ -946,15 +961,17 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
 
 def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax,
                     frame: CallFrame | None = None) -> tuple[ToolSyntax, tuple[str, ...]]:
-    """`syntax`; or, for a syntax with tagged parameters (or a `frame` with them) where a callable tool's schema
-    asks more than tags one parameter at a time can hold (`tool_call_xml.tagged_problem`), JSON that holds it
-    exactly, with a note saying so: Hermes's inside `<tool_call>`, or for a frame the JSON form."""
-    framed = frame is not None and frame.layout is not None
+    """`syntax`; or, for a syntax with tagged parameters (or a `frame` with them, or Gemma's notation) where a
+    callable tool's schema asks more than tags one parameter at a time can hold (`tool_call_xml.tagged_problem`,
+    `tool_call_gemma.gemma_problem`), JSON that holds it exactly, with a note saying so: Hermes's inside
+    `<tool_call>`, or for a frame or Gemma the JSON form."""
+    framed = frame is not None and frame.layout is not None or syntax is ToolSyntax.GEMMA
     if not (syntax.has_tagged_parameters or framed):
         return syntax, ()
+    problem_of = gemma_problem if syntax is ToolSyntax.GEMMA else tagged_problem
     for index, tool in _callable_tools(request):
         try:
-            problem = tagged_problem(json.loads(arguments_json(tool)))
+            problem = problem_of(json.loads(arguments_json(tool)))
         except (ValueError, RecursionError):  # (said where the grammar is written)
             return syntax, ()
         if problem is not None and framed:
