@@ -18,6 +18,7 @@ import json
 import re
 from typing import Any, Callable
 
+from .tool_call_frames import grammar_text
 from .tool_call_xml import tagged_problem, writes_as_text
 
 OPEN, CLOSE, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
@@ -60,7 +61,7 @@ def gemma_rules(rule: str, name: str, parameters: dict[str, Any], marker_token: 
                 json_options: dict[str, Any]) -> list[str]:
     """Lark rules: `rule` is a call of `name` with `parameters` (that `gemma_problem` passes) in Gemma's notation,
     its keys in sorted order, commas between those written, the required ones present."""
-    opening, closing, quote = (_marked(text, marker_token) for text in (OPEN, CLOSE, QUOTE))
+    opening, closing, quote = (grammar_text((text,), marker_token) for text in (OPEN, CLOSE, QUOTE))
     properties = parameters.get("properties") or {}
     required = set(parameters.get("required") or ())
     keys = sorted(properties)
@@ -92,11 +93,6 @@ def _value_rules(value: str, schema: dict[str, Any], quote: str, quote_is_a_toke
     if quote_is_a_token:  # (a text lexeme cannot hold the special token: it ends where the token comes)
         return [f"{value}: {quote} {value}_text {quote}", f"{value}_text: /(?s:.{count})/"]
     return [f"{value}: {quote} {value}_text", rf"{value}_text[lazy]: /(?s:.{count})<\|\"\|>/"]
-
-
-def _marked(text: str, marker_token: Callable[[str], int | None]) -> str:
-    token = marker_token(text)
-    return json.dumps(text) if token is None else f"<[{token}]>"
 
 
 def read_gemma_calls(text: str, takes_text: Callable[[str, str], bool]) -> list[tuple[str, str]]:
