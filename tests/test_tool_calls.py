@@ -61,7 +61,8 @@ MISTRAL_SMALL = (DATA / "mistral-small-3.2-instruct-2506.jinja").read_text()
 KIMI, DEEPSEEK = ((DATA / name).read_text() for name in ("kimi-k2-instruct.jinja", "deepseek-v3.1.jinja"))
 SEED, MINIMAX, DSML = ((DATA / name).read_text()
                        for name in ("seed-oss.jinja", "minimax-m2.jinja", "deepseek-v3.2.jinja"))
-GEMMA = (DATA / "gemma-4.jinja").read_text()
+GEMMA, LFM = ((DATA / name).read_text() for name in ("gemma-4.jinja", "lfm2.5.jinja"))
+LFM_CALL = "<|tool_call_start|>[add(a=1, b=2)]<|tool_call_end|>"
 GEMMA_CALL = '<|tool_call>call:add{a:1,b:2}<tool_call|>'
 KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>"
              '{"a": 1, "b": 2}<|tool_call_end|><|tool_calls_section_end|>')
@@ -120,6 +121,8 @@ CALLS = {
     ToolSyntax.GEMMA: (GEMMA_CALL,
                        [GEMMA_CALL.replace("a:1", 'a:<|"|>1<|"|>'), GEMMA_CALL.replace("{a:1,b:2}", "{b:2,a:1}"),
                         GEMMA_CALL.replace("b:2", "b:2,c:3")]),
+    ToolSyntax.PYTHONIC: (LFM_CALL, [LFM_CALL.replace("a=1", "a='1'"), LFM_CALL.replace("a=1, b=2", "b=2, a=1"),
+                                     LFM_CALL.replace("[add", "add").replace(")]", ")")]),
     ToolSyntax.JSON: ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]}',
                       ['{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}]}',
                        '{"tool_calls": []}',
@@ -128,7 +131,7 @@ CALLS = {
 TEMPLATES = {ToolSyntax.HERMES: QWEN, ToolSyntax.XML: QWEN_CODER, ToolSyntax.ARG_KEYS: GLM, ToolSyntax.LLAMA3: LLAMA,
              ToolSyntax.MISTRAL: NEMO,
              ToolSyntax.MISTRAL_ARGS: MISTRAL_SMALL, ToolSyntax.FRAMED: KIMI, ToolSyntax.GEMMA: GEMMA,
-             ToolSyntax.JSON: PLAIN}
+             ToolSyntax.PYTHONIC: LFM, ToolSyntax.JSON: PLAIN}
 # A call of `add` (a=1, b=2) in each syntax but those with tagged parameters (`add_call` writes those).
 ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
              ToolSyntax.LLAMA3: '{"name": "add", "parameters": {"a": 1, "b": 2}}',
@@ -136,6 +139,7 @@ ADD_CALLS = {ToolSyntax.HERMES: '<tool_call>\n{"name": "add", "arguments": {"a":
              ToolSyntax.MISTRAL_ARGS: '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
              ToolSyntax.FRAMED: KIMI_CALL,
              ToolSyntax.GEMMA: GEMMA_CALL,
+             ToolSyntax.PYTHONIC: LFM_CALL,
              ToolSyntax.JSON: '{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}'}
 
 
@@ -154,6 +158,10 @@ def add_call(syntax: ToolSyntax, name: str = "add", arguments: str = '{"a": 1, "
         written = ",".join(f"{key}:{quote + value + quote if isinstance(value, str) else json.dumps(value)}"
                            for key, value in sorted(json.loads(arguments).items()))
         return f"<|tool_call>call:{name}{{{written}}}<tool_call|>"
+    if syntax is ToolSyntax.PYTHONIC:  # (keyword arguments, strings between single quotes)
+        written = ", ".join(f"{key}={chr(39) + value + chr(39) if isinstance(value, str) else json.dumps(value)}"
+                            for key, value in json.loads(arguments).items())
+        return f"<|tool_call_start|>[{name}({written})]<|tool_call_end|>"
     call = ADD_CALLS[syntax].replace('{"a": 1, "b": 2}', arguments)
     return call.replace('"add"', json.dumps(name)).replace("]add[", f"]{name}[").replace(".add:", f".{name}:")
 
@@ -1135,6 +1143,25 @@ def test_gemma_4_calls_are_held_in_its_notation_and_read_back(tmp_path: Path) ->
         assert generations[0].text == generations[1].text
     finally:
         model.close()
+
+
+def test_lfm_calls_are_held_as_python_calls_and_read_back() -> None:
+    """LFM2.5's keyword arguments in the schema's order, strings between single quotes, booleans as Python
+    writes them, numbers and objects as JSON; a schema with an array is held to the JSON form."""
+    note = prepare_tools(request(tools=[NOTE]), LFM, lambda text: None)
+    assert note.syntax is ToolSyntax.JSON and any("JSON form" in warning for warning in note.warnings)
+    flag = {"type": "function", "function": {"name": "flag", "parameters": {"type": "object", "properties": {
+        "on": {"type": "boolean"}, "where": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        "required": ["on"]}}}
+    setup = prepare_tools(request(tools=[WEATHER, flag]), LFM, lambda text: None)
+    both = ("<|tool_call_start|>[get_weather(city='Paris, TX', days=3), flag(on=False, where={\"x\": 1})]"
+            "<|tool_call_end|>")
+    assert accepts_bytes(setup.grammar, both)
+    calls = setup.calls_in(both)
+    assert calls and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris, TX", "days": 3}), ("flag", {"on": False, "where": {"x": 1}})]
+    for wrong in ("flag(on=false)", "flag(on=True, where=5)", "get_weather(city='it's')"):
+        assert not accepts_bytes(setup.grammar, f"<|tool_call_start|>[{wrong}]<|tool_call_end|>"), wrong
 
 
 def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:

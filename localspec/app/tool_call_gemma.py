@@ -19,10 +19,9 @@ import re
 from typing import Any, Callable
 
 from .tool_call_frames import grammar_text
-from .tool_call_xml import tagged_problem, writes_as_text
+from .tool_call_xml import TOOL_NAME, expect, tagged_problem, writes_as_text
 
 OPEN, CLOSE, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tool's name (OpenAI's rule, as tool_calls checks it)
 _SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
 _SCALAR_TYPES = {"integer", "number", "boolean", "null"}
 
@@ -70,13 +69,22 @@ def gemma_rules(rule: str, name: str, parameters: dict[str, Any], marker_token: 
         value = f"{rule}_value_{j}"
         lines.append(f"{rule}_{j}: {json.dumps(f'{key}:')} {value}")
         lines += _value_rules(value, properties[key], quote, marker_token(QUOTE) is not None, json_options)
+    return lines + keyed_sequence(rule, [key in required for key in keys], ",")
+
+
+def keyed_sequence(rule: str, required: list[bool], separator: str) -> list[str]:
+    """Lark rules `{rule}_first_0`: items `{rule}_0`, `{rule}_1`, … in order, `separator` between those written,
+    the `required` ones present. (`{rule}_first_j`: no item written yet from the j-th on; `{rule}_rest_j`: one
+    is, so a separator comes before the next.)"""
+    lines, comma = [], json.dumps(separator)
+    for j, needed in enumerate(required):
         after = f"{rule}_rest_{j + 1}"
-        if key in required:  # (first_j: no key written yet; rest_j: one is, so a comma comes before the next)
-            lines += [f"{rule}_first_{j}: {rule}_{j} {after}", f'{rule}_rest_{j}: "," {rule}_{j} {after}']
+        if needed:
+            lines += [f"{rule}_first_{j}: {rule}_{j} {after}", f"{rule}_rest_{j}: {comma} {rule}_{j} {after}"]
         else:
             lines += [f"{rule}_first_{j}: {rule}_{j} {after} | {rule}_first_{j + 1}",
-                      f'{rule}_rest_{j}: ("," {rule}_{j})? {after}']
-    return lines + [f'{rule}_first_{len(keys)}: ""', f'{rule}_rest_{len(keys)}: ""']
+                      f"{rule}_rest_{j}: ({comma} {rule}_{j})? {after}"]
+    return lines + [f'{rule}_first_{len(required)}: ""', f'{rule}_rest_{len(required)}: ""']
 
 
 def _value_rules(value: str, schema: dict[str, Any], quote: str, quote_is_a_token: bool,
@@ -100,19 +108,19 @@ def read_gemma_calls(text: str, takes_text: Callable[[str, str], bool]) -> list[
     says whether a value is a string between quote marks. ValueError when the text is anything else."""
     calls, at = [], 0
     while at < len(text):
-        at = _expect(text, at, f"{OPEN}call:")
-        name = _NAME.match(text, at)
+        at = expect(text, at, f"{OPEN}call:")
+        name = TOOL_NAME.match(text, at)
         if name is None:
             raise ValueError("no tool name")
-        at, members = _expect(text, name.end(), "{"), []
+        at, members = expect(text, name.end(), "{"), []
         while not text.startswith("}", at):
             if members:
-                at = _expect(text, at, ",")
+                at = expect(text, at, ",")
             key_end = text.index(":", at)
             key = text[at:key_end]
             at = key_end + 1
             if takes_text(name.group(), key):
-                end = text.index(QUOTE, _expect(text, at, QUOTE))
+                end = text.index(QUOTE, expect(text, at, QUOTE))
                 written, at = json.dumps(text[at + len(QUOTE):end], ensure_ascii=False), end + len(QUOTE)
             else:
                 scalar = _SCALAR.match(text, at)
@@ -120,12 +128,6 @@ def read_gemma_calls(text: str, takes_text: Callable[[str, str], bool]) -> list[
                     raise ValueError(f"{key}: not a JSON scalar")
                 written, at = scalar.group(), scalar.end()
             members.append(f"{json.dumps(key, ensure_ascii=False)}: {written}")
-        at = _expect(text, at + 1, CLOSE)
+        at = expect(text, at + 1, CLOSE)
         calls.append((name.group(), "{" + ", ".join(members) + "}"))
     return calls
-
-
-def _expect(text: str, at: int, part: str) -> int:
-    if not text.startswith(part, at):
-        raise ValueError(f"expected {part!r}")
-    return at + len(part)

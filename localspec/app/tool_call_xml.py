@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tool's name (OpenAI's rule, as tool_calls checks it)
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tool's name (OpenAI's rule, as tool_calls checks it)
 _CDATA = ("<![CDATA[", "]]>")  # what a text value may be wrapped in where it holds markup (MiniCPM 5's template)
 
 
@@ -221,11 +221,11 @@ def read_function(text: str, at: int, layout: XmlLayout,
     """The call written from `at` in `layout` (up to its closing tag): its name, its arguments as JSON text
     (a text value as a JSON string, a JSON value as the model wrote it), and where it ends. `takes_text(name,
     parameter)` says whether a value is text. ValueError where `text` holds no whole call there."""
-    at = _expect(text, at, layout.before_name)
-    found = _NAME.match(text, at)
+    at = expect(text, at, layout.before_name)
+    found = TOOL_NAME.match(text, at)
     if found is None:
         raise ValueError("no function name")
-    name, at = found.group(), _expect(text, found.end(), layout.after_name)
+    name, at = found.group(), expect(text, found.end(), layout.after_name)
     members: list[str] = []
     while text.startswith(layout.before_key, at):
         at += len(layout.before_key)
@@ -236,7 +236,7 @@ def read_function(text: str, at: int, layout: XmlLayout,
         key_end = min(ends)
         key = text[at:key_end]
         as_text = takes_text(name, key)
-        at = _expect(text, key_end, layout.after_key_of(as_text))
+        at = expect(text, key_end, layout.after_key_of(as_text))
         end = text.index(layout.value_end, at)
         written = text[at:end]
         if as_text and written.startswith(_CDATA[0]) and written.endswith(_CDATA[1]):  # (MiniCPM 5's, for `<`, `&`)
@@ -248,10 +248,11 @@ def read_function(text: str, at: int, layout: XmlLayout,
             value = written
         members.append(f"{json.dumps(key, ensure_ascii=False)}: {value}")
         at = end + len(layout.value_end)
-    return name, "{" + ", ".join(members) + "}", _expect(text, at, layout.after_parameters)
+    return name, "{" + ", ".join(members) + "}", expect(text, at, layout.after_parameters)
 
 
-def _expect(text: str, at: int, part: str) -> int:
+def expect(text: str, at: int, part: str) -> int:
+    """Where `part` ends, read at `at` in `text`; ValueError where `text` does not have it there."""
     if not text.startswith(part, at):
         raise ValueError(f"expected {part!r}")
     return at + len(part)

@@ -63,8 +63,17 @@ from .harmony import HarmonySplitter, thinking_rules as harmony_rules
 from .reasoning import Sorted, Splitter, Thinking, ThoughtSplitter, template_thinking, thinking_rules
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_gemma import OPEN as GEMMA_OPEN, gemma_problem, gemma_rules, read_gemma_calls, writes_gemma_calls
-from .tool_call_xml import (
+from .tool_call_pythonic import (
+    OPEN as PYTHONIC_OPEN,
+    pythonic_calls_rule,
+    pythonic_problem,
+    pythonic_rules,
+    read_pythonic_calls,
+    writes_pythonic_calls,
+)
+from .tool_call_xml import (  # (TOOL_NAME: OpenAI's rule for function names; the whole name: fullmatch)
     ARG_KEYS,
+    TOOL_NAME,
     QWEN_XML,
     XmlLayout,
     function_rules,
@@ -78,7 +87,6 @@ from .tool_call_xml import (
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # what a Hermes call is written between
 MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"  # Mistral's markers
 MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")  # the call ids Mistral's templates take (the whole id: fullmatch)
-TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names (the whole name: fullmatch)
 CHOICES = ("auto", "required", "none")
 # How the arguments are written inside a call: compact separators as json.dumps writes them (and the templates
 # render earlier calls), no free whitespace for a small model to loop on. `lenient`: schema keywords llguidance
@@ -106,6 +114,7 @@ class ToolSyntax(str, Enum):
     MISTRAL_ARGS = "mistral-args"
     FRAMED = "framed"  # JSON arguments framed by the template's own texts (`tool_call_frames`)
     GEMMA = "gemma"  # Gemma 4's `<|tool_call>call:NAME{key:VALUE}<tool_call|>` (`tool_call_gemma`)
+    PYTHONIC = "pythonic"  # LFM2.5's `<|tool_call_start|>[name(key='text')]<|tool_call_end|>` (`tool_call_pythonic`)
     JSON = "json"
 
     @property
@@ -125,6 +134,8 @@ class ToolSyntax(str, Enum):
             return OPEN_TAG
         if self is ToolSyntax.GEMMA:
             return GEMMA_OPEN
+        if self is ToolSyntax.PYTHONIC:
+            return PYTHONIC_OPEN
         return MISTRAL_CALLS if self.is_mistral else "{"
 
 
@@ -330,6 +341,8 @@ def detect_syntax(template: str | None) -> ToolSyntax:
         return ToolSyntax.LLAMA3
     if writes_gemma_calls(template):
         return ToolSyntax.GEMMA
+    if writes_pythonic_calls(template):
+        return ToolSyntax.PYTHONIC
     return ToolSyntax.JSON if template_frame(template) is None else ToolSyntax.FRAMED
 
 
@@ -479,6 +492,11 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         for i, tool in enumerate(tools):
             lines += gemma_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), marker_token,
                                  ARGUMENT_LAYOUT)
+    elif syntax is ToolSyntax.PYTHONIC:  # (one list of calls)
+        lines += [pythonic_calls_rule("body", MAX_CALLS if request.several else 1, marker_token), _body_rule(tools),
+                  r"TEXT: /(?s:.*)/ & ~/\s*<\|tool_call_start\|>(?s:.*)/"]
+        for i, tool in enumerate(tools):
+            lines += pythonic_rules(f"call_{i}", tool.name, json.loads(arguments_json(tool)), ARGUMENT_LAYOUT)
     else:
         more = f' (", " body){{0,{MAX_CALLS - 1}}}' if request.several else ""
         lines += [r'calls: "{\"tool_calls\": [" body' + more + ' "]}"',
@@ -629,9 +647,10 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
             calls = _mistral_args_calls(text)
         elif syntax is ToolSyntax.FRAMED:
             calls = _framed_calls(text, frame, tools) if frame is not None else []
-        elif syntax is ToolSyntax.GEMMA:
+        elif syntax in (ToolSyntax.GEMMA, ToolSyntax.PYTHONIC):
+            read = read_gemma_calls if syntax is ToolSyntax.GEMMA else read_pythonic_calls
             calls = [ToolCall(name, arguments, _new_id(syntax))
-                     for name, arguments in read_gemma_calls(text[_after_space(text, 0):], _text_reader(tools))]
+                     for name, arguments in read(text[_after_space(text, 0):], _text_reader(tools))]
         elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
@@ -965,10 +984,10 @@ def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax,
     callable tool's schema asks more than tags one parameter at a time can hold (`tool_call_xml.tagged_problem`,
     `tool_call_gemma.gemma_problem`), JSON that holds it exactly, with a note saying so: Hermes's inside
     `<tool_call>`, or for a frame or Gemma the JSON form."""
-    framed = frame is not None and frame.layout is not None or syntax is ToolSyntax.GEMMA
+    framed = frame is not None and frame.layout is not None or syntax in (ToolSyntax.GEMMA, ToolSyntax.PYTHONIC)
     if not (syntax.has_tagged_parameters or framed):
         return syntax, ()
-    problem_of = gemma_problem if syntax is ToolSyntax.GEMMA else tagged_problem
+    problem_of = {ToolSyntax.GEMMA: gemma_problem, ToolSyntax.PYTHONIC: pythonic_problem}.get(syntax, tagged_problem)
     for index, tool in _callable_tools(request):
         try:
             problem = problem_of(json.loads(arguments_json(tool)))
