@@ -15,6 +15,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from ..engine.textstream import held_back_length
 from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
 
@@ -156,10 +157,7 @@ class ThoughtSplitter:
 
 def before_partial(text: str, tag: str) -> str:
     """`text` without the end that may be the start of `tag`."""
-    for size in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-size:]):
-            return text[:-size]
-    return text
+    return text[:len(text) - held_back_length(text, [tag])]
 
 
 def split_thought(text: str, opened: bool = False, tags: tuple[str, str] = (OPEN, CLOSE)) -> Sorted:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -125,7 +126,7 @@ class _Renderings:
                                add_generation_prompt=False)
 
         prompt, text, one, two = (render_chat(template, [user]), reply(), reply(0), reply(0, 1))
-        start = len(prompt) if one.startswith(prompt) else _before_special(one, _common_prefix(text, one))
+        start = len(prompt) if one.startswith(prompt) else _before_special(one, len(os.path.commonprefix([text, one])))
         start = _after_empty_thought(one, start, thought_tags(template))
         shows_tools = render_chat(template, [user], tools=[_probe_tool()]) != prompt
         return cls(one, two, start, text[text.find(_PROBE_TEXT) + len(_PROBE_TEXT):], shows_tools)
@@ -240,13 +241,6 @@ def _probe_arguments(i: int) -> dict[str, Any]:
 def _probe_tool() -> dict[str, Any]:
     return {"type": "function", "function": {"name": "probe_tool", "description": "probe",
                                              "parameters": {"type": "object", "properties": {}}}}
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _before_special(text: str, at: int) -> int:

@@ -205,15 +205,13 @@ def _text_value_rules(value: str, schema: dict[str, Any], end: str) -> list[str]
     if listed is not None:
         return [f"{value}: " + " | ".join(json.dumps(text + end, ensure_ascii=False) for text in listed)]
     count = f"{{0,{schema['maxLength']}}}" if "maxLength" in schema else "*"
-    return [f"{value}[lazy]: /(?s:.{count}){_regex_text(end)}/"]
+    return [f"{value}[lazy]: /(?s:.{count}){regex_text(end)}/"]
 
 
-_REGEX_SPECIAL = set("\\.+*?()|[]{}^$#&-~/")  # (and `/`, which would end the Lark literal)
-
-
-def _regex_text(text: str) -> str:
-    """`text` as a regex that matches it alone, written inside a Lark `/…/` literal."""
-    return "".join("\\n" if char == "\n" else "\\" + char if char in _REGEX_SPECIAL else char for char in text)
+def regex_text(text: str) -> str:
+    """`text` as a regex that matches it alone, written inside a Lark `/…/` literal (every character but a letter
+    or digit as its code point)."""
+    return "".join(char if char.isalnum() else f"\\x{{{ord(char):x}}}" for char in text)
 
 
 def read_function(text: str, at: int, layout: XmlLayout,

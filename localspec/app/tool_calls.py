@@ -80,6 +80,7 @@ from .tool_call_xml import (  # (TOOL_NAME: OpenAI's rule for function names; th
     layout_shown,
     probe_call,
     read_function,
+    regex_text,
     tagged_problem,
     writes_as_text,
 )
@@ -504,7 +505,7 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         lines += _alternatives(tools, "arguments")
     if thinking is not None:  # (a thought first, where the model may write one)
         answer = "calls" if request.forced else "(ANSWER_TEXT | calls)?"
-        plain = _regex_literal(syntax.opening(frame).lstrip())
+        plain = regex_text(syntax.opening(frame).lstrip())
         start, rules = thinking_rules(thinking, start, answer, plain)
         lines += rules
     return "\n".join(["%llguidance {}", f"start: {start}", *lines]) + "\n"
@@ -520,7 +521,7 @@ def _framed_lines(request: ToolRequest, frame: CallFrame, marker_token: Callable
     more = f" ({separator} body){{0,{MAX_CALLS - 1}}}" if request.several and not frame.one_call else ""
     lines = [f"calls: {opening} body{more} {closing}", _body_rule(tools)]
     if plain_text:
-        lines.append(f"TEXT: /(?s:.*)/ & ~/\\s*{_regex_literal(frame.opening_text.lstrip())}(?s:.*)/")
+        lines.append(f"TEXT: /(?s:.*)/ & ~/\\s*{regex_text(frame.opening_text.lstrip())}(?s:.*)/")
     if frame.layout is not None:  # (tagged parameters: the name's own tag is in the frame's texts)
         return lines + _xml_alternatives(tools, frame.layout)[1:]
     name_end = grammar_text(frame.name_end, marker_token)
@@ -535,15 +536,9 @@ def _framed_lines(request: ToolRequest, frame: CallFrame, marker_token: Callable
 _MISTRAL_RULES = ["ID: /[A-Za-z0-9]{9}/", r"TEXT: /(?s:.*)/ & ~/\s*\[TOOL_CALLS\](?s:.*)/"]
 
 
-def _regex_literal(text: str) -> str:
-    """`text` matched literally inside a Lark regular expression (`/…/`)."""
-    return "".join(f"\\x{{{ord(char):x}}}" if not char.isalnum() else char for char in text)
-
-
 def _marker(text: str, marker_token: Callable[[str], int | None]) -> str:
-    """`text` in a grammar: the special token it is, named by its id, or else spelled out."""
-    token = marker_token(text)
-    return json.dumps(text) if token is None else f"<[{token}]>"
+    """`text` in a grammar: the special token it is, named by its id, or else spelled out (as a frame's)."""
+    return grammar_text((text,), marker_token)
 
 
 def _body_rule(tools: Sequence[Tool]) -> str:

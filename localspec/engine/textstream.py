@@ -60,11 +60,16 @@ class TextStream:
         return min(positions) if positions else None
 
     def _held_back_length(self, text: str) -> int:
-        """Length of the longest tail of `text` that begins some stop string."""
-        longest = 0
-        for stop in self._stop:
-            for n in range(min(len(stop) - 1, len(text)), longest, -1):
-                if stop.startswith(text[-n:]):
-                    longest = n
-                    break
-        return longest
+        return held_back_length(text, self._stop)
+
+
+def held_back_length(text: str, words: Sequence[str]) -> int:
+    """Length of the longest tail of `text` that begins one of `words` (a stop string, a tag: held back until
+    the next text says whether it is one)."""
+    longest = 0
+    for word in words:
+        for n in range(min(len(word) - 1, len(text)), longest, -1):
+            if word.startswith(text[-n:]):
+                longest = n
+                break
+    return longest
