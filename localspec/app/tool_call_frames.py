@@ -28,7 +28,7 @@ from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
 from .harmony import is_harmony
 from .reasoning import thought_tags
-from .tool_call_xml import XmlLayout, common_suffix
+from .tool_call_xml import XmlLayout, tags_around
 
 
 class Hole(Enum):
@@ -172,21 +172,18 @@ def _tagged_frame(seen: _Renderings) -> CallFrame | None:
     found_b = _in_order(two, found_a[-1][1], _probe_parts(1)) if found_a else None
     if not found_a or not found_b or two[:found_a[-1][1]] != one[:found_a[-1][1]]:
         return None
-    (name, key_a, string, key_b, number), ends = found_a, [end for _, end in found_a]
-    name_to_key, value_to_key = one[name[1]:key_a[0]], one[string[1]:key_b[0]]
-    shared = common_suffix(name_to_key, value_to_key)
-    before_key = shared[shared.rfind("<"):] if "<" in shared else ""  # (the key's opening tag)
-    value_end = value_to_key[:len(value_to_key) - len(before_key)]
-    after_text_key, after_json_key = one[key_a[1]:string[0]], one[key_b[1]:number[0]]
-    after_a, after_b = one[ends[4]:], two[found_b[-1][1]:]
-    between = two[ends[4]:found_b[0][0]]
-    if not before_key or not value_end or after_a != after_b or not after_a.startswith(value_end) \
-            or not between.startswith(value_end) or _layout_of(two, found_b) != (name_to_key, value_to_key):
+    shown_a, shown_b = tags_around(one, found_a), tags_around(two, found_b)
+    if shown_a is None or shown_b is None:
         return None
-    layout = XmlLayout("", name_to_key[:len(name_to_key) - len(before_key)], before_key, after_text_key, value_end, "",
-                       None if after_json_key == after_text_key else after_json_key)
-    opening, separator = _numbered(one[start:name[0]], between[len(value_end):], align_end=True)
-    closing = _before_turn_end(after_a[len(value_end):], seen.text_tail)
+    # (the name's opening and the parameters' end are the frame's texts, read from both renderings below)
+    layout = dataclasses.replace(shown_a, before_name="", after_parameters="")
+    end_a, value_end = found_a[-1][1], layout.value_end
+    between = two[end_a:found_b[0][0]]
+    if one[end_a:] != two[found_b[-1][1]:] or not between.startswith(value_end) \
+            or dataclasses.replace(shown_b, before_name="", after_parameters="") != layout:
+        return None
+    opening, separator = _numbered(one[start:found_a[0][0]], between[len(value_end):], align_end=True)
+    closing = _before_turn_end(one[end_a + len(value_end):], seen.text_tail)
     return CallFrame(_with_ids(opening, 0), (), _with_ids(separator, 1), _joined([closing]), seen.shows_tools, layout)
 
 
@@ -205,11 +202,6 @@ def _in_order(text: str, at: int, parts: tuple[str, ...]) -> list[tuple[int, int
         found.append((at, at + len(part)))
         at += len(part)
     return found
-
-
-def _layout_of(text: str, found: list[tuple[int, int]]) -> tuple[str, str]:
-    """The texts between a probe call's name and first key and between its first value and second key."""
-    return text[found[0][1]:found[1][0]], text[found[2][1]:found[3][0]]
 
 
 def _checked(frame: CallFrame | None) -> CallFrame | None:

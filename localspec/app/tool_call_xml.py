@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a tool's name (OpenAI's rule, as tool_calls checks it)
 _CDATA = ("<![CDATA[", "]]>")  # what a text value may be wrapped in where it holds markup (MiniCPM 5's template)
@@ -128,19 +128,27 @@ def layout_shown(call_text: str) -> XmlLayout | None:
         return None
     if at != sorted(at):
         return None
-    ends = [start + len(part) for start, part in zip(at, parts)]
-    name_to_key, key_to_value, value_to_key = (call_text[ends[i]:at[i + 1]] for i in range(3))
-    rest = call_text[ends[4]:]
-    if call_text[ends[3]:at[4]] != key_to_value:
-        return None
+    layout = tags_around(call_text, [(start, start + len(part)) for start, part in zip(at, parts)])
+    return layout if layout is not None and layout.after_json_key is None else None  # (both values are text)
+
+
+def tags_around(text: str, spans: Sequence[tuple[int, int]]) -> XmlLayout | None:
+    """The layout of a call in `text` with two parameters, `spans` where its name, first key, first value, second
+    key and second value stand: the text before the name and after the second value's end are its
+    `before_name` and `after_parameters`; the second key's end its `after_json_key` where it differs from the
+    first's (its value written as JSON). None where no key tag or value end shows."""
+    name, key_a, value_a, key_b, value_b = spans
+    name_to_key, value_to_key = text[name[1]:key_a[0]], text[value_a[1]:key_b[0]]
     # The key's opening tag: what the text before each key shares, from its last '<' (`<arg_key>`).
     shared = common_suffix(name_to_key, value_to_key)
     before_key = shared[shared.rfind("<"):] if "<" in shared else ""
     value_end = value_to_key[: len(value_to_key) - len(before_key)]
+    rest = text[value_b[1]:]
     if not before_key or not value_end or not rest.startswith(value_end):
         return None
-    return XmlLayout(call_text[: at[0]], name_to_key[: len(name_to_key) - len(before_key)], before_key, key_to_value,
-                     value_end, rest[len(value_end):])
+    after_key, after_second_key = text[key_a[1]:value_a[0]], text[key_b[1]:value_b[0]]
+    return XmlLayout(text[: name[0]], name_to_key[: len(name_to_key) - len(before_key)], before_key, after_key,
+                     value_end, rest[len(value_end):], None if after_second_key == after_key else after_second_key)
 
 
 def common_suffix(a: str, b: str) -> str:
