@@ -298,7 +298,7 @@ class WordVocabulary:
     def __init__(self, pieces: list[bytes]) -> None:
         self.pieces = pieces
 
-    def token_bytes(self, token: int) -> bytes:
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return self.pieces[token]
 
     def tokens_holding(self, byte: int) -> np.ndarray:

@@ -24,6 +24,8 @@ from .conversation import Conversation
 from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag
 from .session import Session
+from .thinking_first import prompt_end, thinking_format
+from .tool_calls import marker_tokens
 
 
 LONG_READ_TOKENS = 1000  # a turn with this many tokens not in the cache says it is reading them
@@ -127,7 +129,7 @@ class ChatSession:
             if unread >= LONG_READ_TOKENS:  # (seconds of silence on a CPU otherwise: a pasted document)
                 on_note(f"(reading {unread} tokens…)")
             generation = self.session.generation(tokens, settings, speculative=self.speculative,
-                                                 grammar=self.grammar.grammar if self.grammar else None)
+                                                 grammar=self._grammar_after_thinking(tokens))
             for chunk in generation:
                 on_chunk(chunk)
         except KeyboardInterrupt:
@@ -148,6 +150,16 @@ class ChatSession:
             self.last = generation
             self.totals.add(generation.stats)
         return Reply(generation, interrupted)
+
+    def _grammar_after_thinking(self, tokens: list[int]) -> str | None:
+        """The reply's format (None: free text), after the thought a thinking model may write first
+        (`thinking_first`; shown as the model writes it, as in free replies)."""
+        if self.grammar is None:
+            return None
+        session = self.session
+        held = thinking_format(self.grammar.grammar, session.chat_template(), marker_tokens(session.target),
+                               prompt_end(session.target, tokens))
+        return held.grammar if held is not None else self.grammar.grammar
 
     def _fit_context(self) -> int:
         """Move the window of messages the model sees past the oldest exchanges until the prompt leaves room

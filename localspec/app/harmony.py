@@ -77,10 +77,11 @@ def split_harmony(text: str) -> Sorted:
     return splitter.feed(text) + splitter.finish()
 
 
-def thinking_rules(marker_token: Callable[[str], int | None]) -> list[str]:
+def thinking_rules(marker_token: Callable[[str], int | None], free_answer: bool = True) -> list[str]:
     """Lark rules for an analysis message that may open a harmony reply held to a grammar (rule `analysis`), and
-    for a final message of free text (rule `final`): each marker named as the special token it is (else spelled
-    out, and the analysis then read up to the first spelled end)."""
+    for a final message (rule `final`) of free text, or (not `free_answer`) of what rule `answer` holds it to:
+    each marker named as the special token it is (else spelled out, and the analysis then read up to the first
+    spelled end)."""
     channel, message, end, start = (_named(text, marker_token) for text in (CHANNEL, MESSAGE, END, START))
     if marker_token(END) is not None:  # (a text lexeme cannot hold a special token: it ends where the token comes)
         analysis = f'analysis: {channel} "analysis" {message} thought {end} {start} "assistant"'
@@ -88,7 +89,8 @@ def thinking_rules(marker_token: Callable[[str], int | None]) -> list[str]:
     else:
         analysis = f'analysis: {channel} "analysis" {message} thought {start} "assistant"'
         thought = r"thought[lazy]: /(?s:.*)<\|end\|>/"
-    return [analysis, thought, f'final: {channel} "final" {message} answer', "answer: /(?s:.*)/"]
+    final = f'final: {channel} "final" {message} answer'
+    return [analysis, thought, final, "answer: /(?s:.*)/"] if free_answer else [analysis, thought, final]
 
 
 def _named(text: str, marker_token: Callable[[str], int | None]) -> str:

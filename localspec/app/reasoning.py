@@ -68,16 +68,19 @@ def _prompt_opens(template: str, opening: str) -> bool:
         return False
 
 
-def thinking_rules(thinking: Thinking, alternatives: str, answer: str, plain_start: str) -> tuple[str, list[str]]:
+def thinking_rules(thinking: Thinking, alternatives: str, answer: str,
+                   plain_start: str | None = None) -> tuple[str, list[str]]:
     """The start rule's body and the Lark rules that let a reply think before `answer` (Lark: what may follow
     the thinking, after whitespace); `alternatives`: the reply's start without thinking (where the prompt does
-    not open a thought); `plain_start`: the text an answer in plain text may not start with (a call's opening,
-    as TEXT may not)."""
+    not open a thought); `plain_start`: where the answer may be plain text (`ANSWER_TEXT`), what it may not start
+    with (a call's opening, as TEXT may not)."""
     closed = f"thinking_text <[{thinking.close_token}]> after_thinking"
     start = closed if thinking.opened else f"{alternatives} | <[{thinking.open_token}]> {closed}"
-    return start, [f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/",
-                   r"THINKING_SPACE: /[ \t\r\n]+/",
-                   f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/"]
+    # (the whitespace between bounded: a model may loop on it, as on the spaces of flexible JSON)
+    rules = [f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/", r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
+    if plain_start is not None:
+        rules.append(f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/")
+    return start, rules
 
 
 @dataclass

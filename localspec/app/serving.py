@@ -35,9 +35,9 @@ from ..engine.stats import SpecStats
 from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
-from .harmony import HarmonySplitter, is_harmony
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
-from .reasoning import Sorted, Splitter, ThoughtSplitter, opened_by, thought_tags
+from .reasoning import Sorted, Splitter
+from .thinking_first import ThinkingFormat, prompt_end, reply_splitter, thinking_format
 from .tool_calls import (
     CallStream,
     ToolCall,
@@ -195,9 +195,10 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
                                      has_draft=served.has_draft)
     async with AsyncExitStack() as hold:
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
-        tools, tokens = await asyncio.to_thread(_prepared_prompt, served, parsed)
+        tools, tokens, held = await asyncio.to_thread(_prepared_prompt, served, parsed)
         settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
-        reply = Reply(served, chat, parsed, tools, _splitter(served, parsed, tokens, tools) if chat else None)
+        reply = Reply(served, chat, parsed, tools, _splitter(served, parsed, tokens, tools, held) if chat else None,
+                      held)
         if parsed.stream:
             held = hold.pop_all()
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
@@ -226,26 +227,20 @@ def _let_go_soon(held: AsyncExitStack) -> None:
     task.add_done_callback(_letting_go.discard)
 
 
-def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int],
-              tools: ToolSetup | None) -> Callable[[], Splitter] | None:
-    """What sorts a chat reply into thinking and answer, made anew for each reply: gpt-oss's harmony channels
-    (`harmony`; a grammar for tools lets its analysis come first), or thinking tags (`reasoning.thought_tags`)
-    where the reply may think (free text, or tools whose grammar lets it think first: `ToolSetup.thinking`; under
-    a response format the grammar holds it from its first token), opened by the prompt or not; None where the
-    reply is not sorted (`reasoning_format` "none", but for tools: their calls are read past the thinking)."""
-    session = served.queue.session
-    template = session.chat_template()
+def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int], tools: ToolSetup | None,
+              held: ThinkingFormat | None) -> Callable[[], Splitter] | None:
+    """What sorts a chat reply into thinking and answer, made anew for each reply (`thinking_first.reply_splitter`):
+    free text, tools or a response format whose grammar lets it think first (`ToolSetup.thinking`, `held`); None
+    where the reply is not sorted (`reasoning_format` "none", but for tools: their calls are read past the
+    thinking; a response format whose grammar holds the reply from its first token)."""
     if tools is not None:  # (sorted whatever `reasoning_format` says: the call is read past the thinking)
         return tools.splitter
-    if not parsed.reasoning:
+    if held is not None:
+        return held.splitter
+    if not parsed.reasoning or parsed.grammar is not None:
         return None
-    if is_harmony(template):
-        return HarmonySplitter
-    tags = thought_tags(template)
-    if tags is None or parsed.grammar is not None:
-        return None
-    opened = opened_by("".join(session.target.detokenize_special(token) for token in tokens[-8:]), tags[0])
-    return lambda: ThoughtSplitter(opened, tags)
+    session = served.queue.session
+    return reply_splitter(session.chat_template(), prompt_end(session.target, tokens))
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -267,11 +262,24 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _prepared_prompt(served: ServedModel, parsed: CompletionRequest) -> tuple[ToolSetup | None, list[int]]:
-    """The request's tools made ready (if any) and its prompt tokens (run in a worker thread)."""
+def _prepared_prompt(served: ServedModel, parsed: CompletionRequest
+                     ) -> tuple[ToolSetup | None, list[int], ThinkingFormat | None]:
+    """The request's tools made ready (if any), its prompt tokens, and its response format after the thinking a
+    thinking model may do first (None: no format, or held from the reply's first token); run in a worker thread."""
     _refuse_too_long(served, parsed)
     tools = _tool_setup(served, parsed)
-    return tools, _prompt_tokens(served, parsed, tools)
+    tokens = _prompt_tokens(served, parsed, tools)
+    return tools, tokens, _format_after_thinking(served, parsed, tokens)
+
+
+def _format_after_thinking(served: ServedModel, parsed: CompletionRequest, tokens: list[int]) -> ThinkingFormat | None:
+    """A chat reply's response format after the thought a thinking model may write first (`thinking_first`), where
+    the reply is sorted (`reasoning_format` not "none": unsorted, its content would not be what the format holds)."""
+    if parsed.grammar is None or not parsed.chat or not parsed.reasoning:
+        return None
+    session = served.queue.session
+    return thinking_format(parsed.grammar, session.chat_template(), marker_tokens(session.target),
+                           prompt_end(session.target, tokens))
 
 
 def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
@@ -366,12 +374,15 @@ class Reply:
     """The response bodies of one completion request, whole or as server-sent events."""
 
     def __init__(self, served: ServedModel, chat: bool, parsed: CompletionRequest | None = None,
-                 tools: ToolSetup | None = None, splitter: Callable[[], Splitter] | None = None) -> None:
+                 tools: ToolSetup | None = None, splitter: Callable[[], Splitter] | None = None,
+                 held: ThinkingFormat | None = None) -> None:
         """`tools`: the request's tools on this model (the output is then held to their grammar and read back as
-        calls); otherwise the output is held to `parsed`'s response_format, if any. `splitter`: what sorts the
-        reply into thinking (`reasoning_content`) and answer (see `_splitter`; None: the reply is all answer)."""
+        calls); otherwise the output is held to `parsed`'s response_format, if any (`held`: after the thinking
+        the model may do first). `splitter`: what sorts the reply into thinking (`reasoning_content`) and answer
+        (see `_splitter`; None: the reply is all answer)."""
         self.served, self.chat, self.tools, self.splitter = served, chat, tools, splitter
-        self.grammar = tools.grammar if tools is not None else parsed.grammar if parsed is not None else None
+        self.grammar = (tools.grammar if tools is not None else held.grammar if held is not None
+                        else parsed.grammar if parsed is not None else None)
         # What a format that fails while generating (a limit of llguidance's) is put down to.
         self.format_param = "tools" if tools is not None else "response_format"
         self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []

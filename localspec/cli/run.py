@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 
+from ..app.reasoning import Sorted, Splitter
+from ..app.session import Session
+from ..app.thinking_first import ThinkingFormat, prompt_end, reply_splitter, thinking_format
+from ..app.tool_calls import marker_tokens
 from ..engine.generation import StopReason
+from ..engine.grammar import CompiledGrammar
 from ..textin import clean_text
 from .common import read_prompt, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
@@ -27,6 +32,60 @@ from .output_format import (
     output_format_from_options,
 )
 from .tool_options import TOOL_OPTIONS, json_with_calls, tool_run_from_options
+
+
+class Shown:
+    """A reply as `run` shows it: a thinking model's thought on stderr (dimmed on a terminal), apart from its answer
+    on stdout, which a pipe then reads alone; every reply all answer where `splitter` is None."""
+
+    def __init__(self, splitter: Callable[[], Splitter] | None) -> None:
+        self.splitter = splitter
+        self._sorting = splitter() if splitter is not None else None
+        self.answered = ""  # the answer written so far
+        self._thought_open = False  # the thought's last line is not ended yet
+
+    @property
+    def sorts(self) -> bool:
+        """Whether the reply is sorted into thought and answer."""
+        return self.splitter is not None
+
+    def write(self, text: str) -> None:
+        """Show the next piece of the output."""
+        self._show(self._sorting.feed(text) if self._sorting is not None else Sorted(content=text))
+
+    def finish(self) -> None:
+        """Show what was held back (what may have been the start of a tag) once the output is over."""
+        if self._sorting is not None:
+            self._show(self._sorting.finish())
+        if self._thought_open:
+            click.echo("", err=True)
+
+    def whole(self, output: str) -> Sorted:
+        """A whole output sorted into thought and answer."""
+        if self.splitter is None:
+            return Sorted(content=output)
+        sorting = self.splitter()
+        return sorting.feed(output) + sorting.finish()
+
+    def _show(self, text: Sorted) -> None:
+        if text.reasoning:
+            click.echo(click.style(text.reasoning, dim=True), err=True, nl=False)
+            self._thought_open = not text.reasoning.endswith("\n")
+        if text.content:
+            if self._thought_open:  # (the answer on a line of its own)
+                click.echo("", err=True)
+                self._thought_open = False
+            write_stdout(text.content)
+            self.answered += text.content
+
+
+def _format_after_thinking(session: Session, compiled: CompiledGrammar | None,
+                           prompt_tokens: list[int]) -> ThinkingFormat | None:
+    """The output format after the thought a thinking model may write first (`thinking_first`), or None."""
+    if compiled is None:
+        return None
+    return thinking_format(compiled.grammar, session.chat_template(), marker_tokens(session.target),
+                           prompt_end(session.target, prompt_tokens))
 
 
 @click.command()
@@ -72,13 +131,21 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         else:
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
         grammar = tool_run.grammar if tool_run else compiled.grammar if compiled else None
+        held = _format_after_thinking(session, compiled, prompt_tokens) if not raw and tool_run is None else None
+        if held is not None:
+            grammar = held.grammar
+        shown = Shown(None if raw or tool_run is not None else held.splitter if held is not None
+                      else None if compiled is not None
+                      else reply_splitter(session.chat_template(), prompt_end(session.target, prompt_tokens)))
         session.reserve_context(len(prompt_tokens) + plan.generation.budget(structured=grammar is not None))
         generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative,
                                         grammar=grammar)
         try:
             for chunk in generation:
                 if not as_json and chunk.text and tool_run is None:
-                    write_stdout(chunk.text)
+                    shown.write(chunk.text)
+            if not as_json and tool_run is None:
+                shown.finish()
         except KeyboardInterrupt:
             if output_format is not None or tool_run is not None:  # never passed off as complete
                 click.echo(f"\nlocalspec: {cut_short_message(StopReason.INTERRUPTED)}", err=True)
@@ -89,8 +156,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     # (a reply that may call tools is complete only where it ended: text matches its grammar at any length)
     whole_match = generation.matches_format and tool_run is None
     if as_json:
+        answer = shown.whole(generation.text)
         report = {
-            "text": generation.text,
+            "text": answer.content,
+            "reasoning": answer.reasoning if shown.sorts else None,
             "tokens": generation.tokens,
             "stop_reason": generation.stop_reason,
             "model": {  # (a path's bytes that are not UTF-8 shown as U+FFFD: JSON is text)
@@ -115,7 +184,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             write_stdout(json.dumps(report, ensure_ascii=False) + "\n")
     elif tool_run is not None:
         tool_run.print_answer(generation)
-    elif generation.text and not generation.text.endswith("\n") and sys.stdout.isatty():
+    elif shown.answered and not shown.answered.endswith("\n") and sys.stdout.isatty():
         write_stdout("\n")
     if stats:
         settings = generation.settings

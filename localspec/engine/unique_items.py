@@ -58,6 +58,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from .calls_cursor import CallsCursor, call_schemas
+from .prelude import PreludeCursor, prelude_of
 from .json_cursor import QUOTE, JsonCursor
 from .schema_places import survey_held
 
@@ -101,7 +102,7 @@ def _whole_document_schema(grammar: str) -> dict[str, Any] | None:
 class Vocabulary(Protocol):
     """What the rule needs of a model's vocabulary (`runtime.model.Model` has it)."""
 
-    def token_bytes(self, token: int) -> bytes: ...
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
 
     def tokens_holding(self, byte: int) -> np.ndarray: ...
 
@@ -150,7 +151,8 @@ class UniqueItems:
     """The rule "no item twice, no key twice" over the tokens a grammar has consumed: a `JsonCursor` for each
     token consumed (so the grammar can step back along a draft), and which tokens the rule rules out next."""
 
-    def __init__(self, cursors: list[JsonCursor | CallsCursor], vocabulary: Vocabulary, suspects: _Suspects) -> None:
+    def __init__(self, cursors: list[JsonCursor | CallsCursor | PreludeCursor], vocabulary: Vocabulary,
+                 suspects: _Suspects) -> None:
         self._cursors = cursors
         self._vocabulary = vocabulary
         self._suspects = suspects
@@ -159,6 +161,12 @@ class UniqueItems:
     def for_grammar(cls, grammar: str, vocabulary: Vocabulary) -> "UniqueItems | None":
         """The rule for `grammar`, where it is a JSON schema's (or a tool-call grammar) with an array or an
         object's keys the rule holds."""
+        found = prelude_of(grammar)
+        if found is not None:  # (the answer after a thought: the rule starts where the answer does)
+            answer, prelude = found
+            rule = cls.for_grammar(answer, vocabulary)
+            return None if rule is None else cls([PreludeCursor.start(rule._cursors[0], prelude)], vocabulary,
+                                                 rule._suspects)
         schema = _whole_document_schema(grammar)
         if schema is not None:
             survey = survey_held(schema)
@@ -178,9 +186,9 @@ class UniqueItems:
 
     def taken(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the rule takes in a row."""
-        cursor: JsonCursor | CallsCursor | None = self._cursors[-1]
+        cursor: JsonCursor | CallsCursor | PreludeCursor | None = self._cursors[-1]
         for count, token in enumerate(tokens):
-            cursor = cursor.feed(self._vocabulary.token_bytes(token)) if cursor is not None else None
+            cursor = cursor.feed(self._piece(token)) if cursor is not None else None
             if cursor is None:
                 return count
         return len(tokens)
@@ -239,12 +247,17 @@ class UniqueItems:
         """Step over `tokens`; False, and no step, where one makes an item repeat (the caller validated them)."""
         cursors = [self._cursors[-1]]
         for token in tokens:
-            cursor = cursors[-1].feed(self._vocabulary.token_bytes(token))
+            cursor = cursors[-1].feed(self._piece(token))
             if cursor is None:
                 return False
             cursors.append(cursor)
         self._cursors += cursors[1:]
         return True
+
+    def _piece(self, token: int) -> bytes:
+        """A token's bytes as the output shows them: a special token's text where it has no other (a thought's
+        tags, gpt-oss's markers: see `Generation._token_bytes`)."""
+        return self._vocabulary.token_bytes(token) or self._vocabulary.token_bytes(token, special=True)
 
     def rollback(self, n: int) -> None:
         """Step back over the last `n` tokens consumed."""

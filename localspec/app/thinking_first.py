@@ -1,0 +1,70 @@
+"""A thinking model's reply: sorted into its thought and its answer, and, held to a format, let think first.
+
+A format that holds a reply from its first token leaves a thinking model no room to think: Qwen3 or gpt-oss
+must write JSON at once, and a prompt that opened the thought (DeepSeek R1's `<think>\\n`) has the answer written
+inside it. `thinking_format` puts the format after the thought instead, where the model's tags are special tokens
+of its vocabulary (a spelled tag could not be told from the text around it): `<think>…</think>` and its kin
+(`reasoning.Thinking`), or gpt-oss's analysis and its final message's header (`harmony`). The reply's answer, what
+`run` prints and `serve` sends as `content`, is then what the format holds; its thought is `reasoning_content`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from ..engine.prelude import Prelude, after_prelude
+from ..runtime.model import Model
+from .harmony import CHANNEL, FINAL, HarmonySplitter, is_harmony, thinking_rules as harmony_rules
+from .reasoning import Splitter, ThoughtSplitter, opened_by, template_thinking, thinking_rules, thought_tags
+
+PROMPT_END_TOKENS = 8  # (enough for the longest opening, `<|START_THINKING|>` and the whitespace after it)
+
+
+def prompt_end(model: Model, tokens: Sequence[int]) -> str:
+    """The text of a prompt's last tokens, special tokens spelled: what tells whether it opened a thought."""
+    return "".join(model.detokenize_special(token) for token in tokens[-PROMPT_END_TOKENS:])
+
+
+def reply_splitter(template: str | None, end: str) -> Callable[[], Splitter] | None:
+    """What sorts a free reply of a prompt ending in `end` into thought and answer, made anew for each reply:
+    gpt-oss's harmony channels, or thinking tags (`reasoning.thought_tags`), opened by the prompt or not; None
+    where the template's model does not think."""
+    if is_harmony(template):
+        return HarmonySplitter
+    tags = thought_tags(template)
+    if tags is None:
+        return None
+    opened = opened_by(end, tags[0])
+    return lambda: ThoughtSplitter(opened, tags)
+
+
+@dataclass(frozen=True)
+class ThinkingFormat:
+    """A format's grammar with a thought allowed before it, and what sorts the reply into thought and answer."""
+
+    grammar: str
+    splitter: Callable[[], Splitter]
+
+
+def thinking_format(grammar: str, template: str | None, marker_token: Callable[[str], int | None],
+                    end: str) -> ThinkingFormat | None:
+    """`grammar` (an llguidance grammar string, as `compile_format` gives it) for the reply of a prompt ending in
+    `end`, after the thought the template's model may write first (see the module's docstring); None where it
+    writes none, or its tags are no special tokens (the reply is then held to the format from its first token).
+    `marker_token(text)`: the id of the special token that is `text` (`tool_calls.marker_tokens`)."""
+    if is_harmony(template):
+        if marker_token(CHANNEL) is None:  # (spelled, an analysis could write the final header itself)
+            return None
+        prelude = Prelude(None, FINAL.encode())
+        return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False), prelude),
+                              HarmonySplitter)
+    thinking = template_thinking(template, marker_token)
+    if thinking is None:
+        return None
+    thinking = replace(thinking, opened=opened_by(end, thinking.tags[0]))
+    start, rules = thinking_rules(thinking, "answer", "answer")
+    opening, closing = (tag.encode() for tag in thinking.tags)
+    prelude = Prelude(None if thinking.opened else opening, closing)
+    return ThinkingFormat(after_prelude(grammar, start, rules, prelude),
+                          lambda: ThoughtSplitter(thinking.opened, thinking.tags))

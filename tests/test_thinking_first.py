@@ -1,0 +1,190 @@
+"""A thinking model held to a format thinks first: the format holds its answer, after the thought."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import pytest
+from cli_helpers import cli
+from gguf import TokenType
+from starlette.testclient import TestClient
+from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
+
+from localspec.app import serving
+from localspec.app.generation_queue import GenerationQueue
+from localspec.app.serving import ServedModel
+from localspec.app.session import Session
+from localspec.app.thinking_first import prompt_end, thinking_format
+from localspec.app.tool_calls import marker_tokens
+from localspec.engine.constraint import TokenGrammar
+from localspec.engine.grammar import OutputFormat, compile_format
+from localspec.runtime.model import Model
+from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
+
+DATA = Path(__file__).parent / "data"
+QWEN3, R1, GPT_OSS = ((DATA / name).read_text() for name in ("qwen3.jinja", "deepseek-r1.jinja", "gpt-oss.jinja"))
+TAGS = ["a", "b", "c"]
+UNIQUE = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 8},
+                                                    "uniqueItems": True}}, "required": ["tags"]}
+SCHEMA = {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": TAGS}, "uniqueItems": True,
+                                                    "maxItems": 3}},
+          "required": ["tags"], "additionalProperties": False}
+# A template that thinks in <think> tags, for a profile (its prompt leaves the reply to open the thought).
+THINKING = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if false %}<think></think>{% endif %}"
+
+
+@pytest.fixture(scope="module")
+def thinking_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
+    """A tiny model whose `<think>` and `</think>` are one special token each, as in Qwen3's and R1's vocabularies
+    (weights on which it closes its thought within a few dozen tokens)."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    pieces = [(tag, TokenType.USER_DEFINED) for tag in ("<think>", "</think>")]
+    path = write_model(tmp_path_factory.mktemp("thinking") / "thinking.gguf", random_weights(n_vocab, seed=2),
+                       n_vocab=n_vocab, space_token=True, context_length=4096, special_pieces=pieces)
+    model = Model(path, ModelSettings(n_threads=1))
+    yield model
+    model.close()
+
+
+def spelled(model: Model, text: str) -> list[int]:
+    """`text` in `model`'s tokens: its tags and markers as the special tokens they are (`<think>`, `<|end|>`), the
+    rest a token a byte (the vocabulary has one for each byte)."""
+    byte_tokens = {model.token_bytes(token): token for token in range(model.n_vocab)}
+    tokens = []
+    for part in re.split(r"(</?think>|<\|[a-z]+\|>)", text):
+        tag = marker_tokens(model)(part)
+        tokens += [tag] if tag is not None else [byte_tokens[bytes([byte])] for byte in part.encode()]
+    return tokens
+
+
+def held(model: Model, template: str, schema: dict[str, Any] = UNIQUE) -> TokenGrammar:
+    """A matcher for `schema` after the thought, for the reply to a prompt of `template`."""
+    prompt = Session(model, chat=ChatSettings(template=template)).chat_prompt_tokens([{"role": "user", "content": "hi"}])
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    found = thinking_format(grammar, template, marker_tokens(model), prompt_end(model, prompt))
+    assert found is not None
+    return TokenGrammar.start(model, found.grammar)
+
+
+def takes_whole(model: Model, template: str, text: str) -> bool:
+    """Whether the grammar takes every token of `text` and is then complete."""
+    grammar, tokens = held(model, template), spelled(model, text)
+    if grammar.validate(tokens) != len(tokens):
+        return False
+    grammar.consume(tokens)
+    return grammar.accepting
+
+
+def test_the_format_holds_what_follows_the_thought(thinking_model: Model) -> None:
+    answer = '{"tags": ["a", "c"]}'
+    # Qwen3's prompt leaves the reply to open a thought, or answer at once.
+    assert takes_whole(thinking_model, QWEN3, f"<think>Which tags? a, c.</think>\n\n{answer}")
+    assert takes_whole(thinking_model, QWEN3, answer)
+    assert not takes_whole(thinking_model, QWEN3, "<think>Hmm.</think>\n\nThe tags are a and c.")
+    assert not takes_whole(thinking_model, QWEN3, "<think>Hmm.</think>\n\n\n\n\n\n" + answer)  # (bounded whitespace)
+    # R1's prompt opens the thought: the answer comes once the reply closes it.
+    assert takes_whole(thinking_model, R1, f"Which tags? a, c.</think>\n\n{answer}")
+    assert not takes_whole(thinking_model, R1, answer)  # (still the thought)
+
+
+def test_items_are_held_unique_in_the_answer_not_in_the_thought(thinking_model: Model) -> None:
+    """localspec's own rule for uniqueItems (llguidance does not hold it on strings) reads the answer alone."""
+    quote = [token for token in range(thinking_model.n_vocab) if thinking_model.token_bytes(token) == b'"']
+    for template, thought in ((QWEN3, '<think>"a", "a"</think>\n'), (R1, '"a", "a"</think>\n')):
+        grammar = held(thinking_model, template)
+        grammar.consume(spelled(thinking_model, thought + '{"tags": ["a", "a'))
+        assert not set(quote) & set(grammar.allowed().tolist())  # ("a" again would repeat an item)
+        grammar = held(thinking_model, template)
+        grammar.consume(spelled(thinking_model, thought + '{"tags": ["a", "b'))
+        assert set(quote) <= set(grammar.allowed().tolist())
+
+
+HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
+ANALYSIS, FINAL = "<|channel|>analysis<|message|>", "<|channel|>final<|message|>"
+
+
+def test_gpt_oss_answers_in_a_final_message_after_its_analysis(tmp_path: Path) -> None:
+    """Held to a format, gpt-oss may write its analysis first, and the format holds its final message (its
+    markers control tokens, which the rule for unique items reads as their text)."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path / "harmony.gguf", random_weights(n_vocab, seed=4), n_vocab=n_vocab, space_token=True,
+                       context_length=4096, special_pieces=[(m, TokenType.CONTROL) for m in HARMONY_MARKERS])
+    model = Model(path, ModelSettings(n_threads=1))
+    try:
+        answer, thought = '{"tags": ["a", "b"]}', f'{ANALYSIS}"a", "a"<|end|><|start|>assistant'
+        assert takes_whole(model, GPT_OSS, f"{thought}{FINAL}{answer}") and takes_whole(model, GPT_OSS, FINAL + answer)
+        assert not takes_whole(model, GPT_OSS, answer) and not takes_whole(model, GPT_OSS, f"{FINAL}It is a and b.")
+        grammar = held(model, GPT_OSS)
+        grammar.consume(spelled(model, f'{thought}{FINAL}{{"tags": ["a", "a'))
+        quote = [token for token in range(model.n_vocab) if model.token_bytes(token) == b'"']
+        assert not set(quote) & set(grammar.allowed().tolist())
+    finally:
+        model.close()
+
+
+@pytest.fixture(scope="module")
+def thinking_client(thinking_model: Model) -> Iterator[TestClient]:
+    session = Session(thinking_model, chat=ChatSettings(template=QWEN3))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    with TestClient(serving.create_app(served)) as client:
+        yield client
+    served.queue.close()
+
+
+def reply(client: TestClient, seed: int, **extra: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A reply held to SCHEMA, whole and streamed (its deltas)."""
+    body = {"messages": [{"role": "user", "content": "Tags?"}], "seed": seed, "max_tokens": 300,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "tags", "schema": SCHEMA}}, **extra}
+    whole = client.post("/v1/chat/completions", json=body)
+    assert whole.status_code == 200, whole.text
+    streamed = client.post("/v1/chat/completions", json={**body, "stream": True})
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in streamed.text.splitlines()
+              if line.startswith("data: {") and json.loads(line[6:])["choices"]]
+    return whole.json()["choices"][0], deltas
+
+
+@pytest.mark.slow  # (0.6 s: twelve replies)
+def test_a_response_format_reply_may_think_first_and_its_content_is_the_format(thinking_client: TestClient) -> None:
+    thought_first = 0
+    for seed in range(6):
+        choice, deltas = reply(thinking_client, seed)
+        message = choice["message"]
+        assert choice["finish_reason"] == "stop", choice
+        jsonschema.validate(json.loads(message["content"]), SCHEMA)
+        assert "".join(d.get("content", "") for d in deltas) == message["content"]
+        assert "".join(d.get("reasoning_content", "") for d in deltas) == (message["reasoning_content"] or "")
+        thought_first += bool(message["reasoning_content"])
+    assert thought_first  # (held from its first token, no reply could think)
+
+
+def test_an_unsorted_reply_is_held_to_the_format_from_its_first_token(thinking_client: TestClient) -> None:
+    """With `reasoning_format` "none" the thought would stay in the content, which would then not be the format."""
+    choice, _ = reply(thinking_client, 1, reasoning_format="none")
+    assert "reasoning_content" not in choice["message"]
+    jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+
+
+@pytest.mark.slow  # (0.5 s: twelve runs)
+def test_run_prints_the_answer_alone_and_the_thought_apart(thinking_model: Model) -> None:
+    from localspec.config.paths import user_profiles_dir
+
+    path = user_profiles_dir() / "thinking.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{thinking_model.path}"\n[chat]\ntemplate = "{THINKING}"\n')
+    thought_first = 0
+    for seed in range(4):
+        args = ["run", "-p", "thinking", "--no-speculative", "--seed", str(seed), "--max-tokens", "300", "Tags?"]
+        printed = cli(*args, "--json-schema", json.dumps(SCHEMA))
+        assert printed.exit_code == 0, printed.stderr
+        jsonschema.validate(json.loads(printed.stdout), SCHEMA)  # (stdout: the answer alone, as a pipe reads it)
+        report = json.loads(cli(*args, "--json-schema", json.dumps(SCHEMA), "--json").stdout)
+        assert json.loads(report["text"]) == json.loads(printed.stdout) and report["complete"]
+        if report["reasoning"]:
+            thought_first += 1
+            assert report["reasoning"] in printed.stderr and "<think>" not in printed.stdout
+        assert isinstance(json.loads(cli(*args, "--json").stdout)["reasoning"], str)  # (free text: sorted too)
+    assert thought_first
