@@ -63,7 +63,8 @@ def spelled(model: Model, text: str) -> list[int]:
 
 def held(model: Model, template: str, schema: dict[str, Any] = UNIQUE) -> TokenGrammar:
     """A matcher for `schema` after the thought, for the reply to a prompt of `template`."""
-    prompt = Session(model, chat=ChatSettings(template=template)).chat_prompt_tokens([{"role": "user", "content": "hi"}])
+    session = Session(model, chat=ChatSettings(template=template))
+    prompt = session.chat_prompt_tokens([{"role": "user", "content": "hi"}])
     grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
     found = thinking_format(grammar, template, marker_tokens(model), prompt_end(model, prompt))
     assert found is not None

@@ -77,7 +77,8 @@ def thinking_rules(thinking: Thinking, alternatives: str, answer: str,
     closed = f"thinking_text <[{thinking.close_token}]> after_thinking"
     start = closed if thinking.opened else f"{alternatives} | <[{thinking.open_token}]> {closed}"
     # (the whitespace between bounded: a model may loop on it, as on the spaces of flexible JSON)
-    rules = [f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/", r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
+    rules = [f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/",
+             r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
     if plain_start is not None:
         rules.append(f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/")
     return start, rules
