@@ -43,6 +43,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # and a small model's answer may list many items or repeat itself until a bound of the format ends it.
 FREE_TEXT_MAX_TOKENS = 512
 STRUCTURED_MAX_TOKENS = 2048
+THINKING_MAX_TOKENS = 8192  # a reply that may think first: its thought and then its answer (fitted to the context)
 MAX_THREADS = 512  # ggml's own limit (GGML_MAX_N_THREADS): more threads crash the process, with no message
 INT_MAX = 2**31 - 1  # an integer setting without a declared maximum: llama.cpp's C ints would wrap above this
 
@@ -333,7 +334,7 @@ class GenerationSettings(SettingsGroup):
     speculative: SpeculativeParams = field(default_factory=SpeculativeParams)
     max_tokens: int | None = setting(
         None, f"Most tokens to generate (default {FREE_TEXT_MAX_TOKENS}; {STRUCTURED_MAX_TOKENS} for output held to a"
-        " format or tools, which is no use cut short).",
+        f" format or tools, which is no use cut short; {THINKING_MAX_TOKENS} for a model that thinks first).",
         low=1, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
     )
     stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop", request="stop")
@@ -381,16 +382,20 @@ class GenerationSettings(SettingsGroup):
         """A copy with a concrete seed, drawn at random when none was given."""
         return self if self.seed is not None else dataclasses.replace(self, seed=secrets.randbits(32))
 
-    def budget(self, structured: bool) -> int:
-        """max_tokens, or where none was given, the default for free text or for `structured` output (held to
-        a format or tools)."""
+    def budget(self, structured: bool, thinking: bool = False) -> int:
+        """max_tokens, or where none was given, the default for free text, for `structured` output (held to
+        a format or tools), or for a reply that may think first (`thinking`)."""
         if self.max_tokens is not None:
             return self.max_tokens
+        if thinking:
+            return THINKING_MAX_TOKENS
         return STRUCTURED_MAX_TOKENS if structured else FREE_TEXT_MAX_TOKENS
 
-    def with_budget(self, structured: bool) -> "GenerationSettings":
+    def with_budget(self, structured: bool, thinking: bool = False) -> "GenerationSettings":
         """A copy with a concrete max_tokens (see `budget`)."""
-        return self if self.max_tokens is not None else dataclasses.replace(self, max_tokens=self.budget(structured))
+        if self.max_tokens is not None:
+            return self
+        return dataclasses.replace(self, max_tokens=self.budget(structured, thinking))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -23,7 +23,13 @@ from localspec.app.tool_calls import marker_tokens
 from localspec.engine.constraint import TokenGrammar
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.runtime.model import Model
-from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
+from localspec.settings import (
+    FREE_TEXT_MAX_TOKENS,
+    THINKING_MAX_TOKENS,
+    ChatSettings,
+    GenerationSettings,
+    ModelSettings,
+)
 
 DATA = Path(__file__).parent / "data"
 QWEN3, R1, GPT_OSS = ((DATA / name).read_text() for name in ("qwen3.jinja", "deepseek-r1.jinja", "gpt-oss.jinja"))
@@ -50,30 +56,31 @@ def thinking_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
     model.close()
 
 
-def spelled(model: Model, text: str) -> list[int]:
-    """`text` in `model`'s tokens: its tags and markers as the special tokens they are (`<think>`, `<|end|>`), the
-    rest a token a byte (the vocabulary has one for each byte)."""
+def spelled(model: Model, text: str, tags: bool = True) -> list[int]:
+    """`text` in `model`'s tokens: its tags and markers as the special tokens they are (`<think>`, `<|end|>`; not
+    without `tags`), the rest a token a byte (the vocabulary has one for each byte)."""
     byte_tokens = {model.token_bytes(token): token for token in range(model.n_vocab)}
     tokens = []
-    for part in re.split(r"(</?think>|<\|[a-z]+\|>)", text):
+    for part in re.split(r"(</?think>|<\|[a-z]+\|>)", text) if tags else [text]:
         tag = marker_tokens(model)(part)
         tokens += [tag] if tag is not None else [byte_tokens[bytes([byte])] for byte in part.encode()]
     return tokens
 
 
-def held(model: Model, template: str, schema: dict[str, Any] = UNIQUE) -> TokenGrammar:
-    """A matcher for `schema` after the thought, for the reply to a prompt of `template`."""
+def held(model: Model, template: str, schema: dict[str, Any] | OutputFormat = UNIQUE) -> TokenGrammar:
+    """A matcher for `schema` (or another format) after the thought, for the reply to a prompt of `template`."""
     session = Session(model, chat=ChatSettings(template=template))
     prompt = session.chat_prompt_tokens([{"role": "user", "content": "hi"}])
-    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+    fmt = schema if isinstance(schema, OutputFormat) else OutputFormat("json_schema", json.dumps(schema))
+    grammar = compile_format(fmt).grammar
     found = thinking_format(grammar, template, marker_tokens(model), prompt_end(model, prompt))
     assert found is not None
     return TokenGrammar.start(model, found.grammar)
 
 
-def takes_whole(model: Model, template: str, text: str) -> bool:
-    """Whether the grammar takes every token of `text` and is then complete."""
-    grammar, tokens = held(model, template), spelled(model, text)
+def takes_whole(model: Model, template: str, text: str, fmt: OutputFormat | None = None) -> bool:
+    """Whether the grammar (of UNIQUE, or `fmt`) takes every token of `text` and is then complete."""
+    grammar, tokens = held(model, template, fmt or UNIQUE), spelled(model, text)
     if grammar.validate(tokens) != len(tokens):
         return False
     grammar.consume(tokens)
@@ -90,6 +97,34 @@ def test_the_format_holds_what_follows_the_thought(thinking_model: Model) -> Non
     # R1's prompt opens the thought: the answer comes once the reply closes it.
     assert takes_whole(thinking_model, R1, f"Which tags? a, c.</think>\n\n{answer}")
     assert not takes_whole(thinking_model, R1, answer)  # (still the thought)
+    # Any JSON object, and a regex, alike.
+    for fmt, answer in ((OutputFormat("json"), '{"a": [1]}'), (OutputFormat("regex", r"\d{3}"), "123")):
+        assert takes_whole(thinking_model, QWEN3, f"<think>Hmm.</think>\n{answer}", fmt)
+        assert takes_whole(thinking_model, R1, f"Hmm.</think>\n{answer}", fmt)
+        assert not takes_whole(thinking_model, R1, answer, fmt)
+
+
+def test_a_thought_may_not_spell_its_closing_tag(thinking_model: Model) -> None:
+    """Spelled in bytes, `</think>` would be taken for the thought's end by what reads the output (the reply's
+    sorting, the rule for unique items), though the grammar is still in the thought: refused at its last byte."""
+    for template, opening in ((QWEN3, "<think>"), (R1, "")):
+        grammar = held(thinking_model, template)
+        tokens = spelled(thinking_model, f"{opening}I write ") + spelled(thinking_model, "</think", tags=False)
+        grammar.consume(tokens)
+        assert grammar.validate(spelled(thinking_model, ">", tags=False)) == 0
+        assert grammar.validate(spelled(thinking_model, " >", tags=False)) == 2  # (what is not the tag passes)
+
+
+def test_a_prompt_that_closed_the_thought_leaves_the_format_from_the_first_token(thinking_model: Model,
+                                                                                 thinking_client: TestClient) -> None:
+    """Qwen3's `enable_thinking` off (`chat_template_kwargs`): its prompt ends with an empty thought, so the reply is
+    the answer, held from its first token."""
+    grammar = compile_format(OutputFormat("json")).grammar
+    assert thinking_format(grammar, QWEN3, marker_tokens(thinking_model), "<think>\n\n</think>\n\n") is None
+    for seed in range(3):
+        off, _ = reply(thinking_client, seed, chat_template_kwargs={"enable_thinking": False})
+        assert "reasoning_content" not in off["message"] and off["finish_reason"] == "stop"  # (all answer)
+        jsonschema.validate(json.loads(off["message"]["content"]), SCHEMA)
 
 
 def test_items_are_held_unique_in_the_answer_not_in_the_thought(thinking_model: Model) -> None:
@@ -164,18 +199,21 @@ def test_a_response_format_reply_may_think_first_and_its_content_is_the_format(t
 
 def test_an_unsorted_reply_is_held_to_the_format_from_its_first_token(thinking_client: TestClient) -> None:
     """With `reasoning_format` "none" the thought would stay in the content, which would then not be the format."""
-    choice, _ = reply(thinking_client, 1, reasoning_format="none")
-    assert "reasoning_content" not in choice["message"]
-    jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+    for seed in range(3):
+        choice, _ = reply(thinking_client, seed, reasoning_format="none")
+        assert "reasoning_content" not in choice["message"]
+        jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
 
 
 @pytest.mark.slow  # (0.5 s: twelve runs)
-def test_run_prints_the_answer_alone_and_the_thought_apart(thinking_model: Model) -> None:
+def test_run_prints_the_answer_alone_and_the_thought_apart(thinking_model: Model, tmp_path: Path) -> None:
     from localspec.config.paths import user_profiles_dir
 
     path = user_profiles_dir() / "thinking.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f'[target]\npath = "{thinking_model.path}"\n[chat]\ntemplate = "{THINKING}"\n')
+    plain = THINKING.replace("<think></think>", "")
+    path.with_name("plain.toml").write_text(f'[target]\npath = "{thinking_model.path}"\n[chat]\ntemplate = "{plain}"\n')
     thought_first = 0
     for seed in range(4):
         args = ["run", "-p", "thinking", "--no-speculative", "--seed", str(seed), "--max-tokens", "300", "Tags?"]
@@ -187,5 +225,13 @@ def test_run_prints_the_answer_alone_and_the_thought_apart(thinking_model: Model
         if report["reasoning"]:
             thought_first += 1
             assert report["reasoning"] in printed.stderr and "<think>" not in printed.stdout
-        assert isinstance(json.loads(cli(*args, "--json").stdout)["reasoning"], str)  # (free text: sorted too)
+        assert "reasoning" in json.loads(cli(*args, "--json").stdout)  # (free text: sorted too)
     assert thought_first
+    # A grammar of the user's says the whole output: held from the first token, no thought before it.
+    grammar = tmp_path / "answer.lark"
+    grammar.write_text('start: "yes" | "no"\n')
+    assert cli(*args[:-1], "--grammar", str(grammar), "Yes?").stdout.strip() in ("yes", "no")
+    # A reply that may think first gets room for its thought where no --max-tokens is given.
+    budget = [json.loads(cli("run", "-p", profile, "--json", "--stop", " ", "hi").stdout)["settings"]["max_tokens"]
+              for profile in ("thinking", "plain")]
+    assert budget == [THINKING_MAX_TOKENS, FREE_TEXT_MAX_TOKENS]

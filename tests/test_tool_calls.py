@@ -683,7 +683,7 @@ def test_wrong_shapes_are_400_naming_the_field(body: dict[str, Any], param: str)
     ("grammar", 'root ::= "yes"'), ("json_schema", {"type": "object"}), ("n_predict", 8),
     ("min_tokens", 4), ("ignore_eos", True), ("modalities", ["text", "audio"]), ("prediction", {"content": "x"}),
     ("dry_multiplier", 0.8), ("typical_p", 0.9), ("mirostat", 2), ("guided_json", {"type": "object"}),
-    ("n_probs", 5), ("chat_template_kwargs", {"enable_thinking": False}), ("stop_token_ids", [2]),
+    ("n_probs", 5), ("chat_template_kwargs", {"add_generation_prompt": False}), ("stop_token_ids", [2]),
     ("return_tokens", True), ("skip_special_tokens", False), ("t_max_predict_ms", 500),
 ])
 def test_other_servers_fields_that_change_the_output_are_refused(field: str, value: Any) -> None:

@@ -24,7 +24,7 @@ from .conversation import Conversation
 from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag
 from .session import Session
-from .thinking_first import prompt_end, thinking_format
+from .thinking_first import may_think, prompt_end, said_after_thinking, thinking_format
 from .tool_calls import marker_tokens
 
 
@@ -128,8 +128,9 @@ class ChatSession:
             unread = len(tokens) - common_prefix_length(self.session.target.tokens, tokens)
             if unread >= LONG_READ_TOKENS:  # (seconds of silence on a CPU otherwise: a pasted document)
                 on_note(f"(reading {unread} tokens…)")
-            generation = self.session.generation(tokens, settings, speculative=self.speculative,
-                                                 grammar=self._grammar_after_thinking(tokens))
+            grammar, thinks = self._grammar_after_thinking(tokens)
+            generation = self.session.generation(tokens, settings.with_budget(grammar is not None, thinks),
+                                                 speculative=self.speculative, grammar=grammar)
             for chunk in generation:
                 on_chunk(chunk)
         except KeyboardInterrupt:
@@ -151,15 +152,17 @@ class ChatSession:
             self.totals.add(generation.stats)
         return Reply(generation, interrupted)
 
-    def _grammar_after_thinking(self, tokens: list[int]) -> str | None:
+    def _grammar_after_thinking(self, tokens: list[int]) -> tuple[str | None, bool]:
         """The reply's format (None: free text), after the thought a thinking model may write first
-        (`thinking_first`; shown as the model writes it, as in free replies)."""
-        if self.grammar is None:
-            return None
+        (`thinking_first`; shown as the model writes it, as in free replies), and whether the reply may think."""
         session = self.session
-        held = thinking_format(self.grammar.grammar, session.chat_template(), marker_tokens(session.target),
-                               prompt_end(session.target, tokens))
-        return held.grammar if held is not None else self.grammar.grammar
+        end = prompt_end(session.target, tokens)
+        if self.grammar is None:
+            return None, may_think(session.chat_template(), end)
+        held = None
+        if self.output_format is not None and said_after_thinking(self.output_format):
+            held = thinking_format(self.grammar.grammar, session.chat_template(), marker_tokens(session.target), end)
+        return (held.grammar, True) if held is not None else (self.grammar.grammar, False)
 
     def _fit_context(self) -> int:
         """Move the window of messages the model sees past the oldest exchanges until the prompt leaves room

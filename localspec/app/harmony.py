@@ -18,6 +18,7 @@ import json
 from typing import Callable
 
 from .reasoning import Sorted, before_partial
+from .tool_call_xml import regex_text
 
 CHANNEL, MESSAGE, END, START = "<|channel|>", "<|message|>", "<|end|>", "<|start|>"
 ANALYSIS = f"{CHANNEL}analysis{MESSAGE}"
@@ -85,7 +86,8 @@ def thinking_rules(marker_token: Callable[[str], int | None], free_answer: bool 
     channel, message, end, start = (_named(text, marker_token) for text in (CHANNEL, MESSAGE, END, START))
     if marker_token(END) is not None:  # (a text lexeme cannot hold a special token: it ends where the token comes)
         analysis = f'analysis: {channel} "analysis" {message} thought {end} {start} "assistant"'
-        thought = "thought: /(?s:.*)/"
+        # (nor spell the markers that end it or begin the final message: what reads the output looks for those)
+        thought = f"thought: THOUGHT\nTHOUGHT: /(?s:.*)/ & ~/(?s:.*({regex_text(NEXT)}|{regex_text(FINAL)}).*)/"
     else:
         analysis = f'analysis: {channel} "analysis" {message} thought {start} "assistant"'
         thought = r"thought[lazy]: /(?s:.*)<\|end\|>/"

@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from ..config.files import TOO_LONG_A_NUMBER
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
+from ..runtime.chat_template import variables_problem
 from ..settings import SETTINGS, GenerationSettings
 from ..textin import clean_data, clean_text
 from .tool_calls import ToolError, ToolRequest, history_message, tool_request
@@ -87,7 +88,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "t_max_predict_ms": (_absent_or(0, -1, 0.0, -1.0), "no time limit (give max_tokens)"),
     "stop_token_ids": (_absent_or([]), "give stop strings (stop)"),
     "include_stop_str_in_output": (_absent_or(False), "a stop string is left out of the output"),
-    "chat_template_kwargs": (_absent_or({}), "the chat template is rendered with the messages and tools only"),
     **{name: (_absent(), 'give response_format {"type": "json_schema", ...}')
        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")},
 }
@@ -102,10 +102,11 @@ OTHER_SERVERS_FIELDS = ("dry_base", "dry_allowed_length", "dry_penalty_last_n", 
 
 # Fields read apart from the settings (REQUEST_FIELDS) and the refused ones (UNSUPPORTED).
 READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "response_format", "tools", "tool_choice",
-               "parallel_tool_calls", "speculative", "reasoning_format")
+               "parallel_tool_calls", "speculative", "reasoning_format", "chat_template_kwargs", "reasoning_effort")
 # llama-server's `reasoning_format` values: "none" leaves a reply's thinking in its content; the others sort it
 # into `reasoning_content` (see `reasoning`).
 REASONING_FORMATS = ("auto", "deepseek", "none")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")  # OpenAI's; gpt-oss's template reads low to high
 _KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 
@@ -140,6 +141,7 @@ class CompletionRequest:
     response_format: CompiledGrammar | None = None  # `response_format` as a grammar (None: free text)
     tools: ToolRequest | None = None  # tools the model must or may call (None: none offered)
     reasoning: bool = True  # a thinking model's thinking goes to `reasoning_content` (`reasoning_format` not "none")
+    template_variables: dict[str, Any] = dataclasses.field(default_factory=dict)  # more of the chat template's inputs
 
     @property
     def grammar(self) -> str | None:
@@ -150,10 +152,10 @@ class CompletionRequest:
     def chat(self) -> bool:
         return self.messages is not None
 
-    def fitted(self, prompt_tokens: int, n_ctx: int) -> GenerationSettings:
-        """The settings with `max_tokens` given (see `GenerationSettings.budget`), and lowered to the room the
-        context leaves after the prompt."""
-        settings = self.settings.with_budget(structured=self.response_format is not None or self.tools is not None)
+    def fitted(self, prompt_tokens: int, n_ctx: int, thinking: bool = False) -> GenerationSettings:
+        """The settings with `max_tokens` given (see `GenerationSettings.budget`; `thinking`: the reply may think
+        first), and lowered to the room the context leaves after the prompt."""
+        settings = self.settings.with_budget(self.response_format is not None or self.tools is not None, thinking)
         room = n_ctx - prompt_tokens
         return settings if settings.max_tokens <= room else dataclasses.replace(settings, max_tokens=room)
 
@@ -199,7 +201,37 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
         response_format=response_format,
         tools=tools,
         reasoning=_reasoning_format(body.get("reasoning_format")) != "none",
+        template_variables=_template_variables(body, chat),
     )
+
+
+def _template_variables(body: dict[str, Any], chat: bool) -> dict[str, Any]:
+    """`chat_template_kwargs` (more of the chat template's inputs by name, as llama-server and vLLM take them:
+    Qwen3's `enable_thinking`) with `reasoning_effort` (OpenAI's field, which llama-server gives the template as
+    such: gpt-oss's reads it) among them, unless the kwargs name it themselves."""
+    kwargs, effort = body.get("chat_template_kwargs"), body.get("reasoning_effort")
+    if kwargs is None and effort is None:
+        return {}
+    where = "chat_template_kwargs" if kwargs is not None else "reasoning_effort"
+    if not chat:
+        raise ApiError(400, f"{where} is for chat completions: a completion's prompt is not rendered by a template",
+                       param=where)
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise ApiError(400, f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {quote_json(effort)}",
+                       param="reasoning_effort")
+    variables = {"reasoning_effort": effort} if effort is not None else {}
+    if kwargs is not None:
+        variables.update(template_variables(kwargs, "chat_template_kwargs"))
+    return variables
+
+
+def template_variables(value: Any, where: str) -> dict[str, Any]:
+    """`value` checked as a chat template's variables (`chat_template.variables_problem`); `where` names it."""
+    problem = variables_problem(value)
+    if problem is not None:
+        raise ApiError(400, f"{where}: {problem}" + ("" if isinstance(value, dict) else f", got {quote_json(value)}"),
+                       param=where)
+    return dict(value)
 
 
 def _reasoning_format(value: Any) -> str:

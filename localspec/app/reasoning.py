@@ -18,6 +18,7 @@ from typing import Callable, Protocol
 from ..engine.textstream import held_back_length
 from ..errors import LocalspecError
 from ..runtime.chat_template import render_chat
+from .tool_call_xml import regex_text
 
 OPEN, CLOSE = "<think>", "</think>"
 TAGS = ((OPEN, CLOSE), ("<seed:think>", "</seed:think>"), ("<|START_THINKING|>", "<|END_THINKING|>"))
@@ -74,10 +75,12 @@ def thinking_rules(thinking: Thinking, alternatives: str, answer: str,
     the thinking, after whitespace); `alternatives`: the reply's start without thinking (where the prompt does
     not open a thought); `plain_start`: where the answer may be plain text (`ANSWER_TEXT`), what it may not start
     with (a call's opening, as TEXT may not)."""
-    closed = f"thinking_text <[{thinking.close_token}]> after_thinking"
+    closed = f"THINKING_TEXT <[{thinking.close_token}]> after_thinking"
     start = closed if thinking.opened else f"{alternatives} | <[{thinking.open_token}]> {closed}"
-    # (the whitespace between bounded: a model may loop on it, as on the spaces of flexible JSON)
-    rules = [f"after_thinking: THINKING_SPACE? {answer}", "thinking_text: /(?s:.*)/",
+    # The thought's text may not spell its closing tag (what reads the output would take the answer to begin
+    # there), and the whitespace after it is bounded (a model may loop on it, as on the spaces of flexible JSON).
+    rules = [f"after_thinking: THINKING_SPACE? {answer}",
+             f"THINKING_TEXT: /(?s:.*)/ & ~/(?s:.*{regex_text(thinking.tags[1])}.*)/",
              r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
     if plain_start is not None:
         rules.append(f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/")

@@ -36,8 +36,8 @@ from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
-from .reasoning import Sorted, Splitter
-from .thinking_first import ThinkingFormat, prompt_end, reply_splitter, thinking_format
+from .reasoning import Sorted, Splitter, opened_by
+from .thinking_first import ThinkingFormat, may_think, prompt_end, reply_splitter, thinking_format
 from .tool_calls import (
     CallStream,
     ToolCall,
@@ -195,10 +195,11 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
                                      has_draft=served.has_draft)
     async with AsyncExitStack() as hold:
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
-        tools, tokens, held = await asyncio.to_thread(_prepared_prompt, served, parsed)
-        settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx)
-        reply = Reply(served, chat, parsed, tools, _splitter(served, parsed, tokens, tools, held) if chat else None,
-                      held)
+        tools, tokens, after_thought = await asyncio.to_thread(_prepared_prompt, served, parsed)
+        splitter = _splitter(served, parsed, tokens, tools, after_thought) if chat else None
+        thinks = chat and _may_think(served, parsed, tokens, tools, after_thought)
+        settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx, thinking=thinks)
+        reply = Reply(served, chat, parsed, tools, splitter, after_thought)
         if parsed.stream:
             held = hold.pop_all()
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
@@ -228,19 +229,31 @@ def _let_go_soon(held: AsyncExitStack) -> None:
 
 
 def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int], tools: ToolSetup | None,
-              held: ThinkingFormat | None) -> Callable[[], Splitter] | None:
+              after_thought: ThinkingFormat | None) -> Callable[[], Splitter] | None:
     """What sorts a chat reply into thinking and answer, made anew for each reply (`thinking_first.reply_splitter`):
-    free text, tools or a response format whose grammar lets it think first (`ToolSetup.thinking`, `held`); None
-    where the reply is not sorted (`reasoning_format` "none", but for tools: their calls are read past the
-    thinking; a response format whose grammar holds the reply from its first token)."""
+    free text, tools or a response format whose grammar lets it think first (`ToolSetup.thinking`,
+    `after_thought`); None where the reply is not sorted (`reasoning_format` "none", but for tools: their calls are
+    read past the thinking; a response format whose grammar holds the reply from its first token)."""
     if tools is not None:  # (sorted whatever `reasoning_format` says: the call is read past the thinking)
         return tools.splitter
-    if held is not None:
-        return held.splitter
+    if after_thought is not None:
+        return after_thought.splitter
     if not parsed.reasoning or parsed.grammar is not None:
         return None
     session = served.queue.session
     return reply_splitter(session.chat_template(), prompt_end(session.target, tokens))
+
+
+def _may_think(served: ServedModel, parsed: CompletionRequest, tokens: list[int], tools: ToolSetup | None,
+               after_thought: ThinkingFormat | None) -> bool:
+    """Whether a chat reply may think first (and so gets `THINKING_MAX_TOKENS` where it gives no max_tokens): a
+    thinking model's free reply, or one held to tools or a format whose grammar lets it think first."""
+    if tools is not None:
+        return tools.splitter is not None
+    if parsed.grammar is not None:
+        return after_thought is not None
+    session = served.queue.session
+    return may_think(session.chat_template(), prompt_end(session.target, tokens))
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -269,6 +282,10 @@ def _prepared_prompt(served: ServedModel, parsed: CompletionRequest
     _refuse_too_long(served, parsed)
     tools = _tool_setup(served, parsed)
     tokens = _prompt_tokens(served, parsed, tools)
+    if tools is not None and tools.thinking is not None:  # (a template variable may open the thought: DeepSeek V3.1's)
+        opened = opened_by(prompt_end(served.queue.session.target, tokens), tools.thinking.tags[0])
+        if opened is not tools.thinking.opened:
+            tools = _tool_setup(served, parsed, opened)
     return tools, tokens, _format_after_thinking(served, parsed, tokens)
 
 
@@ -307,13 +324,14 @@ def _json_text(value: Any) -> str:
         return ""
 
 
-def _tool_setup(served: ServedModel, parsed: CompletionRequest) -> ToolSetup | None:
-    """The request's tools made ready for the served model (its call syntax, their grammar), if it offers any."""
+def _tool_setup(served: ServedModel, parsed: CompletionRequest, opened: bool | None = None) -> ToolSetup | None:
+    """The request's tools made ready for the served model (its call syntax, their grammar), if it offers any;
+    `opened`: whether the prompt opened a thought (see `prepare_tools`)."""
     if parsed.tools is None:
         return None
     session = served.queue.session
     try:
-        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target))
+        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target), opened)
     except LocalspecError as exc:  # an arguments schema llguidance rejects
         raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
 
@@ -339,7 +357,8 @@ def _prompt_tokens(served: ServedModel, parsed: CompletionRequest, tools: ToolSe
         if parsed.messages is not None:
             asked, begun = _reply_begun(parsed)
             messages, definitions = chat_input(asked, tools, served.queue.session.chat_template())
-            tokens = session.chat_prompt_tokens(messages, definitions)
+            variables = {**session.template_variables, **parsed.template_variables}  # (the request's first)
+            tokens = session.chat_prompt_tokens(messages, definitions, variables)
             tokens += session.target.tokenize(begun, add_special=False) if begun else []  # (plain text, as typed)
         else:
             tokens = session.raw_prompt_tokens(parsed.prompt or "")
@@ -375,13 +394,13 @@ class Reply:
 
     def __init__(self, served: ServedModel, chat: bool, parsed: CompletionRequest | None = None,
                  tools: ToolSetup | None = None, splitter: Callable[[], Splitter] | None = None,
-                 held: ThinkingFormat | None = None) -> None:
+                 after_thought: ThinkingFormat | None = None) -> None:
         """`tools`: the request's tools on this model (the output is then held to their grammar and read back as
-        calls); otherwise the output is held to `parsed`'s response_format, if any (`held`: after the thinking
+        calls); otherwise the output is held to `parsed`'s response_format, if any (`after_thought`: after the thinking
         the model may do first). `splitter`: what sorts the reply into thinking (`reasoning_content`) and answer
         (see `_splitter`; None: the reply is all answer)."""
         self.served, self.chat, self.tools, self.splitter = served, chat, tools, splitter
-        self.grammar = (tools.grammar if tools is not None else held.grammar if held is not None
+        self.grammar = (tools.grammar if tools is not None else after_thought.grammar if after_thought is not None
                         else parsed.grammar if parsed is not None else None)
         # What a format that fails while generating (a limit of llguidance's) is put down to.
         self.format_param = "tools" if tools is not None else "response_format"

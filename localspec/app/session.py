@@ -55,6 +55,8 @@ class Session:
         self.length_cache = length_cache
         self.memory = memory
         self.prompt_cache = prompt_cache
+        # More of the chat template's inputs by name (`--chat-template-kwargs`): every prompt's, unless one says.
+        self.template_variables: dict[str, Any] = {}
         self._last_prompt: list[int] | None = None  # the latest generation's prompt (what `close` saves)
         self._special_verdicts: dict[str, bool] = {}  # content -> holds special-token text (`_holds_special_text`)
         self._draft_same_shape: bool | None = None  # (`_draft_copies_the_target`, asked once)
@@ -126,9 +128,11 @@ class Session:
         """The chat template in use: the profile's, else the target's own (None: it has none)."""
         return self.chat.template or self.target.chat_template()
 
-    def chat_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+    def chat_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                           variables: dict[str, Any] | None = None) -> list[int]:
         """Render `messages` with the chat template (the profile's, else the target's) and tokenize;
-        `tools` (OpenAI function definitions) go to templates that render them.
+        `tools` (OpenAI function definitions) go to templates that render them, `variables` to the template by
+        name (`chat_template.render_chat`; None: `template_variables`).
 
         Only the template's own text has its special tokens parsed: special-token text
         inside a message (`<|im_end|>` typed by a user) stays plain text (see
@@ -137,28 +141,30 @@ class Session:
         template = self.chat_template()
         if template is None:
             raise InputError(no_chat_template(self.target.path.name))
+        variables = self.template_variables if variables is None else variables
         bos = self.target.detokenize_special(self.target.bos_token)
         eos = self.target.detokenize_special(self.target.eos_token)
-        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages, tools), bos_token=bos,
-                                    eos_token=eos, tools=tools)
+        chunks = render_chat_chunks(template, messages, self._special_texts_in(messages, tools, variables),
+                                    bos_token=bos, eos_token=eos, tools=tools, variables=variables)
         first_text, first_parsed = chunks[0] if chunks else ("", False)
         add_bos = self.target.adds_bos and not (bos and first_parsed and first_text.startswith(bos))
         tokens = [token for text, parse_special in chunks
                   for token in self.target.tokenize(text, add_special=False, parse_special=parse_special)]
         return [self.target.bos_token, *tokens] if add_bos else tokens
 
-    def _special_texts_in(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> SpecialTexts:
+    def _special_texts_in(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                          variables: dict[str, Any] | None = None) -> SpecialTexts:
         """The vocabulary's special-token texts, or none when no text from outside holds any.
 
         A text holds special-token text exactly when llama.cpp tokenizes it
         differently with specials parsed: a cheap test per message content (and one
-        for the rest: tool calls and tool definitions as JSON text) that spares the
+        for the rest: tool calls, tool definitions and template variables as JSON text) that spares the
         usual conversation a scan of the whole vocabulary.
         """
         texts = [message["content"] for message in messages if isinstance(message.get("content"), str)]
         rest = [{key: value for key, value in message.items() if key not in ("role", "content")} for message in messages]
-        if any(rest) or tools:
-            texts.append(json.dumps([rest, tools], ensure_ascii=False))
+        if any(rest) or tools or variables:
+            texts.append(json.dumps([rest, tools, variables], ensure_ascii=False, default=str))
         return self.target.special_texts() if any(map(self._holds_special_text, texts)) else SpecialTexts(())
 
     def _holds_special_text(self, text: str) -> bool:

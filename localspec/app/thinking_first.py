@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from ..engine.grammar import OutputFormat
 from ..engine.prelude import Prelude, after_prelude
 from ..runtime.model import Model
 from .harmony import CHANNEL, FINAL, HarmonySplitter, is_harmony, thinking_rules as harmony_rules
@@ -39,6 +40,26 @@ def reply_splitter(template: str | None, end: str) -> Callable[[], Splitter] | N
     return lambda: ThoughtSplitter(opened, tags)
 
 
+def may_think(template: str | None, end: str) -> bool:
+    """Whether a reply to a prompt ending in `end` may think first: the template's model thinks (harmony, or tags:
+    `reasoning.thought_tags`), and the prompt did not close the thought itself (Qwen3's `enable_thinking` off)."""
+    if is_harmony(template):
+        return True
+    tags = thought_tags(template)
+    return tags is not None and not _closed_by(end, tags[1])
+
+
+def _closed_by(end: str, closing: str) -> bool:
+    """Whether a prompt ending in `end` closed a thought (an empty one, to answer at once)."""
+    return end.rstrip().endswith(closing)
+
+
+def said_after_thinking(fmt: OutputFormat) -> bool:
+    """Whether `fmt` holds a thinking model's answer after its thought: not a grammar the user wrote, which says
+    the whole output (and may spell a thought of its own)."""
+    return fmt.kind != "grammar"
+
+
 @dataclass(frozen=True)
 class ThinkingFormat:
     """A format's grammar with a thought allowed before it, and what sorts the reply into thought and answer."""
@@ -49,10 +70,12 @@ class ThinkingFormat:
 
 def thinking_format(grammar: str, template: str | None, marker_token: Callable[[str], int | None],
                     end: str) -> ThinkingFormat | None:
-    """`grammar` (an llguidance grammar string, as `compile_format` gives it) for the reply of a prompt ending in
-    `end`, after the thought the template's model may write first (see the module's docstring); None where it
-    writes none, or its tags are no special tokens (the reply is then held to the format from its first token).
-    `marker_token(text)`: the id of the special token that is `text` (`tool_calls.marker_tokens`)."""
+    """`grammar` (a format's, as `compile_format` gives it: not a grammar of the user's, which says the whole
+    output, see `said_after_thinking`) for the reply of a prompt ending in `end`, after the thought the template's
+    model may write first (see the module's docstring); None where it writes none, its tags are no special tokens,
+    or the prompt closed the thought already (Qwen3's `enable_thinking` off): the reply is then held to the format
+    from its first token. `marker_token(text)`: the id of the special token that is `text`
+    (`tool_calls.marker_tokens`)."""
     if is_harmony(template):
         if marker_token(CHANNEL) is None:  # (spelled, an analysis could write the final header itself)
             return None
@@ -60,7 +83,7 @@ def thinking_format(grammar: str, template: str | None, marker_token: Callable[[
         return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False), prelude),
                               HarmonySplitter)
     thinking = template_thinking(template, marker_token)
-    if thinking is None:
+    if thinking is None or _closed_by(end, thinking.tags[1]):
         return None
     thinking = replace(thinking, opened=opened_by(end, thinking.tags[0]))
     start, rules = thinking_rules(thinking, "answer", "answer")

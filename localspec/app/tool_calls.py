@@ -42,7 +42,7 @@ import json
 import math
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from enum import Enum
 from typing import Any, Callable, Sequence, TypeVar
@@ -946,8 +946,10 @@ class ToolSetup:
         return None if cut_short and stream.call else output
 
 
-def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None]) -> ToolSetup:
-    """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError."""
+def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None],
+                  opened: bool | None = None) -> ToolSetup:
+    """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError.
+    `opened`: whether the prompt opened a thought (None: as the template's own prompt does, without variables)."""
     syntax = detect_syntax(template)
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
@@ -956,6 +958,8 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     frame = frame if syntax is ToolSyntax.FRAMED else None
     layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     thinking = template_thinking(template, marker_token) if frame is None or not frame.harmony else None
+    if thinking is not None and opened is not None:
+        thinking = replace(thinking, opened=opened)
     try:
         lark = tool_grammar(request, syntax, marker_token, layout, frame, thinking)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out

@@ -39,9 +39,11 @@ from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
     SPECULATIVE_OPTION,
+    TEMPLATE_VARIABLES_OPTION,
     VERBOSE_OPTION,
     setting_flags,
     setting_options,
+    template_variables_from_option,
 )
 from .output_format import (
     FORMAT_COMMAND_USAGE,
@@ -91,10 +93,11 @@ class Block(str):
 @click.option("--highlight/--no-highlight", default=None, help="Colour text the draft proposed and the target kept [on in a terminal].")
 @click.option("--continue", "continue_latest", is_flag=True, help="Resume the latest conversation.")
 @click.option("--resume", "resume_id", type=int, metavar="ID", help="Resume conversation ID (see `localspec history list`).")
+@TEMPLATE_VARIABLES_OPTION
 @VERBOSE_OPTION
 def chat(
     profile: str | None, no_speculative: bool, quiet: bool, stats: bool, highlight: bool | None, continue_latest: bool,
-    resume_id: int | None, verbose: bool, **options: Any,
+    resume_id: int | None, template_kwargs: str | None, verbose: bool, **options: Any,
 ) -> None:
     """Chat with the profile's model in the terminal.
 
@@ -116,6 +119,7 @@ def chat(
         raise click.UsageError("--continue resumes the latest conversation and --resume ID another: give one of them")
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
+    variables = template_variables_from_option(template_kwargs)
     flags = setting_flags(options)
     plan = resolve_plan(profile, flags, verbose=verbose, speculative=not no_speculative)
     if lacks_chat_template(plan):  # (every message would fail, each stored as an empty conversation)
@@ -132,6 +136,7 @@ def chat(
     colour = terminal_takes_colour(sys.stdout)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model  # (/speculative on: lookups only)
     with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
+        session.template_variables = variables
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)

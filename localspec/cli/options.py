@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import click
 
+from ..config.files import parse_user_json
+from ..errors import InputError
 from ..settings import SETTINGS, Setting
 from ..textin import clean_input
 
@@ -154,3 +156,20 @@ PROFILE_OPTION = click.option(
 SPECULATIVE_OPTION = click.option("--no-speculative", is_flag=True, help="Target only: the baseline, one target pass per token.")
 STATS_OPTION = click.option("--stats", is_flag=True, help="Print a summary on stderr at the end (tokens, speed, acceptance, seed, where each model runs).")
 VERBOSE_OPTION = click.option("--verbose", is_flag=True, help="Show llama.cpp's own log on stderr.")
+TEMPLATE_VARIABLES_OPTION = click.option(
+    "--chat-template-kwargs", "template_kwargs", metavar="JSON",
+    help="More of the chat template's inputs, as a JSON object (llama.cpp's name): "
+         "'{\"enable_thinking\": false}' for Qwen3, '{\"reasoning_effort\": \"high\"}' for gpt-oss.")
+
+
+def template_variables_from_option(text: str | None) -> dict[str, Any]:
+    """`--chat-template-kwargs` read and checked (`chat_template.variables_problem`); bad input is InputError."""
+    if text is None:
+        return {}
+    from ..runtime.chat_template import variables_problem  # (Jinja: imported where a command asks for it)
+
+    value = parse_user_json(text, "--chat-template-kwargs")
+    problem = variables_problem(value)
+    if problem is not None:
+        raise InputError(f"--chat-template-kwargs: {problem}")
+    return value

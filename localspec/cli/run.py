@@ -10,10 +10,17 @@ import click
 
 from ..app.reasoning import Sorted, Splitter
 from ..app.session import Session
-from ..app.thinking_first import ThinkingFormat, prompt_end, reply_splitter, thinking_format
+from ..app.thinking_first import (
+    may_think,
+    prompt_end,
+    reply_splitter,
+    said_after_thinking,
+    thinking_format,
+)
 from ..app.tool_calls import marker_tokens
 from ..engine.generation import StopReason
-from ..engine.grammar import CompiledGrammar
+from ..engine.grammar import CompiledGrammar, OutputFormat
+from ..errors import InputError
 from ..textin import clean_text
 from .common import read_prompt, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
@@ -21,9 +28,11 @@ from .options import (
     PROFILE_OPTION,
     SPECULATIVE_OPTION,
     STATS_OPTION,
+    TEMPLATE_VARIABLES_OPTION,
     VERBOSE_OPTION,
     setting_flags,
     setting_options,
+    template_variables_from_option,
 )
 from .output_format import (
     OUTPUT_FORMAT_OPTIONS,
@@ -31,7 +40,7 @@ from .output_format import (
     cut_short_message,
     output_format_from_options,
 )
-from .tool_options import TOOL_OPTIONS, json_with_calls, tool_run_from_options
+from .tool_options import TOOL_OPTIONS, ToolRun, json_with_calls, tool_run_from_options
 
 
 class Shown:
@@ -79,13 +88,22 @@ class Shown:
             self.answered += text.content
 
 
-def _format_after_thinking(session: Session, compiled: CompiledGrammar | None,
-                           prompt_tokens: list[int]) -> ThinkingFormat | None:
-    """The output format after the thought a thinking model may write first (`thinking_first`), or None."""
+def _reply_form(session: Session, prompt_tokens: list[int], raw: bool, tool_run: ToolRun | None,
+                fmt: OutputFormat | None, compiled: CompiledGrammar | None
+                ) -> tuple[str | None, Callable[[], Splitter] | None, bool]:
+    """The grammar the reply is held to (None: free text), what sorts it into thought and answer as `run` shows
+    it (None: all answer; a reply with tools is printed as its calls), and whether it may think first (a format
+    after the thought a thinking model may write: `thinking_first`)."""
+    if tool_run is not None:
+        return tool_run.grammar, None, tool_run.setup.splitter is not None
+    if raw:
+        return compiled.grammar if compiled is not None else None, None, False
+    template, end = session.chat_template(), prompt_end(session.target, prompt_tokens)
     if compiled is None:
-        return None
-    return thinking_format(compiled.grammar, session.chat_template(), marker_tokens(session.target),
-                           prompt_end(session.target, prompt_tokens))
+        return None, reply_splitter(template, end), may_think(template, end)
+    held = (thinking_format(compiled.grammar, template, marker_tokens(session.target), end)
+            if fmt is not None and said_after_thinking(fmt) else None)
+    return (held.grammar, held.splitter, True) if held is not None else (compiled.grammar, None, False)
 
 
 @click.command()
@@ -96,10 +114,12 @@ def _format_after_thinking(session: Session, compiled: CompiledGrammar | None,
 @click.option("--raw", is_flag=True, help="Plain completion: no chat template.")
 @OUTPUT_FORMAT_OPTIONS
 @TOOL_OPTIONS
+@TEMPLATE_VARIABLES_OPTION
 @STATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @VERBOSE_OPTION
-def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool, stats: bool, as_json: bool, verbose: bool, **options: Any) -> None:
+def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool, stats: bool, as_json: bool,
+        template_kwargs: str | None, verbose: bool, **options: Any) -> None:
     """Generate a completion for PROMPT (or stdin) and stream it to stdout.
 
     Settings come from the command line, else the profile, else built-in defaults.
@@ -116,6 +136,9 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
     tool_run = tool_run_from_options(options, raw or output_format is not None)
+    variables = template_variables_from_option(template_kwargs)
+    if raw and variables:
+        raise InputError("--chat-template-kwargs is for the chat template, which --raw leaves out")
     text = read_prompt(prompt)
     plan = resolve_plan(profile, setting_flags(options), verbose=verbose, speculative=not no_speculative)
     check_prompt_form(plan, raw)
@@ -123,6 +146,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     # The contexts are sized for this one run once the prompt's length is known, and created where first needed.
     with load_session(plan, load_draft=load_draft, verbose=verbose, size_contexts_later=True,
                       prompt_cache=True) as session:
+        session.template_variables = variables
         session.refuse_text_too_long([text])
         if tool_run is not None:
             prompt_tokens = tool_run.prompt_tokens(session, [*session.system_messages(), {"role": "user", "content": text}])
@@ -130,16 +154,11 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             prompt_tokens = session.raw_prompt_tokens(text)
         else:
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
-        grammar = tool_run.grammar if tool_run else compiled.grammar if compiled else None
-        held = _format_after_thinking(session, compiled, prompt_tokens) if not raw and tool_run is None else None
-        if held is not None:
-            grammar = held.grammar
-        shown = Shown(None if raw or tool_run is not None else held.splitter if held is not None
-                      else None if compiled is not None
-                      else reply_splitter(session.chat_template(), prompt_end(session.target, prompt_tokens)))
-        session.reserve_context(len(prompt_tokens) + plan.generation.budget(structured=grammar is not None))
-        generation = session.generation(prompt_tokens, plan.generation.with_seed(), speculative=not no_speculative,
-                                        grammar=grammar)
+        grammar, splitter, thinks = _reply_form(session, prompt_tokens, raw, tool_run, output_format, compiled)
+        shown = Shown(splitter)
+        settings = plan.generation.with_seed().with_budget(grammar is not None, thinking=thinks)
+        session.reserve_context(len(prompt_tokens) + settings.max_tokens)
+        generation = session.generation(prompt_tokens, settings, speculative=not no_speculative, grammar=grammar)
         try:
             for chunk in generation:
                 if not as_json and chunk.text and tool_run is None:
@@ -147,6 +166,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             if not as_json and tool_run is None:
                 shown.finish()
         except KeyboardInterrupt:
+            if not as_json and tool_run is None:  # (what was held back: the start of a tag, whitespace)
+                shown.finish()
             if output_format is not None or tool_run is not None:  # never passed off as complete
                 click.echo(f"\nlocalspec: {cut_short_message(StopReason.INTERRUPTED)}", err=True)
             raise
@@ -159,7 +180,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         answer = shown.whole(generation.text)
         report = {
             "text": answer.content,
-            "reasoning": answer.reasoning if shown.sorts else None,
+            "reasoning": answer.reasoning or None,  # (as `serve`'s reasoning_content)
             "tokens": generation.tokens,
             "stop_reason": generation.stop_reason,
             "model": {  # (a path's bytes that are not UTF-8 shown as U+FFFD: JSON is text)

@@ -18,7 +18,14 @@ from ..app.serving import ServedModel, create_app
 from ..errors import InputError, LocalspecError
 from .common import is_loopback
 from .loading import load_session, resolve_plan
-from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_options
+from .options import (
+    PROFILE_OPTION,
+    TEMPLATE_VARIABLES_OPTION,
+    VERBOSE_OPTION,
+    setting_flags,
+    setting_options,
+    template_variables_from_option,
+)
 
 
 @click.command()
@@ -32,9 +39,10 @@ from .options import PROFILE_OPTION, VERBOSE_OPTION, setting_flags, setting_opti
               help="Require `Authorization: Bearer KEY` on every endpoint but /health (empty: no key).")
 @click.option("--queue", "queue_size", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Requests that may wait while one generates; more get 429.")
+@TEMPLATE_VARIABLES_OPTION
 @VERBOSE_OPTION
 def serve(profile: str | None, memory: bool | None, host: str, port: int, api_key: str | None, queue_size: int,
-          verbose: bool, **options: Any) -> None:
+          template_kwargs: str | None, verbose: bool, **options: Any) -> None:
     """Serve the profile's models over an OpenAI-compatible API (/v1/chat/completions, /v1/completions).
 
     Settings in a request (temperature, top_p, max_tokens, stop, seed, draft_max,
@@ -52,6 +60,7 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
     """
     api_key = _checked_api_key(api_key, click.get_current_context().get_parameter_source("api_key")
                                == click.core.ParameterSource.ENVIRONMENT)
+    variables = template_variables_from_option(template_kwargs)  # (a request's chat_template_kwargs add to them)
     flags = setting_flags(options)
     if memory is not None:
         flags["speculative.memory"] = memory
@@ -65,6 +74,7 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
     AppStatus.disable_automatic_graceful_drain()  # streams end themselves, with an error event, on shutdown
     with listener, load_session(plan, load_draft=plan.generation.speculative.uses_draft_model, verbose=verbose,
                                         memory_owner=memory_owner) as session:
+        session.template_variables = variables
         queue = GenerationQueue(session, queue_size)
         served = ServedModel(queue, plan.generation, model_id)
         # No lifespan: the app has no start-up or shutdown hooks, and uvicorn logs a cancelled lifespan task

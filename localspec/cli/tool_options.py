@@ -17,7 +17,9 @@ from typing import Any
 
 import click
 
+from ..app.reasoning import opened_by
 from ..app.session import Session
+from ..app.thinking_first import prompt_end
 from ..app.tool_calls import (
     ToolCall,
     ToolError,
@@ -98,7 +100,13 @@ class ToolRun:
         for warning in self.setup.warnings:
             click.echo(f"localspec: warning: {warning}", err=True)
         rendered, definitions = chat_input(messages, self.setup, template)
-        return session.chat_prompt_tokens(rendered, definitions)
+        tokens = session.chat_prompt_tokens(rendered, definitions)
+        thinking = self.setup.thinking
+        if thinking is not None:  # (a template variable may open the thought: DeepSeek V3.1's `thinking`)
+            opened = opened_by(prompt_end(session.target, tokens), thinking.tags[0])
+            if opened is not thinking.opened:
+                self.setup = prepare_tools(self.request, template, marker_tokens(session.target), opened)
+        return tokens
 
     @property
     def grammar(self) -> str | None:

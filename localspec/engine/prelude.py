@@ -17,6 +17,9 @@ PRELUDE_GRAMMAR = "localspec_prelude"  # (the names of llguidance's own grammars
 ANSWER_GRAMMAR = "localspec_answer"
 _COMMENT = "// prelude: "
 _WHITESPACE = b" \t\r\n"
+# What `UniqueItems` asks of a cursor but `feed` and `settled`: the answer's cursor's to say.
+_DELEGATED = frozenset(("in_held_key", "in_held_array", "in_string", "in_record", "bytes_to_a_records_last_value",
+                        "language_rests", "encloses_key_language", "room_before_a_forced_repeat", "refuses"))
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,10 @@ class PreludeCursor:
         return replace(self, state="answer").feed(answer) if answer else self
 
     def __getattr__(self, name: str) -> Any:
-        """The answer's cursor's say (`in_string`, `refuses`…) once the answer has begun; only `settled` is asked
-        before (`UniqueItems.allowed`)."""
+        """The answer's cursor's say (`in_string`, `refuses`…: `_DELEGATED`) once the answer has begun; only
+        `settled` is asked before (`UniqueItems.allowed`)."""
+        if name not in _DELEGATED:
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     @property

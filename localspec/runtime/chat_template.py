@@ -100,6 +100,24 @@ def _compiled(template: str) -> Any:
     return _environment().from_string(template)
 
 
+# What the renderer gives every template itself: a template variable of the caller's may not take these names.
+TEMPLATE_INPUTS = ("messages", "tools", "bos_token", "eos_token", "add_generation_prompt")
+
+
+def variables_problem(value: Any) -> str | None:
+    """Why `value` cannot be a chat template's variables (a JSON object of its inputs by name: each name one a
+    template can read, none of TEMPLATE_INPUTS), or None."""
+    if not isinstance(value, dict):
+        return "must be a JSON object of names and values"
+    for name in value:
+        if not name.isidentifier():
+            return (f"{json.dumps(name)} is no name a template can read (letters, digits and _, not starting with"
+                    " a digit)")
+        if name in TEMPLATE_INPUTS:
+            return f"{name} is given to the template by localspec itself"
+    return None
+
+
 def render_chat(
     template: str,
     messages: list[dict[str, str]],
@@ -108,14 +126,20 @@ def render_chat(
     eos_token: str = "",
     add_generation_prompt: bool = True,
     tools: list[dict[str, Any]] | None = None,
+    variables: dict[str, Any] | None = None,
 ) -> str:
     """Render `messages` ({"role", "content"} dicts) with `template` into the prompt text; `tools`: the
-    function definitions offered (OpenAI's shape), for templates that render them."""
+    function definitions offered (OpenAI's shape), for templates that render them; `variables`: more of the
+    template's inputs by name (`enable_thinking`, `reasoning_effort`: what llama-server calls the chat template's
+    kwargs), none of them one of TEMPLATE_INPUTS."""
+    variables = variables or {}
+    assert not set(variables) & set(TEMPLATE_INPUTS), "a template variable takes the name of one of its inputs"
     try:
         compiled = _compiled(template)
         pieces, size = [], 0
         with watched_rendering(), _step_budget(MAX_TEMPLATE_STEPS):
-            for piece in compiled.generate(messages=given(messages), bos_token=bos_token, eos_token=eos_token,
+            for piece in compiled.generate(**{name: given(value) for name, value in variables.items()},
+                                           messages=given(messages), bos_token=bos_token, eos_token=eos_token,
                                            add_generation_prompt=add_generation_prompt, tools=given(tools)):
                 size += len(piece)
                 if size > MAX_RENDERED_CHARS:
@@ -176,6 +200,7 @@ def render_chat_chunks(
     eos_token: str = "",
     add_generation_prompt: bool = True,
     tools: list[dict[str, Any]] | None = None,
+    variables: dict[str, Any] | None = None,
 ) -> list[Chunk]:
     """Render `messages` into chunks to tokenize in order, special tokens parsed only where `parse_special`.
 
@@ -183,7 +208,7 @@ def render_chat_chunks(
     whole rendered text in one chunk with specials parsed, so the tokens are exactly
     those of tokenizing `render_chat`'s text. Otherwise each content that holds some is
     rendered as a unique marker, as is each special-token text in the other fields of
-    messages (tool calls: names, arguments, ids) and in `tools`; the text is cut only
+    messages (tool calls: names, arguments, ids), in `tools` and in `variables`; the text is cut only
     at the template's own special tokens (never at a content's edges, so BPE merges
     and SentencePiece's space prefix stay as they would be): the stretches between two
     of them that hold a marker become plain chunks with the text put back, the rest
@@ -194,10 +219,11 @@ def render_chat_chunks(
     hidden: dict[str, str] = {}  # marker -> the text it stands for
     marked = [_marked_message(message, special, nonce, hidden) for message in messages]
     marked_tools = _marked_fields(tools, special, nonce, hidden)
+    marked_variables = _marked_fields(variables, special, nonce, hidden)
     options = {"bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt}
     if not hidden:
-        return [(render_chat(template, list(messages), tools=tools, **options), True)]
-    rendered = render_chat(template, marked, tools=marked_tools, **options)
+        return [(render_chat(template, list(messages), tools=tools, variables=variables, **options), True)]
+    rendered = render_chat(template, marked, tools=marked_tools, variables=marked_variables, **options)
     pieces = re.split("(" + "|".join(map(re.escape, hidden)) + ")", rendered)
     return _chunks(pieces, hidden, special)
 
