@@ -18,6 +18,7 @@ from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
+from localspec.app.reasoning import split_thought
 from localspec.app.thinking_first import prompt_end, thinking_format
 from localspec.app.tool_calls import marker_tokens
 from localspec.engine.constraint import TokenGrammar
@@ -235,3 +236,36 @@ def test_run_prints_the_answer_alone_and_the_thought_apart(thinking_model: Model
     budget = [json.loads(cli("run", "-p", profile, "--json", "--stop", " ", "hi").stdout)["settings"]["max_tokens"]
               for profile in ("thinking", "plain")]
     assert budget == [THINKING_MAX_TOKENS, FREE_TEXT_MAX_TOKENS]
+
+
+@pytest.mark.slow  # (1 s: four chats)
+def test_chat_shows_the_thought_dimmed_without_its_tags(thinking_model: Model) -> None:
+    """The history keeps the reply as written; the terminal shows the thought without its tags, then the answer
+    (here held to a format after the thought, where the tiny model thinks first more often than in free text)."""
+    from click.testing import CliRunner
+
+    from localspec.app.history import HistoryStore
+    from localspec.cli import main
+    from localspec.config.paths import history_file, user_profiles_dir
+
+    path = user_profiles_dir() / "thinking.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[target]\npath = "{thinking_model.path}"\n[chat]\ntemplate = "{THINKING}"\n')
+    thought_shown = 0
+    for seed in range(4):
+        shown = CliRunner().invoke(main, ["chat", "-p", "thinking", "--seed", str(seed), "--max-tokens", "300",
+                                          "--no-speculative", "--json-schema", json.dumps(SCHEMA)],
+                                   input=b"Tags?\n", catch_exceptions=False)
+        assert shown.exit_code == 0, shown.stderr
+        store = HistoryStore(history_file())
+        try:
+            written = store.get(store.latest())["messages"][-1]["content"]
+        finally:
+            store.close()
+        sorted_ = split_thought(written)
+        if sorted_.reasoning:
+            thought_shown += 1
+            assert "<think>" not in shown.stdout and sorted_.reasoning in shown.stdout
+        assert sorted_.content.strip() in shown.stdout
+    assert thought_shown
+

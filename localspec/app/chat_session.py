@@ -24,8 +24,8 @@ from .conversation import Conversation
 from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag
 from .session import Session
-from .thinking_first import may_think, prompt_end, said_after_thinking, thinking_format
-from .tool_calls import marker_tokens
+from .reasoning import Splitter
+from .thinking_first import reply_form
 
 
 LONG_READ_TOKENS = 1000  # a turn with this many tokens not in the cache says it is reading them
@@ -59,6 +59,7 @@ class ChatSession:
         self.totals = SpecStats()
         self.output_format: OutputFormat | None = None  # what replies are held to (None: free text)
         self.grammar: CompiledGrammar | None = None
+        self.sorting: Splitter | None = None  # what sorts the latest reply into thought and answer (None: all answer)
         self.replies_on_seed = _replies_in(conversation)  # replies since the chat's seed was set: the next one's offset
         self.window = 0  # the first message the model sees: older exchanges no longer fit its context
 
@@ -128,9 +129,11 @@ class ChatSession:
             unread = len(tokens) - common_prefix_length(self.session.target.tokens, tokens)
             if unread >= LONG_READ_TOKENS:  # (seconds of silence on a CPU otherwise: a pasted document)
                 on_note(f"(reading {unread} tokens…)")
-            grammar, thinks = self._grammar_after_thinking(tokens)
-            generation = self.session.generation(tokens, settings.with_budget(grammar is not None, thinks),
-                                                 speculative=self.speculative, grammar=grammar)
+            form = reply_form(self.session.chat_template(), self.session.target, tokens, self.output_format,
+                              self.grammar.grammar if self.grammar is not None else None)
+            self.sorting = form.splitter() if form.splitter is not None else None
+            generation = self.session.generation(tokens, settings.with_budget(form.grammar is not None, form.thinks),
+                                                 speculative=self.speculative, grammar=form.grammar)
             for chunk in generation:
                 on_chunk(chunk)
         except KeyboardInterrupt:
@@ -151,18 +154,6 @@ class ChatSession:
             self.last = generation
             self.totals.add(generation.stats)
         return Reply(generation, interrupted)
-
-    def _grammar_after_thinking(self, tokens: list[int]) -> tuple[str | None, bool]:
-        """The reply's format (None: free text), after the thought a thinking model may write first
-        (`thinking_first`; shown as the model writes it, as in free replies), and whether the reply may think."""
-        session = self.session
-        end = prompt_end(session.target, tokens)
-        if self.grammar is None:
-            return None, may_think(session.chat_template(), end)
-        held = None
-        if self.output_format is not None and said_after_thinking(self.output_format):
-            held = thinking_format(self.grammar.grammar, session.chat_template(), marker_tokens(session.target), end)
-        return (held.grammar, True) if held is not None else (self.grammar.grammar, False)
 
     def _fit_context(self) -> int:
         """Move the window of messages the model sees past the oldest exchanges until the prompt leaves room

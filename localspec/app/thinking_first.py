@@ -11,13 +11,14 @@ of its vocabulary (a spelled tag could not be told from the text around it): `<t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..engine.grammar import OutputFormat
 from ..engine.prelude import Prelude, after_prelude
 from ..runtime.model import Model
 from .harmony import CHANNEL, FINAL, HarmonySplitter, is_harmony, thinking_rules as harmony_rules
 from .reasoning import Splitter, ThoughtSplitter, opened_by, template_thinking, thinking_rules, thought_tags
+from .tool_calls import marker_tokens
 
 PROMPT_END_TOKENS = 8  # (enough for the longest opening, `<|START_THINKING|>` and the whitespace after it)
 
@@ -58,6 +59,28 @@ def said_after_thinking(fmt: OutputFormat) -> bool:
     """Whether `fmt` holds a thinking model's answer after its thought: not a grammar the user wrote, which says
     the whole output (and may spell a thought of its own)."""
     return fmt.kind != "grammar"
+
+
+class ReplyForm(NamedTuple):
+    """How a chat reply is held and read: the grammar it is held to (None: free text), what sorts it into thought
+    and answer (None: all answer), and whether it may think first."""
+
+    grammar: str | None
+    splitter: Callable[[], Splitter] | None
+    thinks: bool
+
+
+def reply_form(template: str | None, model: Model, prompt_tokens: Sequence[int], fmt: OutputFormat | None,
+               grammar: str | None) -> ReplyForm:
+    """The form of a reply to `prompt_tokens` under `fmt` (compiled: `grammar`; None: free text): a free reply
+    sorted where the model thinks, a format after the thought where it may write one (`thinking_format`), else
+    held from its first token."""
+    end = prompt_end(model, prompt_tokens)
+    if grammar is None:
+        return ReplyForm(None, reply_splitter(template, end), may_think(template, end))
+    held = (thinking_format(grammar, template, marker_tokens(model), end)
+            if fmt is not None and said_after_thinking(fmt) else None)
+    return ReplyForm(held.grammar, held.splitter, True) if held is not None else ReplyForm(grammar, None, False)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ..app.chat_session import ChatSession, Reply
 from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.plan import lacks_chat_template
+from ..app.reasoning import Sorted
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES, refuse_utf16
@@ -165,6 +166,7 @@ class ChatLoop:
         self.colour = colour
         self.saved_files: set[Path] = set()  # what /save wrote in this chat: saved again without --force
         self.failures = 0  # messages and commands that failed (a script piping into chat exits 1 if any did)
+        self.thought_open = False  # a thinking model's thought was shown, its answer not yet
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -222,7 +224,28 @@ class ChatLoop:
     # -- replies -------------------------------------------------------------------------
 
     def _stream(self, chunk: Chunk) -> None:
-        self._write(self._render(chunk))
+        sorting = self.chat.sorting
+        if sorting is None:
+            self._write(self._render(chunk))
+            return
+        text = sorting.feed(chunk.text)
+        if text.content == chunk.text:  # (all answer: drafted text coloured as ever)
+            self._show_sorted(Sorted(), self._render(chunk))
+        else:
+            self._show_sorted(text)
+
+    def _show_sorted(self, text: Sorted, rendered: str | None = None) -> None:
+        """A thinking model's thought dimmed, without its tags, and its answer on a line of its own after it
+        (`rendered`: the answer as `_render` shows it)."""
+        if text.reasoning:
+            self._write(self._dim(shown_plainly(text.reasoning)))
+            self.thought_open = True
+        answer = rendered if rendered is not None else shown_plainly(text.content)
+        if answer and self.thought_open:
+            self._write("\n\n")
+            self.thought_open = False
+        if answer:
+            self._write(answer)
 
     def _write(self, text: str) -> None:
         """Write reply text; stdout closed or failing (a full disk) ends the chat with one line, not every turn."""
@@ -240,6 +263,9 @@ class ChatLoop:
         if reply.error is not None:
             self.fail(f"error: {reply.error}")
             return
+        if self.chat.sorting is not None:  # (what was held back: the start of a tag, whitespace)
+            self._show_sorted(self.chat.sorting.finish())
+            self.chat.sorting, self.thought_open = None, False
         self._write("\n")
         if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")

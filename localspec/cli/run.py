@@ -10,14 +10,7 @@ import click
 
 from ..app.reasoning import Sorted, Splitter
 from ..app.session import Session
-from ..app.thinking_first import (
-    may_think,
-    prompt_end,
-    reply_splitter,
-    said_after_thinking,
-    thinking_format,
-)
-from ..app.tool_calls import marker_tokens
+from ..app.thinking_first import ReplyForm, reply_form
 from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat
 from ..errors import InputError
@@ -89,21 +82,15 @@ class Shown:
 
 
 def _reply_form(session: Session, prompt_tokens: list[int], raw: bool, tool_run: ToolRun | None,
-                fmt: OutputFormat | None, compiled: CompiledGrammar | None
-                ) -> tuple[str | None, Callable[[], Splitter] | None, bool]:
-    """The grammar the reply is held to (None: free text), what sorts it into thought and answer as `run` shows
-    it (None: all answer; a reply with tools is printed as its calls), and whether it may think first (a format
-    after the thought a thinking model may write: `thinking_first`)."""
+                fmt: OutputFormat | None, compiled: CompiledGrammar | None) -> ReplyForm:
+    """The grammar the reply is held to, what sorts it into thought and answer as `run` shows it (a reply with
+    tools is printed as its calls) and whether it may think first (`thinking_first.reply_form`)."""
+    grammar = compiled.grammar if compiled is not None else None
     if tool_run is not None:
-        return tool_run.grammar, None, tool_run.setup.splitter is not None
+        return ReplyForm(tool_run.grammar, None, tool_run.setup.splitter is not None)
     if raw:
-        return compiled.grammar if compiled is not None else None, None, False
-    template, end = session.chat_template(), prompt_end(session.target, prompt_tokens)
-    if compiled is None:
-        return None, reply_splitter(template, end), may_think(template, end)
-    held = (thinking_format(compiled.grammar, template, marker_tokens(session.target), end)
-            if fmt is not None and said_after_thinking(fmt) else None)
-    return (held.grammar, held.splitter, True) if held is not None else (compiled.grammar, None, False)
+        return ReplyForm(grammar, None, False)
+    return reply_form(session.chat_template(), session.target, prompt_tokens, fmt, grammar)
 
 
 @click.command()
