@@ -73,6 +73,8 @@ def test_a_requests_variables_reach_the_template(client: TestClient, session: Se
         assert prompt_length(client) == rendered_length({"reasoning_effort": "low"})
         assert prompt_length(client, chat_template_kwargs={"reasoning_effort": "medium"}) == rendered_length(
             {"reasoning_effort": "medium"})
+        assert prompt_length(client) == rendered_length({"reasoning_effort": "low"})  # (the request's is its own)
+        assert prompt_length(client, reasoning_effort="minimal") == rendered_length({"reasoning_effort": "low"})
     finally:
         session.template_variables = {}
     assert len({rendered_length({}), rendered_length({"reasoning_effort": "low"}),
@@ -83,7 +85,12 @@ def test_a_requests_variables_reach_the_template(client: TestClient, session: Se
     ({"chat_template_kwargs": [1]}, "chat_template_kwargs", "must be a JSON object"),
     ({"chat_template_kwargs": {"1st": True}}, "chat_template_kwargs", "no name a template can read"),
     ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs", "given to the template by localspec"),
+    ({"chat_template_kwargs": {"self": 1}}, "chat_template_kwargs", "no name a template can read"),  # (Jinja's)
+    ({"chat_template_kwargs": {"if": 1}}, "chat_template_kwargs", "no name a template can read"),
+    ({"chat_template_kwargs": {"range": 1}}, "chat_template_kwargs", "given to the template by localspec"),
+    ({"chat_template_kwargs": {"x": json.loads("[" * 900 + "]" * 900)}}, "chat_template_kwargs", "nested more"),
     ({"reasoning_effort": "extreme"}, "reasoning_effort", "must be one of"),
+    ({"reasoning_effort": ["high"]}, "reasoning_effort", "must be one of"),
 ])
 def test_bad_variables_are_refused_naming_the_field(client: TestClient, extra: dict[str, Any], param: str,
                                                    says: str) -> None:
@@ -93,6 +100,16 @@ def test_bad_variables_are_refused_naming_the_field(client: TestClient, extra: d
 
 def test_a_completion_has_no_template_to_give_variables_to(client: TestClient) -> None:
     assert refusal(client, "/v1/completions", chat_template_kwargs={"enable_thinking": False})[0] == "chat_template_kwargs"
+    empty = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1, "chat_template_kwargs": {}})
+    assert empty.status_code == 200, empty.text  # (what clients send where they give none)
+
+
+def test_special_token_text_in_a_variable_is_text(session: Session) -> None:
+    """`</s>` in a variable's value is spelled, not the end-of-sequence token (as in a message's content)."""
+    messages = [{"role": "user", "content": "hi"}]
+    tokens = session.chat_prompt_tokens(messages, variables={"extra": {"word": "a</s>b"}})
+    assert session.target.eos_token not in tokens
+    assert len(tokens) > len(session.chat_prompt_tokens(messages, variables={"extra": {"word": "ab"}}))
 
 
 @pytest.fixture
@@ -117,6 +134,7 @@ def test_the_command_lines_variables_reach_the_template(templated_profile: str) 
 
 @pytest.mark.parametrize("value, says", [
     ("{enable_thinking: false}", "not valid JSON"),
+    ('{"x": ' + "[" * 600 + "]" * 600 + "}", "nested more"),
     ("[1]", "must be a JSON object"),
     ('{"tools": []}', "given to the template by localspec"),
 ])

@@ -128,6 +128,20 @@ def test_a_prompt_that_closed_the_thought_leaves_the_format_from_the_first_token
         jsonschema.validate(json.loads(off["message"]["content"]), SCHEMA)
 
 
+def test_tools_hold_no_thought_where_the_prompt_closed_it(thinking_model: Model) -> None:
+    """Qwen3 with `enable_thinking` off: its prompt closes an empty thought, so a call (or text) comes at once."""
+    from localspec.app.thinking_first import tools_think_otherwise
+    from localspec.app.tool_calls import prepare_tools, tool_request
+
+    add = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    asked = prepare_tools(tool_request([add], "auto"), QWEN3, marker_tokens(thinking_model))
+    assert asked.thinking is not None and tools_think_otherwise(asked.thinking, "<think>\n\n</think>\n\n")
+    closed = prepare_tools(tool_request([add], "auto"), QWEN3, marker_tokens(thinking_model), "<think>\n\n</think>\n\n")
+    assert closed.thinking is None and closed.splitter is None
+    grammar = TokenGrammar.start(thinking_model, closed.grammar)
+    assert marker_tokens(thinking_model)("<think>") not in grammar.allowed().tolist()
+
+
 def test_items_are_held_unique_in_the_answer_not_in_the_thought(thinking_model: Model) -> None:
     """localspec's own rule for uniqueItems (llguidance does not hold it on strings) reads the answer alone."""
     quote = [token for token in range(thinking_model.n_vocab) if thinking_model.token_bytes(token) == b'"']

@@ -25,7 +25,7 @@ from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag
 from .session import Session
 from .reasoning import Splitter
-from .thinking_first import reply_form
+from .thinking_first import reply_form, template_thinks
 
 
 LONG_READ_TOKENS = 1000  # a turn with this many tokens not in the cache says it is reading them
@@ -162,7 +162,8 @@ class ChatSession:
         session, conversation = self.session, self.conversation
         if conversation.messages:  # (one that cannot fit whatever its tokens is refused before llama.cpp tokenizes it)
             session.refuse_text_too_long([conversation.messages[-1].content], "the message")
-        reserve = min(conversation.settings.budget(structured=self.grammar is not None), session.target.n_ctx // 4)
+        budget = conversation.settings.budget(self.grammar is not None, template_thinks(session.chat_template()))
+        reserve = min(budget, session.target.n_ctx // 4)
         old = min(self.window, len(conversation.messages))
         self.window = conversation.window_start(lambda messages: len(session.chat_prompt_tokens(messages)),
                                                 session.target.n_ctx - reserve, old)

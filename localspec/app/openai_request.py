@@ -106,7 +106,8 @@ READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "respo
 # llama-server's `reasoning_format` values: "none" leaves a reply's thinking in its content; the others sort it
 # into `reasoning_content` (see `reasoning`).
 REASONING_FORMATS = ("auto", "deepseek", "none")
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")  # OpenAI's; gpt-oss's template reads low to high
+# OpenAI's values of `reasoning_effort`; gpt-oss's template knows low, medium and high, and takes less as low.
+REASONING_EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 _KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 
@@ -210,16 +211,16 @@ def _template_variables(body: dict[str, Any], chat: bool) -> dict[str, Any]:
     Qwen3's `enable_thinking`) with `reasoning_effort` (OpenAI's field, which llama-server gives the template as
     such: gpt-oss's reads it) among them, unless the kwargs name it themselves."""
     kwargs, effort = body.get("chat_template_kwargs"), body.get("reasoning_effort")
-    if kwargs is None and effort is None:
+    if kwargs in (None, {}) and effort is None:  # (what clients send where they give none)
         return {}
     where = "chat_template_kwargs" if kwargs is not None else "reasoning_effort"
     if not chat:
         raise ApiError(400, f"{where} is for chat completions: a completion's prompt is not rendered by a template",
                        param=where)
-    if effort is not None and effort not in REASONING_EFFORTS:
+    if effort is not None and (not isinstance(effort, str) or effort not in REASONING_EFFORTS):
         raise ApiError(400, f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {quote_json(effort)}",
                        param="reasoning_effort")
-    variables = {"reasoning_effort": effort} if effort is not None else {}
+    variables = {"reasoning_effort": REASONING_EFFORTS[effort]} if effort is not None else {}
     if kwargs is not None:
         variables.update(template_variables(kwargs, "chat_template_kwargs"))
     return variables

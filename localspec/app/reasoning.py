@@ -36,6 +36,12 @@ def opened_by(prompt_end: str, opening: str = OPEN) -> bool:
     return prompt_end.rstrip().endswith(opening)
 
 
+def closed_by(prompt_end: str, closing: str = CLOSE) -> bool:
+    """Whether a prompt ending in `prompt_end` closed a thought itself (an empty one, to answer at once: Qwen3's
+    with `enable_thinking` off)."""
+    return prompt_end.rstrip().endswith(closing)
+
+
 @dataclass(frozen=True)
 class Thinking:
     """A thinking model's tags as the special tokens of its vocabulary, and whether its prompt opens the

@@ -36,8 +36,15 @@ from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
-from .reasoning import Sorted, Splitter, opened_by
-from .thinking_first import ThinkingFormat, may_think, prompt_end, reply_splitter, thinking_format
+from .reasoning import Sorted, Splitter
+from .thinking_first import (
+    ThinkingFormat,
+    may_think,
+    prompt_end,
+    reply_splitter,
+    thinking_format,
+    tools_think_otherwise,
+)
 from .tool_calls import (
     CallStream,
     ToolCall,
@@ -282,10 +289,10 @@ def _prepared_prompt(served: ServedModel, parsed: CompletionRequest
     _refuse_too_long(served, parsed)
     tools = _tool_setup(served, parsed)
     tokens = _prompt_tokens(served, parsed, tools)
-    if tools is not None and tools.thinking is not None:  # (a template variable may open the thought: DeepSeek V3.1's)
-        opened = opened_by(prompt_end(served.queue.session.target, tokens), tools.thinking.tags[0])
-        if opened is not tools.thinking.opened:
-            tools = _tool_setup(served, parsed, opened)
+    if tools is not None and tools.thinking is not None:  # (a template variable may open or close the thought)
+        end = prompt_end(served.queue.session.target, tokens)
+        if tools_think_otherwise(tools.thinking, end):
+            tools = _tool_setup(served, parsed, end)
     return tools, tokens, _format_after_thinking(served, parsed, tokens)
 
 
@@ -324,14 +331,14 @@ def _json_text(value: Any) -> str:
         return ""
 
 
-def _tool_setup(served: ServedModel, parsed: CompletionRequest, opened: bool | None = None) -> ToolSetup | None:
+def _tool_setup(served: ServedModel, parsed: CompletionRequest, end: str | None = None) -> ToolSetup | None:
     """The request's tools made ready for the served model (its call syntax, their grammar), if it offers any;
-    `opened`: whether the prompt opened a thought (see `prepare_tools`)."""
+    `end`: the prompt's end, where it may open or close a thought (see `prepare_tools`)."""
     if parsed.tools is None:
         return None
     session = served.queue.session
     try:
-        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target), opened)
+        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target), end)
     except LocalspecError as exc:  # an arguments schema llguidance rejects
         raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
 

@@ -17,7 +17,16 @@ from ..engine.grammar import OutputFormat
 from ..engine.prelude import Prelude, after_prelude
 from ..runtime.model import Model
 from .harmony import CHANNEL, FINAL, HarmonySplitter, is_harmony, thinking_rules as harmony_rules
-from .reasoning import Splitter, ThoughtSplitter, opened_by, template_thinking, thinking_rules, thought_tags
+from .reasoning import (
+    Splitter,
+    Thinking,
+    ThoughtSplitter,
+    closed_by,
+    opened_by,
+    template_thinking,
+    thinking_rules,
+    thought_tags,
+)
 from .tool_calls import marker_tokens
 
 PROMPT_END_TOKENS = 8  # (enough for the longest opening, `<|START_THINKING|>` and the whitespace after it)
@@ -41,18 +50,25 @@ def reply_splitter(template: str | None, end: str) -> Callable[[], Splitter] | N
     return lambda: ThoughtSplitter(opened, tags)
 
 
+def template_thinks(template: str | None) -> bool:
+    """Whether the template's model may think before it answers (harmony, or tags: `reasoning.thought_tags`)."""
+    return is_harmony(template) or thought_tags(template) is not None
+
+
 def may_think(template: str | None, end: str) -> bool:
     """Whether a reply to a prompt ending in `end` may think first: the template's model thinks (harmony, or tags:
     `reasoning.thought_tags`), and the prompt did not close the thought itself (Qwen3's `enable_thinking` off)."""
     if is_harmony(template):
         return True
     tags = thought_tags(template)
-    return tags is not None and not _closed_by(end, tags[1])
+    return tags is not None and not closed_by(end, tags[1])
 
 
-def _closed_by(end: str, closing: str) -> bool:
-    """Whether a prompt ending in `end` closed a thought (an empty one, to answer at once)."""
-    return end.rstrip().endswith(closing)
+def tools_think_otherwise(thinking: Thinking, end: str) -> bool:
+    """Whether a prompt ending in `end` opens or closes the thought otherwise than the template's own prompt does,
+    which tools' grammar (`Thinking`) was made for: a template variable's doing (DeepSeek V3.1's `thinking`,
+    Qwen3's `enable_thinking`); the tools are then prepared again for it (`prepare_tools`)."""
+    return closed_by(end, thinking.tags[1]) or opened_by(end, thinking.tags[0]) is not thinking.opened
 
 
 def said_after_thinking(fmt: OutputFormat) -> bool:
@@ -106,7 +122,7 @@ def thinking_format(grammar: str, template: str | None, marker_token: Callable[[
         return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False), prelude),
                               HarmonySplitter)
     thinking = template_thinking(template, marker_token)
-    if thinking is None or _closed_by(end, thinking.tags[1]):
+    if thinking is None or closed_by(end, thinking.tags[1]):
         return None
     thinking = replace(thinking, opened=opened_by(end, thinking.tags[0]))
     start, rules = thinking_rules(thinking, "answer", "answer")

@@ -60,7 +60,16 @@ from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
 from ..textin import clean_data
 from .harmony import HarmonySplitter, thinking_rules as harmony_rules
-from .reasoning import Sorted, Splitter, Thinking, ThoughtSplitter, template_thinking, thinking_rules
+from .reasoning import (
+    Sorted,
+    Splitter,
+    Thinking,
+    ThoughtSplitter,
+    closed_by,
+    opened_by,
+    template_thinking,
+    thinking_rules,
+)
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_gemma import OPEN as GEMMA_OPEN, gemma_problem, gemma_rules, read_gemma_calls, writes_gemma_calls
 from .tool_call_pythonic import (
@@ -947,9 +956,10 @@ class ToolSetup:
 
 
 def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None],
-                  opened: bool | None = None) -> ToolSetup:
+                  prompt_end: str | None = None) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError.
-    `opened`: whether the prompt opened a thought (None: as the template's own prompt does, without variables)."""
+    `prompt_end`: the end of the prompt (`thinking_first.prompt_end`), which may open a thought or close one (None:
+    as the template's own prompt does, without variables)."""
     syntax = detect_syntax(template)
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
@@ -958,8 +968,9 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     frame = frame if syntax is ToolSyntax.FRAMED else None
     layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     thinking = template_thinking(template, marker_token) if frame is None or not frame.harmony else None
-    if thinking is not None and opened is not None:
-        thinking = replace(thinking, opened=opened)
+    if thinking is not None and prompt_end is not None:  # (no thought where the prompt closed one)
+        closed = closed_by(prompt_end, thinking.tags[1])
+        thinking = None if closed else replace(thinking, opened=opened_by(prompt_end, thinking.tags[0]))
     try:
         lark = tool_grammar(request, syntax, marker_token, layout, frame, thinking)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out

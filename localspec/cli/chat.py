@@ -26,6 +26,7 @@ from ..app.conversation import Conversation, chat_keys, did_you_mean
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.plan import lacks_chat_template
 from ..app.reasoning import Sorted
+from ..app.thinking_first import template_thinks
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES, refuse_utf16
@@ -299,7 +300,9 @@ class ChatLoop:
                 shown = repr(values.get(key))
                 if key == "sampling.max_tokens" and settings.max_tokens is None:  # the default, which the format sets
                     structured = self.chat.grammar is not None
-                    shown = f"{settings.budget(structured)} (the default for {'a format' if structured else 'free text'})"
+                    thinks = template_thinks(self.chat.session.chat_template())
+                    what = "a thinking model's reply" if thinks else "a format" if structured else "free text"
+                    shown = f"{settings.budget(structured, thinks)} (the default for {what})"
                 self.say(f"  {key.rpartition('.')[2]:<12} {shown}")
             self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
             self.say(f"  {'format':<12} {_format_text(self.chat.output_format)} (/format)")

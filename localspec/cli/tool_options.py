@@ -17,9 +17,8 @@ from typing import Any
 
 import click
 
-from ..app.reasoning import opened_by
 from ..app.session import Session
-from ..app.thinking_first import prompt_end
+from ..app.thinking_first import prompt_end, tools_think_otherwise
 from ..app.tool_calls import (
     ToolCall,
     ToolError,
@@ -101,11 +100,9 @@ class ToolRun:
             click.echo(f"localspec: warning: {warning}", err=True)
         rendered, definitions = chat_input(messages, self.setup, template)
         tokens = session.chat_prompt_tokens(rendered, definitions)
-        thinking = self.setup.thinking
-        if thinking is not None:  # (a template variable may open the thought: DeepSeek V3.1's `thinking`)
-            opened = opened_by(prompt_end(session.target, tokens), thinking.tags[0])
-            if opened is not thinking.opened:
-                self.setup = prepare_tools(self.request, template, marker_tokens(session.target), opened)
+        thinking, end = self.setup.thinking, prompt_end(session.target, tokens)
+        if thinking is not None and tools_think_otherwise(thinking, end):  # (a template variable's doing)
+            self.setup = prepare_tools(self.request, template, marker_tokens(session.target), end)
         return tokens
 
     @property

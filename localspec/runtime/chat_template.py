@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import keyword
 import re
 import secrets
 import sys
@@ -100,22 +101,47 @@ def _compiled(template: str) -> Any:
     return _environment().from_string(template)
 
 
-# What the renderer gives every template itself: a template variable of the caller's may not take these names.
+# What the renderer gives every template itself: a template variable of the caller's may not take these names
+# (nor those of the sandbox's functions, `range` or `raise_exception`, which a template calls).
 TEMPLATE_INPUTS = ("messages", "tools", "bos_token", "eos_token", "add_generation_prompt")
+MAX_VARIABLE_DEPTH = 64  # lists and objects within one another in a variable's value
+# Names Jinja reads as its own: a variable by one of them could not be read.
+_JINJA_NAMES = frozenset(("true", "false", "none", "True", "False", "None", "self", "loop", "caller", "varargs",
+                          "kwargs"))
 
 
 def variables_problem(value: Any) -> str | None:
     """Why `value` cannot be a chat template's variables (a JSON object of its inputs by name: each name one a
-    template can read, none of TEMPLATE_INPUTS), or None."""
+    template can read, none of TEMPLATE_INPUTS or the sandbox's functions; values nested at most
+    MAX_VARIABLE_DEPTH deep), or None."""
     if not isinstance(value, dict):
         return "must be a JSON object of names and values"
     for name in value:
-        if not name.isidentifier():
+        if not name.isidentifier() or keyword.iskeyword(name) or name in _JINJA_NAMES:
             return (f"{json.dumps(name)} is no name a template can read (letters, digits and _, not starting with"
-                    " a digit)")
-        if name in TEMPLATE_INPUTS:
+                    " a digit, not a keyword or one of Jinja's own names)")
+        if name in TEMPLATE_INPUTS or name in _sandbox_functions():
             return f"{name} is given to the template by localspec itself"
+    if _depth(value) > MAX_VARIABLE_DEPTH:
+        return f"values are nested more than {MAX_VARIABLE_DEPTH} deep"
     return None
+
+
+@functools.cache
+def _sandbox_functions() -> frozenset[str]:
+    """The names of what the sandbox gives every template to call (`range`, `namespace`, `raise_exception`…)."""
+    return frozenset(_environment().globals)
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects lie within one another in `value` (without recursion)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list, tuple)):
+            deepest = max(deepest, depth)
+            pending += [(member, depth + 1) for member in (item.values() if isinstance(item, dict) else item)]
+    return deepest
 
 
 def render_chat(
@@ -138,9 +164,10 @@ def render_chat(
         compiled = _compiled(template)
         pieces, size = [], 0
         with watched_rendering(), _step_budget(MAX_TEMPLATE_STEPS):
-            for piece in compiled.generate(**{name: given(value) for name, value in variables.items()},
-                                           messages=given(messages), bos_token=bos_token, eos_token=eos_token,
-                                           add_generation_prompt=add_generation_prompt, tools=given(tools)):
+            inputs = {**{name: given(value) for name, value in variables.items()}, "messages": given(messages),
+                      "bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": add_generation_prompt,
+                      "tools": given(tools)}
+            for piece in compiled.generate(inputs):  # (one mapping: a variable named `self` is a variable too)
                 size += len(piece)
                 if size > MAX_RENDERED_CHARS:
                     raise TemplateError(f"the template writes more than {MAX_RENDERED_CHARS} characters")
