@@ -46,11 +46,6 @@ class Shown:
         self.answered = ""  # the answer written so far
         self._thought_open = False  # the thought's last line is not ended yet
 
-    @property
-    def sorts(self) -> bool:
-        """Whether the reply is sorted into thought and answer."""
-        return self.splitter is not None
-
     def write(self, text: str) -> None:
         """Show the next piece of the output."""
         self._show(self._sorting.feed(text) if self._sorting is not None else Sorted(content=text))
