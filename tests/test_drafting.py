@@ -401,6 +401,35 @@ def test_hybrid_drafts_by_lookup_when_it_matches_and_by_the_model_otherwise(mode
     assert list(draft.tokens[: len(fresh)]) == fresh
 
 
+def test_a_model_draft_that_begins_to_copy_the_context_is_continued_by_a_lookup(models) -> None:
+    """Where the draft model's draft comes to match an earlier n_max tokens of the context (an answer that begins
+    to copy its prompt), the lookup drafts the rest of the copy: no more draft steps. Each side learns from its
+    own part of the pass."""
+    _, draft = models
+    greedy = SamplingParams(temperature=0.0)
+    coupled = CoupledSampler(seed=1)
+    continued = ModelDrafter(draft, greedy, length=FixedLength(4)).propose(
+        [*PROMPT, 259], 10, coupled, 0, continued=lambda context, so_far: [7, 8, 9] if len(so_far) == 2 else [])
+    assert len(continued.tokens) == 5 and continued.tokens[2:] == [7, 8, 9]
+    # Drawn at a temperature and verified by rejection sampling, the draft decides the text: not continued.
+    drawn = ModelDrafter(draft, SAMPLED, length=FixedLength(4))
+    assert len(drawn.propose([*PROMPT, 259], 10, StreamSampler(np.random.default_rng(0)), 0,
+                             continued=lambda context, so_far: [7, 8, 9]).tokens) == 4 and drawn.continued == 0
+
+    model_length, lookup_length = AdaptiveLength(), AdaptiveLength()
+    lookup = NGramDrafter(2, 4, lambda n: lookup_length if n == 4 else AdaptiveLength())
+    hybrid = HybridDrafter(lookup, ModelDrafter(draft, greedy, length=model_length))
+    context = [1, *range(260, 272), 280, 281]  # a prompt, then an answer that has not matched it yet
+    hybrid.begin(context)
+    assert hybrid._continuation(context, [262, 263]) == []  # (the tail 280, 281, 262, 263 occurs nowhere)
+    copy = hybrid._continuation(context, [261, 262, 263, 264])  # (as long as its controller plans)
+    assert copy and copy == list(range(265, 265 + len(copy)))
+    hybrid._last, hybrid.by_model.continued = hybrid.by_model, 3  # a pass of 2 drawn and 3 looked-up tokens
+    hybrid.observe(5, 4, 0.02)
+    assert model_length.reached[:3] == [1, 1, 0] and model_length.accepted[:2] == [1, 1]
+    assert lookup_length.reached[:3] == [1, 1, 1] and lookup_length.accepted[:3] == [1, 1, 0]  # (its 3rd lost)
+
+
 def test_before_the_draft_model_reads_lookups_are_tried_until_one_loses_its_first_token(models) -> None:
     _, draft = models
     model_length = AdaptiveLength()

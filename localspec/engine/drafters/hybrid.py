@@ -35,12 +35,22 @@ the draws to come, so each pass is exactly one of them: a deterministic lookup
 `speculative.verify` says). The draft model's cache follows the context on its
 next pass (`Model.sync` keeps the common prefix and evaluates what the lookup
 passes added).
+
+A model pass may end in a lookup all the same: where the draft's end (with the
+context's last tokens before it) matches an earlier n_max tokens of the context,
+the answer has begun to copy its prompt, and the lookup drafts on from there
+instead of the draft model's steps (`_continuation`; an answer that copies a
+notice word for word was drafted by the model whole, at 7–8 ms a token, where no
+lookup matched its first word). Only where the drafts cannot change the text
+(coupled verification, or greedy): rejection sampling would need each drafted
+token's q, which a continuation does not carry.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from ...settings import ADAPTIVE_DRAFT_LIMIT
 from ..constraint import TokenGrammar
 from ..draft_length import AdaptiveLength
 from ..sampling import Sampler
@@ -180,7 +190,19 @@ class HybridDrafter:
             self._last = self.lookup  # it learns what a pass that drafts nothing costs
             return NO_DRAFT
         self._last = self.by_model
-        return self.by_model.propose(context, max_tokens, sampler, position, grammar)
+        return self.by_model.propose(context, max_tokens, sampler, position, grammar, self._continuation)
+
+    def _continuation(self, context: Sequence[int], draft: list[int]) -> list[int]:
+        """What the context's lookup drafts after the draft model's draft so far, where the draft's end (with the
+        context's before it) matches an earlier n_max tokens of the context: the answer has begun to copy it, and
+        the copy is drafted on at a lookup's cost, as long as that match length's controller plans."""
+        index = self.lookup.index
+        index.extend_to(context)
+        starts = index.occurrences_of([*context[-index.n_max:], *draft])
+        if not starts:
+            return []
+        length = self.lookup.lengths[index.n_max]
+        return index.continuation(starts, length.plan(ADAPTIVE_DRAFT_LIMIT))
 
     def _lookups_outpace_the_model(self, context: Sequence[int], room: int) -> bool:
         """Whether this pass, which no lookup drafts, is better left to the target alone: in an answer that
@@ -235,6 +257,12 @@ class HybridDrafter:
         if (self._last is self.lookup and n_proposed and not n_accepted
                 and self.by_model is not None and self.by_model.waiting):
             self._lookup_lost_a_trial = True
+        if self._last is self.by_model and self.by_model.continued:  # each side learns from its own part
+            drawn = n_proposed - self.by_model.continued
+            self.by_model.observe(drawn, min(n_accepted, drawn), None)  # (the pass verified the lookup's too)
+            if n_accepted >= drawn:
+                self.lookup.lengths[self.lookup.index.n_max].observe(self.by_model.continued, n_accepted - drawn, None)
+            return
         self._last.observe(n_proposed, n_accepted, verify_seconds)
         if self._last is self.by_model or not n_proposed:
             return

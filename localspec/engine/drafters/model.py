@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +25,10 @@ COPIED_FROM = 128
 # 75 µs a token copied, 3.2 ms a token read; a draft on a GPU reads, see `Session._draft_copies_the_target`).
 TOKENS_COPIED_FOR_ONE_READ = 32
 MAX_COPIED_STATE_BYTES = 1 << 30  # (Llama 3 8B's F16 cache of 8,000 tokens; the copy is rewritten in place)
+
+
+# A lookup's continuation of (the context, the draft so far): see `ModelDrafter.propose`.
+Continuation = Callable[[Sequence[int], list[int]], list[int]]
 
 
 class ModelDrafter:
@@ -51,6 +55,7 @@ class ModelDrafter:
         # change the text: what the target has read this model takes from its cache rather than reading it.
         self.copies_from = copies_from
         self.tokens_copied = 0  # in this generation (see `begin`): what copies saved this model reading
+        self.continued = 0  # of the draft last proposed, the tokens a lookup continued it with (see `propose`)
         self.sampling = sampling
         self.p_min = p_min
         self.length = length or FixedLength(model.context_size)
@@ -136,9 +141,15 @@ class ModelDrafter:
 
     def propose(
         self, context: Sequence[int], max_tokens: int, sampler: Sampler, position: int,
-        grammar: TokenGrammar | None = None,
+        grammar: TokenGrammar | None = None, continued: Continuation | None = None,
     ) -> Draft:
-        """Up to `max_tokens` tokens drawn one by one from q_draft (masked by `grammar`, along a copy of it)."""
+        """Up to `max_tokens` tokens drawn one by one from q_draft (masked by `grammar`, along a copy of it).
+
+        `continued(context, draft)`: a lookup's continuation of the context and the draft so far, asked after
+        each token drawn; where it offers one, the draft ends with it (as far as the room and the grammar go)
+        instead of drawing on: an answer that has begun to copy its prompt is drafted at a lookup's cost. Not
+        where the draft decides the text (rejection sampling at a temperature: its tokens would need their q)."""
+        self.continued = 0
         # The draft's cache must hold the context plus all but the last draft token.
         room = min(max_tokens, self.model.context_size - len(context) + 1)
         k = self.length.plan(room) if room > 0 and not self.waiting else 0
@@ -203,6 +214,15 @@ class ModelDrafter:
                 started = now
             after_forced = forced
             tokens += new
+            decides = sampler.verifies_by_rejection and not self.sampling.greedy  # (the text depends on the draft)
+            if continued is not None and not forced and not decides:
+                more = continued(context, tokens)[: room - len(tokens)]
+                if along is not None and more:
+                    more = more[: along.validate(more)]
+                if more:
+                    self.continued = len(more)
+                    tokens += more
+                    break
             if seen is not None:
                 seen.extend(new)
             if len(tokens) >= most or (along is not None and along.stopped):  # nothing can follow the grammar's end

@@ -132,6 +132,13 @@ class NGramIndex:
             depth += 1
         return depth
 
+    def occurrences_of(self, tail: Sequence[int]) -> list[int]:
+        """Where the continuations of the earlier occurrences of `tail`'s last n_max tokens (by word form, the
+        tail going on past the sequence: a draft) start, oldest first; the latest MAX_OCCURRENCES."""
+        if len(tail) < self.n_max:
+            return []
+        return self._next_after.get(tuple(self._forms_of(tail[-self.n_max:])), [])[-MAX_OCCURRENCES:]
+
     def last_occurred_once_before(self) -> bool:
         """Whether the sequence's last token (by word form) occurs exactly once before it."""
         return bool(self._forms) and self._forms.count(self._forms[-1]) == 2
