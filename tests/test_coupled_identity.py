@@ -96,8 +96,8 @@ class _CountingSide:
     def begin(self, prompt_tokens, read_later: bool = False) -> None:
         self.drafter.begin(prompt_tokens, read_later)
 
-    def propose(self, context, max_tokens, sampler, position, grammar=None):
-        draft = self.drafter.propose(context, max_tokens, sampler, position, grammar)
+    def propose(self, context, max_tokens, sampler, position, grammar=None, *continued):
+        draft = self.drafter.propose(context, max_tokens, sampler, position, grammar, *continued)
         self.totals[self.key] += bool(draft.tokens)
         return draft
 

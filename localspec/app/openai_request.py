@@ -213,7 +213,7 @@ def _template_variables(body: dict[str, Any], chat: bool) -> dict[str, Any]:
     kwargs, effort = body.get("chat_template_kwargs"), body.get("reasoning_effort")
     if kwargs in (None, {}) and effort is None:  # (what clients send where they give none)
         return {}
-    where = "chat_template_kwargs" if kwargs is not None else "reasoning_effort"
+    where = "chat_template_kwargs" if kwargs not in (None, {}) else "reasoning_effort"
     if not chat:
         raise ApiError(400, f"{where} is for chat completions: a completion's prompt is not rendered by a template",
                        param=where)

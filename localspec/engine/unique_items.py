@@ -58,8 +58,8 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from .calls_cursor import CallsCursor, call_schemas
-from .prelude import PreludeCursor, prelude_of
 from .json_cursor import QUOTE, JsonCursor
+from .prelude import PreludeCursor, prelude_of
 from .schema_places import survey_held
 
 # A Lark grammar of one JSON value and nothing else (`--grammar`, or tool_calls checking one parameters schema).
