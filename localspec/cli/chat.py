@@ -258,15 +258,17 @@ class ChatLoop:
 
     def show(self, reply: Reply) -> None:
         """End a streamed reply: its newline, then on stderr an error, an interruption or the statistics line."""
+        sorting, self.chat.sorting = self.chat.sorting, None
         if reply.interrupted and reply.error is not None:  # (Ctrl-C before the reply began: asked for, no failure)
             self.say(f"({reply.error})")
             return
         if reply.error is not None:
+            self.thought_open = False
             self.fail(f"error: {reply.error}")
             return
-        if self.chat.sorting is not None:  # (what was held back: the start of a tag, whitespace)
-            self._show_sorted(self.chat.sorting.finish())
-            self.chat.sorting, self.thought_open = None, False
+        if sorting is not None:  # (what was held back: the start of a tag, whitespace)
+            self._show_sorted(sorting.finish())
+        self.thought_open = False
         self._write("\n")
         if reply.interrupted:
             self.say("(reply interrupted; kept as far as it got)")
