@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from .reasoning import Sorted, before_partial
+from .reasoning import Sorted, before_partial, sorted_whole
 from .tool_call_xml import regex_text
 
 CHANNEL, MESSAGE, END, START = "<|channel|>", "<|message|>", "<|end|>", "<|start|>"
@@ -74,8 +74,7 @@ class HarmonySplitter:
 
 def split_harmony(text: str) -> Sorted:
     """A whole harmony output sorted into its analysis and the rest (see `HarmonySplitter`)."""
-    splitter = HarmonySplitter()
-    return splitter.feed(text) + splitter.finish()
+    return sorted_whole(HarmonySplitter, text)
 
 
 def thinking_rules(marker_token: Callable[[str], int | None], free_answer: bool = True) -> list[str]:

@@ -173,7 +173,15 @@ def before_partial(text: str, tag: str) -> str:
     return text[:len(text) - held_back_length(text, [tag])]
 
 
+def sorted_whole(splitter: Callable[[], Splitter] | None, text: str) -> Sorted:
+    """A whole output sorted into thinking and answer by a new splitter of `splitter`'s making (all answer where
+    it is None)."""
+    if splitter is None:
+        return Sorted(content=text)
+    sorting = splitter()
+    return sorting.feed(text) + sorting.finish()
+
+
 def split_thought(text: str, opened: bool = False, tags: tuple[str, str] = (OPEN, CLOSE)) -> Sorted:
     """A whole output sorted into thinking and answer (see `ThoughtSplitter`)."""
-    splitter = ThoughtSplitter(opened, tags)
-    return splitter.feed(text) + splitter.finish()
+    return sorted_whole(lambda: ThoughtSplitter(opened, tags), text)

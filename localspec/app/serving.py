@@ -36,15 +36,8 @@ from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
-from .reasoning import Sorted, Splitter
-from .thinking_first import (
-    ThinkingFormat,
-    may_think,
-    prompt_end,
-    reply_splitter,
-    thinking_format,
-    tools_think_otherwise,
-)
+from .reasoning import Sorted, sorted_whole
+from .thinking_first import ReplyForm, may_think, prompt_end, reply_form, tools_think_otherwise
 from .tool_calls import (
     CallStream,
     ToolCall,
@@ -202,11 +195,9 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
                                      has_draft=served.has_draft)
     async with AsyncExitStack() as hold:
         slot = await hold.enter_async_context(served.queue.admission(gone=request.is_disconnected))
-        tools, tokens, after_thought = await asyncio.to_thread(_prepared_prompt, served, parsed)
-        splitter = _splitter(served, parsed, tokens, tools, after_thought) if chat else None
-        thinks = chat and _may_think(served, parsed, tokens, tools, after_thought)
-        settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx, thinking=thinks)
-        reply = Reply(served, chat, parsed, tools, splitter, after_thought)
+        tools, tokens, form = await asyncio.to_thread(_prepared_prompt, served, parsed)
+        settings = parsed.fitted(len(tokens), served.queue.session.target.n_ctx, thinking=form.thinks)
+        reply = Reply(served, chat, parsed, tools, form)
         if parsed.stream:
             held = hold.pop_all()
             events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
@@ -235,32 +226,23 @@ def _let_go_soon(held: AsyncExitStack) -> None:
     task.add_done_callback(_letting_go.discard)
 
 
-def _splitter(served: ServedModel, parsed: CompletionRequest, tokens: list[int], tools: ToolSetup | None,
-              after_thought: ThinkingFormat | None) -> Callable[[], Splitter] | None:
-    """What sorts a chat reply into thinking and answer, made anew for each reply (`thinking_first.reply_splitter`):
-    free text, tools or a response format whose grammar lets it think first (`ToolSetup.thinking`,
-    `after_thought`); None where the reply is not sorted (`reasoning_format` "none", but for tools: their calls are
-    read past the thinking; a response format whose grammar holds the reply from its first token)."""
-    if tools is not None:  # (sorted whatever `reasoning_format` says: the call is read past the thinking)
-        return tools.splitter
-    if after_thought is not None:
-        return after_thought.splitter
-    if not parsed.reasoning or parsed.grammar is not None:
-        return None
-    session = served.queue.session
-    return reply_splitter(session.chat_template(), prompt_end(session.target, tokens))
-
-
-def _may_think(served: ServedModel, parsed: CompletionRequest, tokens: list[int], tools: ToolSetup | None,
-               after_thought: ThinkingFormat | None) -> bool:
-    """Whether a chat reply may think first (and so gets `THINKING_MAX_TOKENS` where it gives no max_tokens): a
-    thinking model's free reply, or one held to tools or a format whose grammar lets it think first."""
+def _reply_form(served: ServedModel, parsed: CompletionRequest, tokens: list[int], tools: ToolSetup | None
+                ) -> ReplyForm:
+    """How the reply is held and sorted into thinking and answer (`thinking_first.reply_form`), and whether it may
+    think first (it then gets `THINKING_MAX_TOKENS` where it gives no max_tokens): tools' grammar, their calls read
+    past the thinking whatever `reasoning_format` says; a completion's format as given, unsorted; a chat reply's
+    format after the thought a thinking model may write, where the reply is sorted (`reasoning_format` "none"
+    leaves the thought in the content, which would then not be what the format holds: held from its first
+    token)."""
     if tools is not None:
-        return tools.splitter is not None
-    if parsed.grammar is not None:
-        return after_thought is not None
+        return ReplyForm(tools.grammar, tools.splitter, tools.splitter is not None)
+    if not parsed.chat:
+        return ReplyForm(parsed.grammar, None, False)
     session = served.queue.session
-    return may_think(session.chat_template(), prompt_end(session.target, tokens))
+    if not parsed.reasoning:
+        thinks = parsed.grammar is None and may_think(session.chat_template(), prompt_end(session.target, tokens))
+        return ReplyForm(parsed.grammar, None, thinks)
+    return reply_form(session.chat_template(), session.target, tokens, None, parsed.grammar)
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -282,10 +264,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _prepared_prompt(served: ServedModel, parsed: CompletionRequest
-                     ) -> tuple[ToolSetup | None, list[int], ThinkingFormat | None]:
-    """The request's tools made ready (if any), its prompt tokens, and its response format after the thinking a
-    thinking model may do first (None: no format, or held from the reply's first token); run in a worker thread."""
+def _prepared_prompt(served: ServedModel, parsed: CompletionRequest) -> tuple[ToolSetup | None, list[int], ReplyForm]:
+    """The request's tools made ready (if any), its prompt tokens, and the form of its reply (`_reply_form`); run
+    in a worker thread."""
     _refuse_too_long(served, parsed)
     tools = _tool_setup(served, parsed)
     tokens = _prompt_tokens(served, parsed, tools)
@@ -293,17 +274,7 @@ def _prepared_prompt(served: ServedModel, parsed: CompletionRequest
         end = prompt_end(served.queue.session.target, tokens)
         if tools_think_otherwise(tools.thinking, end):
             tools = _tool_setup(served, parsed, end)
-    return tools, tokens, _format_after_thinking(served, parsed, tokens)
-
-
-def _format_after_thinking(served: ServedModel, parsed: CompletionRequest, tokens: list[int]) -> ThinkingFormat | None:
-    """A chat reply's response format after the thought a thinking model may write first (`thinking_first`), where
-    the reply is sorted (`reasoning_format` not "none": unsorted, its content would not be what the format holds)."""
-    if parsed.grammar is None or not parsed.chat or not parsed.reasoning:
-        return None
-    session = served.queue.session
-    return thinking_format(parsed.grammar, session.chat_template(), marker_tokens(session.target),
-                           prompt_end(session.target, tokens))
+    return tools, tokens, _reply_form(served, parsed, tokens, tools)
 
 
 def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
@@ -400,15 +371,13 @@ class Reply:
     """The response bodies of one completion request, whole or as server-sent events."""
 
     def __init__(self, served: ServedModel, chat: bool, parsed: CompletionRequest | None = None,
-                 tools: ToolSetup | None = None, splitter: Callable[[], Splitter] | None = None,
-                 after_thought: ThinkingFormat | None = None) -> None:
-        """`tools`: the request's tools on this model (the output is then held to their grammar and read back as
-        calls); otherwise the output is held to `parsed`'s response_format, if any (`after_thought`: after the thinking
-        the model may do first). `splitter`: what sorts the reply into thinking (`reasoning_content`) and answer
-        (see `_splitter`; None: the reply is all answer)."""
-        self.served, self.chat, self.tools, self.splitter = served, chat, tools, splitter
-        self.grammar = (tools.grammar if tools is not None else after_thought.grammar if after_thought is not None
-                        else parsed.grammar if parsed is not None else None)
+                 tools: ToolSetup | None = None, form: ReplyForm | None = None) -> None:
+        """`tools`: the request's tools on this model (the output is read back as calls); `form`: the grammar the
+        output is held to (the tools', or `parsed`'s response_format, perhaps after the thinking the model may do
+        first) and what sorts it into thinking (`reasoning_content`) and answer (see `_reply_form`; None: free
+        text, all answer)."""
+        self.served, self.chat, self.tools = served, chat, tools
+        self.grammar, self.splitter = (form.grammar, form.splitter) if form is not None else (None, None)
         # What a format that fails while generating (a limit of llguidance's) is put down to.
         self.format_param = "tools" if tools is not None else "response_format"
         self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []
@@ -455,10 +424,7 @@ class Reply:
 
     def _sorted(self, text: str) -> Sorted:
         """A whole output sorted into thinking and answer (all answer where nothing sorts it)."""
-        if self.splitter is None:
-            return Sorted(content=text)
-        splitter = self.splitter()
-        return splitter.feed(text) + splitter.finish()
+        return sorted_whole(self.splitter, text)
 
     def _calls(self, generation: Generation, answer: str) -> list[ToolCall] | None:
         """The tool calls a whole output's `answer` makes (None: plain text, no tools, or output cut short)."""

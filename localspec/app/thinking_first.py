@@ -88,14 +88,14 @@ class ReplyForm(NamedTuple):
 
 def reply_form(template: str | None, model: Model, prompt_tokens: Sequence[int], fmt: OutputFormat | None,
                grammar: str | None) -> ReplyForm:
-    """The form of a reply to `prompt_tokens` under `fmt` (compiled: `grammar`; None: free text): a free reply
-    sorted where the model thinks, a format after the thought where it may write one (`thinking_format`), else
-    held from its first token."""
+    """The form of a reply to `prompt_tokens` under `fmt` (compiled: `grammar`; None: free text; `fmt` None with
+    a grammar: a response format's): a free reply sorted where the model thinks, a format after the thought where
+    it may write one (`thinking_format`), else held from its first token."""
     end = prompt_end(model, prompt_tokens)
     if grammar is None:
         return ReplyForm(None, reply_splitter(template, end), may_think(template, end))
     held = (thinking_format(grammar, template, marker_tokens(model), end)
-            if fmt is not None and said_after_thinking(fmt) else None)
+            if fmt is None or said_after_thinking(fmt) else None)
     return ReplyForm(held.grammar, held.splitter, True) if held is not None else ReplyForm(grammar, None, False)
 
 

@@ -67,6 +67,7 @@ from .reasoning import (
     ThoughtSplitter,
     closed_by,
     opened_by,
+    sorted_whole,
     template_thinking,
     thinking_rules,
 )
@@ -932,10 +933,7 @@ class ToolSetup:
     def answer(self, output: str) -> Sorted:
         """An `output` sorted into its thinking and its answer (what `calls_in` reads; all answer where the
         grammar lets no thinking come)."""
-        if self.splitter is None:
-            return Sorted(content=output)
-        splitter = self.splitter()
-        return splitter.feed(output) + splitter.finish()
+        return sorted_whole(self.splitter, output)
 
     def calls_in(self, text: str) -> list[ToolCall] | None:
         """The calls `text`, an answer (see `answer`), makes (None: plain text, or not whole calls of the tools

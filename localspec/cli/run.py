@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from ..app.reasoning import Sorted, Splitter
+from ..app.reasoning import Sorted, Splitter, sorted_whole
 from ..app.session import Session
 from ..app.thinking_first import ReplyForm, reply_form
 from ..engine.generation import StopReason
@@ -56,13 +56,6 @@ class Shown:
             self._show(self._sorting.finish())
         if self._thought_open:
             click.echo("", err=True)
-
-    def whole(self, output: str) -> Sorted:
-        """A whole output sorted into thought and answer."""
-        if self.splitter is None:
-            return Sorted(content=output)
-        sorting = self.splitter()
-        return sorting.feed(output) + sorting.finish()
 
     def _show(self, text: Sorted) -> None:
         if text.reasoning:
@@ -159,7 +152,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     # (a reply that may call tools is complete only where it ended: text matches its grammar at any length)
     whole_match = generation.matches_format and tool_run is None
     if as_json:
-        answer = shown.whole(generation.text)
+        answer = sorted_whole(shown.splitter, generation.text)
         report = {
             "text": answer.content,
             "reasoning": answer.reasoning or None,  # (as `serve`'s reasoning_content)

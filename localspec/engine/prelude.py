@@ -44,15 +44,25 @@ def after_prelude(grammar: str, start: str, rules: list[str], prelude: Prelude) 
     return json.dumps({**top, "grammars": [{"name": PRELUDE_GRAMMAR, "lark_grammar": lark}, *formats]})
 
 
-def prelude_of(grammar: str) -> tuple[str, Prelude] | None:
-    """The format's grammar and the prelude before it, in a grammar `after_prelude` made; else None."""
+def grammar_list(grammar: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """An llguidance grammar string read as its JSON list of grammars (a JSON schema's, a regex's, `after_prelude`'s:
+    the top level, and its grammars, the first an object); None for any other (Lark text)."""
     try:
         top = json.loads(grammar)
     except ValueError:
         return None
     grammars = top.get("grammars") if isinstance(top, dict) else None
-    if not isinstance(grammars, list) or len(grammars) < 2 or not isinstance(grammars[0], dict):
+    if not isinstance(grammars, list) or not grammars or not isinstance(grammars[0], dict):
         return None
+    return top, grammars
+
+
+def prelude_of(grammar: str) -> tuple[str, Prelude] | None:
+    """The format's grammar and the prelude before it, in a grammar `after_prelude` made; else None."""
+    found = grammar_list(grammar)
+    if found is None or len(found[1]) < 2:
+        return None
+    top, grammars = found
     lark = grammars[0].get("lark_grammar")
     if grammars[0].get("name") != PRELUDE_GRAMMAR or not isinstance(lark, str) or not lark.startswith(_COMMENT):
         return None

@@ -59,7 +59,7 @@ import numpy as np
 
 from .calls_cursor import CallsCursor, call_schemas
 from .json_cursor import QUOTE, JsonCursor
-from .prelude import PreludeCursor, prelude_of
+from .prelude import PreludeCursor, grammar_list, prelude_of
 from .schema_places import survey_held
 
 # A Lark grammar of one JSON value and nothing else (`--grammar`, or tool_calls checking one parameters schema).
@@ -68,14 +68,10 @@ _LONE_JSON = re.compile(r"start: %json (\{.*\})\n?")
 
 def schema_of_grammar(grammar: str) -> dict[str, Any] | None:
     """The JSON schema an llguidance grammar string was compiled from (`grammar_from_json_schema`), else None."""
-    try:
-        top = json.loads(grammar)
-    except ValueError:
+    found = grammar_list(grammar)
+    if found is None or len(found[1]) != 1:
         return None
-    grammars = top.get("grammars") if isinstance(top, dict) else None
-    if not isinstance(grammars, list) or len(grammars) != 1 or not isinstance(grammars[0], dict):
-        return None
-    schema = grammars[0].get("json_schema")
+    schema = found[1][0].get("json_schema")
     return schema if isinstance(schema, dict) else None
 
 
