@@ -472,12 +472,19 @@ def _send_and_leave(api: Api, path: str, body: dict[str, Any]) -> socket.socket:
     return client
 
 
-def test_a_non_streaming_client_that_leaves_stops_its_generation(api: Api) -> None:
+def test_a_non_streaming_client_that_leaves_stops_its_generation(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     n_prompt = len(api.session.raw_prompt_tokens("the cat"))
     long = CONTEXT - n_prompt - 1
     before = api.disconnected()
-    # (target-only, a pass a token: the whole length takes about 0.35 s, three of the server's looks at the
-    # connection; drafted, the tiny model wrote it all in 0.1 s, before a busy host's server looked twice)
+    # The tiny model at a real one's pace (2 ms a pass, the whole length 4 s and more): its 0.35 s had once all
+    # been written before the server's look at the connection noticed the client gone.
+    decode = api.session.target._decode
+
+    def slow_decode(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.002)
+        decode(*args, **kwargs)
+
+    monkeypatch.setattr(api.session.target, "_decode", slow_decode)
     client = _send_and_leave(api, COMPLETIONS, {"prompt": "the cat", "max_tokens": long, "speculative": False})
     api.wait_until(lambda: api.served.queue.busy, "the request never started")
     client.close()
