@@ -11,10 +11,13 @@ import pytest
 from cli_helpers import cli, one_error_line
 from starlette.testclient import TestClient
 
+from click.testing import CliRunner
+
 from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
+from localspec.cli import main
 from localspec.runtime.chat_template import render_chat
 from localspec.runtime.model import Model
 from localspec.settings import ChatSettings, GenerationSettings, ModelSettings
@@ -146,3 +149,47 @@ def test_bad_command_line_variables_are_one_line(templated_profile: str, value: 
 def test_raw_text_has_no_template_to_give_variables_to(templated_profile: str) -> None:
     one_error_line(cli("run", "-p", templated_profile, "--raw", "--chat-template-kwargs", '{"a": 1}', "hi"), 2,
                    "--chat-template-kwargs", "--raw")
+
+
+def _chat(profile: str, script: str, *args: str) -> str:
+    """`localspec chat` on `profile` with `script` piped in; its stderr (replies, notes, /stats)."""
+    command = ["chat", "-p", profile, "--temperature", "0", "--max-tokens", "2", "--threads", "1", *args]
+    result = CliRunner().invoke(main, command, input=script, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return result.stderr
+
+
+def _prompt_tokens(stats: str) -> int:
+    line = next(line for line in stats.splitlines() if "prompt tokens evaluated this turn" in line)
+    return int(line.split(" of ")[1].split()[0])
+
+
+@pytest.mark.slow  # (four chats)
+def test_a_resumed_chat_keeps_its_variables_unless_the_command_line_gives_others(templated_profile: str) -> None:
+    """`chat --continue` rendered the conversation without the variables it was started with."""
+    word = '{"extra": {"word": "abcdef"}}'
+    _chat(templated_profile, "hi\n", "--chat-template-kwargs", word)
+    kept = _prompt_tokens(_chat(templated_profile, "/retry\n/stats\n", "--continue"))
+    replaced = _prompt_tokens(_chat(templated_profile, "/retry\n/stats\n", "--continue", "--chat-template-kwargs", "{}"))
+    given = _prompt_tokens(_chat(templated_profile, "/retry\n/stats\n", "--continue", "--chat-template-kwargs", word))
+    assert kept == given > replaced
+
+
+def test_a_saved_conversation_carries_its_variables_and_a_file_without_them_goes_on_with_the_chats(
+        templated_profile: str, tmp_path: Path) -> None:
+    from localspec.app.conversation import Conversation
+
+    with_word, without = tmp_path / "with.json", tmp_path / "without.json"
+    _chat(templated_profile, f"/save {with_word}\n", "--chat-template-kwargs", '{"extra": {"word": "ab"}}')
+    _chat(templated_profile, f"/save {without}\n")
+    assert json.loads(with_word.read_text())["settings"]["chat_template_kwargs"] == {"extra": {"word": "ab"}}
+    assert "chat_template_kwargs" not in json.loads(without.read_text())["settings"]
+    # Loaded into a chat started with other variables: the file's win where it has them, else the chat's go on.
+    script = f"/load {without}\n/save {tmp_path / 'a.json'}\n/load {with_word}\n/save {tmp_path / 'b.json'}\n"
+    stderr = _chat(templated_profile, script, "--chat-template-kwargs", '{"extra": {"word": "cd"}}')
+    assert "not known here" not in stderr  # (not taken for a setting of a later version)
+    assert json.loads((tmp_path / "a.json").read_text())["settings"]["chat_template_kwargs"]["extra"]["word"] == "cd"
+    assert json.loads((tmp_path / "b.json").read_text())["settings"]["chat_template_kwargs"]["extra"]["word"] == "ab"
+    with pytest.raises(Exception, match="chat_template_kwargs.*given to the template by localspec"):
+        Conversation.from_json({"messages": [], "settings": {"chat_template_kwargs": {"messages": 1}}},
+                               GenerationSettings())

@@ -125,7 +125,8 @@ class ChatSession:
 
         forget_hook = on_fatal(keep_partial_reply)
         try:
-            tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages(self.window))
+            tokens = self.session.chat_prompt_tokens(self.conversation.prompt_messages(self.window),
+                                                     variables=self.conversation.template_variables)
             unread = len(tokens) - common_prefix_length(self.session.target.tokens, tokens)
             if unread >= LONG_READ_TOKENS:  # (seconds of silence on a CPU otherwise: a pasted document)
                 on_note(f"(reading {unread} tokens…)")
@@ -165,8 +166,11 @@ class ChatSession:
         budget = conversation.settings.budget(self.grammar is not None, template_thinks(session.chat_template()))
         reserve = min(budget, session.target.n_ctx // 4)
         old = min(self.window, len(conversation.messages))
-        self.window = conversation.window_start(lambda messages: len(session.chat_prompt_tokens(messages)),
-                                                session.target.n_ctx - reserve, old)
+
+        def prompt_length(messages: list[dict[str, str]]) -> int:
+            return len(session.chat_prompt_tokens(messages, variables=conversation.template_variables))
+
+        self.window = conversation.window_start(prompt_length, session.target.n_ctx - reserve, old)
         return sum(message.role == "assistant" for message in conversation.messages[old:self.window])
 
     def next_seed(self) -> int:
@@ -212,8 +216,10 @@ class ChatSession:
         return dropped
 
     def reset(self) -> None:
-        """A new conversation with the same settings and system prompt, stored once it has a message."""
-        self.conversation = Conversation(self.conversation.settings, self.conversation.system)
+        """A new conversation with the same settings, system prompt and template variables, stored once it has a
+        message."""
+        old = self.conversation
+        self.conversation = Conversation(old.settings, old.system, template_variables=old.template_variables)
         self.conversation_id = None
         self.window = 0
         self.session.reset_caches()

@@ -19,6 +19,7 @@ from ..settings import SETTINGS, GenerationSettings, shown_value
 from ..textin import clean_data, decode_bytes
 
 CHAT_LAYERS = ("sampling", "speculative", "generation")
+TEMPLATE_VARIABLES_KEY = "chat_template_kwargs"  # (beside the settings: llama.cpp's name, as in serve's requests)
 
 
 @dataclass
@@ -41,6 +42,8 @@ class Conversation:
     settings: GenerationSettings
     system: str | None = None
     messages: list[Message] = field(default_factory=list)
+    # More of the chat template's inputs by name (`--chat-template-kwargs`), kept with the settings.
+    template_variables: dict[str, Any] = field(default_factory=dict)
     ignored_settings: list[str] = field(default_factory=list, compare=False, repr=False)  # read but not known here
 
     def prompt_messages(self, start: int = 0) -> list[dict[str, str]]:
@@ -106,10 +109,10 @@ class Conversation:
 
     def to_json(self) -> dict[str, Any]:
         messages = self.prompt_messages()[:1] if self.system else []
-        return {
-            "messages": messages + [m.to_dict() for m in self.messages],
-            "settings": self.settings.to_values(),
-        }
+        settings: dict[str, Any] = self.settings.to_values()
+        if self.template_variables:
+            settings[TEMPLATE_VARIABLES_KEY] = self.template_variables
+        return {"messages": messages + [m.to_dict() for m in self.messages], "settings": settings}
 
     @classmethod
     def from_json(cls, data: Any, defaults: GenerationSettings) -> "Conversation":
@@ -122,7 +125,9 @@ class Conversation:
             raise InputError('expected {"messages": [...], "settings": {...}}')
         conversation = cls(_settings_from_json(data.get("settings"), defaults))
         if isinstance(data.get("settings"), dict):
-            conversation.ignored_settings = [key for key in data["settings"] if key not in GenerationSettings.keys()]
+            conversation.template_variables = _template_variables_from_json(data["settings"])
+            conversation.ignored_settings = [key for key in data["settings"]
+                                             if key not in GenerationSettings.keys() and key != TEMPLATE_VARIABLES_KEY]
         systems = []
         for message in data["messages"]:
             if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
@@ -174,6 +179,19 @@ def _settings_from_json(settings: Any, defaults: GenerationSettings) -> Generati
     if values.get("sampling.max_tokens") == 0:  # (saved when 0 was allowed, meaning nothing: the default now)
         del values["sampling.max_tokens"]
     return defaults.with_values(values)
+
+
+def _template_variables_from_json(settings: dict[str, Any]) -> dict[str, Any]:
+    """The chat template's variables kept with the settings (none where none were), checked as
+    `--chat-template-kwargs` is."""
+    if settings.get(TEMPLATE_VARIABLES_KEY) is None:
+        return {}
+    from ..runtime.chat_template import variables_problem  # (Jinja: imported where a conversation holds them)
+
+    problem = variables_problem(settings[TEMPLATE_VARIABLES_KEY])
+    if problem is not None:
+        raise InputError(f'"{TEMPLATE_VARIABLES_KEY}" {problem}')
+    return settings[TEMPLATE_VARIABLES_KEY]
 
 
 def chat_keys() -> list[str]:

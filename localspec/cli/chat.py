@@ -132,17 +132,19 @@ def chat(
                                                            store, continue_latest, resume_id)
     # Resumed: the settings this command line gives win over those the conversation kept.
     given = {key: value for key, value in flags.items() if value is not None} if conversation_id is not None else {}
-    kept_settings = conversation.settings
+    kept_settings, kept_variables = conversation.settings, conversation.template_variables
     conversation.settings = conversation.settings.with_values(
         {key: value for key, value in given.items() if key in GenerationSettings.keys()})
+    if template_kwargs is not None:  # (given: they win over those the conversation kept, as settings do)
+        conversation.template_variables = variables
     colour = terminal_takes_colour(sys.stdout)
     load_draft = not no_speculative and plan.generation.speculative.uses_draft_model  # (/speculative on: lookups only)
     with load_session(plan, load_draft=load_draft, verbose=verbose, prompt_cache=True) as session:
-        session.template_variables = variables
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)
-        loop.chat.settings_unsaved = conversation.settings != kept_settings  # stored with the next message
+        loop.chat.settings_unsaved = (conversation.settings != kept_settings  # stored with the next message
+                                      or conversation.template_variables != kept_variables)
         loop.chat.set_format(output_format, compiled)
         if "chat.system_prompt" in given:
             loop.chat.set_system(given["chat.system_prompt"])
@@ -395,6 +397,8 @@ class ChatLoop:
             raise InputError("/load FILE")
         path = user_path(name)
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
+        # (as its settings lie over the chat's, a file that kept no template variables goes on with the chat's)
+        conversation.template_variables = conversation.template_variables or self.chat.conversation.template_variables
         if replaced:
             warn_replaced(str(path))
         for key in conversation.ignored_settings:
