@@ -16,7 +16,7 @@ from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
 from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.harmony import HarmonySplitter, split_harmony
-from localspec.app.reasoning import Sorted, ThoughtSplitter, split_thought, thought_tags
+from localspec.app.reasoning import InlineThought, Sorted, ThoughtSplitter, split_thought, thought_tags
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
 from localspec.app.tool_call_frames import template_frame
@@ -99,6 +99,30 @@ def test_streamed_thinking_is_the_reasoning_content_of_the_whole_reply(thinking_
     assert "".join(d.get("content", "") for d in deltas) == whole["content"]
 
 
+def test_deepseek_legacy_streams_the_thought_in_the_content_between_its_tags(thinking_client: TestClient) -> None:
+    """llama-server's "deepseek-legacy": sorted as "deepseek" sorts it, but a stream's thought stays in its content."""
+    whole = ask(thinking_client)["choices"][0]["message"]
+    assert ask(thinking_client, reasoning_format="deepseek-legacy")["choices"][0]["message"] == whole
+    body = {"messages": [{"role": "user", "content": "hi"}], "seed": 1, "stream": True,
+            "reasoning_format": "deepseek-legacy"}
+    lines = thinking_client.post(CHAT, json=body).text.splitlines()
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in lines
+              if line.startswith("data: {") and json.loads(line[6:])["choices"]]
+    assert not any("reasoning_content" in delta for delta in deltas)
+    assert "".join(d.get("content", "") for d in deltas) == "<think>" + whole["reasoning_content"]  # (never closed)
+
+
+@pytest.mark.parametrize("text", ["<think>\nLet me see.\n</think>\n\nFour.", "Four.", "<think>never closed"])
+def test_an_inline_thought_is_the_sorted_text_put_back_between_its_tags(text: str) -> None:
+    splitter, inline, streamed = ThoughtSplitter(), InlineThought(), ""
+    for piece in (text[:5], text[5:9], text[9:]):
+        streamed += inline.inlined(splitter.feed(piece)).content
+    streamed += inline.inlined(splitter.finish()).content
+    whole = split_thought(text)
+    assert streamed == (f"<think>{whole.reasoning}" + ("</think>" if "</think>" in text else "") if whole.reasoning
+                        else "") + whole.content
+
+
 def test_a_response_format_reply_is_not_sorted(thinking_client: TestClient) -> None:
     """Held to a format from its first token, the reply is the answer, though the prompt opened a thought."""
     message = ask(thinking_client, response_format={"type": "json_object"}, max_tokens=40)["choices"][0]["message"]
@@ -114,7 +138,7 @@ def test_an_earlier_replys_reasoning_content_reaches_the_template(thinking_clien
     assert with_it["usage"]["prompt_tokens"] == without["usage"]["prompt_tokens"] + 3  # "[R]", spelled in bytes
     wrong = thinking_client.post(CHAT, json={"messages": [messages[0], {**messages[1], "reasoning_content": 5}]})
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "messages[1].reasoning_content"
-    bad_format = thinking_client.post(CHAT, json={"messages": messages[:1], "reasoning_format": "deepseek-legacy"})
+    bad_format = thinking_client.post(CHAT, json={"messages": messages[:1], "reasoning_format": "deepseek-r1"})
     assert bad_format.status_code == 400 and bad_format.json()["error"]["param"] == "reasoning_format"
 
 

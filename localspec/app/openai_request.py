@@ -104,8 +104,9 @@ OTHER_SERVERS_FIELDS = ("dry_base", "dry_allowed_length", "dry_penalty_last_n", 
 READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "response_format", "tools", "tool_choice",
                "parallel_tool_calls", "speculative", "reasoning_format", "chat_template_kwargs", "reasoning_effort")
 # llama-server's `reasoning_format` values: "none" leaves a reply's thinking in its content; the others sort it
-# into `reasoning_content` (see `reasoning`).
-REASONING_FORMATS = ("auto", "deepseek", "none")
+# into `reasoning_content` (see `reasoning`), but "deepseek-legacy" leaves a stream's in its content between the
+# model's own tags.
+REASONING_FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")
 # OpenAI's values of `reasoning_effort`; gpt-oss's template knows low, medium and high, and takes less as low.
 REASONING_EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 _KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
@@ -142,6 +143,8 @@ class CompletionRequest:
     response_format: CompiledGrammar | None = None  # `response_format` as a grammar (None: free text)
     tools: ToolRequest | None = None  # tools the model must or may call (None: none offered)
     reasoning: bool = True  # a thinking model's thinking goes to `reasoning_content` (`reasoning_format` not "none")
+    # ... but a stream's stays in its content between the model's tags (`reasoning_format` "deepseek-legacy")
+    thought_inline_in_stream: bool = False
     template_variables: dict[str, Any] = dataclasses.field(default_factory=dict)  # more of the chat template's inputs
 
     @property
@@ -192,6 +195,7 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
     stream, include_usage = _boolean(body, "stream", default=False), _include_usage(body.get("stream_options"))
     if body.get("stream_options") is not None and not stream:
         raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
+    reasoning_format = _reasoning_format(body.get("reasoning_format"))
     return CompletionRequest(
         messages=_messages(body.get("messages")) if chat else None,
         prompt=None if chat else _prompt(body.get("prompt")),
@@ -201,7 +205,8 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
         include_usage=include_usage,
         response_format=response_format,
         tools=tools,
-        reasoning=_reasoning_format(body.get("reasoning_format")) != "none",
+        reasoning=reasoning_format != "none",
+        thought_inline_in_stream=stream and reasoning_format == "deepseek-legacy",
         template_variables=_template_variables(body, chat),
     )
 

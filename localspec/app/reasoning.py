@@ -168,6 +168,30 @@ class ThoughtSplitter:
         return Sorted(reasoning=sent)
 
 
+class InlineThought:
+    """A stream's thinking put back into its answer between the model's own tags, as llama-server's
+    `reasoning_format` "deepseek-legacy" streams it: the opening tag before the thought's first text, the closing
+    one before the answer's (a thought never closed stays open)."""
+
+    def __init__(self, tags: tuple[str, str] = (OPEN, CLOSE)) -> None:
+        self.opening, self.closing = tags
+        self.state = "before"  # then "thinking", then "answer"
+
+    def inlined(self, piece: Sorted) -> Sorted:
+        """`piece` of the sorted stream as answer text alone."""
+        text = ""
+        if piece.reasoning:
+            if self.state == "before":
+                text, self.state = self.opening, "thinking"
+            text += piece.reasoning
+        if piece.content:
+            if self.state == "thinking":
+                text += self.closing
+            self.state = "answer"
+            text += piece.content
+        return Sorted(content=text)
+
+
 def before_partial(text: str, tag: str) -> str:
     """`text` without the end that may be the start of `tag`."""
     return text[:len(text) - held_back_length(text, [tag])]

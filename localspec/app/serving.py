@@ -36,7 +36,7 @@ from ..errors import LocalspecError, OutputFormatError, PromptTooLongError
 from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
-from .reasoning import Sorted, sorted_whole
+from .reasoning import CLOSE, OPEN, InlineThought, Sorted, sorted_whole
 from .thinking_first import ReplyForm, may_think, prompt_end, reply_form, tools_think_otherwise
 from .tool_calls import (
     CallStream,
@@ -378,6 +378,7 @@ class Reply:
         text, all answer)."""
         self.served, self.chat, self.tools = served, chat, tools
         self.grammar, self.splitter = (form.grammar, form.splitter) if form is not None else (None, None)
+        self.thought_inline = parsed is not None and parsed.thought_inline_in_stream  # (`InlineThought`)
         # What a format that fails while generating (a limit of llguidance's) is put down to.
         self.format_param = "tools" if tools is not None else "response_format"
         self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []
@@ -461,18 +462,22 @@ class Reply:
         work.add_done_callback(lambda _: on_generated())
         sorting = self.tools.stream() if self.tools is not None else None  # plain text passes, a call waits
         thoughts = self.splitter() if self.splitter is not None else None
+        inline = None
+        if thoughts is not None and self.thought_inline:  # (the model's own tags where its splitter knows them)
+            inline = InlineThought((getattr(thoughts, "opening", OPEN), getattr(thoughts, "closing", CLOSE)))
         try:
             if self.chat:
                 yield self._event({"role": "assistant", "content": ""})
             async for text in self._pieces(pieces, work, slot):
-                for event in self._sorted_events(thoughts.feed(text) if thoughts else Sorted(content=text), sorting):
+                for event in self._sorted_events(thoughts.feed(text) if thoughts else Sorted(content=text), sorting,
+                                                 inline):
                     yield event
             if self.served.shutting_down():  # end the stream with an error event rather than cut it
                 self.ended = True
                 yield _error_event("the server is shutting down", "shutting_down")
                 return
             if thoughts is not None:
-                for event in self._sorted_events(thoughts.finish(), sorting):
+                for event in self._sorted_events(thoughts.finish(), sorting, inline):
                     yield event
             generation = self._finished(work.result())
             calls = self._calls(generation, self._sorted(generation.text).content)
@@ -506,9 +511,12 @@ class Reply:
             if work.done() and not work.cancelled():
                 work.exception()  # seen (a failure nobody was left to hear of is not logged again at exit)
 
-    def _sorted_events(self, text: Sorted, sorting: CallStream | None) -> Iterator[str]:
-        """Thinking as `delta.reasoning_content`, then the answer as `delta.content` (each where there is some;
-        the answer passed through `sorting`, which holds back a call)."""
+    def _sorted_events(self, text: Sorted, sorting: CallStream | None, inline: InlineThought | None = None
+                       ) -> Iterator[str]:
+        """Thinking as `delta.reasoning_content` (or, `inline`, as content between its tags), then the answer as
+        `delta.content` (each where there is some; the answer passed through `sorting`, which holds back a call)."""
+        if inline is not None:
+            text = inline.inlined(text)
         if text.reasoning:
             yield self._event({"reasoning_content": text.reasoning})
         content = sorting.feed(text.content) if sorting is not None else text.content
