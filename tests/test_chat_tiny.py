@@ -177,6 +177,8 @@ def bad_conversation_files(folder: Path) -> dict[str, Path]:
         "interrupted not a flag": ('{"messages": [{"role": "assistant", "content": "x", "interrupted": "no"}]}', "interrupted"),
         "not JSON": ("[[[", "not a saved conversation"),
         "nested too deep": ("[" * 100_000, "not a saved conversation"),
+        # (the last was taken silently: "(loaded 0 messages)", the conversation gone without a word)
+        "a key twice": ('{"messages": [{"role": "user", "content": "hi"}], "messages": []}', '"messages" appears twice'),
     }
     paths = {}
     for i, (name, (text, fragment)) in enumerate(files.items()):
@@ -631,6 +633,16 @@ def test_history_shows_stored_text_exactly_and_safely_and_survives_other_program
     damaged = cli("history", "show", str(second))
     assert damaged.exit_code != 0 and f"conversation {second} is damaged" in damaged.stderr
     assert "Traceback" not in damaged.stderr
+    # A number past a float's range: read as infinity, which `--json` had written as Infinity (not JSON).
+    store = HistoryStore(history_file())
+    with store._db:
+        store._db.execute("UPDATE conversations SET settings = '{\"sampling.temperature\": 1e999}' WHERE id = ?",
+                          (first,))
+    store.close()
+    refused = cli("history", "show", str(first), "--json")
+    assert refused.exit_code == 1 and refused.stdout == "" and "Traceback" not in refused.stderr
+    assert refused.stderr.splitlines()[-1].startswith(f"error: conversation {first} is damaged: its settings hold a")
+    assert cli("history", "show", str(first)).exit_code == 0  # (its messages are shown, with a warning)
 
 
 def test_resuming_a_damaged_conversation_says_which_as_history_show_does(tiny_profile: str) -> None:

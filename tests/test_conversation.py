@@ -48,6 +48,12 @@ def test_the_window_leaves_out_the_oldest_exchanges_but_never_the_system_prompt(
         chat.window_start(words, limit=3)
     with pytest.raises(InputError, match=r"the system prompt alone does not fit the context \(2 tokens, room for 1\)"):
         chat.window_start(words, limit=1)  # (it had blamed the message, however short)
+    # A conversation loaded (or resumed) that ends in a message never answered: the messages since the last
+    # reply are what does not fit, not the one just typed (it had blamed "this message alone").
+    unanswered = conversation("one two", "three", "four five six seven eight", "hi")
+    unanswered.messages[3].role = "user"
+    with pytest.raises(InputError, match="the 2 messages since the last reply do not fit the context together"):
+        unanswered.window_start(words, limit=7)
 
 
 def test_set_takes_short_or_dotted_names_and_checks_ranges() -> None:

@@ -353,6 +353,30 @@ def test_an_atomic_write_it_cannot_make_names_the_file_not_its_temporary(tmp_pat
     assert ".partial" not in str(raised.value)
 
 
+def test_a_folder_this_user_may_not_enter_is_one_line_not_a_traceback(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder it may not enter raised PermissionError from `locked` (a `run` that had printed its text then
+    exited 1, where an unwritable cache is meant to be skipped); LOCALSPEC_HOME so was a bare "Permission denied"."""
+    from cli_helpers import cli, one_error_line
+
+    from localspec.config.files import locked
+
+    shut = tmp_path / "shut"
+    exists = Path.exists
+
+    def no_entry(path: Path) -> bool:
+        if shut in (path, *path.parents):
+            raise PermissionError(13, "Permission denied", str(path))
+        return exists(path)
+
+    monkeypatch.setattr(Path, "exists", no_entry)
+    with pytest.raises(InputError, match="cannot lock"):  # (a LocalspecError: what a cache's save skips)
+        with locked(shut / "localspec" / "draft-lengths.json"):
+            pass
+    one_error_line(cli("history", "list", env={"LOCALSPEC_HOME": str(shut)}), 2,
+                   f"LOCALSPEC_HOME={shut}: cannot reach it (Permission denied)")
+
+
 def test_a_model_path_that_is_a_loop_or_a_dangling_link_says_which(tmp_path: Path) -> None:
     """Both were 'no such file', though the path is there to see."""
     (tmp_path / "a.gguf").symlink_to(tmp_path / "b.gguf")

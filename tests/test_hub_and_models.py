@@ -405,6 +405,8 @@ def test_models_scan_lists_odd_files_as_unreadable_and_goes_on(tmp_path: Path, t
     assert sorted(unreadable) == ["bos.gguf", "ints.gguf", "loop.gguf", "novocab.gguf", "nowhere.gguf", "uint.gguf"]
     assert "tokenizer.ggml.tokens is not a list of texts" in unreadable["ints.gguf"]
     assert "holds no vocabulary" in unreadable["novocab.gguf"]
+    assert "a loop of symbolic links" in unreadable["loop.gguf"]  # (was "a link that leads nowhere", as run says it)
+    assert "missing.gguf, which does not exist" in unreadable["nowhere.gguf"]
 
 
 def test_a_vocabulary_without_weights_is_never_a_draft(tiny_pair) -> None:

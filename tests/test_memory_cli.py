@@ -235,6 +235,24 @@ def test_memory_add_of_nothing_readable_is_one_line(tiny_profile: str, tmp_path:
     assert {path: path.stat().st_mtime_ns for path in local_memory().root.rglob("*")} == before  # untouched
 
 
+def test_memory_add_of_a_folder_skips_an_entry_it_may_not_look_into(tiny_profile: str, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link into a folder this user may not enter failed the whole add (`is_file` raised PermissionError)."""
+    (tmp_path / "notes.txt").write_text("the cat sat on the mat")
+    (tmp_path / "private").symlink_to(tmp_path / "elsewhere")
+    is_file = Path.is_file
+
+    def no_entry(path: Path) -> bool:
+        if path.name == "private":
+            raise PermissionError(13, "Permission denied")
+        return is_file(path)
+
+    monkeypatch.setattr(Path, "is_file", no_entry)
+    added = cli("memory", "add", "-p", "tiny", str(tmp_path))
+    assert added.exit_code == 0, added.stderr
+    assert "added 1 file" in added.stderr and "1 file skipped" in added.stderr
+
+
 def test_memory_add_counts_each_file_once_and_its_tokens(
     tiny_profile: str, tiny_pair: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from grammar_helpers import accepts
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_not import not_written_out
+from localspec.errors import InputError
 
 STRINGS = ["", "a", "r", "ro", "roo", "root", "rootx", "admin", "adm", "x", "a.b", "axb", "x-y", "p q", "c]", "^", "\\",
            "&&", "&", "~~", "é", "a\nb"]
@@ -85,3 +86,14 @@ def test_a_not_a_ref_points_into_is_kept_and_one_that_leaves_nothing_keeps_its_w
     assert accepts(compiled.grammar, '{"b": {"p": 1}}')
     nothing = {"const": "a", "not": {"const": "a"}}
     assert not_written_out(nothing) == nothing
+
+
+@pytest.mark.parametrize("schema", [{"not": {}}, {"not": True}, {"not": {"description": "anything"}},
+                                    {"type": "string", "not": {"type": "string"}}])
+def test_a_not_of_every_value_leaves_no_text_and_says_so(schema: dict) -> None:
+    """llguidance warned that it does not implement `not`, then let any value be written (`{"not": {}}`: 5.418)."""
+    with pytest.raises(InputError, match="^s.json: no text can satisfy it$"):
+        compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    optional = {"type": "object", "properties": {"gone": schema, "b": {"type": "integer"}}, "required": ["b"]}
+    compiled = compile_format(OutputFormat("json_schema", json.dumps(optional), "s.json"))
+    assert accepts(compiled.grammar, '{"b": 1}') and not compiled.warnings

@@ -7,6 +7,7 @@ flags, SIGTERM, the demo pair) is in test_serve.py.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import socket
@@ -114,6 +115,18 @@ def test_the_bodies_that_wedged_the_server_are_answered_and_the_server_goes_on(a
     assert surrogate.status_code == 200, surrogate.text
     # The lone surrogate became U+FFFD, the replacement character.
     assert surrogate.json()["usage"]["prompt_tokens"] == len(api.session.raw_prompt_tokens("\ufffd hi"))
+    api.still_serves()
+
+
+def test_a_repeated_key_or_a_compressed_body_is_refused_not_guessed_at(api: Api) -> None:
+    """A body with a key twice had its last taken silently (which did the client mean?); a gzipped one was said
+    to be invalid UTF-8."""
+    repeated = api.http.post(api.base + CHAT, content=b'{"messages": [{"role": "user", "content": "hi"}],'
+                             b' "max_tokens": 2, "max_tokens": 3}', timeout=30)
+    assert repeated.status_code == 400 and 'the key "max_tokens" appears twice' in repeated.json()["error"]["message"]
+    body = gzip.compress(json.dumps(chat_body("hi", max_tokens=2)).encode())
+    compressed = api.http.post(api.base + CHAT, content=body, headers={"Content-Encoding": "gzip"}, timeout=30)
+    assert compressed.status_code == 415 and "Content-Encoding gzip" in compressed.json()["error"]["message"]
     api.still_serves()
 
 
@@ -534,6 +547,8 @@ def test_a_host_name_that_cannot_be_encoded_is_one_line(tiny_pair: tuple[Path, P
     """Python's IDNA codec raised UnicodeError (a traceback) for these."""
     for host in ("a" * 64, "a..b", "caf\udcff"):
         one_error_line(cli("serve", "--target", str(tiny_pair[0]), "--host", host), 2, "not a host name or address")
+    for host in ("", " "):  # (was "cannot listen on : Name or service not known")
+        one_error_line(cli("serve", "--target", str(tiny_pair[0]), "--host", host), 2, "--host is empty")
 
 
 def test_an_empty_api_key_means_no_key_with_a_warning(tiny_pair: tuple[Path, Path], taken_port: int) -> None:

@@ -249,6 +249,16 @@ def test_a_grammar_file_holds_the_output(tiny_args: list[str], tmp_path: Path, n
         assert result.stdout in ("yes!", "no!"), result.stdout
 
 
+@pytest.mark.slow  # (a model loads)
+def test_a_grammar_the_models_vocabulary_refuses_is_one_line_naming_the_file(tiny_args: list[str],
+                                                                            tmp_path: Path) -> None:
+    """Found only over the model's vocabulary (a special token it lacks): the line did not name the file."""
+    path = tmp_path / "special.lark"
+    path.write_text('start: <|nonexistent|> "a"\n', encoding="utf-8")
+    one_error_line(run_tiny(tiny_args, "--grammar", str(path)), 2,
+                   f"{path}: the output format cannot be used", "unknown special token")
+
+
 @pytest.mark.slow
 def test_output_held_to_a_format_gets_a_longer_budget_unless_one_is_given(tiny_args: list[str]) -> None:
     """Cut short, structured output is no use: without --max-tokens it gets STRUCTURED_MAX_TOKENS, free text

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.files import refuse_utf16
+from ..config.files import object_without_repeated_keys, refuse_utf16
 from ..config.profiles import nearest_name, parse_value
 from ..errors import InputError, LocalspecError
 from ..settings import SETTINGS, GenerationSettings, shown_value
@@ -83,12 +83,17 @@ class Conversation:
         while prompt_length(self.prompt_messages(start)) > limit:
             first_reply = next((i for i in range(start, len(self.messages)) if self.messages[i].role == "assistant"), None)
             if first_reply is None or first_reply >= len(self.messages) - 1:
-                raise self._does_not_fit(prompt_length, limit)
+                raise self._does_not_fit(prompt_length, limit, len(self.messages) - start)
             start = first_reply + 1
         return start
 
-    def _does_not_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int) -> InputError:
-        """What is too long where even the system prompt and the last message do not fit in `limit` tokens."""
+    def _does_not_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int,
+                      unanswered: int = 1) -> InputError:
+        """What is too long where even the system prompt and the last messages, the `unanswered` ones since the
+        last reply (a conversation loaded or resumed may end in one), do not fit in `limit` tokens."""
+        if unanswered > 1:
+            return InputError(f"the {unanswered} messages since the last reply do not fit the context together:"
+                              " /undo drops the last of them, or raise --n-ctx")
         if self.system:
             try:
                 alone = prompt_length(self.prompt_messages(len(self.messages)))
@@ -158,7 +163,7 @@ class Conversation:
         refuse_utf16(raw, path)
         try:
             text, replaced = decode_bytes(raw)
-            data, replaced_in_json = clean_data(json.loads(text))
+            data, replaced_in_json = clean_data(json.loads(text, object_pairs_hook=object_without_repeated_keys))
             return cls.from_json(data, defaults), replaced or replaced_in_json
         except RecursionError:
             raise InputError(f"{path}: not a saved conversation (nested too deeply to read)") from None

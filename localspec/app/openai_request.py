@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from fastapi.responses import JSONResponse
 
-from ..config.files import TOO_LONG_A_NUMBER
+from ..config.files import TOO_LONG_A_NUMBER, RepeatedKey, object_without_repeated_keys
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..runtime.chat_template import variables_problem
@@ -167,7 +167,10 @@ class CompletionRequest:
 def parse_body(raw: bytes) -> dict[str, Any]:
     """The JSON object a request body holds, or a 400."""
     try:
-        body = json.loads(raw.decode("utf-8-sig"))  # (UTF-8, as the API's JSON is: not UTF-16 or -32 guessed at)
+        # (UTF-8, as the API's JSON is: not UTF-16 or -32 guessed at)
+        body = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=object_without_repeated_keys)
+    except RepeatedKey as exc:  # (which of the two did the client mean?)
+        raise ApiError(400, f"the request body: {exc}") from None
     except UnicodeDecodeError as exc:  # (a ValueError too: said apart, as the CLI says it of files)
         raise ApiError(400, f"the request body is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset"
                        f" {exc.start})") from None

@@ -251,7 +251,11 @@ def _finish_reason(generation: Generation) -> str:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes `limit` (a chunked body has no Content-Length)."""
+    """The body, refused with 413 as soon as it passes `limit` (a chunked body has no Content-Length), and with
+    415 where it is compressed (its bytes would be taken for text)."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ApiError(415, f"Content-Encoding {encoding} is not supported: send the body uncompressed")
     parts, size = [], 0
     try:
         async for part in request.stream():

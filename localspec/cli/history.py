@@ -67,7 +67,11 @@ def show_command(conversation_id: int, as_json: bool) -> None:
         click.echo(f"warning: conversation {conversation_id} is damaged ({exc}): chat --resume cannot continue it",
                    err=True)
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        try:
+            click.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False))
+        except ValueError:  # (Python would write Infinity, which JSON has not: a strict reader fails on it)
+            raise LocalspecError(f"conversation {conversation_id} is damaged: its settings hold a number JSON cannot"
+                                 f" write (`history show {conversation_id}` shows its messages)") from None
         return
     for message in data["messages"]:
         mark = " (interrupted)" if message.get("interrupted") else ""

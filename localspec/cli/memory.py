@@ -241,8 +241,17 @@ def _files_under(path: Path) -> Iterator[Path]:
         yield path
         return
     for file in sorted(path.rglob("*")):
-        if not any(part.startswith(".") for part in file.relative_to(path).parts) and file.is_file():
+        if not any(part.startswith(".") for part in file.relative_to(path).parts) and _may_be_a_file(file):
             yield file
+
+
+def _may_be_a_file(path: Path) -> bool:
+    """Whether `path` is a file, or cannot be told (a link into a folder this user may not enter: left to
+    `_read_text`, which skips what it cannot read, rather than failing the whole add)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return True
 
 
 def _read_text(file: Path) -> str | None:

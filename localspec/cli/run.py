@@ -11,6 +11,7 @@ import click
 from ..app.reasoning import Sorted, Splitter, sorted_whole
 from ..app.session import Session
 from ..app.thinking_first import ReplyForm, reply_form
+from ..engine.constraint import UnusableFormat
 from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat
 from ..errors import InputError
@@ -133,7 +134,11 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         shown = Shown(splitter)
         settings = plan.generation.with_seed().with_budget(grammar is not None, thinking=thinks)
         session.reserve_context(len(prompt_tokens) + settings.max_tokens)
-        generation = session.generation(prompt_tokens, settings, speculative=not no_speculative, grammar=grammar)
+        try:
+            generation = session.generation(prompt_tokens, settings, speculative=not no_speculative, grammar=grammar)
+        except UnusableFormat as exc:  # (named as every other problem of the user's format is)
+            raise exc if output_format is None else InputError(f"{output_format.origin or output_format.describe()}:"
+                                                               f" {exc}") from None
         try:
             for chunk in generation:
                 if not as_json and chunk.text and tool_run is None:

@@ -134,6 +134,8 @@ def _checked_api_key(api_key: str | None, from_environment: bool = False) -> str
 
 def _bind(host: str, port: int) -> socket.socket:
     """A socket bound to host:port, ready for uvicorn to listen on; a one-line error when that is impossible."""
+    if not host.strip():
+        raise InputError("--host is empty: give a host name or address (127.0.0.1, 0.0.0.0 for every interface)")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:

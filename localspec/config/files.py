@@ -108,7 +108,7 @@ class _NotAJSONNumber(ValueError):
     """NaN, Infinity or -Infinity: Python's json reads them, JSON has no such numbers."""
 
 
-class _RepeatedKey(ValueError):
+class RepeatedKey(ValueError):
     """A key given twice in one JSON object."""
 
 
@@ -126,13 +126,13 @@ def finite_json_float(text: str) -> float:
     return value
 
 
-def _object_without_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """`json.loads`'s object_pairs_hook for JSON a person wrote: a key given twice in one object is
-    ValueError (Python would keep the last silently: a schema's second "type" replaced its first)."""
+def object_without_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads`'s object_pairs_hook for JSON from outside (a person's, a client's): a key given twice in one
+    object is RepeatedKey (Python would keep the last silently: a schema's second "type" replaced its first)."""
     value: dict[str, Any] = {}
     for key, item in pairs:
         if key in value:
-            raise _RepeatedKey(f"the key {json.dumps(key, ensure_ascii=False)} appears twice in one object: keep one")
+            raise RepeatedKey(f"the key {json.dumps(key, ensure_ascii=False)} appears twice in one object: keep one")
         value[key] = item
     return value
 
@@ -143,11 +143,11 @@ def parse_user_json(text: str, origin: Path | str) -> Any:
     repeated in one object is an error (which of the two was meant?)."""
     try:
         value = json.loads(text, parse_constant=refuse_json_constant, parse_float=finite_json_float,
-                           object_pairs_hook=_object_without_repeated_keys)
+                           object_pairs_hook=object_without_repeated_keys)
         return clean_data(value)[0]
     except _NotAJSONNumber as exc:
         raise InputError(f"{origin}: not valid JSON ({exc})") from None
-    except _RepeatedKey as exc:
+    except RepeatedKey as exc:
         raise InputError(f"{origin}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
@@ -206,10 +206,10 @@ def locked(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
 
     path = Path(path)
     lock_file = lock_path(path)
-    if lock_file.parent.exists() and not lock_file.parent.is_dir():  # (mkdir would say "File exists")
-        raise InputError(f"{lock_file.parent}: not a folder (localspec keeps {path.name} in it)")
     lock = filelock.FileLock(str(lock_file), timeout=timeout_s)
     try:
+        if lock_file.parent.exists() and not lock_file.parent.is_dir():  # (mkdir would say "File exists")
+            raise InputError(f"{lock_file.parent}: not a folder (localspec keeps {path.name} in it)")
         lock_file.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except filelock.Timeout:

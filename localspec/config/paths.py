@@ -122,8 +122,13 @@ def _home_override() -> Path | None:
     if not value:
         return None
     home = user_path(value, "LOCALSPEC_HOME")
-    if home.exists() and not home.is_dir():
-        raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
+    try:
+        if home.exists() and not home.is_dir():
+            raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
+        if home.is_dir() and not os.access(home, os.R_OK | os.X_OK):
+            raise InputError(f"LOCALSPEC_HOME={value}: a folder this user may not enter")
+    except OSError as exc:  # (a folder above it this user may not enter)
+        raise InputError(f"LOCALSPEC_HOME={value}: cannot reach it ({exc.strerror or exc})") from None
     return home
 
 

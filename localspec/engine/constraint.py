@@ -39,6 +39,11 @@ class EveryWayRepeats(OutputFormatError):
     is cut before the token that did."""
 
 
+class UnusableFormat(InputError):
+    """llguidance refused the grammar over the model's own vocabulary (a special token it lacks, a token id past
+    its end): found only once the model is loaded."""
+
+
 # Forced tokens past any context: llguidance computed them up to its limit (see `grammar.TOO_MUCH_FORCED`).
 _FORCED_TOKENS_FOLLOWED = 10_000
 
@@ -60,7 +65,7 @@ class TokenGrammar:
         tokenizer = model.grammar_tokenizer()
         matcher = on_a_deep_stack(lambda: LLMatcher(tokenizer, grammar, log_level=0))  # (it compiles: see there)
         if matcher.is_error():
-            raise InputError(f"the output format cannot be used: {_first_line(matcher.get_error())}")
+            raise UnusableFormat(f"the output format cannot be used: {_first_line(matcher.get_error())}")
         unique = UniqueItems.for_grammar(grammar, model)
         return cls(matcher, model.n_vocab, unique, steps_back=_LEXEME_LIMITS.search(grammar) is None)
 

@@ -326,6 +326,9 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
     return kept
 
 
+NOTHING_SATISFIES = "no text can satisfy it"
+
+
 def _why_unusable(grammar: str) -> str | None:
     """Why the grammar cannot be used, where that shows at its start; None where it lets something be written.
     Found before any model loads, with bytes for tokens (about a millisecond): nothing allowed at all
@@ -337,7 +340,7 @@ def _why_unusable(grammar: str) -> str | None:
     matcher.compute_bitmask()  # (the first mask is what finds nothing allowed)
     # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
     if matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"):
-        return "no text can satisfy it"
+        return NOTHING_SATISFIES
     if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= _FORCED_BYTES_FOLLOWED:
         return f"cannot be used: {TOO_MUCH_FORCED}"
     return None
@@ -393,6 +396,8 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     multiples of a fractional step between bounds as the values they are (`steps_as_values`)."""
     schema = parts_as_one_object(formats_as_patterns(steps_as_values(schema)))
     schema = exclusive_one_of_as_any_of(not_written_out(property_names_as_keys(schema)))
+    if schema is False:  # (a `not` of every value: `{"not": {}}`)
+        raise ValueError(NOTHING_SATISFIES)
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]

@@ -45,9 +45,11 @@ def not_written_out(schema: Any) -> Any:
     return schema if refers_into(schema, "not") else rewritten_bottom_up(schema, _without_not)
 
 
-def _without_not(node: dict[str, Any]) -> dict[str, Any]:
+def _without_not(node: dict[str, Any]) -> dict[str, Any] | bool:
     refused = node.get("not")
-    if not isinstance(refused, dict) or not refused.keys() <= _REFUSING_KEYS or not refused.keys() - ANNOTATIONS:
+    if refused is True or isinstance(refused, dict) and not refused.keys() - ANNOTATIONS:
+        return False  # (a `not` of every value: no value at all, which llguidance holds as it holds `false`)
+    if not isinstance(refused, dict) or not refused.keys() <= _REFUSING_KEYS:
         return node
     if refused.keys() & {"const", "enum"} and listed_values(refused) is None:
         return node  # (both, or an enum that is no list: llguidance reports what it makes of it)
@@ -61,7 +63,9 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
         return _into_branches(rest, refused)
     own_types = _types(rest.get("type", list(_TYPES)))
     left = _ways_left(refused, own_types) if own_types is not None else None
-    if not left:  # (nothing left, no value at all: as written, for llguidance to hold as it can)
+    if left == []:  # (every value of its types refused: no value at all)
+        return False
+    if not left:
         return node
     if len(left) == 1:
         merged = _merged(rest, left[0])

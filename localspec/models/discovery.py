@@ -17,7 +17,7 @@ from gguf import LlamaFileType
 from ..config.paths import models_dir, user_path
 from ..errors import InputError
 from .compat import VocabInfo, check_compatible
-from .gguf import read_gguf_header
+from .gguf import read_gguf_header, why_missing
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
         for path in sorted(folder.rglob("*.gguf")):
             try:
                 resolved = path.resolve(strict=True)
-            except (OSError, RuntimeError) as exc:  # a dangling link, a link loop
-                problems.append(f"{path}: cannot be opened ({getattr(exc, 'strerror', None) or 'a link that leads nowhere'})")
+            except (OSError, RuntimeError):  # a dangling link, a link loop
+                problems.append(f"{path}: cannot be opened ({why_missing(path)})")
                 continue
             if resolved in seen or not path.is_file():
                 continue

@@ -162,7 +162,7 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
     except OSError as exc:  # a name too long, a folder it may not search
         raise InputError(f"{path}: cannot reach it ({exc.strerror or exc})") from None
     if not exists:
-        raise InputError(f"{path}: {_why_missing(path)}")
+        raise InputError(f"{path}: {why_missing(path)}")
     if is_dir:
         raise InputError(f"{path}: is a directory, not a GGUF model file")
     if not is_file:  # a FIFO or a device: reading it could wait forever
@@ -173,7 +173,7 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def _why_missing(path: Path) -> str:
+def why_missing(path: Path) -> str:
     """Why a path that does not lead to a file leads nowhere: a loop of links, a dangling link, or no such file."""
     try:
         os.stat(path)
