@@ -12,7 +12,7 @@ llama-server does with its default `reasoning_format`.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from ..engine.textstream import held_back_length
@@ -51,6 +51,14 @@ class Thinking:
     close_token: int
     opened: bool
     tags: tuple[str, str] = (OPEN, CLOSE)
+
+    def after_prompt(self, prompt_end: str) -> Thinking | None:
+        """The thinking a reply to a prompt ending in `prompt_end` may do: none where the prompt closed the thought
+        itself (Qwen3's `enable_thinking` off), else opened as the prompt left it (a template variable may open
+        or close it otherwise than the template's own prompt does)."""
+        if closed_by(prompt_end, self.tags[1]):
+            return None
+        return replace(self, opened=opened_by(prompt_end, self.tags[0]))
 
 
 def template_thinking(template: str | None, marker_token: Callable[[str], int | None]) -> Thinking | None:

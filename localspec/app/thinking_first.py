@@ -10,7 +10,7 @@ of its vocabulary (a spelled tag could not be told from the text around it): `<t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
 from ..engine.grammar import OutputFormat
@@ -68,7 +68,7 @@ def tools_think_otherwise(thinking: Thinking, end: str) -> bool:
     """Whether a prompt ending in `end` opens or closes the thought otherwise than the template's own prompt does,
     which tools' grammar (`Thinking`) was made for: a template variable's doing (DeepSeek V3.1's `thinking`,
     Qwen3's `enable_thinking`); the tools are then prepared again for it (`prepare_tools`)."""
-    return closed_by(end, thinking.tags[1]) or opened_by(end, thinking.tags[0]) is not thinking.opened
+    return thinking.after_prompt(end) != thinking
 
 
 def said_after_thinking(fmt: OutputFormat) -> bool:
@@ -122,9 +122,9 @@ def thinking_format(grammar: str, template: str | None, marker_token: Callable[[
         return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False), prelude),
                               HarmonySplitter)
     thinking = template_thinking(template, marker_token)
-    if thinking is None or closed_by(end, thinking.tags[1]):
+    thinking = thinking.after_prompt(end) if thinking is not None else None
+    if thinking is None:
         return None
-    thinking = replace(thinking, opened=opened_by(end, thinking.tags[0]))
     start, rules = thinking_rules(thinking, "answer", "answer")
     opening, closing = (tag.encode() for tag in thinking.tags)
     prelude = Prelude(None if thinking.opened else opening, closing)

@@ -42,7 +42,7 @@ import json
 import math
 import re
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from enum import Enum
 from typing import Any, Callable, Sequence, TypeVar
@@ -65,8 +65,6 @@ from .reasoning import (
     Splitter,
     Thinking,
     ThoughtSplitter,
-    closed_by,
-    opened_by,
     sorted_whole,
     template_thinking,
     thinking_rules,
@@ -966,9 +964,8 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     frame = frame if syntax is ToolSyntax.FRAMED else None
     layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
     thinking = template_thinking(template, marker_token) if frame is None or not frame.harmony else None
-    if thinking is not None and prompt_end is not None:  # (no thought where the prompt closed one)
-        closed = closed_by(prompt_end, thinking.tags[1])
-        thinking = None if closed else replace(thinking, opened=opened_by(prompt_end, thinking.tags[0]))
+    if thinking is not None and prompt_end is not None:
+        thinking = thinking.after_prompt(prompt_end)
     try:
         lark = tool_grammar(request, syntax, marker_token, layout, frame, thinking)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out

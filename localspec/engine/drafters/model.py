@@ -171,6 +171,7 @@ class ModelDrafter:
         logits = self.model.next_logits(context, copy=False)
         needs_confidence = self.p_min > 0 or self.length.uses_confidence
         along = grammar.copy() if grammar is not None else None
+        decides = sampler.verifies_by_rejection and not self.sampling.greedy  # (the text depends on the draft)
         after_forced = False  # the step to come holds the evaluation of a forced run: not a draft step's cost
         penalties = Penalties.of(self.sampling)
         seen = penalties.window(context) if penalties is not None else None  # (and the draft so far: `extend`)
@@ -214,7 +215,6 @@ class ModelDrafter:
                 started = now
             after_forced = forced
             tokens += new
-            decides = sampler.verifies_by_rejection and not self.sampling.greedy  # (the text depends on the draft)
             if continued is not None and not forced and not decides:
                 more = continued(context, tokens)[: room - len(tokens)]
                 if along is not None and more:
