@@ -82,6 +82,7 @@ FAST_ACCEPTANCE_CASES = ("dense", "top_k_truncated_supports")
 @pytest.mark.parametrize("k, case", [
     pytest.param(k, name, marks=[] if name in FAST_ACCEPTANCE_CASES and k == 1 else [pytest.mark.slow], id=f"{k}-{name}")
     for k in (1, 3) for name in sorted(CASES)])
+@pytest.mark.slow
 def test_first_two_tokens_follow_the_target(case: str, k: int) -> None:
     p_rows, q_rows = _position_rows(*CASES[case])
     verdicts: Counter = Counter()
@@ -171,6 +172,7 @@ def test_greedy_keeps_matching_prefix_then_emits_target_argmax() -> None:
     assert accept_greedy([], [2]) == ([2], 0)
 
 
+@pytest.mark.slow
 def test_accept_picks_the_path_from_the_sampling_and_the_draft() -> None:
     logits = np.log(np.stack([_dist([0.7, 0.1, 0.1, 0.05, 0.03, 0.02])] * 3))
     rng = np.random.default_rng(0)

@@ -206,6 +206,7 @@ def test_a_template_that_would_fill_the_memory_is_stopped(template: str, error: 
     pytest.param("{{ (' ' * 1048576) | wordwrap(1) | length }}", "RENDER_SECONDS", "renders for more than 0.5 s",
                  marks=pytest.mark.slow),  # (quadratic; waits out the watchdog's half second)
 ])
+@pytest.mark.slow
 def test_a_template_that_grows_or_runs_on_inside_few_steps_is_stopped_by_the_watchdog(
         template: str, limit: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """(were: gigabytes before the OOM killer, or hours of a filter's Python loop the step budget never sees)"""

@@ -49,6 +49,7 @@ def test_invalid_utf8_in_piped_input_is_replaced_with_one_warning(tiny_profile: 
     assert stored()["messages"][0] == {"role": "user", "content": "caf\ufffd the cat"}
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_system_is_replaced(tiny_profile: str) -> None:
     result = chat(b"the cat\n", "--system", "be \udce9 brief")
     assert result.exit_code == 0, result.stderr

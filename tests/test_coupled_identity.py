@@ -165,6 +165,7 @@ class _NoiseKeyedByDrawOrder(CoupledSampler):
             return np.log(probs.values) + gumbel(self.seed, self.draws, probs.ids)
 
 
+@pytest.mark.slow
 def test_a_wrong_coupling_fails_the_identity_test(pair, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generation_module, "make_sampler", lambda verify, seed: _NoiseKeyedByDrawOrder(seed))
     target, draft = pair

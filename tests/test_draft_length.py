@@ -44,6 +44,7 @@ def simulate(controller: AdaptiveLength, alpha: float, draft_cost: float, a: flo
         (0.3, 0.010, 0.020, 0.010),  # a poor draft: drafting barely pays, or not at all
     ],
 )
+@pytest.mark.slow
 def test_the_controller_converges_to_the_analytic_optimum(alpha: float, draft_cost: float, a: float, b: float) -> None:
     best_k, best_rate = analytic_best(alpha, draft_cost, a, b)
     relative_rates = []
@@ -163,6 +164,7 @@ def _simulate_with_busy_moments(controller: AdaptiveLength, alpha: float, a: flo
 
 
 @pytest.mark.parametrize("outlier", [1.5, 1e9])
+@pytest.mark.slow
 def test_moments_when_the_machine_was_busy_do_not_shorten_the_drafts(outlier: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass slowed by another process costs at most 1.5 times what was expected of it in the estimate; taken at
     face value (outlier 1e9: no limit), such passes skew the fitted slope and the drafts come out too short."""

@@ -606,6 +606,7 @@ def test_where_lookups_copy_the_prompt_faster_than_the_model_drafts_a_pass_they_
     assert len(fixed.propose(missed, 4, sampler, 0).tokens) == 4
 
 
+@pytest.mark.slow
 def test_hybrid_retries_a_declined_lookup_less_often_while_its_retries_are_rejected(models) -> None:
     _, draft = models
     model_length, lookup_lengths = AdaptiveLength(), {n: AdaptiveLength() for n in (2, 3)}

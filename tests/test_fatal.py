@@ -25,6 +25,7 @@ ggml().ggml_abort(b"somewhere.c", 7, b"%s", b"the worker went away")
 
 
 @pytest.mark.parametrize("case", ["plain", "stderr-closed", "explanation-fails"])
+@pytest.mark.slow
 def test_an_abort_in_llama_cpp_is_one_line_and_exit_1_whatever_fails_on_the_way(case: str) -> None:
     child = subprocess.run([sys.executable, "-c", ABORTING_CHILD, case], capture_output=True, text=True, timeout=60)
     assert child.returncode == 1  # (not -6: a SIGABRT, with a core dump)

@@ -91,6 +91,7 @@ def _entries(machine: str, pair: str) -> str:
     (_entries('{"costs": {"model": {"first_step_cost": 1' + "0" * 400 + ', "draft_cost": null, "verify_by_size": {}}}, "used": 1}', "{}"),
      "did not fit"),
 ])
+@pytest.mark.slow
 def test_a_corrupt_cache_is_dropped_quietly_and_rebuilt(
     tiny_pair: tuple[Path, Path], tmp_path: Path, content: str, note: str
 ) -> None:

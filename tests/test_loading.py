@@ -91,6 +91,7 @@ def test_a_load_that_fails_beside_another_says_why_it_failed(tiny_pair: tuple[Pa
 
 
 @pytest.mark.parametrize("failing", ["target", "draft"])
+@pytest.mark.slow
 def test_a_session_whose_model_fails_to_load_says_which_and_closes_the_other(
     tiny_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str,
 ) -> None:

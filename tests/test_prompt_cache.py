@@ -75,6 +75,7 @@ def test_the_text_is_the_same_with_a_restored_prompt(tiny_pair: tuple[Path, Path
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "tokens out of range", "another format", "empty state"])
+@pytest.mark.slow
 def test_a_damaged_file_is_ignored_and_replaced(tiny_pair: tuple[Path, Path], tmp_path: Path, damage: str) -> None:
     with _session(tiny_pair, tmp_path) as first:
         expected = _generate(first, FIRST)

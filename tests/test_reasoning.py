@@ -173,6 +173,7 @@ ADD = {"type": "function", "function": {"name": "add", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
 
 
+@pytest.mark.slow
 def test_gpt_oss_calls_one_tool_a_message_and_may_think_first() -> None:
     frame = template_frame(GPT_OSS)
     assert frame is not None and frame.harmony and frame.one_call
@@ -204,6 +205,7 @@ def a_call_whole_and_streamed(client: TestClient, seed: int, max_tokens: int,
 HARMONY_MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>")
 
 
+@pytest.mark.slow
 def test_a_gpt_oss_call_is_drawn_in_its_markers_read_back_and_its_analysis_sent_apart(tmp_path: Path) -> None:
     """On a tiny model with gpt-oss's markers (llama.cpp writes `<|channel|>`, `<|message|>`, `<|start|>` and
     `<|end|>` as text for such a vocabulary, `<|call|>` ends the generation): a forced call, drawn with or without

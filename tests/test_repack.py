@@ -100,6 +100,7 @@ def test_extra_buffers_repack_q4_0_weights_and_the_placement_says_so(tiny_q4_0: 
 # -- the probe and its cache -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_probe_verdict_is_remembered_and_reused(tiny_q4_0: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     works = repack.repacking_for(tiny_q4_0, ModelSettings()) is ON  # a real child process: either verdict is this CPU's
     stored = json.loads(fresh_cache.read_text())

@@ -112,6 +112,7 @@ def documents(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 @pytest.mark.parametrize("schema", [PAYMENT, CONTACT, SHIPPING, DRAFT7, AGE, DEPLOY, REVIEWED], ids=[
     "if", "dependentRequired", "if-required-dependentSchemas", "draft7", "ranges", "else-not", "nested-ref"])
+@pytest.mark.slow
 def test_the_grammar_takes_exactly_the_objects_the_schema_validates(schema: dict[str, Any]) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert compiled.warnings == ()  # (was: "Unimplemented keys: [if, then, else]", ...)

@@ -37,6 +37,7 @@ def array(**keywords: Any) -> dict[str, Any]:
     {"type": "array", "contains": {"type": "integer", "minimum": 5}, "items": {"type": "integer"}, "maxItems": 4,
      "minContains": 2, "maxContains": 2},  # every other item below the range
 ])
+@pytest.mark.slow
 def test_the_grammar_takes_exactly_the_arrays_the_schema_validates(schema: dict[str, Any]) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert compiled.warnings == ()  # (was: llguidance's "Unimplemented keys: contains")

@@ -39,6 +39,7 @@ def validator_misreads(name: str, text: str) -> bool:
 
 @pytest.mark.parametrize("name, count", [("uri-reference", 2000), ("iri", 200), ("iri-reference", 120),
                                          ("json-pointer", 2000)])  # (rfc3987-syntax takes a millisecond a text)
+@pytest.mark.slow
 def test_a_formats_pattern_takes_what_jsonschemas_validator_takes(name: str, count: int) -> None:
     disagreements = [text for text in texts(count) if takes(name, text) != CHECKER.conforms(text, name)
                      and not validator_misreads(name, text)]
@@ -116,6 +117,7 @@ def test_what_is_no_ipv6_address_is_refused_in_brackets(address: str) -> None:
     assert not takes("uri-reference", f"http://[{address}]/")
 
 
+@pytest.mark.slow
 def test_llguidance_holds_a_string_to_the_same_language() -> None:
     """The pattern as llguidance reads it, fed the JSON of each text, takes what Python's `re` takes."""
     for name in FORMAT_PATTERNS:

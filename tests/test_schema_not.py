@@ -44,6 +44,7 @@ SCHEMAS = [
 
 
 @pytest.mark.parametrize("schema", SCHEMAS, ids=[json.dumps(schema)[:60] for schema in SCHEMAS])
+@pytest.mark.slow
 def test_a_not_is_held_exactly_without_a_warning(schema: dict) -> None:
     compiled = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
     assert compiled.warnings == ()

@@ -27,6 +27,7 @@ def grammar_of(schema: dict) -> str:
     {"type": "number", "minimum": 0, "maximum": 0.3, "exclusiveMaximum": 0.3, "multipleOf": 0.1},
     {"type": "number", "minimum": 19.99, "maximum": 20.07, "multipleOf": 0.01},
 ])
+@pytest.mark.slow
 def test_a_few_multiples_between_bounds_are_taken_exactly_as_the_schema_takes_them(schema: dict) -> None:
     grammar = grammar_of(schema)
     validator = jsonschema.Draft202012Validator(json.loads(json.dumps(schema), parse_float=Decimal))

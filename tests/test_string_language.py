@@ -38,6 +38,7 @@ def language_of(items: dict) -> StringLanguage:
     ({"type": "string", "pattern": "^(x|xy|yx)$", "minLength": 2}, "xy"),
     ({"type": "string", "pattern": "^[a-c]+$", "maxLength": 2}, "abc"),
 ])
+@pytest.mark.slow
 def test_a_string_may_end_unlike_those_held_exactly_where_some_string_of_its_language_does(
         items: dict, alphabet: str) -> None:
     """Against every string the schema takes (listed by brute force, checked by llguidance and by Python's own

@@ -44,6 +44,7 @@ def test_the_set_is_large_and_covers_the_schema_features() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+@pytest.mark.slow
 def test_every_schema_is_valid_compiles_cleanly_and_accepts_its_example(case: StructuredCase) -> None:
     jsonschema.Draft202012Validator.check_schema(case.schema)
     compiled = compile_format(case.output_format())
@@ -129,6 +130,7 @@ def test_bench_structured_reports_constrained_and_free_side_by_side(long_context
     assert row["identical_prompts"] == row["free_identical_prompts"] == 1
 
 
+@pytest.mark.slow
 def test_bench_json_schema_holds_every_prompt_to_one_schema(long_context_profile: str, tmp_path: Path) -> None:
     schema = tmp_path / "answer.json"
     schema.write_text('{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],'

@@ -128,6 +128,7 @@ def test_longest_match_and_its_occurrences_equal_brute_force(
 
 @settings(max_examples=100, deadline=None)
 @given(text_and_context(), st.integers(1, 3), st.integers(1, 12), st.sampled_from([0.0, 0.3, 0.5, 0.9]))
+@pytest.mark.slow
 def test_lookup_equals_the_continuation_rule_by_brute_force(
     case: tuple[list[list[int]], list[int]], min_length: int, max_tokens: int, min_share: float
 ) -> None:

@@ -19,6 +19,7 @@ ANY_CODE_POINTS = st.text(alphabet=st.characters(codec=None, exclude_categories=
 
 @settings(max_examples=200)
 @given(ANY_CODE_POINTS)
+@pytest.mark.slow
 def test_clean_text_always_gives_encodable_text(text: str) -> None:
     cleaned, replaced = clean_text(text)
     cleaned.encode("utf-8")  # raises if a surrogate survived

@@ -116,6 +116,7 @@ def test_a_thought_may_not_spell_its_closing_tag(thinking_model: Model) -> None:
         assert grammar.validate(spelled(thinking_model, " >", tags=False)) == 2  # (what is not the tag passes)
 
 
+@pytest.mark.slow
 def test_a_prompt_that_closed_the_thought_leaves_the_format_from_the_first_token(thinking_model: Model,
                                                                                  thinking_client: TestClient) -> None:
     """Qwen3's `enable_thinking` off (`chat_template_kwargs`): its prompt ends with an empty thought, so the reply is

@@ -266,6 +266,7 @@ def test_results_of_parallel_calls_are_one_user_message_for_a_template_whose_rol
 
 
 @pytest.mark.parametrize("syntax", list(ToolSyntax))
+@pytest.mark.slow
 def test_each_template_renders_tool_history_on_a_tiny_model(tiny_target: Model, syntax: ToolSyntax) -> None:
     template = TEMPLATES[syntax]
     session = Session(tiny_target, chat=ChatSettings(template=template))
@@ -279,6 +280,7 @@ def test_each_template_renders_tool_history_on_a_tiny_model(tiny_target: Model, 
 
 
 @pytest.mark.parametrize("syntax", list(ToolSyntax))
+@pytest.mark.slow
 def test_the_grammar_takes_a_whole_call_and_refuses_a_malformed_one(tiny_target: Model, syntax: ToolSyntax) -> None:
     valid, malformed = CALLS[syntax]
     for choice in ("auto", "required"):
@@ -481,6 +483,7 @@ def target_only_and_speculative(model: Model, template: str, setup: ToolSetup, a
 
 
 @pytest.mark.parametrize("template", [QWEN_CODER, GLM_FLASH, SEED, DSML])
+@pytest.mark.slow
 def test_a_call_with_tagged_parameters_is_drawn_and_read_back_on_a_tiny_model(tmp_path: Path, template: str) -> None:
     """Target-only and speculative decoding held to the grammar of tagged parameters (a lazy lexeme for each text
     value: drafts are rolled back over it) give the same call, which reads back."""

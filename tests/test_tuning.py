@@ -57,6 +57,7 @@ def test_bench_save_refuses_to_pick_a_setting_from_a_run_too_small_to_tell(tiny_
     assert "speculative.draft_max" not in load_profile(tiny_profile).values
 
 
+@pytest.mark.slow
 def test_bench_save_writes_the_fastest_setting_into_the_profile(tiny_profile: str) -> None:
     result = cli("bench", "-p", tiny_profile, "--prompts", "2", "--repeat", "2", "--max-tokens", "64", "--temperatures",
                  "0", "--strategy", "model,ngram", "--draft-max", "1,3", "--save")

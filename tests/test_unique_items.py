@@ -610,6 +610,7 @@ def test_a_tools_arguments_hold_their_keys() -> None:
 
 
 @pytest.mark.parametrize("schema", [integers(minimum=1, maximum=499), integers(minimum=-50, maximum=50), integers()])
+@pytest.mark.slow
 def test_a_token_of_digits_is_judged_as_feeding_it_would(schema: dict) -> None:
     """Tokens of digits alone (many in vocabularies that write numbers in chunks) skip the whole feed: the same
     answer, where an item is written, comes next, or neither."""
