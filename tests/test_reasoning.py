@@ -123,10 +123,16 @@ def test_an_inline_thought_is_the_sorted_text_put_back_between_its_tags(text: st
                         else "") + whole.content
 
 
-def test_a_response_format_reply_is_not_sorted(thinking_client: TestClient) -> None:
-    """Held to a format from its first token, the reply is the answer, though the prompt opened a thought."""
-    message = ask(thinking_client, response_format={"type": "json_object"}, max_tokens=40)["choices"][0]["message"]
-    assert "reasoning_content" not in message and message["content"].startswith("{")
+def test_a_response_format_reply_closes_the_thought_its_prompt_opened_first(thinking_client: TestClient) -> None:
+    """The prompt opened a thought (its tags spelled in the tiny vocabulary): the format holds what follows the
+    thought's end, so a reply cut short inside the thought has no content yet; unsorted (`reasoning_format` "none"),
+    the reply is held to the format from its first token."""
+    choice = ask(thinking_client, response_format={"type": "json_object"}, max_tokens=40)["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["message"]["reasoning_content"]
+    assert not choice["message"]["content"] and "</think>" not in choice["message"]["reasoning_content"]
+    unsorted = ask(thinking_client, response_format={"type": "json_object"}, max_tokens=40,
+                   reasoning_format="none")["choices"][0]["message"]
+    assert "reasoning_content" not in unsorted and unsorted["content"].startswith("{")
 
 
 def test_an_earlier_replys_reasoning_content_reaches_the_template(thinking_client: TestClient) -> None:

@@ -18,7 +18,7 @@ from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
 from localspec.app.serving import ServedModel
 from localspec.app.session import Session
-from localspec.app.reasoning import split_thought
+from localspec.app.reasoning import Sorted, sorted_whole, split_thought
 from localspec.app.thinking_first import prompt_end, thinking_format
 from localspec.app.tool_calls import marker_tokens
 from localspec.engine.constraint import TokenGrammar
@@ -114,6 +114,53 @@ def test_a_thought_may_not_spell_its_closing_tag(thinking_model: Model) -> None:
         grammar.consume(tokens)
         assert grammar.validate(spelled(thinking_model, ">", tags=False)) == 0
         assert grammar.validate(spelled(thinking_model, " >", tags=False)) == 2  # (what is not the tag passes)
+
+
+@pytest.fixture(scope="module")
+def spelling_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Model]:
+    """A tiny model with no special token for `<think>` or `</think>`: its tags are spelled a byte a token."""
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path_factory.mktemp("spelling") / "spelling.gguf", random_weights(n_vocab, seed=2),
+                       n_vocab=n_vocab, space_token=True, context_length=4096)
+    model = Model(path, ModelSettings(n_threads=1))
+    yield model
+    model.close()
+
+
+def test_spelled_tags_let_a_json_answer_follow_a_thought_that_ends_at_its_first_closing_tag(
+        spelling_model: Model) -> None:
+    """Where the vocabulary has no special token for the tags, the thought is one lexeme that ends where its
+    closing tag is first spelled; a JSON answer cannot begin as the opening tag does, so either may come first."""
+    answer = '{"tags": ["a", "c"]}'
+
+    def takes(template: str, text: str, fmt: OutputFormat = OutputFormat("json_schema", json.dumps(UNIQUE))) -> bool:
+        session = Session(spelling_model, chat=ChatSettings(template=template))
+        end = prompt_end(spelling_model, session.chat_prompt_tokens([{"role": "user", "content": "hi"}]))
+        found = thinking_format(compile_format(fmt).grammar, template, marker_tokens(spelling_model), end,
+                                fmt.kind == "regex")
+        assert found is not None
+        grammar, tokens = TokenGrammar.start(spelling_model, found.grammar), spelled(spelling_model, text, tags=False)
+        if grammar.validate(tokens) != len(tokens):
+            return False
+        grammar.consume(tokens)
+        return grammar.accepting
+
+    assert marker_tokens(spelling_model)("<think>") is None
+    assert takes(QWEN3, f"<think>Which tags? a, c.</think>\n\n{answer}")
+    assert takes(QWEN3, answer)
+    assert takes(QWEN3, f"<think>Is </thin a tag? <think> is not.</think>{answer}")
+    assert not takes(QWEN3, f"<think>Hmm.</think> more thought</think>{answer}")  # (the first closing tag ends it)
+    assert not takes(QWEN3, "<think>Hmm.</think>\n\nThe tags are a and c.")
+    assert not takes(QWEN3, f"<think>Hmm.{answer}")  # (never closed: no answer)
+    assert takes(R1, f"Which tags? a, c.</think>\n\n{answer}")  # (R1's prompt spells the opening tag)
+    assert not takes(R1, answer)
+    assert takes(R1, "Hmm.</think>\n123", OutputFormat("regex", r"\d{3}"))
+    # A regex's answer may begin as the tag does: where the prompt did not open the thought, no thought.
+    regex = compile_format(OutputFormat("regex", r"<.*")).grammar
+    assert thinking_format(regex, QWEN3, marker_tokens(spelling_model), "", True) is None
+    found = thinking_format(compile_format(OutputFormat("json")).grammar, QWEN3, marker_tokens(spelling_model), "",
+                            False)
+    assert found is not None and sorted_whole(found.splitter, f"<think>Hmm.</think>\n{answer}") == Sorted("Hmm.", answer)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ llama-server does with its default `reasoning_format`.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
@@ -44,11 +45,12 @@ def closed_by(prompt_end: str, closing: str = CLOSE) -> bool:
 
 @dataclass(frozen=True)
 class Thinking:
-    """A thinking model's tags as the special tokens of its vocabulary, and whether its prompt opens the
-    thought: what a grammar needs to let a reply think before what it holds (`thinking_rules`)."""
+    """A thinking model's tags, as the special tokens of its vocabulary (None: a tag spelled in ordinary tokens),
+    and whether its prompt opens the thought: what a grammar needs to let a reply think before what it holds
+    (`thinking_rules`)."""
 
-    open_token: int
-    close_token: int
+    open_token: int | None
+    close_token: int | None
     opened: bool
     tags: tuple[str, str] = (OPEN, CLOSE)
 
@@ -61,15 +63,17 @@ class Thinking:
         return replace(self, opened=opened_by(prompt_end, self.tags[0]))
 
 
-def template_thinking(template: str | None, marker_token: Callable[[str], int | None]) -> Thinking | None:
+def template_thinking(template: str | None, marker_token: Callable[[str], int | None],
+                      spelled: bool = False) -> Thinking | None:
     """`Thinking` for a template that thinks in tags (`thought_tags`) which are one special token each in the
-    model's vocabulary (as Qwen3's, DeepSeek R1's and MiniMax-M2's `<think>` are); else None (a spelled tag could
-    not be told apart from the text around it)."""
+    model's vocabulary (as Qwen3's, DeepSeek R1's and MiniMax-M2's `<think>` are), or, with `spelled`, tags the
+    vocabulary spells in ordinary tokens (for a reply whose answer cannot begin as the opening tag does: what
+    follows could not be told from a thought); else None."""
     tags = thought_tags(template)
     if template is None or tags is None:
         return None
     open_token, close_token = (marker_token(tag) for tag in tags)
-    if open_token is None or close_token is None:
+    if (open_token is None or close_token is None) and not spelled:
         return None
     return Thinking(open_token, close_token, _prompt_opens(template, tags[0]), tags)
 
@@ -89,13 +93,20 @@ def thinking_rules(thinking: Thinking, alternatives: str, answer: str,
     the thinking, after whitespace); `alternatives`: the reply's start without thinking (where the prompt does
     not open a thought); `plain_start`: where the answer may be plain text (`ANSWER_TEXT`), what it may not start
     with (a call's opening, as TEXT may not)."""
-    closed = f"THINKING_TEXT <[{thinking.close_token}]> after_thinking"
-    start = closed if thinking.opened else f"{alternatives} | <[{thinking.open_token}]> {closed}"
+    opening, closing = thinking.tags
+    opening_rule = json.dumps(opening) if thinking.open_token is None else f"<[{thinking.open_token}]>"
+    start = "thought after_thinking" if thinking.opened else f"{alternatives} | {opening_rule} thought after_thinking"
     # The thought's text may not spell its closing tag (what reads the output would take the answer to begin
     # there), and the whitespace after it is bounded (a model may loop on it, as on the spaces of flexible JSON).
-    rules = [f"after_thinking: THINKING_SPACE? {answer}",
-             f"THINKING_TEXT: /(?s:.*)/ & ~/(?s:.*{regex_text(thinking.tags[1])}.*)/",
-             r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
+    # A closing tag of ordinary tokens ends the one lexeme that is the thought: at its first spelling, where no
+    # byte can extend it.
+    if thinking.close_token is None:
+        thought = ["thought: THINKING_TEXT",
+                   f"THINKING_TEXT: /(?s:.*){regex_text(closing)}/ & ~/(?s:.*{regex_text(closing)}.+)/"]
+    else:
+        thought = [f"thought: THINKING_TEXT <[{thinking.close_token}]>",
+                   f"THINKING_TEXT: /(?s:.*)/ & ~/(?s:.*{regex_text(closing)}.*)/"]
+    rules = [f"after_thinking: THINKING_SPACE? {answer}", *thought, r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
     if plain_start is not None:
         rules.append(f"ANSWER_TEXT: /(?s:[^ \\t\\r\\n].*)/ & ~/{plain_start}(?s:.*)/")
     return start, rules

@@ -2,9 +2,9 @@
 
 A format that holds a reply from its first token leaves a thinking model no room to think: Qwen3 or gpt-oss
 must write JSON at once, and a prompt that opened the thought (DeepSeek R1's `<think>\\n`) has the answer written
-inside it. `thinking_format` puts the format after the thought instead, where the model's tags are special tokens
-of its vocabulary (a spelled tag could not be told from the text around it): `<think>…</think>` and its kin
-(`reasoning.Thinking`), or gpt-oss's analysis and its final message's header (`harmony`). The reply's answer, what
+inside it. `thinking_format` puts the format after the thought instead: `<think>…</think>` and its kin
+(`reasoning.Thinking`), as special tokens of the model's vocabulary or spelled in ordinary ones (the thought then
+ends at the first spelling of its closing tag), or gpt-oss's analysis and its final message's header (`harmony`). The reply's answer, what
 `run` prints and `serve` sends as `content`, is then what the format holds; its thought is `reasoning_content`.
 """
 
@@ -94,7 +94,7 @@ def reply_form(template: str | None, model: Model, prompt_tokens: Sequence[int],
     end = prompt_end(model, prompt_tokens)
     if grammar is None:
         return ReplyForm(None, reply_splitter(template, end), may_think(template, end))
-    held = (thinking_format(grammar, template, marker_tokens(model), end)
+    held = (thinking_format(grammar, template, marker_tokens(model), end, fmt is not None and fmt.kind == "regex")
             if fmt is None or said_after_thinking(fmt) else None)
     return ReplyForm(held.grammar, held.splitter, True) if held is not None else ReplyForm(grammar, None, False)
 
@@ -108,12 +108,14 @@ class ThinkingFormat:
 
 
 def thinking_format(grammar: str, template: str | None, marker_token: Callable[[str], int | None],
-                    end: str) -> ThinkingFormat | None:
+                    end: str, answer_may_start_as_a_tag: bool = True) -> ThinkingFormat | None:
     """`grammar` (a format's, as `compile_format` gives it: not a grammar of the user's, which says the whole
     output, see `said_after_thinking`) for the reply of a prompt ending in `end`, after the thought the template's
-    model may write first (see the module's docstring); None where it writes none, its tags are no special tokens,
-    or the prompt closed the thought already (Qwen3's `enable_thinking` off): the reply is then held to the format
-    from its first token. `marker_token(text)`: the id of the special token that is `text`
+    model may write first (see the module's docstring); None where it writes none, or the prompt closed the thought
+    already (Qwen3's `enable_thinking` off): the reply is then held to the format from its first token. So it is
+    where the model's tags are no special tokens of its vocabulary and, unless the prompt opened the thought, the
+    format's answer may begin as the opening tag does (`answer_may_start_as_a_tag`: a regex's; never JSON): its
+    output could not be told from a thought. `marker_token(text)`: the id of the special token that is `text`
     (`tool_calls.marker_tokens`)."""
     if is_harmony(template):
         if marker_token(CHANNEL) is None:  # (spelled, an analysis could write the final header itself)
@@ -121,9 +123,9 @@ def thinking_format(grammar: str, template: str | None, marker_token: Callable[[
         prelude = Prelude(None, FINAL.encode())
         return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False), prelude),
                               HarmonySplitter)
-    thinking = template_thinking(template, marker_token)
+    thinking = template_thinking(template, marker_token, spelled=True)
     thinking = thinking.after_prompt(end) if thinking is not None else None
-    if thinking is None:
+    if thinking is None or (thinking.open_token is None and not thinking.opened and answer_may_start_as_a_tag):
         return None
     start, rules = thinking_rules(thinking, "answer", "answer")
     opening, closing = (tag.encode() for tag in thinking.tags)
