@@ -473,13 +473,87 @@ def test_a_tools_arguments_are_held_in_every_call(syntax: str) -> None:
     from localspec.engine.calls_cursor import CallsCursor, call_schemas
 
     calls = call_schemas(tool_grammar(tool_request([TAG_TOOL, NUMBER_TOOL], "auto"), ToolSyntax(syntax)))
-    assert [head for head, _ in calls] == [f'{{"name": "{name}", "{"parameters" if syntax == "llama3" else "arguments"}": '
-                                           .encode() for name in ("tag_post", "sums")]
-    first = calls[0][0] + b'{"tags": ["a", "b"]}}'
-    cursor = CallsCursor.start(calls).feed(b'<tool_call>\n' + first + b'\n</tool_call>\n<tool_call>\n' + calls[0][0])
+    assert [value.head.last for value in calls] == [
+        f'{{"name": "{name}", "{"parameters" if syntax == "llama3" else "arguments"}": '.encode()
+        for name in ("tag_post", "sums")]
+    first = calls[0].head.last + b'{"tags": ["a", "b"]}}'
+    cursor = CallsCursor.start(calls).feed(b'<tool_call>\n' + first + b'\n</tool_call>\n<tool_call>\n'
+                                           + calls[0].head.last)
     assert cursor is not None and cursor.feed(b'{"tags": ["b", "a"]}') is not None
     assert cursor.feed(b'{"tags": ["b", "b"') is None
-    assert CallsCursor.start(calls).feed(calls[1][0] + b'{"n": [1, 1]}') is not None  # numbers: not held
+    assert CallsCursor.start(calls).feed(calls[1].head.last + b'{"n": [1, 1]}') is not None  # numbers: not held
+
+
+TEMPLATES = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("template, between", [
+    ("deepseek-v3.1", b""),  # a frame: the name, then its separator token before the JSON arguments
+    ("kimi-k2-instruct", b"3"),  # the name, the call's index, then the arguments' marker
+    ("mistral-small-3.2-instruct-2506", b"[CALL_ID]a1b2c3d4e"),  # the name, a call id, then [ARGS]
+    ("mistral-small-3.2-instruct-2506", b""),  # (the id is optional)
+    ("qwen3-coder", b""),  # tagged parameters: an array parameter is JSON inside its tag
+])
+def test_a_tools_arguments_are_held_in_every_call_syntax_that_writes_them_as_json(template: str,
+                                                                                 between: bytes) -> None:
+    from localspec.app.tool_calls import prepare_tools, tool_request
+    from localspec.engine.calls_cursor import CallsCursor, call_schemas
+
+    other = {"type": "function", "function": {"name": "post", "parameters": {  # (its tags may repeat)
+        "type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["tags"]}}}
+    tools = [TAG_TOOL, other] if template != "qwen3-coder" else [TAG_TOOL]  # (tags: one parameter name, one schema)
+    setup = prepare_tools(tool_request(tools, "auto"), (TEMPLATES / f"{template}.jinja").read_text(), lambda text: None)
+    assert not [warning for warning in setup.warnings if "uniqueItems" in warning], setup.warnings
+    values = call_schemas(setup.grammar)
+    head = values[0].head
+    assert head is not None and [value.tool_index for value in values] == list(range(len(tools)))
+    written = (head.first + between if head.first else b"") + head.last
+    cursor = CallsCursor.start(values).feed(b"Sure. " + written)
+    tags = b'["a", "b' if template == "qwen3-coder" else b'{"tags": ["a", "b'
+    assert cursor is not None and cursor.feed(tags + b'"') is not None
+    assert cursor.feed(tags.replace(b"b", b"a") + b'"') is None
+    # The other tool's name ends as this one's does (`post`, `tag_post`): each schema follows its own head.
+    if len(tools) > 1:
+        other_head = values[1].head
+        assert other_head is not None
+        other_call = (other_head.first + between if other_head.first else b"") + other_head.last
+        assert CallsCursor.start(values).feed(b"Sure. " + other_call + b'{"tags": ["a", "a"') is not None
+
+
+@pytest.mark.parametrize("template, opening", [
+    ("kimi-k2-instruct", "<|tool_calls_section_begin|><|tool_call_begin|>functions.{}:0<|tool_call_argument_begin|>"),
+    ("mistral-small-3.2-instruct-2506", "[TOOL_CALLS]{}[CALL_ID]a1b2c3d4e[ARGS]"),
+])
+def test_a_repeated_tag_is_refused_in_the_call_of_the_tool_that_holds_them_unique(tiny_pair: tuple[Path, Path],
+                                                                                  template: str, opening: str) -> None:
+    from localspec.app.tool_calls import prepare_tools, tool_request
+
+    other = {"type": "function", "function": {"name": "post", "parameters": {  # (its tags may repeat)
+        "type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["tags"]}}}
+    setup = prepare_tools(tool_request([TAG_TOOL, other], "required"), (TEMPLATES / f"{template}.jinja").read_text(),
+                          lambda text: None)
+    with Model(tiny_pair[0]) as model:
+        byte_token = {model.token_bytes(token): token for token in range(model.n_vocab)}
+        for tool, repeat_refused in (("tag_post", True), ("post", False)):
+            state = TokenGrammar.start(model, setup.grammar)
+            written = [byte_token[bytes([byte])] for byte in (opening.format(tool) + '{"tags": ["cat", "cat').encode()]
+            assert state.validate(written) == len(written)
+            state.consume(written)
+            assert (byte_token[b'"'] not in state.allowed()) == repeat_refused
+
+
+def test_a_tagged_parameter_named_alike_in_two_tools_with_other_schemas_is_warned_of() -> None:
+    """Two tools' `tags` tags open alike, so what follows cannot be told one tool's or the other's: not held, said."""
+    from localspec.app.tool_calls import prepare_tools, tool_request
+
+    other = {"type": "function", "function": {"name": "post", "parameters": {
+        "type": "object", "properties": {"tags": {**TAGS, "maxItems": 3}}, "required": ["tags"]}}}
+    setup = prepare_tools(tool_request([TAG_TOOL, other], "auto"), (TEMPLATES / "qwen3-coder.jinja").read_text(),
+                          lambda text: None)
+    unenforced = [warning.split(":")[0] for warning in setup.warnings if "not enforced in this template" in warning]
+    assert sorted(unenforced) == ["tools[0].function.parameters", "tools[1].function.parameters"]
 
 
 def test_a_tools_repeated_item_is_refused_in_the_grammar_and_warned_of_only_where_not_held(
@@ -605,7 +679,7 @@ def test_a_tools_arguments_hold_their_keys() -> None:
     open_tool = {"type": "function", "function": {"name": "note", "parameters": {
         "type": "object", "properties": {"meta": FREE_OBJECT}, "required": ["meta"]}}}
     calls = call_schemas(tool_grammar(tool_request([open_tool], "required"), ToolSyntax.HERMES))
-    cursor = CallsCursor.start(calls).feed(calls[0][0] + b'{"meta": {"k": 1, "k')
+    cursor = CallsCursor.start(calls).feed(calls[0].head.last + b'{"meta": {"k": 1, "k')
     assert cursor is not None and cursor.in_held_key and cursor.feed(b'"') is None and cursor.feed(b'2"') is not None
 
 
@@ -664,7 +738,7 @@ def test_a_tool_calls_pieces_are_judged_as_feeding_them_would() -> None:
     from localspec.engine.calls_cursor import CallsCursor, call_schemas
 
     calls = call_schemas(tool_grammar(tool_request([TAG_TOOL, NUMBER_TOOL], "required"), ToolSyntax.HERMES))
-    head = calls[0][0]
+    head = calls[0].head.last
     pieces = [*CLOSING_PIECES, b"1", b" 12", b'}}\n</tool_call>\n<tool_call>\n' + head + b'{"tags": ["a", "a"']
     for text in [head + b'{"tags": ["ab", "a', head + b'{"tags": ["a"]', b"<tool_call>\n"]:
         cursor = CallsCursor.start(calls).feed(text)

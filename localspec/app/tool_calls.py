@@ -56,6 +56,8 @@ from ..engine.grammar import (
     refuse_unusable_schema,
     value_error_message,
 )
+from ..engine.calls_cursor import call_schemas
+from ..engine.schema_places import survey_held
 from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
 from ..textin import clean_data
@@ -976,11 +978,30 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     except InputError:
         _blame_schema(request)  # name the tool whose schema llguidance rejects
         raise
-    warnings = _schema_warnings(request) if compiled.warnings else ()
+    warnings = (_schema_warnings(request) if compiled.warnings else ()) + _unfollowed_unique_items(request, lark)
     notes = tuple(f"{_schema_origin(index)}: {note}" for index, tool in _callable_tools(request)
                   for note in _argument_notes(tool))
     return ToolSetup(request, syntax, compiled.grammar, (warnings or compiled.warnings) + notes + held_as_json, layout,
                      frame, thinking)
+
+
+def _unfollowed_unique_items(request: ToolRequest, grammar: str) -> tuple[str, ...]:
+    """For each callable tool, the arrays localspec would hold unique in its arguments alone but cannot in this
+    syntax: where no JSON value of the grammar takes them (Gemma's notation, Python calls) or its head does not tell
+    it apart from another tool's (`calls_cursor.call_schemas`)."""
+    followed: dict[int, int] = {}
+    for value in call_schemas(grammar):
+        if value.head is not None and value.tool_index is not None:
+            followed[value.tool_index] = followed.get(value.tool_index, 0) + len(survey_held(value.schema).held)
+    index_of = {tool.name: index for index, tool in _callable_tools(request)}
+    warnings = []
+    for position, tool in enumerate(request.callable):
+        missing = len(survey_held(json.loads(arguments_json(tool))).held) - followed.get(position, 0)
+        if missing > 0:
+            warnings.append(f"{_schema_origin(index_of[tool.name])}: uniqueItems on {missing} array"
+                            f"{'s' if missing > 1 else ''} (not enforced in this template's calls: the output may"
+                            " repeat an item)")
+    return tuple(warnings)
 
 
 def _tagged_or_json(request: ToolRequest, syntax: ToolSyntax,

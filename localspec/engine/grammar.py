@@ -307,8 +307,9 @@ def _without_held_unique_items(messages: list[str], grammar: str) -> list[str]:
     """llguidance's warnings, but for `uniqueItems` where localspec holds it itself (on arrays of strings,
     integers and open numbers, see unique_items.py): left out of them, and said instead of the arrays it does
     not hold, if any."""
-    surveys = [survey_held(schema) for schema in schemas_of_grammar(grammar)]
-    held, not_held = sum(len(arrays.held) for arrays in surveys), sum(arrays.not_held for arrays in surveys)
+    surveys = [(survey_held(schema), followed) for schema, followed in schemas_of_grammar(grammar)]
+    held = sum(len(arrays.held) for arrays, followed in surveys if followed)
+    not_held = sum(arrays.not_held + (0 if followed else len(arrays.held)) for arrays, followed in surveys)
     if not held:
         return messages
     kept = []

@@ -75,11 +75,14 @@ def schema_of_grammar(grammar: str) -> dict[str, Any] | None:
     return schema if isinstance(schema, dict) else None
 
 
-def schemas_of_grammar(grammar: str) -> list[dict[str, Any]]:
+def schemas_of_grammar(grammar: str) -> list[tuple[dict[str, Any], bool]]:
     """The JSON schemas whose documents an llguidance grammar string writes, where the rule can tell: a JSON
-    schema's grammar, a lone `%json` value's, or the arguments of each call in a tool-call grammar."""
+    schema's grammar, a lone `%json` value's, or each JSON value in a tool-call grammar; each with whether the
+    rule follows the text there (not a tool's value whose head does not tell it apart: `call_schemas`)."""
     schema = _whole_document_schema(grammar)
-    return [schema] if schema is not None else [schema for _, schema in call_schemas(grammar)]
+    if schema is not None:
+        return [(schema, True)]
+    return [(value.schema, value.head is not None) for value in call_schemas(grammar)]
 
 
 def _whole_document_schema(grammar: str) -> dict[str, Any] | None:
@@ -169,8 +172,8 @@ class UniqueItems:
             if not (survey.held or survey.other_keys):
                 return None
             return cls([JsonCursor.start(schema)], vocabulary, _Suspects.of(vocabulary, survey.other_keys))
-        calls = call_schemas(grammar)
-        surveys = [survey_held(arguments) for _, arguments in calls]
+        calls = call_schemas(grammar, lambda token: vocabulary.token_bytes(token, special=True))
+        surveys = [survey_held(value.schema) for value in calls if value.head is not None]
         if not any(survey.held or survey.other_keys for survey in surveys):
             return None
         keys_held = any(survey.other_keys for survey in surveys)
