@@ -12,6 +12,7 @@ from grammar_helpers import accepts
 
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_recursion import RECURSION_LEVELS, recursion_bounded
+from localspec.errors import InputError
 
 TREE = {"$defs": {"node": {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 8},
@@ -94,13 +95,46 @@ def test_each_cycle_counts_its_own_levels() -> None:
 @pytest.mark.parametrize("schema", [
     {"$id": "https://example.com/s.json", "$defs": {"leaf": {"type": "integer"}}, "type": "object",
      "properties": {"l": {"$ref": "https://example.com/s.json#/$defs/leaf"}, "next": {"$ref": "#"}}},
-    {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#"}}, "b": {"$ref": "#/properties/a"}}},
     {"$defs": 5, "type": "object", "properties": {"next": {"$ref": "#"}}},
     {"$defs": [{}], "type": "object", "properties": {"next": {"$ref": "#"}}},
 ])
 def test_a_schema_whose_references_name_more_than_definitions_is_left_as_written(schema: dict[str, Any]) -> None:
     assert recursion_bounded(schema) is schema
     compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))  # (no exception: as before)
+
+
+def test_a_reference_into_the_schema_is_written_out_as_a_definition_is() -> None:
+    """`#/properties/child` (not a definition) names a schema that recurs: its levels are written out too."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4}, "child": {
+        "type": "object", "properties": {"name": {"type": "string"}, "child": {"$ref": "#/properties/child"}},
+        "required": ["name"]}}, "required": ["name"]}
+    assert recursion_bounded(schema) is not schema
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
+
+    def nested(depth: int) -> dict[str, Any]:
+        return {"name": "a"} if depth == 0 else {"name": "a", "child": nested(depth - 1)}
+
+    for depth in range(RECURSION_LEVELS + 3):  # (the property's own schema, then its levels)
+        assert jsonschema.Draft202012Validator(schema).is_valid(nested(depth))
+        assert accepts(grammar, json.dumps(nested(depth))) == (depth <= RECURSION_LEVELS + 1), depth
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"x": {"$ref": "#/properties/x"}}, "required": ["x"]},
+    {"type": "object", "properties": {"x": {"type": "object", "properties": {"y": {"$ref": "#/properties/x"}},
+                                            "required": ["y"]}}, "required": ["x"]},
+    {"$defs": {"a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}, "required": ["b"]},
+               "b": {"type": "array", "items": {"$ref": "#/$defs/a"}, "minItems": 1}}, "$ref": "#/$defs/a"},
+])
+def test_a_schema_whose_every_document_nests_without_end_is_refused(schema: dict[str, Any]) -> None:
+    """llguidance takes it, and the output came to a dead end after `{"x"` (`NoExtensionBias`); now one line."""
+    with pytest.raises(InputError, match="^s.json: no text can satisfy it: every way through it refers to itself"):
+        compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    optional = {**schema, "required": []} if "required" in schema else {**schema, "$ref": "#/$defs/b"}
+    optional["$defs"] = {**schema.get("$defs", {})}
+    if "b" in optional["$defs"]:
+        optional["$defs"]["b"] = {**optional["$defs"]["b"], "minItems": 0}
+    compile_format(OutputFormat("json_schema", json.dumps(optional), "s.json"))  # (a way out: taken)
 
 
 def test_unique_items_are_still_held_in_a_recursive_schema() -> None:

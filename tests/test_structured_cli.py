@@ -707,6 +707,21 @@ def test_untyped_values_are_any_json_bounded_as_format_json_values_are() -> None
     assert valid(json.dumps(list(range(COLLECTION_LIMIT)))) and not valid(json.dumps(list(range(COLLECTION_LIMIT + 1))))
 
 
+def test_a_schema_of_any_value_is_any_value_bounded() -> None:
+    """`{}` (or annotations alone) as the whole schema: a number of any exponent came out (`51843E9518151185907203921`,
+    which JSON parsers read as infinity); now any JSON bounded as an untyped property's value is."""
+    from grammar_helpers import accepts
+
+    from localspec.engine.grammar import ANY_VALUE_DEFINITION, bounded_values
+
+    assert bounded_values({"title": "anything"})["$ref"] == f"#/$defs/{ANY_VALUE_DEFINITION}1"
+    for schema in ({}, {"description": "anything"}):
+        grammar = compile_format(OutputFormat("json_schema", json.dumps(schema))).grammar
+        assert accepts(grammar, '{"a": [1, "b", null]}') and accepts(grammar, "2.5") and accepts(grammar, '"x"')
+        assert not accepts(grammar, "51843E9518151185907203921") and not accepts(grammar, "1" * 16)
+        assert not accepts(grammar, "[[[[[[1]]]]]]")
+
+
 def test_keys_a_schema_takes_freely_are_bounded_and_no_others() -> None:
     """A map's keys (`dict[str, int]`): the demo target wrote a character sheet's ability `"thrax: 10, stealth:
     13, …, Deception: 15, Deception: 15, …` as one key until max_tokens at T=0 (a held-out schema)."""

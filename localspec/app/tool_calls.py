@@ -47,7 +47,9 @@ from functools import lru_cache
 from enum import Enum
 from typing import Any, Callable, Sequence, TypeVar
 
+from ..engine.calls_cursor import call_schemas
 from ..engine.grammar import (
+    NOTHING_SATISFIES,
     CompiledGrammar,
     OutputFormat,
     closed_object,
@@ -56,7 +58,6 @@ from ..engine.grammar import (
     refuse_unusable_schema,
     value_error_message,
 )
-from ..engine.calls_cursor import call_schemas
 from ..engine.schema_places import survey_held
 from ..errors import InputError, LocalspecError
 from ..runtime.chat_template import render_chat
@@ -1046,7 +1047,7 @@ def _blame_unwritable(request: ToolRequest) -> None:
             arguments_json(tool)
         except ValueError as exc:  # (llguidance names a number past 64 bits; JSON, a NaN or an infinity)
             message = value_error_message(exc)
-            if not message.startswith("the number"):
+            if not message.startswith(("the number", NOTHING_SATISFIES)):
                 message = f"the schema cannot be written as JSON ({message})"
             raise ToolError(f"{origin}: {message}", origin) from None
         except RecursionError:

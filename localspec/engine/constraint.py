@@ -206,4 +206,6 @@ def _first_line(text: str) -> str:
     """llguidance's message, its first line; in plain words where it reached its limit on forced text."""
     if "Too many items" in text and "ff_tokens" in text:
         return TOO_MUCH_FORCED
+    if text.startswith("NoExtensionBias"):  # (llguidance's name for a state no token can leave)
+        return "no text it allows can follow what was written"
     return text.strip().splitlines()[0] if text.strip() else "no reason given"

@@ -399,6 +399,8 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     schema = exclusive_one_of_as_any_of(not_written_out(property_names_as_keys(schema)))
     if schema is False:  # (a `not` of every value: `{"not": {}}`)
         raise ValueError(NOTHING_SATISFIES)
+    if _recursion_never_ends(schema):
+        raise ValueError(f"{NOTHING_SATISFIES}: every way through it refers to itself again without end")
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]
@@ -418,6 +420,14 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
         if not fitted.check[0]:
             return fitted
     return _compiled(conditionals_as_branches(schema), bounded=False)
+
+
+def _recursion_never_ends(schema: dict[str, Any]) -> bool:
+    """Whether every document `schema` takes would nest without end (`"child": {"$ref": "#/properties/child"}`,
+    required): llguidance takes the schema, and the output would reach a dead end. Written out a few levels deep
+    (`recursion_bounded`), it takes nothing: a definition with a document takes one within one round of its
+    cycle, as the level below can stand in for the one above."""
+    return recursion_bounded(schema) is False
 
 
 def _as_is(schema: Any) -> Any:
@@ -466,7 +476,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
     lists = [len(node[key]) for node in nodes for key in ("required", "prefixItems") if isinstance(node.get(key), list)]
     properties_listed = sum(len(_holdable(node["properties"])) for node in nodes
                             if isinstance(node.get("properties"), dict))
-    untyped = (isinstance(schema, dict) and any(_untyped_values(node) for node in nodes)
+    untyped_root = isinstance(schema, dict) and _is_untyped(schema)  # (`{}`: any value, bounded as any value)
+    untyped = (isinstance(schema, dict) and (untyped_root or any(_untyped_values(node) for node in nodes))
                and takes_definitions(schema, ANY_VALUE_DEFINITION))
     minimums = [node["minLength"] for node in nodes if is_count(node.get("minLength"))]
     limits = _Limits(string=max([STRING_LENGTH_LIMIT, *lengths]), longest_minimum=max(minimums, default=0),
@@ -474,6 +485,8 @@ def bounded_values(schema: Any, spell_out_unique: bool = True) -> Any:
                      close_objects=not any(_merges_here(node) for node in nodes), spell_out_unique=spell_out_unique,
                      any_value=f"#/$defs/{ANY_VALUE_DEFINITION}1" if untyped else None)
     bounded = _bounded(schema, limits)
+    if untyped and untyped_root:
+        bounded = {"$ref": limits.any_value}
     if untyped:
         levels = _any_value_levels(JSON_DEPTH_LIMIT, ANY_VALUE_DEFINITION)
         bounded["$defs"] = {**bounded.get("$defs", {}),

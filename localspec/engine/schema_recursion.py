@@ -10,14 +10,17 @@ along the cycle from level k names level k + 1, and from the last level it is `f
 written deeper cannot be written at all (an optional `children` is left out or empty; a value with another
 branch takes it). A reference from outside the cycle, another cycle's included, names its level 1. A
 document that goes round each cycle at most RECURSION_LEVELS times validates as before; the last level is a
-definition with its recursion taken out, so no branch that ends is lost.
+definition with its recursion taken out, so no branch that ends is lost. A reference into the schema
+(`#/properties/child`) is followed as one to a definition is. A level that then takes nothing (a required
+property that could only go deeper) is `false` where it is named, so what holds it takes nothing in turn: where
+the root does, no document of the schema ends at all.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from .schema_keywords import schemas_in, with_subschemas_changed
+from .schema_keywords import is_count, rewritten_bottom_up, schemas_in, with_subschemas_changed
 
 RECURSION_LEVELS = 6  # (as deep as `--format json`'s values nest: JSON_DEPTH_LIMIT)
 MOST_LEVEL_DEFINITIONS = 600  # definitions written out for the levels, at most (else left as written)
@@ -30,8 +33,8 @@ _NOT_THE_ROOTS_BODY = {*_DEFINITION_MAPS, "$schema"}
 def recursion_bounded(schema: Any) -> Any:
     """`schema` with its recursive definitions written out RECURSION_LEVELS deep (see the module's docstring):
     a new schema, the input untouched; the input itself where nothing recurs, or where the levels cannot be
-    named from its root (an `$id`, a reference other than to a definition or to `#`, definitions already named
-    like the levels) or would be too many."""
+    named from its root (an `$id`, a reference to what is not in the schema, definitions already named like the
+    levels) or would be too many; False where no document of it ends (every way on refers to itself again)."""
     if not isinstance(schema, dict) or any("$id" in node for node in schemas_in(schema)):
         return schema
     bodies = _definitions(schema)
@@ -55,33 +58,97 @@ def recursion_bounded(schema: Any) -> Any:
     def level(pointer: str, depth: int) -> Any:
         return {"$ref": f"#/$defs/{level_name(pointer, depth)}"}
 
+    levels: dict[str, Any] = {}
+
+    def reached(pointer: str, depth: int) -> Any:
+        """A reference to `pointer`'s level `depth`; False where none is left there (past the last, or a level
+        that is itself `false`: llguidance takes `false` as a property's schema, not as a definition)."""
+        name = level_name(pointer, depth)
+        return False if depth > deepest[pointer] or levels.get(name) is False else level(pointer, depth)
+
     def outside(pointer: str) -> Any:
-        return level(pointer, 1)
+        return reached(pointer, 1)
 
     def from_level(pointer: str, depth: int) -> Callable[[str], Any]:
         """Where a reference from `pointer`'s level `depth` leads: one level down its cycle (none past the last),
         or another cycle's first."""
-        return lambda to: (level(to, 1) if to not in cycles[pointer]
-                           else level(to, depth + 1) if depth < deepest[pointer] else False)
+        return lambda to: reached(to, 1) if to not in cycles[pointer] else reached(to, depth + 1)
 
-    levels = {level_name(pointer, depth): _pointing(bodies[pointer], recurring, from_level(pointer, depth))
-              for pointer in recurring for depth in range(1, deepest[pointer] + 1)}
+    # (deepest first, so that a level knows which below it are `false`; again until no more are, as a reference
+    # into another cycle may be written before that cycle's first level is)
+    while True:
+        false_before = {name for name, body in levels.items() if body is False}
+        for depth in range(max(deepest.values()), 0, -1):
+            for pointer in recurring:
+                if depth <= deepest[pointer]:
+                    levels[level_name(pointer, depth)] = _collapsed(_pointing(bodies[pointer], recurring,
+                                                                              from_level(pointer, depth)))
+        if {name for name, body in levels.items() if body is False} == false_before:
+            break
     # The root's body refers to level 1; where it is on a cycle itself, its body is a level and the root refers to it.
-    body = outside(_ROOT) if _ROOT in recurring else _pointing(bodies[_ROOT], recurring, outside)
+    body = outside(_ROOT) if _ROOT in recurring else _collapsed(_pointing(bodies[_ROOT], recurring, outside))
+    if body is False:  # (every document would nest without end)
+        return False
     bounded = {**{key: value for key, value in schema.items() if key == "$schema"}, **body}
     for key in _DEFINITION_MAPS:  # (the recurring ones kept as written, unused)
         if isinstance(schema.get(key), dict):
             bounded[key] = {name: _pointing(body, recurring, outside) for name, body in schema[key].items()}
-    bounded["$defs"] = {**bounded.get("$defs", {}), **levels}
+    written = {name: body for name, body in levels.items() if body is not False}
+    bounded["$defs"] = {**bounded.get("$defs", {}), **written}
     return bounded
 
 
+def _collapsed(schema: Any) -> Any:
+    """`schema` with each part that takes no value (as far as `_takes_nothing` tells) written `false`: a property
+    nothing can fill then goes unwritten where it may, and llguidance is never given a definition that takes nothing
+    (it refuses the whole schema for one, reached or not)."""
+    return rewritten_bottom_up(schema, lambda node: False if _takes_nothing(node) else node)
+
+
+def _takes_nothing(node: dict[str, Any]) -> bool:
+    """Whether no value satisfies `node` for a part of it that takes nothing: a required property's, the first
+    items' that `minItems` asks for, an `allOf` part's, or every branch of an `anyOf` or `oneOf`."""
+    properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    required = node.get("required") if isinstance(node.get("required"), list) else []
+    if any(isinstance(name, str) and properties.get(name) is False for name in required):
+        return True
+    least = node["minItems"] if is_count(node.get("minItems")) else 0
+    prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+    if False in prefix[:least] or (node.get("items") is False and least > len(prefix)):
+        return True
+    if isinstance(node.get("allOf"), list) and False in node["allOf"]:
+        return True
+    return any(isinstance(node.get(key), list) and node[key] and all(part is False for part in node[key])
+               for key in ("anyOf", "oneOf"))
+
+
 def _definitions(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema's definitions by the `$ref` that names them (`#/$defs/name`; `#` for the root's body)."""
+    """The schema's definitions by the `$ref` that names them (`#/$defs/name`; `#` for the root's body), and the
+    schemas inside it that a reference points to (`#/properties/child`)."""
     bodies = {f"#/{key}/{_escaped(name)}": body for key in _DEFINITION_MAPS if isinstance(schema.get(key), dict)
               for name, body in schema[key].items()}
     bodies[_ROOT] = {key: value for key, value in schema.items() if key not in _NOT_THE_ROOTS_BODY}
+    for pointer in _references(schema) - bodies.keys():
+        target = _pointed(schema, pointer)
+        if isinstance(target, (dict, bool)):
+            bodies[pointer] = target
     return bodies
+
+
+def _pointed(schema: Any, pointer: str) -> Any:
+    """What a local JSON pointer (`#/properties/child`, RFC 6901) names in `schema`; None where it names nothing."""
+    if not pointer.startswith("#/"):
+        return None
+    found = schema
+    for step in pointer[2:].split("/"):
+        step = step.replace("~1", "/").replace("~0", "~")
+        if isinstance(found, dict) and step in found:
+            found = found[step]
+        elif isinstance(found, list) and step.isdigit() and int(step) < len(found):
+            found = found[int(step)]
+        else:
+            return None
+    return found
 
 
 def _escaped(name: str) -> str:
