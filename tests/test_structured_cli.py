@@ -50,7 +50,7 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
 
 
 @pytest.mark.parametrize("fmt, fragments", [
-    (OutputFormat("json_schema", '{"type": "foo"}', "s.json"), ["s.json: ", "Invalid type: foo"]),
+    (OutputFormat("json_schema", '{"type": "foo"}', "s.json"), ["s.json: `type` must be a type name", '"foo"']),
     # (Python reads 1e999 as infinity, which llguidance was handed as null: "Expected f64 for 'maximum', got null")
     (OutputFormat("json_schema", '{"type": "number", "maximum": 1e999}', "s.json"),
      ["s.json: not valid JSON (1e999 is too large for a number)"]),
@@ -62,8 +62,10 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
      ['s.json: the key "type" appears twice in one object: keep one']),
     (OutputFormat("json_schema", '{"$ref": "#/nowhere"}', "--json-schema"), ["--json-schema: ", "/nowhere"]),
     # (was Python's `invalid literal for int() with base 10: '²'`: "²".isdigit() is True)
-    (OutputFormat("json_schema", '{"$ref": "#/$defs/x/\u00b2", "$defs": {"x": [{"type": "string"}]}}', "--json-schema"),
-     ["--json-schema: ", "#/$defs/x/\u00b2"]),
+    (OutputFormat("json_schema", '{"$ref": "#/anyOf/\u00b2", "anyOf": [{"type": "string"}]}', "--json-schema"),
+     ["--json-schema: ", "#/anyOf/\u00b2"]),
+    (OutputFormat("json_schema", '{"properties": {"a": {"not": 5}}}', "s.json"),  # (was "Unimplemented keys": a warning)
+     ["s.json: `not` must be a schema (an object, or true or false), not 5 (at #/properties/a)"]),
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
     (OutputFormat("regex", "abc\\", "--regex"), ["--regex: invalid regex: it ends with a backslash"]),  # (dropped, else)
     (OutputFormat("regex", "[^\\s\\S]", "--regex"), ["--regex: no text can satisfy it"]),  # valid, matching nothing
@@ -154,7 +156,7 @@ def test_a_bad_schema_file_is_one_line_naming_it(tmp_path: Path, problem: str) -
 
 def test_bad_grammar_file_and_bad_inline_schema_and_regex(tmp_path: Path) -> None:
     one_error_line(cli("run", "--grammar", str(tmp_path / "none.lark"), "hi"), 2, "none.lark", "cannot read it")
-    one_error_line(cli("run", "--json-schema", '{"type": "foo"}', "hi"), 2, "--json-schema: Invalid type: foo")
+    one_error_line(cli("run", "--json-schema", '{"type": "foo"}', "hi"), 2, "--json-schema: `type` must be a type name")
     one_error_line(cli("chat", "--regex", "[a-"), 2, "--regex: ", "unclosed character class")
 
 
@@ -662,7 +664,7 @@ def test_the_bounds_add_no_warning_and_never_undo_the_rest_of_the_schema() -> No
     names = [f"k{i}" for i in range(COLLECTION_LIMIT + 6)]
     assert fitted_schema({"type": "object", "required": names}).bounded
     assert bounded_values({"type": "array", "prefixItems": [{"const": 1}] * len(names)})["maxItems"] >= len(names)
-    with pytest.raises(InputError, match="Expected string for 'required' item"):  # one line, not a TypeError
+    with pytest.raises(InputError, match="`required` must be a list of property names"):  # one line, not a TypeError
         compile_format(OutputFormat("json_schema", '{"type": "object", "properties": {"a": {}}, "required": [["a"]]}'))
 
 

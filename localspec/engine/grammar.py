@@ -40,6 +40,7 @@ from .schema_property_names import property_names_as_keys
 from .schema_property_counts import property_counts_as_branches
 from .schema_recursion import recursion_bounded
 from .schema_places import SchemaPlaces, integer_range, only_the_empty_string, survey_held
+from .schema_shape import misshapen
 from .schema_steps import steps_as_values
 from .string_language import StringLanguage
 from .unique_items import schemas_of_grammar
@@ -823,7 +824,11 @@ MOST_DEFINITIONS = 2000
 
 def refuse_unusable_schema(schema: dict[str, Any], origin: str) -> None:
     """InputError (one line, naming `origin`) for a schema refused as it is read: one llguidance would crash or
-    hang on, or one whose every document needs more unique items than its items take."""
+    hang on, one whose every document needs more unique items than its items take, or one with a keyword whose
+    value is of the wrong kind (`schema_shape.misshapen`)."""
+    wrong = misshapen(schema)
+    if wrong is not None:
+        raise InputError(f"{origin}: {wrong}")
     _refuse_what_llguidance_crashes_on(schema, origin)
     beyond_reach = unique_items_beyond_reach(schema)
     if beyond_reach is not None:

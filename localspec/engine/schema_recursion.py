@@ -144,7 +144,7 @@ def _pointed(schema: Any, pointer: str) -> Any:
         step = step.replace("~1", "/").replace("~0", "~")
         if isinstance(found, dict) and step in found:
             found = found[step]
-        elif isinstance(found, list) and step.isdigit() and int(step) < len(found):
+        elif isinstance(found, list) and step.isascii() and step.isdigit() and int(step) < len(found):
             found = found[int(step)]
         else:
             return None
