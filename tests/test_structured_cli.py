@@ -872,3 +872,16 @@ def test_an_inline_schema_is_shown_by_its_text_and_a_file_by_its_path(tmp_path: 
     schema_path = tmp_path / "person.json"
     schema_path.write_text('{"type": "object"}', encoding="utf-8")
     assert format_from_command(f"schema {schema_path}").describe() == f"JSON schema {schema_path}"
+
+
+def test_a_regexs_digits_and_word_characters_are_ascii_as_in_a_schemas_pattern() -> None:
+    """`--regex '\\d{3}'` let the demo model write `𝟡۸۸` (Unicode digits, as Rust's regex reads `\\d`)."""
+    from grammar_helpers import accepts
+
+    from localspec.engine.grammar import ascii_shorthands
+
+    assert ascii_shorthands(r"[^\d]\D[\w.]\\d[]\d]") == r"[^0-9][^0-9][0-9A-Za-z_.]\\d[]0-9]"
+    digits = compile_format(OutputFormat("regex", r"\d{3}-\w+", "--regex")).grammar
+    assert accepts(digits, "123-ab_9") and not accepts(digits, "𝟡۸۸-ab") and not accepts(digits, "123-é")
+    others = compile_format(OutputFormat("regex", r"\D\W", "--regex")).grammar
+    assert accepts(others, "۸!") and not accepts(others, "5!") and not accepts(others, "a_")

@@ -272,7 +272,7 @@ def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     else:
         if (len(fmt.source) - len(fmt.source.rstrip("\\"))) % 2:  # (llguidance would drop it, changing the pattern)
             raise InputError(f"{_name(fmt)}: invalid regex: it ends with a backslash that escapes nothing")
-        grammar = LLMatcher.grammar_from_regex(fmt.source)
+        grammar = LLMatcher.grammar_from_regex(ascii_shorthands(fmt.source))
     is_error, messages = check if check is not None else LLMatcher.validate_grammar_with_warnings(grammar)
     # Positions in a GBNF file's messages would point into its Lark conversion, not the file: dropped.
     kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
@@ -287,6 +287,46 @@ def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     warnings = tuple(f"{_name(fmt)}: {_one_line(message, kind)} (not enforced: the output may not satisfy it)"
                      for message in _without_held_unique_items(messages, grammar))
     return CompiledGrammar(grammar, warnings + tuple(f"{_name(fmt)}: {note}" for note in notes))
+
+
+# What `\d` and `\w` stand for in a JSON schema's pattern (ECMAScript's): in a regex llguidance reads (Rust's
+# syntax) they are Unicode's, and the demo model held to `--regex '\d{3}'` wrote `𝟡۸۸`.
+_ASCII_SHORTHANDS = {"d": "0-9", "w": "0-9A-Za-z_"}
+
+
+def ascii_shorthands(pattern: str) -> str:
+    r"""`pattern` (a regex in llguidance's syntax) with `\d`, `\w` and their negations `\D`, `\W` standing for ASCII
+    digits and word characters, as in a JSON schema's pattern (inside a class, `\D` and `\W` as written)."""
+    out = []
+    depth = 0  # how many classes (`[…]`, which may nest) the scan is inside
+    at = 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\" and at + 1 < len(pattern):
+            escaped = pattern[at + 1]
+            if escaped in _ASCII_SHORTHANDS:
+                ranges = _ASCII_SHORTHANDS[escaped]
+                out.append(ranges if depth else f"[{ranges}]")
+            elif escaped.lower() in _ASCII_SHORTHANDS and not depth:
+                out.append(f"[^{_ASCII_SHORTHANDS[escaped.lower()]}]")
+            else:
+                out.append(pattern[at:at + 2])
+            at += 2
+            continue
+        if char == "[":
+            depth += 1
+            out.append(char)
+            at += 1
+            for opening in ("^", "]"):  # (a class's first `]`, after a `^` or not, is one of its characters)
+                if pattern.startswith(opening, at):
+                    out.append(opening)
+                    at += 1
+            continue
+        if char == "]" and depth:
+            depth -= 1
+        out.append(char)
+        at += 1
+    return "".join(out)
 
 
 _INLINE_JSON = re.compile(r"%json\s*")
