@@ -1058,6 +1058,9 @@ def value_error_message(exc: ValueError) -> str:
     return _one_line(str(exc), "json_schema")
 
 
+_EMPTY_STRING_LANGUAGE = "Unsatisfiable schema: Regex is empty"
+
+
 def _one_line(message: str, kind: str) -> str:
     """llguidance's message as one line: its first line, with the `error: ...` detail of a regex error appended.
 
@@ -1069,6 +1072,8 @@ def _one_line(message: str, kind: str) -> str:
     if not lines:
         return "rejected by llguidance"
     head = lines[0]
+    if head.startswith(_EMPTY_STRING_LANGUAGE):  # (then the regexes it intersected, hundreds of characters)
+        return f"{NOTHING_SATISFIES}: a string's pattern, format and lengths leave no string between them"
     too_large = _LLGUIDANCE_TOO_LARGE.match(head)
     if too_large:
         return f"the number {too_large[1]} does not fit llguidance's 64-bit integers"
