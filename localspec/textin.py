@@ -18,6 +18,10 @@ REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+class RepeatedKey(ValueError):
+    """A key given twice in one JSON object (or two that read alike once cleaned)."""
+
+
 def clean_text(text: str) -> tuple[str, bool]:
     """`text` with lone surrogates replaced by U+FFFD, and whether anything was replaced.
 
@@ -44,7 +48,8 @@ def decode_bytes(data: bytes) -> tuple[str, bool]:
 
 
 def clean_data(value: Any) -> tuple[Any, bool]:
-    """Parsed JSON with `clean_text` applied to every string in it (keys too), and whether anything was replaced.
+    """Parsed JSON with `clean_text` applied to every string in it (keys too), and whether anything was replaced;
+    RepeatedKey where two keys of one object become one.
 
     Walked with a stack, not by recursion: however deeply the value nests, the
     checks that come after it say what is wrong with it, and where.
@@ -69,6 +74,9 @@ def clean_data(value: Any) -> tuple[Any, bool]:
         elif isinstance(source, dict):
             keys = [clean(key) for key in source]
             parent[place] = copy = dict.fromkeys(keys)
+            if len(copy) < len(keys):  # ("\ud800" and "\udc00" both become U+FFFD: which value was meant?)
+                raise RepeatedKey(f'two keys of one object read alike, "{REPLACEMENT}", once their unpaired surrogates'
+                                  " are replaced: keep one")
             pending.extend((item, copy, key) for key, item in zip(keys, source.values()))
         else:
             parent[place] = clean(source)

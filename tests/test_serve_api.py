@@ -124,6 +124,10 @@ def test_a_repeated_key_or_a_compressed_body_is_refused_not_guessed_at(api: Api)
     repeated = api.http.post(api.base + CHAT, content=b'{"messages": [{"role": "user", "content": "hi"}],'
                              b' "max_tokens": 2, "max_tokens": 3}', timeout=30)
     assert repeated.status_code == 400 and 'the key "max_tokens" appears twice' in repeated.json()["error"]["message"]
+    # Two lone surrogates that both become U+FFFD were two keys, then one.
+    alike = api.http.post(api.base + CHAT, content=b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,'
+                          b' "chat_template_kwargs": {"v": {"\\ud800": 1, "\\udc00": 2}}}', timeout=30)
+    assert alike.status_code == 400 and "two keys of one object read alike" in alike.json()["error"]["message"]
     body = gzip.compress(json.dumps(chat_body("hi", max_tokens=2)).encode())
     compressed = api.http.post(api.base + CHAT, content=body, headers={"Content-Encoding": "gzip"}, timeout=30)
     assert compressed.status_code == 415 and "Content-Encoding gzip" in compressed.json()["error"]["message"]

@@ -101,6 +101,16 @@ def test_bad_variables_are_refused_naming_the_field(client: TestClient, extra: d
     assert found == param and says in message
 
 
+def test_a_variable_too_large_for_a_number_is_refused_as_the_command_line_refuses_it(client: TestClient) -> None:
+    """JSON's 1e999 is read as infinity (which no JSON number is): refused, as `--chat-template-kwargs` refuses it."""
+    for number in ("1e999", "-1e999", "NaN"):
+        reply = client.post("/v1/chat/completions", headers={"Content-Type": "application/json"}, content=(
+            '{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": {"y": [%s]}}}' % number))
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["param"] == "chat_template_kwargs"
+        assert "must be finite numbers" in reply.json()["error"]["message"]
+
+
 def test_a_completion_has_no_template_to_give_variables_to(client: TestClient) -> None:
     assert refusal(client, "/v1/completions", chat_template_kwargs={"enable_thinking": False})[0] == "chat_template_kwargs"
     empty = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1, "chat_template_kwargs": {}})

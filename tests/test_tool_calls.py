@@ -675,6 +675,20 @@ def parse(body: dict[str, Any], chat: bool = True):
     ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
         {"id": 5, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]},
      "messages[0].tool_calls[0].id"),
+    # A call of another type, or without a name; arguments that are not an object's text (templates read them so).
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "zzz", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages[0].tool_calls[0]"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "", "arguments": "{}"}}]}]}, "messages[0].tool_calls[0]"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}]}]},
+     "messages[0].tool_calls[0].function.arguments"),
+    # A result that answers no call: after none, or naming an id no earlier call had.
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "zz", "content": "1"}]},
+     "messages[1]"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "zz", "content": "1"}]}, "messages[1].tool_call_id"),
 ])
 def test_wrong_shapes_are_400_naming_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(ApiError) as error:

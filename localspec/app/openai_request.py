@@ -187,7 +187,10 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 
 def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSettings, has_draft: bool) -> CompletionRequest:
     """Check every field of `body` that matters; raise ApiError(400) naming the first wrong one."""
-    body = clean_data(body)[0]  # "\ud800" escapes decode to lone surrogates, which no tokenizer takes
+    try:
+        body = clean_data(body)[0]  # "\ud800" escapes decode to lone surrogates, which no tokenizer takes
+    except RepeatedKey as exc:
+        raise ApiError(400, f"the request body: {exc}") from None
     _refuse_misspelled(body)
     _refuse_unsupported(body)
     tools = _tools(body, chat)
@@ -397,7 +400,31 @@ def _setting_value(key: str, value: Any) -> Any:
 def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list of {role, content} objects", param="messages")
-    return [_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
+    checked = [_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
+    _refuse_unanswerable_results(checked)
+    return checked
+
+
+def _refuse_unanswerable_results(messages: list[dict[str, Any]]) -> None:
+    """A tool result must answer a call an earlier assistant message made: after none, or naming an id no earlier
+    call had (where every earlier call had one), it is a 400, as OpenAI's API says (a template would render it
+    as the answer to nothing, or to another call)."""
+    ids: set[str] = set()
+    calls = anonymous = False
+    for i, message in enumerate(messages):
+        for call in message.get("tool_calls", ()):
+            calls = True
+            ids.add(call["id"])
+            anonymous = anonymous or not call["id"]
+        if message["role"] != "tool":
+            continue
+        if not calls:
+            raise ApiError(400, f"messages[{i}]: a tool result must answer the tool_calls of an earlier assistant"
+                           " message, and none made any", param=f"messages[{i}]")
+        if message["tool_call_id"] not in ids and not anonymous:
+            raise ApiError(400, f"messages[{i}].tool_call_id {quote_json(message['tool_call_id'])} names no earlier"
+                           f" call (their ids: {', '.join(map(quote_json, sorted(ids)))})",
+                           param=f"messages[{i}].tool_call_id")
 
 
 def _message(message: Any, where: str) -> dict[str, Any]:

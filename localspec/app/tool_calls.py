@@ -310,10 +310,10 @@ def _finite(text: str) -> float:
 def _history_call(call: Any, where: str) -> dict[str, Any]:
     """An earlier call as templates read it: `function.arguments` an object when its JSON text parses to one."""
     function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
-            or not isinstance(function.get("arguments", ""), str):
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"] \
+            or not isinstance(function.get("arguments", ""), str) or call.get("type", "function") != "function":
         raise ToolError(f"{where} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}"
-                        f" with arguments a JSON string, got {_quote(call)}", where)
+                        f" with a name and arguments a JSON string, got {_quote(call)}", where)
     arguments: Any = function.get("arguments", "")
     try:
         # ("\ud800" escapes: lone surrogates; a number past a float's range, 1e999, would be rendered `Infinity`)
@@ -325,6 +325,9 @@ def _history_call(call: Any, where: str) -> dict[str, Any]:
         pass  # kept as the text it is
     except RecursionError:
         raise ToolError(f"{where}.function.arguments is nested too deeply", f"{where}.function.arguments") from None
+    if not isinstance(arguments, (dict, str)):  # (templates read a call's arguments as an object: `.items()`)
+        raise ToolError(f"{where}.function.arguments must be the JSON text of an object (the call's arguments by"
+                        f" name), got {_quote(function['arguments'])}", f"{where}.function.arguments")
     call_id = call.get("id")
     if call_id is not None and not isinstance(call_id, str):
         raise ToolError(f"{where}.id must be a string (the call's id), got {_quote(call_id)}", f"{where}.id")

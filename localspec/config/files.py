@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from ..errors import InputError, LocalspecError
-from ..textin import clean_data
+from ..textin import RepeatedKey, clean_data
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,10 +106,6 @@ def parse_toml(text: str, path: Path | str) -> dict[str, Any]:
 
 class _NotAJSONNumber(ValueError):
     """NaN, Infinity or -Infinity: Python's json reads them, JSON has no such numbers."""
-
-
-class RepeatedKey(ValueError):
-    """A key given twice in one JSON object."""
 
 
 def refuse_json_constant(name: str) -> Any:

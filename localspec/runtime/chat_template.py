@@ -16,6 +16,7 @@ import functools
 import itertools
 import json
 import keyword
+import math
 import re
 import secrets
 import sys
@@ -124,7 +125,21 @@ def variables_problem(value: Any) -> str | None:
             return f"{name} is given to the template by localspec itself"
     if _depth(value) > MAX_VARIABLE_DEPTH:
         return f"values are nested more than {MAX_VARIABLE_DEPTH} deep"
+    if _holds_a_non_finite_number(value):  # (a JSON body's 1e999 is read as infinity)
+        return "values must be finite numbers: one is NaN, infinite or too large for a number (1e999)"
     return None
+
+
+def _holds_a_non_finite_number(value: Any) -> bool:
+    """Whether a float in `value`, at any depth, is NaN or infinite (without recursion)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, (dict, list, tuple)):
+            pending += item.values() if isinstance(item, dict) else item
+    return False
 
 
 @functools.cache
