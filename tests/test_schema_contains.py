@@ -133,3 +133,17 @@ def test_a_draft7_tuple_keeps_its_warning() -> None:
               "contains": {"const": 1}}
     warnings = compile_format(OutputFormat("json_schema", json.dumps(schema))).warnings
     assert any("contains" in warning for warning in warnings)
+
+
+def test_an_array_that_asks_more_matches_than_it_takes_is_refused() -> None:
+    """`minContains` 2 with `maxContains` 1 (or `contains` with `maxContains` 0, its `minContains` being 1): no
+    array satisfies it; it was taken with a warning and an empty array written."""
+    from localspec.errors import InputError
+
+    for counts, said in (({"minContains": 2, "maxContains": 1}, "minContains 2 is more than maxContains 1"),
+                         ({"maxContains": 0}, "minContains 1 is more than maxContains 0")):
+        schema = {"type": "array", "items": {"type": "integer"}, "contains": {"const": 5}, **counts}
+        with pytest.raises(InputError, match=f"^s.json: no text can satisfy it: {said}$"):
+            compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json"))
+    either = {"type": ["array", "string"], "contains": {"const": 5}, "minContains": 2, "maxContains": 1}
+    compile_format(OutputFormat("json_schema", json.dumps(either), "s.json"))  # (a string satisfies it)

@@ -870,9 +870,18 @@ def refuse_unusable_schema(schema: dict[str, Any], origin: str) -> None:
     if wrong is not None:
         raise InputError(f"{origin}: {wrong}")
     _refuse_what_llguidance_crashes_on(schema, origin)
-    beyond_reach = unique_items_beyond_reach(schema)
+    beyond_reach = unique_items_beyond_reach(schema) or _contains_counts_apart(schema)
     if beyond_reach is not None:
         raise InputError(f"{origin}: no text can satisfy it: {beyond_reach}")
+
+
+def _contains_counts_apart(schema: dict[str, Any]) -> str | None:
+    """Where an array (nothing else) asks for more matches of its `contains` than it takes, what it asks."""
+    for node in schemas_in(schema):
+        least, most = node.get("minContains", 1), node.get("maxContains")
+        if node.get("type") == "array" and "contains" in node and is_count(least) and is_count(most) and least > most:
+            return f"minContains {least} is more than maxContains {most}"
+    return None
 
 
 def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
