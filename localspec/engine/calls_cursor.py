@@ -83,7 +83,7 @@ def call_schemas(grammar: str, token_text: Callable[[int], bytes] = lambda token
     """Each JSON value of a tool-call grammar (a call's arguments, or a tagged parameter's value written as JSON:
     a rule `%json {schema}`) with its head (`Head`); the head is None where it does not tell the value apart (no
     fixed text, or the same heads before values of other schemas: two tools' parameters of one name in tags).
-    None in any other grammar. `token_text(id)`: the text of a special token a head names (what the output shows
+    Empty for any other grammar. `token_text(id)`: the text of a special token a head names (what the output shows
     for it), which only the heads need."""
     rules = dict(_RULE.findall(grammar))
     schemas = {}
