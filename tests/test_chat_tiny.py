@@ -8,6 +8,7 @@ import os
 import sys
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from cli_helpers import cli, one_error_line
@@ -871,3 +872,65 @@ def test_ctrl_d_typed_while_a_reply_is_written_ends_the_chat_and_a_line_typed_ah
     finally:
         os.close(leader)
         os.close(follower)
+
+
+@pytest.fixture
+def restored_signals() -> Iterator[None]:
+    """The test process's SIGTERM and SIGHUP handlers back as they were after a chat run in it installed its own."""
+    import signal
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_a_chat_ended_by_a_signal_mid_reply_keeps_the_reply_and_retry_answers_a_message_left_without_one(
+        tiny_profile: str, monkeypatch: pytest.MonkeyPatch, signal_name: str, tmp_path: Path) -> None:
+    """Killed mid-reply (a closed terminal, `kill`), a chat lost the reply and kept the message alone: `/retry`
+    found no reply to redo, and the next message made two user turns in a row (which alternating templates
+    refuse). Now the reply is kept as Ctrl-C keeps it and the chat ends as the signal asks; and `/retry`
+    answers a last message that has no reply."""
+    import signal
+
+    from localspec.cli.chat import ChatLoop
+
+    stream = ChatLoop._stream
+    chunks = []
+
+    def signalled_after_the_first_chunk(self, chunk):
+        stream(self, chunk)
+        chunks.append(chunk)
+        if len(chunks) == 1:
+            os.kill(os.getpid(), getattr(signal, signal_name))
+
+    monkeypatch.setattr(ChatLoop, "_stream", signalled_after_the_first_chunk)
+    ended = chat(b"the cat\nthe dog\n", "--max-tokens", "8")
+    assert ended.exit_code == 128 + getattr(signal, signal_name), ended.stderr
+    assert "(reply interrupted; kept as far as it got)" in ended.stderr
+    assert [m["role"] for m in stored()["messages"]] == ["user", "assistant"]  # ("the dog" was never read)
+    monkeypatch.setattr(ChatLoop, "_stream", stream)
+    # A message left without its reply (a file that ends with one, or a chat killed before it began).
+    conversation = stored()
+    conversation["messages"] = conversation["messages"][:1]
+    saved = tmp_path / "left.json"
+    saved.write_text(json.dumps(conversation))
+    answered = chat(f"/load {saved}\n/retry\n/retry 5\n/retry\n".encode())
+    assert answered.exit_code == 0, answered.stderr
+    assert [line.split("seed ")[1] for line in replies(answered.stderr)][1:] == ["5 (coupled)", "6 (coupled)"]
+    assert [m["role"] for m in stored()["messages"]] == ["user", "assistant"]
+
+
+def test_ctrl_c_during_a_slow_command_cancels_the_command_not_the_chat(tiny_profile: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from localspec.cli.chat import ChatLoop
+
+    def interrupted(self, argument):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ChatLoop, "cmd_load", interrupted)
+    result = chat(b"/load big.json\nthe cat\n")
+    assert result.exit_code == 0, result.stderr
+    assert "(/load interrupted)" in result.stderr and len(replies(result.stderr)) == 1

@@ -82,16 +82,24 @@ class ChatSession:
 
     def retry(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None],
               seed: int | None = None) -> Reply | None:
-        """/retry: generate the last reply again, with the next seed or `seed` (None: the conversation does not
-        end with a reply to a user message). When no new reply can be made, the old one stays."""
-        old = self.conversation.drop_last_reply()
-        if old is None:
-            return None
-        self.save_all()
+        """/retry: generate the last reply again, with the next seed or `seed` (after which the seeds go on from
+        it), or the reply a user message at the end still lacks (a chat ended mid-reply by a signal, a saved file
+        that ends with one); None where the conversation ends with neither. When no new reply can be made, the
+        old one stays."""
+        messages = self.conversation.messages
+        if messages and messages[-1].role == "user":
+            old = None
+        else:
+            old = self.conversation.drop_last_reply()
+            if old is None:
+                return None
+            self.save_all()
         reply = self._reply(on_chunk, on_note, seed)
-        if reply.error is not None:
+        if reply.error is not None and old is not None:
             self.conversation.messages.append(old)
             self.save_all()
+        if seed is not None and reply.error is None:
+            self.replies_on_seed = (seed + 1 - (self.conversation.settings.seed or 0)) % (SEED_MAX + 1)
         return reply
 
     def _reply(self, on_chunk: Callable[[Chunk], None], on_note: Callable[[str], None], seed: int | None = None) -> Reply:

@@ -68,7 +68,7 @@ COMMANDS = {
     "/format": "json|off|schema FILE_OR_JSON|grammar FILE|regex PATTERN: hold replies to a format (alone: the current one)",
     "/stats": "the last reply's statistics and the session's totals",
     "/undo": "drop the last exchange",
-    "/retry": "[SEED]: generate the last reply again, with the next seed or SEED (a reply's seed is in its stats line)",
+    "/retry": "[SEED]: generate the last reply again (or the one a last message lacks), with the next seed or SEED",
     "/reset": "start a new conversation",
     "/save": "[--force] FILE: write the conversation as JSON (--force: replace a file it did not write)",
     "/load": "FILE: continue a conversation saved with /save",
@@ -78,6 +78,22 @@ TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/reset", "/exit", "/q
 COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
 MULTILINE = '"""'
 _TOO_LONG = f"stdin: a message of more than {MAX_PIPED_BYTES >> 20} MiB, more than any context can hold"
+# The signal that ended the chat (SIGTERM, SIGHUP: a closed terminal), if one did: raised as Ctrl-C is, so that a
+# reply is kept as far as it got, then the chat ends.
+_terminated_by: list[int] = []
+
+
+def _end_on_termination() -> None:
+    """SIGTERM and SIGHUP end the chat as Ctrl-C ends a reply (kept as far as it got), then the chat itself."""
+
+    def on_termination(signum: int, frame: Any) -> None:
+        _terminated_by.append(signum)
+        raise KeyboardInterrupt
+
+    _terminated_by.clear()
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):  # (no SIGHUP on Windows)
+            signal.signal(getattr(signal, name), on_termination)
 
 
 class Block(str):
@@ -115,6 +131,7 @@ def chat(
     # Ctrl-C stops a reply, whatever SIGINT disposition this process inherited
     # (a shell's background job starts with it ignored, and Python then installs no handler).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _end_on_termination()
     if sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
     if continue_latest and resume_id is not None:
@@ -151,6 +168,8 @@ def chat(
         loop.run()
     if store is not None:
         store.close()
+    if _terminated_by:  # (as a process ended by the signal says: 128 + its number)
+        raise SystemExit(128 + _terminated_by[0])
     if loop.failures and not sys.stdin.isatty():  # (a script's input: it learns that something failed)
         raise SystemExit(1)
 
@@ -179,8 +198,13 @@ class ChatLoop:
             mode = f"speculative, {chat.conversation.settings.speculative.strategy}" if chat.speculative else "target only"
             resumed = f", conversation {chat.conversation_id} resumed" if chat.conversation.messages else ""
             click.echo(f"localspec chat ({mode}{resumed}); /help for commands, /exit or Ctrl-D to leave", err=True)
-        while True:
-            line = self.read_line()
+        while not _terminated_by:
+            try:
+                line = self.read_line()
+            except KeyboardInterrupt:
+                if _terminated_by:
+                    return
+                raise
             if line is None:
                 return
             if line is UNCLOSED:
@@ -218,6 +242,10 @@ class ChatLoop:
             return True
         try:
             handler(argument)
+        except KeyboardInterrupt:  # (a long /load, say): the command is cancelled, not the chat
+            if _terminated_by:
+                return False
+            self.say(f"({name} interrupted)")
         except InputError as exc:
             self.fail(f"error: {exc}")
         except OSError as exc:  # a path no check foresaw (a name too long, a folder it may not search): the chat goes on
@@ -491,6 +519,8 @@ def _line_reader() -> Callable[[], str | object | None]:
                         history.problem = None
                     return clean_input(line, "the typed line")
                 except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line, within a block drops the block
+                    if _terminated_by:
+                        return None
                     if in_block:
                         return DROPPED
                     continue
