@@ -74,7 +74,8 @@ def test_the_text_is_the_same_with_a_restored_prompt(tiny_pair: tuple[Path, Path
             assert _generate(cached, SECOND) == expected
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "tokens out of range", "another format", "empty state"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "tokens out of range", "another format", "empty state",
+                                    "flipped"])
 @pytest.mark.slow
 def test_a_damaged_file_is_ignored_and_replaced(tiny_pair: tuple[Path, Path], tmp_path: Path, damage: str) -> None:
     with _session(tiny_pair, tmp_path) as first:
@@ -88,6 +89,9 @@ def test_a_damaged_file_is_ignored_and_replaced(tiny_pair: tuple[Path, Path], tm
             "tokens out of range": MAGIC + json.dumps({"tokens": [1, 2, 3, 10**9, 5, 6, 7, 8]}).encode() + b"\n" + content[header_end:],
             "another format": b"localspec prompt cache 0\n" + content[len(MAGIC):],
             "empty state": content[:header_end],
+            # (bytes of the keys and values changed: restored, they gave scores that were no numbers, and the
+            # model was blamed for it)
+            "flipped": content[:-64] + bytes(byte ^ 0xFF for byte in content[-64:]),
         }[damage])
     notes: list[str] = []
     with _session(tiny_pair, tmp_path, notes) as second:

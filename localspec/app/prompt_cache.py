@@ -24,8 +24,8 @@ sampling at a temperature).
 
 It is a cache: one file per model file, build, placement and attention
 kernel, replaced by the latest save (written atomically; two processes' saves
-leave one whole file), the MAX_FILES used last kept; one that does not fit (truncated, another format,
-refused by llama.cpp) is ignored and replaced. It holds a prompt's tokens, so `history remove` and
+leave one whole file), the MAX_FILES used last kept; one that does not fit (truncated, another format, its
+state's bytes other than its digest says, refused by llama.cpp) is ignored and replaced. It holds a prompt's tokens, so `history remove` and
 `memory clear` empty it too (`forget_prompts`), and `--no-prompt-cache` keeps
 a run from reading or writing it.
 """
@@ -48,7 +48,7 @@ from ..runtime.model import Model, common_prefix_length
 from ..runtime.repack import build_fingerprint
 
 FOLDER_NAME = "prompts"
-MAGIC = b"localspec prompt cache 1\n"  # then one line of JSON ({"tokens": [...]}), then the state's bytes
+MAGIC = b"localspec prompt cache 2\n"  # then one line of JSON ({"tokens": [...], "sha256": ...}), then the state
 MIN_TOKENS = 4  # a shorter common start is not worth a file's reading or writing
 MAX_STATE_BYTES = 64 * 2**20  # a longer prompt is saved up to the tokens whose state fits
 MAX_FILES = 8  # files used last (read or written) are kept; older ones (another build's, a model gone) go
@@ -120,7 +120,9 @@ class PromptCache:
         try:
             with atomic_path(path, private=True) as temp, temp.open("wb") as file:
                 file.write(MAGIC)
-                file.write(json.dumps({"tokens": list(tokens)}).encode() + b"\n")
+                # (the state's digest: damaged bytes restored as keys and values gave NaN scores, blamed on the model)
+                header = {"tokens": list(tokens), "sha256": hashlib.sha256(state).hexdigest()}
+                file.write(json.dumps(header).encode() + b"\n")
                 file.write(state)
         except (OSError, InputError) as exc:  # (InputError: the path is taken by something not a file)
             self.notes(f"prompt cache: could not save {path} ({exc})")
@@ -173,6 +175,8 @@ class PromptCache:
                 if not all(type(token) is int and 0 <= token < (n_vocab or 2**31) for token in tokens):
                     raise ValueError("tokens out of range")
                 state = file.read(MAX_STATE_BYTES + 1) if wants_state(tokens) else None
+                if state is not None and hashlib.sha256(state).hexdigest() != header["sha256"]:
+                    raise ValueError("its state is damaged: its bytes are not those saved")
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:  # (RecursionError: nested too deeply)
