@@ -177,6 +177,17 @@ def test_set_takes_text_that_reads_as_toml_as_text_and_refuses_more_than_one_val
     assert path.read_text() == before  # (the second line was once dropped without a word)
 
 
+def test_set_reads_numbers_as_the_flags_read_them() -> None:
+    """`.7` and `5.` were refused ("must be a number, got \".7\"") where `--temperature .7` takes them, and `0x10`
+    and `0b101` taken (TOML's integers) where no flag takes them."""
+    write_user_profile("numbers", '[target]\npath = "/models/t.gguf"\n')
+    assert cli("profile", "set", "numbers", "sampling.temperature=.7", "sampling.top_p=5.e-1").exit_code == 0
+    assert load_profile("numbers").get("sampling.temperature") == 0.7
+    assert load_profile("numbers").get("sampling.top_p") == 0.5
+    for value in ("0x10", "0b101", "0o7"):
+        one_error_line(cli("profile", "set", "numbers", f"sampling.seed={value}"), 2, "sampling.seed must be")
+
+
 @pytest.mark.parametrize(("key", "suggested"), [
     ("draft_max", "speculative.draft_max"), ("sampling.temp", "sampling.temperature"),
     ("sampling.temprature", "sampling.temperature"), ("sampling.mirostat", None), ("target.model", None),

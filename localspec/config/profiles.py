@@ -450,7 +450,13 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
 def parse_value(raw: str, kind: type) -> Any:
     """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself
     ([INST]); a single string where a list is expected becomes a one-item list. A list whose first item
-    is quoted but that does not parse (["a",) is an InputError, not a string to keep."""
+    is quoted but that does not parse (["a",) is an InputError, not a string to keep. A number where one is
+    expected is read as the command line's flags read it: `.7` and `5.` are numbers, `0x10` is not."""
+    number = _number_as_a_flag_reads_it(raw, kind)
+    if number is not None:
+        return number
+    if kind in (int, float) and raw.strip().lower().startswith(("0x", "0o", "0b", "+0x", "-0x")):
+        return raw.strip()  # (text, refused as not a number: TOML would read 0x10 as 16, which no flag takes)
     try:
         document = tomllib.loads(f"v = {raw.strip()}")
         if set(document) != {"v"}:  # a line break, then more TOML: not one value (kept as text, or refused)
@@ -469,3 +475,15 @@ def parse_value(raw: str, kind: type) -> Any:
     if kind is list and isinstance(value, str):
         value = [value]
     return value
+
+
+def _number_as_a_flag_reads_it(raw: str, kind: type) -> int | float | None:
+    """`raw` as `--temperature` or `--seed` reads it, where `kind` is a number and it reads as one (decimal
+    digits; a float's point, exponent and NaN or infinity, which the checks after refuse); else None."""
+    text = raw.strip()
+    if not text or "_" in text:
+        return None
+    try:
+        return int(text) if kind is int else float(text) if kind is float else None
+    except ValueError:
+        return None
