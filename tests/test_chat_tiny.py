@@ -934,3 +934,14 @@ def test_ctrl_c_during_a_slow_command_cancels_the_command_not_the_chat(tiny_prof
     result = chat(b"/load big.json\nthe cat\n")
     assert result.exit_code == 0, result.stderr
     assert "(/load interrupted)" in result.stderr and len(replies(result.stderr)) == 1
+
+
+def test_a_system_prompt_that_cannot_fit_is_refused_when_set(tiny_profile: str) -> None:
+    """It was taken ("(system prompt set)"), and every message after it failed."""
+    result = chat(b"/system " + b"the cat sat " * 60 + b"\n/system " + b"the cat sat " * 400
+                  + b"\n/system be brief\nthe cat\n")
+    assert result.exit_code == 1, result.stderr  # (a script learns that a command failed)
+    assert "error: the system prompt does not fit the context (" in result.stderr  # (its tokens counted)
+    assert "error: the system prompt is 4799 bytes, more than a context" in result.stderr  # (too long to count)
+    assert "(system prompt set)" in result.stderr and len(replies(result.stderr)) == 1
+    assert stored()["messages"][0]["content"] == "be brief"

@@ -16,7 +16,7 @@ from typing import Callable
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..engine.stats import SpecStats
-from ..errors import InputError, LocalspecError
+from ..errors import InputError, LocalspecError, PromptTooLongError
 from ..runtime.fatal import on_fatal
 from ..runtime.model import common_prefix_length
 from ..settings import SEED_MAX
@@ -197,6 +197,20 @@ class ChatSession:
         return dotted
 
     def set_system(self, text: str | None) -> None:
+        """`/system`: the system prompt for the replies that follow (None: none). One that cannot fit the context
+        beside a reply is InputError, and the current one stays (every message after it would fail)."""
+        if text:
+            session = self.session
+            try:
+                session.refuse_text_too_long([text], "the system prompt")
+            except PromptTooLongError as exc:  # (said as the command's error: the chat goes on)
+                raise InputError(str(exc)) from None
+            budget = self.conversation.settings.budget(self.grammar is not None, template_thinks(session.chat_template()))
+            room = session.target.n_ctx - min(budget, session.target.n_ctx // 4)
+            n_tokens = len(session.target.tokenize(text, add_special=False))
+            if n_tokens > room:
+                raise InputError(f"the system prompt does not fit the context ({n_tokens} tokens, room for {room}"
+                                 " beside a reply): shorten it or raise --n-ctx")
         self.conversation.system = text
         self.save_all()
 
