@@ -308,3 +308,33 @@ def test_an_error_shows_a_byte_that_was_not_utf8_as_the_byte() -> None:
     assert path.stderr.strip() == "error: /tmp/t\\xe9.gguf: no such file"
     number = cli("run", "--temperature", "\udcff", "the cat")
     assert "'\\xff' is not a valid" in number.stderr and "udc" not in number.stderr
+
+
+@pytest.mark.parametrize("ending", ["SIGINT", "SIGTERM"])
+def test_run_json_interrupted_writes_the_result_so_far(tiny_profile: str, monkeypatch: pytest.MonkeyPatch,
+                                                       ending: str) -> None:
+    """Ctrl-C, SIGTERM or SIGHUP (`timeout`, a closed terminal) ended `run --json` with nothing on stdout: all it
+    had generated was lost. Now the object is written, `stop_reason` "interrupted", and the status is the
+    signal's (128 + its number)."""
+    from localspec.engine.generation import Generation
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    record = Generation._record
+    passes = []
+
+    def signalled_after_the_second_pass(self, *args, **kwargs):
+        record(self, *args, **kwargs)
+        passes.append(1)
+        if len(passes) == 2:
+            os.kill(os.getpid(), getattr(signal, ending))
+
+    monkeypatch.setattr(Generation, "_record", signalled_after_the_second_pass)
+    try:
+        result = cli("run", "-p", "tiny", "--temperature", "0", "--max-tokens", "40", "--threads", "1", "--json",
+                     "the cat")
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert result.exit_code == 128 + getattr(signal, ending), result.stderr
+    report = json.loads(result.stdout)
+    assert report["stop_reason"] == "interrupted" and 0 < len(report["tokens"]) < 40 and report["text"]

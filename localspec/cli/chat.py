@@ -36,7 +36,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import SEED_MAX, GenerationSettings
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
-from .common import os_error_text, shown_plainly, terminal_takes_colour, write_stdout
+from .common import ended_by_signals, os_error_text, shown_plainly, terminal_takes_colour, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -78,22 +78,8 @@ TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/reset", "/exit", "/q
 COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
 MULTILINE = '"""'
 _TOO_LONG = f"stdin: a message of more than {MAX_PIPED_BYTES >> 20} MiB, more than any context can hold"
-# The signal that ended the chat (SIGTERM, SIGHUP: a closed terminal), if one did: raised as Ctrl-C is, so that a
-# reply is kept as far as it got, then the chat ends.
+# The signal that ended the chat (SIGTERM, SIGHUP: a closed terminal), if one did (`ended_by_signals`).
 _terminated_by: list[int] = []
-
-
-def _end_on_termination() -> None:
-    """SIGTERM and SIGHUP end the chat as Ctrl-C ends a reply (kept as far as it got), then the chat itself."""
-
-    def on_termination(signum: int, frame: Any) -> None:
-        _terminated_by.append(signum)
-        raise KeyboardInterrupt
-
-    _terminated_by.clear()
-    for name in ("SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):  # (no SIGHUP on Windows)
-            signal.signal(getattr(signal, name), on_termination)
 
 
 class Block(str):
@@ -131,7 +117,7 @@ def chat(
     # Ctrl-C stops a reply, whatever SIGINT disposition this process inherited
     # (a shell's background job starts with it ignored, and Python then installs no handler).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _end_on_termination()
+    ended_by_signals(_terminated_by)  # (a reply is kept as far as it got, as on Ctrl-C, then the chat ends)
     if sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
     if continue_latest and resume_id is not None:

@@ -122,6 +122,22 @@ class LocalspecGroup(click.Group):
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
+
+def ended_by_signals(ended_by: list[int]) -> None:
+    """From now on SIGTERM and SIGHUP (a closed terminal, `kill`, `timeout`) raise KeyboardInterrupt as Ctrl-C
+    does, so that what was generated is kept or written, after their number goes into `ended_by` (emptied
+    first): the caller ends with 128 + it, as a process the signal ended would."""
+    ended_by.clear()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        ended_by.append(signum)
+        raise KeyboardInterrupt
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):  # (no SIGHUP on Windows)
+            signal.signal(getattr(signal, name), on_signal)
+
+
 @contextmanager
 def cleaned_up_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM (`kill`, a service manager) exits 143 by unwinding the stack, so the block's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat
 from ..errors import InputError
 from ..textin import clean_text
-from .common import read_prompt, write_stdout
+from .common import ended_by_signals, read_prompt, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -109,6 +110,9 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
       localspec run --json-schema person.json "Extract the person from: ..."
       localspec run --tools tools.json --tool-choice required "Weather in Paris?"
     """
+    ended_by: list[int] = []
+    if as_json:  # (SIGTERM, SIGHUP: the result so far is written, as on Ctrl-C)
+        ended_by_signals(ended_by)
     output_format = output_format_from_options(options)
     compiled = compile_output_format(output_format)
     tool_run = tool_run_from_options(options, raw or output_format is not None)
@@ -139,6 +143,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
         except UnusableFormat as exc:  # (named as every other problem of the user's format is)
             raise exc if output_format is None else InputError(f"{output_format.origin or output_format.describe()}:"
                                                                f" {exc}") from None
+        interrupted = False
         try:
             for chunk in generation:
                 if not as_json and chunk.text and tool_run is None:
@@ -150,8 +155,13 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
                 shown.finish()
             if output_format is not None or tool_run is not None:  # never passed off as complete
                 click.echo(f"\nlocalspec: {cut_short_message(StopReason.INTERRUPTED)}", err=True)
-            raise
-        session.remember(generation, "run")
+            if not as_json:
+                raise
+            # (--json: the result so far, `stop_reason` "interrupted", then the status Ctrl-C gives)
+            session.recover_caches()
+            interrupted = True
+        if not interrupted:
+            session.remember(generation, "run")
         session_placement = session.placement()
         context_size = session.target.n_ctx
     # (a reply that may call tools is complete only where it ended: text matches its grammar at any length)
@@ -197,6 +207,8 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             click.echo(f"{role}: {placement['summary']}", err=True)
     if generation.drafter is None and not no_speculative and not as_json:
         click.echo("localspec: no draft model, generated with the target alone", err=True)
+    if interrupted:  # (Ctrl-C's status, or the signal's)
+        sys.exit(128 + (ended_by[0] if ended_by else signal.SIGINT))
     cut_short = cut_short_message(generation.stop_reason, whole_match)
     if (output_format is not None or tool_run is not None) and cut_short:
         click.echo(f"localspec: {cut_short}", err=True)
