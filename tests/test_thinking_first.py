@@ -163,29 +163,6 @@ def test_spelled_tags_let_a_json_answer_follow_a_thought_that_ends_at_its_first_
     assert found is not None and sorted_whole(found.splitter, f"<think>Hmm.</think>\n{answer}") == Sorted("Hmm.", answer)
 
 
-def test_spelled_tags_let_a_reply_think_before_a_call_or_text_that_cannot_begin_as_a_thought(
-        spelling_model: Model) -> None:
-    from localspec.app.tool_calls import prepare_tools, tool_request
-
-    add = {"type": "function", "function": {"name": "add", "parameters": {
-        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
-    setup = prepare_tools(tool_request([add], "auto"), QWEN3, marker_tokens(spelling_model))
-    assert setup.thinking is not None and setup.thinking.open_token is None
-    call = '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>'
-
-    def takes(text: str) -> bool:
-        grammar, tokens = TokenGrammar.start(spelling_model, setup.grammar), spelled(spelling_model, text, tags=False)
-        if grammar.validate(tokens) != len(tokens):
-            return False
-        grammar.consume(tokens)
-        return grammar.accepting
-
-    assert takes(f"<think>Add one.</think>\n{call}") and takes(call)
-    assert takes("<think>No call.</think>\nOne.") and takes("One.")
-    assert not takes("<think>A thought never closed, passed off as text.")  # (text may not begin as a thought)
-    assert not takes(" <think>Nor after a space.")
-
-
 @pytest.mark.slow
 def test_a_prompt_that_closed_the_thought_leaves_the_format_from_the_first_token(thinking_model: Model,
                                                                                  thinking_client: TestClient) -> None:

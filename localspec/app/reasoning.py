@@ -67,8 +67,8 @@ def template_thinking(template: str | None, marker_token: Callable[[str], int | 
                       spelled: bool = False) -> Thinking | None:
     """`Thinking` for a template that thinks in tags (`thought_tags`) which are one special token each in the
     model's vocabulary (as Qwen3's, DeepSeek R1's and MiniMax-M2's `<think>` are), or, with `spelled`, tags the
-    vocabulary spells in ordinary tokens (for a reply whose answer cannot begin as the opening tag does, or is
-    held not to: what follows could not be told from a thought); else None."""
+    vocabulary spells in ordinary tokens (for a reply whose answer cannot begin as the opening tag does: what
+    follows could not be told from a thought); else None."""
     tags = thought_tags(template)
     if template is None or tags is None:
         return None

@@ -521,9 +521,6 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         answer = "calls" if request.forced else "(ANSWER_TEXT | calls)?"
         plain = regex_text(syntax.opening(frame).lstrip())
         start, rules = thinking_rules(thinking, start, answer, plain)
-        if thinking.open_token is None and not thinking.opened:  # (a spelled opening: text may not begin as it)
-            opening = regex_text(thinking.tags[0])
-            lines = [f"{line} & ~/\\s*{opening}(?s:.*)/" if line.startswith("TEXT: ") else line for line in lines]
         lines += rules
     return "\n".join(["%llguidance {}", f"start: {start}", *lines]) + "\n"
 
@@ -972,7 +969,7 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     syntax, held_as_json = _tagged_or_json(request, syntax, frame)
     frame = frame if syntax is ToolSyntax.FRAMED else None
     layout = template_layout(template, syntax) if template is not None and syntax.has_tagged_parameters else None
-    thinking = template_thinking(template, marker_token, spelled=True) if frame is None or not frame.harmony else None
+    thinking = template_thinking(template, marker_token) if frame is None or not frame.harmony else None
     if thinking is not None and prompt_end is not None:
         thinking = thinking.after_prompt(prompt_end)
     try:
