@@ -58,6 +58,7 @@ def test_a_lone_surrogate_in_system_is_replaced(tiny_profile: str) -> None:
     assert stored()["messages"][0] == {"role": "system", "content": "be \ufffd brief"}
 
 
+@pytest.mark.slow
 def test_utf16_piped_input_is_refused_not_taken_for_text(tiny_profile: str) -> None:
     result = chat("the cat\n".encode("utf-16"))
     assert result.exit_code == 2 and not replies(result.stderr)

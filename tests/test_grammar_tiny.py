@@ -98,6 +98,7 @@ def test_the_unmasked_target_fails_the_same_test(spaced_pair: tuple[Path, Path])
     assert chi_square_pvalue(counts, exact) < ALPHA
 
 
+@pytest.mark.slow
 def test_the_grammar_follows_the_emitted_tokens_after_rejections(spaced_pair: tuple[Path, Path]) -> None:
     """After every step, the generation's grammar allows exactly what a grammar fed the emitted tokens allows."""
     speculative = SpeculativeParams(strategy="model", draft_max=4, verify="rejection")

@@ -260,6 +260,7 @@ def test_a_response_format_reply_may_think_first_and_its_content_is_the_format(t
     assert thought_first  # (held from its first token, no reply could think)
 
 
+@pytest.mark.slow
 def test_an_unsorted_reply_is_held_to_the_format_from_its_first_token(thinking_client: TestClient) -> None:
     """With `reasoning_format` "none" the thought would stay in the content, which would then not be the format."""
     for seed in range(3):
