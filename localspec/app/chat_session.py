@@ -205,7 +205,8 @@ class ChatSession:
                 session.refuse_text_too_long([text], "the system prompt")
             except PromptTooLongError as exc:  # (said as the command's error: the chat goes on)
                 raise InputError(str(exc)) from None
-            budget = self.conversation.settings.budget(self.grammar is not None, template_thinks(session.chat_template()))
+            thinks = template_thinks(session.chat_template())
+            budget = self.conversation.settings.budget(self.grammar is not None, thinks)
             room = session.target.n_ctx - min(budget, session.target.n_ctx // 4)
             n_tokens = len(session.target.tokenize(text, add_special=False))
             if n_tokens > room:

@@ -25,8 +25,8 @@ sampling at a temperature).
 It is a cache: one file per model file, build, placement and attention
 kernel, replaced by the latest save (written atomically; two processes' saves
 leave one whole file), the MAX_FILES used last kept; one that does not fit (truncated, another format, its
-state's bytes other than its digest says, refused by llama.cpp) is ignored and replaced. It holds a prompt's tokens, so `history remove` and
-`memory clear` empty it too (`forget_prompts`), and `--no-prompt-cache` keeps
+state's bytes other than its digest says, refused by llama.cpp) is ignored and replaced. It holds a prompt's
+tokens, so `history remove` and `memory clear` empty it too (`forget_prompts`), and `--no-prompt-cache` keeps
 a run from reading or writing it.
 """
 

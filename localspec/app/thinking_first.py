@@ -4,8 +4,9 @@ A format that holds a reply from its first token leaves a thinking model no room
 must write JSON at once, and a prompt that opened the thought (DeepSeek R1's `<think>\\n`) has the answer written
 inside it. `thinking_format` puts the format after the thought instead: `<think>…</think>` and its kin
 (`reasoning.Thinking`), as special tokens of the model's vocabulary or spelled in ordinary ones (the thought then
-ends at the first spelling of its closing tag), or gpt-oss's analysis and its final message's header (`harmony`). The reply's answer, what
-`run` prints and `serve` sends as `content`, is then what the format holds; its thought is `reasoning_content`.
+ends at the first spelling of its closing tag), or gpt-oss's analysis and its final message's header
+(`harmony`). The reply's answer, what `run` prints and `serve` sends as `content`, is then what the format
+holds; its thought is `reasoning_content`.
 """
 
 from __future__ import annotations
