@@ -171,15 +171,20 @@ class ChatSession:
         session, conversation = self.session, self.conversation
         if conversation.messages:  # (one that cannot fit whatever its tokens is refused before llama.cpp tokenizes it)
             session.refuse_text_too_long([conversation.messages[-1].content], "the message")
-        budget = conversation.settings.budget(self.grammar is not None, template_thinks(session.chat_template()))
-        reserve = min(budget, session.target.n_ctx // 4)
         old = min(self.window, len(conversation.messages))
 
         def prompt_length(messages: list[dict[str, str]]) -> int:
             return len(session.chat_prompt_tokens(messages, variables=conversation.template_variables))
 
-        self.window = conversation.window_start(prompt_length, session.target.n_ctx - reserve, old)
+        self.window = conversation.window_start(prompt_length, self._prompt_room(), old)
         return sum(message.role == "assistant" for message in conversation.messages[old:self.window])
+
+    def _prompt_room(self) -> int:
+        """The tokens a prompt may take: the context less the room kept for a reply (its budget, at most a
+        quarter of the context)."""
+        session = self.session
+        budget = self.conversation.settings.budget(self.grammar is not None, template_thinks(session.chat_template()))
+        return session.target.n_ctx - min(budget, session.target.n_ctx // 4)
 
     def next_seed(self) -> int:
         """The seed of the next reply: the chat's seed for its first reply, one more for each reply after it (a
@@ -205,9 +210,7 @@ class ChatSession:
                 session.refuse_text_too_long([text], "the system prompt")
             except PromptTooLongError as exc:  # (said as the command's error: the chat goes on)
                 raise InputError(str(exc)) from None
-            thinks = template_thinks(session.chat_template())
-            budget = self.conversation.settings.budget(self.grammar is not None, thinks)
-            room = session.target.n_ctx - min(budget, session.target.n_ctx // 4)
+            room = self._prompt_room()
             n_tokens = len(session.target.tokenize(text, add_special=False))
             if n_tokens > room:
                 raise InputError(f"the system prompt does not fit the context ({n_tokens} tokens, room for {room}"

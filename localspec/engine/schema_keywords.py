@@ -139,6 +139,11 @@ def json_identity(value: Any) -> str:
     return json.dumps(value)
 
 
+def pointer_escaped(name: str) -> str:
+    """A name as a JSON pointer writes it (RFC 6901)."""
+    return name.replace("~", "~0").replace("/", "~1")
+
+
 def pointed(root: Any, reference: Any) -> Any:
     """What a local `$ref` ("#", "#/$defs/name", ...) points at in `root`; None for any other (an anchor's `#name`,
     another document's)."""

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .schema_keywords import is_count, rewritten_bottom_up, schemas_in, with_subschemas_changed
+from .schema_keywords import (
+    is_count, pointed, pointer_escaped, rewritten_bottom_up, schemas_in, with_subschemas_changed,
+)
 
 RECURSION_LEVELS = 6  # (as deep as `--format json`'s values nest: JSON_DEPTH_LIMIT)
 MOST_LEVEL_DEFINITIONS = 600  # definitions written out for the levels, at most (else left as written)
@@ -125,35 +127,14 @@ def _takes_nothing(node: dict[str, Any]) -> bool:
 def _definitions(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema's definitions by the `$ref` that names them (`#/$defs/name`; `#` for the root's body), and the
     schemas inside it that a reference points to (`#/properties/child`)."""
-    bodies = {f"#/{key}/{_escaped(name)}": body for key in _DEFINITION_MAPS if isinstance(schema.get(key), dict)
-              for name, body in schema[key].items()}
+    bodies = {f"#/{key}/{pointer_escaped(name)}": body for key in _DEFINITION_MAPS
+              if isinstance(schema.get(key), dict) for name, body in schema[key].items()}
     bodies[_ROOT] = {key: value for key, value in schema.items() if key not in _NOT_THE_ROOTS_BODY}
     for pointer in _references(schema) - bodies.keys():
-        target = _pointed(schema, pointer)
+        target = pointed(schema, pointer)
         if isinstance(target, (dict, bool)):
             bodies[pointer] = target
     return bodies
-
-
-def _pointed(schema: Any, pointer: str) -> Any:
-    """What a local JSON pointer (`#/properties/child`, RFC 6901) names in `schema`; None where it names nothing."""
-    if not pointer.startswith("#/"):
-        return None
-    found = schema
-    for step in pointer[2:].split("/"):
-        step = step.replace("~1", "/").replace("~0", "~")
-        if isinstance(found, dict) and step in found:
-            found = found[step]
-        elif isinstance(found, list) and step.isascii() and step.isdigit() and int(step) < len(found):
-            found = found[int(step)]
-        else:
-            return None
-    return found
-
-
-def _escaped(name: str) -> str:
-    """A name as a JSON pointer writes it (RFC 6901)."""
-    return name.replace("~", "~0").replace("/", "~1")
 
 
 def _references(schema: Any) -> set[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .schema_keywords import SCHEMA_MAPS
+from .schema_keywords import SCHEMA_MAPS, pointer_escaped
 
 _TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 
@@ -77,7 +77,7 @@ def _misshapen(schema: Any, at: str) -> str | None:
     for key, value in schema.items():
         if not isinstance(key, str):
             continue
-        where = f"{at}/{_escaped(key)}"
+        where = f"{at}/{pointer_escaped(key)}"
         if key in _VALUE_RULES:
             takes, kind = _VALUE_RULES[key]
             if not takes(value):
@@ -106,8 +106,8 @@ def _inside(key: str, value: Any, where: str) -> str | None:
     if key in _SCHEMA_LISTS or key == "items":
         return next(filter(None, (_misshapen(item, f"{where}/{index}") for index, item in enumerate(value))), None)
     if key in SCHEMA_MAPS or key == "dependencies":
-        return next(filter(None, (_misshapen(item, f"{where}/{_escaped(name)}") for name, item in value.items())),
-                    None)
+        return next(filter(None, (_misshapen(item, f"{where}/{pointer_escaped(name)}")
+                                  for name, item in value.items())), None)
     return None
 
 
@@ -125,8 +125,3 @@ def _shown(value: Any) -> str:
     if text and len(text) <= 40:
         return text
     return {dict: "an object", list: "a list", str: "a long string"}.get(type(value), "a number")
-
-
-def _escaped(name: str) -> str:
-    """A name as a JSON pointer writes it (RFC 6901)."""
-    return name.replace("~", "~0").replace("/", "~1")
