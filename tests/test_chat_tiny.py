@@ -946,3 +946,30 @@ def test_a_system_prompt_that_cannot_fit_is_refused_when_set(tiny_profile: str) 
     assert "error: the system prompt is 4799 bytes, more than a context" in result.stderr  # (too long to count)
     assert "(system prompt set)" in result.stderr and len(replies(result.stderr)) == 1
     assert stored()["messages"][0]["content"] == "be brief"
+
+
+def test_a_chat_emptied_by_undo_leaves_no_conversation_nor_its_tokens(tiny_profile: str) -> None:
+    from localspec.app.memory import conversation_tag, stores_of
+
+    result = chat(b"the cat\n/undo\n", "--strategy", "ngram")
+    assert result.exit_code == 0 and "(last exchange dropped)" in result.stderr, result.stderr
+    assert json.loads(cli("history", "list", "--json").stdout or "[]") == []  # (was: conversation 1, no message)
+    assert [document for store in stores_of() for document in store.documents()] == []
+    again = chat(b"the cat\n/undo\nthe dog\n", "--strategy", "ngram")  # stored again, as a new conversation
+    assert again.exit_code == 0, again.stderr
+    assert [m["content"] for m in stored()["messages"]][0] == "the dog"
+    tags = {document["tag"] for store in stores_of() for document in store.documents()}
+    assert tags == {conversation_tag(json.loads(cli("history", "list", "--json").stdout)[0]["id"])}
+
+
+def test_chat_commands_expand_variables_in_file_names_as_a_shell_would(tiny_profile: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATS", str(tmp_path))
+    monkeypatch.delenv("NO_SUCH_VARIABLE_HERE", raising=False)
+    (tmp_path / "person.json").write_text('{"type": "object"}')
+    script = (b"the cat\n/save $CHATS/a.json\n/load ${CHATS}/a.json\n/format schema $CHATS/person.json\n"
+              b"/save $NO_SUCH_VARIABLE_HERE/b.json\n")
+    result = chat(script)
+    assert (tmp_path / "a.json").is_file() and "loaded 2 messages" in result.stderr, result.stderr
+    assert "(format: JSON schema" in result.stderr
+    assert "error: $NO_SUCH_VARIABLE_HERE/b.json: $NO_SUCH_VARIABLE_HERE is not set in this environment" in result.stderr

@@ -443,6 +443,20 @@ def test_models_scan_and_drafts_print_paths_that_look_like_markup_as_written(tmp
     assert drafts.exit_code == 0 and "[red]b]/z.gguf" in drafts.output
 
 
+
+def test_models_scan_shows_odd_file_names_on_one_line_and_writes_unicode_json(tmp_path: Path, tiny_pair) -> None:
+    (tmp_path / "a\nb.gguf").write_bytes(tiny_pair[0].read_bytes())
+    (tmp_path / os.fsdecode(b"c\xffd.gguf")).write_bytes(tiny_pair[0].read_bytes())
+    (tmp_path / os.fsdecode(b"e\xff.gguf")).write_bytes(b"junk")
+    scanned = cli("models", "scan", str(tmp_path))
+    assert scanned.exit_code == 0, scanned.stderr
+    table = scanned.output.replace("\n", "")
+    assert "a\\nb.gguf" in table and "c\\xffd.gguf" in table
+    assert scanned.stderr.count("\n") == 1 and "e\\xff.gguf: not a GGUF file" in scanned.stderr
+    report = json.loads(cli("models", "scan", str(tmp_path), "--json").output)
+    paths = sorted(Path(row["path"]).name for row in report["groups"][0])
+    assert paths == ["a\nb.gguf", "c\ufffdd.gguf"] and "e\ufffd.gguf" in report["unreadable"][0]
+
 @pytest.mark.slow
 def test_models_scan_groups_and_drafts_lists_smallest_first(tmp_path: Path, smollm_q4_1: Path, smollm_f32: Path, tiny_pair) -> None:
     folder = tmp_path / "models"

@@ -61,6 +61,15 @@ def test_a_localspec_home_that_is_a_file_is_one_line_for_every_command_and_info_
     assert a_file.read_text() == "x\n"
 
 
+
+def test_a_relative_localspec_home_is_refused_naming_the_absolute_one(tmp_path, monkeypatch) -> None:
+    """(was: taken from the current folder, so that each folder had its own profiles, history and memory)"""
+    monkeypatch.chdir(tmp_path)
+    for command in (("history", "list"), ("profile", "list")):
+        one_error_line(cli(*command, env={"LOCALSPEC_HOME": "home"}), 2,
+                       "LOCALSPEC_HOME=home: not an absolute path", f"use {tmp_path / 'home'}")
+    assert not (tmp_path / "home").exists()
+
 def test_info_still_reports_with_a_broken_config_and_says_what_is_wrong_with_it() -> None:
     from localspec.config.paths import config_file
 

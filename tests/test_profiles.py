@@ -223,6 +223,14 @@ def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
     assert not (user_profiles_dir() / "p2.toml").exists()
 
 
+
+def test_add_of_a_shipped_profiles_name_says_it_hides_that_one(tiny_pair: tuple[Path, Path]) -> None:
+    added = cli("profile", "add", "demo", "--target", str(tiny_pair[0]))
+    assert added.exit_code == 0, added.stderr
+    assert "note: it hides the shipped profile 'demo' (`localspec profile remove demo` brings" in added.stderr
+    assert "hides" not in cli("profile", "add", "other", "--target", str(tiny_pair[0])).stderr
+    assert "the shipped profile of that name applies again" in cli("profile", "remove", "demo").stderr
+
 @pytest.mark.slow
 def test_set_keeps_the_users_comments(pair: tuple[str, str]) -> None:
     path = write_user_profile("commented", f'# my favourite pair\n[target]\npath = "{pair[0]}"  # the big one\n\n[sampling]\ntemperature = 0.5\n')

@@ -22,7 +22,7 @@ from ..runtime.model import common_prefix_length
 from ..settings import SEED_MAX
 from .conversation import Conversation
 from .history import ConversationChanged, HistoryStore, HistoryUnavailable
-from .memory import conversation_tag
+from .memory import conversation_tag, forget_conversation
 from .session import Session
 from .reasoning import Splitter
 from .thinking_first import reply_form, template_thinks
@@ -234,12 +234,35 @@ class ChatSession:
         self.speculative = on
 
     def undo(self) -> int:
-        """Drop the last exchange; return how many messages went."""
+        """Drop the last exchange; return how many messages went. A stored conversation left without a message
+        is removed from the history (and its tokens from the memory), to be stored again once it has one."""
         dropped = self.conversation.undo()
         if dropped:
             self.last = None  # (/stats: the reply it dropped is not the last reply any more)
-        self.save_all()
+        if self.conversation.messages or self.conversation_id is None or self.store is None:
+            self.save_all()
+        else:
+            self._discard_stored()
         return dropped
+
+    def _discard_stored(self) -> None:
+        """Remove the stored conversation, now empty, and its tokens from the memory; it is stored again as a new
+        conversation once it has a message. One another chat has written to since is left to that chat."""
+        conversation_id, self.conversation_id = self.conversation_id, None
+        try:
+            self.store.discard(conversation_id)
+        except ConversationChanged as exc:
+            self.warn(f"note: {exc} meanwhile; it is kept, and this chat goes on as a new one")
+            return
+        except HistoryUnavailable as exc:
+            self.warn(f"warning: {exc}; this chat is no longer saved")
+            self.store = None
+            return
+        try:
+            forget_conversation(conversation_id)
+        except OSError as exc:
+            self.warn(f"warning: conversation {conversation_id}'s tokens stay in the memory ({exc.strerror or exc}):"
+                      f" `localspec history remove {conversation_id}` removes them")
 
     def reset(self) -> None:
         """A new conversation with the same settings, system prompt and template variables, stored once it has a

@@ -172,6 +172,12 @@ class HistoryStore:
             self._db.execute("DELETE FROM messages WHERE conversation = ?", (conversation_id,))
             self._insert_messages(conversation_id, conversation.messages)
 
+    def discard(self, conversation_id: int) -> None:
+        """Remove a conversation as `update` rewrites one: ConversationChanged where another process wrote to it
+        since this store last read or wrote it (it is then left as it is)."""
+        with self._writing(conversation_id):
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
     @contextmanager
     def _writing(self, conversation_id: int) -> Iterator[None]:
         """One transaction that writes to a conversation at the revision this store knows, and raises it.

@@ -60,6 +60,12 @@ def conversation_tag(conversation_id: int) -> str:
     return f"conversation:{conversation_id}"
 
 
+def forget_conversation(conversation_id: int) -> int:
+    """Remove a chat conversation's tokens from every local memory; tokens removed (OSError where one cannot
+    be written)."""
+    return sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
+
+
 class SessionMemory:
     """One session's view of a memory: what its generations draft from, and what they add to it.
 

@@ -30,7 +30,7 @@ from ..app.thinking_first import template_thinks
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES, refuse_utf16
-from ..config.paths import check_folder_of, history_file, input_history_file, keep_private, user_path
+from ..config.paths import check_folder_of, history_file, input_history_file, expanded_user_path, keep_private
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
@@ -394,7 +394,7 @@ class ChatLoop:
             raise InputError("/save [--force] FILE")
         if name.endswith(("/", os.sep)):
             raise InputError(f"{name}: names a folder; /save writes a file")
-        path = user_path(name)
+        path = expanded_user_path(name)
         check_folder_of(path, str(path))
         if path.is_file() and not force and path.resolve() not in self.saved_files:
             raise InputError(f"{path} exists: /save --force {name} replaces it")
@@ -409,7 +409,7 @@ class ChatLoop:
         name = unquoted(argument)
         if not name:
             raise InputError("/load FILE")
-        path = user_path(name)
+        path = expanded_user_path(name)
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         # (as its settings lie over the chat's, a file that kept no template variables goes on with the chat's)
         conversation.template_variables = conversation.template_variables or self.chat.conversation.template_variables

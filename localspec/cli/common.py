@@ -349,6 +349,12 @@ def shown_plainly(text: str) -> str:
     return _CONTROL.sub(_escaped, text)
 
 
+def shown_name(name: str) -> str:
+    """A file's name (or other text from outside) shown on one line of a table or a message: control characters
+    and line breaks escaped (`shown_plainly`, `one_line`), bytes that were not UTF-8 as `\\xNN`."""
+    return one_line(undecodable_bytes_shown(shown_plainly(name)))
+
+
 def _escaped(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

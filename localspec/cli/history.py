@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..app.conversation import Conversation
 from ..app.history import HistoryStore, HistoryUnavailable
-from ..app.memory import LOCAL_OWNER, conversation_tag, stores_of
+from ..app.memory import forget_conversation
 from ..app.prompt_cache import forget_prompts
 from ..config.paths import history_file
 from ..settings import GenerationSettings
@@ -86,7 +86,7 @@ def remove_command(conversation_id: int) -> None:
     """Delete conversation ID (and its tokens from the memory and the saved prompts)."""
     # The memory first: should that fail, the conversation is still there to remove again.
     try:
-        forgotten = sum(store.remove(conversation_tag(conversation_id)) for store in stores_of(LOCAL_OWNER))
+        forgotten = forget_conversation(conversation_id)
     except OSError as exc:
         raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {os_error_text(exc)}"
                              ) from None
@@ -94,13 +94,16 @@ def remove_command(conversation_id: int) -> None:
         removed = _store().remove(conversation_id)
     except HistoryUnavailable as exc:
         raise LocalspecError(str(exc)) from None
-    if not removed:
+    if not removed and not forgotten:
         raise InputError(f"no conversation {conversation_id}")
     try:
         forget_prompts()  # (the models' saved reading of the last prompt may be this conversation's)
     except OSError as exc:
         raise LocalspecError(f"removed conversation {conversation_id}, but not the saved prompts: {os_error_text(exc)}"
                              ) from None
+    if not removed:  # (a chat emptied by /undo, whose tokens could not be removed then)
+        click.echo(f"removed conversation {conversation_id}'s {forgotten} tokens from the memory", err=True)
+        return
     also = f" and its {forgotten} tokens from the memory" if forgotten else ""
     click.echo(f"removed conversation {conversation_id}{also}", err=True)
 

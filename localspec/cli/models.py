@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -11,7 +12,8 @@ from rich.text import Text
 
 from ..config.paths import models_dir, user_path
 from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
-from .common import human_size, shown_plainly, stdout_console
+from ..textin import clean_text
+from .common import human_size, shown_name, shown_plainly, stdout_console
 
 
 def _params(n: int) -> str:
@@ -24,7 +26,7 @@ def _model_table(models: list[ModelInfo], extra: dict[Path, str] | None = None) 
         table.add_column("size vs target")
     for model in models:
         row = [
-            str(model.path),
+            shown_name(str(model.path)),
             model.architecture,
             _params(model.n_parameters),
             model.quantization,
@@ -36,6 +38,11 @@ def _model_table(models: list[ModelInfo], extra: dict[Path, str] | None = None) 
             row.append(extra[model.path])
         table.add_row(*(Text(shown_plainly(cell)) for cell in row))  # text, not markup: a path may hold "[red]"
     return table
+
+
+def _json_row(model: ModelInfo) -> dict:
+    """A model's row for `--json`: a path's bytes that are not UTF-8 as U+FFFD, as JSON's text must be Unicode."""
+    return {**model.to_dict(), "path": clean_text(str(model.path))[0]}
 
 
 @click.group("models")
@@ -56,7 +63,8 @@ def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
         models, problems = scan(folders or (models_dir(),))
     groups = group_by_vocabulary(models)
     if as_json:
-        click.echo(json.dumps({"groups": [[m.to_dict() for m in g] for g in groups], "unreadable": problems}, indent=2))
+        click.echo(json.dumps({"groups": [[_json_row(m) for m in g] for g in groups],
+                               "unreadable": [clean_text(problem)[0] for problem in problems]}, indent=2))
         return
     if not models:
         stdout_console.print("no GGUF files found")
@@ -64,7 +72,7 @@ def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
         stdout_console.print(f"[bold]vocabulary group {number}[/bold] ({len(group)} file{'s' if len(group) > 1 else ''}: any can draft for a larger one)")
         stdout_console.print(_model_table(sorted(group, key=lambda m: m.size_bytes)))
     for problem in problems:
-        click.echo(f"skipped: {problem}", err=True)
+        click.echo(f"skipped: {shown_name(problem)}", err=True)
 
 
 @models_group.command("drafts")
@@ -75,9 +83,9 @@ def drafts_command(target: str, folders: tuple[str, ...], as_json: bool) -> None
     """List the files that can draft for TARGET, smallest first (default folders: TARGET's and the models folder)."""
     found = find_drafts(user_path(target, "TARGET"), [user_path(folder, "FOLDER") for folder in folders])
     if as_json:
-        click.echo(json.dumps([{**m.to_dict(), "size_ratio": r} for m, r in found], indent=2))
+        click.echo(json.dumps([{**_json_row(m), "size_ratio": r} for m, r in found], indent=2))
         return
     if not found:
-        click.echo(f"no compatible smaller model found; make one with: localspec draft make {shown_plainly(str(target))}")
+        click.echo(f"no compatible smaller model found; make one with: localspec draft make {shlex.quote(shown_name(target))}")
         return
     stdout_console.print(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))

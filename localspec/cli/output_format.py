@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from ..config.files import read_user_text
-from ..config.paths import user_path
+from ..config.paths import expanded_user_path, user_path
 from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
@@ -63,10 +64,11 @@ def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
 def schema_format(value: str, given_as: str = "--json-schema", pipes_ok: bool = True) -> OutputFormat:
     """`--json-schema` / `/format schema`: inline JSON when it starts with '{' or, naming no file, is JSON of
     another kind ('[1,2]', '42': refused as a schema when it is parsed), else a file's text (or a pipe's, where
-    `pipes_ok`: a flag's `<(jq ...)`)."""
+    `pipes_ok`: a flag's `<(jq ...)`; elsewhere, a chat's command, the file's `$VARIABLES` expanded, as a shell
+    expands a flag's)."""
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as, inline=True)
-    path = user_path(value, given_as)
+    path = _file_named(value, given_as, pipes_ok)
     if not os.path.lexists(path) and _is_json(value):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as, inline=True)
     return OutputFormat("json_schema", read_user_text(path, pipes_ok=pipes_ok), str(path))
@@ -82,8 +84,13 @@ def _is_json(text: str) -> bool:
 
 def grammar_format(value: str, given_as: str = "--grammar", pipes_ok: bool = True) -> OutputFormat:
     """`--grammar` / `/format grammar`: a grammar file's text (Lark or GBNF; a pipe's too, where `pipes_ok`)."""
-    path = user_path(value, given_as)
+    path = _file_named(value, given_as, pipes_ok)
     return OutputFormat("grammar", read_user_text(path, pipes_ok=pipes_ok), str(path))
+
+
+def _file_named(value: str, given_as: str, from_a_shell: bool) -> Path:
+    """The file a flag (which the shell expanded) or a chat's command (`$VARIABLES` and `~` expanded) names."""
+    return user_path(value, given_as) if from_a_shell else expanded_user_path(value, given_as)
 
 
 def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] | None = None) -> CompiledGrammar | None:

@@ -9,7 +9,8 @@ import click
 from rich.markup import escape
 
 from ..app.plan import locate_model
-from ..config.paths import MODEL_PATH_KEYS, model_path_here, stored_assignment, stored_model_path, user_profiles_dir
+from ..config.paths import (MODEL_PATH_KEYS, model_path_here, shipped_profiles_dir, stored_assignment, stored_model_path,
+                            user_profiles_dir)
 from ..config.profiles import check_name, parse_assignment, profile_exists, save_profile
 from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
@@ -55,6 +56,9 @@ def add_command(
         check_file(model_path_here(values["target.path"], "target.path"))
     path = save_profile(name, values, replace=force)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
+    if (shipped_profiles_dir() / f"{name}.toml").exists():
+        click.echo(f"note: it hides the shipped profile {name!r} (`localspec profile remove {name}` brings that one"
+                   " back)", err=True)
 
 
 def check_model_files(changes: dict[str, object]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -102,13 +103,20 @@ def stored_assignment(key: str, value: object) -> object:
 def model_path_here(stored: str, key: str) -> Path:
     """The file a profile's model path (`key`) names here: its `$VARIABLES` and `~` expanded (a file whose own
     name holds a `$`, `model$2.gguf`, where it is there as written)."""
-    expanded = user_path(os.path.expandvars(stored), key)
-    if "$" in stored and not expanded.exists():
-        if user_path(stored, key).exists():
-            return user_path(stored, key)
-        unset = [name for name in _VARIABLE.findall(stored) if name.strip("{}") not in os.environ]
+    return expanded_user_path(stored, key, said_as=f"{key} = {stored}")
+
+
+def expanded_user_path(text: str, what: str | None = None, said_as: str | None = None) -> Path:
+    """`user_path` with `$VARIABLES` expanded too, as a shell would (a path whose own name holds a `$` where it
+    is there as written); InputError naming the variable where one is not set (`said_as`: how the path is named
+    in that error, else as given)."""
+    expanded = user_path(os.path.expandvars(text), what)
+    if "$" in text and not expanded.exists():
+        if user_path(text, what).exists():
+            return user_path(text, what)
+        unset = [name for name in _VARIABLE.findall(text) if name.strip("{}") not in os.environ]
         if unset:  # (the path would be looked for with the `$NAME` in it: "no such file" would not say why)
-            raise InputError(f"{key} = {stored}: ${unset[0].strip('{}')} is not set in this environment")
+            raise InputError(f"{said_as or text}: ${unset[0].strip('{}')} is not set in this environment")
     return expanded
 
 
@@ -122,6 +130,9 @@ def _home_override() -> Path | None:
     if not value:
         return None
     home = user_path(value, "LOCALSPEC_HOME")
+    if not home.is_absolute():  # (profiles, history and memory would move with the current folder)
+        raise InputError(f"LOCALSPEC_HOME={value}: not an absolute path (a relative one would change with the current"
+                         f" folder): use {shlex.quote(str(Path.cwd() / home))}")
     try:
         if home.exists() and not home.is_dir():
             raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
