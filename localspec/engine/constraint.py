@@ -202,10 +202,19 @@ class TokenGrammar:
 _LEXEME_LIMITS = re.compile(r"\b(?:stop|max_tokens)\s*=")
 
 
+# llguidance's words where a token its tokenizer gave for forced text spells other bytes.
+_MISSPELT_FORCED_TEXT = re.compile(r"forced bytes: got (?P<forced>'[^\n]*?'); applying (?P<written>'[^\n]*?')\s*$",
+                                   re.MULTILINE)
+
+
 def _first_line(text: str) -> str:
     """llguidance's message, its first line; in plain words where it reached its limit on forced text."""
     if "Too many items" in text and "ff_tokens" in text:
         return TOO_MUCH_FORCED
     if text.startswith("NoExtensionBias"):  # (llguidance's name for a state no token can leave)
         return "no text it allows can follow what was written"
+    spelled = _MISSPELT_FORCED_TEXT.search(text)
+    if spelled:  # (a vocabulary without a piece for a forced byte, such as SentencePiece's lone "▁" for a space)
+        return (f"the model's tokenizer spells the text the format forces here ({spelled['forced']}) with tokens that"
+                f" write {spelled['written']}: its vocabulary cannot write that text")
     return text.strip().splitlines()[0] if text.strip() else "no reason given"
