@@ -1,22 +1,23 @@
 """Gemma 4's tool calls: `<|tool_call>call:NAME{key:VALUE,…}<tool_call|>`, in a notation of its own.
 
-Gemma 4's template writes a call's arguments with their keys bare and in sorted order, a string between
-`<|"|>` marks as its text (no escapes), and a number, `true`, `false` or `null` as JSON writes them:
+Gemma 4's template writes a call's arguments, and every object within them, with their keys bare and in sorted
+order (Jinja's `dictsort`: letters' case ignored), a string between `<|"|>` marks as its text (no escapes), an
+array as `[a,b]`, and a number, `true`, `false` or `null` as JSON writes them; no spaces between:
 
-    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>
+    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3,where:{lat:48.9,tags:[<|"|>old<|"|>]}}<tool_call|>
 
-Calls follow one another with nothing between. `gemma_rules` holds the arguments of a tool whose parameters
-are flat (each a string its text can hold, `tool_call_xml.writes_as_text`, or a JSON scalar: a number, a
-boolean, null, or listed values that are not strings) to its schema, the required ones present; other
-schemas (`gemma_problem`: nested objects, arrays, a string with a pattern) are held to the JSON form by the
-caller instead. `read_gemma_calls` reads calls back into names and arguments as JSON text.
+Calls follow one another with nothing between. `gemma_rules` holds the arguments of a tool whose values its
+notation can hold (`gemma_problem`: each a string its text can hold, `tool_call_xml.writes_as_text`, a JSON
+scalar, or a closed object or an array of such values) to its schema, the required keys present; other schemas
+(a string with a pattern, an object open to other keys, an array of several schemas) are held to the JSON form
+by the caller instead. `read_gemma_calls` reads calls back into names and arguments as JSON text.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from .tool_call_frames import grammar_text
 from .tool_call_xml import TOOL_NAME, expect, tagged_problem, writes_as_text
@@ -36,12 +37,53 @@ def gemma_problem(parameters: Any) -> str | None:
     problem = tagged_problem(parameters)
     if problem is not None:
         return problem
-    for name, schema in (parameters.get("properties") or {}).items():
-        if not (writes_as_text(schema) or _is_scalar(schema)):
-            return f"the parameter {name!r} is not a string its text can hold nor a number, boolean or null"
-        if any(mark in name for mark in ":,{}") or name != name.strip():
-            return f"the parameter name {name!r} would not read back bare"
+    return _members_problem(parameters, "")
+
+
+def _members_problem(schema: dict[str, Any], path: str) -> str | None:
+    """Why an object's properties (at `path` in the arguments, "" for the arguments themselves) cannot be written
+    in Gemma's notation."""
+    for name, value in (schema.get("properties") or {}).items():
+        if any(mark in name for mark in ":,{}[]") or name != name.strip() or not name:
+            return f"the key {name!r} would not read back bare"
+        problem = _value_problem(value, f"{path}.{name}" if path else name)
+        if problem is not None:
+            return problem
     return None
+
+
+# What an object's or an array's schema may hold for its notation to hold it exactly (annotations aside).
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment"})
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"}) | _ANNOTATIONS
+_ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems", "uniqueItems"}) | _ANNOTATIONS
+
+
+def _value_problem(schema: Any, path: str) -> str | None:
+    """Why a value of `schema` (at `path` in the arguments: `at.tags[]`) cannot be written in Gemma's notation."""
+    if writes_as_text(schema) or _is_scalar(schema):
+        return None
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if kind == "object" and not set(schema) - _OBJECT_KEYS:
+        properties, required = schema.get("properties", {}), schema.get("required", [])
+        if schema.get("additionalProperties", False) is not False:
+            return f"the parameter {path} takes keys it does not list"
+        if not isinstance(properties, dict) or not isinstance(required, list) or not all(
+                isinstance(key, str) and key in properties for key in required):
+            return f"the parameter {path} requires keys it does not list"
+        return _members_problem(schema, path)
+    if kind == "array" and schema.get("uniqueItems", False) is not False:
+        return f"the parameter {path} asks for unique items, which localspec cannot hold in this notation"
+    if kind == "array" and not set(schema) - _ARRAY_KEYS and _counts_in_order(schema):
+        return _value_problem(schema.get("items"), f"{path}[]")
+    return (f"the parameter {path} is not a string its text can hold, a number, boolean or null, nor a closed object"
+            " or an array of such")
+
+
+def _counts_in_order(schema: dict[str, Any]) -> bool:
+    """Whether an array's `minItems` and `maxItems` are counts, the least no more than the most."""
+    least = schema.get("minItems", 0)
+    most = schema.get("maxItems", least)
+    return type(least) is int and type(most) is int and 0 <= least <= most
 
 
 def _is_scalar(schema: Any) -> bool:
@@ -57,19 +99,62 @@ def _is_scalar(schema: Any) -> bool:
 
 
 def gemma_rules(rule: str, name: str, parameters: dict[str, Any], marker_token: Callable[[str], int | None],
-                json_options: dict[str, Any]) -> list[str]:
+                 json_options: dict[str, Any]) -> list[str]:
     """Lark rules: `rule` is a call of `name` with `parameters` (that `gemma_problem` passes) in Gemma's notation,
-    its keys in sorted order, commas between those written, the required ones present."""
+    every object's keys in sorted order, commas between those written, the required ones present."""
     opening, closing, quote = (grammar_text((text,), marker_token) for text in (OPEN, CLOSE, QUOTE))
-    properties = parameters.get("properties") or {}
-    required = set(parameters.get("required") or ())
-    keys = sorted(properties)
+    notation = _Notation(quote, marker_token(QUOTE) is not None, json_options)
     lines = [f'{rule}: {opening} {json.dumps(f"call:{name}{{")} {rule}_first_0 "}}" {closing}']
-    for j, key in enumerate(keys):
-        value = f"{rule}_value_{j}"
-        lines.append(f"{rule}_{j}: {json.dumps(f'{key}:')} {value}")
-        lines += _value_rules(value, properties[key], quote, marker_token(QUOTE) is not None, json_options)
-    return lines + keyed_sequence(rule, [key in required for key in keys], ",")
+    return lines + notation.members(rule, parameters)
+
+
+def _sorted_keys(keys: Any) -> list[str]:
+    """Keys in the order Jinja's `dictsort` gives them: by their lower case, ties in their own order."""
+    return sorted(keys, key=str.lower)
+
+
+class _Notation:
+    """Lark rules for values in Gemma's notation, given how its quote mark is written in the grammar."""
+
+    def __init__(self, quote: str, quote_is_a_token: bool, json_options: dict[str, Any]) -> None:
+        self.quote, self.quote_is_a_token, self.json_options = quote, quote_is_a_token, json_options
+
+    def members(self, rule: str, schema: dict[str, Any]) -> list[str]:
+        """`{rule}_first_0`: an object's members (keys sorted, the required ones present), without its braces."""
+        properties = schema.get("properties") or {}
+        required = set(schema.get("required") or ())
+        keys, lines = _sorted_keys(properties), []
+        for j, key in enumerate(keys):
+            value = f"{rule}_value_{j}"
+            lines.append(f"{rule}_{j}: {json.dumps(f'{key}:')} {value}")
+            lines += self.value(value, properties[key])
+        return lines + keyed_sequence(rule, [key in required for key in keys], ",")
+
+    def value(self, rule: str, schema: dict[str, Any]) -> list[str]:
+        """`rule`: a string between quote marks as its text (one of its listed values, or up to its `maxLength`),
+        a JSON scalar held to its schema, an object in braces, or an array's items in brackets."""
+        if writes_as_text(schema):
+            return self._text(rule, schema)
+        if _is_scalar(schema):
+            return [f"{rule}: %json {json.dumps({**schema, 'x-guidance': self.json_options}, ensure_ascii=False)}"]
+        if schema.get("type") == "object":
+            return [f'{rule}: "{{" {rule}_first_0 "}}"', *self.members(rule, schema)]
+        least, most = schema.get("minItems", 0), schema.get("maxItems")
+        more = "" if most == 1 else f'("," {rule}_item){{{max(least - 1, 0)},{"" if most is None else most - 1}}}'
+        items = f"{rule}_item {more}"
+        body = "" if most == 0 else f"({items})?" if least == 0 else items
+        return [f'{rule}: "[" {body} "]"', *self.value(f"{rule}_item", schema["items"])]
+
+    def _text(self, rule: str, schema: dict[str, Any]) -> list[str]:
+        quote = self.quote
+        listed = schema.get("enum", [schema["const"]] if "const" in schema else None)
+        if listed is not None:
+            texts = " | ".join(json.dumps(text, ensure_ascii=False) for text in listed)
+            return [f"{rule}: {quote} ({texts}) {quote}"]
+        count = f"{{0,{schema['maxLength']}}}" if "maxLength" in schema else "*"
+        if self.quote_is_a_token:  # (a text lexeme cannot hold the special token: it ends where the token comes)
+            return [f"{rule}: {quote} {rule}_text {quote}", f"{rule}_text: /(?s:.{count})/"]
+        return [f"{rule}: {quote} {rule}_text", rf"{rule}_text[lazy]: /(?s:.{count})<\|\"\|>/"]
 
 
 def keyed_sequence(rule: str, required: list[bool], separator: str) -> list[str]:
@@ -87,47 +172,50 @@ def keyed_sequence(rule: str, required: list[bool], separator: str) -> list[str]
     return lines + [f'{rule}_first_{len(required)}: ""', f'{rule}_rest_{len(required)}: ""']
 
 
-def _value_rules(value: str, schema: dict[str, Any], quote: str, quote_is_a_token: bool,
-                 json_options: dict[str, Any]) -> list[str]:
-    """`value`: a string between quote marks as its text (one of its listed values, or up to its `maxLength`),
-    or a JSON scalar held to its schema."""
-    if not writes_as_text(schema):
-        return [f"{value}: %json {json.dumps({**schema, 'x-guidance': json_options}, ensure_ascii=False)}"]
-    listed = schema.get("enum", [schema["const"]] if "const" in schema else None)
-    if listed is not None:
-        texts = " | ".join(json.dumps(text, ensure_ascii=False) for text in listed)
-        return [f"{value}: {quote} ({texts}) {quote}"]
-    count = f"{{0,{schema['maxLength']}}}" if "maxLength" in schema else "*"
-    if quote_is_a_token:  # (a text lexeme cannot hold the special token: it ends where the token comes)
-        return [f"{value}: {quote} {value}_text {quote}", f"{value}_text: /(?s:.{count})/"]
-    return [f"{value}: {quote} {value}_text", rf"{value}_text[lazy]: /(?s:.{count})<\|\"\|>/"]
-
-
-def read_gemma_calls(text: str, takes_text: Callable[[str, str], bool]) -> list[tuple[str, str]]:
-    """The name and arguments (JSON text) of each call that makes up the whole of `text`; `takes_text(name, key)`
-    says whether a value is a string between quote marks. ValueError when the text is anything else."""
+def read_gemma_calls(text: str, offered: Collection[str]) -> list[tuple[str, str]]:
+    """The name and arguments (JSON text) of each call to a tool `offered` that makes up the whole of `text`.
+    ValueError when the text is anything else."""
     calls, at = [], 0
     while at < len(text):
         at = expect(text, at, f"{OPEN}call:")
         name = TOOL_NAME.match(text, at)
-        if name is None:
-            raise ValueError("no tool name")
-        at, members = expect(text, name.end(), "{"), []
-        while not text.startswith("}", at):
-            if members:
-                at = expect(text, at, ",")
-            key_end = text.index(":", at)
-            key = text[at:key_end]
-            at = key_end + 1
-            if takes_text(name.group(), key):
-                end = text.index(QUOTE, expect(text, at, QUOTE))
-                written, at = json.dumps(text[at + len(QUOTE):end], ensure_ascii=False), end + len(QUOTE)
-            else:
-                scalar = _SCALAR.match(text, at)
-                if scalar is None:
-                    raise ValueError(f"{key}: not a JSON scalar")
-                written, at = scalar.group(), scalar.end()
-            members.append(f"{json.dumps(key, ensure_ascii=False)}: {written}")
-        at = expect(text, at + 1, CLOSE)
-        calls.append((name.group(), "{" + ", ".join(members) + "}"))
+        if name is None or name.group() not in offered:
+            raise ValueError("no tool offered by that name")
+        arguments, at = _read_object(text, expect(text, name.end(), "{"))
+        at = expect(text, at, CLOSE)
+        calls.append((name.group(), arguments))
     return calls
+
+
+def _read_value(text: str, at: int) -> tuple[str, int]:
+    """The value written at `at`, as JSON text, and where it ends."""
+    if text.startswith(QUOTE, at):
+        end = text.index(QUOTE, at + len(QUOTE))
+        return json.dumps(text[at + len(QUOTE):end], ensure_ascii=False), end + len(QUOTE)
+    if text.startswith("{", at):
+        return _read_object(text, at + 1)
+    if text.startswith("[", at):
+        at, items = at + 1, []
+        while not text.startswith("]", at):
+            if items:
+                at = expect(text, at, ",")
+            item, at = _read_value(text, at)
+            items.append(item)
+        return "[" + ", ".join(items) + "]", at + 1
+    scalar = _SCALAR.match(text, at)
+    if scalar is None:
+        raise ValueError("not a value")
+    return scalar.group(), scalar.end()
+
+
+def _read_object(text: str, at: int) -> tuple[str, int]:
+    """The members after an object's opening brace at `at - 1`, as a JSON object's text, and where it ends."""
+    members: list[str] = []
+    while not text.startswith("}", at):
+        if members:
+            at = expect(text, at, ",")
+        key_end = text.index(":", at)
+        key = text[at:key_end]
+        written, at = _read_value(text, key_end + 1)
+        members.append(f"{json.dumps(key, ensure_ascii=False)}: {written}")
+    return "{" + ", ".join(members) + "}", at + 1

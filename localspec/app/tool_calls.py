@@ -656,10 +656,12 @@ def parse_calls(text: str, syntax: ToolSyntax, tools: Sequence[Tool] = (),
             calls = _mistral_args_calls(text)
         elif syntax is ToolSyntax.FRAMED:
             calls = _framed_calls(text, frame, tools) if frame is not None else []
-        elif syntax in (ToolSyntax.GEMMA, ToolSyntax.PYTHONIC):
-            read = read_gemma_calls if syntax is ToolSyntax.GEMMA else read_pythonic_calls
+        elif syntax is ToolSyntax.GEMMA:
             calls = [ToolCall(name, arguments, _new_id(syntax))
-                     for name, arguments in read(text[_after_space(text, 0):], _text_reader(tools))]
+                     for name, arguments in read_gemma_calls(text[_after_space(text, 0):], {t.name for t in tools})]
+        elif syntax is ToolSyntax.PYTHONIC:
+            calls = [ToolCall(name, arguments, _new_id(syntax))
+                     for name, arguments in read_pythonic_calls(text[_after_space(text, 0):], _text_reader(tools))]
         elif not text.startswith("{", _after_space(text, 0)):
             return None
         elif syntax is ToolSyntax.LLAMA3:
