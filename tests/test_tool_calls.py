@@ -1167,9 +1167,11 @@ def test_gemma_4_calls_are_held_in_its_notation_and_read_back(tmp_path: Path) ->
 
 def test_lfm_calls_are_held_as_python_calls_and_read_back() -> None:
     """LFM2.5's keyword arguments in the schema's order, strings between single quotes, booleans as Python
-    writes them, numbers and objects as JSON; a schema with an array is held to the JSON form."""
-    note = prepare_tools(request(tools=[NOTE]), LFM, lambda text: None)
-    assert note.syntax is ToolSyntax.JSON and any("JSON form" in warning for warning in note.warnings)
+    writes them, numbers and objects as JSON; a schema with a list of objects is held to the JSON form."""
+    listed = json.loads(json.dumps(NOTE))
+    listed["function"]["parameters"]["properties"]["tags"]["items"] = {"type": "object", "properties": {}}
+    note = prepare_tools(request(tools=[listed]), LFM, lambda text: None)
+    assert note.syntax is ToolSyntax.JSON and any("tags[] is not a string" in warning for warning in note.warnings)
     flag = {"type": "function", "function": {"name": "flag", "parameters": {"type": "object", "properties": {
         "on": {"type": "boolean"}, "where": {"type": "object", "properties": {"x": {"type": "integer"}}}},
         "required": ["on"]}}}
@@ -1182,6 +1184,51 @@ def test_lfm_calls_are_held_as_python_calls_and_read_back() -> None:
         ("get_weather", {"city": "Paris, TX", "days": 3}), ("flag", {"on": False, "where": {"x": 1}})]
     for wrong in ("flag(on=false)", "flag(on=True, where=5)", "get_weather(city='it's')"):
         assert not accepts_bytes(setup.grammar, f"<|tool_call_start|>[{wrong}]<|tool_call_end|>"), wrong
+
+
+
+def rendered_call(template: str, name: str, arguments: dict, opening: str, closing: str) -> str:
+    """The call of `name` with `arguments` as `template` renders it in an earlier assistant message, from `opening`
+    to `closing`."""
+    rendered = render_chat(template, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]}],
+        add_generation_prompt=False)
+    return rendered[rendered.index(opening):rendered.index(closing) + len(closing)]
+
+
+def takes_exactly(setup: ToolSetup, written: str, arguments: dict, wrong: list[str]) -> None:
+    """The grammar takes the call `written` and reads back its `arguments`, and refuses each `wrong` variant."""
+    assert accepts_bytes(setup.grammar, written)
+    calls = setup.calls_in(written)
+    assert calls and json.loads(calls[0].arguments) == arguments
+    for variant in wrong:
+        assert not accepts_bytes(setup.grammar, variant), variant
+
+
+def test_lfm_holds_lists_as_python_shows_them_as_its_template_writes_them() -> None:
+    """(was: a tool with a list among its parameters was held to the JSON form) The template writes a list with
+    Jinja's `string` filter, so as Python shows it: what it renders of such a call the grammar takes, and the
+    arguments read back are those given."""
+    tag = {"type": "function", "function": {"name": "tag", "parameters": {"type": "object", "properties": {
+        "names": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "grid": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}, "maxItems": 2},
+        "flags": {"type": "array", "items": {"type": "boolean"}},
+        "level": {"type": "array", "items": {"type": "string", "enum": ["low", "high"]}}}, "required": ["names"]}}}
+    setup = prepare_tools(request(tools=[NOTE, tag]), LFM, lambda text: None)
+    assert setup.syntax is ToolSyntax.PYTHONIC and not setup.warnings
+    arguments = {"names": ["a b", "c"], "grid": [[1, 2], [3]], "flags": [True, False], "level": ["low"]}
+    written = rendered_call(LFM, "tag", arguments, "<|tool_call_start|>", "<|tool_call_end|>")
+    assert written == ("<|tool_call_start|>[tag(names=['a b', 'c'], grid=[[1, 2], [3]], flags=[True, False],"
+                       " level=['low'])]<|tool_call_end|>")
+    takes_exactly(setup, written, arguments, [
+        written.replace("names=['a b', 'c']", "names=[]"),  # (at least one)
+        written.replace("[[1, 2], [3]]", "[[1], [2], [3]]"),  # (two at most)
+        written.replace("'a b', 'c'", "'a b','c'"),  # (Python's separator)
+        written.replace("'a b'", "'a\\nb'"),  # (an escape Python would write: no way to read it back)
+        written.replace("[True, False]", "[true, false]")])
+    escaped = json.loads(json.dumps(tag))
+    escaped["function"]["parameters"]["properties"]["level"]["items"]["enum"] = ["a\\b"]
+    assert prepare_tools(request(tools=[escaped]), LFM, lambda text: None).syntax is ToolSyntax.JSON
 
 
 def test_a_framed_grammar_names_the_markers_that_are_special_tokens() -> None:
@@ -1449,21 +1496,15 @@ def test_gemma_4_holds_arrays_and_objects_in_its_own_notation_as_its_template_wr
     setup = prepare_tools(request(tools=[NOTE, place]), GEMMA, lambda text: None)
     assert setup.syntax is ToolSyntax.GEMMA and not any("JSON form" in warning for warning in setup.warnings)
     arguments = {"sizes": [1, 2], "at": {"tags": ["old", "a, b"], "Lon": 2.5, "lat": 48}, "Name": "Quay"}
-    rendered = render_chat(GEMMA, [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "place", "arguments": arguments}}]}],
-        add_generation_prompt=False)
-    written = rendered[rendered.index("<|tool_call>"):rendered.index("<tool_call|>") + len("<tool_call|>")]
+    written = rendered_call(GEMMA, "place", arguments, "<|tool_call>", "<tool_call|>")
     assert written == ('<|tool_call>call:place{at:{lat:48,Lon:2.5,tags:[<|"|>old<|"|>,<|"|>a, b<|"|>]},'
                        'Name:<|"|>Quay<|"|>,sizes:[1,2]}<tool_call|>')
-    assert accepts_bytes(setup.grammar, written)
-    calls = setup.calls_in(written)
-    assert calls and json.loads(calls[0].arguments) == arguments
-    for wrong in (written.replace("sizes:[1,2]", "sizes:[]"),  # (at least one)
-                  written.replace("sizes:[1,2]", "sizes:[1,2,3,4]"),  # (three at most)
-                  written.replace("lat:48,Lon:2.5", "Lon:2.5,lat:48"),  # (sorted)
-                  written.replace("lat:48,", ""),  # (required)
-                  written.replace("tags:[", "tags: [")):  # (no spaces)
-        assert not accepts_bytes(setup.grammar, wrong), wrong
+    takes_exactly(setup, written, arguments, [
+        written.replace("sizes:[1,2]", "sizes:[]"),  # (at least one)
+        written.replace("sizes:[1,2]", "sizes:[1,2,3,4]"),  # (three at most)
+        written.replace("lat:48,Lon:2.5", "Lon:2.5,lat:48"),  # (sorted)
+        written.replace("lat:48,", ""),  # (required)
+        written.replace("tags:[", "tags: [")])  # (no spaces)
     tagged = '<|tool_call>call:save_note{body:<|"|>b<|"|>,tags:[<|"|>x<|"|>],title:<|"|>t<|"|>}<tool_call|>'
     assert accepts_bytes(setup.grammar, tagged)
     assert json.loads(setup.calls_in(tagged)[0].arguments) == {"body": "b", "tags": ["x"], "title": "t"}

@@ -71,19 +71,34 @@ def _value_problem(schema: Any, path: str) -> str | None:
                 isinstance(key, str) and key in properties for key in required):
             return f"the parameter {path} requires keys it does not list"
         return _members_problem(schema, path)
-    if kind == "array" and schema.get("uniqueItems", False) is not False:
-        return f"the parameter {path} asks for unique items, which localspec cannot hold in this notation"
-    if kind == "array" and not set(schema) - _ARRAY_KEYS and _counts_in_order(schema):
-        return _value_problem(schema.get("items"), f"{path}[]")
+    if kind == "array":
+        return array_problem(schema, path) or _value_problem(schema["items"], f"{path}[]")
     return (f"the parameter {path} is not a string its text can hold, a number, boolean or null, nor a closed object"
             " or an array of such")
 
 
-def _counts_in_order(schema: dict[str, Any]) -> bool:
-    """Whether an array's `minItems` and `maxItems` are counts, the least no more than the most."""
+def array_problem(schema: dict[str, Any], path: str) -> str | None:
+    """Why an array (the parameter at `path`) cannot be written item by item in a notation (Gemma's, Python's)
+    whatever its items are: a keyword other than its items and their counts, the items asked to differ."""
+    if schema.get("uniqueItems", False) is not False:
+        return f"the parameter {path} asks for unique items, which localspec cannot hold in this notation"
     least = schema.get("minItems", 0)
     most = schema.get("maxItems", least)
-    return type(least) is int and type(most) is int and 0 <= least <= most
+    if set(schema) - _ARRAY_KEYS or not isinstance(schema.get("items"), dict) or not (
+            type(least) is int and type(most) is int and 0 <= least <= most):
+        return f"the parameter {path} is an array of other than one schema's items, between two counts"
+    return None
+
+
+def array_rule(rule: str, schema: dict[str, Any], separator: str) -> str:
+    """Lark rule: `rule` is an array (that `array_problem` passes) in brackets, its items `{rule}_item` with
+    `separator` between them, as many as its `minItems` and `maxItems` allow."""
+    least, most = schema.get("minItems", 0), schema.get("maxItems")
+    repeats = f"{max(least - 1, 0)},{'' if most is None else most - 1}"
+    more = "" if most == 1 else f"({json.dumps(separator)} {rule}_item){{{repeats}}}"
+    items = f"{rule}_item {more}"
+    body = "" if most == 0 else f"({items})?" if least == 0 else items
+    return f'{rule}: "[" {body} "]"'
 
 
 def _is_scalar(schema: Any) -> bool:
@@ -139,11 +154,7 @@ class _Notation:
             return [f"{rule}: %json {json.dumps({**schema, 'x-guidance': self.json_options}, ensure_ascii=False)}"]
         if schema.get("type") == "object":
             return [f'{rule}: "{{" {rule}_first_0 "}}"', *self.members(rule, schema)]
-        least, most = schema.get("minItems", 0), schema.get("maxItems")
-        more = "" if most == 1 else f'("," {rule}_item){{{max(least - 1, 0)},{"" if most is None else most - 1}}}'
-        items = f"{rule}_item {more}"
-        body = "" if most == 0 else f"({items})?" if least == 0 else items
-        return [f'{rule}: "[" {body} "]"', *self.value(f"{rule}_item", schema["items"])]
+        return [array_rule(rule, schema, ","), *self.value(f"{rule}_item", schema["items"])]
 
     def _text(self, rule: str, schema: dict[str, Any]) -> list[str]:
         quote = self.quote

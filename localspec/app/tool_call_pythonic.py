@@ -2,10 +2,12 @@
 
 LFM2.5's template writes each call as a Python call with keyword arguments in the order given, a string
 between single quotes as its text (no escapes), an object as JSON, and other values as Python writes them
-(`True`, `False`, `None`, numbers). `pythonic_rules` holds the arguments of a tool whose parameters are flat or
-objects (each a string its text can hold without a quote, a number, a boolean, null, or an object held as JSON)
-to its schema in the schema's order, the required ones present; other schemas (`pythonic_problem`: arrays, a
-string with a pattern) are held to the JSON form by the caller instead. `read_pythonic_calls` reads them back.
+(`True`, `False`, `None`, numbers; a list as Python shows it: `['a', 'b']`, `[1, 2]`). `pythonic_rules` holds
+the arguments of a tool whose parameters are flat, objects or lists (each a string its text can hold without a
+quote, a number, a boolean, null, an object held as JSON, or a list of strings, numbers, booleans, null or
+lists) to its schema in the schema's order, the required ones present; other schemas (`pythonic_problem`: a
+list of objects, a string with a pattern) are held to the JSON form by the caller instead.
+`read_pythonic_calls` reads them back.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 from typing import Any, Callable
 
 from .tool_call_frames import grammar_text
-from .tool_call_gemma import keyed_sequence
+from .tool_call_gemma import array_problem, array_rule, keyed_sequence
 from .tool_call_xml import TOOL_NAME, expect, tagged_problem, writes_as_text
 
 OPEN, CLOSE = "<|tool_call_start|>[", "]<|tool_call_end|>"
@@ -39,13 +41,38 @@ def pythonic_problem(parameters: Any) -> str | None:
             return f"the parameter name {name!r} is no Python keyword argument"
         if _kind(schema) is None:
             return f"the parameter {name!r} is not a string its text can hold, a number, a boolean, null or an object"
+        problem = _list_problem(schema, name) if _kind(schema) == "list" else None
+        if problem is not None:
+            return problem
     return None
+
+
+def _list_problem(schema: dict[str, Any], path: str) -> str | None:
+    """Why a list (the parameter at `path`) cannot be written as Python shows one (as `| string` renders it)."""
+    problem = array_problem(schema, path)
+    if problem is not None:
+        return problem
+    items, path = schema["items"], f"{path}[]"
+    if _kind(items) == "list":
+        return _list_problem(items, path)
+    if _kind(items) in ("json", None) and not _is_number(items):  # (Python shows an object in a list as a dict)
+        return f"the parameter {path} is not a string its text can hold, a number, a boolean, null or a list of such"
+    listed = items.get("enum", [items["const"]] if "const" in items else [])
+    if _kind(items) == "text" and not all(text.isprintable() and "\\" not in text for text in listed):
+        return f"the parameter {path} lists a text Python would show escaped"
+    return None
+
+
+def _is_number(schema: Any) -> bool:
+    """Whether a value written as JSON is a number (not an object)."""
+    kinds = schema.get("type") if isinstance(schema, dict) else None
+    return _kind(schema) == "json" and kinds != "object" and kinds != ["object"]
 
 
 def _kind(schema: Any) -> str | None:
     """How a parameter's values are written: "text" (between quotes: a string, none of whose listed values holds
-    one), "json" (a number or an object, as JSON writes it), "python" (booleans and null, as Python writes them);
-    None where they cannot all be."""
+    one), "json" (a number or an object, as JSON writes it), "python" (booleans and null, as Python writes them),
+    "list" (a list, as Python shows it); None where they cannot all be."""
     if writes_as_text(schema):
         listed = schema.get("enum", [schema["const"]] if "const" in schema else [])
         return None if any("'" in text for text in listed) else "text"
@@ -57,6 +84,8 @@ def _kind(schema: Any) -> str | None:
         return "json"
     if kinds and kinds <= {"boolean", "null"}:
         return "python"
+    if kinds == {"array"}:
+        return "list"
     return None
 
 
@@ -69,8 +98,20 @@ def pythonic_rules(rule: str, name: str, parameters: dict[str, Any], json_option
     for j, (key, schema) in enumerate(properties.items()):
         value = f"{rule}_value_{j}"
         lines.append(f"{rule}_{j}: {json.dumps(f'{key}=')} {value}")
-        lines.append(_value_rule(value, schema, json_options))
+        lines += _value_rules(value, schema, json_options)
     return lines + keyed_sequence(rule, [key in required for key in properties], ", ")
+
+
+def _value_rules(value: str, schema: dict[str, Any], json_options: dict[str, Any], in_a_list: bool = False
+                 ) -> list[str]:
+    """`value`: a value of `schema` as the template writes it (`_value_rule`), or a list as Python shows it: its
+    strings between single quotes without a backslash or a character Python would escape there."""
+    if _kind(schema) == "list":
+        return [array_rule(value, schema, ", "), *_value_rules(f"{value}_item", schema["items"], json_options, True)]
+    if in_a_list and _kind(schema) == "text" and "enum" not in schema and "const" not in schema:
+        count = f"{{0,{schema['maxLength']}}}" if "maxLength" in schema else "*"
+        return [rf"{value}: /'[^'\\\x00-\x1f\x7f-\xa0\xad]{count}'/"]
+    return [_value_rule(value, schema, json_options)]
 
 
 def _value_rule(value: str, schema: dict[str, Any], json_options: dict[str, Any]) -> str:
@@ -128,6 +169,13 @@ def _value(text: str, at: int, as_text: bool) -> tuple[str, int]:
     for word, written in _PYTHON_CONSTANTS.items():
         if text.startswith(word, at):
             return written, at + len(word)
+    if text.startswith("[", at):
+        at, items = at + 1, []
+        while not text.startswith("]", at):
+            at = expect(text, at, ", ") if items else at
+            item, at = _value(text, at, text.startswith("'", at))
+            items.append(item)
+        return "[" + ", ".join(items) + "]", at + 1
     if text.startswith("{", at):
         value, end = json.JSONDecoder().raw_decode(text, at)
         if not isinstance(value, dict):
