@@ -151,6 +151,28 @@ def test_pull_downloads_then_the_profile_runs(hub: FakeHub, tiny_pair: tuple[Pat
     assert again.exit_code == 0 and "have org/tiny-GGUF/tiny-target.gguf" in again.stderr
 
 
+
+@pytest.mark.slow
+def test_a_download_that_is_no_gguf_is_not_kept_and_the_next_pull_fetches_it_again(hub: FakeHub, tiny_pair) -> None:
+    """(was: the bad file stayed in the hub cache, so the next `pull` said "have" and every run failed)"""
+    write_hub_profile()
+    good = hub.files["/org/tiny-GGUF/resolve/main/tiny-target.gguf"]
+    hub.files["/org/tiny-GGUF/resolve/main/tiny-target.gguf"] = b"<html>a login page</html>"
+    failed = cli("pull", "tinyhub")
+    last = failed.stderr.strip().splitlines()[-1]
+    assert failed.exit_code == 1 and "Traceback" not in failed.stderr
+    assert "downloaded org/tiny-GGUF/tiny-target.gguf is not a usable GGUF model" in last and "removed from" in last
+    assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf") is None
+    hub.files["/org/tiny-GGUF/resolve/main/tiny-target.gguf"] = good
+    assert cli("pull", "tinyhub").exit_code == 0
+    local = hub_local_path("org/tiny-GGUF", "tiny-target.gguf")
+    assert local is not None and local.read_bytes() == good
+    local.resolve().write_bytes(b"damaged")  # (one an earlier version kept)
+    again = cli("pull", "tinyhub")
+    assert again.exit_code == 0 and "is not a usable GGUF model" in again.stderr and "downloading it again" in again.stderr
+    assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf").read_bytes() == good
+
+
 @pytest.mark.slow  # 24 MB through a local server: a second
 def test_a_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, tiny_pair: tuple[Path, Path]) -> None:
     # A 24 MB file (the tiny model and padding past its tensors), cut after 12 MB: the
@@ -161,6 +183,7 @@ def test_a_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, tiny
     hub.cut_after = 12_000_000
     result = cli("pull", "tinyhub")
     assert result.exit_code == 0, result.stderr
+    assert "resume" not in result.stderr  # (huggingface_hub's own retries are not shown: was "Trying to resume …")
     resumed = [h for h in hub.range_headers if h and not h.startswith("bytes=0-")]
     assert resumed and int(resumed[0].removeprefix("bytes=").rstrip("-")) >= 10_000_000
     assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf").read_bytes() == big

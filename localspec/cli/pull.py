@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..config.profiles import load_profile
-from ..models.hub import download, hub_local_path
+from ..models.hub import download, hub_local_path, unusable_download
 from .common import status_line, stderr_console
 
 
@@ -24,9 +24,14 @@ def pull(profile_name: str) -> None:
         return
     hub_answered = False  # (whether the hub answers is asked before the first download only)
     for repo, filename in wanted:
-        if hub_local_path(repo, filename) is not None:
-            click.echo(f"have {repo}/{filename}", err=True)
-            continue
+        have = hub_local_path(repo, filename)
+        if have is not None:
+            problem = unusable_download(have)
+            if problem is None:
+                click.echo(f"have {repo}/{filename}", err=True)
+                continue
+            click.echo(f"note: the copy of {repo}/{filename} in the hub cache is not a usable GGUF model ({problem}):"
+                       " removed, downloading it again", err=True)
         with status_line(stderr_console.is_terminal) as status:
             status.start_progress(f"downloading {repo}/{filename}")
             path = download(repo, filename, on_progress=status.advance, hub_answered=hub_answered)

@@ -9,6 +9,7 @@ earlier versions (`<models>/<org>/<repo>/<file>`) are still found there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -98,6 +99,8 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
     problem = None if hub_answered else _hub_problem()
     if problem is not None:
         raise LocalspecError(f"download of {where} failed: {problem}")
+    # Its retries and resumptions are its own business: what failed in the end is said in one line below.
+    huggingface_hub.utils.logging.set_verbosity_error()
     try:
         path = Path(
             huggingface_hub.hf_hub_download(
@@ -121,11 +124,26 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
         raise LocalspecError(
             f"download of {where} failed ({type(exc).__name__}: {_first_line(exc)}); run the same command to resume"
         ) from None
+    problem = unusable_download(path)
+    if problem is not None:
+        raise LocalspecError(f"downloaded {where} is not a usable GGUF model ({problem}): removed from the hub cache"
+                             " (a later pull downloads it again)")
+    return path
+
+
+def unusable_download(path: Path) -> str | None:
+    """Why a downloaded file is no GGUF model (it is then removed, with the cached blob a snapshot links to,
+    so that it is not taken for downloaded again); None where it is one."""
     try:
         read_gguf_header(path)
     except InputError as exc:
-        raise LocalspecError(f"downloaded {where} is not a usable GGUF model ({exc})") from None
-    return path
+        with contextlib.suppress(OSError):
+            blob = path.resolve()
+            path.unlink()
+            if blob != path:
+                blob.unlink()
+        return str(exc)
+    return None
 
 
 def _hub_problem() -> str | None:
