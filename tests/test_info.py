@@ -70,6 +70,19 @@ def test_a_relative_localspec_home_is_refused_naming_the_absolute_one(tmp_path, 
                        "LOCALSPEC_HOME=home: not an absolute path", f"use {tmp_path / 'home'}")
     assert not (tmp_path / "home").exists()
 
+
+def test_a_home_or_config_folder_under_a_file_is_one_line_not_profiles_missing(tmp_path) -> None:
+    """(was: `profile list` listed the shipped profiles alone, exit 0, and only `profile add` failed)"""
+    a_file = tmp_path / "afile"
+    a_file.write_text("x\n")
+    one_error_line(cli("profile", "list", env={"LOCALSPEC_HOME": str(a_file / "sub")}), 2,
+                   f"LOCALSPEC_HOME={a_file / 'sub'}: {a_file} is a file, not a folder")
+    for variable, what in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data")):
+        command = ("profile", "list") if what == "config" else ("history", "list")
+        one_error_line(cli(*command, env={"LOCALSPEC_HOME": "", variable: str(a_file)}), 2,
+                       f"the {what} folder {a_file / 'localspec'} cannot be made: {a_file} is a file")
+    assert a_file.read_text() == "x\n"
+
 def test_info_still_reports_with_a_broken_config_and_says_what_is_wrong_with_it() -> None:
     from localspec.config.paths import config_file
 

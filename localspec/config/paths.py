@@ -136,6 +136,9 @@ def _home_override() -> Path | None:
     try:
         if home.exists() and not home.is_dir():
             raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
+        above = _file_above(home)
+        if above is not None:
+            raise InputError(f"LOCALSPEC_HOME={value}: {above} is a file, not a folder")
         if home.is_dir() and not os.access(home, os.R_OK | os.X_OK):
             raise InputError(f"LOCALSPEC_HOME={value}: a folder this user may not enter")
     except OSError as exc:  # (a folder above it this user may not enter)
@@ -143,8 +146,25 @@ def _home_override() -> Path | None:
     return home
 
 
+def _file_above(path: Path) -> Path | None:
+    """The file among `path`'s parents, where one is (no folder can be made there), else None."""
+    for parent in path.parents:
+        if parent.exists():
+            return parent if not parent.is_dir() else None
+    return None
+
+
+def _platform_dir(path: str, what: str) -> Path:
+    """A folder platformdirs names (from XDG_CONFIG_HOME, say), or InputError where a file stands in its way."""
+    folder = Path(path)
+    blocking = folder if folder.exists() and not folder.is_dir() else _file_above(folder)
+    if blocking is not None:
+        raise InputError(f"the {what} folder {folder} cannot be made: {blocking} is a file, not a folder")
+    return folder
+
+
 def user_config_dir() -> Path:
-    return _home_override() or Path(platformdirs.user_config_dir(APP_NAME))
+    return _home_override() or _platform_dir(platformdirs.user_config_dir(APP_NAME), "config")
 
 
 def user_profiles_dir() -> Path:
@@ -157,7 +177,7 @@ def config_file() -> Path:
 
 def data_dir() -> Path:
     """Where localspec keeps what it makes for the user: downloaded models, chat history."""
-    return _home_override() or Path(platformdirs.user_data_dir(APP_NAME))
+    return _home_override() or _platform_dir(platformdirs.user_data_dir(APP_NAME), "data")
 
 
 def models_dir() -> Path:
