@@ -7,6 +7,7 @@ goes away, which a test process must not share.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -171,6 +173,38 @@ def test_a_port_that_takes_the_connection_but_never_answers_is_one_line_not_a_ha
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert f"RPC worker {address} took the connection but did not answer llama.cpp's RPC handshake" in lines[0]
 
+
+
+@requires_rpc
+@pytest.mark.slow  # a process of its own: the failed handshake aborts llama.cpp's call
+def test_a_port_that_answers_the_handshake_with_garbage_is_named_not_workers_none() -> None:
+    """(was: "an RPC worker failed (Remote RPC server crashed or returned malformed response; workers: none)")"""
+    garbage = socket.socket()
+    garbage.bind(("127.0.0.1", 0))
+    garbage.listen(8)
+    address = f"127.0.0.1:{garbage.getsockname()[1]}"
+
+    def answer_with_garbage() -> None:
+        for _ in range(4):  # (the reachability check's connection, then the handshake's)
+            try:
+                connection, _ = garbage.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(2)
+                with contextlib.suppress(OSError):
+                    connection.recv(64)
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 4)
+
+    threading.Thread(target=answer_with_garbage, daemon=True).start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "localspec", "info", "--rpc", address], capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        garbage.close()
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert f"RPC worker {address} did not answer llama.cpp's RPC handshake as a worker does" in lines[0]
 
 SLOW_TO_SET_UP = textwrap.dedent("""
     import sys, time

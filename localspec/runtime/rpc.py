@@ -98,12 +98,19 @@ def worker_devices(endpoints: Iterable[str]) -> list[int]:
     return handles
 
 
+_registering: list[str] = []  # the worker whose handshake is under way (an abort then is its answer's fault)
+
+
 def _register(endpoint: str) -> None:
     require_rpc()
     check_reachable(endpoint)
     fatal.install(explain=explain_abort)
-    registry = _answered_within(HANDSHAKE_TIMEOUT_SECONDS, _function("ggml_backend_rpc_add_server", _ADD_SERVER),
-                                endpoint.encode())
+    _registering[:] = [endpoint]
+    try:
+        registry = _answered_within(HANDSHAKE_TIMEOUT_SECONDS, _function("ggml_backend_rpc_add_server", _ADD_SERVER),
+                                    endpoint.encode())
+    finally:
+        _registering.clear()
     if registry is _NO_ANSWER:
         raise LocalspecError(
             f"RPC worker {endpoint} took the connection but did not answer llama.cpp's RPC handshake within"
@@ -147,6 +154,9 @@ def explain_abort(message: str) -> str | None:
     if "RPC" not in message and "connect" not in message.lower():
         return None
     reason = message.split(": ", 1)[-1].strip()
+    if _registering:
+        return (f"RPC worker {_registering[0]} did not answer llama.cpp's RPC handshake as a worker does ({reason}):"
+                " is `localspec worker` (or llama.cpp's rpc-server, of the same version) listening there?")
     gone: list[str] = []
     for attempt in range(3):  # a worker that just died may take a moment to stop accepting connections
         gone = []
