@@ -756,3 +756,24 @@ def test_a_model_file_whose_name_holds_a_dollar_is_found_as_written(tmp_path: Pa
     assert model_path_here(str(tmp_path / "model$V2.gguf"), "target.path") == tmp_path / "model$V2.gguf"
     (tmp_path / "modelelsewhere.gguf").write_bytes(b"GGUF")  # (where both are there: the variable, as profiles mean)
     assert model_path_here(str(tmp_path / "model$V2.gguf"), "target.path") == tmp_path / "modelelsewhere.gguf"
+
+
+def test_a_hand_written_profile_named_otherwise_or_with_a_bad_rpc_address_is_refused_where_read(
+        tiny_pair: tuple[Path, Path]) -> None:
+    """(was: taken, the name shown and kept by `profile set`, the address refused only by each run)"""
+    target = json.dumps(str(tiny_pair[0]))
+    write_user_profile("c12", f'name = "other"\n[target]\npath = {target}\n')
+    one_error_line(cli("profile", "show", "c12"), 2, "c12.toml:1: name = 'other', but a profile is named by its file")
+    one_error_line(cli("profile", "set", "c12", "sampling.temperature=0.5"), 2, "a profile is named by its file")
+    assert cli("profile", "set", "c12", "name=c12").exit_code == 0  # (the way out it names)
+    write_user_profile("r1", f'[target]\npath = {target}\nrpc = ["localhost"]\n')
+    one_error_line(cli("profile", "check", "r1"), 2, "r1.toml:3: target.rpc: RPC worker address 'localhost' is not HOST:PORT")
+    one_error_line(cli("profile", "set", "c12", "target.rpc=h:99999"), 2, "target.rpc: RPC worker address 'h:99999': port")
+
+
+def test_a_section_named_as_a_key_is_said_to_be_one_with_its_keys(tiny_pair: tuple[Path, Path]) -> None:
+    """(was: "unknown key 'target' (did you mean 'target.rpc'?)")"""
+    write_user_profile("s1", f'[target]\npath = {json.dumps(str(tiny_pair[0]))}\n')
+    for command in (("profile", "unset", "s1", "target"), ("profile", "set", "s1", "target=5")):
+        line = one_error_line(cli(*command), 2, "'target' is a section of settings, not a key: target.builtin,")
+        assert "target.path" in line and "did you mean" not in line

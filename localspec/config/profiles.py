@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..runtime.chat_template import template_problem
+from ..runtime.rpc import parse_endpoints
 from ..settings import ROLES, SECTIONS, SETTINGS, GenerationSettings
 from .atomic import write_text_atomic
 from .files import TOO_LONG_A_NUMBER, locked, parse_toml, read_user_text
@@ -92,6 +93,8 @@ def parse_profile(text: str, where: Path | str, name: str) -> Profile:
     """Parse and validate profile TOML text (`where` names the file in error messages)."""
     values = parse_values(text, where)
     validate(values, text, where)
+    if values.get("name", name) != name:
+        raise InputError(f"{where}{line_of('name', text)}: {_named_otherwise(name, values['name'])}")
     return Profile(name=name, values=values)
 
 
@@ -140,6 +143,10 @@ def validate(values: dict[str, Any], text: str = "", where: Path | str = "profil
     for role in ROLES:
         if any(k.startswith(f"{role}.") for k in values):
             _validate_location(values, role, where, text)
+        try:
+            parse_endpoints(values.get(f"{role}.rpc", ()))
+        except InputError as exc:  # (as `--rpc` refuses it, before anything runs)
+            raise InputError(f"{where}{line_of(f'{role}.rpc', text)}: {role}.rpc: {exc}") from None
 
 
 def _validate_location(values: dict[str, Any], role: str, where: Path | str, text: str = "") -> None:
@@ -161,6 +168,9 @@ def _validate_location(values: dict[str, Any], role: str, where: Path | str, tex
 
 
 def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -> InputError:
+    if not is_section and key in SECTIONS and key:  # (`profile set p target=5`: a section, named as a key)
+        keys = ", ".join(sorted(dotted for dotted in SETTINGS if dotted.startswith(f"{key}.")))
+        return InputError(f"{where}{line_of(key, text)}: {key!r} is a section of settings, not a key: {keys}")
     candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
     nearest = nearest_name(key, candidates)
     hint = f" (did you mean {nearest!r}?)" if nearest else ""
@@ -368,8 +378,12 @@ def _check_same_name(name: str, values: dict[str, Any]) -> None:
     commands go by, so another name would be shown but never found."""
     given = values.get("name")
     if given is not None and given != name:
-        raise InputError(f"profile {name}: name = {given!r}, but a profile is named by its file ({name}.toml):"
-                         f" to have a profile {given!r}, copy the file to {given}.toml (localspec profile path {name})")
+        raise InputError(f"profile {name}: {_named_otherwise(name, given)}")
+
+
+def _named_otherwise(name: str, given: Any) -> str:
+    return (f"name = {given!r}, but a profile is named by its file ({name}.toml): to have a profile {given!r},"
+            f" copy the file to {given}.toml (localspec profile path {name}), or take the name out")
 
 
 def profile_exists(name: str, path: Path) -> InputError:
@@ -416,6 +430,7 @@ def update_profile(name: str, changes: dict[str, Any], unset: tuple[str, ...] = 
             del values[dotted]
         values = {**_without_replaced_locations(values, changes), **changes}
         validate(values, text, where=f"profile {name}")
+        _check_same_name(name, values)  # (a file written by hand with another name is refused where it is read)
         rendered = render_profile(values, text)
         if "\r\n" in text:  # (a file written with Windows line endings keeps them, its new lines too)
             rendered = rendered.replace("\r\n", "\n").replace("\n", "\r\n")
