@@ -193,6 +193,18 @@ def test_run_keeps_the_prompt_unless_told_not_to_and_memory_clear_empties_it(tin
     assert not prompts_folder().exists()
 
 
+
+@pytest.mark.slow  # (no cache folder: the repack probe runs in a child process)
+def test_a_prompt_cache_that_cannot_be_written_is_said_once(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """(was: said with --verbose alone, so a run asked for `--prompt-cache` and ran without it unaware)"""
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    models = ["--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--max-tokens", "4", "--threads", "1",
+              "--strategy", "model", "--draft-max", "2", "--no-memory", "--prompt-cache"]
+    result = cli("run", *models, "one two three four five six", env={"XDG_CACHE_HOME": str(a_file)})
+    assert result.exit_code == 0 and result.stderr.count("the prompt cache could not be saved") == 1, result.stderr
+    assert "--no-prompt-cache` turns it off" in result.stderr and "Traceback" not in result.stderr
+
 # Where llamafile's kernels compute a token read alone unlike a batch's (llama.cpp's default CPU build),
 # a saved state holds only tokens read in batches, and a lone missing token is read as a batch reads it.
 # On such a build the logits below differ without these rules; built without llamafile they hold trivially,

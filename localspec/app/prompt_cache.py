@@ -68,9 +68,13 @@ def forget_prompts() -> None:
 class PromptCache:
     """Saves and restores the models' states for the last prompt (`folder`: the cache folder's by default)."""
 
-    def __init__(self, folder: Path | None = None, notes: Callable[[str], None] = lambda message: None) -> None:
+    def __init__(self, folder: Path | None = None, notes: Callable[[str], None] = lambda message: None,
+                 warn: Callable[[str], None] = lambda message: None) -> None:
+        """`notes` hears what `--verbose` shows (a file ignored, to be replaced); `warn`, once, that the cache
+        cannot be written (the user asked for it, or has it by default, and runs go slower without it)."""
         self.folder = folder or prompts_folder()
-        self.notes = notes
+        self.notes, self.warn = notes, warn
+        self._warned = False
         self._saved: dict[str, tuple[int, ...]] = {}  # file name -> the tokens it holds (as read or written here)
         self._paths: dict[tuple[str, str], Path] = {}  # (model path, placement) -> its file
 
@@ -125,7 +129,11 @@ class PromptCache:
                 file.write(json.dumps(header).encode() + b"\n")
                 file.write(state)
         except (OSError, InputError) as exc:  # (InputError: the path is taken by something not a file)
-            self.notes(f"prompt cache: could not save {path} ({exc})")
+            reason = f"{exc.filename}: {exc.strerror or exc}" if isinstance(exc, OSError) and exc.filename else exc
+            if not self._warned:
+                self.warn(f"warning: the prompt cache could not be saved ({reason}): later runs read the whole prompt"
+                          " again (`--no-prompt-cache` turns it off)")
+            self._warned = True
             return
         self._saved[path.name] = tuple(tokens)
         self._keep_the_newest()

@@ -371,5 +371,5 @@ def open_session(
     memory = None
     if memory_owner is not None:
         memory = SessionMemory(lambda: open_store(plan.target.path, memory_owner), notes=verbose_notes(True))  # always said
-    prompts = PromptCache(notes=verbose_notes(verbose)) if prompt_cache else None
+    prompts = PromptCache(notes=verbose_notes(verbose), warn=verbose_notes(True)) if prompt_cache else None
     return Session(target, draft, plan.chat, length_cache, memory, prompts)
