@@ -62,6 +62,7 @@ def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args
     bench = ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--raw", "--max-tokens", "2",
              "--prompts", "1"]
     one_error_line(cli(*bench, "--system", "Be brief."), 2, "--system goes into the chat template")  # (was: ignored)
+    one_error_line(cli(*bench, "--n-batch", "1"), 2, "leaves no room to verify draft tokens: raise it to 2 or more")
     one_error_line(cli(*tiny_args, "--threads", "100000", "the cat"), 2, "--threads", "1<=x<=512")
 
 

@@ -157,7 +157,7 @@ def _generation_settings(
     if drafts and verify_rows < 2:
         raise InputError(
             f"{settings.describe('target.n_batch')} leaves no room to verify draft tokens:"
-            " raise it, or generate with the target alone (`run --no-speculative`, `chat --no-speculative`)"
+            " raise it to 2 or more (`run` and `chat` can also generate with the target alone: --no-speculative)"
         )
     if drafts and isinstance(draft_max, int) and draft_max + 1 > verify_rows:
         values["speculative.draft_max"] = verify_rows - 1
