@@ -149,6 +149,9 @@ def test_a_worker_nothing_listens_on_is_refused_at_start_up(tiny_pair) -> None:
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "no-port-here", "hi"), 2, "not HOST:PORT", "(flag)")
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "h:\u00b2", "hi"), 2, "not HOST:PORT")
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "h:99999", "hi"), 2, "port 99999 is out of range (1-65535)")
+    on_cpu = cli("run", "--target", str(tiny_pair[0]), "--rpc", address, "--n-gpu-layers", "0", "--raw", "hi")
+    assert f"target.n_gpu_layers = 0 (flag) keeps every layer of the target on this machine's CPU: its RPC workers" \
+           f" ({address}) take none" in on_cpu.stderr  # (was: said nothing where the worker answered)
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "a" * 70 + ":1", "--raw", "hi"), 1, "is not a valid host name")
 
 

@@ -81,6 +81,10 @@ def resolve(
         check_pair(target.path, draft.path)
     else:
         check_file(target.path)
+    for choice in (target, draft):
+        if choice is not None and choice.runtime.rpc and choice.runtime.n_gpu_layers == 0:
+            notes += (f"{settings.describe(f'{choice.role}.n_gpu_layers')} keeps every layer of the {choice.role} on"
+                      f" this machine's CPU: its RPC workers ({', '.join(choice.runtime.rpc)}) take none",)
     if draft is not None and generation.speculative.uses_draft_model and same_file(target.path, draft.path):
         notes += ("the draft is the target's own file: each draft token costs what a target token does, so drafting"
                   " with it is slower than the target alone; give a smaller draft, or use --strategy ngram",)
