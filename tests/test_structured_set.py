@@ -147,6 +147,16 @@ def test_bench_json_schema_holds_every_prompt_to_one_schema(long_context_profile
     assert row["complete_speculative"] == row["complete_baseline"] == 2
 
 
+
+@pytest.mark.slow
+def test_bench_says_why_a_row_reads_zero_where_no_token_was_timed(long_context_profile: str) -> None:
+    """(was: `0.0 tok/s`, `0.00x` in the table, without a word)"""
+    result = cli("bench", "-p", long_context_profile, "--raw", "--prompt", "x", "--json-schema",
+                 '{"type": "string", "pattern": "^(a+)+$"}', "--max-tokens", "2", "--temperatures", "0",
+                 "--strategy", "ngram", "--draft-max", "2")
+    assert result.exit_code == 0 and "0.0 tok/s" in result.stdout, result.stderr
+    assert "no token of its outputs was timed" in result.stderr
+
 @pytest.mark.parametrize("args, fragment", [
     (("--structured", "--json-schema", "{}"), "not both"),
     (("--structured", "--prompts", "2"), "its own prompts"),

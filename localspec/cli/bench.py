@@ -364,6 +364,10 @@ def _report_structured(
         stdout_console.print(_structured_table(results))
         if any(r.constrained.plain is not None for r in results):
             click.echo(LONE_NOTE, err=True)
+        if any(not (r.constrained.speculative.tokens_per_second and r.constrained.baseline.tokens_per_second)
+               for r in results):
+            click.echo("note: a row reads 0 tok/s where no token of its outputs was timed (each was the first, or"
+                       " forced by the format): measure with a larger --max-tokens", err=True)
 
 
 def _structured_table(results: list[StructuredResult]) -> Table:
