@@ -249,14 +249,18 @@ class ChatSession:
         """Remove the stored conversation, now empty, and its tokens from the memory; it is stored again as a new
         conversation once it has a message. One another chat has written to since is left to that chat."""
         conversation_id, self.conversation_id = self.conversation_id, None
-        try:
-            self.store.discard(conversation_id)
-        except ConversationChanged as exc:
-            self.warn(f"note: {exc} meanwhile; it is kept, and this chat goes on as a new one")
-            return
-        except HistoryUnavailable as exc:
-            self.warn(f"warning: {exc}; this chat is no longer saved")
-            self.store = None
+        discarded: list[bool] = []
+
+        def discard(store: HistoryStore) -> None:
+            try:
+                store.discard(conversation_id)
+            except ConversationChanged as exc:
+                self.warn(f"note: {exc} meanwhile; it is kept, and this chat goes on as a new one")
+                return
+            discarded.append(True)
+
+        self._store(discard)  # (a history gone: said there, and the chat is no longer saved)
+        if not discarded:
             return
         try:
             forget_conversation(conversation_id)

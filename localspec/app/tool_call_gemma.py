@@ -20,7 +20,7 @@ import re
 from typing import Any, Callable, Collection
 
 from .tool_call_frames import grammar_text
-from .tool_call_xml import TOOL_NAME, expect, tagged_problem, writes_as_text
+from .tool_call_xml import TOOL_NAME, expect, tagged_problem, unlisted_keys_problem, writes_as_text
 
 OPEN, CLOSE, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
 _SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
@@ -64,13 +64,8 @@ def _value_problem(schema: Any, path: str) -> str | None:
         return None
     kind = schema.get("type") if isinstance(schema, dict) else None
     if kind == "object" and not set(schema) - _OBJECT_KEYS:
-        properties, required = schema.get("properties", {}), schema.get("required", [])
-        if schema.get("additionalProperties", False) is not False:
-            return f"the parameter {path} takes keys it does not list"
-        if not isinstance(properties, dict) or not isinstance(required, list) or not all(
-                isinstance(key, str) and key in properties for key in required):
-            return f"the parameter {path} requires keys it does not list"
-        return _members_problem(schema, path)
+        problem = unlisted_keys_problem(schema)
+        return f"the parameter {path}: {problem}" if problem is not None else _members_problem(schema, path)
     if kind == "array":
         return array_problem(schema, path) or _value_problem(schema["items"], f"{path}[]")
     return (f"the parameter {path} is not a string its text can hold, a number, boolean or null, nor a closed object"

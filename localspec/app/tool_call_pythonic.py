@@ -55,18 +55,12 @@ def _list_problem(schema: dict[str, Any], path: str) -> str | None:
     items, path = schema["items"], f"{path}[]"
     if _kind(items) == "list":
         return _list_problem(items, path)
-    if _kind(items) in ("json", None) and not _is_number(items):  # (Python shows an object in a list as a dict)
+    if _kind(items) is None or items.get("type") in ("object", ["object"]):  # (Python shows an object as a dict)
         return f"the parameter {path} is not a string its text can hold, a number, a boolean, null or a list of such"
     listed = items.get("enum", [items["const"]] if "const" in items else [])
     if _kind(items) == "text" and not all(text.isprintable() and "\\" not in text for text in listed):
         return f"the parameter {path} lists a text Python would show escaped"
     return None
-
-
-def _is_number(schema: Any) -> bool:
-    """Whether a value written as JSON is a number (not an object)."""
-    kinds = schema.get("type") if isinstance(schema, dict) else None
-    return _kind(schema) == "json" and kinds != "object" and kinds != ["object"]
 
 
 def _kind(schema: Any) -> str | None:

@@ -79,20 +79,29 @@ def tagged_problem(parameters: Any) -> str | None:
     extra = sorted(set(parameters) - _TAGGED_ROOT_KEYS)
     if extra:
         return f"its {extra[0]!r} holds the arguments as a whole"
-    properties, required = parameters.get("properties", {}), parameters.get("required", [])
-    if not isinstance(properties, dict) or not all(isinstance(schema, dict) for schema in properties.values()):
-        return "a parameter's schema is not an object"
-    if parameters.get("additionalProperties", False) is not False:
-        return "it takes parameters it does not list"
-    if not isinstance(required, list) or not all(isinstance(name, str) and name in properties for name in required):
-        return "it requires parameters it does not list"
-    for name in properties:
+    problem = unlisted_keys_problem(parameters, "parameters")
+    if problem is not None:
+        return problem
+    for name in parameters.get("properties", {}):
         if not name or any(mark in name for mark in "<>\n"):
             return f"the parameter name {name!r} would end its own tag"
     # (each parameter's schema is held apart, with the definitions beside it: a $ref to anything else would miss)
     outside = next((ref for ref in _refs(parameters) if not ref.startswith(("#/$defs/", "#/definitions/"))), None)
     if outside is not None:
         return f"a $ref to {outside!r} points outside the definitions"
+    return None
+
+
+def unlisted_keys_problem(schema: dict[str, Any], keys: str = "keys") -> str | None:
+    """Why an object's schema (fitted) is not closed over the `keys` it lists (each with a schema of its own,
+    none other taken, none required that it does not list), or None where it is."""
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    if not isinstance(properties, dict) or not all(isinstance(value, dict) for value in properties.values()):
+        return f"a {keys[:-1]}'s schema is not an object"
+    if schema.get("additionalProperties", False) is not False:
+        return f"it takes {keys} it does not list"
+    if not isinstance(required, list) or not all(isinstance(name, str) and name in properties for name in required):
+        return f"it requires {keys} it does not list"
     return None
 
 

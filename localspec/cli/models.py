@@ -13,7 +13,7 @@ from rich.text import Text
 from ..config.paths import models_dir, user_path
 from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
 from ..textin import clean_text
-from .common import human_size, shown_name, shown_plainly, stdout_console
+from .common import human_size, shown_name, stdout_console
 
 
 def _params(n: int) -> str:
@@ -26,7 +26,7 @@ def _model_table(models: list[ModelInfo], extra: dict[Path, str] | None = None) 
         table.add_column("size vs target")
     for model in models:
         row = [
-            shown_name(str(model.path)),
+            str(model.path),
             model.architecture,
             _params(model.n_parameters),
             model.quantization,
@@ -36,7 +36,7 @@ def _model_table(models: list[ModelInfo], extra: dict[Path, str] | None = None) 
         ]
         if extra is not None:
             row.append(extra[model.path])
-        table.add_row(*(Text(shown_plainly(cell)) for cell in row))  # text, not markup: a path may hold "[red]"
+        table.add_row(*(Text(shown_name(cell)) for cell in row))  # text, not markup: a path may hold "[red]"
     return table
 
 

@@ -134,11 +134,11 @@ def _home_override() -> Path | None:
         raise InputError(f"LOCALSPEC_HOME={value}: not an absolute path (a relative one would change with the current"
                          f" folder): use {shlex.quote(str(Path.cwd() / home))}")
     try:
-        if home.exists() and not home.is_dir():
+        blocking = _file_in_the_way(home)
+        if blocking == home:
             raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
-        above = _file_above(home)
-        if above is not None:
-            raise InputError(f"LOCALSPEC_HOME={value}: {above} is a file, not a folder")
+        if blocking is not None:
+            raise InputError(f"LOCALSPEC_HOME={value}: {blocking} is a file, not a folder")
         if home.is_dir() and not os.access(home, os.R_OK | os.X_OK):
             raise InputError(f"LOCALSPEC_HOME={value}: a folder this user may not enter")
     except OSError as exc:  # (a folder above it this user may not enter)
@@ -146,18 +146,19 @@ def _home_override() -> Path | None:
     return home
 
 
-def _file_above(path: Path) -> Path | None:
-    """The file among `path`'s parents, where one is (no folder can be made there), else None."""
-    for parent in path.parents:
-        if parent.exists():
-            return parent if not parent.is_dir() else None
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The file that keeps `folder` from being one: the path itself, or the nearest of its parents that exists
+    where that is a file; None where the folder is, or can be made."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            return path if not path.is_dir() else None
     return None
 
 
 def _platform_dir(path: str, what: str) -> Path:
     """A folder platformdirs names (from XDG_CONFIG_HOME, say), or InputError where a file stands in its way."""
     folder = Path(path)
-    blocking = folder if folder.exists() and not folder.is_dir() else _file_above(folder)
+    blocking = _file_in_the_way(folder)
     if blocking is not None:
         raise InputError(f"the {what} folder {folder} cannot be made: {blocking} is a file, not a folder")
     return folder
