@@ -14,11 +14,13 @@ import gguf
 import numpy as np
 import pytest
 from cli_helpers import cli, one_error_line
+from tiny_models import N_SPECIAL_AND_BYTE_TOKENS, random_weights, write_model
 
 from localspec.cli import main
 from localspec.config.paths import models_dir, user_profiles_dir
 from localspec.models.hub import hub_local_path
 
+N_VOCAB = N_SPECIAL_AND_BYTE_TOKENS + 24
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -373,6 +375,14 @@ def test_draft_make_of_a_damaged_target_is_one_line_and_writes_nothing(tmp_path:
     target.write_bytes(tiny_pair[0].read_bytes()[:4096])
     one_error_line(cli("draft", "make", str(target), "--type", "q8_0"), 2, "truncated GGUF file")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cut.gguf"]
+
+
+def test_draft_make_of_a_target_llama_cpp_refuses_writes_nothing(tmp_path: Path) -> None:
+    """A whole file whose tensors do not fit its header (no attention heads) was quantized into a draft that no
+    run could load; `--type auto` refused it only because it loads the target to measure."""
+    target = write_model(tmp_path / "headless.gguf", random_weights(N_VOCAB, seed=1), n_vocab=N_VOCAB, head_count=0)
+    one_error_line(cli("draft", "make", str(target), "--type", "q8_0"), 1, "llama.cpp could not load the model")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["headless.gguf"]
 
 def test_auto_draft_with_stdin_closed_asks_nothing(
     tmp_path: Path, tiny_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

@@ -117,6 +117,19 @@ def test_the_probe_verdict_is_remembered_and_reused(tiny_q4_0: Path, fresh_cache
     assert repack.repacking_for(tiny_q4_0, ModelSettings(repack="on")) is ON
 
 
+def test_a_verdict_the_cache_cannot_keep_is_kept_for_the_process(
+    tiny_q4_0: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_probe: list[Path]
+) -> None:
+    """With no cache folder (a file where it would be), a target and a draft of the same kinds of weights were each
+    probed in a child process, and --verbose said so twice."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(repack, "gpu_devices", lambda: [])
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is ON
+    assert repack.repacking_for(tiny_q4_0, ModelSettings()) is ON
+    assert fake_probe == [tiny_q4_0]
+
+
 def test_a_remembered_crash_keeps_auto_off_at_load(tiny_pair: tuple[Path, Path], tiny_q4_0: Path, fresh_cache: Path) -> None:
     verdict = {"works": False, "detail": "the probe crashed (SIGSEGV)", "one_token": False, "one_token_detail": "crashed too"}
     fresh_cache.parent.mkdir(parents=True)

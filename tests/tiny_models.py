@@ -118,11 +118,12 @@ def write_model(
     space_token: bool = False,
     special_pieces: Sequence[tuple[str, int]] = (),
     block_count: int = N_LAYER,
+    head_count: int = N_HEAD,
     rms_epsilon: float = 1e-5,
     replaced_tokens: dict[int, str] | None = None,
 ) -> Path:
-    """Write a GGUF file for `weights` with the tiny vocabulary (`block_count`, `rms_epsilon` and token texts
-    `replaced_tokens` as the header says them, for tests of odd files)."""
+    """Write a GGUF file for `weights` with the tiny vocabulary (`block_count`, `head_count`, `rms_epsilon` and
+    token texts `replaced_tokens` as the header says them, for tests of odd files)."""
     tokens, types = vocabulary(n_vocab, changed_token_id, space_token, special_pieces)
     for number, text in (replaced_tokens or {}).items():
         tokens[number] = text
@@ -135,7 +136,7 @@ def write_model(
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(block_count)
     writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
+    writer.add_head_count(head_count)
     writer.add_head_count_kv(N_HEAD)
     writer.add_layer_norm_rms_eps(rms_epsilon)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)

@@ -27,7 +27,7 @@ from ..engine.stats import SpecStats
 from ..errors import InputError
 from ..models.discovery import describe
 from ..models.quantize import quantize
-from ..runtime.model import Model
+from ..runtime.model import Model, check_loadable
 from ..settings import GenerationSettings, ModelSettings, SamplingParams, SpeculativeParams
 from .session import Session, load_draft_model
 
@@ -86,6 +86,7 @@ def make_draft(
     """Quantize `target` to `type_name` (atomically) and report the draft's size against the target's;
     `on_start` is called once the target's file is found usable, before the writing."""
     target_info = describe(target)
+    check_loadable(target)  # (a draft of a model llama.cpp refuses would be refused alike)
     if on_start is not None:
         on_start()
     out = out or default_draft_path(target, type_name)

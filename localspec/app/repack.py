@@ -35,6 +35,10 @@ PROBE_TIMEOUT_S = 60.0  # plus PROBE_SECONDS_PER_GIB of weights: a probe loads t
 PROBE_SECONDS_PER_GIB = 30.0
 LOCK_TIMEOUT_S = 5.0  # a cache write takes milliseconds; a cache is not worth a longer wait
 
+# Verdicts the cache file could not keep (no cache folder), by (cache file, build, weights): kept for this process,
+# so that a target and a draft of the same kinds of weights are not probed twice.
+_unsaved_verdicts: dict[tuple[str, str, str], dict] = {}
+
 
 def cache_file() -> Path:
     return cache_dir() / CACHE_FILE_NAME
@@ -59,7 +63,9 @@ def repacking_for(path: Path, settings: ModelSettings, *, one_token_ok: bool = F
         return Repacking.OFF
     weights = weight_types(path)
     build = build_fingerprint()
-    verdict = load_verdicts(build, verbose=verbose).get(weights)
+    verdict = _unsaved_verdicts.get((str(cache_file()), build, weights))
+    if verdict is None:
+        verdict = load_verdicts(build, verbose=verbose).get(weights)
     if verdict is None:
         result = _probe(path, weights, verbose=verbose)
         if result.works is None:
@@ -193,6 +199,7 @@ def save_verdict(build: str, weights: str, result: ProbeResult, *, one_token: Pr
             write_text_atomic(cache_file(), json.dumps(stored, indent=1))
     except (OSError, LocalspecError) as exc:
         verbose_notes(verbose)(f"could not remember the repack verdict in {cache_file()} ({exc})")
+        _unsaved_verdicts[(str(cache_file()), build, weights)] = verdict
     return verdict
 
 

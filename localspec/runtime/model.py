@@ -179,6 +179,30 @@ class Vocabulary(_Freed):
                 self._llama.llama_model_free(model)
 
 
+def check_loadable(path: str | Path) -> None:
+    """LocalspecError where llama.cpp would refuse to load `path` (its header, vocabulary or tensor shapes), found
+    without reading the weights: the load is stopped where it would begin to read them (well under a second)."""
+    llama_cpp = llama(False)
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = False
+    reached_the_weights = []
+
+    def stop_at_the_weights(progress: float, user_data: object) -> bool:
+        reached_the_weights.append(True)
+        return False
+
+    params.progress_callback = callback = llama_cpp.llama_progress_callback(stop_at_the_weights)
+    clear_errors()
+    with captured_log(), interrupts_held(), _named_if_it_aborts(Path(path)):
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)
+    del callback
+    if model:  # (a model without weights to read)
+        llama_cpp.llama_model_free(model)
+    elif not reached_the_weights:
+        raise LocalspecError(f"{path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
+
+
 class Model(_Freed):
     """A loaded GGUF model with one llama.cpp context and a single sequence."""
 
