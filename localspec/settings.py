@@ -337,6 +337,12 @@ class GenerationSettings(SettingsGroup):
         f" format or tools, which is no use cut short; {THINKING_MAX_TOKENS} for a model that thinks first).",
         low=1, flag="--max-tokens", request=("max_tokens", "max_completion_tokens")
     )
+    reasoning_budget: int | None = setting(
+        None, "Most tokens a thinking model may think before it answers: its thought is then closed for it (the same"
+        " with or without speculation); 0 = answer at once; -1 or not set = no bound. Held where the tag that closes"
+        " a thought is one special token (Qwen3, DeepSeek R1, gpt-oss...).",
+        low=-1, flag="--reasoning-budget", request=("thinking_budget_tokens", "reasoning_budget"),
+    )
     stop: tuple[str, ...] = setting((), "Stop when this text appears (repeatable).", flag="--stop", request="stop")
     seed: int | None = setting(None, "Random seed: same seed and settings, same output.", low=0, high=SEED_MAX, flag="--seed", request="seed")
 
@@ -377,6 +383,11 @@ class GenerationSettings(SettingsGroup):
             unset = [key for key in own_keys if key in str(exc) and key not in values]
             advice = "".join(f" ({key} is {current[key]!r} when not given: set it too)" for key in unset)
             raise InputError(f"{prefix}{exc}{advice}") from None
+
+    @property
+    def thought_budget(self) -> int | None:
+        """The most tokens a thought may hold, or None: no bound (`reasoning_budget` not set, or -1)."""
+        return None if self.reasoning_budget is None or self.reasoning_budget < 0 else self.reasoning_budget
 
     def with_seed(self) -> "GenerationSettings":
         """A copy with a concrete seed, drawn at random when none was given."""

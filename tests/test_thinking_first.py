@@ -333,3 +333,111 @@ def test_chat_shows_the_thought_dimmed_without_its_tags(thinking_model: Model) -
         assert sorted_.content.strip() in shown.stdout
     assert thought_shown
 
+
+
+# -- a reasoning budget ---------------------------------------------------------------------------------------
+
+
+def thought_then_forced(grammar: TokenGrammar, tokens: list[int]) -> int | None:
+    """The token the grammar forces once it has taken `tokens` (None: it leaves a choice)."""
+    assert grammar.validate(tokens) == len(tokens)
+    grammar.consume(tokens)
+    return grammar.forced()
+
+
+def test_a_reasoning_budget_writes_the_closing_tag_once_the_thought_has_spent_it(thinking_model: Model) -> None:
+    """After `budget` tokens of thought the closing tag is the one token allowed (a special token: the grammar
+    writes it, as target-only decoding and speculation alike do); before, the model may close it itself."""
+    close = marker_tokens(thinking_model)("</think>")
+    free = compile_format(OutputFormat("json")).grammar
+    for template, opening, end in ((QWEN3, "<think>", ""), (R1, "", "<think>\n")):
+        for budget in (0, 1, 3):
+            found = thinking_format(free, template, marker_tokens(thinking_model), end, budget=budget)
+            assert found is not None
+            thought = spelled(thinking_model, opening + "abcdef"[:budget])
+            assert thought_then_forced(TokenGrammar.start(thinking_model, found.grammar), thought) == close
+            if budget:
+                early = TokenGrammar.start(thinking_model, found.grammar)
+                assert thought_then_forced(early, thought[:-1]) is None and close in early.allowed().tolist()
+        unbounded = thinking_format(free, template, marker_tokens(thinking_model), end)
+        assert thought_then_forced(TokenGrammar.start(thinking_model, unbounded.grammar),
+                                   spelled(thinking_model, opening + "a" * 40)) is None
+
+
+def test_a_reasoning_budget_bounds_gpt_oss_analysis_and_a_thought_before_calls(tmp_path: Path,
+                                                                             thinking_model: Model) -> None:
+    from localspec.app.tool_calls import prepare_tools, tool_request
+
+    n_vocab = N_SPECIAL_AND_BYTE_TOKENS + 24
+    path = write_model(tmp_path / "harmony.gguf", random_weights(n_vocab, seed=4), n_vocab=n_vocab, space_token=True,
+                       context_length=4096, special_pieces=[(m, TokenType.CONTROL) for m in HARMONY_MARKERS])
+    with Model(path, ModelSettings(n_threads=1)) as model:
+        end = marker_tokens(model)("<|end|>")
+        grammar = compile_format(OutputFormat("json")).grammar
+        for budget in (0, 2):
+            found = thinking_format(grammar, GPT_OSS, marker_tokens(model), "", budget=budget)
+            analysis = spelled(model, ANALYSIS + "ab"[:budget])
+            assert thought_then_forced(TokenGrammar.start(model, found.grammar), analysis) == end
+    add = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    tools = prepare_tools(tool_request([add], "auto"), QWEN3, marker_tokens(thinking_model), budget=2)
+    thought = spelled(thinking_model, "<think>ab")
+    assert thought_then_forced(TokenGrammar.start(thinking_model, tools.grammar), thought) == \
+        marker_tokens(thinking_model)("</think>")
+
+
+OPENED = "{% for m in messages %}{{ m['content'] }} {% endfor %}<think>\n{% if false %}</think>{% endif %}"
+
+
+@pytest.mark.slow  # (0.6 s: eighteen runs)
+def test_run_holds_the_thought_to_the_reasoning_budget_with_or_without_speculation(thinking_model: Model,
+                                                                                   spelling_model: Model) -> None:
+    """A prompt that opens the thought (DeepSeek R1's way), free text and a format: the thought is cut at the budget
+    and closed for the model; speculation writes the same text as target-only decoding."""
+    from localspec.config.paths import user_profiles_dir
+
+    folder = user_profiles_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, model in (("opened", thinking_model), ("spelled", spelling_model)):
+        template = json.dumps(OPENED)  # (a TOML basic string reads JSON's escapes alike)
+        (folder / f"{name}.toml").write_text(f'[target]\npath = "{model.path}"\n[draft]\npath = "{model.path}"\n'
+                                             f'[chat]\ntemplate = {template}\n')
+    close = marker_tokens(thinking_model)("</think>")
+
+    def thought_length(result: dict[str, Any]) -> int:
+        return result["tokens"].index(close) if close in result["tokens"] else len(result["tokens"])
+
+    cut = 0
+    for seed in range(3):
+        for extra in ([], ["--json-schema", json.dumps(SCHEMA)]):
+            args = ["run", "-p", "opened", "--seed", str(seed), "--max-tokens", "200", "--json", *extra, "Tags?"]
+            whole = json.loads(cli(*args).stdout)
+            results = [json.loads(cli(*args, "--reasoning-budget", "3", *flag).stdout)
+                       for flag in ([], ["--no-speculative"])]
+            assert results[0]["text"] == results[1]["text"] and results[0]["reasoning"] == results[1]["reasoning"]
+            budgeted = results[0]
+            assert thought_length(budgeted) <= 3 and budgeted["tokens"][thought_length(budgeted)] == close
+            cut += thought_length(whole) > 3
+            if extra:
+                jsonschema.validate(json.loads(budgeted["text"]), SCHEMA)
+            assert json.loads(cli(*args, "--reasoning-budget", "0").stdout)["reasoning"] is None
+    assert cut  # (some thought ran past the budget where none was set)
+    unheld = cli("run", "-p", "spelled", "--max-tokens", "5", "--reasoning-budget", "3", "Tags?")
+    assert unheld.exit_code == 0 and "warning: --reasoning-budget is not held" in unheld.stderr
+
+
+@pytest.mark.slow
+def test_serve_takes_a_thinking_budget_per_request(thinking_model: Model) -> None:
+    session = Session(thinking_model, chat=ChatSettings(template=OPENED))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
+    try:
+        with TestClient(serving.create_app(served)) as client:
+            for budget in (0, 2):
+                body = {"messages": [{"role": "user", "content": "Tags?"}], "seed": 1, "max_tokens": 40,
+                        "thinking_budget_tokens": budget}
+                message = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+                thought = message.get("reasoning_content") or ""
+                assert len(thought.split()) <= budget  # (the tiny vocabulary's words are a token each)
+                assert client.post("/v1/chat/completions", json={**body, "thinking_budget_tokens": "two"}
+                                   ).status_code == 400
+    finally:
+        served.queue.close()

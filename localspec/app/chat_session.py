@@ -25,7 +25,7 @@ from .history import ConversationChanged, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag, forget_conversation
 from .session import Session
 from .reasoning import Splitter
-from .thinking_first import reply_form, template_thinks
+from .thinking_first import BUDGET_UNHELD, budget_held, reply_form, template_thinks
 
 
 LONG_READ_TOKENS = 1000  # a turn with this many tokens not in the cache says it is reading them
@@ -62,6 +62,7 @@ class ChatSession:
         self.sorting: Splitter | None = None  # what sorts the latest reply into thought and answer (None: all answer)
         self.replies_on_seed = _replies_in(conversation)  # replies since the chat's seed was set: the next one's offset
         self.window = 0  # the first message the model sees: older exchanges no longer fit its context
+        self.budget_warned = False  # (said once a chat: a reasoning budget this model's tags cannot hold)
 
     def can_speculate(self) -> bool:
         """Whether the settings' strategy has what it drafts with (a loaded draft model, or lookup alone)."""
@@ -138,8 +139,13 @@ class ChatSession:
             unread = len(tokens) - common_prefix_length(self.session.target.tokens, tokens)
             if unread >= LONG_READ_TOKENS:  # (seconds of silence on a CPU otherwise: a pasted document)
                 on_note(f"(reading {unread} tokens…)")
+            budget = settings.thought_budget
             form = reply_form(self.session.chat_template(), self.session.target, tokens, self.output_format,
-                              self.grammar.grammar if self.grammar is not None else None)
+                              self.grammar.grammar if self.grammar is not None else None, budget)
+            if form.thinks and budget is not None and not self.budget_warned:
+                if not budget_held(self.session.chat_template(), self.session.target):
+                    self.warn(f"warning: the reasoning budget is not held: {BUDGET_UNHELD}")
+                    self.budget_warned = True
             self.sorting = form.splitter() if form.splitter is not None else None
             generation = self.session.generation(tokens, settings.with_budget(form.grammar is not None, form.thinks),
                                                  speculative=self.speculative, grammar=form.grammar)

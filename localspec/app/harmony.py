@@ -77,16 +77,22 @@ def split_harmony(text: str) -> Sorted:
     return sorted_whole(HarmonySplitter, text)
 
 
-def thinking_rules(marker_token: Callable[[str], int | None], free_answer: bool = True) -> list[str]:
+def thinking_rules(marker_token: Callable[[str], int | None], free_answer: bool = True,
+                   budget: int | None = None) -> list[str]:
     """Lark rules for an analysis message that may open a harmony reply held to a grammar (rule `analysis`), and
     for a final message (rule `final`) of free text, or (not `free_answer`) of what rule `answer` holds it to:
     each marker named as the special token it is (else spelled out, and the analysis then read up to the first
-    spelled end)."""
+    spelled end). `budget`: the most tokens the analysis may hold before its end is written for it (held where
+    that end is a special token)."""
     channel, message, end, start = (_named(text, marker_token) for text in (CHANNEL, MESSAGE, END, START))
     if marker_token(END) is not None:  # (a text lexeme cannot hold a special token: it ends where the token comes)
         analysis = f'analysis: {channel} "analysis" {message} thought {end} {start} "assistant"'
         # (nor spell the markers that end it or begin the final message: what reads the output looks for those)
-        thought = f"thought: THOUGHT\nTHOUGHT: /(?s:.*)/ & ~/(?s:.*({regex_text(NEXT)}|{regex_text(FINAL)}).*)/"
+        bound = "" if budget is None else f"[max_tokens={budget}]"
+        thought = (f"thought{bound}: THOUGHT\n"
+                   f"THOUGHT: /(?s:.*)/ & ~/(?s:.*({regex_text(NEXT)}|{regex_text(FINAL)}).*)/")
+        if budget == 0:  # (the analysis's end at once)
+            analysis = analysis.replace(" thought ", " ")
     else:
         analysis = f'analysis: {channel} "analysis" {message} thought {start} "assistant"'
         thought = r"thought[lazy]: /(?s:.*)<\|end\|>/"

@@ -88,11 +88,12 @@ def _prompt_opens(template: str, opening: str) -> bool:
 
 
 def thinking_rules(thinking: Thinking, alternatives: str, answer: str,
-                   plain_start: str | None = None) -> tuple[str, list[str]]:
+                   plain_start: str | None = None, budget: int | None = None) -> tuple[str, list[str]]:
     """The start rule's body and the Lark rules that let a reply think before `answer` (Lark: what may follow
     the thinking, after whitespace); `alternatives`: the reply's start without thinking (where the prompt does
     not open a thought); `plain_start`: where the answer may be plain text (`ANSWER_TEXT`), what it may not start
-    with (a call's opening, as TEXT may not)."""
+    with (a call's opening, as TEXT may not); `budget`: the most tokens the thought may hold before its closing
+    tag is written for it (held where that tag is a special token: `budget_held`)."""
     opening, closing = thinking.tags
     opening_rule = json.dumps(opening) if thinking.open_token is None else f"<[{thinking.open_token}]>"
     start = "thought after_thinking" if thinking.opened else f"{alternatives} | {opening_rule} thought after_thinking"
@@ -103,8 +104,11 @@ def thinking_rules(thinking: Thinking, alternatives: str, answer: str,
     if thinking.close_token is None:
         thought = ["thought: THINKING_TEXT",
                    f"THINKING_TEXT: /(?s:.*){regex_text(closing)}/ & ~/(?s:.*{regex_text(closing)}.+)/"]
+    elif budget == 0:
+        thought = [f"thought: <[{thinking.close_token}]>"]
     else:
-        thought = [f"thought: THINKING_TEXT <[{thinking.close_token}]>",
+        bound = "" if budget is None else f"[max_tokens={budget}]"
+        thought = [f"thought: thought_text <[{thinking.close_token}]>", f"thought_text{bound}: THINKING_TEXT",
                    f"THINKING_TEXT: /(?s:.*)/ & ~/(?s:.*{regex_text(closing)}.*)/"]
     rules = [f"after_thinking: THINKING_SPACE? {answer}", *thought, r"THINKING_SPACE: /[ \t\r\n]{1,4}/"]
     if plain_start is not None:

@@ -233,16 +233,18 @@ def _reply_form(served: ServedModel, parsed: CompletionRequest, tokens: list[int
     past the thinking whatever `reasoning_format` says; a completion's format as given, unsorted; a chat reply's
     format after the thought a thinking model may write, where the reply is sorted (`reasoning_format` "none"
     leaves the thought in the content, which would then not be what the format holds: held from its first
-    token)."""
+    token); a thought held to the request's reasoning budget either way."""
     if tools is not None:
         return ReplyForm(tools.grammar, tools.splitter, tools.splitter is not None)
     if not parsed.chat:
         return ReplyForm(parsed.grammar, None, False)
     session = served.queue.session
+    budget = parsed.settings.thought_budget
+    form = reply_form(session.chat_template(), session.target, tokens, None, parsed.grammar, budget)
     if not parsed.reasoning:
         thinks = parsed.grammar is None and may_think(session.chat_template(), prompt_end(session.target, tokens))
-        return ReplyForm(parsed.grammar, None, thinks)
-    return reply_form(session.chat_template(), session.target, tokens, None, parsed.grammar)
+        return ReplyForm(form.grammar if thinks else parsed.grammar, None, thinks)  # (a budget's grammar, unsorted)
+    return form
 
 
 def _finish_reason(generation: Generation) -> str:
@@ -313,7 +315,8 @@ def _tool_setup(served: ServedModel, parsed: CompletionRequest, end: str | None 
         return None
     session = served.queue.session
     try:
-        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target), end)
+        return prepare_tools(parsed.tools, session.chat_template(), marker_tokens(session.target), end,
+                             parsed.settings.thought_budget)
     except LocalspecError as exc:  # an arguments schema llguidance rejects
         raise ApiError(400, str(exc), param=getattr(exc, "param", "tools")) from None
 

@@ -11,13 +11,14 @@ holds; its thought is `reasoning_content`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
 from ..engine.grammar import OutputFormat
 from ..engine.prelude import Prelude, after_prelude
 from ..runtime.model import Model
-from .harmony import CHANNEL, FINAL, HarmonySplitter, is_harmony, thinking_rules as harmony_rules
+from .harmony import CHANNEL, END, FINAL, HarmonySplitter, is_harmony, thinking_rules as harmony_rules
 from .reasoning import (
     Splitter,
     Thinking,
@@ -31,6 +32,9 @@ from .reasoning import (
 from .tool_calls import marker_tokens
 
 PROMPT_END_TOKENS = 8  # (enough for the longest opening, `<|START_THINKING|>` and the whitespace after it)
+# Free text as a format's grammar: a free reply's answer, after a thought that a budget bounds.
+FREE_TEXT = json.dumps({"grammars": [{"name": "localspec_free_text",
+                                      "lark_grammar": "%llguidance {}\nstart: FREE_TEXT?\nFREE_TEXT: /(?s:.+)/\n"}]})
 
 
 def prompt_end(model: Model, tokens: Sequence[int]) -> str:
@@ -88,16 +92,36 @@ class ReplyForm(NamedTuple):
 
 
 def reply_form(template: str | None, model: Model, prompt_tokens: Sequence[int], fmt: OutputFormat | None,
-               grammar: str | None) -> ReplyForm:
+               grammar: str | None, budget: int | None = None) -> ReplyForm:
     """The form of a reply to `prompt_tokens` under `fmt` (compiled: `grammar`; None: free text; `fmt` None with
     a grammar: a response format's): a free reply sorted where the model thinks, a format after the thought where
-    it may write one (`thinking_format`), else held from its first token."""
+    it may write one (`thinking_format`), else held from its first token. `budget`: the most tokens a thought may
+    hold (None: no bound), held where `budget_held` says, free text then held to a grammar of its own."""
     end = prompt_end(model, prompt_tokens)
     if grammar is None:
+        bounded = (thinking_format(FREE_TEXT, template, marker_tokens(model), end, budget=budget)
+                   if budget is not None and may_think(template, end) else None)
+        if bounded is not None:
+            return ReplyForm(bounded.grammar, bounded.splitter, True)
         return ReplyForm(None, reply_splitter(template, end), may_think(template, end))
-    held = (thinking_format(grammar, template, marker_tokens(model), end, fmt is not None and fmt.kind == "regex")
+    held = (thinking_format(grammar, template, marker_tokens(model), end, fmt is not None and fmt.kind == "regex",
+                            budget)
             if fmt is None or said_after_thinking(fmt) else None)
     return ReplyForm(held.grammar, held.splitter, True) if held is not None else ReplyForm(grammar, None, False)
+
+
+BUDGET_UNHELD = "this model's tag that closes a thought is no special token of its vocabulary"
+
+
+def budget_held(template: str | None, model: Model) -> bool:
+    """Whether a thinking budget can bound the thought of `template`'s model: where the tag (or harmony's marker)
+    that closes a thought is one special token, which the grammar then writes once the budget is spent (a closing
+    tag spelled in ordinary tokens ends the text lexeme that is the thought, which no token count can end)."""
+    marker_token = marker_tokens(model)
+    if is_harmony(template):
+        return marker_token(END) is not None and marker_token(CHANNEL) is not None
+    thinking = template_thinking(template, marker_token, spelled=True)
+    return thinking is not None and thinking.close_token is not None
 
 
 @dataclass(frozen=True)
@@ -109,7 +133,8 @@ class ThinkingFormat:
 
 
 def thinking_format(grammar: str, template: str | None, marker_token: Callable[[str], int | None],
-                    end: str, answer_may_start_as_a_tag: bool = True) -> ThinkingFormat | None:
+                    end: str, answer_may_start_as_a_tag: bool = True, budget: int | None = None
+                    ) -> ThinkingFormat | None:
     """`grammar` (a format's, as `compile_format` gives it: not a grammar of the user's, which says the whole
     output, see `said_after_thinking`) for the reply of a prompt ending in `end`, after the thought the template's
     model may write first (see the module's docstring); None where it writes none, or the prompt closed the thought
@@ -117,18 +142,19 @@ def thinking_format(grammar: str, template: str | None, marker_token: Callable[[
     where the model's tags are no special tokens of its vocabulary and, unless the prompt opened the thought, the
     format's answer may begin as the opening tag does (`answer_may_start_as_a_tag`: a regex's; never JSON): its
     output could not be told from a thought. `marker_token(text)`: the id of the special token that is `text`
-    (`tool_calls.marker_tokens`)."""
+    (`tool_calls.marker_tokens`); `budget`: the most tokens the thought may hold (`reasoning.thinking_rules`)."""
     if is_harmony(template):
         if marker_token(CHANNEL) is None:  # (spelled, an analysis could write the final header itself)
             return None
         prelude = Prelude(None, FINAL.encode())
-        return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False), prelude),
+        return ThinkingFormat(after_prelude(grammar, "analysis? final", harmony_rules(marker_token, False, budget),
+                                                prelude),
                               HarmonySplitter)
     thinking = template_thinking(template, marker_token, spelled=True)
     thinking = thinking.after_prompt(end) if thinking is not None else None
     if thinking is None or (thinking.open_token is None and not thinking.opened and answer_may_start_as_a_tag):
         return None
-    start, rules = thinking_rules(thinking, "answer", "answer")
+    start, rules = thinking_rules(thinking, "answer", "answer", budget=budget)
     opening, closing = (tag.encode() for tag in thinking.tags)
     prelude = Prelude(None if thinking.opened else opening, closing)
     return ThinkingFormat(after_prelude(grammar, start, rules, prelude),

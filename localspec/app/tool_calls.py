@@ -454,14 +454,15 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
                  marker_token: Callable[[str], int | None] = lambda text: None, layout: XmlLayout | None = None,
-                 frame: CallFrame | None = None, thinking: Thinking | None = None) -> str:
+                 frame: CallFrame | None = None, thinking: Thinking | None = None, budget: int | None = None) -> str:
     """Lark text (llguidance) holding the output to `syntax`'s calls of `request.callable`.
 
     `marker_token(text)`: the id of the one special token of the vocabulary that is `text` (`<tool_call>`,
     `[TOOL_CALLS]`), which the grammar then names as that token rather than spelling it; else None.
     `layout`: where a syntax with tagged parameters puts the name and parameters (else its usual one);
     `frame`: the texts around FRAMED calls (required for that syntax). `thinking`: a thinking model's tags,
-    which the reply may then open with (`reasoning.thinking_rules`).
+    which the reply may then open with (`reasoning.thinking_rules`), and `budget`, the most tokens its thought may
+    hold (gpt-oss's analysis too).
     """
     tools = request.callable
     start = "calls" if request.forced else "TEXT | calls"
@@ -500,7 +501,7 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
         lines += _framed_lines(request, frame, marker_token, plain_text=not frame.harmony)
         if frame.harmony:  # (gpt-oss: its analysis first, as it was trained to; text only as a final message)
             start = f"analysis? {'calls' if request.forced else '(final | calls)'}"
-            lines += harmony_rules(marker_token)
+            lines += harmony_rules(marker_token, budget=budget)
     elif syntax is ToolSyntax.GEMMA:  # (calls one after another, nothing between)
         more = f" body{{0,{MAX_CALLS - 1}}}" if request.several else ""
         lines += [f"calls: body{more}", _body_rule(tools), r"TEXT: /(?s:.*)/ & ~/\s*<\|tool_call>(?s:.*)/"]
@@ -520,7 +521,7 @@ def tool_grammar(request: ToolRequest, syntax: ToolSyntax,
     if thinking is not None:  # (a thought first, where the model may write one)
         answer = "calls" if request.forced else "(ANSWER_TEXT | calls)?"
         plain = regex_text(syntax.opening(frame).lstrip())
-        start, rules = thinking_rules(thinking, start, answer, plain)
+        start, rules = thinking_rules(thinking, start, answer, plain, budget)
         lines += rules
     return "\n".join(["%llguidance {}", f"start: {start}", *lines]) + "\n"
 
@@ -960,10 +961,10 @@ class ToolSetup:
 
 
 def prepare_tools(request: ToolRequest, template: str | None, marker_token: Callable[[str], int | None],
-                  prompt_end: str | None = None) -> ToolSetup:
+                  prompt_end: str | None = None, budget: int | None = None) -> ToolSetup:
     """The syntax `template` shows and the grammar for it; an arguments schema llguidance rejects is InputError.
     `prompt_end`: the end of the prompt (`thinking_first.prompt_end`), which may open a thought or close one (None:
-    as the template's own prompt does, without variables)."""
+    as the template's own prompt does, without variables); `budget`: the most tokens a thought may hold."""
     syntax = detect_syntax(template)
     for index, tool in _callable_tools(request):
         _refuse_as_json_schema_does(tool, index)
@@ -975,7 +976,7 @@ def prepare_tools(request: ToolRequest, template: str | None, marker_token: Call
     if thinking is not None and prompt_end is not None:
         thinking = thinking.after_prompt(prompt_end)
     try:
-        lark = tool_grammar(request, syntax, marker_token, layout, frame, thinking)
+        lark = tool_grammar(request, syntax, marker_token, layout, frame, thinking, budget)
     except (ValueError, RecursionError):  # NaN, a number past 64 bits, or nested too deeply to write out
         _blame_unwritable(request)
         raise InputError("tools: a parameters schema cannot be written as JSON") from None

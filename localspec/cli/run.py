@@ -11,7 +11,7 @@ import click
 
 from ..app.reasoning import Sorted, Splitter, sorted_whole
 from ..app.session import Session
-from ..app.thinking_first import ReplyForm, reply_form
+from ..app.thinking_first import BUDGET_UNHELD, ReplyForm, budget_held, reply_form
 from ..engine.constraint import UnusableFormat
 from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat
@@ -72,15 +72,16 @@ class Shown:
 
 
 def _reply_form(session: Session, prompt_tokens: list[int], raw: bool, tool_run: ToolRun | None,
-                fmt: OutputFormat | None, compiled: CompiledGrammar | None) -> ReplyForm:
+                fmt: OutputFormat | None, compiled: CompiledGrammar | None, budget: int | None) -> ReplyForm:
     """The grammar the reply is held to, what sorts it into thought and answer as `run` shows it (a reply with
-    tools is printed as its calls) and whether it may think first (`thinking_first.reply_form`)."""
+    tools is printed as its calls) and whether it may think first (`thinking_first.reply_form`; `budget`: the most
+    tokens the thought may hold)."""
     grammar = compiled.grammar if compiled is not None else None
     if tool_run is not None:
         return ReplyForm(tool_run.grammar, None, tool_run.setup.splitter is not None)
     if raw:
         return ReplyForm(grammar, None, False)
-    return reply_form(session.chat_template(), session.target, prompt_tokens, fmt, grammar)
+    return reply_form(session.chat_template(), session.target, prompt_tokens, fmt, grammar, budget)
 
 
 @click.command()
@@ -128,13 +129,17 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
                       prompt_cache=True) as session:
         session.template_variables = variables
         session.refuse_text_too_long([text])
+        budget = plan.generation.thought_budget
         if tool_run is not None:
-            prompt_tokens = tool_run.prompt_tokens(session, [*session.system_messages(), {"role": "user", "content": text}])
+            messages = [*session.system_messages(), {"role": "user", "content": text}]
+            prompt_tokens = tool_run.prompt_tokens(session, messages, budget)
         elif raw:
             prompt_tokens = session.raw_prompt_tokens(text)
         else:
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
-        grammar, splitter, thinks = _reply_form(session, prompt_tokens, raw, tool_run, output_format, compiled)
+        grammar, splitter, thinks = _reply_form(session, prompt_tokens, raw, tool_run, output_format, compiled, budget)
+        if thinks and budget is not None and not budget_held(session.chat_template(), session.target):
+            click.echo(f"localspec: warning: --reasoning-budget is not held: {BUDGET_UNHELD}", err=True)
         shown = Shown(splitter)
         settings = plan.generation.with_seed().with_budget(grammar is not None, thinking=thinks)
         session.reserve_context(len(prompt_tokens) + settings.max_tokens)

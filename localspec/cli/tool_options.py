@@ -92,17 +92,18 @@ class ToolRun:
         self.request = request
         self.setup: ToolSetup | None = None
 
-    def prompt_tokens(self, session: Session, messages: list[dict[str, Any]]) -> list[int]:
-        """The chat prompt with the tools offered, in the session's model's own syntax."""
+    def prompt_tokens(self, session: Session, messages: list[dict[str, Any]], budget: int | None = None) -> list[int]:
+        """The chat prompt with the tools offered, in the session's model's own syntax; `budget`: the most tokens a
+        thought before the calls may hold."""
         template = session.chat_template()
-        self.setup = prepare_tools(self.request, template, marker_tokens(session.target))
+        self.setup = prepare_tools(self.request, template, marker_tokens(session.target), budget=budget)
         for warning in self.setup.warnings:
             click.echo(f"localspec: warning: {warning}", err=True)
         rendered, definitions = chat_input(messages, self.setup, template)
         tokens = session.chat_prompt_tokens(rendered, definitions)
         thinking, end = self.setup.thinking, prompt_end(session.target, tokens)
         if thinking is not None and tools_think_otherwise(thinking, end):  # (a template variable's doing)
-            self.setup = prepare_tools(self.request, template, marker_tokens(session.target), end)
+            self.setup = prepare_tools(self.request, template, marker_tokens(session.target), end, budget)
         return tokens
 
     @property
