@@ -341,6 +341,14 @@ def test_a_field_of_the_wrong_kind_or_twice_given_is_400_saying_which(api: Api, 
     assert refused.json()["error"]["param"] == param and says in refused.json()["error"]["message"]
 
 
+def test_a_body_of_more_fields_than_any_api_has_is_refused_before_they_are_spell_checked(api: Api) -> None:
+    """75,000 unknown fields (under a megabyte) cost five seconds of the server's time, each spell-checked against
+    the known ones before the queue's limit applied."""
+    refused = api.post(CHAT, chat_body("hi", max_tokens=1, **{f"k{i}": 0 for i in range(10_000)}))
+    assert refused.status_code == 400 and "holds 10002 fields, more than the 256" in refused.json()["error"]["message"]
+    assert api.post(CHAT, chat_body("hi", max_tokens=1, **{f"k{i}": 0 for i in range(200)})).status_code == 200
+
+
 def test_a_conversation_ending_with_an_assistant_message_continues_it(api: Api) -> None:
     """As llama-server continues it: the reply goes on from that message's text (a client's "continue"), where
     it had been rendered as a finished turn with a new one begun after it."""
@@ -484,9 +492,61 @@ def _send_and_leave(api: Api, path: str, body: dict[str, Any]) -> socket.socket:
     """A client that sends its request over a raw socket (closed by the caller, without reading the answer)."""
     content = json.dumps(body).encode()
     client = socket.create_connection(("127.0.0.1", int(api.base.rpartition(":")[2])))
-    client.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    client.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    f"Content-Length: {len(content)}\r\n\r\n".encode() + content)
     return client
+
+
+@pytest.mark.slow  # (0.2 s: the idle time waited out)
+def test_a_body_that_stops_arriving_is_refused_rather_than_held_for_ever(api: Api,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends seven bytes of a hundred and then nothing held its connection open for ever."""
+    from localspec.app import serving
+
+    monkeypatch.setattr(serving, "BODY_IDLE_SECONDS", 0.2)
+    client = socket.create_connection(("127.0.0.1", int(api.base.rpartition(":")[2])))
+    try:
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 100\r\n\r\n{\"prom\"")
+        client.settimeout(10)
+        answer = ""
+        while "}}" not in answer:  # (the headers and the body may come apart)
+            part = client.recv(4096).decode()
+            answer += part
+            if not part:
+                break
+    finally:
+        client.close()
+    assert answer.startswith("HTTP/1.1 408") and "the request body stopped arriving" in answer
+    api.still_serves()
+
+
+def test_a_web_page_of_another_site_or_a_rebound_host_name_is_refused(api: Api) -> None:
+    """A page could make a keyless local server generate with a simple `text/plain` POST, and one whose name
+    resolves to 127.0.0.1 read the replies; pages of this machine, and programs (no `Origin`), are answered."""
+    body = json.dumps(chat_body("hi", max_tokens=1))
+    page = api.http.post(api.base + CHAT, content=body, headers={"Origin": "https://evil.example",
+                                                                 "Content-Type": "text/plain"}, timeout=30)
+    assert page.status_code == 403
+    assert "the web page 'https://evil.example' are refused" in page.json()["error"]["message"]
+    rebound = api.http.post(api.base + CHAT, content=body, headers={"Host": "evil.example:8080"}, timeout=30)
+    assert rebound.status_code == 403 and "host name 'evil.example' is refused" in rebound.json()["error"]["message"]
+    local = api.http.post(api.base + CHAT, content=body, headers={"Origin": "http://localhost:3000",
+                                                                  "Host": "localhost"}, timeout=30)
+    assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://localhost:3000"
+    preflight = api.http.options(api.base + CHAT, headers={"Origin": "http://127.0.0.1:5173",
+                                                            "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 200 and "POST" in preflight.headers["access-control-allow-methods"]
+    api.still_serves()
+
+
+def test_an_allowed_origin_is_answered_with_cors_headers_and_others_refused(api: Api) -> None:
+    with TestClient(create_app(api.served, allowed_origins=("https://UI.example/",))) as client:
+        body = chat_body("hi", max_tokens=1)
+        allowed = client.post(CHAT, json=body, headers={"Origin": "https://ui.example"})
+        assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://ui.example"
+        assert client.post(CHAT, json=body, headers={"Origin": "https://other.example"}).status_code == 403
+    one_error_line(cli("serve", "--allow-origin", "ui.example"), 2, "--allow-origin 'ui.example': give a web page's")
 
 
 def test_a_non_streaming_client_that_leaves_stops_its_generation(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -111,6 +111,7 @@ REASONING_FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")
 REASONING_EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 _KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
+MAX_FIELDS = 256  # a request's top-level fields (OpenAI's API has a few dozen): each unknown one is spell-checked
 
 
 class ApiError(Exception):
@@ -318,7 +319,10 @@ def _schema_text(schema: Any, where: str) -> str:
 def _refuse_misspelled(body: dict[str, Any]) -> None:
     """A 400 for an unknown field that is a misspelling of a known one (`temprature`): ignored, it would leave
     the request on a default the client did not ask for. Other unknown fields (`user`, `metadata`, another
-    server's) are ignored."""
+    server's) are ignored. A body of more fields than any API has is refused first: checking tens of thousands
+    would cost seconds of the server's time before the queue's limit applies."""
+    if len(body) > MAX_FIELDS:
+        raise ApiError(400, f"the request holds {len(body)} fields, more than the {MAX_FIELDS} any request needs")
     for name in body:
         if name not in _KNOWN_FIELDS:
             near = difflib.get_close_matches(name, _KNOWN_FIELDS, n=1, cutoff=_MISSPELLED)

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import uvicorn
@@ -15,6 +16,7 @@ from sse_starlette.sse import AppStatus
 from ..app.generation_queue import GenerationQueue
 from ..app.memory import serve_owner
 from ..app.serving import ServedModel, create_app
+from ..app.web_origin import ANY_ORIGIN
 from ..errors import InputError, LocalspecError
 from .common import is_loopback
 from .loading import load_session, resolve_plan
@@ -37,12 +39,16 @@ from .options import (
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY",
               help="Require `Authorization: Bearer KEY` on every endpoint but /health (empty: no key).")
+@click.option("--allow-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
+              help="A web page (https://ui.example) that may call the API beside this machine's own pages (repeatable;"
+                   " '*': any page).")
 @click.option("--queue", "queue_size", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Requests that may wait while one generates; more get 429.")
 @TEMPLATE_VARIABLES_OPTION
 @VERBOSE_OPTION
-def serve(profile: str | None, memory: bool | None, host: str, port: int, api_key: str | None, queue_size: int,
-          template_kwargs: str | None, verbose: bool, **options: Any) -> None:
+def serve(profile: str | None, memory: bool | None, host: str, port: int, api_key: str | None,
+          allowed_origins: tuple[str, ...], queue_size: int, template_kwargs: str | None, verbose: bool,
+          **options: Any) -> None:
     """Serve the profile's models over an OpenAI-compatible API (/v1/chat/completions, /v1/completions).
 
     Settings in a request (temperature, top_p, max_tokens, stop, seed, draft_max,
@@ -61,6 +67,7 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
     api_key = _checked_api_key(api_key, click.get_current_context().get_parameter_source("api_key")
                                == click.core.ParameterSource.ENVIRONMENT)
     variables = template_variables_from_option(template_kwargs)  # (a request's chat_template_kwargs add to them)
+    allowed_origins = _checked_origins(allowed_origins)
     flags = setting_flags(options)
     if memory is not None:
         flags["speculative.memory"] = memory
@@ -79,7 +86,8 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
         served = ServedModel(queue, plan.generation, model_id)
         # No lifespan: the app has no start-up or shutdown hooks, and uvicorn logs a cancelled lifespan task
         # as an error traceback when Ctrl-C comes while it starts.
-        config = uvicorn.Config(create_app(served, api_key), log_level="info" if verbose else "warning",
+        config = uvicorn.Config(create_app(served, api_key, allowed_origins=allowed_origins),
+                                log_level="info" if verbose else "warning",
                                 timeout_graceful_shutdown=5, lifespan="off", log_config=_log_config())
         server = uvicorn.Server(config)
         served.shutting_down = lambda: server.should_exit
@@ -95,6 +103,17 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
             queue.close()  # the worker may still be finishing (and remembering) a reply
     if interrupted:
         raise KeyboardInterrupt
+
+
+def _checked_origins(origins: tuple[str, ...]) -> tuple[str, ...]:
+    """--allow-origin's values: each `*` or SCHEME://HOST[:PORT], as a browser writes an `Origin`."""
+    for origin in origins:
+        parts = urlsplit(origin)
+        if origin != ANY_ORIGIN and (parts.scheme not in ("http", "https") or not parts.netloc
+                                     or parts.path not in ("", "/") or parts.query or parts.fragment):
+            raise InputError(f"--allow-origin {origin!r}: give a web page's origin, such as https://ui.example or"
+                             " http://192.168.1.5:3000 (or '*' for any page)")
+    return origins
 
 
 def _stop_on_ctrl_c(server: uvicorn.Server) -> list[int]:
