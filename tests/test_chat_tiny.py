@@ -165,8 +165,9 @@ def test_flags_given_when_resuming_win_over_the_kept_settings(tiny_profile: str)
 def test_flags_given_when_resuming_are_stored_with_the_next_message(tiny_profile: str) -> None:
     first = chat(b"/set temperature 0.5\nthe cat\n")
     assert first.exit_code == 0 and stored()["settings"]["sampling.temperature"] == 0.5
-    looked = chat(b"", "--continue")  # (--temperature 0, as every chat here): no message, nothing stored
+    looked = chat(b"", "--continue", "--system", "Be brief.")  # (--temperature 0 too): no message, nothing stored
     assert looked.exit_code == 0 and stored()["settings"]["sampling.temperature"] == 0.5
+    assert stored()["messages"][0] == {"role": "user", "content": "the cat"}  # (the system prompt too)
     resumed = chat(b"the dog\n", "--continue")
     assert resumed.exit_code == 0, resumed.stderr
     assert stored()["settings"]["sampling.temperature"] == 0.0 and len(stored()["messages"]) == 4
@@ -214,8 +215,17 @@ def test_a_load_with_invalid_utf8_and_escaped_surrogates_is_replaced(tiny_profil
     result = chat(f"/load {saved}\n/set\n".encode())
     assert result.exit_code == 0, result.stderr
     assert f"{saved} is not valid UTF-8" in result.stderr and "loaded 2 messages" in result.stderr
-    assert "temperature  0.5" in result.stderr
+    assert ["temperature", "0.5"] in [line.split() for line in result.stderr.splitlines()]
     assert [m["content"] for m in stored()["messages"]] == ["caf\ufffd", "\ufffd ok"]
+
+
+def test_a_load_says_that_several_system_messages_became_one_system_prompt(tiny_profile: str, tmp_path: Path) -> None:
+    saved = tmp_path / "two.json"
+    saved.write_text(json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                                              {"role": "system", "content": "s2"}]}))
+    result = chat(f"/load {saved}\n".encode())
+    assert result.exit_code == 0, result.stderr
+    assert "(loaded 1 message and its 2 system messages, joined into one system prompt before them" in result.stderr
 
 
 def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile: str, tmp_path: Path) -> None:
@@ -590,6 +600,29 @@ def test_save_does_not_replace_a_file_it_did_not_write_without_force(tiny_profil
     forced = chat(f"/save --force {notes}\n".encode(), "--continue")
     assert forced.exit_code == 0, forced.stderr
     assert '"the dog"' in notes.read_text()
+
+
+@pytest.mark.slow  # (a chat in a process of its own, 1 s)
+def test_save_does_not_replace_a_file_someone_changed_since_this_chat_saved_it(tiny_profile: str,
+                                                                               tmp_path: Path) -> None:
+    """/save again to its own file replaced it without --force even where another program had written it since."""
+    import subprocess
+
+    mine = tmp_path / "chat.json"
+    command = [sys.executable, "-m", "localspec", "chat", "-p", tiny_profile, "--max-tokens", "2", "--threads", "1"]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               text=True)
+    try:
+        process.stdin.write(f"the cat\n/save {mine}\n")
+        process.stdin.flush()
+        while "(saved to" not in process.stderr.readline():
+            assert process.poll() is None, "the chat ended before it saved"
+        mine.write_text("my own notes\n")
+        _, stderr = process.communicate(f"/save {mine}\n", timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 1 and f"{mine} changed since this chat saved it: /save --force" in stderr
+    assert mine.read_text() == "my own notes\n"
 
 
 def test_a_nul_in_a_path_and_a_message_that_starts_with_a_slash(tiny_profile: str) -> None:

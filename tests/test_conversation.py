@@ -228,6 +228,17 @@ def test_text_another_program_stored_as_invalid_utf8_is_listed_and_shown_with_re
     assert json.loads(shown.output)["messages"][-1]["content"] == "h\ufffd"
 
 
+def test_load_reads_no_more_than_any_context_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 70 MB file of NULs was read whole before it was found to be no saved conversation."""
+    from localspec.config import files
+
+    monkeypatch.setattr(files, "MAX_PIPED_BYTES", 1000)
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b"\0" * 5000)
+    with pytest.raises(InputError, match=f"{huge}: more than 0 MiB"):
+        Conversation.read(huge, GenerationSettings())
+
+
 def test_load_refuses_settings_that_are_not_an_object_and_reads_a_bom(tmp_path: Path) -> None:
     saved = tmp_path / "chat.json"
     saved.write_text('{"messages": [{"role": "user", "content": "hi"}], "settings": "x"}')

@@ -207,9 +207,11 @@ class ChatSession:
         self.save_all()
         return dotted
 
-    def set_system(self, text: str | None) -> None:
+    def set_system(self, text: str | None, stored_with_next_message: bool = False) -> None:
         """`/system`: the system prompt for the replies that follow (None: none). One that cannot fit the context
-        beside a reply is InputError, and the current one stays (every message after it would fail)."""
+        beside a reply is InputError, and the current one stays (every message after it would fail).
+        `stored_with_next_message`: stored with the next message, not now (`--system` on resuming a chat, which a
+        chat left without a message must not change)."""
         if text:
             session = self.session
             try:
@@ -222,7 +224,10 @@ class ChatSession:
                 raise InputError(f"the system prompt does not fit the context ({n_tokens} tokens, room for {room}"
                                  " beside a reply): shorten it or raise --n-ctx")
         self.conversation.system = text
-        self.save_all()
+        if stored_with_next_message:
+            self.settings_unsaved = True
+        else:
+            self.save_all()
 
     def set_format(self, fmt: OutputFormat | None, compiled: CompiledGrammar | None = None) -> CompiledGrammar | None:
         """`/format`: hold the next replies to `fmt` (None: free text), compiled here unless `compiled` is given.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.files import object_without_repeated_keys, refuse_utf16
+from ..config.files import object_without_repeated_keys, read_piped, refuse_utf16
 from ..config.profiles import nearest_name, parse_value
 from ..errors import InputError, LocalspecError
 from ..settings import SETTINGS, GenerationSettings, shown_value
@@ -45,6 +45,7 @@ class Conversation:
     # More of the chat template's inputs by name (`--chat-template-kwargs`), kept with the settings.
     template_variables: dict[str, Any] = field(default_factory=dict)
     ignored_settings: list[str] = field(default_factory=list, compare=False, repr=False)  # read but not known here
+    system_messages_read: int = field(default=0, compare=False, repr=False)  # (joined into `system` where several)
 
     def prompt_messages(self, start: int = 0) -> list[dict[str, str]]:
         """What the chat template renders: the system prompt, then the messages from `start` on."""
@@ -146,6 +147,7 @@ class Conversation:
             else:
                 conversation.add(message["role"], message["content"], message.get("interrupted", False))
         conversation.system = "\n\n".join(systems) if systems else None
+        conversation.system_messages_read = len(systems)
         return conversation
 
     @classmethod
@@ -157,7 +159,8 @@ class Conversation:
         if path.exists() and not path.is_file():
             raise InputError(f"{path}: {'is a directory' if path.is_dir() else 'not a regular file'}, not a saved conversation")
         try:
-            raw = path.read_bytes()
+            with path.open("rb") as stream:
+                raw = read_piped(stream, path)  # (bounded: a file of gigabytes is no saved conversation)
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
         refuse_utf16(raw, path)

@@ -149,8 +149,8 @@ def chat(
         loop.chat.settings_unsaved = (conversation.settings != kept_settings  # stored with the next message
                                       or conversation.template_variables != kept_variables)
         loop.chat.set_format(output_format, compiled)
-        if "chat.system_prompt" in given:
-            loop.chat.set_system(given["chat.system_prompt"])
+        if "chat.system_prompt" in given and given["chat.system_prompt"] != conversation.system:
+            loop.chat.set_system(given["chat.system_prompt"], stored_with_next_message=True)
         loop.run()
     if store is not None:
         store.close()
@@ -172,7 +172,8 @@ class ChatLoop:
         self.show_stats = stats
         self.highlight = highlight
         self.colour = colour
-        self.saved_files: set[Path] = set()  # what /save wrote in this chat: saved again without --force
+        # What /save wrote in this chat, as it left it: saved again without --force while no one else changed it.
+        self.saved_files: dict[Path, tuple[int, int, int]] = {}
         self.failures = 0  # messages and commands that failed (a script piping into chat exits 1 if any did)
         self.thought_open = False  # a thinking model's thought was shown, its answer not yet
 
@@ -314,6 +315,7 @@ class ChatLoop:
         if not argument:
             settings = self.chat.conversation.settings
             values = settings.to_values()
+            width = max(len(key.rpartition(".")[2]) for key in chat_keys())
             for key in chat_keys():
                 shown = repr(values.get(key))
                 if key == "sampling.max_tokens" and settings.max_tokens is None:  # the default, which the format sets
@@ -321,9 +323,9 @@ class ChatLoop:
                     thinks = template_thinks(self.chat.session.chat_template())
                     what = "a thinking model's reply" if thinks else "a format" if structured else "free text"
                     shown = f"{settings.budget(structured, thinks)} (the default for {what})"
-                self.say(f"  {key.rpartition('.')[2]:<12} {shown}")
-            self.say(f"  {'stats':<12} {'on' if self.show_stats else 'off'}")
-            self.say(f"  {'format':<12} {_format_text(self.chat.output_format)} (/format)")
+                self.say(f"  {key.rpartition('.')[2]:<{width}} {shown}")
+            self.say(f"  {'stats':<{width}} {'on' if self.show_stats else 'off'}")
+            self.say(f"  {'format':<{width}} {_format_text(self.chat.output_format)} (/format)")
             return
         key, _, value = argument.partition(" ")
         if key == "stats":
@@ -396,13 +398,17 @@ class ChatLoop:
             raise InputError(f"{name}: names a folder; /save writes a file")
         path = expanded_user_path(name)
         check_folder_of(path, str(path))
-        if path.is_file() and not force and path.resolve() not in self.saved_files:
-            raise InputError(f"{path} exists: /save --force {name} replaces it")
+        if path.is_file() and not force:
+            written = self.saved_files.get(path.resolve())
+            if written is None:
+                raise InputError(f"{path} exists: /save --force {name} replaces it")
+            if written != _file_identity(path):
+                raise InputError(f"{path} changed since this chat saved it: /save --force {name} replaces it")
         try:
             write_text_atomic(path, json.dumps(self.chat.conversation.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             raise InputError(f"{path}: cannot write ({exc.strerror})") from None
-        self.saved_files.add(path.resolve())
+        self.saved_files[path.resolve()] = _file_identity(path)
         self.say(f"(saved to {path})")
 
     def cmd_load(self, argument: str) -> None:
@@ -419,7 +425,11 @@ class ChatLoop:
             self.say(f"note: {path}: setting {key!r} is not known here: ignored"
                      + did_you_mean(key, list(GenerationSettings.keys())))
         self.chat.load(conversation)
-        self.say(f"(loaded {len(conversation.messages)} messages from {path})")
+        count = len(conversation.messages)
+        systems = conversation.system_messages_read
+        system = ("" if not systems else " and its system prompt" if systems == 1
+                  else f" and its {systems} system messages, joined into one system prompt before them")
+        self.say(f"(loaded {count} message{'' if count == 1 else 's'}{system} from {path})")
 
     # -- output --------------------------------------------------------------------------
 
@@ -433,6 +443,12 @@ class ChatLoop:
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text
+
+
+def _file_identity(path: Path) -> tuple[int, int, int]:
+    """What tells a file from its later replacement or edit: its inode, modification time and size."""
+    status = path.stat()
+    return status.st_ino, status.st_mtime_ns, status.st_size
 
 
 def _force_flag(argument: str) -> tuple[bool, str]:

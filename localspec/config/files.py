@@ -40,17 +40,14 @@ MAX_PIPED_BYTES = 64 << 20  # what is read at most from a pipe (stdin, `--tools 
 
 def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
     """The text of `path`, which must be a regular file in UTF-8 without a byte order mark; with `pipes_ok`,
-    also a pipe or a device (a flag's `<(jq ...)` or /dev/stdin: named for this very read), up to
+    also a pipe or a device (a flag's `<(jq ...)` or /dev/stdin: named for this very read); either up to
     MAX_PIPED_BYTES."""
     try:
         piped = pipes_ok and path.exists() and (path.is_fifo() or path.is_char_device())
         if path.exists() and not path.is_file() and not piped:  # a folder, or a FIFO that would block the read
             raise InputError(f"{path}: not a regular file")
-        if piped:
-            with path.open("rb") as stream:
-                data = read_piped(stream, path)
-        else:
-            data = path.read_bytes()
+        with path.open("rb") as stream:  # (a file too is read up to the bound: /dev/zero's like, 70 MB of NULs)
+            data = read_piped(stream, path)
     except OSError as exc:  # missing, unreadable, a name too long, a folder it may not search
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if data.startswith(codecs.BOM_UTF8):
