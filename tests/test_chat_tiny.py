@@ -245,6 +245,11 @@ def test_save_and_load_take_a_quoted_name_as_a_shell_would(tiny_profile: str, tm
     result = chat(script.encode())
     assert result.exit_code == 0, result.stderr
     assert saved.is_file() and "loaded 2 messages" in result.stderr and "(format: JSON schema" in result.stderr
+    # A terminal writes a dropped file's name with its spaces escaped (was a file named `my\ chat.json`).
+    escaped = str(tmp_path / "my other chat.json").replace(" ", "\\ ")
+    result = chat(f"the cat\n/save {escaped}\n/save \"{tmp_path}/x.json\n".encode())
+    assert (tmp_path / "my other chat.json").is_file(), result.stderr
+    assert f'"{tmp_path}/x.json: the quote it opens is not closed' in result.stderr
 
 
 def test_paths_no_check_foresaw_are_one_line_each_and_the_chat_goes_on(tiny_profile: str, tmp_path: Path) -> None:

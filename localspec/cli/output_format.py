@@ -104,11 +104,19 @@ def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] 
 
 
 def unquoted(path: str) -> str:
-    """A chat command's file name without the quotes a shell habit may put around it (`/save "my chat.json"`);
-    a name with spaces needs none."""
+    """A chat command's file name without the quotes a shell habit may put around it (`/save "my chat.json"`),
+    or with its backslash escapes read as a shell reads them (`my\\ chat.json`, as a terminal writes a file
+    dropped on it); a name with spaces needs neither. A quote opened and not closed is InputError."""
     if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
         return path[1:-1]
-    return path
+    if path[:1] in ("'", '"'):
+        raise InputError(f"{path}: the quote it opens is not closed")
+    characters, escaped = [], False
+    for character in path:
+        if escaped or character != "\\":
+            characters.append(character)
+        escaped = not escaped and character == "\\"
+    return "".join(characters) + ("\\" if escaped else "")
 
 
 def format_from_command(argument: str) -> OutputFormat | None:
