@@ -100,7 +100,7 @@ def reply_form(template: str | None, model: Model, prompt_tokens: Sequence[int],
     end = prompt_end(model, prompt_tokens)
     if grammar is None:
         bounded = (thinking_format(FREE_TEXT, template, marker_tokens(model), end, budget=budget)
-                   if budget is not None and may_think(template, end) else None)
+                   if budget is not None and may_think(template, end) and budget_held(template, model) else None)
         if bounded is not None:
             return ReplyForm(bounded.grammar, bounded.splitter, True)
         return ReplyForm(None, reply_splitter(template, end), may_think(template, end))
