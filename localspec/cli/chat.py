@@ -72,7 +72,7 @@ COMMANDS = {
     "/reset": "start a new conversation",
     "/save": "[--force] FILE: write the conversation as JSON (--force: replace a file it did not write)",
     "/load": "FILE: continue a conversation saved with /save",
-    "/exit": "leave (or Ctrl-D)",
+    "/exit": "leave (or /quit, or Ctrl-D)",
 }
 TAKE_NO_ARGUMENT = frozenset({"/help", "/stats", "/undo", "/reset", "/exit", "/quit"})
 COMMAND_ESCAPE = "//"  # a message starting with a slash: "//etc/hosts?" sends "/etc/hosts?"
