@@ -21,10 +21,13 @@ ANY_ORIGIN = "*"
 def is_loopback_name(host: str) -> bool:
     """Whether `host` (a name or an address, without a port or brackets) names this machine's loopback."""
     host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+    return host == "localhost" or host.endswith(".localhost") or is_loopback_address(host)
+
+
+def is_loopback_address(address: str) -> bool:
+    """Whether `address` is an IP address of this machine's loopback (127.0.0.0/8, ::1); a name is not."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
 
@@ -57,17 +60,10 @@ def host_refusal(host_header: str | None, server_address: str | None) -> str | N
     """Why a request under `host_header` that reached `server_address` (the address it was sent to) is refused, or
     None: on a loopback address, a host name that is neither a loopback one nor this machine's is a page whose
     name was made to resolve to 127.0.0.1."""
-    if host_header is None or server_address is None or not _is_loopback_address(server_address):
+    if host_header is None or server_address is None or not is_loopback_address(server_address):
         return None
     name = host_name(host_header)
     if not name or is_loopback_name(name) or name.lower() == socket.gethostname().lower():
         return None
     return (f"host name {name!r} is refused: this server listens on this machine's loopback only, and answers"
             " to localhost or a loopback address")
-
-
-def _is_loopback_address(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import ipaddress
 import os
 import re
 import signal
@@ -14,6 +13,7 @@ from typing import Any, Iterator
 
 import click
 
+from ..app.web_origin import is_loopback_address
 from ..config.files import read_piped, refuse_utf16
 from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
@@ -371,9 +371,4 @@ def human_size(n_bytes: float) -> str:
 
 def is_loopback(host: str) -> bool:
     """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost): what `serve` and `worker` warn about."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return host == "localhost" or is_loopback_address(host)
