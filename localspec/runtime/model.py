@@ -57,6 +57,11 @@ def _named_if_it_aborts(path: Path) -> Iterator[None]:
         unregister()
 
 
+def _not_loaded(path: str | Path, what: str) -> LocalspecError:
+    """The error for a load llama.cpp refused, with the reason it logged first."""
+    return LocalspecError(f"{path}: llama.cpp could not load {what} ({last_error() or 'no reason given'})")
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = 0
@@ -158,9 +163,7 @@ class Vocabulary(_Freed):
         with captured_log(), interrupts_held(), _named_if_it_aborts(self.path):
             self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), params)
         if not self._model:
-            raise LocalspecError(
-                f"{self.path}: llama.cpp could not load the vocabulary ({last_error() or 'no reason given'})"
-            )
+            raise _not_loaded(self.path, "the vocabulary")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool = False) -> list[int]:
@@ -200,7 +203,7 @@ def check_loadable(path: str | Path) -> None:
     if model:  # (a model without weights to read)
         llama_cpp.llama_model_free(model)
     elif not reached_the_weights:
-        raise LocalspecError(f"{path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
+        raise _not_loaded(path, "the model")
 
 
 class Model(_Freed):
@@ -242,7 +245,7 @@ class Model(_Freed):
         with captured_log() as load_log, interrupts_held(), _named_if_it_aborts(self.path):
             self._model = llama_cpp.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
-            raise LocalspecError(f"{self.path}: llama.cpp could not load the model ({last_error() or 'no reason given'})")
+            raise _not_loaded(self.path, "the model")
         self.placement: Placement = parse_load_log(
             "".join(load_log), rpc.registered_workers(), extra_buffers=extra_buffers, one_token_decodes=one_token_decodes
         )
