@@ -202,11 +202,14 @@ def test_history_commands_show_text_as_typed_and_refuse_impossible_ids() -> None
 
     typed = "[/x] and [bold red]red[/bold red]"  # rich markup, and a closing tag rich would raise on
     store = HistoryStore(history_file())
+    store.start(conversation("a first message much longer than the other one", "ok"))
     kept = store.start(conversation(typed, "ok"))
     store.close()
     listed, shown = cli("history", "list"), cli("history", "show", str(kept))
     assert listed.exit_code == shown.exit_code == 0, (listed.stderr, shown.stderr)
     assert typed in listed.output and f"user: {typed}" in shown.output
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 3 and lines == [line.rstrip() for line in lines]  # piped: no padding after the last column
     for command in ("show", "remove"):
         one_error_line(cli("history", command, str(2**64)), 2, f"no conversation {2**64}")
 

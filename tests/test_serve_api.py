@@ -423,13 +423,14 @@ def test_values_in_messages_are_shown_as_the_client_wrote_them(api: Api) -> None
     assert huge.json()["error"]["message"] == "the request body holds a number with more than 4300 digits"
 
 
-def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_health_works(api: Api) -> None:
+def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_requests_work(api: Api) -> None:
     missing = api.http.get(api.base + "/v1/nothing")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     wrong_method = api.http.get(api.base + COMPLETIONS)
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
     assert wrong_method.headers["allow"] == "POST"
-    assert api.http.head(api.base + "/health").status_code == 200
+    for path in ("/health", "/v1/models", "/metrics"):
+        assert api.http.head(api.base + path).status_code == 200, path
     slash = api.http.post(api.base + CHAT + "/", json=chat_body("the cat"))  # (was a 307 to a Location from Host)
     assert slash.status_code == 404 and slash.json()["error"]["code"] == "not_found"
 
@@ -659,6 +660,9 @@ def test_streamed_completions_match_the_whole_reply(api: Api) -> None:
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole["choices"][0]["text"]
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["usage"] == whole["usage"]
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1])  # (as OpenAI's chunks are)
+    plain = [json.loads(e) for e in sse_data(api.post(COMPLETIONS, {**body, "stream": True}))[:-1]]
+    assert not any("usage" in c for c in plain)
 
 
 def test_strategy_draft_max_and_speculative_fields_choose_how_the_reply_is_drafted(api: Api) -> None:

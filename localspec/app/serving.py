@@ -158,11 +158,11 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(served.metrics.text(served.queue.waiting))
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": served.model_id, "object": "model", "created": 0, "owned_by": "localspec"}]}
 
@@ -219,8 +219,7 @@ async def _complete(served: ServedModel, request: Request, chat: bool, max_body_
         reply = Reply(served, chat, parsed, tools, form)
         if parsed.stream:
             held = hold.pop_all()
-            events = reply.events(slot, tokens, settings, parsed.speculative, parsed.include_usage,
-                                  on_generated=lambda: _let_go_soon(held))
+            events = reply.events(slot, tokens, settings, parsed.speculative, on_generated=lambda: _let_go_soon(held))
             return await _held_stream(events, held, reply)
         return await reply.whole(slot, tokens, settings, parsed.speculative, request)
 
@@ -421,6 +420,8 @@ class Reply:
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.ended = False  # the stream sent its last event
+        # Under `stream_options.include_usage` every chunk but the last carries `"usage": null`, as OpenAI's do.
+        self.usage_in_chunks = parsed is not None and parsed.include_usage
 
     def closed(self) -> None:
         """The stream's response is over: a stream that had not ended lost its client."""
@@ -484,8 +485,9 @@ class Reply:
         return generation
 
     async def events(self, slot: Slot, tokens: list[int], settings: GenerationSettings, speculative: bool,
-                     include_usage: bool, on_generated: Callable[[], None]) -> AsyncIterator[str]:
-        """The stream's events; a failure ends it with an error event rather than a cut connection.
+                     on_generated: Callable[[], None]) -> AsyncIterator[str]:
+        """The stream's events (the usage last where the request asked for it); a failure ends it with an error
+        event rather than a cut connection.
         `on_generated` is called once the generation is over, however far the client has read."""
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str] = asyncio.Queue()
@@ -521,7 +523,7 @@ class Reply:
                 yield self._event({"content": held})  # not a whole call: the text as it is
             yield self._event({}, "tool_calls" if calls else _finish_reason(generation),
                               speculative=_speculative(generation), **self._warnings())
-            if include_usage:
+            if self.usage_in_chunks:
                 yield self._event(None, usage=_usage(generation))
             self.ended = True
             yield "[DONE]"
@@ -587,8 +589,9 @@ class Reply:
             else {"index": 0, "text": delta.get("content", ""), "finish_reason": finish, "logprobs": None}
         ]
         kind = "chat.completion.chunk" if self.chat else "text_completion"
+        usage = {"usage": None} if self.usage_in_chunks else {}
         return json.dumps({"id": self.id, "object": kind, "created": self.created, "model": self.served.model_id,
-                           "choices": choices, **extra})
+                           "choices": choices, **usage, **extra})
 
 
 def _error_event(message: str, code: str | None, kind: str = "server_error", param: str | None = None) -> str:

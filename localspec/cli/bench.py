@@ -44,7 +44,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import LocalspecError
 from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
-from .common import stderr_console, stdout_console, write_stdout
+from .common import print_table, stderr_console, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -246,7 +246,7 @@ def _report(plan: Any, placement: dict, n_prompts: int, repeat: int, results: li
             "best": {str(t): r.to_dict() for t, r in best.items()},
         }, indent=2) + "\n")
     else:
-        stdout_console.print(_table(results, best))
+        print_table(_table(results, best))
         if any(r.plain is not None for r in results):
             click.echo(LONE_NOTE, err=True)
     _advise(results, best)
@@ -361,7 +361,7 @@ def _report_structured(
             "results": [r.to_dict() for r in results],
         }, indent=2) + "\n")
     else:
-        stdout_console.print(_structured_table(results))
+        print_table(_structured_table(results))
         if any(r.constrained.plain is not None for r in results):
             click.echo(LONE_NOTE, err=True)
         if any(not (r.constrained.speculative.tokens_per_second and r.constrained.baseline.tokens_per_second)

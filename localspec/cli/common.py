@@ -57,6 +57,18 @@ def _console(name: str) -> Any:
     return globals()[name]
 
 
+def print_table(table: Any) -> None:
+    """A rich table on stdout; piped, without the spaces that pad each line out to the table's width (a reader
+    splitting lines or fields gets no trailing blanks)."""
+    console = _console("stdout_console")
+    if sys.stdout is not None and sys.stdout.isatty():
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    console.out("\n".join(line.rstrip() for line in captured.get().splitlines()), highlight=False)
+
+
 def stderr_is_terminal() -> bool:
     """Whether stderr is a terminal (where spinners and progress bars show)."""
     return sys.stderr is not None and sys.stderr.isatty()

@@ -16,7 +16,7 @@ from ..app.prompt_cache import forget_prompts
 from ..config.paths import history_file
 from ..settings import GenerationSettings
 from ..errors import InputError, LocalspecError
-from .common import os_error_text, shown_plainly, stdout_console
+from .common import os_error_text, print_table, shown_plainly, stdout_console
 
 
 def _store() -> HistoryStore:
@@ -47,7 +47,7 @@ def list_command(as_json: bool) -> None:
         when = datetime.fromtimestamp(row["updated"]).strftime("%Y-%m-%d %H:%M") if row["updated"] is not None else "?"
         first = next((line.strip() for line in row["first_message"].splitlines() if line.strip()), "")[:60]
         table.add_row(str(row["id"]), when, str(row["messages"]), Text(shown_plainly(first)))  # Text: the user's words, not markup
-    stdout_console.print(table)
+    print_table(table)
 
 
 @history_group.command("show")

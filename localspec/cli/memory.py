@@ -26,7 +26,7 @@ from ..errors import InputError, LocalspecError
 from ..models.compat import check_file
 from ..runtime.model import Vocabulary
 from ..textin import decode_bytes, replaced_warning
-from .common import stdout_console
+from .common import print_table
 from .options import PROFILE_OPTION
 
 LARGEST_FILE_BYTES = 4 << 20  # a larger file is most likely data, not text worth drafting from
@@ -116,7 +116,7 @@ def list_command(as_json: bool) -> None:
     for row in rows:
         when = datetime.fromtimestamp(row["added"]).strftime("%Y-%m-%d %H:%M") if row.get("added") else ""
         table.add_row(Text(row["memory"]), row["source"], str(row["tokens"]), when, Text(str(row["tag"] or "")))
-    stdout_console.print(table)
+    print_table(table)
 
 
 @memory_group.command("stats")
@@ -138,7 +138,7 @@ def stats_command(as_json: bool) -> None:
         table.add_row(Text(name), str(entry["tokens"]), str(entry["documents"]), f"{entry['bytes'] / 1e6:.1f} MB",
                       str(lookups), f"{hits / lookups:.1%}" if lookups else "-",
                       f"{accepted / proposed:.1%}" if proposed else "-")
-    stdout_console.print(table)
+    print_table(table)
 
 
 @memory_group.command("clear")

@@ -13,7 +13,7 @@ from rich.text import Text
 from ..config.paths import models_dir, user_path
 from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
 from ..textin import clean_text
-from .common import human_size, shown_name, stdout_console
+from .common import human_size, print_table, shown_name, stdout_console
 
 
 def _params(n: int) -> str:
@@ -70,7 +70,7 @@ def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
         stdout_console.print("no GGUF files found")
     for number, group in enumerate(groups, start=1):
         stdout_console.print(f"[bold]vocabulary group {number}[/bold] ({len(group)} file{'s' if len(group) > 1 else ''}: any can draft for a larger one)")
-        stdout_console.print(_model_table(sorted(group, key=lambda m: m.size_bytes)))
+        print_table(_model_table(sorted(group, key=lambda m: m.size_bytes)))
     for problem in problems:
         click.echo(f"skipped: {shown_name(problem)}", err=True)
 
@@ -88,4 +88,4 @@ def drafts_command(target: str, folders: tuple[str, ...], as_json: bool) -> None
     if not found:
         click.echo(f"no compatible smaller model found; make one with: localspec draft make {shlex.quote(shown_name(target))}")
         return
-    stdout_console.print(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))
+    print_table(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))

@@ -25,7 +25,7 @@ from ..config.resolve import profile_without_a_flag, resolve_settings
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
-from .common import LazyCommands, one_line, shown_plainly, stdout_console
+from .common import LazyCommands, one_line, print_table, shown_plainly, stdout_console
 
 
 @click.group(
@@ -80,7 +80,7 @@ def list_command(as_json: bool) -> None:
             continue
         draft = escape(shown_plainly(row["draft"])) if row["draft"] else "(none: target only)"
         table.add_row(mark, name, row["source"], escape(shown_plainly(row["target"] or "-")), draft)
-    stdout_console.print(table)
+    print_table(table)
     if not any(row["default"] for row in rows):
         click.echo(f"note: the default profile '{one_line(shown_plainly(default))}' (from {default_source}) is not among them:"
                    " commands without -p fail", err=True)
@@ -108,7 +108,7 @@ def show_command(name: str, as_json: bool) -> None:
         value = resolved.values[key]
         shown = repr(value) if isinstance(value, str) else str(value)
         table.add_row(key, escape(shown), escape(resolved.sources[key]))
-    stdout_console.print(table)
+    print_table(table)
 
 
 @profile_group.command("set")
