@@ -532,6 +532,7 @@ def test_a_web_page_of_another_site_or_a_rebound_host_name_is_refused(api: Api) 
     assert "the web page 'https://evil.example' are refused" in page.json()["error"]["message"]
     rebound = api.http.post(api.base + CHAT, content=body, headers={"Host": "evil.example:8080"}, timeout=30)
     assert rebound.status_code == 403 and "host name 'evil.example' is refused" in rebound.json()["error"]["message"]
+    assert rebound.json()["error"]["code"] == "host_not_allowed"
     local = api.http.post(api.base + CHAT, content=body, headers={"Origin": "http://localhost:3000",
                                                                   "Host": "localhost"}, timeout=30)
     assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://localhost:3000"
@@ -548,6 +549,8 @@ def test_an_allowed_origin_is_answered_with_cors_headers_and_others_refused(api:
         assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://ui.example"
         assert client.post(CHAT, json=body, headers={"Origin": "https://other.example"}).status_code == 403
     one_error_line(cli("serve", "--allow-origin", "ui.example"), 2, "--allow-origin 'ui.example': give a web page's")
+    one_error_line(cli("serve", "--allow-origin", "https://[::1"), 2, "--allow-origin 'https://[::1': give")  # (a traceback)
+    one_error_line(cli("serve", "--allow-origin", "null"), 2, "--allow-origin 'null': a page without an origin")
 
 
 def test_a_non_streaming_client_that_leaves_stops_its_generation(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

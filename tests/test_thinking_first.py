@@ -422,11 +422,12 @@ def test_run_holds_the_thought_to_the_reasoning_budget_with_or_without_speculati
             assert json.loads(cli(*args, "--reasoning-budget", "0").stdout)["reasoning"] is None
     assert cut  # (some thought ran past the budget where none was set)
     unheld = cli("run", "-p", "spelled", "--max-tokens", "5", "--reasoning-budget", "3", "Tags?")
-    assert unheld.exit_code == 0 and "warning: --reasoning-budget is not held" in unheld.stderr
+    assert unheld.exit_code == 0 and "warning: the reasoning budget is not held" in unheld.stderr
 
 
 @pytest.mark.slow
-def test_serve_takes_a_thinking_budget_per_request(thinking_model: Model) -> None:
+def test_serve_takes_a_thinking_budget_per_request_and_says_where_it_is_not_held(thinking_model: Model,
+                                                                                  spelling_model: Model) -> None:
     session = Session(thinking_model, chat=ChatSettings(template=OPENED))
     served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "tiny")
     try:
@@ -439,5 +440,18 @@ def test_serve_takes_a_thinking_budget_per_request(thinking_model: Model) -> Non
                 assert len(thought.split()) <= budget  # (the tiny vocabulary's words are a token each)
                 assert client.post("/v1/chat/completions", json={**body, "thinking_budget_tokens": "two"}
                                    ).status_code == 400
+                assert "warnings" not in client.post("/v1/chat/completions", json=body).json()
+    finally:
+        served.queue.close()
+    session = Session(spelling_model, chat=ChatSettings(template=OPENED))
+    served = ServedModel(GenerationQueue(session, queue_size=1), GenerationSettings(), "spelled")
+    try:
+        with TestClient(serving.create_app(served)) as client:
+            body = {"messages": [{"role": "user", "content": "Tags?"}], "max_tokens": 5, "thinking_budget_tokens": 1}
+            assert client.post("/v1/chat/completions", json=body).json()["warnings"] == [
+                "the reasoning budget is not held: this model's tag that closes a thought is no special token of its"
+                " vocabulary"]  # (was: the budget silently not held)
+            body["thinking_budget_tokens"] = -1
+            assert "warnings" not in client.post("/v1/chat/completions", json=body).json()
     finally:
         served.queue.close()

@@ -27,7 +27,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,8 +37,16 @@ from ..settings import GenerationSettings
 from .generation_queue import POLL_SECONDS, ClientGone, GenerationQueue, QueueFull, Slot
 from .openai_request import ApiError, CompletionRequest, parse_body, parse_request, quote_json
 from .reasoning import CLOSE, OPEN, InlineThought, Sorted, sorted_whole
-from .thinking_first import ReplyForm, may_think, prompt_end, reply_form, tools_think_otherwise
-from .web_origin import host_refusal, normalized_origin, origin_refusal
+from .thinking_first import (
+    BUDGET_UNHELD,
+    ReplyForm,
+    budget_held,
+    may_think,
+    prompt_end,
+    reply_form,
+    tools_think_otherwise,
+)
+from .web_origin import PageCors, PageGuard, allowed_origin
 from .tool_calls import (
     CallStream,
     ToolCall,
@@ -53,7 +60,6 @@ from .tool_calls import (
 FINISH_REASONS = {StopReason.EOS: "stop", StopReason.LENGTH: "length", StopReason.STOP: "stop", StopReason.INTERRUPTED: "length"}
 MAX_BODY_BYTES = 1 << 20
 SEND_TIMEOUT_SECONDS = 60  # a stream whose client reads nothing for this long is dropped
-LOOPBACK_ORIGINS = r"https?://(([a-z0-9-]+\.)*localhost|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]+)?"  # (CORS's)
 BODY_IDLE_SECONDS = 30.0  # a request whose body stops arriving for this long is refused (408)
 CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer
 log = logging.getLogger("localspec.serve")
@@ -97,13 +103,11 @@ class ServedModel:
 
 
 class Guard:
-    """ASGI middleware: the web page and host name (`web_origin`), the API key (every path but /health) and the
-    body size, checked before anything runs."""
+    """ASGI middleware: the API key (every path but /health) and the body size, checked before anything runs
+    (inside `web_origin`'s checks and CORS: a browser's preflight carries no key)."""
 
-    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int,
-                 allowed_origins: tuple[str, ...] = ()) -> None:
+    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int) -> None:
         self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
-        self.allowed_origins = allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self.refusal(scope) if scope["type"] == "http" else None
@@ -114,11 +118,6 @@ class Guard:
 
     def refusal(self, scope: Scope) -> ApiError | None:
         headers = Headers(scope=scope)
-        server = scope.get("server")
-        refused = (origin_refusal(headers.get("origin"), self.allowed_origins)
-                   or host_refusal(headers.get("host"), server[0] if server else None))
-        if refused is not None:
-            return ApiError(403, refused, kind="permission_error", code="origin_not_allowed")
         if self.api_key is not None and scope["path"] != "/health" and not self.authorized(headers.get("authorization", "")):
             return ApiError(401, "missing or wrong API key", kind="authentication_error", code="invalid_api_key")
         length = headers.get("content-length")
@@ -134,18 +133,17 @@ class Guard:
 
 
 def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-               allowed_origins: tuple[str, ...] = ()) -> FastAPI:
+               allowed_origins: tuple[str, ...] = (), listening_on: str | None = None) -> FastAPI:
     """The FastAPI application serving `served`; `allowed_origins`: web pages (`https://ui.example`, or `*`) that
     may call it beside this machine's own (see `web_origin`), answered with CORS headers so that a browser lets
-    them read the replies."""
+    them read the replies; `listening_on`: the address the server listens on (None: each connection's)."""
     # (redirect_slashes off: `/v1/models/` is a 404 like any unknown path, not a redirect to a Location built from
     # the client's Host header)
     app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
-    allowed_origins = tuple(normalized_origin(origin) for origin in allowed_origins)
-    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes, allowed_origins=allowed_origins)
-    # (outermost: a browser's preflight carries no API key)
-    app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_origin_regex=LOOPBACK_ORIGINS,
-                       allow_methods=["GET", "POST"], allow_headers=["*"])
+    pages = frozenset(allowed_origin(origin) for origin in allowed_origins)
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
+    app.add_middleware(PageCors, allowed_origins=pages)  # (outside the key's check: a preflight carries no key)
+    app.add_middleware(PageGuard, allowed_origins=pages, listening_on=listening_on)  # (the outermost)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -415,6 +413,10 @@ class Reply:
         self.format_param = "tools" if tools is not None else "response_format"
         self.warnings = list(parsed.response_format.warnings) if parsed and parsed.response_format else []
         self.warnings += tools.warnings if tools is not None else ()
+        session = served.queue.session
+        if (form is not None and form.thinks and parsed is not None and parsed.settings.thought_budget is not None
+                and not budget_held(session.chat_template(), session.target)):
+            self.warnings.append(f"the reasoning budget is not held: {BUDGET_UNHELD}")
         for warning in self.warnings:
             log.warning("warning: %s", warning)
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"

@@ -139,7 +139,7 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
             prompt_tokens = session.chat_prompt_tokens([*session.system_messages(), {"role": "user", "content": text}])
         grammar, splitter, thinks = _reply_form(session, prompt_tokens, raw, tool_run, output_format, compiled, budget)
         if thinks and budget is not None and not budget_held(session.chat_template(), session.target):
-            click.echo(f"localspec: warning: --reasoning-budget is not held: {BUDGET_UNHELD}", err=True)
+            click.echo(f"localspec: warning: the reasoning budget is not held: {BUDGET_UNHELD}", err=True)
         shown = Shown(splitter)
         settings = plan.generation.with_seed().with_budget(grammar is not None, thinking=thinks)
         session.reserve_context(len(prompt_tokens) + settings.max_tokens)

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 import uvicorn
@@ -16,9 +15,9 @@ from sse_starlette.sse import AppStatus
 from ..app.generation_queue import GenerationQueue
 from ..app.memory import serve_owner
 from ..app.serving import ServedModel, create_app
-from ..app.web_origin import ANY_ORIGIN
+from ..app.web_origin import allowed_origin
 from ..errors import InputError, LocalspecError
-from .common import is_loopback
+from .common import is_loopback, shown_name
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -74,6 +73,8 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
     plan = resolve_plan(profile, flags, verbose=verbose)
     memory_owner = serve_owner(api_key) if memory else None  # never from a profile: the operator turns it on
     model_id = plan.profile_name or plan.target.path.stem
+    if host.startswith("[") and host.endswith("]"):  # (an IPv6 address as a URL writes it, and as serve prints it)
+        host = host[1:-1]
     listener = _bind(host, port)  # before loading: a taken port is one line, not a load and then uvicorn's error
     port = listener.getsockname()[1]
     if not is_loopback(host) and api_key is None:
@@ -86,7 +87,8 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
         served = ServedModel(queue, plan.generation, model_id)
         # No lifespan: the app has no start-up or shutdown hooks, and uvicorn logs a cancelled lifespan task
         # as an error traceback when Ctrl-C comes while it starts.
-        config = uvicorn.Config(create_app(served, api_key, allowed_origins=allowed_origins),
+        app = create_app(served, api_key, allowed_origins=allowed_origins, listening_on=listener.getsockname()[0])
+        config = uvicorn.Config(app,
                                 log_level="info" if verbose else "warning",
                                 timeout_graceful_shutdown=5, lifespan="off", log_config=_log_config())
         server = uvicorn.Server(config)
@@ -106,13 +108,13 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
 
 
 def _checked_origins(origins: tuple[str, ...]) -> tuple[str, ...]:
-    """--allow-origin's values: each `*` or SCHEME://HOST[:PORT], as a browser writes an `Origin`."""
+    """--allow-origin's values: each `*` or SCHEME://HOST[:PORT], as a browser writes an `Origin`
+    (`web_origin.allowed_origin`)."""
     for origin in origins:
-        parts = urlsplit(origin)
-        if origin != ANY_ORIGIN and (parts.scheme not in ("http", "https") or not parts.netloc
-                                     or parts.path not in ("", "/") or parts.query or parts.fragment):
-            raise InputError(f"--allow-origin {origin!r}: give a web page's origin, such as https://ui.example or"
-                             " http://192.168.1.5:3000 (or '*' for any page)")
+        try:
+            allowed_origin(origin)
+        except ValueError as exc:
+            raise InputError(f"--allow-origin {shown_name(origin)!r}: {exc}") from None
     return origins
 
 
