@@ -225,7 +225,7 @@ def test_a_load_says_that_several_system_messages_became_one_system_prompt(tiny_
                                               {"role": "system", "content": "s2"}]}))
     result = chat(f"/load {saved}\n".encode())
     assert result.exit_code == 0, result.stderr
-    assert "(loaded 1 message and its 2 system messages, joined into one system prompt before them" in result.stderr
+    assert f"(loaded 1 message from {saved}, and its 2 system messages joined into one system prompt)" in result.stderr
 
 
 def test_save_into_a_missing_folder_is_refused_and_creates_nothing(tiny_profile: str, tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_save_and_load_take_a_quoted_name_as_a_shell_would(tiny_profile: str, tm
     escaped = str(tmp_path / "my other chat.json").replace(" ", "\\ ")
     result = chat(f"the cat\n/save {escaped}\n/save \"{tmp_path}/x.json\n".encode())
     assert (tmp_path / "my other chat.json").is_file(), result.stderr
-    assert f'"{tmp_path}/x.json: the quote it opens is not closed' in result.stderr
+    assert f'"{tmp_path}/x.json: a quote is not closed' in result.stderr
 
 
 def test_paths_no_check_foresaw_are_one_line_each_and_the_chat_goes_on(tiny_profile: str, tmp_path: Path) -> None:

@@ -256,6 +256,9 @@ def test_load_refuses_settings_that_are_not_an_object_and_reads_a_bom(tmp_path: 
     ('{"messages": [{"role": "user", "content": 5}]}', 'a message\'s content must be text: {"role": "user", "content": 5}'),
     ('{"messages": [], "settings": ["x"]}', '"settings" must be an object of setting values, got ["x"]'),
     ("[" * 100_000 + "]" * 100_000, "not a saved conversation (nested too deeply to read)"),
+    ("", "not a saved conversation (the file is empty)"), ("[[", "(line 1, column 3: Expecting value)"),
+    ('{"messages": [], "n": ' + "9" * 5000 + "}", "(it holds a number with more than 4300 digits)"),  # (Python's advice)
+    ('{"messages": [], "messages": []}', 'the key "messages" appears twice'),
 ])
 def test_a_saved_conversation_that_cannot_be_loaded_is_named_as_its_json_reads(tmp_path: Path, text: str, message: str) -> None:
     """Python's form showed through: {'content': 5, 'role': 'user'}, 'maximum recursion depth exceeded'."""

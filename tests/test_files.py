@@ -123,6 +123,17 @@ def test_a_file_that_does_not_say_whether_bos_is_added_gets_llama_cpps_default(
     assert silent.add_bos is adds and check_compatible(silent, explicit).compatible
 
 
+def test_a_model_without_tokens_is_named_rather_than_its_vocabulary_size(tmp_path: Path,
+                                                                         tiny_pair: tuple[Path, Path]) -> None:
+    """(was: "vocabulary size check failed (target 0, draft 300 ...)")"""
+    from dataclasses import replace
+
+    draft = VocabInfo.from_header(read_gguf_header(tiny_pair[1]))
+    failure = check_compatible(replace(draft, tokens=()), draft).first_failure
+    assert failure is not None and failure.name == "vocabulary size"
+    assert failure.detail == "the target holds no tokens (tokenizer.ggml.tokens is missing or empty)"
+
+
 def test_one_changed_token_text_is_found(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     n_vocab = len(read_gguf_header(tiny_pair[0]).get("tokenizer.ggml.tokens"))
     changed = write_model(tmp_path / "changed.gguf", random_weights(n_vocab, seed=3), n_vocab=n_vocab, changed_token_id=270)

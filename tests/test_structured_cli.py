@@ -896,3 +896,26 @@ def test_a_forced_text_the_vocabulary_cannot_write_is_said_in_plain_words(tiny_p
     (was: llguidance's `Parser Error: token "�" doesn't satisfy the grammar; forced bytes: got ' '; applying 'â'`)"""
     result = cli("run", "-p", "tiny", "--seed", "1", "--regex", "xx yy", "x")
     one_error_line(result, 2, "the format forces here (' ') with tokens that write 'â': its vocabulary cannot write")
+
+
+@pytest.mark.parametrize(("typed", "name"), [
+    ("my chat.json", "my chat.json"),  # (spaces need no quotes)
+    ("chat's notes.json", "chat's notes.json"), ('trail.json"', 'trail.json"'),  # (as typed: no quote begins it)
+    ('"my chat.json"', "my chat.json"), ("'my chat.json'", "my chat.json"), ("my\\ chat.json", "my chat.json"),
+    ("'it'\\''s.json'", "it's.json"),
+])
+def test_a_chat_commands_file_name_is_read_as_a_shell_reads_a_quoted_or_escaped_one(typed: str, name: str) -> None:
+    from localspec.cli.output_format import unquoted
+
+    assert unquoted(typed) == name
+
+
+@pytest.mark.parametrize(("typed", "message"), [
+    ("'a'b'", "a quote is not closed"), ('"x.json', "a quote is not closed"), ("x\\", "a backslash ends it"),
+    ('"x.json" extra', "give one file name"),  # (was: "the quote it opens is not closed")
+])
+def test_a_chat_commands_file_name_with_unbalanced_quotes_is_refused(typed: str, message: str) -> None:
+    from localspec.cli.output_format import unquoted
+
+    with pytest.raises(InputError, match=message):
+        unquoted(typed)

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.files import object_without_repeated_keys, read_piped, refuse_utf16
+from ..config.files import TOO_LONG_A_NUMBER, object_without_repeated_keys, read_piped, refuse_utf16
 from ..config.profiles import nearest_name, parse_value
 from ..errors import InputError, LocalspecError
 from ..settings import SETTINGS, GenerationSettings, shown_value
-from ..textin import clean_data, decode_bytes
+from ..textin import RepeatedKey, clean_data, decode_bytes
 
 CHAT_LAYERS = ("sampling", "speculative", "generation")
 TEMPLATE_VARIABLES_KEY = "chat_template_kwargs"  # (beside the settings: llama.cpp's name, as in serve's requests)
@@ -170,8 +170,13 @@ class Conversation:
             return cls.from_json(data, defaults), replaced or replaced_in_json
         except RecursionError:
             raise InputError(f"{path}: not a saved conversation (nested too deeply to read)") from None
-        except ValueError as exc:  # not JSON
+        except json.JSONDecodeError as exc:
+            reason = "the file is empty" if not text.strip() else f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            raise InputError(f"{path}: not a saved conversation ({reason})") from None
+        except RepeatedKey as exc:
             raise InputError(f"{path}: not a saved conversation ({exc})") from None
+        except ValueError:  # Python's limit on the digits of an integer read from text
+            raise InputError(f"{path}: not a saved conversation (it holds {TOO_LONG_A_NUMBER})") from None
         except InputError as exc:
             raise InputError(f"{path}: not a saved conversation: {exc}") from None
 

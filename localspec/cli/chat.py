@@ -427,9 +427,9 @@ class ChatLoop:
         self.chat.load(conversation)
         count = len(conversation.messages)
         systems = conversation.system_messages_read
-        system = ("" if not systems else " and its system prompt" if systems == 1
-                  else f" and its {systems} system messages, joined into one system prompt before them")
-        self.say(f"(loaded {count} message{'' if count == 1 else 's'}{system} from {path})")
+        system = ("" if not systems else ", and its system prompt" if systems == 1
+                  else f", and its {systems} system messages joined into one system prompt")
+        self.say(f"(loaded {count} message{'' if count == 1 else 's'} from {path}{system})")
 
     # -- output --------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Callable
 
@@ -104,19 +105,22 @@ def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] 
 
 
 def unquoted(path: str) -> str:
-    """A chat command's file name without the quotes a shell habit may put around it (`/save "my chat.json"`),
-    or with its backslash escapes read as a shell reads them (`my\\ chat.json`, as a terminal writes a file
-    dropped on it); a name with spaces needs neither. A quote opened and not closed is InputError."""
-    if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
-        return path[1:-1]
-    if path[:1] in ("'", '"'):
-        raise InputError(f"{path}: the quote it opens is not closed")
-    characters, escaped = [], False
-    for character in path:
-        if escaped or character != "\\":
-            characters.append(character)
-        escaped = not escaped and character == "\\"
-    return "".join(characters) + ("\\" if escaped else "")
+    """A chat command's file name as a shell reads it where the name begins with a quote or holds a backslash
+    (`/save "my chat.json"`, `my\\ chat.json` as a terminal writes a file dropped on it); otherwise as typed
+    (a name with spaces or an apostrophe needs no quotes). On Windows, where a backslash separates folders,
+    only the quotes around a name are taken off. A quote not closed, or quotes around more than one name, is
+    InputError."""
+    if os.name == "nt":
+        return path[1:-1] if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'" else path
+    if path[:1] not in ("'", '"') and "\\" not in path:
+        return path
+    try:
+        words = shlex.split(path)
+    except ValueError:  # (shlex's "No closing quotation", or "No escaped character" after a last backslash)
+        raise InputError(f"{path}: a quote is not closed, or a backslash ends it") from None
+    if len(words) != 1:
+        raise InputError(f"{path}: give one file name (a name with spaces in quotes, or its spaces escaped)")
+    return words[0]
 
 
 def format_from_command(argument: str) -> OutputFormat | None:

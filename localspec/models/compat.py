@@ -121,14 +121,19 @@ def check_compatible(target: VocabInfo, draft: VocabInfo) -> CompatReport:
         ),
         _flag_check("BOS", target.add_bos, draft.add_bos, target.bos_id, draft.bos_id),
         _flag_check("EOS", target.add_eos, draft.add_eos, target.eos_id, draft.eos_id),
-        Check(
-            "vocabulary size",
-            abs(target.size - draft.size) <= MAX_VOCAB_SIZE_DIFFERENCE,
-            f"target {target.size}, draft {draft.size} (at most {MAX_VOCAB_SIZE_DIFFERENCE} apart)",
-        ),
+        _size_check(target, draft),
         _token_text_check(target, draft),
     ]
     return CompatReport(tuple(checks))
+
+
+def _size_check(target: VocabInfo, draft: VocabInfo) -> Check:
+    empty = [role for role, vocab in (("target", target), ("draft", draft)) if not vocab.size]
+    if empty:  # (a file whose tokens are missing: its own fault, not the pair's)
+        return Check("vocabulary size", False, f"the {' and the '.join(empty)} hold{'s' if len(empty) == 1 else ''}"
+                                               " no tokens (tokenizer.ggml.tokens is missing or empty)")
+    return Check("vocabulary size", abs(target.size - draft.size) <= MAX_VOCAB_SIZE_DIFFERENCE,
+                 f"target {target.size}, draft {draft.size} (at most {MAX_VOCAB_SIZE_DIFFERENCE} apart)")
 
 
 def _flag_check(label: str, target_adds: bool, draft_adds: bool, target_id: int | None, draft_id: int | None) -> Check:
@@ -154,7 +159,7 @@ def _token_text_check(target: VocabInfo, draft: VocabInfo) -> Check:
 # -- remembered verdicts ------------------------------------------------------------------
 
 CACHE_FILE_NAME = "verdicts.json"
-PAIR_CHECKS_VERSION = 2  # raised when the checks change: a pair's verdict is then made again
+PAIR_CHECKS_VERSION = 3  # raised when the checks change: a pair's verdict is then made again
 MAX_REMEMBERED = 512  # verdicts kept, the oldest dropped first (each file version a user ran adds a few)
 
 
