@@ -29,6 +29,7 @@ from tiny_models import write_pair
 
 from localspec.app import serving
 from localspec.app.generation_queue import GenerationQueue
+from localspec.app.http_protocol import H11WithHeaderDeadline
 from localspec.app.openai_request import UNSUPPORTED, CompletionRequest
 from localspec.app.serving import ServedModel, create_app
 from localspec.app.session import Session
@@ -80,7 +81,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     served = ServedModel(GenerationQueue(session, queue_size=1), defaults, "tiny")
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY needs the proto
     listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(served), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(served), log_level="warning", http=H11WithHeaderDeadline))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     while not server.started:
@@ -519,6 +520,44 @@ def test_a_body_that_stops_arriving_is_refused_rather_than_held_for_ever(api: Ap
     finally:
         client.close()
     assert answer.startswith("HTTP/1.1 408") and "the request body stopped arriving" in answer
+    api.still_serves()
+
+
+def _answer_to(api: Api, sent: list[bytes], pause: float = 0.0) -> str:
+    """What the server answers a client that sends `sent`, one part after another `pause` seconds apart, and then
+    waits, until the server closes the connection."""
+    client = socket.create_connection(("127.0.0.1", int(api.base.rpartition(":")[2])))
+    answer = b""
+    try:
+        client.settimeout(10)
+        for part in sent:
+            client.sendall(part)
+            time.sleep(pause)
+        while part := client.recv(4096):
+            answer += part
+    except (ConnectionResetError, BrokenPipeError):  # (closed while sending: what came back is the answer)
+        pass
+    finally:
+        client.close()
+    return answer.decode()
+
+
+@pytest.mark.slow  # (0.6 s: the deadlines waited out)
+def test_headers_or_a_body_that_arrive_a_byte_now_and_then_are_refused(api: Api,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection sending nothing, or part of its headers, was held for ever; a body's bytes each within the
+    idle time, but slower than any client sends, held one for as long as they came."""
+    from localspec.app import http_protocol, serving
+
+    monkeypatch.setattr(http_protocol, "HEADER_SECONDS", 0.3)
+    for sent in ([], [b"POS"], [b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"]):
+        answer = _answer_to(api, sent)
+        assert answer.startswith("HTTP/1.1 408") and answer.endswith("did not arrive in 0 s"), (sent, answer)
+    monkeypatch.setattr(serving, "BODY_IDLE_SECONDS", 0.25)
+    monkeypatch.setattr(serving, "BODY_SECONDS", 0.35)
+    headers = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+    answer = _answer_to(api, [headers, b" ", b" "], pause=0.1)  # (each byte within the idle time)
+    assert answer.startswith("HTTP/1.1 408") and "the request body took more than 0 s to arrive" in answer
     api.still_serves()
 
 

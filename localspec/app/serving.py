@@ -61,6 +61,7 @@ FINISH_REASONS = {StopReason.EOS: "stop", StopReason.LENGTH: "length", StopReaso
 MAX_BODY_BYTES = 1 << 20
 SEND_TIMEOUT_SECONDS = 60  # a stream whose client reads nothing for this long is dropped
 BODY_IDLE_SECONDS = 30.0  # a request whose body stops arriving for this long is refused (408)
+BODY_SECONDS = 120.0  # and one whose body takes longer than this in all (a byte now and then)
 CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer
 log = logging.getLogger("localspec.serve")
 
@@ -276,10 +277,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise ApiError(415, f"Content-Encoding {encoding} is not supported: send the body uncompressed")
     parts, size = [], 0
     stream = request.stream()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BODY_SECONDS
     try:
         while True:
             try:
-                part = await asyncio.wait_for(anext(stream), BODY_IDLE_SECONDS)
+                part = await asyncio.wait_for(anext(stream), min(BODY_IDLE_SECONDS, deadline - loop.time()))
             except StopAsyncIteration:
                 break
             size += len(part)
@@ -288,8 +291,10 @@ async def _read_body(request: Request, limit: int) -> bytes:
             parts.append(part)
     except ClientDisconnect:  # the client left before it finished sending
         raise ClientGone() from None
-    except asyncio.TimeoutError:  # (a client that holds a connection open by sending nothing more)
-        raise ApiError(408, f"the request body stopped arriving: nothing for {BODY_IDLE_SECONDS:.0f} s") from None
+    except asyncio.TimeoutError:  # (a client that holds a connection open by sending nothing more, or little)
+        why = (f"the request body took more than {BODY_SECONDS:.0f} s to arrive" if loop.time() >= deadline
+               else f"the request body stopped arriving: nothing for {BODY_IDLE_SECONDS:.0f} s")
+        raise ApiError(408, why, headers={"Connection": "close"}) from None  # (and the connection is let go)
     return b"".join(parts)
 
 

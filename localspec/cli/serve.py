@@ -13,6 +13,7 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from ..app.generation_queue import GenerationQueue
+from ..app.http_protocol import H11WithHeaderDeadline
 from ..app.memory import serve_owner
 from ..app.serving import ServedModel, create_app
 from ..app.web_origin import allowed_origin
@@ -88,7 +89,7 @@ def serve(profile: str | None, memory: bool | None, host: str, port: int, api_ke
         # No lifespan: the app has no start-up or shutdown hooks, and uvicorn logs a cancelled lifespan task
         # as an error traceback when Ctrl-C comes while it starts.
         app = create_app(served, api_key, allowed_origins=allowed_origins, listening_on=listener.getsockname()[0])
-        config = uvicorn.Config(app,
+        config = uvicorn.Config(app, http=H11WithHeaderDeadline,
                                 log_level="info" if verbose else "warning",
                                 timeout_graceful_shutdown=5, lifespan="off", log_config=_log_config())
         server = uvicorn.Server(config)

@@ -1,0 +1,59 @@
+"""uvicorn's HTTP/1.1 protocol (h11) with a deadline on each request's line and headers.
+
+uvicorn waits for a request's headers for ever: a connection that sends nothing, or a byte of its headers now
+and then (a "slow loris"), holds a socket and a file descriptor until the client lets go, and enough of them
+leave the server none. Its keep-alive timeout covers only the wait between requests, and ends at their first
+byte. Here a request line and headers that take more than `HEADER_SECONDS` to arrive in whole are answered 408
+and the connection closed. (The body has deadlines of its own: `serving._read_body`.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+HEADER_SECONDS = 30.0
+LATE = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+
+
+class H11WithHeaderDeadline(H11Protocol):
+    """H11Protocol that closes a connection whose request line and headers, counted from the connection or from
+    the first byte after the last response, take longer than HEADER_SECONDS to arrive."""
+
+    header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._watch_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_watching()
+        super().connection_lost(exc)
+
+    def _watch_headers(self) -> None:
+        """Start the deadline while a request's headers are awaited (h11 says the client is IDLE until they are
+        in whole); stop it once they are. Between requests uvicorn's keep-alive timeout rules, until a byte comes."""
+        awaited = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+        if awaited and self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self.header_deadline = self.loop.call_later(HEADER_SECONDS, self._headers_late)
+        elif not awaited:
+            self._stop_watching()
+
+    def _stop_watching(self) -> None:
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def _headers_late(self) -> None:
+        self.header_deadline = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        reason = b"the request's headers did not arrive in %d s" % HEADER_SECONDS
+        self.transport.write(LATE % (len(reason), reason))
+        self.transport.close()
