@@ -31,6 +31,7 @@ from .schema_keywords import (
     json_identity, json_types, schemas_in, takes_definitions,
 )
 from .schema_all_of import parts_as_one_object
+from .schema_big_integers import integer_bounds_as_floats
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
 from .schema_formats import formats_as_patterns
@@ -394,14 +395,15 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     try:
         schema = parse_schema(fmt.source, fmt.origin)
         refuse_unusable_schema(schema, _name(fmt))
+        schema, moved = integer_bounds_as_floats(schema)
         fitted = _fitted_schema(schema)  # (compile_format runs on a deep stack already)
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
     except ValueError as exc:
         raise InputError(f"{_name(fmt)}: {_one_line(str(exc), fmt.kind)}") from None
     if fitted.bounded:
-        return fitted.grammar, fitted.check, list(fitted.notes)
-    return fitted.grammar, fitted.check, [*fitted.notes, "the bounds localspec puts on open strings, numbers,"
+        return fitted.grammar, fitted.check, [*moved, *fitted.notes]
+    return fitted.grammar, fitted.check, [*moved, *fitted.notes, "the bounds localspec puts on open strings, numbers,"
                                           " arrays and objects do not fit this schema, so they are left open (a"
                                           " small model may then run one on until max_tokens)"]
 
