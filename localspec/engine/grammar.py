@@ -31,7 +31,7 @@ from .schema_keywords import (
     json_identity, json_types, schemas_in, takes_definitions,
 )
 from .schema_all_of import parts_as_one_object
-from .schema_big_integers import integer_bounds_as_floats
+from .schema_number_bounds import exclusive_bounds_as_inclusive, integer_bounds_as_floats
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
 from .schema_formats import formats_as_patterns
@@ -395,7 +395,7 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     try:
         schema = parse_schema(fmt.source, fmt.origin)
         refuse_unusable_schema(schema, _name(fmt))
-        schema, moved = integer_bounds_as_floats(schema)
+        schema, moved = integer_bounds_as_floats(exclusive_bounds_as_inclusive(schema))
         fitted = _fitted_schema(schema)  # (compile_format runs on a deep stack already)
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None

@@ -1,4 +1,4 @@
-"""An integer's bounds past 2^53, moved inward to numbers a 64-bit float holds (schema_big_integers.py)."""
+"""Number bounds llguidance misreads, moved to bounds it reads right (schema_number_bounds.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 from grammar_helpers import accepts
 from localspec.engine.grammar import OutputFormat, compile_format
-from localspec.engine.schema_big_integers import integer_bounds_as_floats
+from localspec.engine.schema_number_bounds import exclusive_bounds_as_inclusive, integer_bounds_as_floats
 
 TOP = 9007199254740999  # 2^53 + 7: the float nearest it is 2^53 + 8
 
@@ -33,3 +33,17 @@ def test_the_grammar_refuses_an_integer_past_such_a_bound() -> None:
     compiled = held({"type": "integer", "minimum": TOP - 9, "maximum": TOP})
     assert not accepts(compiled.grammar, str(TOP + 1)) and accepts(compiled.grammar, str(TOP - 1))
     assert any("maximum 9007199254740999 is held as maximum 9007199254740998" in w for w in compiled.warnings)
+
+
+def test_an_exclusive_whole_bound_the_range_ends_near_is_not_itself_written() -> None:
+    """(was: `0` for exclusiveMinimum 0 and exclusiveMaximum 0.5, `1` within (1, 1.5), `-0` within [-0.5, 0))"""
+    cases = [({"exclusiveMinimum": 0, "exclusiveMaximum": 0.5}, ["0", "0.0"], ["0.000000001", "0.25", "0.4999"]),
+             ({"exclusiveMinimum": 1, "exclusiveMaximum": 1.5}, ["1"], ["1.2", "1.000000001"]),
+             ({"exclusiveMinimum": 0, "maximum": 0.001}, ["0"], ["0.001", "0.0005"]),
+             ({"minimum": -0.5, "exclusiveMaximum": 0}, ["-0", "0"], ["-0.4999", "-0.25", "-0.000001", "-0.5"])]
+    for bounds, refused, taken in cases:
+        compiled = held({"type": "number", **bounds})
+        assert not any(accepts(compiled.grammar, text) for text in refused), bounds
+        assert all(accepts(compiled.grammar, text) for text in taken), bounds
+    wide = {"type": "number", "exclusiveMinimum": 0, "maximum": 100}  # (llguidance reads it right: kept)
+    assert exclusive_bounds_as_inclusive(wide) == wide
