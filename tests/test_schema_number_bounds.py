@@ -47,3 +47,15 @@ def test_an_exclusive_whole_bound_the_range_ends_near_is_not_itself_written() ->
         assert all(accepts(compiled.grammar, text) for text in taken), bounds
     wide = {"type": "number", "exclusiveMinimum": 0, "maximum": 100}  # (llguidance reads it right: kept)
     assert exclusive_bounds_as_inclusive(wide) == wide
+
+
+def test_a_bound_past_any_float_is_left_to_the_refusal_that_names_it() -> None:
+    """(was: an OverflowError traceback, `math.isfinite(10**400)`, for an exclusive bound of 401 digits)"""
+    import pytest
+
+    from localspec.errors import InputError
+
+    with pytest.raises(InputError, match="does not fit llguidance's 64-bit integers"):
+        held({"type": "number", "exclusiveMinimum": 10**400, "maximum": 5})
+    assert exclusive_bounds_as_inclusive({"type": "number", "exclusiveMinimum": 2**52, "maximum": 2**52 + 1}) == {
+        "type": "number", "exclusiveMinimum": 2**52, "maximum": 2**52 + 1}  # (no float tells 2^52 + 10^-9 from it)

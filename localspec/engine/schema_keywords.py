@@ -9,6 +9,7 @@ is a name, not a keyword, and `enum`'s values are data, not schemas.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable, Iterator
 
 # The bounds localspec puts on a number a schema leaves open (see grammar.py, where they are put): at most
@@ -30,6 +31,13 @@ ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$commen
 
 DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentRequired"}  # their values are data
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
+
+
+def finite_number(value: Any) -> bool:
+    """Whether `value` is a number, not infinite (an integer always: `math.isfinite` overflows on 10**400)."""
+    if isinstance(value, int):
+        return not isinstance(value, bool)
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def refers_into(schema: Any, keyword: str) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .schema_keywords import NUMBER_STEP, rewritten_bottom_up
+from .schema_keywords import NUMBER_STEP, finite_number, rewritten_bottom_up
 
 EXACT_UP_TO = 2**53  # a 64-bit float holds every integer of at most this magnitude
 # Each bound as an inclusive one on its side: (keyword, +1 for a lower bound, what an exclusive one adds).
@@ -68,11 +68,12 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
             return node
         low, high = node.get("exclusiveMinimum"), _upper(node)
         changed = dict(node)
-        if _whole(low) and high is not None and high <= low + 1 and "minimum" not in node:
+        stepped = _whole(low) and low + NUMBER_STEP > low  # (a float tells a step from the bound below 2^23 or so)
+        if stepped and high is not None and high <= low + 1 and "minimum" not in node:
             del changed["exclusiveMinimum"]
             changed["minimum"] = low + NUMBER_STEP
         lower = changed.get("minimum", changed.get("exclusiveMinimum"))
-        if node.get("exclusiveMaximum") == 0 and _number(lower) and lower >= -1 and "maximum" not in node:
+        if node.get("exclusiveMaximum") == 0 and finite_number(lower) and lower >= -1 and "maximum" not in node:
             del changed["exclusiveMaximum"]
             changed["maximum"] = -NUMBER_STEP
         return changed
@@ -80,15 +81,12 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
     return rewritten_bottom_up(schema, change)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _whole(value: Any) -> bool:
-    return _number(value) and float(value).is_integer()
+    """A whole number a float holds exactly (no float is made of a larger integer: 10**400 overflows one)."""
+    return finite_number(value) and abs(value) < EXACT_UP_TO and float(value).is_integer()
 
 
 def _upper(node: dict[str, Any]) -> float | None:
     """The lowest of a number's upper bounds, or None."""
-    bounds = [node[key] for key in ("maximum", "exclusiveMaximum") if _number(node.get(key))]
+    bounds = [node[key] for key in ("maximum", "exclusiveMaximum") if finite_number(node.get(key))]
     return min(bounds) if bounds else None

@@ -17,7 +17,7 @@ import math
 from decimal import Decimal, localcontext
 from typing import Any
 
-from .schema_keywords import ANNOTATIONS, rewritten_bottom_up
+from .schema_keywords import ANNOTATIONS, finite_number, rewritten_bottom_up
 
 STEP_VALUES_LIMIT = 64  # multiples a range may leave to be listed (more: llguidance's own reading)
 
@@ -43,7 +43,7 @@ def _multiples(node: dict[str, Any]) -> list[int | float] | None:
     """The multiples of `node`'s fractional step within its bounds, where it is such a number and they are few
     enough; else None."""
     step = node.get("multipleOf")
-    if node.get("type") != "number" or not node.keys() <= _STEP_KEYS or not _finite(step) or isinstance(step, int):
+    if node.get("type") != "number" or not node.keys() <= _STEP_KEYS or not finite_number(step) or isinstance(step, int):
         return None
     if step <= 0 or step.is_integer():
         return None
@@ -66,7 +66,7 @@ def _multiples(node: dict[str, Any]) -> list[int | float] | None:
 def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool = False) -> tuple[Decimal, bool] | None:
     """The tighter of a node's inclusive and exclusive bound on one side (an exclusive one where they are equal), as
     (value, exclusive); None without one, or where one is not a finite number."""
-    if not all(_finite(node[key]) for key in (inclusive, exclusive) if key in node):
+    if not all(finite_number(node[key]) for key in (inclusive, exclusive) if key in node):
         return None
     given = [(Decimal(repr(node[key])) if isinstance(node[key], float) else Decimal(node[key]), key == exclusive)
              for key in (inclusive, exclusive) if key in node]
@@ -77,11 +77,6 @@ def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool = F
     return min(given, key=lambda bound: (bound[0], not bound[1]))
 
 
-def _finite(value: Any) -> bool:
-    """Whether `value` is a number, not infinite (an integer always: `math.isfinite` overflows on 10**400)."""
-    if isinstance(value, int):
-        return not isinstance(value, bool)
-    return isinstance(value, float) and math.isfinite(value)
 
 
 def _json_number(value: Decimal) -> int | float:
