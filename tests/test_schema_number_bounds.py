@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from grammar_helpers import accepts
+from localspec.errors import InputError
 from localspec.engine.grammar import OutputFormat, compile_format
 from localspec.engine.schema_number_bounds import exclusive_bounds_as_inclusive, integer_bounds_as_floats
 
@@ -59,3 +62,13 @@ def test_a_bound_past_any_float_is_left_to_the_refusal_that_names_it() -> None:
         held({"type": "number", "exclusiveMinimum": 10**400, "maximum": 5})
     assert exclusive_bounds_as_inclusive({"type": "number", "exclusiveMinimum": 2**52, "maximum": 2**52 + 1}) == {
         "type": "number", "exclusiveMinimum": 2**52, "maximum": 2**52 + 1}  # (no float tells 2^52 + 10^-9 from it)
+
+
+def test_a_listed_integer_no_float_holds_is_refused_naming_it() -> None:
+    """(was: `{"const": 2^53 + 1}` wrote 2^53, which the schema refuses, and said nothing)"""
+    for schema, number in [({"const": 2**53 + 1}, 2**53 + 1), ({"enum": [1, -(2**53 + 1)]}, -(2**53 + 1)),
+                           ({"enum": [{"a": [2**64 - 1]}]}, 2**64 - 1)]:
+        with pytest.raises(InputError, match=f"^s\\.json: the listed number {number} cannot be written exactly: "):
+            held(schema)
+    for exact in (2**53, 2**53 + 2, -(2**63 - 2048)):
+        assert accepts(held({"enum": [exact, "x"]}).grammar, str(exact))

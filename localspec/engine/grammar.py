@@ -31,7 +31,7 @@ from .schema_keywords import (
     json_identity, json_types, schemas_in, takes_definitions,
 )
 from .schema_all_of import parts_as_one_object
-from .schema_number_bounds import exclusive_bounds_as_inclusive, integer_bounds_as_floats
+from .schema_number_bounds import EXACT_UP_TO, exclusive_bounds_as_inclusive, integer_bounds_as_floats
 from .schema_conditionals import conditionals_as_branches
 from .schema_contains import contains_as_branches
 from .schema_formats import formats_as_patterns
@@ -872,6 +872,10 @@ def refuse_unusable_schema(schema: dict[str, Any], origin: str) -> None:
     if wrong is not None:
         raise InputError(f"{origin}: {wrong}")
     _refuse_what_llguidance_crashes_on(schema, origin)
+    inexact = _listed_integer_no_float_holds(schema)
+    if inexact is not None:
+        raise InputError(f"{origin}: the listed number {inexact} cannot be written exactly: the constrained decoder"
+                         " reads numbers as 64-bit floats, exact to 2^53")
     beyond_reach = unique_items_beyond_reach(schema) or _contains_counts_apart(schema)
     if beyond_reach is not None:
         raise InputError(f"{origin}: no text can satisfy it: {beyond_reach}")
@@ -912,6 +916,19 @@ def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
         if isinstance(step, int) and not isinstance(step, bool) and step and step % _SLOW_MULTIPLE == 0:
             raise InputError(f"{origin}: multipleOf {given} is a multiple of 2^18, which llguidance cannot follow"
                              " (it runs on for minutes)")
+
+
+def _listed_integer_no_float_holds(schema: Any) -> int | None:
+    """A `const` or `enum` integer past 2^53 (or one inside a listed array or object) that no 64-bit float holds,
+    or None: llguidance would write the nearest float, a value the schema refuses. (Past 64 bits it refuses the
+    number itself.)"""
+    for node in schemas_in(schema):
+        listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
+        for value in [*listed, *_numbers_inside(listed)]:
+            if (isinstance(value, int) and not isinstance(value, bool) and EXACT_UP_TO < abs(value) < 2**64
+                    and int(float(value)) != value):
+                return value
+    return None
 
 
 def _numbers_inside(values: list[Any]) -> Iterator[int | float]:
