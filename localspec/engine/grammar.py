@@ -33,6 +33,7 @@ from .schema_keywords import (
 from .schema_all_of import parts_as_one_object
 from .schema_number_bounds import EXACT_UP_TO, exclusive_bounds_as_inclusive, integer_bounds_as_floats
 from .schema_conditionals import conditionals_as_branches
+from .schema_counts_apart import counts_apart, counts_apart_as_false
 from .schema_contains import contains_as_branches
 from .schema_formats import formats_as_patterns
 from .schema_not import not_written_out
@@ -438,7 +439,7 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     (`formats_as_patterns`), and a `not` of listed values or types as what it leaves (`not_written_out`), and an
     object of parts closed by `unevaluatedProperties: false` as one object (`parts_as_one_object`), and a few
     multiples of a fractional step between bounds as the values they are (`steps_as_values`)."""
-    schema = parts_as_one_object(formats_as_patterns(steps_as_values(schema)))
+    schema = parts_as_one_object(formats_as_patterns(steps_as_values(counts_apart_as_false(schema))))
     schema = exclusive_one_of_as_any_of(not_written_out(property_names_as_keys(schema)))
     if schema is False:  # (a `not` of every value: `{"not": {}}`)
         raise ValueError(NOTHING_SATISFIES)
@@ -876,18 +877,9 @@ def refuse_unusable_schema(schema: dict[str, Any], origin: str) -> None:
     if inexact is not None:
         raise InputError(f"{origin}: the listed number {inexact} cannot be written exactly: the constrained decoder"
                          " reads numbers as 64-bit floats, exact to 2^53")
-    beyond_reach = unique_items_beyond_reach(schema) or _contains_counts_apart(schema)
+    beyond_reach = counts_beyond_reach(schema)
     if beyond_reach is not None:
         raise InputError(f"{origin}: no text can satisfy it: {beyond_reach}")
-
-
-def _contains_counts_apart(schema: dict[str, Any]) -> str | None:
-    """Where an array (nothing else) asks for more matches of its `contains` than it takes, what it asks."""
-    for node in schemas_in(schema):
-        least, most = node.get("minContains", 1), node.get("maxContains")
-        if node.get("type") == "array" and "contains" in node and is_count(least) and is_count(most) and least > most:
-            return f"minContains {least} is more than maxContains {most}"
-    return None
 
 
 def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
@@ -925,8 +917,8 @@ def _listed_integer_no_float_holds(schema: Any) -> int | None:
     for node in schemas_in(schema):
         listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
         for value in [*listed, *_numbers_inside(listed)]:
-            if (isinstance(value, int) and not isinstance(value, bool) and EXACT_UP_TO < abs(value) < 2**64
-                    and int(float(value)) != value):
+            if (isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**64
+                    and abs(value) > EXACT_UP_TO and int(float(value)) != value):
                 return value
     return None
 
@@ -943,11 +935,11 @@ def _numbers_inside(values: list[Any]) -> Iterator[int | float]:
                 yield part
 
 
-def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
-    """Where every document of `schema` holds an array whose `uniqueItems` asks for more items (`minItems`) than
-    its items take distinct values (an enum's, booleans, the integers between bounds): that, in words; else None.
-    (Found as the schema is read: generation would write the items there are, then stop with an error.)
-    Every document holds the root and, of an object, its `required` properties."""
+def counts_beyond_reach(schema: dict[str, Any]) -> str | None:
+    """Where every document of `schema` holds a value whose counts no value meets: that, in words; else None.
+    (Found as the schema is read: generation would write what there is, then stop with an error, or llguidance
+    would refuse the schema in words that miscount.) Every document holds the root and, of an object, its
+    `required` properties; a count in a branch (`anyOf`) rules out that branch only."""
     places = SchemaPlaces(schema)
     pending: list[Any] = [schema]
     visited: set[int] = set()
@@ -959,19 +951,31 @@ def unique_items_beyond_reach(schema: dict[str, Any]) -> str | None:
         kinds = places.types(node)
         if kinds == {"array"}:
             array = places.of_value(node, "array")
-            if array is None or array.get("uniqueItems") is not True or "prefixItems" in array:
-                continue
-            least = array.get("minItems")
-            most = _distinct_values(array.get("items"), least if is_count(least) else 0)
-            if most is not None and is_count(least) and least > most:
-                return (f"uniqueItems asks for {least} distinct items (minItems), and its items take"
-                        f" {most} value{'' if most == 1 else 's'}")
+            why = (counts_apart(array) or _unique_items_beyond_reach(array)) if array is not None else None
+            if why is not None:
+                return why
         elif kinds == {"object"}:
             an_object = places.of_value(node, "object")
+            why = counts_apart(an_object) if an_object is not None else None
+            if why is not None:
+                return why
             properties = an_object.get("properties") if an_object is not None else None
             required = an_object.get("required") if an_object is not None else None
             if isinstance(properties, dict) and isinstance(required, list):
                 pending += [properties[name] for name in required if isinstance(name, str) and name in properties]
+    return None
+
+
+def _unique_items_beyond_reach(array: dict[str, Any]) -> str | None:
+    """Where an array's `uniqueItems` asks for more items (`minItems`) than its items take distinct values (an
+    enum's, booleans, the integers between bounds): that, in words; else None."""
+    least = array.get("minItems")
+    if array.get("uniqueItems") is not True or "prefixItems" in array or not is_count(least):
+        return None
+    distinct = _distinct_values(array.get("items"), least)
+    if distinct is not None and least > distinct:
+        return (f"uniqueItems asks for {least} distinct items (minItems), and its items take"
+                f" {distinct} value{'' if distinct == 1 else 's'}")
     return None
 
 
@@ -1100,6 +1104,8 @@ def _one_line(message: str, kind: str) -> str:
     if not lines:
         return "rejected by llguidance"
     head = lines[0]
+    if head == "Unsatisfiable schema: schema is false":  # (every branch ruled out: see schema_counts_apart.py)
+        return NOTHING_SATISFIES
     if head.startswith(_EMPTY_STRING_LANGUAGE):  # (then the regexes it intersected, hundreds of characters)
         return f"{NOTHING_SATISFIES}: a string's pattern, format and lengths leave no string between them"
     too_large = _LLGUIDANCE_TOO_LARGE.match(head)
