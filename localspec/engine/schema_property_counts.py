@@ -10,8 +10,9 @@ them are present:
     maxProperties k   anyOf, over the sets T of |optional| - (k - |required|) of them: {properties: {t: false}}
 
 which is exact, up to MOST_CASES cases. Elsewhere (an object that takes other keys, too many cases) the count
-is left out, and a note says so; a count no object can meet is left for llguidance to refuse. Only where
-llguidance says it cannot hold a count (grammar.py asks it first): a count it holds stays its own.
+is left out, and a note says so; a count no object can meet is refused or written as `false` first
+(schema_counts_apart.py). Only where llguidance says it cannot hold a count (grammar.py asks it first): a count
+it holds stays its own.
 """
 
 from __future__ import annotations
