@@ -138,6 +138,23 @@ def test_set_stores_a_model_path_given_relative_as_absolute(tmp_path: Path, monk
     assert shown["draft.path"]["value"] == os.path.abspath(tmp_path / "d.gguf")
 
 
+def test_a_relative_model_path_written_by_hand_is_read_from_the_profiles_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_pair: tuple[Path, Path]) -> None:
+    """(was: read from wherever the command ran: "relative/x.gguf: no such file" from another folder)"""
+    from localspec.app.plan import locate_model
+    from localspec.config.resolve import resolve_settings
+
+    profile = write_user_profile("rel", '[target]\npath = "models/t.gguf"\n[draft]\npath = "/abs/d.gguf"\n')
+    (profile.parent / "models").mkdir()
+    (profile.parent / "models" / "t.gguf").symlink_to(tiny_pair[0])
+    monkeypatch.chdir(tmp_path)
+    settings = resolve_settings("rel", {})
+    assert locate_model(settings, "target") == profile.parent / "models" / "t.gguf"
+    assert settings.values["draft.path"] == "/abs/d.gguf"
+    flagged = resolve_settings("rel", {"target.path": "here.gguf"})  # (a flag's path is the shell's, from here)
+    assert flagged.values["target.path"] == "here.gguf"
+
+
 def test_set_refuses_a_model_path_that_is_not_a_model_as_add_does(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     path = write_user_profile("mine", f'[target]\npath = "{tiny_pair[0]}"\n')
     before = path.read_text()

@@ -68,6 +68,18 @@ def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
         raise InputError(f"{config_file()}: default_profile {configured!r}: {exc}") from None
 
 
+def _paths_from_its_folder(profile: Profile) -> dict[str, Any]:
+    """`profile`'s values with a relative model path (one written by hand: localspec stores them absolute) read
+    from the profile's folder, not from wherever a command runs."""
+    values = dict(profile.values)
+    for role in ROLES:
+        stored = values.get(f"{role}.path")
+        if isinstance(stored, str) and profile.path is not None:
+            if not os.path.isabs(os.path.expanduser(os.path.expandvars(stored))):
+                values[f"{role}.path"] = os.path.join(profile.path.parent, stored)
+    return values
+
+
 def resolve_settings(profile_name: str | None, flags: Mapping[str, Any]) -> ResolvedSettings:
     """Merge the built-in defaults, the chosen profile and the flags that were given (None: not given)."""
     given = {key: value for key, value in flags.items() if value is not None}
@@ -78,7 +90,7 @@ def resolve_settings(profile_name: str | None, flags: Mapping[str, Any]) -> Reso
     sources = {key: DEFAULT_SOURCE for key in DEFAULTS}
     if profile is not None:
         label = f"profile {profile.name} ({profile.source})"
-        values.update(profile.values)
+        values.update(_paths_from_its_folder(profile))
         sources.update({key: label for key in profile.values})
     for role in ROLES:
         if f"{role}.path" in given:  # a path on the command line replaces the profile's location
