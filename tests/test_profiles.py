@@ -155,6 +155,30 @@ def test_a_relative_model_path_written_by_hand_is_read_from_the_profiles_folder(
     assert flagged.values["target.path"] == "here.gguf"
 
 
+def test_a_strategy_that_needs_a_draft_the_profile_lacks_is_said_by_add_show_and_check(
+        tiny_pair: tuple[Path, Path]) -> None:
+    """(was: "no draft: target only" from add, show and check, then `run` refused the profile)"""
+    said = "speculative.strategy = 'model' (profile n1 (user)) needs a draft model, which this profile does not give"
+    added = cli("profile", "add", "n1", "--target", str(tiny_pair[0]), "--set", "speculative.strategy=model")
+    assert added.exit_code == 0 and said in added.stderr
+    shown = cli("profile", "show", "n1").output
+    assert said in shown and "runs the target alone" not in shown
+    one_error_line(cli("profile", "check", "n1"), 1, said, "runs only with --draft")
+    assert cli("profile", "add", "n2", "--target", str(tiny_pair[0])).exit_code == 0
+    assert cli("profile", "check", "n2").exit_code == 0 and "runs the target alone" in cli("profile", "show", "n2").output
+
+
+def test_add_refuses_a_set_location_for_a_model_its_flags_give(tiny_pair: tuple[Path, Path]) -> None:
+    """(was: `--set target.path=OTHER` silently replaced --target)"""
+    target, draft = map(str, tiny_pair)
+    one_error_line(cli("profile", "add", "n1", "--target", target, "--set", f"target.path={draft}"), 2,
+                   "--set target.path: the target is given by --target already")
+    one_error_line(cli("profile", "add", "n1", "--target", target, "--draft", draft, "--set", "draft.hf_repo=a/b"), 2,
+                   "--set draft.hf_repo: the draft is given by --draft already")
+    assert not (user_profiles_dir() / "n1.toml").exists()
+    assert cli("profile", "add", "n1", "--target", target, "--set", f"draft.path={draft}").exit_code == 0
+
+
 def test_set_refuses_a_model_path_that_is_not_a_model_as_add_does(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     path = write_user_profile("mine", f'[target]\npath = "{tiny_pair[0]}"\n')
     before = path.read_text()

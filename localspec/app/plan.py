@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config.paths import model_path_here, same_file
-from ..config.resolve import ResolvedSettings, resolve_settings
+from ..config.resolve import ResolvedSettings, resolve_settings, strategy_needs_a_draft
 from ..errors import InputError
 from ..models.compat import check_file, check_pair, has_chat_template
 from ..models.demo import demo_draft_path, demo_target_path
@@ -69,8 +69,7 @@ def resolve(
     target_runtime = _runtime(settings, "target")
     draft_runtime = _runtime(settings, "draft") if with_draft else None
     generation, notes = _generation_settings(settings, target_runtime, with_draft=with_draft, drafts=speculative)
-    if (speculative and generation.speculative.uses_draft_model and not with_draft
-            and settings.sources["speculative.strategy"] != "default"):
+    if speculative and strategy_needs_a_draft(settings):
         raise InputError(
             f"{settings.describe('speculative.strategy')} needs a draft model: give --draft, or use --strategy ngram"
         )

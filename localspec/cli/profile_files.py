@@ -11,8 +11,8 @@ from rich.markup import escape
 from ..app.plan import locate_model
 from ..config.paths import (MODEL_PATH_KEYS, model_path_here, shipped_profiles_dir, stored_assignment, stored_model_path,
                             user_profiles_dir)
-from ..config.profiles import check_name, parse_assignment, profile_exists, save_profile
-from ..config.resolve import resolve_settings
+from ..config.profiles import LOCATION_KEYS, check_name, parse_assignment, profile_exists, save_profile
+from ..config.resolve import resolve_settings, strategy_needs_a_draft, without_a_draft
 from ..errors import InputError, LocalspecError
 from ..models.compat import check_file, check_pair, check_pair_cached
 from ..models.discovery import describe, find_drafts
@@ -49,6 +49,9 @@ def add_command(
         values["draft.path"] = stored_model_path(draft, "--draft")
     for assignment in assignments:
         key, value = parse_assignment(clean_input(assignment, "--set"))
+        role, _, field = key.partition(".")
+        if field in (*LOCATION_KEYS, "hf_file") and f"{role}.path" in values:
+            raise InputError(f"--set {key}: the {role} is given by --{role} already")
         values[key] = stored_assignment(key, value)
     if "draft.path" in values:
         check_pair(*(model_path_here(values[key], key) for key in ("target.path", "draft.path")))
@@ -56,6 +59,8 @@ def add_command(
         check_file(model_path_here(values["target.path"], "target.path"))
     path = save_profile(name, values, replace=force)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
+    if "draft.path" not in values and values.get("speculative.strategy", "ngram") != "ngram":
+        click.echo(f"note: {without_a_draft(resolve_settings(name, {}))}", err=True)
     if (shipped_profiles_dir() / f"{name}.toml").exists():
         click.echo(f"note: it hides the shipped profile {name!r} (`localspec profile remove {name}` brings that one"
                    " back)", err=True)
@@ -97,6 +102,8 @@ def check_command(name: str) -> None:
     target = locate_model(resolved, "target")
     if not resolved.has_model("draft"):
         describe(target)
+        if strategy_needs_a_draft(resolved):
+            raise LocalspecError(without_a_draft(resolved))
         stdout_console.print(f"[green]ok[/green] target {escape(str(target))} (no draft: target only)")
         return
     draft = locate_model(resolved, "draft")

@@ -21,7 +21,7 @@ from ..config.profiles import (
     profile_file,
     update_profile,
 )
-from ..config.resolve import profile_without_a_flag, resolve_settings
+from ..config.resolve import profile_without_a_flag, resolve_settings, strategy_needs_a_draft, without_a_draft
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
@@ -101,7 +101,9 @@ def show_command(name: str, as_json: bool) -> None:
     stdout_console.print(f"[bold]{escape(profile.name)}[/bold] ({profile.source}: {escape(shown_plainly(str(profile.path)))})")
     if profile.get("description"):  # (a shared profile's text: its escape sequences are shown, not obeyed)
         stdout_console.print(escape(shown_plainly(profile.get("description"))))
-    if not resolved.has_model("draft"):
+    if strategy_needs_a_draft(resolved):
+        stdout_console.print(escape(without_a_draft(resolved)))
+    elif not resolved.has_model("draft"):
         stdout_console.print("no draft: this profile runs the target alone")
     table = Table("setting", "value", "from", box=None)
     for key in keys:

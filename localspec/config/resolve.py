@@ -100,3 +100,16 @@ def resolve_settings(profile_name: str | None, flags: Mapping[str, Any]) -> Reso
     values.update(given)
     sources.update({key: FLAG_SOURCE for key in given})
     return ResolvedSettings(profile, values, sources)
+
+
+def strategy_needs_a_draft(settings: ResolvedSettings) -> bool:
+    """Whether the settings choose a strategy that drafts with a model (a profile's or a flag's: the default
+    one runs the target alone where there is no draft) and give no draft model."""
+    return (settings.values.get("speculative.strategy") != "ngram" and not settings.has_model("draft")
+            and settings.sources.get("speculative.strategy") != "default")
+
+
+def without_a_draft(settings: ResolvedSettings) -> str:
+    """What a profile whose strategy needs a draft model it does not give runs as (see `strategy_needs_a_draft`)."""
+    return (f"{settings.describe('speculative.strategy')} needs a draft model, which this profile does not give: it"
+            " runs only with --draft (or set draft.path, or speculative.strategy = \"ngram\")")
