@@ -68,6 +68,8 @@ def test_a_relative_localspec_home_is_refused_naming_the_absolute_one(tmp_path, 
     for command in (("history", "list"), ("profile", "list")):
         one_error_line(cli(*command, env={"LOCALSPEC_HOME": "home"}), 2,
                        "LOCALSPEC_HOME=home: not an absolute path", f"use {tmp_path / 'home'}")
+    said = one_error_line(cli("run", "hi", env={"LOCALSPEC_HOME": "home", "LOCALSPEC_PROFILE": "tiny"}), 2)
+    assert said.startswith("error: LOCALSPEC_HOME=home: not an absolute path")  # (was blamed on LOCALSPEC_PROFILE)
     assert not (tmp_path / "home").exists()
 
 

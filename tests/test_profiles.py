@@ -562,6 +562,16 @@ def test_default_must_name_an_existing_profile() -> None:
     assert not config_file().exists()
 
 
+def test_a_misspelt_profile_name_gets_the_near_one_and_a_default_the_environment_overrides_says_so() -> None:
+    write_user_profile("mine", '[target]\npath = "/m/t.gguf"\n')
+    one_error_line(cli("profile", "show", "mien"), 2, "no profile named 'mien' (did you mean 'mine'? known: ")
+    one_error_line(cli("profile", "show", "MINE"), 2, "(did you mean 'mine'? known: ")
+    assert "did you mean" not in cli("profile", "show", "zzzz").stderr
+    told = cli("profile", "default", "mine", env={"LOCALSPEC_PROFILE": "demo"})
+    assert told.exit_code == 0 and "LOCALSPEC_PROFILE=demo is set in this environment, and it wins" in told.stderr
+    assert "LOCALSPEC_PROFILE" not in cli("profile", "default", "mine", env={"LOCALSPEC_PROFILE": "mine"}).stderr
+
+
 # -- save -> load is the identity for every valid profile ----------------------------------------
 
 _VALUE_STRATEGIES = {
@@ -705,8 +715,19 @@ def test_profile_commands_print_user_text_literally_not_as_markup() -> None:
     write_user_profile("marked", 'description = "[bold red]loud[/bold red]"\n[target]\npath = "[x].gguf"\n'
                                  '[chat]\nsystem_prompt = "[bold red]secret[/bold red]"\n')
     shown = cli("profile", "show", "marked").output
-    assert "[bold red]loud[/bold red]" in shown and "'[bold red]secret[/bold red]'" in shown and "'[x].gguf'" in shown
+    assert "[bold red]loud[/bold red]" in shown and '"[bold red]secret[/bold red]"' in shown and '[x].gguf"' in shown
     assert "[x].gguf" in cli("profile", "list").output
+
+
+def test_show_writes_values_as_profile_set_takes_them() -> None:
+    """(was: Python's `True`, `None` and `'auto'`, which `profile set` refuses)"""
+    write_user_profile("mine", '[target]\npath = "/m/t.gguf"\n[speculative]\nmemory = false\n')
+    rows = {line.split()[0]: line.split()[1] for line in cli("profile", "show", "mine").output.splitlines()[2:]}
+    assert rows["speculative.memory"] == "false" and rows["target.prompt_cache"] == "true"
+    assert rows["speculative.strategy"] == '"hybrid"' and rows["sampling.seed"] == "(not"
+    assert cli("profile", "set", "mine", f"speculative.strategy={rows['speculative.strategy']}",
+               f"speculative.memory={rows['target.prompt_cache']}").exit_code == 0
+    assert load_profile("mine").values["speculative.strategy"] == "hybrid"
 
 
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input

@@ -136,14 +136,14 @@ def _profile_from_the_environment(ctx: click.Context, param: click.Parameter, na
     """A profile named by LOCALSPEC_PROFILE must exist, and the error says where its name came from
     (a stale variable in a shell's startup file is otherwise hard to find)."""
     if name is not None and ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.ENVIRONMENT:
-        from ..config.profiles import missing_profile_text, profile_file
+        from ..config.profiles import check_name, missing_profile_text, profile_file
         from ..errors import InputError
 
         try:
-            missing = profile_file(name) is None
-        except InputError as exc:  # a name no profile can have (a path)
+            check_name(name)  # a name no profile can have (a path)
+        except InputError as exc:
             raise click.UsageError(f"LOCALSPEC_PROFILE={name}: {exc}") from None
-        if missing:
+        if profile_file(name) is None:  # (a home that cannot be read is said as such: not the variable's fault)
             raise click.UsageError(f"LOCALSPEC_PROFILE={name}: {missing_profile_text(name)}")
     return name
 

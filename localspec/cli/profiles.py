@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import click
+import tomlkit
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,7 +22,7 @@ from ..config.profiles import (
     profile_file,
     update_profile,
 )
-from ..config.resolve import profile_without_a_flag, resolve_settings, strategy_needs_a_draft, without_a_draft
+from ..config.resolve import PROFILE_VARIABLE, profile_without_a_flag, resolve_settings, strategy_needs_a_draft, without_a_draft
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
@@ -108,7 +109,7 @@ def show_command(name: str, as_json: bool) -> None:
     table = Table("setting", "value", "from", box=None)
     for key in keys:
         value = resolved.values[key]
-        shown = repr(value) if isinstance(value, str) else str(value)
+        shown = "(not set)" if value is None else tomlkit.item(value).as_string()  # (as `profile set` takes it)
         table.add_row(key, escape(shown), escape(resolved.sources[key]))
     print_table(table)
 
@@ -185,6 +186,10 @@ def default_command(name: str) -> None:
     load_profile(name)
     set_default_profile(name)
     click.echo(f"default profile: {name}", err=True)
+    chosen, source = profile_without_a_flag()
+    if source == PROFILE_VARIABLE and chosen != name:
+        click.echo(f"note: {PROFILE_VARIABLE}={chosen} is set in this environment, and it wins over the default",
+                   err=True)
 
 
 @profile_group.command("path")

@@ -276,8 +276,11 @@ def _existing_file(name: str) -> Path:
 
 def missing_profile_text(name: str) -> str:
     """Why `name` cannot be loaded when no file holds it, with the profiles that can."""
-    known = ", ".join(sorted(p.name for p in list_profiles() if p.problem is None)) or "none"
-    return f"no profile named {name!r} (known: {known})"
+    names = sorted(p.name for p in list_profiles() if p.problem is None)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6) or [
+        known for known in names if known.lower() == name.lower()]
+    meant = f"did you mean {close[0]!r}? " if close else ""
+    return f"no profile named {name!r} ({meant}known: {', '.join(names) or 'none'})"
 
 
 def read_profile_file(path: Path) -> Profile:
