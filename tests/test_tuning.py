@@ -55,6 +55,10 @@ def test_bench_save_refuses_to_pick_a_setting_from_a_run_too_small_to_tell(tiny_
         refused = cli("bench", "-p", tiny_profile, *sizes, "--temperatures", "0", "--draft-max", "2", "--save")
         one_error_line(refused, 2, "--save picks a profile's setting from what this bench measures", here)
     assert "speculative.draft_max" not in load_profile(tiny_profile).values
+    # Before any model is looked for (the demo's target was derived, 515 MB, then the bench refused).
+    user_profiles_dir().mkdir(parents=True, exist_ok=True)
+    (user_profiles_dir() / "gone.toml").write_text('[target]\npath = "/nowhere/t.gguf"\n')
+    one_error_line(cli("bench", "-p", "gone", "--prompts", "1", "--save"), 2, "--save picks a profile's setting")
 
 
 @pytest.mark.slow

@@ -170,6 +170,8 @@ def bench(
     if save and (flags.get("target.path") or flags.get("draft.path")):
         raise click.UsageError("--save writes into the profile what its own models measured: leave out --target and"
                                " --draft")
+    if save:  # (before any model is looked for, or the demo target derived)
+        _check_worth_saving(len(prompts) * repeat, flags["sampling.max_tokens"])
     swept_lengths = _comma_list(draft_maxes, _draft_max, "--draft-max") if draft_maxes is not None else None
     if swept_lengths is not None:  # (the profile's draft_max is not measured: neither fitted nor checked with --draft-min)
         longest = max((length for length in swept_lengths if isinstance(length, int)), default=0)
@@ -184,8 +186,6 @@ def bench(
     chosen_verify = _comma_list(verify_modes, _verify, "--verify") if verify_modes is not None else [speculative.verify]
     if save and speculative.verify not in chosen_verify:
         raise click.UsageError(f"--save writes a setting for verify = {speculative.verify} (the profile's): include it in --verify")
-    if save:
-        _check_worth_saving(len(prompts) * repeat, plan.generation.max_tokens or BENCH_MAX_TOKENS)
     cases = [BenchCase(s, d, t, v) for t in temps for s in chosen_strategies for d in chosen_lengths for v in chosen_verify]
     for case in cases:  # a combination the settings refuse (draft_min above a swept draft_max) before anything loads
         case_settings(plan.generation, case)
