@@ -398,3 +398,12 @@ def test_a_file_keeps_one_tag_however_it_is_named_and_an_empty_path_is_refused(t
         assert refused.exit_code != 0 and "an empty path" in refused.stderr
     assert cli("memory", "remove", str(tmp_path / "link")).exit_code == 0
     assert json.loads(cli("memory", "list", "--json").stdout) == []
+
+
+def test_list_shows_a_file_names_control_characters_as_escapes(tiny_profile: str, tmp_path: Path) -> None:
+    """(was: the name's escape sequence written to the terminal as it is, recolouring what follows)"""
+    named = tmp_path / "e\x1b[31mx.txt"
+    named.write_text("the cat sat on the mat " * 20)
+    assert cli("memory", "add", "-p", "tiny", str(named)).exit_code == 0
+    listed = cli("memory", "list").stdout
+    assert "\x1b" not in listed and "e\\x1b[31mx.txt" in listed

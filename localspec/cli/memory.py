@@ -26,7 +26,7 @@ from ..errors import InputError, LocalspecError
 from ..models.compat import check_file
 from ..runtime.model import Vocabulary
 from ..textin import decode_bytes, replaced_warning
-from .common import print_table
+from .common import print_table, shown_name
 from .options import PROFILE_OPTION
 
 LARGEST_FILE_BYTES = 4 << 20  # a larger file is most likely data, not text worth drafting from
@@ -115,7 +115,9 @@ def list_command(as_json: bool) -> None:
     table = Table("memory", "source", "tokens", "added", "tag", box=None)
     for row in rows:
         when = datetime.fromtimestamp(row["added"]).strftime("%Y-%m-%d %H:%M") if row.get("added") else ""
-        table.add_row(Text(row["memory"]), row["source"], str(row["tokens"]), when, Text(str(row["tag"] or "")))
+        # (a tag names a file: its control characters shown as escapes, not obeyed; its backslashes are doubled)
+        table.add_row(Text(row["memory"]), Text(row["source"]), str(row["tokens"]), when,
+                      Text(shown_name(str(row["tag"] or ""))))
     print_table(table)
 
 
