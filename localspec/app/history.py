@@ -252,9 +252,8 @@ class HistoryStore:
             messages.append({"role": _text(role), "content": _text(content), **({"interrupted": True} if interrupted else {})})
         try:
             kept_settings = json.loads(_text(settings), parse_constant=refuse_json_constant)
-        except (ValueError, RecursionError) as exc:
-            raise HistoryUnavailable(f"chat history {self.path}: conversation {conversation_id} is damaged"
-                                     f" (its settings are not JSON: {exc})") from None
+        except (ValueError, RecursionError):  # (the text as it is: reading the conversation says it is damaged)
+            kept_settings = _text(settings)
         return {"messages": messages, "settings": kept_settings}
 
     def remove(self, conversation_id: int) -> bool:
