@@ -558,6 +558,21 @@ def test_headers_or_a_body_that_arrive_a_byte_now_and_then_are_refused(api: Api,
     headers = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
     answer = _answer_to(api, [headers, b" ", b" "], pause=0.1)  # (each byte within the idle time)
     assert answer.startswith("HTTP/1.1 408") and "the request body took more than 0 s to arrive" in answer
+    # Answered before its body was read (404): the rest of the body, trickling, held the socket for as long.
+    unrouted = b"POST /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+    client = socket.create_connection(("127.0.0.1", int(api.base.rpartition(":")[2])))
+    try:
+        client.settimeout(10)
+        client.sendall(unrouted)
+        assert client.recv(4096).startswith(b"HTTP/1.1 404")
+        started = time.monotonic()
+        with pytest.raises(OSError):  # (reset, or a broken pipe: closed while the client still sends)
+            for _ in range(100):
+                client.sendall(b" ")
+                time.sleep(0.05)
+        assert time.monotonic() - started < 2
+    finally:
+        client.close()
     api.still_serves()
 
 

@@ -4,7 +4,9 @@ uvicorn waits for a request's headers for ever: a connection that sends nothing,
 and then (a "slow loris"), holds a socket and a file descriptor until the client lets go, and enough of them
 leave the server none. Its keep-alive timeout covers only the wait between requests, and ends at their first
 byte. Here a request line and headers that take more than `HEADER_SECONDS` to arrive in whole are answered 408
-and the connection closed. (The body has deadlines of its own: `serving._read_body`.)
+and the connection closed. (The body has deadlines of its own: `serving._read_body`.) A response sent before
+the request's body was read (a 404, a 401, a 413) leaves uvicorn reading the rest for ever, however slowly it
+comes: the rest gets HEADER_SECONDS more, then the connection is closed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class H11WithHeaderDeadline(H11Protocol):
     the first byte after the last response, take longer than HEADER_SECONDS to arrive."""
 
     header_deadline: asyncio.TimerHandle | None = None
+    unread_body_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -31,9 +34,20 @@ class H11WithHeaderDeadline(H11Protocol):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         self._watch_headers()
+        if self.unread_body_deadline is not None and self.conn.their_state is not h11.SEND_BODY:
+            self.unread_body_deadline.cancel()  # (the rest came: the next request is the header deadline's)
+            self.unread_body_deadline = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        body_unread = self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing()
+        if body_unread and self.unread_body_deadline is None:
+            self.unread_body_deadline = self.loop.call_later(HEADER_SECONDS, self._body_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_watching()
+        if self.unread_body_deadline is not None:
+            self.unread_body_deadline.cancel()
         super().connection_lost(exc)
 
     def _watch_headers(self) -> None:
@@ -57,3 +71,8 @@ class H11WithHeaderDeadline(H11Protocol):
         reason = b"the request's headers did not arrive in %d s" % HEADER_SECONDS
         self.transport.write(LATE % (len(reason), reason))
         self.transport.close()
+
+    def _body_late(self) -> None:
+        self.unread_body_deadline = None
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self.transport.close()  # (the response is sent: nothing more to say)
