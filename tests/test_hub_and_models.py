@@ -54,9 +54,9 @@ class FakeHub:
                 self._answer(body=True)
 
             def _answer(self, body: bool) -> None:
-                if self.path != "/":  # (the root: the check that the endpoint answers at all, which sends no token)
+                if "/resolve/" in self.path:  # (files; not what huggingface_hub asks the hub of itself, untokened)
                     hub.auth_headers.append(self.headers.get("Authorization"))
-                else:
+                elif self.path == "/":  # (the check that the endpoint answers at all, which sends no token)
                     hub.root_requests += 1
                 path = self.path.replace(f"/resolve/{COMMIT}/", "/resolve/main/")
                 data = hub.files.get(path)

@@ -28,7 +28,10 @@ def test_a_bound_no_float_holds_is_moved_inward_and_said() -> None:
                      " 64-bit float, exact to 2^53",
                      f"exclusiveMaximum {TOP} is held as maximum {TOP - 1}: the constrained decoder reads a bound as"
                      " a 64-bit float, exact to 2^53"]
-    assert integer_bounds_as_floats({"type": "number", "maximum": TOP}) == ({"type": "number", "maximum": TOP}, [])
+    assert integer_bounds_as_floats({"type": "number", "maximum": TOP})[0] == {"type": "number", "maximum": TOP - 1}
+    assert integer_bounds_as_floats({"type": "string", "maximum": TOP}) == ({"type": "string", "maximum": TOP}, [])
+    inside = {"not": {"maximum": TOP}, "if": {"maximum": TOP}}  # (there, inward would let more values through)
+    assert integer_bounds_as_floats(inside) == (inside, [])
 
 
 def test_the_grammar_refuses_an_integer_past_such_a_bound() -> None:
@@ -72,3 +75,35 @@ def test_a_listed_integer_no_float_holds_is_refused_naming_it() -> None:
             held(schema)
     for exact in (2**53, 2**53 + 2, -(2**63 - 2048)):
         assert accepts(held({"enum": [exact, "x"]}).grammar, str(exact))
+
+
+B = 2**53
+
+
+@pytest.mark.parametrize("schema, refused, taken", [
+    # Bounds the steps before write: a `not` of 0 as the ranges on either side of it, with the bounds beside it.
+    ({"type": "number", "minimum": -0.5, "maximum": 0.5, "not": {"const": 0}}, ["-0", "0"], ["0.1", "-0.1"]),
+    ({"type": "number", "exclusiveMaximum": 1.5, "not": {"const": 1}}, ["1"], ["1.2", "0.5"]),
+    # A negative whole upper bound; an inclusive bound beside the exclusive one; no type, or a list of them.
+    ({"type": "number", "minimum": -1.5, "exclusiveMaximum": -1}, ["-1"], ["-1.2", "-1.0001", "-1.5"]),
+    ({"type": "number", "minimum": 0, "exclusiveMinimum": 1, "exclusiveMaximum": 1.5}, ["1"], ["1.2"]),
+    ({"type": "number", "minimum": -0.5, "maximum": 5, "exclusiveMaximum": 0}, ["-0", "0"], ["-0.2"]),
+    ({"type": ["number", "null"], "exclusiveMinimum": 0, "exclusiveMaximum": 0.5}, ["0"], ["0.2", "null"]),
+    ({"exclusiveMinimum": 0, "exclusiveMaximum": 0.5}, ["0"], ["0.2", '"x"']),
+    # Draft 4's boolean exclusive bounds (`false` was read as a bound of 0, refusing the schema).
+    ({"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 0.5}, ["0"], ["0.2", "0.5"]),
+    ({"type": "number", "maximum": 0, "exclusiveMaximum": True, "minimum": -0.5}, ["-0", "0"], ["-0.2"]),
+    ({"type": "number", "minimum": 5, "exclusiveMaximum": False}, ["4"], ["5", "6"]),
+    # On the side away from zero llguidance reads it right: kept (an inclusive bound there refused -0.9999).
+    ({"type": "number", "exclusiveMinimum": -1, "maximum": -0.5}, ["-1"], ["-0.9999", "-0.99", "-0.6"]),
+    # An integer's exclusive bound at 2^53 (the integer after it is no float), a number's bound past it.
+    ({"type": "integer", "exclusiveMinimum": B, "maximum": B + 4}, [str(B)], [str(B + 2), str(B + 4)]),
+    ({"type": "integer", "exclusiveMaximum": -B, "minimum": -B - 4}, [str(-B)], [str(-B - 2)]),
+    ({"type": "number", "maximum": B + 7}, [str(B + 8)], [str(B + 6)]),
+    ({"type": "integer", "minimum": B, "maximum": B + 7, "exclusiveMaximum": True}, [str(B + 8), str(B + 7)],
+     [str(B + 6)]),
+])
+def test_bounds_llguidance_misreads_are_held_wherever_they_are(schema: dict, refused: list, taken: list) -> None:
+    """(each was written by `run`, or taken by the grammar, though the schema refuses it; or refused, valid)"""
+    grammar = held(schema).grammar
+    assert not any(accepts(grammar, text) for text in refused) and all(accepts(grammar, text) for text in taken)

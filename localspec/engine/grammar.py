@@ -396,15 +396,14 @@ def _schema_grammar(fmt: OutputFormat) -> tuple[str, tuple[bool, list[str]], lis
     try:
         schema = parse_schema(fmt.source, fmt.origin)
         refuse_unusable_schema(schema, _name(fmt))
-        schema, moved = integer_bounds_as_floats(exclusive_bounds_as_inclusive(schema))
         fitted = _fitted_schema(schema)  # (compile_format runs on a deep stack already)
     except RecursionError:
         raise InputError(f"{_name(fmt)}: the schema is nested too deeply") from None
     except ValueError as exc:
         raise InputError(f"{_name(fmt)}: {_one_line(str(exc), fmt.kind)}") from None
     if fitted.bounded:
-        return fitted.grammar, fitted.check, [*moved, *fitted.notes]
-    return fitted.grammar, fitted.check, [*moved, *fitted.notes, "the bounds localspec puts on open strings, numbers,"
+        return fitted.grammar, fitted.check, list(fitted.notes)
+    return fitted.grammar, fitted.check, [*fitted.notes, "the bounds localspec puts on open strings, numbers,"
                                           " arrays and objects do not fit this schema, so they are left open (a"
                                           " small model may then run one on until max_tokens)"]
 
@@ -417,7 +416,7 @@ class FittedSchema(NamedTuple):
     grammar: str
     check: tuple[bool, list[str]]
     bounded: bool
-    notes: tuple[str, ...] = ()  # property counts left out (see `property_counts_as_branches`)
+    notes: tuple[str, ...] = ()  # bounds moved, property counts left out (see `integer_bounds_as_floats`, ...)
 
 
 def fitted_schema(schema: dict[str, Any]) -> FittedSchema:
@@ -438,13 +437,23 @@ def _fitted_schema(schema: dict[str, Any]) -> FittedSchema:
     `not` of names is its own), and formats llguidance does not know as the patterns their standards define
     (`formats_as_patterns`), and a `not` of listed values or types as what it leaves (`not_written_out`), and an
     object of parts closed by `unevaluatedProperties: false` as one object (`parts_as_one_object`), and a few
-    multiples of a fractional step between bounds as the values they are (`steps_as_values`)."""
+    multiples of a fractional step between bounds as the values they are (`steps_as_values`), and then number
+    bounds llguidance misreads as bounds it reads right, with a note where one moved (`exclusive_bounds_as_inclusive`,
+    `integer_bounds_as_floats`)."""
     schema = parts_as_one_object(formats_as_patterns(steps_as_values(counts_apart_as_false(schema))))
     schema = exclusive_one_of_as_any_of(not_written_out(property_names_as_keys(schema)))
     if schema is False:  # (a `not` of every value: `{"not": {}}`)
         raise ValueError(NOTHING_SATISFIES)
     if _recursion_never_ends(schema):
         raise ValueError(f"{NOTHING_SATISFIES}: every way through it refers to itself again without end")
+    # (after the steps above, which write bounds of their own: a `not` of 0 as the ranges beside it)
+    schema, moved = integer_bounds_as_floats(exclusive_bounds_as_inclusive(schema))
+    fitted = _fitted_without_notes(schema)
+    return fitted._replace(notes=(*moved, *fitted.notes))
+
+
+def _fitted_without_notes(schema: dict[str, Any]) -> FittedSchema:
+    """`_fitted_schema`'s tries, on the schema its rewrites made."""
     orderings = sum(len(_orderings(node)) for node in schemas_in(schema) if node.get("uniqueItems") is True)
     spell_out = orderings <= SPELLED_OUT_ORDERINGS
     tries = [bounded_values(schema, spell_out_unique=spell_out)]

@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 from .schema_conditionals import exact_bound
-from .schema_keywords import ANNOTATIONS, json_identity, json_types, listed_values, refers_into, rewritten_bottom_up
+from .schema_keywords import (ANNOTATIONS, finite_number, json_identity, json_types, listed_values, refers_into,
+                              rewritten_bottom_up)
 
 _TYPES = ("object", "array", "string", "number", "boolean", "null")
 _REFUSING_KEYS = {"type", "const", "enum"} | ANNOTATIONS  # what a `not` written out here may say
@@ -43,6 +44,9 @@ def not_written_out(schema: Any) -> Any:
     """`schema` with each `not` of listed values or of types written as what it leaves (a new schema; the input
     untouched); any other `not` as it is. A schema one of whose `$ref`s points into a `not` is returned as it is."""
     return schema if refers_into(schema, "not") else rewritten_bottom_up(schema, _without_not)
+
+
+_TIGHTER_BOUND = {"minimum": max, "exclusiveMinimum": max, "maximum": min, "exclusiveMaximum": min}
 
 
 def _without_not(node: dict[str, Any]) -> dict[str, Any] | bool:
@@ -74,7 +78,21 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any] | bool:
     earlier = rest.get("allOf", [])
     if not isinstance(earlier, list):
         return node
-    return {**rest, "allOf": [*earlier, {"anyOf": left}]}
+    return {**rest, "allOf": [*earlier, {"anyOf": [_within_bounds_of(rest, way) for way in left]}]}
+
+
+def _within_bounds_of(schema: dict[str, Any], way: dict[str, Any]) -> dict[str, Any]:
+    """`way`, a number's range on one side of a refused value, with `schema`'s own bounds in it too (the same
+    values, `schema` holding them anyway): llguidance's reading of an exclusive bound depends on the bound on the
+    other side, which it must then see beside it (see schema_number_bounds.py)."""
+    if way.get("type") != "number":
+        return way
+    bounded = dict(way)
+    for key, tighter in _TIGHTER_BOUND.items():
+        own = schema.get(key)
+        if finite_number(own):
+            bounded[key] = tighter(own, bounded[key]) if key in bounded else own
+    return bounded
 
 
 def _into_branches(schema: dict[str, Any], refused: dict[str, Any]) -> dict[str, Any]:

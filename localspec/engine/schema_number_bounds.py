@@ -1,45 +1,56 @@
 """Number bounds llguidance (1.x) misreads, moved to bounds it reads right, within what the schema asks.
 
-An integer's bounds past 2^53: llguidance reads a schema's numbers as 64-bit floats, exact to 2^53: `"maximum": 9007199254740999` becomes
-9007199254741000, and a model held to it wrote 9007199254741000, which the schema refuses. Such a bound
-is moved inward to the nearest float on its side (the maximum down to 9007199254740998), so that what llguidance
-holds to is within what the schema asks; the few integers between the two are left out, and a note says so.
+First each node's bounds are written as one bound a side (`_one_bound_a_side`): draft 4's boolean
+`exclusiveMinimum: true` as the exclusive bound its `minimum` names, and of an inclusive and an exclusive bound on
+one side the one that binds (the same numbers).
 
-A number's exclusive bound at a whole number, where the range ends within one of it: llguidance then takes the
-bound itself (`0` for `exclusiveMinimum: 0, exclusiveMaximum: 0.5`, `1` between 1 and 1.5 exclusive, `-0` for
-`minimum: -0.5, exclusiveMaximum: 0`). Such a lower bound becomes the inclusive one a step of NUMBER_STEP above it,
-the smallest number localspec's bounds let a number write (nine digits after the point), and `exclusiveMaximum: 0`
-the inclusive one a step below: the same numbers (a longer inclusive bound on the upper side would make llguidance
-refuse spellings such as 4.9999 under 4.999999999, so other upper bounds are kept).
+Bounds past 2^53: llguidance reads a schema's numbers as 64-bit floats, exact to 2^53: `"maximum": 9007199254740999`
+becomes 9007199254741000, and a model held to it wrote 9007199254741000, which the schema refuses. Such a bound is
+moved inward to the nearest float on its side (the maximum down to 9007199254740998), as an inclusive bound (an
+exclusive one at 2^53 too: the integer after it is no float), so that what llguidance holds to is within what the
+schema asks; the few numbers between the two are left out, and a note says so.
+
+An exclusive bound at a whole number on the side nearer zero, where the range ends within one of it: llguidance
+then takes the bound itself (`0` for `exclusiveMinimum: 0, exclusiveMaximum: 0.5`, `1` between 1 and 1.5
+exclusive, `-1` for `minimum: -1.5, exclusiveMaximum: -1`, `-0` below 0). Such a bound becomes the inclusive one a
+step of NUMBER_STEP inside it, the smallest step localspec's bounds let a number write (nine digits after the
+point): the same numbers. (On the side away from zero llguidance reads an exclusive bound right, and an inclusive
+one of nine digits there would make it refuse spellings such as 4.9999 under 4.999999999: those are kept.)
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
-from .schema_keywords import NUMBER_STEP, finite_number, rewritten_bottom_up
+from .schema_keywords import NUMBER_STEP, finite_number, with_subschemas_changed
 
 EXACT_UP_TO = 2**53  # a 64-bit float holds every integer of at most this magnitude
 # Each bound as an inclusive one on its side: (keyword, +1 for a lower bound, what an exclusive one adds).
 _BOUNDS = {"minimum": (1, 0), "exclusiveMinimum": (1, 1), "maximum": (-1, 0), "exclusiveMaximum": (-1, -1)}
+_SIDES = (("minimum", "exclusiveMinimum", 1), ("maximum", "exclusiveMaximum", -1))
+_NOT_HELD = ("not", "if")
 
 
 def integer_bounds_as_floats(schema: Any) -> tuple[Any, list[str]]:
-    """`schema` with each integer's bound that no 64-bit float holds (past 2^53) moved inward to one that does,
-    as an inclusive bound (a new schema; the input untouched), and a note for each bound moved."""
+    """`schema` with each integer's or number's bound that no 64-bit float holds (past 2^53) moved inward to one
+    that does, as an inclusive bound (a new schema; the input untouched), and a note for each bound moved."""
     notes: list[str] = []
 
     def change(node: dict[str, Any]) -> dict[str, Any]:
-        if node.get("type") != "integer":
+        if not _may_be_a_number(node):
             return node
-        changed = dict(node)
+        changed = _one_bound_a_side(node)
         for keyword, (side, exclusive_step) in _BOUNDS.items():
-            bound = node.get(keyword)
-            if (not isinstance(bound, int) or isinstance(bound, bool) or not EXACT_UP_TO < abs(bound) < 2**63
-                    or int(float(bound)) == bound):  # (past 64 bits: refused, see `grammar.refuse_unusable_schema`)
+            bound = changed.get(keyword)
+            if not isinstance(bound, int) or isinstance(bound, bool) or not abs(bound) < 2**63:
+                continue  # (past 64 bits: refused, see `grammar.refuse_unusable_schema`)
+            inclusive = bound + exclusive_step
+            if abs(inclusive) <= EXACT_UP_TO or (not exclusive_step and int(float(bound)) == bound):
                 continue
-            held = _float_inward(bound + exclusive_step, side)
+            held = _float_inward(inclusive, side)
+            if held == bound:
+                continue
             del changed[keyword]
             inclusive_keyword = "minimum" if side > 0 else "maximum"
             changed[inclusive_keyword] = held
@@ -47,7 +58,7 @@ def integer_bounds_as_floats(schema: Any) -> tuple[Any, list[str]]:
                          " a bound as a 64-bit float, exact to 2^53")
         return changed
 
-    return rewritten_bottom_up(schema, change), notes
+    return _changed_where_held(schema, change), notes
 
 
 def _float_inward(value: int, side: int) -> int:
@@ -64,21 +75,57 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
     written as the inclusive bound a step inside it (a new schema; the input untouched)."""
 
     def change(node: dict[str, Any]) -> dict[str, Any]:
-        if node.get("type") != "number":
+        if not _may_be_a_number(node):
             return node
-        low, high = node.get("exclusiveMinimum"), _upper(node)
-        changed = dict(node)
-        stepped = _whole(low) and low + NUMBER_STEP > low  # (a float tells a step from the bound below 2^23 or so)
-        if stepped and high is not None and high <= low + 1 and "minimum" not in node:
-            del changed["exclusiveMinimum"]
-            changed["minimum"] = low + NUMBER_STEP
-        lower = changed.get("minimum", changed.get("exclusiveMinimum"))
-        if node.get("exclusiveMaximum") == 0 and finite_number(lower) and lower >= -1 and "maximum" not in node:
-            del changed["exclusiveMaximum"]
-            changed["maximum"] = -NUMBER_STEP
+        changed = _one_bound_a_side(node)
+        lower, upper = _bound(changed, 1), _bound(changed, -1)
+        for inclusive, exclusive, side in _SIDES:
+            bound, other = changed.get(exclusive), (upper if side > 0 else lower)
+            inside = bound + side * NUMBER_STEP if _whole(bound) else None
+            if (inside is not None and inside != bound and side * bound >= 0 and other is not None
+                    and side * (other - bound) <= 1):
+                del changed[exclusive]
+                changed[inclusive] = inside
         return changed
 
-    return rewritten_bottom_up(schema, change)
+    return _changed_where_held(schema, change)
+
+
+def _changed_where_held(schema: Any, change: Callable[[dict[str, Any]], Any]) -> Any:
+    """`schema` with `change` applied to each schema in it, bottom up, but those within a `not` or an `if`: moving
+    a bound inward there would let more values through, not fewer (and llguidance holds neither)."""
+    if isinstance(schema, list):
+        return [_changed_where_held(item, change) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    held = {key: value for key, value in schema.items() if key not in _NOT_HELD}
+    changed = with_subschemas_changed(held, lambda subschema: _changed_where_held(subschema, change))
+    return change({**changed, **{key: schema[key] for key in _NOT_HELD if key in schema}})
+
+
+def _may_be_a_number(node: dict[str, Any]) -> bool:
+    """Whether `node` may take a number (an integer too): its type says so, or it names none."""
+    kinds = node.get("type")
+    if kinds is None:
+        return True
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    return isinstance(kinds, list) and bool({"number", "integer"} & set(kinds))
+
+
+def _one_bound_a_side(node: dict[str, Any]) -> dict[str, Any]:
+    """`node` with draft 4's boolean exclusive bounds written as draft 6's, and of an inclusive and an exclusive
+    bound on one side only the one that binds (a new node where anything changed)."""
+    changed = dict(node)
+    for inclusive, exclusive, side in _SIDES:
+        flag = changed.get(exclusive)
+        if isinstance(flag, bool):
+            del changed[exclusive]
+            if flag and finite_number(changed.get(inclusive)):
+                changed[exclusive] = changed.pop(inclusive)
+        closed, open_ = changed.get(inclusive), changed.get(exclusive)
+        if finite_number(closed) and finite_number(open_):
+            del changed[inclusive if side * (open_ - closed) >= 0 else exclusive]
+    return changed
 
 
 def _whole(value: Any) -> bool:
@@ -86,7 +133,8 @@ def _whole(value: Any) -> bool:
     return finite_number(value) and abs(value) < EXACT_UP_TO and float(value).is_integer()
 
 
-def _upper(node: dict[str, Any]) -> float | None:
-    """The lowest of a number's upper bounds, or None."""
-    bounds = [node[key] for key in ("maximum", "exclusiveMaximum") if finite_number(node.get(key))]
-    return min(bounds) if bounds else None
+def _bound(node: dict[str, Any], side: int) -> float | None:
+    """A number's bound on one side (+1 the lower, -1 the upper), inclusive or not, or None."""
+    keywords = ("minimum", "exclusiveMinimum") if side > 0 else ("maximum", "exclusiveMaximum")
+    bounds = [node[key] for key in keywords if finite_number(node.get(key))]
+    return (max(bounds) if side > 0 else min(bounds)) if bounds else None
