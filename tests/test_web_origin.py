@@ -70,6 +70,12 @@ def test_the_host_name_is_checked_where_the_server_listens_on_loopback_only() ->
     assert host_refusal("evil.example", "::1") is not None
     assert host_refusal("api.example.com", "0.0.0.0") is None  # (reachable under any name: not checked)
     assert host_refusal("api.example.com", "::") is None and host_refusal("api.example.com", "192.168.1.5") is None
+    # On every address, over loopback, as on loopback (was: a rebound page read /v1/models and /metrics there).
+    for everywhere, client in (("0.0.0.0", "127.0.0.1"), ("::", "::1"), ("::", "::ffff:127.0.0.1")):
+        assert host_refusal("rebind.example:8080", everywhere, client) is not None
+        assert host_refusal(f"{socket.gethostname()}:8080", everywhere, client) is None
+    assert host_refusal("api.example.com", "0.0.0.0", "192.168.1.7") is None  # (a client elsewhere: any name)
+    assert host_refusal("api.example.com", "192.168.1.5", "127.0.0.1") is None
     assert is_loopback_address("::ffff:127.0.0.1") and not is_loopback_address("::ffff:10.0.0.1")
 
 

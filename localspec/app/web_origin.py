@@ -125,22 +125,27 @@ def host_name(host_header: str) -> str:
     return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
-def host_refusal(host_header: str | None, listening_on: str | None) -> str | None:
-    """Why a request under `host_header` to a server listening on the address `listening_on` is refused, or None.
+def host_refusal(host_header: str | None, listening_on: str | None, client: str | None = None) -> str | None:
+    """Why a request under `host_header` to a server listening on the address `listening_on`, from the address
+    `client`, is refused, or None.
 
     A server on a loopback address can be reached only from this machine, by a program or by a page that names
     it: a page that names it otherwise than by a loopback name, an IP address or this machine's own name is
-    a page whose name was made to resolve to 127.0.0.1 (DNS rebinding, which needs a name). A server listening
-    on other addresses is reachable under any name, and not checked."""
-    if host_header is None or listening_on is None or not is_loopback_address(listening_on):
+    a page whose name was made to resolve to 127.0.0.1 (DNS rebinding, which needs a name). So is a request over
+    loopback to a server listening on every address (`0.0.0.0`, `::`). A server listening on other addresses,
+    or on every address to a client elsewhere, is reachable under any name, and not checked."""
+    if host_header is None or listening_on is None:
+        return None
+    everywhere = _ip_address(listening_on) is not None and _ip_address(listening_on).is_unspecified
+    if not (is_loopback_address(listening_on) or everywhere and client is not None and is_loopback_address(client)):
         return None
     name = host_name(host_header).lower().rstrip(".")
     this_machine = socket.gethostname().lower()
     if not name or is_loopback_name(name) or _ip_address(name) is not None or name in (this_machine,
                                                                                          f"{this_machine}.local"):
         return None
-    return (f"host name {_shown(name)} is refused: this server listens on this machine's loopback only, and"
-            " answers to localhost, an IP address or this machine's name (a proxy must pass one of them as Host)")
+    return (f"host name {_shown(name)} is refused: over this machine's loopback this server answers to localhost,"
+            " an IP address or this machine's name (a proxy must pass one of them as Host)")
 
 
 def _shown(text: str) -> str:
@@ -171,8 +176,9 @@ class PageGuard:
         refused = origin_refusal(headers.get("origin"), self.allowed_origins)
         if refused is not None:
             return refused, "origin_not_allowed"
-        server = scope.get("server")
-        refused = host_refusal(headers.get("host"), self.listening_on or (server[0] if server else None))
+        server, client = scope.get("server"), scope.get("client")
+        refused = host_refusal(headers.get("host"), self.listening_on or (server[0] if server else None),
+                               client[0] if client else None)
         return (refused, "host_not_allowed") if refused is not None else None
 
 
