@@ -35,6 +35,10 @@ from localspec.app.web_origin import (
     ("http://x:99999", None), ("https://ui2.example?", None), ("https://ui.example#", None),
     ("https://user:pw@ui.example", None), ("https://ui.example/app", None), ("ui.example", None), ("null", None),
     ("", None),
+    # (UTS 46, as browsers: IDNA 2003 wrote faß.de as fass.de, another domain, and allowed it)
+    ("https://faß.de", "https://xn--fa-hia.de"),
+    ("https://[2001:DB8:0:0::1]:3000", "https://[2001:db8::1]:3000"),  # (browsers write an IPv6 address short)
+    ("http://[::1]x", None), ("http://a b", None), ("http://*.example.com", None),  # (were taken: none ever matches)
 ])
 def test_an_origin_is_compared_as_a_browser_writes_it(origin: str, canonical: str | None) -> None:
     assert canonical_origin(origin) == canonical
@@ -47,6 +51,8 @@ def test_allow_origin_takes_origins_and_any_and_refuses_null_and_urls_that_are_n
     for bad in ("https://[::1", "https://ui.example/app", "ui.example"):
         with pytest.raises(ValueError, match="SCHEME://HOST"):
             allowed_origin(bad)
+    with pytest.raises(ValueError, match="a wildcard within an origin is not taken"):
+        allowed_origin("https://*.example.com")
 
 
 def test_this_machines_pages_and_those_allowed_may_use_the_server_and_no_other() -> None:

@@ -12,9 +12,11 @@ an IP address or this machine's own name.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from urllib.parse import urlsplit
 
+import idna
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
@@ -57,6 +59,9 @@ def _names_this_machine(host: str) -> bool:
     return is_loopback_name(host) or (ip is not None and ip.is_unspecified)
 
 
+_HOST_NAME = re.compile(r"[a-z0-9_.-]+")  # (the characters of an ASCII host name, as URLs write them)
+
+
 def canonical_origin(origin: str) -> str | None:
     """`origin` as a browser writes an `Origin`: SCHEME://HOST[:PORT] in lower case, the scheme's default port
     left out, a name in other scripts as its ASCII (punycode) form; None where it is no origin (no scheme or
@@ -70,12 +75,21 @@ def canonical_origin(origin: str) -> str | None:
     if (not parts.scheme or not parts.hostname or "@" in parts.netloc or parts.path not in ("", "/")
             or "?" in text or "#" in text):
         return None
-    try:
-        host = parts.hostname.encode("idna").decode("ascii") if not parts.hostname.isascii() else parts.hostname
+    written = parts.netloc.lower()
+    written_host = written[:written.index("]") + 1] if written.startswith("[") and "]" in written else \
+        written.rpartition(":")[0] if port is not None or written.endswith(":") else written
+    if written[len(written_host):] not in ("", ":", f":{port}") or written_host.strip("[]") != parts.hostname:
+        return None  # (`http://[::1]x`: not the host it would be read as)
+    try:  # (as browsers write a name in other scripts: UTS 46, `faß.de` as xn--fa-hia.de, not IDNA 2003's fass.de)
+        host = idna.encode(parts.hostname, uts46=True).decode("ascii") if not parts.hostname.isascii() else \
+            parts.hostname
     except UnicodeError:
         return None
-    if ":" in host:
-        host = f"[{host}]"
+    ip = _ip_address(host)
+    if ip is not None:
+        host = f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
+    elif not _HOST_NAME.fullmatch(host):
+        return None  # (a space, a wildcard `*.example.com`: no browser sends it)
     if port is not None and DEFAULT_PORTS.get(parts.scheme) != port:
         host = f"{host}:{port}"
     return f"{parts.scheme}://{host}"
@@ -89,6 +103,9 @@ def allowed_origin(origin: str) -> str:
         raise ValueError("a page without an origin (`null`: a sandboxed frame or a local file, of any site) cannot"
                          " be allowed on its own; `*` allows every page")
     canonical = canonical_origin(origin)
+    if canonical is None and "*" in origin:
+        raise ValueError("a wildcard within an origin is not taken: give each origin (the option may be repeated),"
+                         " or * for any page")
     if canonical is None:
         raise ValueError("give a web page's origin, SCHEME://HOST[:PORT] (no path), such as https://ui.example,"
                          " http://localhost:3000 or tauri://localhost, or * for any page")
