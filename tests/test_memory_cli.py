@@ -407,3 +407,24 @@ def test_list_shows_a_file_names_control_characters_as_escapes(tiny_profile: str
     assert cli("memory", "add", "-p", "tiny", str(named)).exit_code == 0
     listed = cli("memory", "list").stdout
     assert "\x1b" not in listed and "e\\x1b[31mx.txt" in listed
+
+
+def test_a_ctrl_c_while_adding_says_how_many_files_went_in(tiny_profile: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: exit 130 and not a word, with some of the files in the memory)"""
+    from localspec.app.memory_store import MemoryStore
+
+    for name in "abc":
+        (tmp_path / f"{name}.txt").write_text(f"the {name} sat on the mat " * 20)
+    real_add, calls = MemoryStore.add, []
+
+    def add_then_interrupt(self: MemoryStore, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryStore, "add", add_then_interrupt)
+    result = cli("memory", "add", "-p", "tiny", str(tmp_path))
+    assert result.exit_code == 130 and "interrupted: 2 files of 3 added" in result.stderr, result.stderr
+    assert len(json.loads(cli("memory", "list", "--json").stdout)) == 2

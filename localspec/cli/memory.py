@@ -70,8 +70,15 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
     store = open_store(model)
     with _reporting_problems([store]):
         now = time.time()
-        written = {tag for tag, tokens in tokenized.items()
-                   if store.add(tokens, source="file", tag=tag, compact=False, added=now) is not None}
+        written: set[str] = set()
+        try:
+            for tag, tokens in tokenized.items():
+                if store.add(tokens, source="file", tag=tag, compact=False, added=now) is not None:
+                    written.add(tag)
+        except KeyboardInterrupt:  # (what is in stays in: said, so that the user knows to add the rest)
+            click.echo(f"\ninterrupted: {_files(len(written))} of {len(tokenized)} added ({store.root}); `memory add`"
+                       " them again to add the rest (adding a file again replaces it)", err=True)
+            raise
         # Then what these files added before, and the merge: at most one rebuild for all of them. (New copies
         # first: a process killed between the two keeps both copies, never neither.)
         store.remove_tags(written | _earlier_tags(candidates), added_before=now)
