@@ -356,3 +356,10 @@ def test_bench_measures_target_only_at_full_speed_where_it_pads_lone_tokens(tiny
 ])
 def test_bench_refuses_an_empty_value_in_a_list(tiny_profile: str, option: str, value: str, message: str) -> None:
     one_error_line(cli("bench", "-p", tiny_profile, "--max-tokens", "8", option, value), 2, message)
+
+
+@pytest.mark.slow  # (0.3 s: the models loaded)
+def test_a_bench_prompt_longer_than_the_models_take_is_not_told_to_raise_n_ctx(tiny_profile: str) -> None:
+    """(was: "shorten it, or raise --n-ctx" where --n-ctx had just been lowered to what the models take)"""
+    refused = cli("bench", "-p", tiny_profile, "--prompt", "the cat " * 200, "--n-ctx", "1024", "--max-tokens", "4")
+    assert refused.exit_code == 1 and "a larger --n-ctx would not help" in refused.stderr.splitlines()[-1]

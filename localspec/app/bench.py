@@ -164,9 +164,18 @@ def prompt_tokens(session: Session, prompts: Sequence[str], raw: bool = False) -
         if len(tokens) > session.target.n_ctx:
             start = prompt.strip().splitlines()[0][:40]
             raise LocalspecError(f"bench prompt {index + 1} of {len(prompts)} ({start!r}…) is {len(tokens)} tokens,"
-                                 f" but the context holds {session.target.n_ctx}: shorten it, or raise --n-ctx")
+                                 f" but the context holds {session.target.n_ctx}: {_what_to_do(session)}")
         every.append(tokens)
     return every
+
+
+def _what_to_do(session: Session) -> str:
+    """The advice for a prompt the context cannot hold: a larger --n-ctx only where the models take one."""
+    trained = [model.n_ctx_train for model in (session.target, session.draft) if model is not None
+               and getattr(model, "n_ctx_train", 0) > 0]
+    if trained and session.target.n_ctx >= min(trained):
+        return f"shorten it (the models were trained for {min(trained)} tokens: a larger --n-ctx would not help)"
+    return "shorten it, or raise --n-ctx"
 
 
 def run_bench(
