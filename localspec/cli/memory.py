@@ -123,7 +123,7 @@ def list_command(as_json: bool) -> None:
     for row in rows:
         when = datetime.fromtimestamp(row["added"]).strftime("%Y-%m-%d %H:%M") if row.get("added") else ""
         # (a tag names a file: its control characters shown as escapes, not obeyed; its backslashes are doubled)
-        table.add_row(Text(row["memory"]), Text(row["source"]), str(row["tokens"]), when,
+        table.add_row(Text(row["memory"]), Text(str(row["source"])), str(row["tokens"]), when,
                       Text(shown_name(str(row["tag"] or ""))))
     print_table(table)
 

@@ -59,8 +59,9 @@ def add_command(
         check_file(model_path_here(values["target.path"], "target.path"))
     path = save_profile(name, values, replace=force)
     click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
-    if "draft.path" not in values and values.get("speculative.strategy", "ngram") != "ngram":
-        click.echo(f"note: {without_a_draft(resolve_settings(name, {}))}", err=True)
+    saved = resolve_settings(name, {})
+    if strategy_needs_a_draft(saved):
+        click.echo(f"note: {without_a_draft(saved)}", err=True)
     if (shipped_profiles_dir() / f"{name}.toml").exists():
         click.echo(f"note: it hides the shipped profile {name!r} (`localspec profile remove {name}` brings that one"
                    " back)", err=True)

@@ -22,7 +22,8 @@ from ..config.profiles import (
     profile_file,
     update_profile,
 )
-from ..config.resolve import PROFILE_VARIABLE, profile_without_a_flag, resolve_settings, strategy_needs_a_draft, without_a_draft
+from ..config.resolve import (PROFILE_VARIABLE, profile_without_a_flag, resolve_settings, strategy_needs_a_draft,
+                              without_a_draft)
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input

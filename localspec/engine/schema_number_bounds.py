@@ -75,7 +75,7 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
     written as the inclusive bound a step inside it (a new schema; the input untouched)."""
 
     def change(node: dict[str, Any]) -> dict[str, Any]:
-        if not _may_be_a_number(node):
+        if not _may_be_a_number(node, frozenset({"number"})):  # (an integer's exclusive bound is read right)
             return node
         changed = _one_bound_a_side(node)
         lower, upper = _bound(changed, 1), _bound(changed, -1)
@@ -103,13 +103,14 @@ def _changed_where_held(schema: Any, change: Callable[[dict[str, Any]], Any]) ->
     return change({**changed, **{key: schema[key] for key in _NOT_HELD if key in schema}})
 
 
-def _may_be_a_number(node: dict[str, Any]) -> bool:
-    """Whether `node` may take a number (an integer too): its type says so, or it names none."""
+def _may_be_a_number(node: dict[str, Any], kinds_of_number: frozenset[str] = frozenset({"number", "integer"})) -> bool:
+    """Whether `node` may take a number of `kinds_of_number` (by default an integer too): its type says so, or it
+    names none."""
     kinds = node.get("type")
     if kinds is None:
         return True
     kinds = [kinds] if isinstance(kinds, str) else kinds
-    return isinstance(kinds, list) and bool({"number", "integer"} & set(kinds))
+    return isinstance(kinds, list) and any(isinstance(kind, str) and kind in kinds_of_number for kind in kinds)
 
 
 def _one_bound_a_side(node: dict[str, Any]) -> dict[str, Any]:
