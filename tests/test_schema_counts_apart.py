@@ -46,3 +46,15 @@ def test_counts_no_value_meets_in_a_branch_or_an_optional_property_rule_it_out()
     with pytest.raises(InputError, match="^s\\.json: no text can satisfy it$"):
         held({"anyOf": [{"type": "object", "minProperties": 3, "maxProperties": 2}, {**CLOSED, "minProperties": 2}]})
     held({**CLOSED, "type": ["object", "integer"], "minProperties": 2})  # (an integer satisfies it)
+
+
+def test_counts_of_the_other_kind_or_under_a_reference_refuse_nothing() -> None:
+    """(an array's counts say nothing of an object, nor an object's of an array; a `$ref` into a value ruled out
+    pointed at nothing)"""
+    for schema, text in [({"type": "array", "minProperties": 2, "maxProperties": 1}, "[]"),
+                         ({"type": "object", "contains": {"const": 1}, "minContains": 2, "maxContains": 1}, "{}")]:
+        assert accepts(held(schema).grammar, text)
+    apart = {"type": "object", "minProperties": 3, "maxProperties": 1, "properties": {"a": {"type": "integer"}}}
+    referring = {"type": "object", "properties": {"o": apart, "b": {"$ref": "#/properties/o/properties/a"}},
+                 "required": ["b"]}
+    assert accepts(held(referring).grammar, '{"b": 1}')

@@ -73,6 +73,8 @@ def test_a_listed_integer_no_float_holds_is_refused_naming_it() -> None:
                            ({"enum": [{"a": [2**64 - 1]}]}, 2**64 - 1)]:
         with pytest.raises(InputError, match=f"^s\\.json: the listed number {number} cannot be written exactly: "):
             held(schema)
+    with pytest.raises(InputError, match=f"the listed number {2**63} cannot be written exactly"):
+        held({"enum": [2**63]})  # (a float holds it, and llguidance wrote 9223372036854776000)
     for exact in (2**53, 2**53 + 2, -(2**63 - 2048)):
         assert accepts(held({"enum": [exact, "x"]}).grammar, str(exact))
 
@@ -99,6 +101,7 @@ B = 2**53
     # An integer's exclusive bound at 2^53 (the integer after it is no float), a number's bound past it.
     ({"type": "integer", "exclusiveMinimum": B, "maximum": B + 4}, [str(B)], [str(B + 2), str(B + 4)]),
     ({"type": "integer", "exclusiveMaximum": -B, "minimum": -B - 4}, [str(-B)], [str(-B - 2)]),
+    ({"type": "integer", "minimum": B - 5, "exclusiveMaximum": B + 1}, [str(B + 2)], [str(B)]),  # (read as 2^53)
     ({"type": "number", "maximum": B + 7}, [str(B + 8)], [str(B + 6)]),
     ({"type": "integer", "minimum": B, "maximum": B + 7, "exclusiveMaximum": True}, [str(B + 8), str(B + 7)],
      [str(B + 6)]),

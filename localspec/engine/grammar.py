@@ -18,6 +18,7 @@ import itertools
 import json
 import math
 import re
+from decimal import Decimal
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
@@ -927,9 +928,17 @@ def _listed_integer_no_float_holds(schema: Any) -> int | None:
         listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
         for value in [*listed, *_numbers_inside(listed)]:
             if (isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**64
-                    and abs(value) > EXACT_UP_TO and int(float(value)) != value):
+                    and abs(value) > EXACT_UP_TO and _written_as(value) != value):
                 return value
     return None
+
+
+def _written_as(value: int) -> int:
+    """The integer llguidance writes for a listed `value` of 64 bits: itself within a signed 64-bit integer where
+    a float holds it, else the float's shortest digits (2^63 as 9223372036854776000)."""
+    if value < 2**63 and int(float(value)) == value:
+        return value
+    return int(Decimal(repr(float(value))))
 
 
 def _numbers_inside(values: list[Any]) -> Iterator[int | float]:
@@ -960,12 +969,12 @@ def counts_beyond_reach(schema: dict[str, Any]) -> str | None:
         kinds = places.types(node)
         if kinds == {"array"}:
             array = places.of_value(node, "array")
-            why = (counts_apart(array) or _unique_items_beyond_reach(array)) if array is not None else None
+            why = (counts_apart(array, "array") or _unique_items_beyond_reach(array)) if array is not None else None
             if why is not None:
                 return why
         elif kinds == {"object"}:
             an_object = places.of_value(node, "object")
-            why = counts_apart(an_object) if an_object is not None else None
+            why = counts_apart(an_object, "object") if an_object is not None else None
             if why is not None:
                 return why
             properties = an_object.get("properties") if an_object is not None else None

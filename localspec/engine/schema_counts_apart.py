@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema_keywords import is_count, rewritten_bottom_up
+from .schema_keywords import is_count, rewritten_bottom_up, schemas_in
 
 
-def counts_apart(value_schema: dict[str, Any]) -> str | None:
-    """What an array's or an object's own counts ask that no value meets (see the module's text), or None."""
-    least, most = value_schema.get("minContains", 1), value_schema.get("maxContains")
-    if "contains" in value_schema and is_count(least) and is_count(most) and least > most:
-        return f"minContains {least} is more than maxContains {most}"
+def counts_apart(value_schema: dict[str, Any], kind: str) -> str | None:
+    """What an array's (`kind` "array") or an object's ("object") own counts ask that no value meets (see the
+    module's text), or None. (An array's counts say nothing of an object, nor an object's of an array.)"""
+    if kind == "array":
+        least, most = value_schema.get("minContains", 1), value_schema.get("maxContains")
+        if "contains" in value_schema and is_count(least) and is_count(most) and least > most:
+            return f"minContains {least} is more than maxContains {most}"
+        return None
     properties, required = value_schema.get("properties", {}), value_schema.get("required", [])
     if not isinstance(properties, dict) or not isinstance(required, list):
         return None
@@ -40,7 +43,10 @@ def counts_apart(value_schema: dict[str, Any]) -> str | None:
 def counts_apart_as_false(schema: Any) -> Any:
     """`schema` with each schema of an array or an object alone (its `type`) whose counts no value meets written
     as `false` (a new schema; the input untouched)."""
-    return rewritten_bottom_up(schema, lambda node: False if _of_one_kind(node) and counts_apart(node) else node)
+    if any("$ref" in node for node in schemas_in(schema)):
+        return schema  # (a `$ref` may point inside a value written as `false`)
+    return rewritten_bottom_up(schema, lambda node: False if _of_one_kind(node) and counts_apart(node, node["type"])
+                               else node)
 
 
 def _of_one_kind(node: dict[str, Any]) -> bool:

@@ -45,8 +45,8 @@ def integer_bounds_as_floats(schema: Any) -> tuple[Any, list[str]]:
             bound = changed.get(keyword)
             if not isinstance(bound, int) or isinstance(bound, bool) or not abs(bound) < 2**63:
                 continue  # (past 64 bits: refused, see `grammar.refuse_unusable_schema`)
-            inclusive = bound + exclusive_step
-            if abs(inclusive) <= EXACT_UP_TO or (not exclusive_step and int(float(bound)) == bound):
+            inclusive = bound + exclusive_step  # (llguidance reads the bound as a float first: 2^53 + 1 as 2^53)
+            if abs(inclusive) <= EXACT_UP_TO and int(float(bound)) == bound:
                 continue
             held = _float_inward(inclusive, side)
             if held == bound:
