@@ -903,7 +903,7 @@ def _refuse_what_llguidance_crashes_on(schema: Any, origin: str) -> None:
     if definitions > MOST_DEFINITIONS:
         raise InputError(f"{origin}: {definitions} definitions, more than the {MOST_DEFINITIONS} llguidance follows")
     for node in nodes:
-        listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
+        listed = _listed_of(node)
         integer = "integer" in _schema_types(node)
         # (inside a listed array or object, `[-2^63]`, the numbers' types are not followed: read as integers)
         numbers = [(value, integer) for value in [*listed, *(node.get(bound) for bound in _BOUNDS)]]
@@ -925,7 +925,7 @@ def _listed_integer_no_float_holds(schema: Any) -> int | None:
     or None: llguidance would write the nearest float, a value the schema refuses. (Past 64 bits it refuses the
     number itself.)"""
     for node in schemas_in(schema):
-        listed = [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
+        listed = _listed_of(node)
         for value in [*listed, *_numbers_inside(listed)]:
             if (isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**64
                     and abs(value) > EXACT_UP_TO and _written_as(value) != value):
@@ -939,6 +939,11 @@ def _written_as(value: int) -> int:
     if value < 2**63 and int(float(value)) == value:
         return value
     return int(Decimal(repr(float(value))))
+
+
+def _listed_of(node: dict[str, Any]) -> list[Any]:
+    """The values a node's `const` and `enum` list, as written (None where it has no `const`)."""
+    return [node.get("const"), *(node["enum"] if isinstance(node.get("enum"), list) else [])]
 
 
 def _numbers_inside(values: list[Any]) -> Iterator[int | float]:

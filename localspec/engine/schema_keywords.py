@@ -79,13 +79,15 @@ def subschemas(schema: dict[str, Any], skipping: frozenset[str] = frozenset()) -
             yield value
 
 
-def with_subschemas_changed(schema: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+def with_subschemas_changed(schema: dict[str, Any], change: Callable[[Any], Any],
+                            skipping: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A copy of `schema` with `change` applied to each schema its keywords hold: a keyword's value, each item of a
     list of them (`anyOf`), each schema of a map of names to schemas (`properties`; in draft 7's `dependencies`,
-    the schemas, not the lists of names); data (`enum`, `required`, a `$ref`) as it is."""
+    the schemas, not the lists of names); data (`enum`, `required`, a `$ref`) and the keywords in `skipping` as
+    they are."""
     changed: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in DATA_KEYWORDS or key == "$ref":
+        if key in DATA_KEYWORDS or key == "$ref" or key in skipping:
             changed[key] = value
         elif key in SCHEMA_MAPS and isinstance(value, dict):
             changed[key] = {name: change(subschema) for name, subschema in value.items()}
@@ -98,14 +100,17 @@ def with_subschemas_changed(schema: dict[str, Any], change: Callable[[Any], Any]
     return changed
 
 
-def rewritten_bottom_up(schema: Any, change: Callable[[dict[str, Any]], Any]) -> Any:
+def rewritten_bottom_up(schema: Any, change: Callable[[dict[str, Any]], Any],
+                        skipping: frozenset[str] = frozenset()) -> Any:
     """`schema` with `change` applied to each schema in it, at any depth, once the schemas inside it are changed
-    (see `with_subschemas_changed`): a new schema, the input untouched."""
+    (see `with_subschemas_changed`), but those under the keywords in `skipping`: a new schema, the input
+    untouched."""
     if isinstance(schema, list):
-        return [rewritten_bottom_up(item, change) for item in schema]
+        return [rewritten_bottom_up(item, change, skipping) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    return change(with_subschemas_changed(schema, lambda subschema: rewritten_bottom_up(subschema, change)))
+    return change(with_subschemas_changed(schema, lambda subschema: rewritten_bottom_up(subschema, change, skipping),
+                                          skipping))
 
 
 def json_types(value: Any) -> set[str]:

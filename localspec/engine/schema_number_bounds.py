@@ -21,15 +21,17 @@ one of nine digits there would make it refuse spellings such as 4.9999 under 4.9
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
-from .schema_keywords import NUMBER_STEP, finite_number, with_subschemas_changed
+from .schema_keywords import NUMBER_STEP, finite_number, rewritten_bottom_up
 
 EXACT_UP_TO = 2**53  # a 64-bit float holds every integer of at most this magnitude
 # Each bound as an inclusive one on its side: (keyword, +1 for a lower bound, what an exclusive one adds).
 _BOUNDS = {"minimum": (1, 0), "exclusiveMinimum": (1, 1), "maximum": (-1, 0), "exclusiveMaximum": (-1, -1)}
 _SIDES = (("minimum", "exclusiveMinimum", 1), ("maximum", "exclusiveMaximum", -1))
-_NOT_HELD = ("not", "if")
+# Not rewritten within: moving a bound inward there would let more values through, not fewer (and llguidance
+# holds neither).
+_NOT_HELD = frozenset({"not", "if"})
 
 
 def integer_bounds_as_floats(schema: Any) -> tuple[Any, list[str]]:
@@ -58,7 +60,7 @@ def integer_bounds_as_floats(schema: Any) -> tuple[Any, list[str]]:
                          " a bound as a 64-bit float, exact to 2^53")
         return changed
 
-    return _changed_where_held(schema, change), notes
+    return rewritten_bottom_up(schema, change, skipping=_NOT_HELD), notes
 
 
 def _float_inward(value: int, side: int) -> int:
@@ -88,19 +90,7 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
                 changed[inclusive] = inside
         return changed
 
-    return _changed_where_held(schema, change)
-
-
-def _changed_where_held(schema: Any, change: Callable[[dict[str, Any]], Any]) -> Any:
-    """`schema` with `change` applied to each schema in it, bottom up, but those within a `not` or an `if`: moving
-    a bound inward there would let more values through, not fewer (and llguidance holds neither)."""
-    if isinstance(schema, list):
-        return [_changed_where_held(item, change) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    held = {key: value for key, value in schema.items() if key not in _NOT_HELD}
-    changed = with_subschemas_changed(held, lambda subschema: _changed_where_held(subschema, change))
-    return change({**changed, **{key: schema[key] for key in _NOT_HELD if key in schema}})
+    return rewritten_bottom_up(schema, change, skipping=_NOT_HELD)
 
 
 def _may_be_a_number(node: dict[str, Any], kinds_of_number: frozenset[str] = frozenset({"number", "integer"})) -> bool:
