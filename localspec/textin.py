@@ -10,6 +10,7 @@ the caller warns once that something was replaced.
 
 from __future__ import annotations
 
+import codecs
 import re
 import sys
 from typing import Any
@@ -37,14 +38,16 @@ def clean_text(text: str) -> tuple[str, bool]:
 def decode_bytes(data: bytes) -> tuple[str, bool]:
     """`data` decoded as UTF-8 with invalid bytes replaced by U+FFFD, and whether any were.
 
-    A UTF-8 byte-order mark at the start is dropped.
+    A UTF-8 byte-order mark at the start is dropped; a UTF-16 one (a file saved by Notepad or PowerShell)
+    says the text is UTF-16, and it is read so.
     """
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
+    encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8"
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
     try:
-        return data.decode("utf-8"), False
+        return data.decode(encoding), False
     except UnicodeDecodeError:
-        return data.decode("utf-8", "replace"), True
+        return data.decode(encoding, "replace"), True
 
 
 def clean_data(value: Any) -> tuple[Any, bool]:

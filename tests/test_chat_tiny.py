@@ -529,6 +529,7 @@ def test_a_message_too_long_for_the_context_leaves_the_conversation_as_it_was(ti
     result = chat(b"the cat\nthe dog\n" + b"cat " * 400 + b"\nthe end\n", "--n-ctx", "256")
     assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "does not fit the context" in result.stderr and len(replies(result.stderr)) == 3
+    assert "shorten it (the models were trained for 256 tokens: a larger --n-ctx would not help)" in result.stderr
     kept = contents()
     assert len(kept) == 6 and kept[0::2] == ["the cat", "the dog", "the end"]
     # One whose bytes alone cannot fit is refused before llama.cpp tokenizes it (400 kB took half a minute).
@@ -983,6 +984,7 @@ def test_a_system_prompt_that_cannot_fit_is_refused_when_set(tiny_profile: str) 
                   + b"\n/system be brief\nthe cat\n")
     assert result.exit_code == 1, result.stderr  # (a script learns that a command failed)
     assert "error: the system prompt does not fit the context (" in result.stderr  # (its tokens counted)
+    assert "raise --n-ctx" not in result.stderr  # (the tiny models take no more than their 256 tokens)
     assert "error: the system prompt is 4799 bytes, more than a context" in result.stderr  # (too long to count)
     assert "(system prompt set)" in result.stderr and len(replies(result.stderr)) == 1
     assert stored()["messages"][0]["content"] == "be brief"

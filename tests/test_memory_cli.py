@@ -185,7 +185,7 @@ def test_memory_add_keeps_the_targets_tokens(tiny_profile: str, tiny_pair: tuple
     from localspec.runtime.model import Model
 
     text = "".join(TEXTS) * 3
-    (tmp_path / "mixed.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "mixed.txt").write_text(text, encoding="utf-16")  # (was: skipped as binary for its zero bytes)
     result = cli("memory", "add", "-p", "tiny", str(tmp_path / "mixed.txt"))
     assert result.exit_code == 0, result.stderr
     with Model(tiny_pair[0]) as model:

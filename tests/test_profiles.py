@@ -454,6 +454,8 @@ def test_a_bad_value_is_named_by_its_own_line_when_two_sections_share_the_key() 
     dotted = write_user_profile("dotted", 'target.path = "t.gguf"\ndraft.path = "d.gguf"\ndraft.n_batch = "x"\n')
     one_error_line(cli("profile", "show", "dotted"), 2, f"{dotted}:3: draft.n_batch must be")
     one_error_line(cli("profile", "set", "demo", "draft.n_ctx=1.5"), 2, "profile demo: draft.n_ctx must be an integer")
+    inline = write_user_profile("inline", 'name = "inline"\n\ntarget = { path = 5 }\n')  # (was: no line)
+    one_error_line(cli("profile", "show", "inline"), 2, f"{inline}:3: target.path must be a string")
 
 
 def test_unknown_key_suggests_the_nearest() -> None:
@@ -547,6 +549,20 @@ def test_corrupt_config_is_reported_and_kept() -> None:
     one_error_line(cli("run", "Hi"), 2, str(path), "invalid TOML")
     one_error_line(cli("profile", "default", "demo"), 2, "invalid TOML")
     assert path.read_text() == "default_profile = \n"
+
+
+def test_profile_default_replaces_a_wrong_default_and_names_the_key_meant_for_a_misspelt_one() -> None:
+    """A wrong `default_profile` blocked `profile default`, the command that rewrites it."""
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# mine\ndefault_profile = 5  # kept\n")
+    one_error_line(cli("profile", "list"), 2, f"{path}:2: default_profile must be a string")
+    assert cli("profile", "default", "demo").exit_code == 0
+    assert path.read_text() == '# mine\ndefault_profile = "demo"  # kept\n'
+    path.write_text('default_profil = "demo"\n')
+    one_error_line(cli("profile", "default", "demo"), 2,
+                   "unknown key 'default_profil' (did you mean 'default_profile'?)")
+    assert path.read_text() == 'default_profil = "demo"\n'
 
 
 def test_a_config_that_is_a_loop_of_links_is_reported_not_taken_for_none() -> None:

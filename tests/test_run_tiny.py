@@ -66,6 +66,20 @@ def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args
     one_error_line(cli(*tiny_args, "--threads", "100000", "the cat"), 2, "--threads", "1<=x<=512")
 
 
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["run", "--seed", "1.5", "hi"], "--seed': '1.5' is not a whole number"),  # (was: "not a valid integer range")
+        (["run", "--temperature", "warm", "hi"], "--temperature': 'warm' is not a number"),
+        (["run", "--draft-max", "2.5", "hi"], "'2.5' is neither a whole number nor 'adaptive'"),
+        (["history", "show", "1e3"], "'1e3' is not a whole number"),
+        (["serve", "--port", "80.5"], "'80.5' is not a whole number"),
+    ],
+)
+def test_a_number_option_says_what_number_it_wants(args: list[str], fragment: str) -> None:
+    one_error_line(cli(*args), 2, fragment)
+
+
 def test_a_draft_that_is_the_target_itself_gets_a_note(tiny_args: list[str], tiny_pair: tuple[Path, Path],
                                                         tmp_path: Path) -> None:
     link = tmp_path / "same.gguf"
@@ -308,7 +322,7 @@ def test_an_error_shows_a_byte_that_was_not_utf8_as_the_byte() -> None:
     path = cli("run", "--target", "/tmp/t\udce9.gguf", "the cat")
     assert path.stderr.strip() == "error: /tmp/t\\xe9.gguf: no such file"
     number = cli("run", "--temperature", "\udcff", "the cat")
-    assert "'\\xff' is not a valid" in number.stderr and "udc" not in number.stderr
+    assert "'\\xff' is not a number" in number.stderr and "udc" not in number.stderr
 
 
 @pytest.mark.parametrize("ending", ["SIGINT", "SIGTERM"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -73,13 +74,21 @@ def _run_with_stdin(data: bytes):
     return CliRunner().invoke(main, ["run", "--max-tokens", "2"], input=data, catch_exceptions=False)
 
 
-def test_stdin_is_read_up_to_a_bound_and_utf16_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`yes | localspec run` must not fill the memory before anything is checked; UTF-16 is not taken for
-    UTF-8 with its NULs replaced. Both are refused before any model loads."""
+def test_stdin_is_read_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`yes | localspec run` must not fill the memory before anything is checked: refused before any model
+    loads."""
     monkeypatch.setattr(files, "MAX_PIPED_BYTES", 1000)
     one_error_line(_run_with_stdin(b"y\n" * 600), 2, "stdin: more than", "more than any context can hold")
-    one_error_line(_run_with_stdin("Say hello".encode("utf-16")), 2, "stdin: is UTF-16, not UTF-8")
-    one_error_line(_run_with_stdin(codecs.BOM_UTF16_BE + "Hi".encode("utf-16-be")), 2, "is UTF-16")
+
+
+def test_text_after_a_utf16_byte_order_mark_is_read_as_utf16() -> None:
+    """A prompt piped from PowerShell or a file Notepad saved: read, not refused (stdin), skipped as binary
+    (`memory add`) or refused (`bench --prompts`), as each did before."""
+    assert decode_bytes("Say h\u00e9llo \U0001f600".encode("utf-16")) == ("Say h\u00e9llo \U0001f600", False)
+    assert decode_bytes(codecs.BOM_UTF16_BE + "Hi".encode("utf-16-be")) == ("Hi", False)
+    assert decode_bytes(codecs.BOM_UTF8 + b"Hi") == ("Hi", False)
+    assert decode_bytes(codecs.BOM_UTF16_LE + b"H\x00\x00\xd8") == ("H\ufffd", True)  # a lone surrogate
+    assert decode_bytes(b"caf\xe9") == ("caf\ufffd", True)
 
 
 @pytest.mark.parametrize(("flag", "named"), [("--json-schema", "--json-schema"), ("--grammar", "--grammar"),
@@ -87,3 +96,16 @@ def test_stdin_is_read_up_to_a_bound_and_utf16_is_refused(monkeypatch: pytest.Mo
 def test_an_empty_path_is_named_as_empty_not_taken_for_the_current_folder(flag: str, named: str) -> None:
     result = CliRunner().invoke(main, ["run", "--max-tokens", "2", flag, "", "hi"], catch_exceptions=False)
     one_error_line(result, 2, f"{named}: the path is empty")
+
+
+def test_a_prompts_file_is_decoded_as_a_piped_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench --prompts` refused a byte order mark and a stray byte that stdin and `memory add` take."""
+    from localspec.app.bench import read_prompts
+
+    for encoding in ("utf-16", "utf-8-sig"):
+        (tmp_path / encoding).write_text("the cat\n\nthe d\u00f6g\n", encoding=encoding)
+        assert read_prompts(tmp_path / encoding) == ("the cat", "the d\u00f6g")
+    assert capsys.readouterr().err == ""
+    (tmp_path / "latin-1").write_bytes(b"caf\xe9\n")
+    assert read_prompts(tmp_path / "latin-1") == ("caf\ufffd",)
+    assert "latin-1 is not valid UTF-8 text" in capsys.readouterr().err

@@ -125,7 +125,7 @@ def test_bench_sweeps_verification_modes(tiny_profile: str) -> None:
         (["--strategy", "nonsense"], "'nonsense' is not one of model, ngram, hybrid"),
         (["--verify", "exact"], "'exact' is not one of coupled, rejection"),
         (["--draft-max", "0,4"], "--draft-max"),
-        (["--draft-max", "4,x"], "'x' is neither a number nor 'adaptive'"),
+        (["--draft-max", "4,x"], "'x' is neither a whole number nor 'adaptive'"),
         (["--temperatures", "0,-1"], "--temperatures"),
         (["--temperatures", "0,abc"], "'abc' is not a number"),
         (["--prompts", "/nonexistent/prompts.txt"], "cannot read the prompts file"),

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
-from ..config.files import read_user_text
+from ..config.files import read_user_bytes
+from ..textin import decode_input
 from ..config.profiles import update_profile
 from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation
@@ -142,11 +143,13 @@ class BenchStopped(KeyboardInterrupt):
 
 
 def read_prompts(path: Path) -> tuple[str, ...]:
-    """Prompts from a file, one per line (blank lines skipped; "\\n" inside a line is a newline)."""
+    """Prompts from a file, one per line (blank lines skipped; "\\n" inside a line is a newline). Its text is
+    decoded as a piped prompt is (`decode_input`: UTF-16 after its byte order mark, invalid UTF-8 replaced)."""
     try:
-        lines = read_user_text(path).splitlines()  # a regular file in UTF-8, or one line saying what it is not
+        data = read_user_bytes(path)  # a regular file, or one line saying what it is not
     except InputError as exc:
         raise InputError(f"cannot read the prompts file: {exc}") from None
+    lines = decode_input(data, str(path)).splitlines()
     prompts = tuple(line.replace("\\n", "\n") for line in lines if line.strip())
     if not prompts:
         raise InputError(f"{path}: no prompts in the file (one per line)")
@@ -164,18 +167,10 @@ def prompt_tokens(session: Session, prompts: Sequence[str], raw: bool = False) -
         if len(tokens) > session.target.n_ctx:
             start = prompt.strip().splitlines()[0][:40]
             raise LocalspecError(f"bench prompt {index + 1} of {len(prompts)} ({start!r}…) is {len(tokens)} tokens,"
-                                 f" but the context holds {session.target.n_ctx}: {_what_to_do(session)}")
+                                 f" but the context holds {session.target.n_ctx}:"
+                                 f" shorten it{session.larger_context_hint()}")
         every.append(tokens)
     return every
-
-
-def _what_to_do(session: Session) -> str:
-    """The advice for a prompt the context cannot hold: a larger --n-ctx only where the models take one."""
-    trained = [model.n_ctx_train for model in (session.target, session.draft) if model is not None
-               and getattr(model, "n_ctx_train", 0) > 0]
-    if trained and session.target.n_ctx >= min(trained):
-        return f"shorten it (the models were trained for {min(trained)} tokens: a larger --n-ctx would not help)"
-    return "shorten it, or raise --n-ctx"
 
 
 def run_bench(

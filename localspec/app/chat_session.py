@@ -182,7 +182,8 @@ class ChatSession:
         def prompt_length(messages: list[dict[str, str]]) -> int:
             return len(session.chat_prompt_tokens(messages, variables=conversation.template_variables))
 
-        self.window = conversation.window_start(prompt_length, self._prompt_room(), old)
+        self.window = conversation.window_start(prompt_length, self._prompt_room(), old,
+                                                self.session.larger_context_hint())
         return sum(message.role == "assistant" for message in conversation.messages[old:self.window])
 
     def _prompt_room(self) -> int:
@@ -222,7 +223,7 @@ class ChatSession:
             n_tokens = len(session.target.tokenize(text, add_special=False))
             if n_tokens > room:
                 raise InputError(f"the system prompt does not fit the context ({n_tokens} tokens, room for {room}"
-                                 " beside a reply): shorten it or raise --n-ctx")
+                                 f" beside a reply): shorten it{session.larger_context_hint()}")
         self.conversation.system = text
         if stored_with_next_message:
             self.settings_unsaved = True

@@ -73,28 +73,29 @@ class Conversation:
             return None
         return self.messages.pop()
 
-    def window_start(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int, start: int = 0) -> int:
+    def window_start(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int, start: int = 0,
+                     larger_context_hint: str = " or raise --n-ctx") -> int:
         """The first message a prompt of at most `limit` tokens can show: from `start`, whole exchanges are
         left out, oldest first, until the rendered prompt fits. The conversation itself does not change.
 
         The system prompt and the last user message always stay; if even they do not fit,
-        InputError says so.
+        InputError says so, ending with `larger_context_hint` (`Session.larger_context_hint`).
         """
         start = min(start, len(self.messages))
         while prompt_length(self.prompt_messages(start)) > limit:
             first_reply = next((i for i in range(start, len(self.messages)) if self.messages[i].role == "assistant"), None)
             if first_reply is None or first_reply >= len(self.messages) - 1:
-                raise self._does_not_fit(prompt_length, limit, len(self.messages) - start)
+                raise self._does_not_fit(prompt_length, limit, larger_context_hint, len(self.messages) - start)
             start = first_reply + 1
         return start
 
-    def _does_not_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int,
+    def _does_not_fit(self, prompt_length: Callable[[list[dict[str, str]]], int], limit: int, hint: str,
                       unanswered: int = 1) -> InputError:
         """What is too long where even the system prompt and the last messages, the `unanswered` ones since the
         last reply (a conversation loaded or resumed may end in one), do not fit in `limit` tokens."""
         if unanswered > 1:
             return InputError(f"the {unanswered} messages since the last reply do not fit the context together:"
-                              " /undo drops the last of them, or raise --n-ctx")
+                              f" /undo drops the last of them{hint.replace(' or ', ', or ', 1)}")
         if self.system:
             try:
                 alone = prompt_length(self.prompt_messages(len(self.messages)))
@@ -102,10 +103,9 @@ class Conversation:
                 alone = 0
             if alone > limit:
                 return InputError(f"the system prompt alone does not fit the context ({alone} tokens, room for"
-                                  f" {limit}): shorten it or raise --n-ctx")
-            return InputError("this message and the system prompt do not fit the context together: shorten one"
-                              " or raise --n-ctx")
-        return InputError("this message alone does not fit the context: shorten it or raise --n-ctx")
+                                  f" {limit}): shorten it{hint}")
+            return InputError(f"this message and the system prompt do not fit the context together: shorten one{hint}")
+        return InputError(f"this message alone does not fit the context: shorten it{hint}")
 
     def set(self, key: str, raw: str) -> str:
         """`/set KEY VALUE` for any sampling, speculative or generation setting; returns the dotted key set."""

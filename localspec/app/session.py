@@ -120,6 +120,15 @@ class Session:
             raise PromptTooLongError(f"{what} is {n_bytes} bytes, more than a context of {limit} tokens can hold"
                                      f" (this vocabulary's tokens are at most {longest} bytes): shorten {what}")
 
+    def larger_context_hint(self) -> str:
+        """What to add to "shorten it" where a prompt does not fit: " or raise --n-ctx" where the models take a
+        larger context, else why a larger one would not help (the context is already what they were trained for)."""
+        trained = [model.n_ctx_train for model in (self.target, self.draft) if model is not None
+                   and getattr(model, "n_ctx_train", 0) > 0]
+        if trained and self.target.n_ctx >= min(trained):
+            return f" (the models were trained for {min(trained)} tokens: a larger --n-ctx would not help)"
+        return " or raise --n-ctx"
+
     def raw_prompt_tokens(self, text: str) -> list[int]:
         """Plain completion: the text as it is, with BOS where the vocabulary asks for it."""
         return self.target.tokenize(text, add_special=True, parse_special=False)

@@ -49,6 +49,7 @@ from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
     VERBOSE_OPTION,
+    WholeNumbers,
     click_type,
     setting_flags,
     setting_options,
@@ -121,9 +122,10 @@ def _draft_max(item: str) -> int | str:
                    " speculative vs constrained target-only, beside the free speed-up on the same prompts.")
 @click.option("--structured", is_flag=True, help="Measure on the built-in structured set: each prompt held to its own"
               " JSON schema, constrained and free, as with --json-schema.")
-@click.option("--limit", type=click.IntRange(1), help="With --structured: only the first N schemas of the set [all].")
+@click.option("--limit", type=WholeNumbers(1), help="With --structured: only the first N schemas of the set [all].")
 @click.option("--raw", is_flag=True, help="Plain completion: the prompts without the chat template (a base model's).")
-@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, help="Measure every prompt this many times.")
+@click.option("--repeat", type=WholeNumbers(1, 100), default=1, show_default=True,
+              help="Measure every prompt this many times.")
 @click.option("--save", is_flag=True, help="Write the fastest strategy and draft length into the profile.")
 @click.option("--cold", is_flag=True, help="Adaptive draft lengths start from their priors, as in a first-ever run (and nothing learned is kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")

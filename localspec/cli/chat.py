@@ -43,6 +43,7 @@ from .options import (
     SPECULATIVE_OPTION,
     TEMPLATE_VARIABLES_OPTION,
     VERBOSE_OPTION,
+    WholeNumbers,
     setting_flags,
     setting_options,
     template_variables_from_option,
@@ -96,7 +97,8 @@ class Block(str):
 @click.option("--stats", is_flag=True, hidden=True, help="Kept for older scripts: the statistics line is shown unless --quiet.")
 @click.option("--highlight/--no-highlight", default=None, help="Colour text the draft proposed and the target kept [on in a terminal].")
 @click.option("--continue", "continue_latest", is_flag=True, help="Resume the latest conversation.")
-@click.option("--resume", "resume_id", type=int, metavar="ID", help="Resume conversation ID (see `localspec history list`).")
+@click.option("--resume", "resume_id", type=WholeNumbers(), metavar="ID",
+              help="Resume conversation ID (see `localspec history list`).")
 @TEMPLATE_VARIABLES_OPTION
 @VERBOSE_OPTION
 def chat(

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import click
 
 from ..app.web_origin import is_loopback_address
-from ..config.files import read_piped, refuse_utf16
+from ..config.files import read_piped
 from ..errors import InputError, LocalspecError
 from ..textin import clean_input, decode_input
 from .stdio import (
@@ -254,13 +254,12 @@ def read_prompt(prompt: str | None) -> str:
 
 
 def _read_stdin() -> str:
-    """The prompt piped on stdin (`read_piped`: bounded); UTF-16 is refused, other bytes that are not UTF-8
-    replaced."""
+    """The prompt piped on stdin (`read_piped`: bounded), decoded as `decode_bytes` does (UTF-16 read as such
+    after its byte order mark, bytes that are not UTF-8 replaced with a warning)."""
     try:
         data = read_piped(sys.stdin.buffer, "stdin")
     except OSError as exc:  # (opened for writing only, say)
         raise InputError(f"cannot read stdin ({exc.strerror or exc})") from None
-    refuse_utf16(data, "stdin")
     return decode_input(data, "stdin")
 
 

@@ -17,6 +17,7 @@ from ..config.paths import history_file
 from ..settings import GenerationSettings
 from ..errors import InputError, LocalspecError
 from .common import os_error_text, print_table, shown_plainly, stdout_console
+from .options import WholeNumbers
 
 
 def _store() -> HistoryStore:
@@ -51,7 +52,7 @@ def list_command(as_json: bool) -> None:
 
 
 @history_group.command("show")
-@click.argument("conversation_id", type=int, metavar="ID")
+@click.argument("conversation_id", type=WholeNumbers(), metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print the conversation as JSON (the form /save writes).")
 def show_command(conversation_id: int, as_json: bool) -> None:
     """Print conversation ID."""
@@ -81,7 +82,7 @@ def show_command(conversation_id: int, as_json: bool) -> None:
 
 
 @history_group.command("remove")
-@click.argument("conversation_id", type=int, metavar="ID")
+@click.argument("conversation_id", type=WholeNumbers(), metavar="ID")
 def remove_command(conversation_id: int) -> None:
     """Delete conversation ID (and its tokens from the memory and the saved prompts)."""
     # The memory first: should that fail, the conversation is still there to remove again.

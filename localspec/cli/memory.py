@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import sys
@@ -264,8 +265,8 @@ def _may_be_a_file(path: Path) -> bool:
 
 
 def _read_text(file: Path) -> str | None:
-    """A text file's text (invalid UTF-8 becomes U+FFFD, with one warning); None for a binary, unreadable
-    or very large file."""
+    """A text file's text (as `decode_bytes` reads it: UTF-16 after its byte order mark; invalid UTF-8 becomes
+    U+FFFD, with one warning); None for a binary, unreadable or very large file."""
     try:
         size = file.stat().st_size if file.is_file() else 0
         if not 0 < size <= LARGEST_FILE_BYTES:  # (0: empty, or a /proc file, which may never end: /proc/kmsg)
@@ -273,8 +274,8 @@ def _read_text(file: Path) -> str | None:
         data = file.read_bytes()
     except OSError:
         return None
-    if b"\0" in data[:SNIFFED_BYTES]:
-        return None
+    if b"\0" in data[:SNIFFED_BYTES] and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return None  # (UTF-16 text, whose ASCII letters come with zero bytes, is read as such)
     text, replaced = decode_bytes(data)
     if replaced:
         click.echo(replaced_warning(str(file)), err=True)

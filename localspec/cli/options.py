@@ -60,6 +60,34 @@ def _setting_options() -> tuple[SettingOption, ...]:
 SETTING_OPTIONS = _setting_options()
 
 
+class _SaysWhatItWants:
+    """For a click number type: text it cannot read as its number is refused in plain words ("'1.5' is not a
+    whole number"; click's own are "not a valid integer range")."""
+
+    wanted: str
+    parse: Callable[[str], Any]
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                self.parse(value)
+            except ValueError:
+                self.fail(f"{value!r} is not {self.wanted}", param, ctx)  # type: ignore[attr-defined]
+        return super().convert(value, param, ctx)  # type: ignore[misc]
+
+
+class WholeNumbers(_SaysWhatItWants, click.IntRange):
+    """An integer option, optionally in a range."""
+
+    wanted, parse = "a whole number", int
+
+
+class Numbers(_SaysWhatItWants, click.FloatRange):
+    """A number option, optionally in a range."""
+
+    wanted, parse = "a number", float
+
+
 class NumberOrWord(click.ParamType):
     """A number in the setting's range, or one of its words (e.g. `--draft-max adaptive`)."""
 
@@ -75,8 +103,9 @@ class NumberOrWord(click.ParamType):
             return self.number.convert(value, param, ctx)
         except click.BadParameter as exc:
             words = " or ".join(repr(word) for word in self.words)
-            if "is not a valid" in exc.message:  # (click's own words for a number it cannot read: "integer range")
-                self.fail(f"{value!r} is neither a number nor {words}", param, ctx)
+            if "is not a " in exc.message:  # a number it cannot read: "'x' is not a whole number"
+                wanted = exc.message.partition(" is not ")[2]
+                self.fail(f"{value!r} is neither {wanted} nor {words}", param, ctx)
             self.fail(f"{exc.message} (or {words})", param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
@@ -90,9 +119,9 @@ def click_type(item: Setting) -> click.ParamType | type:
     if item.choices:
         return click.Choice(item.choices)
     if item.kind is int:
-        return click.IntRange(item.low, item.high) if (item.low, item.high) != (None, None) else int
+        return WholeNumbers(item.low, item.high)
     if item.kind is float:
-        return click.FloatRange(item.low, item.high, min_open=item.low_open)
+        return Numbers(item.low, item.high, min_open=item.low_open)
     return str
 
 

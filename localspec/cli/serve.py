@@ -24,6 +24,7 @@ from .options import (
     PROFILE_OPTION,
     TEMPLATE_VARIABLES_OPTION,
     VERBOSE_OPTION,
+    WholeNumbers,
     setting_flags,
     setting_options,
     template_variables_from_option,
@@ -36,13 +37,13 @@ from .options import (
 @click.option("--memory/--no-memory", "memory", default=None,
               help="Keep a memory of what each API key's requests wrote, to draft from (off unless given).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told otherwise).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
+@click.option("--port", type=WholeNumbers(0, 65535), default=8080, show_default=True, help="Port to listen on.")
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY",
               help="Require `Authorization: Bearer KEY` on every endpoint but /health (empty: no key).")
 @click.option("--allow-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
               help="A web page (https://ui.example) that may call the API beside this machine's own pages (repeatable;"
                    " '*': any page).")
-@click.option("--queue", "queue_size", type=click.IntRange(0, 1000), default=8, show_default=True,
+@click.option("--queue", "queue_size", type=WholeNumbers(0, 1000), default=8, show_default=True,
               help="Requests that may wait while one generates; more get 429.")
 @TEMPLATE_VARIABLES_OPTION
 @VERBOSE_OPTION

@@ -16,6 +16,7 @@ from ..runtime.library import default_threads
 from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
 from ..settings import MAX_THREADS
 from .common import is_loopback
+from .options import WholeNumbers
 from .stdio import stdout_is_closed
 
 # llama.cpp's server first sets up a backend on every device it lends (a GPU's takes seconds), then listens:
@@ -25,8 +26,9 @@ START_SECONDS = 60.0
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
-@click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), default=None, help="CPU threads when lending the CPU [all cores].")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=WholeNumbers(1, 65535), help="Port to listen on.")
+@click.option("--threads", type=WholeNumbers(min=1, max=MAX_THREADS), default=None,
+              help="CPU threads when lending the CPU [all cores].")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
               help="Keep received tensors in DIR, so the next load of the same model reads them from disk.")
 def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> None:

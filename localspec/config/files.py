@@ -42,14 +42,7 @@ def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
     """The text of `path`, which must be a regular file in UTF-8 without a byte order mark; with `pipes_ok`,
     also a pipe or a device (a flag's `<(jq ...)` or /dev/stdin: named for this very read); either up to
     MAX_PIPED_BYTES."""
-    try:
-        piped = pipes_ok and path.exists() and (path.is_fifo() or path.is_char_device())
-        if path.exists() and not path.is_file() and not piped:  # a folder, or a FIFO that would block the read
-            raise InputError(f"{path}: not a regular file")
-        with path.open("rb") as stream:  # (a file too is read up to the bound: /dev/zero's like, 70 MB of NULs)
-            data = read_piped(stream, path)
-    except OSError as exc:  # missing, unreadable, a name too long, a folder it may not search
-        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    data = read_user_bytes(path, pipes_ok=pipes_ok)
     if data.startswith(codecs.BOM_UTF8):
         raise InputError(f"{path}: starts with a byte order mark (BOM): save it as UTF-8 without BOM")
     refuse_utf16(data, path)
@@ -60,6 +53,20 @@ def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
         raise InputError(
             f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
         ) from None
+
+
+def read_user_bytes(path: Path, *, pipes_ok: bool = False) -> bytes:
+    """The bytes of `path` as `read_user_text` reads them (a regular file, or with `pipes_ok` a pipe or a
+    device; at most MAX_PIPED_BYTES), or a one-line error saying what it is not."""
+    try:
+        piped = pipes_ok and path.exists() and (path.is_fifo() or path.is_char_device())
+        if path.exists() and not path.is_file() and not piped:  # a folder, or a FIFO that would block the read
+            raise InputError(f"{path}: not a regular file")
+        with path.open("rb") as stream:  # (a file too is read up to the bound: /dev/zero's like, 70 MB of NULs)
+            data = read_piped(stream, path)
+    except OSError as exc:  # missing, unreadable, a name too long, a folder it may not search
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return data
 
 
 def read_piped(stream: BinaryIO, origin: Path | str) -> bytes:

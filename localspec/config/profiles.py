@@ -206,7 +206,8 @@ _ASSIGNED_KEY = re.compile(r"^\s*([A-Za-z0-9_\-.\"' ]+?)\s*=")
 
 def line_of(dotted: str, text: str) -> str:
     """':N' for the line that sets the dotted key (a `key =` line under its [section], a `section.key =`
-    line, or the key's own [table] header), else ''."""
+    line, or the key's own [table] header; else the line setting the table it is in, as an inline table
+    `target = { path = 5 }` sets `target.path`), else ''."""
     section = ""
     inside: str | None = None  # the quotes of the multi-line string this line is in (its lines are text, not keys)
     for number, line in enumerate(text.splitlines(), start=1):
@@ -222,7 +223,7 @@ def line_of(dotted: str, text: str) -> str:
         assigned = _ASSIGNED_KEY.match(line)
         if assigned and ".".join(part for part in (section, _plain_key(assigned.group(1))) if part) == dotted:
             return f":{number}"
-    return ""
+    return line_of(dotted.rpartition(".")[0], text) if "." in dotted else ""
 
 
 def _multiline_string_after(line: str, inside: str | None) -> str | None:

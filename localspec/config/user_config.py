@@ -8,7 +8,7 @@ from ..errors import InputError
 from .atomic import write_text_atomic
 from .files import locked, parse_toml, read_user_text
 from .paths import config_file
-from .profiles import line_of, name_problem
+from .profiles import line_of, name_problem, nearest_name
 
 KNOWN_KEYS = ("default_profile",)
 
@@ -21,12 +21,16 @@ def read_config() -> dict:
     return _parse(read_user_text(path), path)
 
 
-def _parse(text: str, path: Path) -> dict:
-    """The config's settings from its text, checked."""
+def _parse(text: str, path: Path, *, check_default: bool = True) -> dict:
+    """The config's settings from its text, checked (`default_profile`'s value only where `check_default`)."""
     config = parse_toml(text, path)
     unknown = [key for key in config if key not in KNOWN_KEYS]
     if unknown:
-        raise InputError(f"{path}{line_of(unknown[0], text)}: unknown key {unknown[0]!r} (known: {', '.join(KNOWN_KEYS)})")
+        near = nearest_name(unknown[0], list(KNOWN_KEYS))
+        known = f"did you mean {near!r}?" if near else f"known: {', '.join(KNOWN_KEYS)}"
+        raise InputError(f"{path}{line_of(unknown[0], text)}: unknown key {unknown[0]!r} ({known})")
+    if not check_default:
+        return config
     where = f"{path}{line_of('default_profile', text)}"
     if "default_profile" in config and not isinstance(config["default_profile"], str):
         raise InputError(f"{where}: default_profile must be a string")
@@ -40,13 +44,16 @@ def default_profile_name() -> str | None:
 
 
 def set_default_profile(name: str) -> None:
-    """Store `name` as the default profile, keeping the rest of the file as it is (under its lock)."""
+    """Store `name` as the default profile, keeping the rest of the file as it is (under its lock).
+
+    A file that is not TOML or holds a key it should not is refused, not rewritten (the user may want what
+    is in it); a wrong `default_profile` is what this replaces."""
     import tomlkit  # (only where the config is written: a one-shot run need not import it)
 
     path = config_file()
     with locked(path):
         text = read_user_text(path) if path.exists() else ""
-        _parse(text, path)  # refuse to rewrite a corrupt file: the user may want what is in it
+        _parse(text, path, check_default=False)
         document = tomlkit.parse(text)
         document["default_profile"] = name
         write_text_atomic(path, tomlkit.dumps(document))
