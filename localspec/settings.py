@@ -237,7 +237,8 @@ class SamplingParams(SettingsGroup):
 
     temperature: float = setting(0.8, "0 = greedy.", low=0.0, flag="--temperature", request="temperature")
     top_k: int = setting(0, "Keep the k most likely tokens; 0 = off.", low=0, flag="--top-k", request="top_k")
-    top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off.", low=0, high=1, low_open=True, flag="--top-p", request="top_p")
+    top_p: float = setting(1.0, "Keep the most likely tokens up to this mass; 1 = off, 0 = the most likely alone.",
+                           low=0, high=1, flag="--top-p", request="top_p")
     min_p: float = setting(0.05, "Drop tokens below this fraction of the top one's probability; 0 = off.", low=0.0, high=1.0, flag="--min-p", request="min_p")
     repeat_penalty: float = setting(
         1.0, "Divide the scores of tokens among the last repeat_last_n by this (multiply where not positive); 1 = off.",

@@ -66,13 +66,22 @@ def test_top_p_keeps_smallest_set_reaching_mass() -> None:
     assert full[: n_kept - 1].sum() < 0.8 <= full[:n_kept].sum()
 
 
+def test_top_p_zero_keeps_the_most_likely_token_alone() -> None:
+    """As OpenAI's API and llama.cpp read it (it was refused: `--top-p` took 0 < x <= 1)."""
+    from localspec.settings import GenerationSettings
+
+    assert GenerationSettings.from_values({"sampling.top_p": 0}).sampling.top_p == 0
+    probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=0.0, min_p=0.0))
+    assert np.flatnonzero(probs).tolist() == [int(np.argmax(LOGITS))]
+
+
 def test_min_p_drops_tokens_below_fraction_of_max() -> None:
     full = softmax(LOGITS)
     probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.2))
     assert set(np.flatnonzero(probs)) == set(np.flatnonzero(full >= 0.2 * full.max()))
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(top_p=1.5), dict(min_p=2)])
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=-0.1), dict(top_p=1.5), dict(min_p=2)])
 def test_invalid_params_are_refused(bad: dict) -> None:
     with pytest.raises(InputError, match=f"sampling.{next(iter(bad))} must be"):
         SamplingParams(**bad)

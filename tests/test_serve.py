@@ -78,6 +78,8 @@ def ask(client: openai.OpenAI, text: str, **extra):
 
 
 def test_chat_completions_plain_and_streamed(tiny_server: Server) -> None:
+    import openai
+
     client = tiny_server.client()
     plain = ask(client, "the cat sat", max_tokens=12, temperature=0)
     assert plain.choices[0].message.content and plain.choices[0].finish_reason == "length"  # tiny models never emit EOS
@@ -88,6 +90,10 @@ def test_chat_completions_plain_and_streamed(tiny_server: Server) -> None:
     assert streamed == plain.choices[0].message.content  # temperature 0: the same reply either way
     assert chunks[-1].usage.completion_tokens == 12
     assert [m.id for m in client.models.list()] == ["tiny"]
+    assert client.models.retrieve("tiny").id == "tiny"  # (was: a 404 for the route)
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.models.retrieve("gpt-9")
+    assert unknown.value.body["code"] == "model_not_found"
     completion = client.completions.create(model="tiny", prompt="the cat", max_tokens=5, temperature=0)
     assert completion.usage.completion_tokens == 5
 

@@ -160,6 +160,12 @@ def test_text_parts_are_joined(api: Api) -> None:
     whole = api.post(CHAT, chat_body("the cat", temperature=0, max_tokens=4))
     assert parts.json()["choices"][0]["message"]["content"] == whole.json()["choices"][0]["message"]["content"]
     assert parts.json()["usage"] == whole.json()["usage"]
+    refusal = [{"type": "refusal", "refusal": "No."}]  # (as an OpenAI reply may have written it; was: a 400)
+    history = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": refusal},
+                            {"role": "user", "content": "the cat"}], "max_tokens": 1}
+    assert api.post(CHAT, history).status_code == 200
+    history["messages"][0]["content"] = refusal  # (a user writes no refusal)
+    assert api.post(CHAT, history).json()["error"]["param"] == "messages[0].content[0]"
 
 
 def test_an_unforeseen_failure_is_a_logged_500_and_the_server_goes_on(
@@ -552,7 +558,9 @@ def test_headers_or_a_body_that_arrive_a_byte_now_and_then_are_refused(api: Api,
     monkeypatch.setattr(http_protocol, "HEADER_SECONDS", 0.3)
     for sent in ([], [b"POS"], [b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"]):
         answer = _answer_to(api, sent)
-        assert answer.startswith("HTTP/1.1 408") and answer.endswith("did not arrive in 0 s"), (sent, answer)
+        assert answer.startswith("HTTP/1.1 408"), (sent, answer)
+        error = json.loads(answer.partition("\r\n\r\n")[2])["error"]  # (was: plain text)
+        assert error["message"] == "the request's headers did not arrive in 0 s" and error["code"] == "request_timeout"
     monkeypatch.setattr(serving, "BODY_IDLE_SECONDS", 0.25)
     monkeypatch.setattr(serving, "BODY_SECONDS", 0.35)
     headers = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
@@ -573,6 +581,15 @@ def test_headers_or_a_body_that_arrive_a_byte_now_and_then_are_refused(api: Api,
         assert time.monotonic() - started < 2
     finally:
         client.close()
+    api.still_serves()
+
+
+def test_a_request_http_cannot_read_is_refused_as_json(api: Api) -> None:
+    """uvicorn answered a malformed request line, or headers too large, in plain text."""
+    for sent in (b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 200_000 + b"\r\n\r\n"):
+        answer = _answer_to(api, [sent])
+        assert answer.startswith("HTTP/1.1 400") and "application/json" in answer.partition("\r\n\r\n")[0], answer
+        assert json.loads(answer.partition("\r\n\r\n")[2])["error"]["code"] == "invalid_http_request"
     api.still_serves()
 
 

@@ -7,6 +7,7 @@ tests/data are the models' published Jinja texts.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -1299,7 +1300,8 @@ def tools_api(control_marked: Model) -> Iterator[TestClient]:
 
 def test_tools_and_earlier_calls_too_long_for_the_context_are_refused_before_tokenizing(
         tools_api: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As a message's content is: tokenizing 300 kB of text without spaces held the one generation slot for 20 s."""
+    """As a message's content is: tokenizing 300 kB of text without spaces held the one generation slot for 20 s
+    (a template variable or a `tool_call_id` of that size still did)."""
     tokenized: list[str] = []
     original = Model.tokenize
     monkeypatch.setattr(Model, "tokenize",
@@ -1308,9 +1310,13 @@ def test_tools_and_earlier_calls_too_long_for_the_context_are_refused_before_tok
     described = {"type": "function", "function": {"name": "ping", "description": long}}
     called = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": json.dumps({"q": long})}}]}
+    answered = {"role": "tool", "content": "ok", "tool_call_id": long}  # (after a call without an id: any id)
+    unnamed = {**called, "tool_calls": [{"type": "function", "function": {"name": "ping", "arguments": "{}"}}]}
     for body in ({"messages": [{"role": "user", "content": "ping"}], "tools": [described]},
                  {"messages": [{"role": "user", "content": "ping"}, called, {"role": "tool", "content": "ok",
-                                                                              "tool_call_id": "call_1"}]}):
+                                                                              "tool_call_id": "call_1"}]},
+                 {"messages": [{"role": "user", "content": "ping"}, unnamed, answered]},
+                 {"messages": [{"role": "user", "content": "ping"}], "chat_template_kwargs": {"x": long}}):
         reply = tools_api.post("/v1/chat/completions", json=body)
         assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded", reply.text
     assert not any(long in text for text in tokenized)
@@ -1425,6 +1431,56 @@ def test_a_call_cut_short_is_never_sent_as_text(tools_api: TestClient) -> None:
             assert message["content"] is None and "tool_calls" not in message, message
             finish = reply.json()["choices"][0]["finish_reason"]
         assert finish == "length"
+
+
+ONE_ADD = '{"name": "add", "arguments": {"a": 1, "b": 2}}'
+# An output cut short after one whole call of `add`, inside the next, in each syntax.
+CUT_AFTER_ONE = {
+    ToolSyntax.HERMES: ADD_CALLS[ToolSyntax.HERMES] + "\n" + ADD_CALLS[ToolSyntax.HERMES][:20],
+    ToolSyntax.JSON: '{"tool_calls": [' + ONE_ADD + ", " + ONE_ADD[:15],
+    ToolSyntax.MISTRAL: "[TOOL_CALLS][" + ONE_ADD + ", " + ONE_ADD[:12],
+    ToolSyntax.MISTRAL_ARGS: ADD_CALLS[ToolSyntax.MISTRAL_ARGS] + '[TOOL_CALLS]add[ARGS]{"a": ',
+    ToolSyntax.PYTHONIC: "<|tool_call_start|>[add(a=1, b=2), add(a=",
+    ToolSyntax.GEMMA: GEMMA_CALL + GEMMA_CALL[:12],
+    ToolSyntax.FRAMED: KIMI_CALL + KIMI_CALL[:40],
+    ToolSyntax.XML: add_call(ToolSyntax.XML) + "\n" + add_call(ToolSyntax.XML)[:30],
+    ToolSyntax.ARG_KEYS: add_call(ToolSyntax.ARG_KEYS) + "\n" + add_call(ToolSyntax.ARG_KEYS)[:30],
+}
+
+
+@pytest.mark.parametrize("syntax", list(CUT_AFTER_ONE))
+def test_the_whole_calls_before_a_cut_are_read_and_a_call_cut_inside_is_not(syntax: ToolSyntax) -> None:
+    """An output that max_tokens cut in its second call came back with no call at all."""
+    setup = prepare_tools(request("required"), TEMPLATES[syntax], lambda text: None)
+    calls = setup.calls_before_cut(CUT_AFTER_ONE[syntax])
+    assert calls is not None and [(call.name, json.loads(call.arguments)) for call in calls] == [("add", {"a": 1, "b": 2})]
+    whole = add_call(syntax)
+    assert setup.calls_before_cut(whole[:whole.rindex("2")]) is None  # (cut inside its arguments)
+
+
+def test_a_reply_cut_short_keeps_its_whole_calls_with_finish_reason_length(tools_api: TestClient) -> None:
+    """(was: content null and no call where max_tokens cut the second of a model's calls.)"""
+    ping = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    kept = []
+    for seed, max_tokens, stream in itertools.product((0, 1, 2), (40, 80), (False, True)):
+        reply = tools_api.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "ping"}], "tools": [ping], "tool_choice": "required",
+            "temperature": 1, "seed": seed, "max_tokens": max_tokens, "stream": stream})
+        assert reply.status_code == 200, reply.text
+        if stream:
+            events = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: {")]
+            deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+            calls = [c for d in deltas for c in d.get("tool_calls", []) if "name" in c.get("function", {})]
+            arguments = [c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", [])
+                         if "name" not in c["function"]]
+            finish = events[-1]["choices"][0]["finish_reason"]
+        else:
+            calls = reply.json()["choices"][0]["message"].get("tool_calls", [])
+            arguments = [call["function"]["arguments"] for call in calls]
+            finish = reply.json()["choices"][0]["finish_reason"]
+        assert all(call["function"]["name"] == "ping" for call in calls) and all(json.loads(a) == {} for a in arguments)
+        kept += [len(calls)] if finish == "length" else []
+    assert any(kept), "no reply was cut short after a whole call"
 
 
 def test_text_that_is_no_call_is_kept_whole_and_a_cut_call_is_dropped() -> None:

@@ -4,7 +4,7 @@ uvicorn waits for a request's headers for ever: a connection that sends nothing,
 and then (a "slow loris"), holds a socket and a file descriptor until the client lets go, and enough of them
 leave the server none. Its keep-alive timeout covers only the wait between requests, and ends at their first
 byte. Here a request line and headers that take more than `HEADER_SECONDS` to arrive in whole are answered 408
-and the connection closed. (The body has deadlines of its own: `serving._read_body`.) A response sent before
+and the connection closed (as JSON, as h11's refusals of what it cannot read are). (The body has deadlines of its own: `serving._read_body`.) A response sent before
 the request's body was read (a 404, a 401, a 413) leaves uvicorn reading the rest for ever, however slowly it
 comes: the rest gets HEADER_SECONDS more, then the connection is closed.
 """
@@ -12,12 +12,19 @@ comes: the rest gets HEADER_SECONDS more, then the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEADER_SECONDS = 30.0
-LATE = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+LATE = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+
+
+def error_body(message: str, code: str) -> bytes:
+    """An OpenAI error object as JSON bytes (what every answer of the API is, its protocol's own included)."""
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    return json.dumps({"error": error}).encode()
 
 
 class H11WithHeaderDeadline(H11Protocol):
@@ -68,8 +75,17 @@ class H11WithHeaderDeadline(H11Protocol):
         self.header_deadline = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        reason = b"the request's headers did not arrive in %d s" % HEADER_SECONDS
-        self.transport.write(LATE % (len(reason), reason))
+        body = error_body(f"the request's headers did not arrive in {HEADER_SECONDS:.0f} s", "request_timeout")
+        self.transport.write(LATE % (len(body), body))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot read (a malformed request line or header, headers too large),
+        as JSON rather than plain text."""
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                      h11.Data(data=error_body(msg, "invalid_http_request")), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
         self.transport.close()
 
     def _body_late(self) -> None:

@@ -442,7 +442,7 @@ def _message(message: Any, where: str) -> dict[str, Any]:
         raise ApiError(400, f"{where}.name must be a string, got {quote_json(message['name'])}", param=f"{where}.name")
     content = message.get("content")
     may_be_empty = role == "assistant" and message.get("tool_calls") is not None
-    text = None if content is None and may_be_empty else _content(content, f"{where}.content")
+    text = None if content is None and may_be_empty else _content(content, f"{where}.content", role == "assistant")
     try:
         checked = history_message(message, role, text, where)
     except ToolError as exc:
@@ -458,18 +458,21 @@ def _message(message: Any, where: str) -> dict[str, Any]:
     return checked
 
 
-def _content(content: Any, where: str) -> str:
-    """A message's text: a string, or a list of text parts ({"type": "text", "text": "..."})."""
+def _content(content: Any, where: str, assistant: bool = False) -> str:
+    """A message's text: a string, or a list of text parts ({"type": "text", "text": "..."}; in an assistant's
+    message also refusals, {"type": "refusal", "refusal": "..."}, as OpenAI's replies may write them)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise ApiError(400, f"{where} must be a string or a list of text parts, got {quote_json(content)}", param=where)
     texts = []
     for i, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+        kind = part.get("type") if isinstance(part, dict) else None
+        key = "refusal" if assistant and kind == "refusal" else "text"
+        if kind != key or not isinstance(part.get(key), str):
             raise ApiError(400, f"{where}[{i}] must be a text part, {{\"type\": \"text\", \"text\": \"...\"}}"
                            f" (other kinds are not supported), got {quote_json(part)}", param=f"{where}[{i}]")
-        texts.append(part["text"])
+        texts.append(part[key])
     return "".join(texts)
 
 

@@ -161,9 +161,19 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(served.metrics.text(served.queue.waiting))
 
+    def model_object() -> dict[str, Any]:
+        return {"id": served.model_id, "object": "model", "created": 0, "owned_by": "localspec"}
+
     @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": served.model_id, "object": "model", "created": 0, "owned_by": "localspec"}]}
+        return {"object": "list", "data": [model_object()]}
+
+    @app.api_route("/v1/models/{model_id:path}", methods=["GET", "HEAD"])
+    async def model(model_id: str) -> Response:  # (`client.models.retrieve`)
+        if model_id != served.model_id:
+            return ApiError(404, f"the model {quote_json(model_id)} does not exist; this server has"
+                                 f" {served.model_id!r}", param="model", code="model_not_found").response()
+        return JSONResponse(model_object())
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -313,14 +323,17 @@ def _prepared_prompt(served: ServedModel, parsed: CompletionRequest) -> tuple[To
 
 def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
     """A 400 for a prompt whose texts cannot fit the largest context, found before tokenizing (see
-    `Session.refuse_text_too_long`): the messages' contents, earlier calls and the tools' definitions."""
+    `Session.refuse_text_too_long`): the messages' contents and all else they hold (names, thoughts, earlier
+    calls, `tool_call_id`s), the tools' definitions and the template's variables, every text a template may
+    render and llama.cpp would tokenize (a few hundred kB took it a minute, the models held)."""
     texts = [parsed.prompt or ""]
     if parsed.messages is not None:
-        texts = [m[key] for m in parsed.messages for key in ("content", "name", "reasoning_content")
-                 if isinstance(m.get(key), str)]
-        texts += [_json_text(m["tool_calls"]) for m in parsed.messages if m.get("tool_calls")]
+        texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)]
+        texts += [_json_text({k: v for k, v in m.items() if k not in ("role", "content")}) for m in parsed.messages]
         if parsed.tools is not None:
             texts.append(_json_text(parsed.tools.definitions()))
+    if parsed.template_variables:
+        texts.append(_json_text(parsed.template_variables))
     try:
         served.queue.session.refuse_text_too_long(texts)
     except PromptTooLongError as exc:
@@ -451,7 +464,7 @@ class Reply:
             raise ApiError(400, str(exc), param=self.format_param) from None
         reply = self._sorted(generation.text)
         calls = self._calls(generation, reply.content)
-        finish = "tool_calls" if calls else _finish_reason(generation)
+        finish = self._finish(generation, calls)
         message: dict[str, Any] = {"role": "assistant",
                                    "content": None if calls else self._text(generation, reply.content)}
         if self.splitter is not None:
@@ -469,10 +482,17 @@ class Reply:
         return sorted_whole(self.splitter, text)
 
     def _calls(self, generation: Generation, answer: str) -> list[ToolCall] | None:
-        """The tool calls a whole output's `answer` makes (None: plain text, no tools, or output cut short)."""
-        if self.tools is None or generation.stop_reason is not StopReason.EOS:
+        """The tool calls an output's `answer` makes (None: plain text, or no tools); of an output cut short, the
+        whole calls it made before the cut (as OpenAI's, a reply cut short still carries its calls)."""
+        if self.tools is None:
             return None
+        if generation.stop_reason is not StopReason.EOS:
+            return self.tools.calls_before_cut(answer)
         return self.tools.calls_in(answer)
+
+    def _finish(self, generation: Generation, calls: list[ToolCall] | None) -> str:
+        """The reply's finish_reason: "tool_calls" for calls made in a whole output, else how it ended."""
+        return "tool_calls" if calls and generation.stop_reason is StopReason.EOS else _finish_reason(generation)
 
     def _text(self, generation: Generation, answer: str) -> str | None:
         """A reply's content where it makes no call: its `answer`, or None for a call cut short (see
@@ -528,7 +548,7 @@ class Reply:
                     yield event
             elif sorting is not None and (held := sorting.rest(cut_short=generation.stop_reason is not StopReason.EOS)):
                 yield self._event({"content": held})  # not a whole call: the text as it is
-            yield self._event({}, "tool_calls" if calls else _finish_reason(generation),
+            yield self._event({}, self._finish(generation, calls),
                               speculative=_speculative(generation), **self._warnings())
             if self.usage_in_chunks:
                 yield self._event(None, usage=_usage(generation))

@@ -75,6 +75,7 @@ from .reasoning import (
 from .tool_call_frames import CallFrame, ends_as_closing, grammar_text, read_parts, template_frame
 from .tool_call_gemma import OPEN as GEMMA_OPEN, gemma_problem, gemma_rules, read_gemma_calls, writes_gemma_calls
 from .tool_call_pythonic import (
+    CLOSE as PYTHONIC_CLOSE,
     OPEN as PYTHONIC_OPEN,
     pythonic_calls_rule,
     pythonic_problem,
@@ -914,6 +915,11 @@ def _quote(value: Any) -> str:
 
 # -- a request's tools on a loaded model ------------------------------------------------------------
 
+CUT_CANDIDATES = 256  # the ends of whole calls looked for in an output cut short, the latest first
+_CLOSING_CHARACTERS = frozenset("}>)]\n")  # what a call (or the tag, line or list around it) ends with
+# What closes the list the calls are in: none (tags), `[…]`, `{"tool_calls": […]}`, LFM2.5's `[…]<|tool_call_end|>`.
+_LIST_CLOSINGS = ("", "]", "]}", PYTHONIC_CLOSE)
+
 
 @dataclass(frozen=True)
 class ToolSetup:
@@ -948,6 +954,20 @@ class ToolSetup:
         calls = parse_calls(text, self.syntax, self.request.callable, self.layout, self.frame)
         offered = {tool.name for tool in self.request.callable}
         return calls if calls and all(call.name in offered for call in calls) else None
+
+    def calls_before_cut(self, text: str) -> list[ToolCall] | None:
+        """The whole calls an answer cut short (max_tokens, a stop string) made before the cut (None: none whole).
+
+        A call is whole where the model closed it: the longest start of `text` that ends just after a closing
+        character and reads as whole calls, as written or with the list the calls are in closed (`]`, `]}`).
+        Only the last `CUT_CANDIDATES` such ends are tried (each try reads the text)."""
+        ends = [at + 1 for at, char in enumerate(text) if char in _CLOSING_CHARACTERS]
+        for end in reversed(ends[-CUT_CANDIDATES:]):
+            for closing in _LIST_CLOSINGS:
+                calls = self.calls_in(text[:end] + closing)
+                if calls is not None:
+                    return calls
+        return None
 
     def stream(self) -> CallStream:
         return CallStream(self.syntax.opening(self.frame), self.request.forced)
