@@ -29,6 +29,9 @@ SCHEMAS = [
     {"type": ["integer", "null"], "not": {"type": ["null", "string"]}},
     {"not": {"type": ["number", "boolean"]}},
     {"type": "integer", "not": {"const": 3}},
+    {"type": "integer", "minimum": -1, "not": {"const": 0}},  # (was: -1 refused, the ways left typed as numbers)
+    {"type": "integer", "maximum": 1, "not": {"const": 0}},
+    {"type": ["integer", "null"], "minimum": -1, "not": {"const": 0}},
     {"type": "number", "not": {"const": 1.5}},
     {"not": {"enum": [1, "a", None, True]}},
     {"not": {"const": True}},

@@ -83,11 +83,14 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any] | bool:
 
 def _within_bounds_of(schema: dict[str, Any], way: dict[str, Any]) -> dict[str, Any]:
     """`way`, a number's range on one side of a refused value, with `schema`'s own bounds in it too (the same
-    values, `schema` holding them anyway): llguidance's reading of an exclusive bound depends on the bound on the
+    values, `schema` holding them anyway), and its type where that is integers: llguidance's reading of an exclusive bound depends on the bound on the
     other side, which it must then see beside it (see schema_number_bounds.py)."""
     if way.get("type") != "number":
         return way
     bounded = dict(way)
+    own_names = _type_names(schema.get("type")) or set()
+    if "integer" in own_names and "number" not in own_names:  # (a number's range beside an integer's bound:
+        bounded["type"] = "integer"                          # llguidance took `minimum: -1` as exclusive)
     for key, tighter in _TIGHTER_BOUND.items():
         own = schema.get(key)
         if finite_number(own):
