@@ -105,6 +105,13 @@ B = 2**53
     ({"type": "number", "maximum": B + 7}, [str(B + 8)], [str(B + 6)]),
     ({"type": "integer", "minimum": B, "maximum": B + 7, "exclusiveMaximum": True}, [str(B + 8), str(B + 7)],
      [str(B + 6)]),
+    # Bounds split across nodes, which llguidance merges before it misreads them: an `allOf`'s members, a node's
+    # own beside its `anyOf` or `oneOf` branches.
+    ({"allOf": [{"exclusiveMinimum": 1}, {"exclusiveMaximum": 1.5}]}, ["1"], ["1.2"]),
+    ({"type": "number", "allOf": [{"minimum": -1.5}, {"exclusiveMaximum": -1}]}, ["-1"], ["-1.2"]),
+    ({"type": "number", "exclusiveMinimum": 1, "anyOf": [{"exclusiveMaximum": 1.5}, {"minimum": 3}, True]}, ["1"],
+     ["1.2", "3", "7"]),
+    ({"maximum": 1.5, "exclusiveMinimum": 0.5, "oneOf": [{"minimum": -2, "exclusiveMinimum": 1}]}, ["1"], ["1.2"]),
 ])
 def test_bounds_llguidance_misreads_are_held_wherever_they_are(schema: dict, refused: list, taken: list) -> None:
     """(each was written by `run`, or taken by the grammar, though the schema refuses it; or refused, valid)"""

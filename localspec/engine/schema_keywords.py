@@ -33,6 +33,10 @@ DATA_KEYWORDS = {"const", "enum", "default", "examples", "required", "dependentR
 SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}  # names to schemas
 
 
+# Of two bounds under one keyword (a node's own and one it takes in), the one that binds.
+TIGHTER_BOUND = {"minimum": max, "exclusiveMinimum": max, "maximum": min, "exclusiveMaximum": min}
+
+
 def finite_number(value: Any) -> bool:
     """Whether `value` is a number, not infinite (an integer always: `math.isfinite` overflows on 10**400)."""
     if isinstance(value, int):

@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 from .schema_conditionals import exact_bound
-from .schema_keywords import (ANNOTATIONS, finite_number, json_identity, json_types, listed_values, refers_into,
-                              rewritten_bottom_up)
+from .schema_keywords import (ANNOTATIONS, TIGHTER_BOUND, finite_number, json_identity, json_types, listed_values,
+                              refers_into, rewritten_bottom_up)
 
 _TYPES = ("object", "array", "string", "number", "boolean", "null")
 _REFUSING_KEYS = {"type", "const", "enum"} | ANNOTATIONS  # what a `not` written out here may say
@@ -44,9 +44,6 @@ def not_written_out(schema: Any) -> Any:
     """`schema` with each `not` of listed values or of types written as what it leaves (a new schema; the input
     untouched); any other `not` as it is. A schema one of whose `$ref`s points into a `not` is returned as it is."""
     return schema if refers_into(schema, "not") else rewritten_bottom_up(schema, _without_not)
-
-
-_TIGHTER_BOUND = {"minimum": max, "exclusiveMinimum": max, "maximum": min, "exclusiveMaximum": min}
 
 
 def _without_not(node: dict[str, Any]) -> dict[str, Any] | bool:
@@ -91,7 +88,7 @@ def _within_bounds_of(schema: dict[str, Any], way: dict[str, Any]) -> dict[str, 
     own_names = _type_names(schema.get("type")) or set()
     if "integer" in own_names and "number" not in own_names:  # (a number's range beside an integer's bound:
         bounded["type"] = "integer"                          # llguidance took `minimum: -1` as exclusive)
-    for key, tighter in _TIGHTER_BOUND.items():
+    for key, tighter in TIGHTER_BOUND.items():
         own = schema.get(key)
         if finite_number(own):
             bounded[key] = tighter(own, bounded[key]) if key in bounded else own

@@ -21,9 +21,9 @@ one of nine digits there would make it refuse spellings such as 4.9999 under 4.9
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
-from .schema_keywords import NUMBER_STEP, finite_number, rewritten_bottom_up
+from .schema_keywords import NUMBER_STEP, TIGHTER_BOUND, finite_number, rewritten_bottom_up
 
 EXACT_UP_TO = 2**53  # a 64-bit float holds every integer of at most this magnitude
 # Each bound as an inclusive one on its side: (keyword, +1 for a lower bound, what an exclusive one adds).
@@ -79,7 +79,9 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
     def change(node: dict[str, Any]) -> dict[str, Any]:
         if not _may_be_a_number(node, frozenset({"number"})):  # (an integer's exclusive bound is read right)
             return node
-        changed = _one_bound_a_side(node)
+        changed = _one_bound_a_side(_with_bounds_of_all_of(node))
+        if changed.keys() & _BOUNDS and _branch_keyword(changed) is not None:
+            return _bounds_into_branches(changed, change)
         lower, upper = _bound(changed, 1), _bound(changed, -1)
         for inclusive, exclusive, side in _SIDES:
             bound, other = changed.get(exclusive), (upper if side > 0 else lower)
@@ -91,6 +93,53 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
         return changed
 
     return rewritten_bottom_up(schema, change, skipping=_NOT_HELD)
+
+
+def _with_bounds_of_all_of(node: dict[str, Any]) -> dict[str, Any]:
+    """`node` holding the number bounds of its `allOf` members itself, theirs taken out (the same values: all of
+    them hold anyway): llguidance merges bounds from several nodes, then misreads an exclusive one (it took 1 for an
+    `allOf` of `exclusiveMinimum: 1` and `exclusiveMaximum: 1.5`)."""
+    members = node.get("allOf")
+    if not isinstance(members, list) or not any(_bounds_of(member) for member in members):
+        return node
+    changed, kept = dict(node), []
+    for member in members:
+        if _bounds_of(member):
+            member = _one_bound_a_side(member)
+            for key in member.keys() & _BOUNDS.keys():
+                bound = member.pop(key)
+                changed[key] = TIGHTER_BOUND[key](changed[key], bound) if finite_number(changed.get(key)) else bound
+        kept.append(member)
+    return {**changed, "allOf": kept}
+
+
+def _bounds_of(member: Any) -> bool:
+    """Whether `member`, a subschema, bounds numbers (draft 4's booleans as well)."""
+    return isinstance(member, dict) and bool(member.keys() & _BOUNDS.keys()) and _may_be_a_number(member)
+
+
+def _branch_keyword(node: dict[str, Any]) -> str | None:
+    """The one branching keyword of `node` (`anyOf` or `oneOf`, a list), or None."""
+    keys = [key for key in ("anyOf", "oneOf") if isinstance(node.get(key), list)]
+    return keys[0] if len(keys) == 1 else None
+
+
+def _bounds_into_branches(node: dict[str, Any], change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    """`node`'s number bounds moved into each of its branches, each branch then changed again (`change`): A and (B or
+    C) is (A and B) or (A and C), and llguidance misreads an exclusive bound whose other side is in a branch."""
+    keyword = _branch_keyword(node)
+    bounds = {key: node[key] for key in node.keys() & _BOUNDS.keys()}
+    branches = []
+    for branch in node[keyword]:
+        if branch is True:
+            branch = {}
+        if isinstance(branch, dict):
+            branch = dict(_one_bound_a_side(branch))
+            for key, bound in bounds.items():
+                branch[key] = TIGHTER_BOUND[key](branch[key], bound) if finite_number(branch.get(key)) else bound
+            branch = change(_one_bound_a_side(branch))
+        branches.append(branch)
+    return {**{key: value for key, value in node.items() if key not in bounds}, keyword: branches}
 
 
 def _may_be_a_number(node: dict[str, Any], kinds_of_number: frozenset[str] = frozenset({"number", "integer"})) -> bool:
