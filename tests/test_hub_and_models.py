@@ -231,7 +231,7 @@ def test_a_repository_name_the_hub_refuses_is_one_line(command: tuple[str, ...])
     result = cli(*command)
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code != 0 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "invalid hub repository 'TheBloke/Llama 2-7B-GGUF'" in errors[0]
+    assert "spaced.toml: [target] hf_repo 'TheBloke/Llama 2-7B-GGUF' is not 'org/name' as the hub" in errors[0]
 
 
 def failed_pull_from(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -79,6 +79,10 @@ def test_a_home_or_config_folder_under_a_file_is_one_line_not_profiles_missing(t
     a_file.write_text("x\n")
     one_error_line(cli("profile", "list", env={"LOCALSPEC_HOME": str(a_file / "sub")}), 2,
                    f"LOCALSPEC_HOME={a_file / 'sub'}: {a_file} is a file, not a folder")
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    for command in (("history", "list"), ("run", "-p", "tiny", "hi")):  # (was: "no profile named 'tiny'", …)
+        one_error_line(cli(*command, env={"LOCALSPEC_HOME": str(tmp_path / "l1")}), 2, "a symbolic link to nothing")
     for variable, what in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data")):
         command = ("profile", "list") if what == "config" else ("history", "list")
         one_error_line(cli(*command, env={"LOCALSPEC_HOME": "", variable: str(a_file)}), 2,

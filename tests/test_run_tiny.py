@@ -118,6 +118,8 @@ def test_more_bad_input_is_one_line(tiny_args: list[str], tmp_path: Path) -> Non
     one_error_line(cli("rnu", "hi"), 2, "No such command 'rnu'", "Did you mean 'run'?")
     odd = str(tmp_path / "two\nlines.gguf")
     one_error_line(cli("run", "--target", odd, "hi"), 2, "two\\nlines.gguf: no such file")
+    coloured = cli("run", "--target", str(tmp_path / "sc\x1b[31mhema.gguf"), "hi")  # (was: the raw escape sequence)
+    assert "\x1b" not in one_error_line(coloured, 2, "sc\\x1b[31mhema.gguf: no such file")
 
 
 def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:

@@ -79,6 +79,7 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     # ... or a fixed text that long (it had been called unsatisfiable: it is not, but llguidance cannot follow it)
     (OutputFormat("regex", "a{100000}", "--regex"), ["--regex: cannot be used: it forces more text", "a very long fixed text"]),
     (OutputFormat("grammar", 'start: "a" | b', "g.lark"), ["g.lark: line 1, column 8: ", 'unknown name: "b"']),
+    (OutputFormat("grammar", '{"type": "object"}', "s.json"), ["s.json: JSON, not a Lark or GBNF grammar"]),
     (OutputFormat("grammar", "root ::= answer", "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar", "answer"]),
     # The converter names no line for an undefined rule: its first use outside strings, classes and comments is given.
     (OutputFormat("grammar", 'root ::= "bar" [bar] x # bar\nx ::= "b" |\n  bar\n', "g.gbnf"),

@@ -175,7 +175,7 @@ def test_bench_raw_measures_a_model_without_a_chat_template(tiny_pair: tuple[Pat
 
 
 def test_a_bench_prompt_too_long_is_named_before_anything_is_measured(tiny_profile: str) -> None:
-    result = cli("bench", "-p", tiny_profile, "--n-ctx", "256", "--prompt", "the cat sat\n" + "the dog " * 400,
+    result = cli("bench", "-p", tiny_profile, "--n-ctx", "256", "--prompt", "the cat sat\n" + "the dog " * 150,
                  "--max-tokens", "8", "--temperatures", "0")
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("error: bench prompt 1 of 1 ('the cat sat'…) is ")
@@ -363,3 +363,15 @@ def test_a_bench_prompt_longer_than_the_models_take_is_not_told_to_raise_n_ctx(t
     """(was: "shorten it, or raise --n-ctx" where --n-ctx had just been lowered to what the models take)"""
     refused = cli("bench", "-p", tiny_profile, "--prompt", "the cat " * 200, "--n-ctx", "1024", "--max-tokens", "4")
     assert refused.exit_code == 1 and "a larger --n-ctx would not help" in refused.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow  # (0.3 s: the models loaded)
+def test_a_bench_prompt_too_long_for_any_context_is_refused_before_it_is_tokenized(tiny_profile: str,
+                                                                                   tmp_path: Path) -> None:
+    """(was: minutes of llama.cpp tokenizing 400 kB of one line, which `run` refuses at once)"""
+    prompts = tmp_path / "long.txt"
+    prompts.write_text("the cat\n" + "x" * 400_000 + "\n")
+    refused = cli("bench", "-p", tiny_profile, "--prompts", str(prompts), "--max-tokens", "4")
+    assert refused.exit_code == 1, refused.stderr
+    assert "bench prompt 2 of 2 ('xxxx" in refused.stderr
+    assert "…) is 400000 bytes, more than a context of 256 tokens can hold" in refused.stderr

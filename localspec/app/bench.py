@@ -162,11 +162,12 @@ def prompt_tokens(session: Session, prompts: Sequence[str], raw: bool = False) -
     measured)."""
     every = []
     for index, prompt in enumerate(prompts):
+        named = f"bench prompt {index + 1} of {len(prompts)} ({prompt.strip().splitlines()[0][:40]!r}…)"
+        session.refuse_text_too_long([prompt], named)  # (before tokenizing, which takes minutes over megabytes)
         messages = [*session.system_messages(), {"role": "user", "content": prompt}]
         tokens = session.raw_prompt_tokens(prompt) if raw else session.chat_prompt_tokens(messages)
         if len(tokens) > session.target.n_ctx:
-            start = prompt.strip().splitlines()[0][:40]
-            raise LocalspecError(f"bench prompt {index + 1} of {len(prompts)} ({start!r}…) is {len(tokens)} tokens,"
+            raise LocalspecError(f"{named} is {len(tokens)} tokens,"
                                  f" but the context holds {session.target.n_ctx}:"
                                  f" shorten it{session.larger_context_hint()}")
         every.append(tokens)

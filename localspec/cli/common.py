@@ -166,7 +166,9 @@ def cleaned_up_on_sigterm() -> Iterator[None]:
 
 
 def _error(message: str) -> None:
-    click.echo(f"error: {one_line(undecodable_bytes_shown(message))}", err=True)
+    """The one error line: what it quotes (a file's name, a value) with control characters and line breaks
+    escaped, so that it stays one line and an escape sequence in a name cannot recolour the terminal."""
+    click.echo(f"error: {shown_name(message)}", err=True)
 
 
 _UNDECODABLE = re.compile(r"[\udc80-\udcff]|\\udc([89a-f][0-9a-f])")

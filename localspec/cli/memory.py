@@ -278,5 +278,5 @@ def _read_text(file: Path) -> str | None:
         return None  # (UTF-16 text, whose ASCII letters come with zero bytes, is read as such)
     text, replaced = decode_bytes(data)
     if replaced:
-        click.echo(replaced_warning(str(file)), err=True)
+        click.echo(replaced_warning(shown_name(str(file))), err=True)
     return text

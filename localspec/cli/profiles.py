@@ -27,7 +27,7 @@ from ..config.resolve import (PROFILE_VARIABLE, profile_without_a_flag, resolve_
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
 from ..textin import clean_input
-from .common import LazyCommands, one_line, print_table, shown_plainly, stdout_console
+from .common import LazyCommands, one_line, print_table, shown_name, shown_plainly, stdout_console
 
 
 @click.group(
@@ -58,7 +58,12 @@ def list_command(as_json: bool) -> None:
     A file that is not a valid profile is listed as invalid, with the reason. The one commands run without -p
     is marked `*` (`default`): LOCALSPEC_PROFILE's where it is set, else the configured default.
     """
-    default, default_source = profile_without_a_flag()
+    try:
+        default, default_source = profile_without_a_flag()
+    except InputError as exc:  # a broken config.toml: the profiles are listed all the same, none marked default
+        default, default_source, broken_config = None, None, str(exc)
+    else:
+        broken_config = None
     rows = [
         {
             "name": p.name,
@@ -70,6 +75,8 @@ def list_command(as_json: bool) -> None:
         }
         for p in list_profiles()
     ]
+    if broken_config is not None:
+        click.echo(f"note: no default profile is known: {shown_name(broken_config)}", err=True)
     if as_json:
         click.echo(json.dumps(rows, indent=2, allow_nan=False))
         return
@@ -83,7 +90,7 @@ def list_command(as_json: bool) -> None:
         draft = escape(shown_plainly(row["draft"])) if row["draft"] else "(none: target only)"
         table.add_row(mark, name, row["source"], escape(shown_plainly(row["target"] or "-")), draft)
     print_table(table)
-    if not any(row["default"] for row in rows):
+    if broken_config is None and not any(row["default"] for row in rows):
         click.echo(f"note: the default profile '{one_line(shown_plainly(default))}' (from {default_source}) is not among them:"
                    " commands without -p fail", err=True)
 

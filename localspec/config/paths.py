@@ -77,6 +77,9 @@ def hub_reference_problem(repo: str, filename: str) -> str | None:
     repo_parts, file_parts = repo.split("/"), filename.split("/")
     if len(repo_parts) != 2 or any(not part.strip() or part in (".", "..") or "\0" in part for part in repo_parts):
         return f"hf_repo {repo!r} is not 'org/name'"
+    if not all(_HUB_NAME.fullmatch(part) and "--" not in part and ".." not in part for part in repo_parts):
+        return (f"hf_repo {repo!r} is not 'org/name' as the hub writes them (ASCII letters, digits, '-', '_' and"
+                " '.', neither first nor last a '-' or '.')")
     if not filename.strip():
         return "hf_file is empty"
     if any(not part or part in (".", "..") or "\0" in part for part in file_parts):  # ('/x', 'a//b', 'sub/' too)
@@ -120,6 +123,7 @@ def expanded_user_path(text: str, what: str | None = None, said_as: str | None =
     return expanded
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?")  # the hub's rule, up to 96 long
 _VARIABLE = re.compile(r"\$(\w+|\{\w+\})")  # a `$NAME` or `${NAME}` that os.path.expandvars expands
 
 
@@ -134,6 +138,8 @@ def _home_override() -> Path | None:
         raise InputError(f"LOCALSPEC_HOME={value}: not an absolute path (a relative one would change with the current"
                          f" folder): use {shlex.quote(str(Path.cwd() / home))}")
     try:
+        if home.is_symlink() and not home.exists():  # (a link to nowhere, or a loop of links: not a folder)
+            raise InputError(f"LOCALSPEC_HOME={value}: a symbolic link to nothing (or a loop of them), not a folder")
         blocking = _file_in_the_way(home)
         if blocking == home:
             raise InputError(f"LOCALSPEC_HOME={value}: not a folder")

@@ -174,6 +174,10 @@ def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -
     candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
     nearest = nearest_name(key, candidates)
     hint = f" (did you mean {nearest!r}?)" if nearest else ""
+    outer, _, inner = key.partition(".")
+    if outer in SECTIONS and inner in SECTIONS and inner:  # (`sampling.temperature = …` written under [target])
+        hint = f" ('{inner}' is a section of its own, not part of [{outer}]: write it before [{outer}] or under a" \
+               f" [{inner}] header)"
     kind = "section" if is_section else "key"
     return InputError(f"{where}{line_of(key, text)}: unknown {kind} {key!r}{hint}")
 
@@ -221,8 +225,9 @@ def line_of(dotted: str, text: str) -> str:
                 return f":{number}"
             continue
         assigned = _ASSIGNED_KEY.match(line)
-        if assigned and ".".join(part for part in (section, _plain_key(assigned.group(1))) if part) == dotted:
-            return f":{number}"
+        key = ".".join(part for part in (section, _plain_key(assigned.group(1)) if assigned else "") if part)
+        if assigned and (key == dotted or key.startswith(dotted + ".")):  # (`sampling.x = 1` under [target] sets
+            return f":{number}"                                            # `target.sampling`)
     return line_of(dotted.rpartition(".")[0], text) if "." in dotted else ""
 
 
@@ -332,7 +337,7 @@ def render_profile(values: dict[str, Any], base_text: str = "") -> str:
         if section:
             present = {k: v for k, v in values.items() if k.startswith(f"{section}.")}
             if not present and section in document:
-                del document[section]
+                _emptied(document, section)
             if not present:
                 continue
             if section not in document:
@@ -351,6 +356,21 @@ def render_profile(values: dict[str, Any], base_text: str = "") -> str:
                 elif key in document:
                     del document[key]
     return tomlkit.dumps(document)
+
+
+def _emptied(document: Any, section: str) -> None:
+    """Take every setting out of `document`'s [section]: the table goes too, unless the user wrote comments in it
+    (which then stay under its header, where they were, rather than being lost)."""
+    import tomlkit.items
+
+    table = document[section]
+    if not isinstance(table, tomlkit.items.Table):
+        del document[section]  # (an inline table or a dotted key: nothing of the user's between its lines)
+        return
+    for key in list(table.keys()):
+        del table[key]
+    if not any(isinstance(item, tomlkit.items.Comment) for _, item in table.value.body):
+        del document[section]
 
 
 def _set_if_changed(table: Any, key: str, value: Any) -> None:

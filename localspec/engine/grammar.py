@@ -280,7 +280,10 @@ def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     # Positions in a GBNF file's messages would point into its Lark conversion, not the file: dropped.
     kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
     if is_error:
-        raise InputError(f"{_name(fmt)}: {_one_line(messages[0] if messages else 'rejected by llguidance', kind)}")
+        message = _one_line(messages[0] if messages else 'rejected by llguidance', kind)
+        if fmt.kind == "grammar" and message.startswith("missing field `grammars`"):  # (llguidance's own JSON form)
+            message = "JSON, not a Lark or GBNF grammar (a JSON schema goes to --json-schema, or chat's /format schema)"
+        raise InputError(f"{_name(fmt)}: {message}")
     problem = _why_unusable(grammar)
     if problem is not None:
         raise InputError(f"{_name(fmt)}: {problem}")
