@@ -39,9 +39,11 @@ def decode_bytes(data: bytes) -> tuple[str, bool]:
     """`data` decoded as UTF-8 with invalid bytes replaced by U+FFFD, and whether any were.
 
     A UTF-8 byte-order mark at the start is dropped; a UTF-16 one (a file saved by Notepad or PowerShell)
-    says the text is UTF-16, and it is read so.
+    says the text is UTF-16, and it is read so (a UTF-32 one likewise).
     """
-    encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8"
+    encoding = ("utf-32" if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE))  # (before UTF-16's:
+                else "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))  # it starts like it)
+                else "utf-8")
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     try:

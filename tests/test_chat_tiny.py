@@ -529,7 +529,7 @@ def test_a_message_too_long_for_the_context_leaves_the_conversation_as_it_was(ti
     result = chat(b"the cat\nthe dog\n" + b"cat " * 400 + b"\nthe end\n", "--n-ctx", "256")
     assert result.exit_code == 1, result.stderr  # (an error said: a script learns of it)
     assert "does not fit the context" in result.stderr and len(replies(result.stderr)) == 3
-    assert "shorten it (the models were trained for 256 tokens: a larger --n-ctx would not help)" in result.stderr
+    assert "shorten it (the target was trained for 256 tokens: a larger --n-ctx would not help)" in result.stderr
     kept = contents()
     assert len(kept) == 6 and kept[0::2] == ["the cat", "the dog", "the end"]
     # One whose bytes alone cannot fit is refused before llama.cpp tokenizes it (400 kB took half a minute).

@@ -59,6 +59,7 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path, mon
     (notes / "a.txt").write_text("the cat sat on the mat " * 20)
     (notes / "sub" / "b.md").write_bytes(b"caf\xe9 and the dog " * 10)  # invalid UTF-8: replaced, one warning
     (notes / "image.bin").write_bytes(b"\x89PNG\0\0\0" * 50)  # binary: skipped
+    (notes / "marked.bin").write_bytes(b"\xff\xfe" + b"\1\0\0\0" * 50)  # binary after a UTF-16 mark: skipped
     (notes / ".hidden").write_text("secret")
 
     added = cli("memory", "add", "-p", "tiny", str(notes))

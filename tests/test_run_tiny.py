@@ -80,6 +80,10 @@ def test_a_number_option_says_what_number_it_wants(args: list[str], fragment: st
     one_error_line(cli(*args), 2, fragment)
 
 
+def test_a_whole_number_option_without_a_range_shows_none_in_its_help() -> None:
+    assert "x<=None" not in cli("chat", "--help").output and "ID" in cli("history", "show", "--help").output
+
+
 def test_a_draft_that_is_the_target_itself_gets_a_note(tiny_args: list[str], tiny_pair: tuple[Path, Path],
                                                         tmp_path: Path) -> None:
     link = tmp_path / "same.gguf"

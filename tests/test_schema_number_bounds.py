@@ -117,3 +117,25 @@ def test_bounds_llguidance_misreads_are_held_wherever_they_are(schema: dict, ref
     """(each was written by `run`, or taken by the grammar, though the schema refuses it; or refused, valid)"""
     grammar = held(schema).grammar
     assert not any(accepts(grammar, text) for text in refused) and all(accepts(grammar, text) for text in taken)
+
+
+RATIO = {"type": "number", "allOf": [{"minimum": 0}, {"maximum": 1}]}
+
+
+@pytest.mark.parametrize("schema, refused, taken", [
+    # A `$ref` into an `allOf` member, or into a branch: the bounds stay where they are written.
+    ({"type": "object", "properties": {"ratio": RATIO, "cap": {"$ref": "#/properties/ratio/allOf/1"}},
+      "required": ["ratio", "cap"]}, [{"ratio": 0.5, "cap": 5}], [{"ratio": 0.5, "cap": -5}]),
+    ({"type": "object", "properties": {"a": {"type": "number", "exclusiveMinimum": 0, "anyOf": [
+        {"maximum": 0.5}, {"type": "string"}]}, "b": {"$ref": "#/properties/a/anyOf/0"}}, "required": ["a", "b"]},
+     [{"a": 0.7, "b": 0}], [{"a": 0.2, "b": -3}]),
+    # Draft 4's flag beside the node's own bound names that bound, not one taken from a member.
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "exclusiveMaximum": True,
+      "allOf": [{"maximum": 5}]}, [6], [5, 4]),
+])
+def test_bounds_are_moved_between_nodes_only_where_nothing_else_names_them(schema: dict, refused: list,
+                                                                          taken: list) -> None:
+    """(the first two took 5 and refused -3 once bounds moved under a `$ref` that named where they had been)"""
+    grammar = held(schema).grammar
+    assert not any(accepts(grammar, json.dumps(value)) for value in refused)
+    assert all(accepts(grammar, json.dumps(value)) for value in taken)

@@ -89,6 +89,7 @@ def test_text_after_a_utf16_byte_order_mark_is_read_as_utf16() -> None:
     assert decode_bytes(codecs.BOM_UTF8 + b"Hi") == ("Hi", False)
     assert decode_bytes(codecs.BOM_UTF16_LE + b"H\x00\x00\xd8") == ("H\ufffd", True)  # a lone surrogate
     assert decode_bytes(b"caf\xe9") == ("caf\ufffd", True)
+    assert decode_bytes("Hi".encode("utf-32")) == ("Hi", False)  # (its mark starts as UTF-16's: was read as "\0H\0i")
 
 
 @pytest.mark.parametrize(("flag", "named"), [("--json-schema", "--json-schema"), ("--grammar", "--grammar"),

@@ -1456,6 +1456,9 @@ def test_the_whole_calls_before_a_cut_are_read_and_a_call_cut_inside_is_not(synt
     assert calls is not None and [(call.name, json.loads(call.arguments)) for call in calls] == [("add", {"a": 1, "b": 2})]
     whole = add_call(syntax)
     assert setup.calls_before_cut(whole[:whole.rindex("2")]) is None  # (cut inside its arguments)
+    code = "f(x) {}\n]" * 300  # (a second call's arguments with hundreds of closing characters: once, none was read)
+    calls = setup.calls_before_cut(CUT_AFTER_ONE[syntax] + code)
+    assert calls is not None and [call.name for call in calls] == ["add"]
 
 
 def test_a_reply_cut_short_keeps_its_whole_calls_with_finish_reason_length(tools_api: TestClient) -> None:

@@ -470,8 +470,9 @@ def _content(content: Any, where: str, assistant: bool = False) -> str:
         kind = part.get("type") if isinstance(part, dict) else None
         key = "refusal" if assistant and kind == "refusal" else "text"
         if kind != key or not isinstance(part.get(key), str):
+            refusal = ' (or, in an assistant\'s message, {"type": "refusal", "refusal": "..."})' if assistant else ""
             raise ApiError(400, f"{where}[{i}] must be a text part, {{\"type\": \"text\", \"text\": \"...\"}}"
-                           f" (other kinds are not supported), got {quote_json(part)}", param=f"{where}[{i}]")
+                           f"{refusal} (other kinds are not supported), got {quote_json(part)}", param=f"{where}[{i}]")
         texts.append(part[key])
     return "".join(texts)
 

@@ -121,12 +121,12 @@ class Session:
                                      f" (this vocabulary's tokens are at most {longest} bytes): shorten {what}")
 
     def larger_context_hint(self) -> str:
-        """What to add to "shorten it" where a prompt does not fit: " or raise --n-ctx" where the models take a
-        larger context, else why a larger one would not help (the context is already what they were trained for)."""
-        trained = [model.n_ctx_train for model in (self.target, self.draft) if model is not None
-                   and getattr(model, "n_ctx_train", 0) > 0]
-        if trained and self.target.n_ctx >= min(trained):
-            return f" (the models were trained for {min(trained)} tokens: a larger --n-ctx would not help)"
+        """What to add to "shorten it" where a prompt does not fit: " or raise --n-ctx" where the target takes a
+        larger context, else why a larger one would not help (the context is already what it was trained for; a
+        draft trained for less gets a context of its own, `Model`'s bound)."""
+        trained = getattr(self.target, "n_ctx_train", 0)
+        if trained > 0 and self.target.n_ctx >= trained:
+            return f" (the target was trained for {trained} tokens: a larger --n-ctx would not help)"
         return " or raise --n-ctx"
 
     def raw_prompt_tokens(self, text: str) -> list[int]:

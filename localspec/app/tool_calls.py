@@ -917,6 +917,17 @@ def _quote(value: Any) -> str:
 
 CUT_CANDIDATES = 256  # the ends of whole calls looked for in an output cut short, the latest first
 _CLOSING_CHARACTERS = frozenset("}>)]\n")  # what a call (or the tag, line or list around it) ends with
+_NEXT_CALL_STARTS = frozenset(",<[")  # what comes after a whole call where another follows it: `, {`, `<tool_call>`
+
+
+def _ends_before_another_call(text: str) -> list[int]:
+    """Where in `text` a whole call may end: just after a closing character, where what follows (spaces aside) is
+    nothing or may start another call. (One pass: the next character that is not a space, for each place.)"""
+    next_shown = [len(text)] * (len(text) + 1)
+    for at in range(len(text) - 1, -1, -1):
+        next_shown[at] = next_shown[at + 1] if text[at].isspace() else at
+    return [at + 1 for at, char in enumerate(text) if char in _CLOSING_CHARACTERS
+            and (next_shown[at + 1] == len(text) or text[next_shown[at + 1]] in _NEXT_CALL_STARTS)]
 # What closes the list the calls are in: none (tags), `[…]`, `{"tool_calls": […]}`, LFM2.5's `[…]<|tool_call_end|>`.
 _LIST_CLOSINGS = ("", "]", "]}", PYTHONIC_CLOSE)
 
@@ -959,9 +970,10 @@ class ToolSetup:
         """The whole calls an answer cut short (max_tokens, a stop string) made before the cut (None: none whole).
 
         A call is whole where the model closed it: the longest start of `text` that ends just after a closing
-        character and reads as whole calls, as written or with the list the calls are in closed (`]`, `]}`).
-        Only the last `CUT_CANDIDATES` such ends are tried (each try reads the text)."""
-        ends = [at + 1 for at, char in enumerate(text) if char in _CLOSING_CHARACTERS]
+        character, before what may start another call (`,`, a tag or marker, or nothing but spaces), and reads as
+        whole calls, as written or with the list the calls are in closed (`]`, `]}`). Only the last
+        `CUT_CANDIDATES` such ends are tried (each try reads the text)."""
+        ends = _ends_before_another_call(text)
         for end in reversed(ends[-CUT_CANDIDATES:]):
             for closing in _LIST_CLOSINGS:
                 calls = self.calls_in(text[:end] + closing)

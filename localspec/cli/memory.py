@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import sys
@@ -274,9 +273,9 @@ def _read_text(file: Path) -> str | None:
         data = file.read_bytes()
     except OSError:
         return None
-    if b"\0" in data[:SNIFFED_BYTES] and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return None  # (UTF-16 text, whose ASCII letters come with zero bytes, is read as such)
     text, replaced = decode_bytes(data)
+    if "\0" in text[:SNIFFED_BYTES]:  # (UTF-16 text, whose ASCII letters come with zero bytes, decodes without them)
+        return None
     if replaced:
         click.echo(replaced_warning(shown_name(str(file))), err=True)
     return text

@@ -81,6 +81,9 @@ class WholeNumbers(_SaysWhatItWants, click.IntRange):
 
     wanted, parse = "a whole number", int
 
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()  # (not `[x<=None]`)
+
 
 class Numbers(_SaysWhatItWants, click.FloatRange):
     """A number option, optionally in a range."""

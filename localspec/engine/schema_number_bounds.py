@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .schema_keywords import NUMBER_STEP, TIGHTER_BOUND, finite_number, rewritten_bottom_up
+from .schema_keywords import NUMBER_STEP, TIGHTER_BOUND, finite_number, refers_into, rewritten_bottom_up
 
 EXACT_UP_TO = 2**53  # a 64-bit float holds every integer of at most this magnitude
 # Each bound as an inclusive one on its side: (keyword, +1 for a lower bound, what an exclusive one adds).
@@ -76,11 +76,18 @@ def exclusive_bounds_as_inclusive(schema: Any) -> Any:
     """`schema` with each number's exclusive bound that llguidance would take itself (see the module's text)
     written as the inclusive bound a step inside it (a new schema; the input untouched)."""
 
+    # Bounds are moved between a node and its `allOf` members or branches only where no `$ref` points into them
+    # (it would then name a member without its bounds, or a branch with the node's).
+    gather = not refers_into(schema, "allOf")
+    spread = not refers_into(schema, "anyOf") and not refers_into(schema, "oneOf")
+
     def change(node: dict[str, Any]) -> dict[str, Any]:
         if not _may_be_a_number(node, frozenset({"number"})):  # (an integer's exclusive bound is read right)
             return node
-        changed = _one_bound_a_side(_with_bounds_of_all_of(node))
-        if changed.keys() & _BOUNDS and _branch_keyword(changed) is not None:
+        changed = _one_bound_a_side(node)  # (first: draft 4's flag names the node's own bound, not a member's)
+        if gather:
+            changed = _one_bound_a_side(_with_bounds_of_all_of(changed))
+        if spread and changed.keys() & _BOUNDS and _branch_keyword(changed) is not None:
             return _bounds_into_branches(changed, change)
         lower, upper = _bound(changed, 1), _bound(changed, -1)
         for inclusive, exclusive, side in _SIDES:
