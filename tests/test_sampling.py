@@ -81,7 +81,8 @@ def test_min_p_drops_tokens_below_fraction_of_max() -> None:
     assert set(np.flatnonzero(probs)) == set(np.flatnonzero(full >= 0.2 * full.max()))
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=-0.1), dict(top_p=1.5), dict(min_p=2)])
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=-0.1), dict(top_p=1.5),
+                                 dict(min_p=2)])
 def test_invalid_params_are_refused(bad: dict) -> None:
     with pytest.raises(InputError, match=f"sampling.{next(iter(bad))} must be"):
         SamplingParams(**bad)

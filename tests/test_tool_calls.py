@@ -1453,7 +1453,8 @@ def test_the_whole_calls_before_a_cut_are_read_and_a_call_cut_inside_is_not(synt
     """An output that max_tokens cut in its second call came back with no call at all."""
     setup = prepare_tools(request("required"), TEMPLATES[syntax], lambda text: None)
     calls = setup.calls_before_cut(CUT_AFTER_ONE[syntax])
-    assert calls is not None and [(call.name, json.loads(call.arguments)) for call in calls] == [("add", {"a": 1, "b": 2})]
+    assert calls is not None
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [("add", {"a": 1, "b": 2})]
     whole = add_call(syntax)
     assert setup.calls_before_cut(whole[:whole.rindex("2")]) is None  # (cut inside its arguments)
     code = "f(x) {}\n]" * 300  # (a second call's arguments with hundreds of closing characters: once, none was read)

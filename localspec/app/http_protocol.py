@@ -4,9 +4,10 @@ uvicorn waits for a request's headers for ever: a connection that sends nothing,
 and then (a "slow loris"), holds a socket and a file descriptor until the client lets go, and enough of them
 leave the server none. Its keep-alive timeout covers only the wait between requests, and ends at their first
 byte. Here a request line and headers that take more than `HEADER_SECONDS` to arrive in whole are answered 408
-and the connection closed (as JSON, as h11's refusals of what it cannot read are). (The body has deadlines of its own: `serving._read_body`.) A response sent before
-the request's body was read (a 404, a 401, a 413) leaves uvicorn reading the rest for ever, however slowly it
-comes: the rest gets HEADER_SECONDS more, then the connection is closed.
+and the connection closed (as JSON, as h11's refusals of what it cannot read are). (The body has deadlines of
+its own: `serving._read_body`.) A response sent before the request's body was read (a 404, a 401, a 413) leaves
+uvicorn reading the rest for ever, however slowly it comes: the rest gets HEADER_SECONDS more, then the
+connection is closed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEADER_SECONDS = 30.0
-LATE = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+LATE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s")
 
 
 def error_body(message: str, code: str) -> bytes:

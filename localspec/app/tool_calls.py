@@ -928,7 +928,8 @@ def _ends_before_another_call(text: str) -> list[int]:
         next_shown[at] = next_shown[at + 1] if text[at].isspace() else at
     return [at + 1 for at, char in enumerate(text) if char in _CLOSING_CHARACTERS
             and (next_shown[at + 1] == len(text) or text[next_shown[at + 1]] in _NEXT_CALL_STARTS)]
-# What closes the list the calls are in: none (tags), `[…]`, `{"tool_calls": […]}`, LFM2.5's `[…]<|tool_call_end|>`.
+# What closes the list the calls are in: none (tags), `[…]`, `{"tool_calls": […]}`, LFM2.5's
+# `[…]<|tool_call_end|>`.
 _LIST_CLOSINGS = ("", "]", "]}", PYTHONIC_CLOSE)
 
 

@@ -80,8 +80,9 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any] | bool:
 
 def _within_bounds_of(schema: dict[str, Any], way: dict[str, Any]) -> dict[str, Any]:
     """`way`, a number's range on one side of a refused value, with `schema`'s own bounds in it too (the same
-    values, `schema` holding them anyway), and its type where that is integers: llguidance's reading of an exclusive bound depends on the bound on the
-    other side, which it must then see beside it (see schema_number_bounds.py)."""
+    values, `schema` holding them anyway), and its type where that is integers: llguidance's reading of an
+    exclusive bound depends on the bound on the other side, which it must then see beside it (see
+    schema_number_bounds.py)."""
     if way.get("type") != "number":
         return way
     bounded = dict(way)
