@@ -34,7 +34,17 @@ SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "depen
 
 
 # Of two bounds under one keyword (a node's own and one it takes in), the one that binds.
-TIGHTER_BOUND = {"minimum": max, "exclusiveMinimum": max, "maximum": min, "exclusiveMaximum": min}
+_TIGHTER_BOUND = {"minimum": max, "exclusiveMinimum": max, "maximum": min, "exclusiveMaximum": min}
+BOUND_KEYWORDS = tuple(_TIGHTER_BOUND)  # a number's bounds
+
+
+def with_bounds(node: dict[str, Any], bounds: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `node` holding `bounds` too (`minimum`, `exclusiveMaximum`, …): under a keyword it has a finite
+    bound of already, the one that binds."""
+    bounded = dict(node)
+    for key, bound in bounds.items():
+        bounded[key] = _TIGHTER_BOUND[key](bounded[key], bound) if finite_number(bounded.get(key)) else bound
+    return bounded
 
 
 def finite_number(value: Any) -> bool:

@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 from .schema_conditionals import exact_bound
-from .schema_keywords import (ANNOTATIONS, TIGHTER_BOUND, finite_number, json_identity, json_types, listed_values,
-                              refers_into, rewritten_bottom_up)
+from .schema_keywords import (ANNOTATIONS, BOUND_KEYWORDS, finite_number, json_identity, json_types, listed_values,
+                              refers_into, rewritten_bottom_up, with_bounds)
 
 _TYPES = ("object", "array", "string", "number", "boolean", "null")
 _REFUSING_KEYS = {"type", "const", "enum"} | ANNOTATIONS  # what a `not` written out here may say
@@ -89,11 +89,7 @@ def _within_bounds_of(schema: dict[str, Any], way: dict[str, Any]) -> dict[str, 
     own_names = _type_names(schema.get("type")) or set()
     if "integer" in own_names and "number" not in own_names:  # (a number's range beside an integer's bound:
         bounded["type"] = "integer"                          # llguidance took `minimum: -1` as exclusive)
-    for key, tighter in TIGHTER_BOUND.items():
-        own = schema.get(key)
-        if finite_number(own):
-            bounded[key] = tighter(own, bounded[key]) if key in bounded else own
-    return bounded
+    return with_bounds(bounded, {key: schema[key] for key in BOUND_KEYWORDS if finite_number(schema.get(key))})
 
 
 def _into_branches(schema: dict[str, Any], refused: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .schema_keywords import NUMBER_STEP, TIGHTER_BOUND, finite_number, refers_into, rewritten_bottom_up
+from .schema_keywords import NUMBER_STEP, finite_number, refers_into, rewritten_bottom_up, with_bounds
 
 EXACT_UP_TO = 2**53  # a 64-bit float holds every integer of at most this magnitude
 # Each bound as an inclusive one on its side: (keyword, +1 for a lower bound, what an exclusive one adds).
@@ -113,9 +113,7 @@ def _with_bounds_of_all_of(node: dict[str, Any]) -> dict[str, Any]:
     for member in members:
         if _bounds_of(member):
             member = _one_bound_a_side(member)
-            for key in member.keys() & _BOUNDS.keys():
-                bound = member.pop(key)
-                changed[key] = TIGHTER_BOUND[key](changed[key], bound) if finite_number(changed.get(key)) else bound
+            changed = with_bounds(changed, {key: member.pop(key) for key in member.keys() & _BOUNDS.keys()})
         kept.append(member)
     return {**changed, "allOf": kept}
 
@@ -141,10 +139,7 @@ def _bounds_into_branches(node: dict[str, Any], change: Callable[[dict[str, Any]
         if branch is True:
             branch = {}
         if isinstance(branch, dict):
-            branch = dict(_one_bound_a_side(branch))
-            for key, bound in bounds.items():
-                branch[key] = TIGHTER_BOUND[key](branch[key], bound) if finite_number(branch.get(key)) else bound
-            branch = change(_one_bound_a_side(branch))
+            branch = change(_one_bound_a_side(with_bounds(_one_bound_a_side(branch), bounds)))
         branches.append(branch)
     return {**{key: value for key, value in node.items() if key not in bounds}, keyword: branches}
 
