@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.files import TOO_LONG_A_NUMBER, object_without_repeated_keys, read_piped, refuse_utf16
-from ..config.profiles import nearest_name, parse_value
+from ..config.profiles import did_you_mean, parse_value
 from ..errors import InputError, LocalspecError
 from ..settings import SETTINGS, GenerationSettings, shown_value
 from ..textin import RepeatedKey, clean_data, decode_bytes
@@ -219,13 +219,6 @@ def resolve_key(key: str) -> str:
     if len(matches) == 1:
         return matches[0]
     raise InputError(f"unknown setting {key!r}{did_you_mean(key, keys)}; /set lists them")
-
-
-def did_you_mean(name: str, known: list[str]) -> str:
-    """' (did you mean 'x'?)' naming the known dotted name nearest `name` (as a profile's unknown keys are
-    answered: `nearest_name`), or '' when none is near."""
-    near = nearest_name(name, known)
-    return f" (did you mean {near!r}?)" if near else ""
 
 
 def _quoted(value: Any, limit: int = 120) -> str:

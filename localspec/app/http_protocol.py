@@ -18,15 +18,16 @@ import json
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .openai_request import ApiError
+
 HEADER_SECONDS = 30.0
 LATE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
         b"content-length: %d\r\n\r\n%s")
 
 
-def error_body(message: str, code: str) -> bytes:
-    """An OpenAI error object as JSON bytes (what every answer of the API is, its protocol's own included)."""
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
-    return json.dumps({"error": error}).encode()
+def error_body(status: int, message: str, code: str) -> bytes:
+    """`ApiError`'s JSON as bytes: the protocol's own answers are OpenAI error objects too."""
+    return json.dumps(ApiError(status, message, code=code).body()).encode()
 
 
 class H11WithHeaderDeadline(H11Protocol):
@@ -77,7 +78,7 @@ class H11WithHeaderDeadline(H11Protocol):
         self.header_deadline = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        body = error_body(f"the request's headers did not arrive in {HEADER_SECONDS:.0f} s", "request_timeout")
+        body = error_body(408, f"the request's headers did not arrive in {HEADER_SECONDS:.0f} s", "request_timeout")
         self.transport.write(LATE % (len(body), body))
         self.transport.close()
 
@@ -86,7 +87,7 @@ class H11WithHeaderDeadline(H11Protocol):
         as JSON rather than plain text."""
         headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
-                      h11.Data(data=error_body(msg, "invalid_http_request")), h11.EndOfMessage()):
+                      h11.Data(data=error_body(400, msg, "invalid_http_request")), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
         self.transport.close()
 

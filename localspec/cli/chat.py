@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from ..app.chat_session import ChatSession, Reply
-from ..app.conversation import Conversation, chat_keys, did_you_mean
+from ..app.conversation import Conversation, chat_keys
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.plan import lacks_chat_template
 from ..app.reasoning import Sorted
@@ -31,6 +31,7 @@ from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES, refuse_utf16
 from ..config.paths import check_folder_of, history_file, input_history_file, expanded_user_path, keep_private
+from ..config.profiles import did_you_mean
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError

@@ -172,8 +172,7 @@ def _unknown(key: str, text: str, where: Path | str, is_section: bool = False) -
         keys = ", ".join(sorted(dotted for dotted in SETTINGS if dotted.startswith(f"{key}.")))
         return InputError(f"{where}{line_of(key, text)}: {key!r} is a section of settings, not a key: {keys}")
     candidates = [s for s in SECTIONS if s] if is_section else list(SETTINGS)
-    nearest = nearest_name(key, candidates)
-    hint = f" (did you mean {nearest!r}?)" if nearest else ""
+    hint = did_you_mean(key, candidates)
     outer, _, inner = key.partition(".")
     if outer in SECTIONS and inner in SECTIONS and inner:  # (`sampling.temperature = …` written under [target])
         hint = f" ('{inner}' is a section of its own, not part of [{outer}]: write it before [{outer}] or under a" \
@@ -202,6 +201,13 @@ def nearest_name(key: str, candidates: list[str]) -> str | None:
     by_leaf = {c.rpartition(".")[2]: c for c in candidates}
     close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
     return by_leaf[close[0]] if close else None
+
+
+def did_you_mean(name: str, known: list[str]) -> str:
+    """' (did you mean 'x'?)' naming the known (dotted) name nearest `name` (`nearest_name`), or '' when none is
+    near."""
+    near = nearest_name(name, known)
+    return f" (did you mean {near!r}?)" if near else ""
 
 
 _TABLE_HEADER = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+")

@@ -8,7 +8,7 @@ from ..errors import InputError
 from .atomic import write_text_atomic
 from .files import locked, parse_toml, read_user_text
 from .paths import config_file
-from .profiles import line_of, name_problem, nearest_name
+from .profiles import did_you_mean, line_of, name_problem
 
 KNOWN_KEYS = ("default_profile",)
 
@@ -26,9 +26,8 @@ def _parse(text: str, path: Path, *, check_default: bool = True) -> dict:
     config = parse_toml(text, path)
     unknown = [key for key in config if key not in KNOWN_KEYS]
     if unknown:
-        near = nearest_name(unknown[0], list(KNOWN_KEYS))
-        known = f"did you mean {near!r}?" if near else f"known: {', '.join(KNOWN_KEYS)}"
-        raise InputError(f"{path}{line_of(unknown[0], text)}: unknown key {unknown[0]!r} ({known})")
+        hint = did_you_mean(unknown[0], list(KNOWN_KEYS)) or f" (known: {', '.join(KNOWN_KEYS)})"
+        raise InputError(f"{path}{line_of(unknown[0], text)}: unknown key {unknown[0]!r}{hint}")
     if not check_default:
         return config
     where = f"{path}{line_of('default_profile', text)}"
