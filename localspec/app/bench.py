@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 from ..config.files import read_user_bytes
-from ..textin import decode_input
 from ..config.profiles import update_profile
 from ..engine.draft_length import LearnedLengths
 from ..engine.generation import Generation
 from ..engine.stats import SpecStats
 from ..errors import InputError, LocalspecError
 from ..settings import GenerationSettings
+from ..textin import decode_input
 from .session import Session
 
 BENCH_PROMPTS: tuple[str, ...] = (
