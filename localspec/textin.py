@@ -15,6 +15,8 @@ import re
 import sys
 from typing import Any
 
+from .shown import shown_name
+
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -89,8 +91,9 @@ def clean_data(value: Any) -> tuple[Any, bool]:
 
 
 def replaced_warning(where: str) -> str:
-    """The one warning line for text from `where` (e.g. "the prompt", "stdin") that needed replacing."""
-    return f"warning: {where} is not valid UTF-8 text; invalid parts were replaced with \ufffd"
+    """The one warning line for text from `where` (e.g. "the prompt", "stdin", a file's name) that needed
+    replacing; control characters in a name escaped (`shown_name`)."""
+    return f"warning: {shown_name(where)} is not valid UTF-8 text; invalid parts were replaced with \ufffd"
 
 
 def warn_replaced(where: str) -> None:

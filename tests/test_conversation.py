@@ -195,6 +195,20 @@ def test_history_commands_list_show_and_remove() -> None:
     one_error_line(cli("history", "show", str(kept)), 2, f"no conversation {kept}")
 
 
+def test_reading_a_history_no_chat_wrote_creates_no_database() -> None:
+    """(was: `history list` made an empty database, and printed only a header)"""
+    from cli_helpers import cli, one_error_line
+
+    from localspec.config.paths import history_file
+
+    listed = cli("history", "list")
+    assert listed.exit_code == 0 and listed.stdout == "" and "no conversations stored yet" in listed.stderr
+    assert json.loads(cli("history", "list", "--json").stdout) == []
+    for command in ("show", "remove"):
+        one_error_line(cli("history", command, "1"), 2, "no conversation 1")
+    assert not history_file().exists()
+
+
 def test_history_commands_show_text_as_typed_and_refuse_impossible_ids() -> None:
     from cli_helpers import cli, one_error_line
 

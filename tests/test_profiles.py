@@ -80,6 +80,15 @@ def test_removing_a_profile_leaves_no_lock_file_behind() -> None:
     assert sorted(p.name for p in folder.iterdir()) == []
 
 
+def test_what_was_saved_is_said_on_one_line_whatever_the_folder_is_called(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: a line break in LOCALSPEC_HOME broke `saved PATH` in two, an escape sequence reached the terminal)"""
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "my\nho\x1b[2Jme"))
+    write_user_profile("mine", '[target]\npath = "x.gguf"\n')
+    for said in (cli("profile", "set", "mine", "sampling.temperature=0.5"), cli("profile", "remove", "mine")):
+        assert said.exit_code == 0 and said.stderr.count("\n") == 1 and "my\\nho\\x1b[2Jme" in said.stderr
+
+
 def test_what_profile_list_lists_the_other_commands_find_and_removing_the_default_says_so() -> None:
     folder = user_profiles_dir()
     (folder / "odd.toml").mkdir(parents=True)

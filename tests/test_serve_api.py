@@ -440,6 +440,8 @@ def test_unknown_paths_and_methods_get_openai_error_bodies_and_head_requests_wor
         assert api.http.head(api.base + path).status_code == 200, path
     slash = api.http.post(api.base + CHAT + "/", json=chat_body("the cat"))  # (was a 307 to a Location from Host)
     assert slash.status_code == 404 and slash.json()["error"]["code"] == "not_found"
+    listing = api.http.get(api.base + "/v1/models/")  # (was: "the model \"\" does not exist")
+    assert listing.status_code == 404 and listing.json()["error"]["code"] == "not_found"
 
 
 

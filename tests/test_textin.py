@@ -110,3 +110,8 @@ def test_a_prompts_file_is_decoded_as_a_piped_prompt(tmp_path: Path, capsys: pyt
     (tmp_path / "latin-1").write_bytes(b"caf\xe9\n")
     assert read_prompts(tmp_path / "latin-1") == ("caf\ufffd",)
     assert "latin-1 is not valid UTF-8 text" in capsys.readouterr().err
+    named = tmp_path / "a\x1b[2Jna\nme"  # (was: the escape sequence reached the terminal, the line broken in two)
+    named.write_bytes(b"caf\xe9\n")
+    assert read_prompts(named) == ("caf\ufffd",)
+    warning = capsys.readouterr().err
+    assert "a\\x1b[2Jna\\nme is not valid UTF-8" in warning and warning.count("\n") == 1

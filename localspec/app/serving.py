@@ -170,6 +170,8 @@ def create_app(served: ServedModel, api_key: str | None = None, max_body_bytes: 
 
     @app.api_route("/v1/models/{model_id:path}", methods=["GET", "HEAD"])
     async def model(model_id: str) -> Response:  # (`client.models.retrieve`)
+        if not model_id:  # (`/v1/models/`: an unknown path, as with the slash anywhere else)
+            raise HTTPException(404, "Not Found")
         if model_id != served.model_id:
             return ApiError(404, f"the model {quote_json(model_id)} does not exist; this server has"
                                  f" {served.model_id!r}", param="model", code="model_not_found").response()

@@ -44,7 +44,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import LocalspecError
 from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
-from .common import print_table, stderr_console, write_stdout
+from .common import print_table, say, stderr_console, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -198,7 +198,7 @@ def bench(
                                             remember_lengths=not cold, memory_owner=None) as session:
         placement = session.placement()
         for role, where in placement.items():
-            click.echo(f"{role:<6} {getattr(plan, role).path} ({where['summary']})", err=True)
+            say(f"{role:<6} {getattr(plan, role).path} ({where['summary']})")
         # (target-only, at full speed too where it pads lone tokens: see `plain_settings`)
         baselines = 1 + (plain_settings(session, plan.generation) is not None)
         runs_per_prompt = sum(len([c for c in cases if c.temperature == t]) + baselines for t in temps)

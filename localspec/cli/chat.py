@@ -36,8 +36,9 @@ from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import SEED_MAX, GenerationSettings
+from ..shown import shown_plainly
 from ..textin import clean_input, clean_text, decode_input, warn_replaced
-from .common import ended_by_signals, os_error_text, shown_plainly, terminal_takes_colour, write_stdout
+from .common import ended_by_signals, os_error_text, say, terminal_takes_colour, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -469,7 +470,7 @@ def _open_store(resuming: bool) -> HistoryStore | None:
     except HistoryUnavailable as exc:
         if resuming:
             raise LocalspecError(f"{exc}: there is nothing to resume") from None
-        click.echo(f"warning: {exc}; this chat is not saved", err=True)
+        say(f"warning: {exc}; this chat is not saved")
         return None
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
-import re
 import signal
 import sys
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ import click
 from ..app.web_origin import is_loopback_address
 from ..config.files import read_piped
 from ..errors import InputError, LocalspecError
+from ..shown import shown_name
 from ..textin import clean_input, decode_input
 from .stdio import (
     EXIT_READER_GONE,
@@ -134,7 +134,6 @@ class LocalspecGroup(click.Group):
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
-
 def ended_by_signals(ended_by: list[int]) -> None:
     """From now on SIGTERM and SIGHUP (a closed terminal, `kill`, `timeout`) raise KeyboardInterrupt as Ctrl-C
     does, so that what was generated is kept or written, after their number goes into `ended_by` (emptied
@@ -165,27 +164,15 @@ def cleaned_up_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def say(message: str) -> None:
+    """One line of news on stderr (what was saved, written, removed), what it quotes escaped as in `_error`."""
+    click.echo(shown_name(message), err=True)
+
+
 def _error(message: str) -> None:
     """The one error line: what it quotes (a file's name, a value) with control characters and line breaks
     escaped, so that it stays one line and an escape sequence in a name cannot recolour the terminal."""
     click.echo(f"error: {shown_name(message)}", err=True)
-
-
-_UNDECODABLE = re.compile(r"[\udc80-\udcff]|\\udc([89a-f][0-9a-f])")
-
-
-def undecodable_bytes_shown(text: str) -> str:
-    """`text` with each byte that was not UTF-8 (an argument's or a file name's, which Python carries as a lone
-    surrogate U+DC80-U+DCFF, or as its repr `\\udcff`) written as the byte it was: `\\xff`."""
-    def byte(match: re.Match[str]) -> str:
-        return f"\\x{match.group(1)}" if match.group(1) else f"\\x{ord(match.group()) - 0xDC00:02x}"
-
-    return _UNDECODABLE.sub(byte, text)
-
-
-def one_line(text: str) -> str:
-    """`text` on one line: line breaks it quotes (a file name's, say) written as \\n and \\r."""
-    return text.strip("\n").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def os_error_text(exc: OSError) -> str:
@@ -349,28 +336,6 @@ def _terminfo_colours(stream: Any) -> int | None:
     except Exception:  # (curses.error, an ImportError, a stream without a descriptor)
         return None
     return max(colours, 0) if colours != -2 else None  # (-1: no such capability, so no colour; -2: not a number)
-
-
-# Control characters, and the bidirectional embeddings, overrides and isolates that reorder what follows them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def shown_plainly(text: str) -> str:
-    """Stored or generated text made safe to print on a terminal: control characters (an escape sequence that
-    would recolour, retitle or move the cursor) shown as \\xNN escapes, bidirectional overrides (which reorder
-    what is shown after them) as \\uNNNN; line breaks and tabs kept."""
-    return _CONTROL.sub(_escaped, text)
-
-
-def shown_name(name: str) -> str:
-    """A file's name (or other text from outside) shown on one line of a table or a message: control characters
-    and line breaks escaped (`shown_plainly`, `one_line`), bytes that were not UTF-8 as `\\xNN`."""
-    return one_line(undecodable_bytes_shown(shown_plainly(name)))
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def human_size(n_bytes: float) -> str:

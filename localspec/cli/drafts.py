@@ -19,7 +19,7 @@ from ..app.drafts import (
 from ..config.paths import check_folder_of, same_file, user_path
 from ..errors import InputError
 from ..models.quantize import OUTPUT_TYPES
-from .common import cleaned_up_on_sigterm, human_size, status_line, stderr_console
+from .common import cleaned_up_on_sigterm, human_size, say, status_line, stderr_console
 
 
 @click.group("draft")
@@ -78,7 +78,7 @@ def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:
         with status_line(stderr_console.is_terminal) as status:
             made = make_draft(target, type_name, out, on_progress=status.advance,
                               on_start=lambda: status.start_progress(f"writing {type_name} draft of {target.name}"))
-    click.echo(f"wrote {made.path} ({human_size(made.size_bytes)}, {made.size_ratio:.0%} of the target)", err=True)
+    say(f"wrote {made.path} ({human_size(made.size_bytes)}, {made.size_ratio:.0%} of the target)")
     if made.size_ratio >= 1.0:
         click.echo("warning: the draft is no smaller than the target, so it cannot speed it up (a draft is made of an"
                    " F16, BF16 or Q8_0 target, at a lower precision)", err=True)

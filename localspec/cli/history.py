@@ -16,7 +16,8 @@ from ..app.prompt_cache import forget_prompts
 from ..config.paths import history_file
 from ..settings import GenerationSettings
 from ..errors import InputError, LocalspecError
-from .common import os_error_text, print_table, shown_plainly, stdout_console
+from ..shown import shown_plainly
+from .common import os_error_text, print_table, stdout_console
 from .options import WholeNumbers
 
 
@@ -25,6 +26,11 @@ def _store() -> HistoryStore:
         return HistoryStore(history_file())
     except HistoryUnavailable as exc:
         raise LocalspecError(str(exc)) from None
+
+
+def _no_history_yet() -> bool:
+    """Whether no chat has stored anything yet (reading then creates no database)."""
+    return not history_file().exists() and not history_file().is_symlink()
 
 
 @click.group("history")
@@ -37,11 +43,14 @@ def history_group() -> None:
 def list_command(as_json: bool) -> None:
     """List stored conversations, newest first."""
     try:
-        rows = _store().list()
+        rows = [] if _no_history_yet() else _store().list()
     except HistoryUnavailable as exc:
         raise LocalspecError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no conversations stored yet (`localspec chat` stores them)", err=True)
         return
     table = Table("id", "updated", "messages", "first message", box=None)
     for row in rows:
@@ -57,7 +66,7 @@ def list_command(as_json: bool) -> None:
 def show_command(conversation_id: int, as_json: bool) -> None:
     """Print conversation ID."""
     try:
-        data = _store().get(conversation_id)
+        data = None if _no_history_yet() else _store().get(conversation_id)
     except HistoryUnavailable as exc:
         raise LocalspecError(str(exc)) from None
     if data is None:
@@ -92,7 +101,7 @@ def remove_command(conversation_id: int) -> None:
         raise LocalspecError(f"could not remove conversation {conversation_id} from the memory: {os_error_text(exc)}"
                              ) from None
     try:
-        removed = _store().remove(conversation_id)
+        removed = not _no_history_yet() and _store().remove(conversation_id)
     except HistoryUnavailable as exc:
         raise LocalspecError(str(exc)) from None
     if not removed and not forgotten:

@@ -18,7 +18,8 @@ from ..runtime.devices import build_info, devices
 from ..runtime.library import default_threads
 from ..runtime.repack import build_fingerprint
 from ..runtime.rpc import REINSTALL, parse_endpoints, worker_devices
-from .common import human_size, one_line, shown_plainly, stdout_console
+from ..shown import one_line, shown_plainly
+from .common import human_size, stdout_console
 
 
 @click.command()

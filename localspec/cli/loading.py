@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import click
-
 from ..app.memory import LOCAL_OWNER
 from ..app.plan import Plan, lacks_chat_template, resolve
 from ..app.session import Session, no_chat_template, open_session
 from ..config.resolve import FLAG_SOURCE
 from ..errors import InputError
-from .common import status_line, stderr_is_terminal
+from .common import say, status_line, stderr_is_terminal
 
 
 def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, speculative: bool = True) -> Plan:
@@ -18,7 +16,7 @@ def resolve_plan(profile: str | None, flags: dict, *, verbose: bool = False, spe
         plan = resolve(profile, flags, on_derive_start=status.start_progress, on_progress=status.advance,
                        speculative=speculative)
     for note in plan.notes:
-        click.echo(f"note: {note}", err=True)
+        say(f"note: {note}")
     return plan
 
 
@@ -41,5 +39,5 @@ def load_session(plan: Plan, *, load_draft: bool = True, verbose: bool = False, 
                                remember_lengths=remember_lengths, memory_owner=memory_owner,
                                size_contexts_later=size_contexts_later, prompt_cache=prompt_cache)
     for note in dict.fromkeys(notes):  # (the same note for both models is said once)
-        click.echo(f"note: {note}", err=True)
+        say(f"note: {note}")
     return session

@@ -25,8 +25,9 @@ from ..config.resolve import resolve_settings
 from ..errors import InputError, LocalspecError
 from ..models.compat import check_file
 from ..runtime.model import Vocabulary
+from ..shown import shown_name
 from ..textin import decode_bytes, replaced_warning
-from .common import print_table, shown_name
+from .common import print_table, say
 from .options import PROFILE_OPTION
 
 LARGEST_FILE_BYTES = 4 << 20  # a larger file is most likely data, not text worth drafting from
@@ -85,7 +86,7 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
         store.compact()
         kept = {document["tag"]: document["tokens"] for document in store.documents()
                 if document["tag"] in written and document["added"] >= now}
-    click.echo(f"added {_files(len(kept))}, {sum(kept.values())} tokens ({store.root})", err=True)
+    say(f"added {_files(len(kept))}, {sum(kept.values())} tokens ({store.root})")
     if store.evicted_tokens:
         lost = len(written) - len(kept)
         click.echo(f"the memory keeps the newest {store.max_tokens:,} tokens: {store.evicted_tokens:,} were evicted,"
@@ -277,5 +278,5 @@ def _read_text(file: Path) -> str | None:
     if "\0" in text[:SNIFFED_BYTES]:  # (UTF-16 text, whose ASCII letters come with zero bytes, decodes without them)
         return None
     if replaced:
-        click.echo(replaced_warning(shown_name(str(file))), err=True)
+        click.echo(replaced_warning(str(file)), err=True)
     return text

@@ -12,8 +12,9 @@ from rich.text import Text
 
 from ..config.paths import models_dir, user_path
 from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
+from ..shown import shown_name
 from ..textin import clean_text
-from .common import human_size, print_table, shown_name, stdout_console
+from .common import human_size, print_table, stdout_console
 
 
 def _params(n: int) -> str:

@@ -17,7 +17,7 @@ from ..errors import InputError, LocalspecError
 from ..models.compat import check_file, check_pair, check_pair_cached
 from ..models.discovery import describe, find_drafts
 from ..textin import clean_input
-from .common import stdout_console
+from .common import say, stdout_console
 from .drafts import make_draft_file
 
 
@@ -58,7 +58,7 @@ def add_command(
     elif "target.path" in values:  # (--set may have given the target another location)
         check_file(model_path_here(values["target.path"], "target.path"))
     path = save_profile(name, values, replace=force)
-    click.echo(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"), err=True)
+    say(f"saved {path}" + ("" if "draft.path" in values else " (no draft: target only)"))
     saved = resolve_settings(name, {})
     if strategy_needs_a_draft(saved):
         click.echo(f"note: {without_a_draft(saved)}", err=True)
@@ -84,7 +84,7 @@ def _auto_draft(target: Path, make_without_asking: bool) -> Path:
     found = find_drafts(target)
     if found:
         choice, ratio = found[0]
-        click.echo(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)", err=True)
+        say(f"draft: {choice.path} ({choice.quantization}, {ratio:.0%} of the target's size)")
         return choice.path
     question = f"no compatible smaller model found next to {target.name}; make a draft of it now (a few minutes: several precisions are measured)?"
     if make_without_asking or (sys.stdin is not None and sys.stdin.isatty() and click.confirm(question, err=True)):

@@ -26,8 +26,9 @@ from ..config.resolve import (PROFILE_VARIABLE, profile_without_a_flag, resolve_
                               without_a_draft)
 from ..config.user_config import default_profile_name, set_default_profile
 from ..errors import InputError
+from ..shown import one_line, shown_name, shown_plainly
 from ..textin import clean_input
-from .common import LazyCommands, one_line, print_table, shown_name, shown_plainly, stdout_console
+from .common import LazyCommands, print_table, say, stdout_console
 
 
 @click.group(
@@ -141,7 +142,7 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
 
         check_model_files(changes)
     path = update_profile(name, changes)
-    click.echo(f"saved {path}", err=True)
+    say(f"saved {path}")
 
 
 @profile_group.command("unset")
@@ -156,7 +157,7 @@ def unset_command(name: str, keys: tuple[str, ...]) -> None:
       localspec profile unset mine sampling.max_tokens speculative.draft_max
     """
     path = update_profile(name, {}, unset=tuple(clean_input(key, "a KEY argument").strip() for key in keys))
-    click.echo(f"saved {path}", err=True)
+    say(f"saved {path}")
 
 
 @profile_group.command("remove")
@@ -174,7 +175,7 @@ def remove_command(name: str) -> None:
         path.unlink(missing_ok=True)  # a file, or a link (dangling too: `profile list` shows it)
     discard_lock(path)
     shipped_left = profile_file(name)
-    click.echo(f"removed {path}" + (" (the shipped profile of that name applies again)" if shipped_left else ""), err=True)
+    say(f"removed {path}" + (" (the shipped profile of that name applies again)" if shipped_left else ""))
     if not shipped_left and _is_default(name):
         click.echo(f"note: {name} was the default profile: commands without -p fail until"
                    " `localspec profile default NAME` names another", err=True)

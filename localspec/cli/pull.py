@@ -6,7 +6,7 @@ import click
 
 from ..config.profiles import load_profile
 from ..models.hub import download, hub_local_path, unusable_download
-from .common import status_line, stderr_console
+from .common import say, status_line, stderr_console
 
 
 @click.command("pull")
@@ -28,7 +28,7 @@ def pull(profile_name: str) -> None:
         if have is not None:
             problem = unusable_download(have)
             if problem is None:
-                click.echo(f"have {repo}/{filename}", err=True)
+                say(f"have {repo}/{filename}")
                 continue
             click.echo(f"note: the copy of {repo}/{filename} in the hub cache is not a usable GGUF model ({problem}):"
                        " removed, downloading it again", err=True)
@@ -36,4 +36,4 @@ def pull(profile_name: str) -> None:
             status.start_progress(f"downloading {repo}/{filename}")
             path = download(repo, filename, on_progress=status.advance, hub_answered=hub_answered)
         hub_answered = True
-        click.echo(f"saved {path}", err=True)
+        say(f"saved {path}")

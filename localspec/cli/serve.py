@@ -18,7 +18,8 @@ from ..app.memory import serve_owner
 from ..app.serving import ServedModel, create_app
 from ..app.web_origin import allowed_origin
 from ..errors import InputError, LocalspecError
-from .common import is_loopback, shown_name
+from ..shown import shown_name
+from .common import is_loopback
 from .loading import load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
