@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import re
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 from .shown import shown_name
 
@@ -37,15 +37,34 @@ def clean_text(text: str) -> tuple[str, bool]:
     return joined, joined.count(REPLACEMENT) > text.count(REPLACEMENT)
 
 
+def bom_encoding(start: bytes) -> str:
+    """The encoding a byte order mark at the start of `start` names: "utf-32", "utf-16", else "utf-8"."""
+    if start.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # (before UTF-16's: it starts like it)
+        return "utf-32"
+    return "utf-16" if start.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8"
+
+
+def stream_encoding(stream: BinaryIO) -> str:
+    """`bom_encoding` of what `stream` holds next, read without taking it from the stream (a pipe's first bytes,
+    which its writer may not have written yet: this waits for them)."""
+    peek = getattr(stream, "peek", None)
+    if peek is not None:
+        return bom_encoding(peek(4)[:4])
+    if stream.seekable():
+        start = stream.tell()
+        encoding = bom_encoding(stream.read(4))
+        stream.seek(start)
+        return encoding
+    return "utf-8"
+
+
 def decode_bytes(data: bytes) -> tuple[str, bool]:
     """`data` decoded as UTF-8 with invalid bytes replaced by U+FFFD, and whether any were.
 
     A UTF-8 byte-order mark at the start is dropped; a UTF-16 one (a file saved by Notepad or PowerShell)
     says the text is UTF-16, and it is read so (a UTF-32 one likewise).
     """
-    encoding = ("utf-32" if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE))  # (before UTF-16's:
-                else "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))  # it starts like it)
-                else "utf-8")
+    encoding = bom_encoding(data)
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     try:

@@ -59,10 +59,17 @@ def test_a_lone_surrogate_in_system_is_replaced(tiny_profile: str) -> None:
 
 
 @pytest.mark.slow
-def test_utf16_piped_input_is_refused_not_taken_for_text(tiny_profile: str) -> None:
-    result = chat("the cat\n".encode("utf-16"))
-    assert result.exit_code == 2 and not replies(result.stderr)
-    assert result.stderr.strip().splitlines()[-1] == "error: stdin: is UTF-16, not UTF-8: save it as UTF-8"
+def test_utf16_and_utf32_piped_input_is_read_after_its_byte_order_mark(tiny_profile: str) -> None:
+    """(was: refused, as `run` and `bench --prompts` read it)"""
+    for encoding in ("utf-16", "utf-32", "utf-16-be"):
+        marked = "\ufeff" if encoding == "utf-16-be" else ""
+        result = chat(f"{marked}the caf\u00e9\r\n\"\"\"\nsat\n\"\"\"\n".encode(encoding))
+        assert result.exit_code == 0 and len(replies(result.stderr)) == 2, result.stderr
+        said = [message["content"] for message in stored()["messages"] if message["role"] == "user"]
+        assert said[-2:] == ["the caf\u00e9", "sat"]
+    broken = chat(b"\xff\xfeh\x00\x00\xd8\n\x00")  # a lone surrogate
+    assert broken.exit_code == 2 and broken.stderr.strip().splitlines()[-1].startswith(
+        "error: stdin: not valid UTF-16 text after its byte order mark")
 
 
 @pytest.mark.slow  # over a third of a second: subprocesses or a large input

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import difflib
+import io
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ from ..app.reasoning import Sorted
 from ..app.thinking_first import template_thinks
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
-from ..config.files import MAX_PIPED_BYTES, refuse_utf16
+from ..config.files import MAX_PIPED_BYTES
 from ..config.paths import check_folder_of, history_file, input_history_file, expanded_user_path, keep_private
 from ..config.profiles import did_you_mean
 from ..engine.generation import Chunk, Generation
@@ -37,7 +38,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import SEED_MAX, GenerationSettings
 from ..shown import shown_plainly
-from ..textin import clean_input, clean_text, decode_input, warn_replaced
+from ..textin import clean_input, clean_text, decode_input, stream_encoding, warn_replaced
 from .common import ended_by_signals, os_error_text, say, terminal_takes_colour, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -497,6 +498,18 @@ DROPPED = object()  # Ctrl-C within a multi-line message: the message is dropped
 UNCLOSED = object()  # the end of input within a multi-line message: the message is not sent
 
 
+def _wide_line(stream: io.TextIOWrapper) -> str | None:
+    """The next line of stdin read as UTF-16 or UTF-32 (`stream`); None at its end."""
+    try:
+        line = stream.readline(MAX_PIPED_BYTES + 1)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"stdin: not valid {stream.encoding.upper()} text after its byte order mark ({exc.reason})"
+                         ) from None
+    if len(line) > MAX_PIPED_BYTES:
+        raise InputError(_TOO_LONG)
+    return clean_input(line, "a line of input").rstrip("\n") if line else None
+
+
 def _line_reader() -> Callable[[], str | object | None]:
     """One message at a time: prompt_toolkit on a terminal (editing, history), plain lines otherwise.
 
@@ -533,16 +546,21 @@ def _line_reader() -> Callable[[], str | object | None]:
                 except EOFError:
                     return None
     else:
+        wide_text: io.TextIOWrapper | None = None  # stdin read as UTF-16 or UTF-32, after a byte order mark
         first_line = True
 
         def read_one(in_block: bool = False) -> Any:
-            nonlocal first_line
+            nonlocal first_line, wide_text
+            if first_line:  # (UTF-16 read as bytes: its zero bytes passed for text, every other one replaced)
+                first_line = False
+                encoding = stream_encoding(sys.stdin.buffer)
+                if encoding != "utf-8":
+                    wide_text = io.TextIOWrapper(sys.stdin.buffer, encoding=encoding, newline=None)
+            if wide_text is not None:
+                return _wide_line(wide_text)
             line = sys.stdin.buffer.readline(MAX_PIPED_BYTES + 1)  # bytes: invalid UTF-8 is replaced, not a crash
             if len(line) > MAX_PIPED_BYTES:  # (`chat < /dev/zero` filled the memory)
                 raise InputError(_TOO_LONG)
-            if first_line:
-                refuse_utf16(line, "stdin")  # (its zero bytes would pass for text, every other one replaced)
-                first_line = False
             return decode_input(line, "a line of input").rstrip("\r\n") if line else None
 
     def read_message() -> str | None:
