@@ -115,3 +115,20 @@ def test_a_prompts_file_is_decoded_as_a_piped_prompt(tmp_path: Path, capsys: pyt
     assert read_prompts(named) == ("caf\ufffd",)
     warning = capsys.readouterr().err
     assert "a\\x1b[2Jna\\nme is not valid UTF-8" in warning and warning.count("\n") == 1
+
+
+def test_bench_prompts_come_from_a_pipe_or_stdin(tmp_path: Path) -> None:
+    """(was: `--prompts <(grep ...)` refused as not a regular file; `-` taken for a file named "-")"""
+    import os
+    import threading
+
+    from localspec.app.bench import read_prompts
+
+    pipe = tmp_path / "prompts"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_bytes("the cat\n\nthe d\u00f6g\n".encode("utf-16")))
+    writer.start()
+    assert read_prompts(pipe) == ("the cat", "the d\u00f6g")
+    writer.join()
+    blank = CliRunner().invoke(main, ["bench", "--prompts", "-"], input=b"\n \n", catch_exceptions=False)
+    one_error_line(blank, 2, "stdin: no prompts in it (one per line)")

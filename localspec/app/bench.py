@@ -143,16 +143,21 @@ class BenchStopped(KeyboardInterrupt):
 
 
 def read_prompts(path: Path) -> tuple[str, ...]:
-    """Prompts from a file, one per line (blank lines skipped; "\\n" inside a line is a newline). Its text is
-    decoded as a piped prompt is (`decode_input`: UTF-16 after its byte order mark, invalid UTF-8 replaced)."""
+    """Prompts from a file (or a pipe: `<(grep ...)`), as `prompts_in` reads them."""
     try:
-        data = read_user_bytes(path)  # a regular file, or one line saying what it is not
+        data = read_user_bytes(path, pipes_ok=True)  # a regular file or a pipe, or one line saying what it is not
     except InputError as exc:
         raise InputError(f"cannot read the prompts file: {exc}") from None
-    lines = decode_input(data, str(path)).splitlines()
+    return prompts_in(data, str(path))
+
+
+def prompts_in(data: bytes, origin: str) -> tuple[str, ...]:
+    """Prompts, one per line (blank lines skipped; "\\n" inside a line is a newline), from `data` decoded as a
+    piped prompt is (`decode_input`: UTF-16 after its byte order mark, invalid UTF-8 replaced)."""
+    lines = decode_input(data, origin).splitlines()
     prompts = tuple(line.replace("\\n", "\n") for line in lines if line.strip())
     if not prompts:
-        raise InputError(f"{path}: no prompts in the file (one per line)")
+        raise InputError(f"{origin}: no prompts in it (one per line)")
     return prompts
 
 

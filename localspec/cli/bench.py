@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -27,6 +28,7 @@ from ..app.bench import (
     best_overall,
     case_settings,
     plain_settings,
+    prompts_in,
     read_prompts,
     run_bench,
     save_fastest,
@@ -38,6 +40,7 @@ from ..app.structured_bench import (
     run_structured_bench,
 )
 from ..app.structured_set import structured_set
+from ..config.files import read_piped
 from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
@@ -114,7 +117,7 @@ def _draft_max(item: str) -> int | str:
 @click.option("--strategy", "strategies", help="Strategies to compare, comma-separated: model,ngram,hybrid [the profile's].")
 @click.option("--verify", "verify_modes", help="Verification modes to compare, comma-separated: coupled,rejection [the profile's].")
 @click.option("--draft-max", "draft_maxes", help="Draft lengths to compare, comma-separated, e.g. 2,4,8,adaptive [the profile's].")
-@click.option("--prompts", "prompts_spec", help="A FILE of prompts (one per line), or N: the first N built-in prompts"
+@click.option("--prompts", "prompts_spec", help="A FILE of prompts (one per line; - reads stdin), or N: the first N built-in prompts"
               f" ({len(DEFAULT_PROMPTS)}: chat, code, lists, prose and copy-heavy tasks) [all].")
 @click.option("--prompt", "prompt_text", help="Measure on this one prompt instead (e.g. with --json-schema).")
 @click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",
@@ -300,6 +303,8 @@ def _prompts(spec: str | None) -> tuple[str, ...]:
         if not 1 <= count <= len(DEFAULT_PROMPTS):
             raise click.BadParameter(f"between 1 and {len(DEFAULT_PROMPTS)} built-in prompts", param_hint="--prompts")
         return DEFAULT_PROMPTS[:count]
+    if spec == "-":
+        return prompts_in(read_piped(sys.stdin.buffer, "stdin"), "stdin")
     return read_prompts(user_path(spec))
 
 
