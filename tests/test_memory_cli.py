@@ -89,6 +89,25 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path, mon
     assert local_memory().index().lookup([*range(260, 266)], 4, min_length=2) is None
 
 
+def test_memory_add_tokenizes_a_long_text_in_pieces_cut_at_line_ends(tiny_pair: tuple[Path, Path],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: one call for the whole file: a megabyte of digits took a minute on the tiny vocabulary, and Ctrl-C
+    waited for it)"""
+    from localspec.cli import memory
+    from localspec.runtime.model import Vocabulary
+
+    monkeypatch.setattr(memory, "PIECE_CHARS", 64)
+    text = "the cat sat on the mat\n" * 9 + "7" * 150 + " the dog"
+    with Vocabulary(tiny_pair[0]) as vocabulary:
+        pieces: list[str] = []
+        real = vocabulary.tokenize
+        monkeypatch.setattr(vocabulary, "tokenize", lambda piece, **kw: pieces.append(piece) or real(piece, **kw))
+        tokens = memory._tokens_of(vocabulary, text)
+        assert "".join(pieces) == text and all(len(piece) <= 64 for piece in pieces)
+        assert sum(piece.endswith("\n") for piece in pieces) >= 3  # cut at line ends where there are some
+        assert tokens.dtype == np.int32 and list(tokens) == [t for piece in pieces for t in real(piece, add_special=False)]
+
+
 def test_memory_add_with_an_empty_target_is_refused(tiny_profile: str, tmp_path: Path) -> None:
     notes = tmp_path / "a.txt"
     notes.write_text("the cat sat\n")
