@@ -105,7 +105,8 @@ def test_memory_add_tokenizes_a_long_text_in_pieces_cut_at_line_ends(tiny_pair: 
         tokens = memory._tokens_of(vocabulary, text)
         assert "".join(pieces) == text and all(len(piece) <= 64 for piece in pieces)
         assert sum(piece.endswith("\n") for piece in pieces) >= 3  # cut at line ends where there are some
-        assert tokens.dtype == np.int32 and list(tokens) == [t for piece in pieces for t in real(piece, add_special=False)]
+        each = [token for piece in pieces for token in real(piece, add_special=False)]
+        assert tokens.dtype == np.int32 and list(tokens) == each
 
 
 def test_memory_add_with_an_empty_target_is_refused(tiny_profile: str, tmp_path: Path) -> None:
