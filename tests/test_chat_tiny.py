@@ -646,6 +646,22 @@ def test_a_nul_in_a_path_and_a_message_that_starts_with_a_slash(tiny_profile: st
     assert contents()[0] == "/etc/hosts: what is it?"
 
 
+@pytest.mark.slow
+def test_commands_take_a_tab_after_their_name_and_echo_no_control_characters(tiny_profile: str,
+                                                                             tmp_path: Path) -> None:
+    """(was: `/system<TAB>be brief` an unknown command "did you mean /system?", `/set foo` asked for a value,
+    a typed escape sequence echoed raw, a loaded strategy needing a draft switched drafting off unsaid)"""
+    saved = tmp_path / "wants-a-draft.json"
+    saved.write_text('{"messages": [], "settings": {"speculative.strategy": "model"}}')
+    typed = f"/system\tbe brief\n/set\ttop_k 3\n/HELP\n/set foo\n/\x1b]0;pwned\x07x\n/load {saved}\n"
+    result = chat(typed.encode(), "--strategy", "ngram")
+    assert "(system prompt set)" in result.stderr and "sampling.top_k = 3" in result.stderr
+    assert "unknown command /HELP: did you mean /help?" in result.stderr
+    assert "error: unknown setting 'foo'; /set lists them" in result.stderr
+    assert "\x1b" not in result.stderr and "unknown command /\\x1b]0;pwned\\x07x" in result.stderr
+    assert "no draft model is loaded: replies are target-only" in result.stderr.split("(loaded 0 messages")[1]
+
+
 def test_settings_changed_before_the_first_message_store_nothing(tiny_profile: str) -> None:
     result = chat(b"the cat\n/reset\n/set temperature 0.2\n/system Be brief.\n/undo\n")
     assert result.exit_code == 0, result.stderr

@@ -466,6 +466,11 @@ def test_a_mistyped_list_is_refused_not_kept_as_one_string(tiny_pair: tuple[Path
     assert cli("profile", "set", "listy", 'sampling.stop=["a", "b"]').exit_code == 0
     assert cli("profile", "set", "listy", "sampling.stop=[INST]").exit_code == 0  # a stop string with brackets
     assert "[INST]" in cli("profile", "show", "listy").stdout
+    for quoted in ('sampling.stop="a" "b"', 'sampling.stop="\\ud800"'):  # (was: kept, quotes and all, as one stop)
+        one_error_line(cli("profile", "set", "listy", quoted), 2, "is not a list nor a string")
+    for word, stop in (("42", "42"), ("true", "true"), ("1979-05-27", "1979-05-27")):  # (was: "must be a list")
+        assert cli("profile", "set", "listy", f"sampling.stop={word}").exit_code == 0
+        assert load_profile("listy").get("sampling.stop") == [stop]
 
 
 def test_a_bad_value_is_named_by_its_own_line_when_two_sections_share_the_key() -> None:

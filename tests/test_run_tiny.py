@@ -74,6 +74,9 @@ def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args
         (["run", "--draft-max", "2.5", "hi"], "'2.5' is neither a whole number nor 'adaptive'"),
         (["history", "show", "1e3"], "'1e3' is not a whole number"),
         (["serve", "--port", "80.5"], "'80.5' is not a whole number"),
+        (["history", "remove", "1_0"], "'1_0' is not a whole number"),  # (was: conversation 10 removed)
+        (["history", "show", "\u0663"], "is not a whole number"), (["run", "--seed", "\uff13", "hi"], "is not a whole"),
+        (["run", "--temperature", "0_5", "hi"], "'0_5' is not a number"),
     ],
 )
 def test_a_number_option_says_what_number_it_wants(args: list[str], fragment: str) -> None:

@@ -876,6 +876,8 @@ def test_an_inline_schema_is_shown_by_its_text_and_a_file_by_its_path(tmp_path: 
     schema_path = tmp_path / "person.json"
     schema_path.write_text('{"type": "object"}', encoding="utf-8")
     assert format_from_command(f"schema {schema_path}").describe() == f"JSON schema {schema_path}"
+    for typed in ('{"type":"string","pattern":"^\\\\d+$"}', '{"description": "a \\"quoted\\" word"}'):
+        assert json.loads(format_from_command(f"schema {typed}").source) == json.loads(typed)  # (was: shell-unquoted)
 
 
 def test_a_regexs_digits_and_word_characters_are_ascii_as_in_a_schemas_pattern() -> None:
@@ -906,9 +908,22 @@ def test_a_forced_text_the_vocabulary_cannot_write_is_said_in_plain_words(tiny_p
     ("'it'\\''s.json'", "it's.json"),
 ])
 def test_a_chat_commands_file_name_is_read_as_a_shell_reads_a_quoted_or_escaped_one(typed: str, name: str) -> None:
-    from localspec.cli.output_format import unquoted
+    from localspec.cli.typed_paths import typed_path
 
-    assert unquoted(typed) == name
+    assert typed_path(typed) == Path(name)
+
+
+def test_a_chat_commands_file_name_expands_variables_where_a_shell_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: `$5` in a name could not be escaped: no file named `price$5.json` could be written)"""
+    from localspec.cli.typed_paths import typed_path
+
+    monkeypatch.setenv("NOTES", "/tmp/notes")
+    for typed, name in [("'price$5.json'", "price$5.json"), ("price\\$5.json", "price$5.json"),
+                        ('"$NOTES/a b.json"', "/tmp/notes/a b.json"), ("${NOTES}/x.json", "/tmp/notes/x.json"),
+                        ("'$NOTES'/x", "$NOTES/x"), ('"a\\b\\"c"', 'a\\b"c'), ("'a'\\$NOTES", "a$NOTES")]:
+        assert typed_path(typed) == Path(name), typed
+    with pytest.raises(InputError, match=r"\$UNSET_HERE is not set"):
+        typed_path('"$UNSET_HERE.json"')
 
 
 @pytest.mark.parametrize(("typed", "message"), [
@@ -916,7 +931,7 @@ def test_a_chat_commands_file_name_is_read_as_a_shell_reads_a_quoted_or_escaped_
     ('"x.json" extra', "give one file name"),  # (was: "the quote it opens is not closed")
 ])
 def test_a_chat_commands_file_name_with_unbalanced_quotes_is_refused(typed: str, message: str) -> None:
-    from localspec.cli.output_format import unquoted
+    from localspec.cli.typed_paths import typed_path
 
     with pytest.raises(InputError, match=message):
-        unquoted(typed)
+        typed_path(typed)

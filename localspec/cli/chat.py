@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from ..app.chat_session import ChatSession, Reply
-from ..app.conversation import Conversation, chat_keys
+from ..app.conversation import Conversation, chat_keys, resolve_key
 from ..app.history import HistoryStore, HistoryUnavailable
 from ..app.plan import lacks_chat_template
 from ..app.reasoning import Sorted
@@ -31,7 +31,7 @@ from ..app.thinking_first import template_thinks
 from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES
-from ..config.paths import check_folder_of, history_file, input_history_file, expanded_user_path, keep_private
+from ..config.paths import check_folder_of, history_file, input_history_file, keep_private
 from ..config.profiles import did_you_mean
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
@@ -58,8 +58,8 @@ from .output_format import (
     cut_short_message,
     format_from_command,
     output_format_from_options,
-    unquoted,
 )
+from .typed_paths import typed_path
 
 if TYPE_CHECKING:
     from prompt_toolkit.history import FileHistory
@@ -218,7 +218,7 @@ class ChatLoop:
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave the chat."""
-        name, _, argument = text.partition(" ")
+        name, argument = (text.split(None, 1) + [""])[:2]  # (a tab after the name separates it too)
         argument = argument.strip()
         if name in TAKE_NO_ARGUMENT and argument:  # ("/reset the story" was likely meant as a message)
             self.fail(f"error: {name} takes nothing after it (a message that starts with / is sent as"
@@ -228,7 +228,7 @@ class ChatLoop:
             return False
         handler = getattr(self, f"cmd_{name[1:]}", None)
         if name not in COMMANDS or handler is None:
-            near = difflib.get_close_matches(name, list(COMMANDS), n=1)
+            near = difflib.get_close_matches(name.lower(), list(COMMANDS), n=1)  # (/HELP: /help)
             self.fail(f"unknown command {name}" + (f": did you mean {near[0]}?" if near else "")
                       + f" (/help lists them; a message that starts with / is sent as {COMMAND_ESCAPE}...)")
             return True
@@ -332,16 +332,19 @@ class ChatLoop:
             self.say(f"  {'stats':<{width}} {'on' if self.show_stats else 'off'}")
             self.say(f"  {'format':<{width}} {_format_text(self.chat.output_format)} (/format)")
             return
-        key, _, value = argument.partition(" ")
+        key, value = (argument.split(None, 1) + [""])[:2]
         if key == "stats":
             if value.strip() not in ("on", "off"):
                 raise InputError("/set stats on|off")
             self.show_stats = value.strip() == "on"
             return
         if not value.strip():
-            raise InputError(f"/set {key} VALUE")
+            raise InputError(f"/set {resolve_key(key).rpartition('.')[2]} VALUE")  # (an unknown name said so first)
         dotted = self.chat.set(key, value)
         self.say(f"{dotted} = {self.chat.conversation.settings.to_values()[dotted]!r}")
+        self._say_if_target_only()
+
+    def _say_if_target_only(self) -> None:
         if self.chat.speculative and not self.chat.can_speculate():
             self.say("(no draft model is loaded: replies are target-only until /set strategy ngram)")
 
@@ -396,12 +399,11 @@ class ChatLoop:
 
     def cmd_save(self, argument: str) -> None:
         force, name = _force_flag(argument)
-        name = unquoted(name)
         if not name:
             raise InputError("/save [--force] FILE")
-        if name.endswith(("/", os.sep)):
+        if name.rstrip("'\"").endswith(("/", os.sep)):
             raise InputError(f"{name}: names a folder; /save writes a file")
-        path = expanded_user_path(name)
+        path = typed_path(name)
         check_folder_of(path, str(path))
         if path.is_file() and not force:
             written = self.saved_files.get(path.resolve())
@@ -417,10 +419,9 @@ class ChatLoop:
         self.say(f"(saved to {path})")
 
     def cmd_load(self, argument: str) -> None:
-        name = unquoted(argument)
-        if not name:
+        if not argument:
             raise InputError("/load FILE")
-        path = expanded_user_path(name)
+        path = typed_path(argument)
         conversation, replaced = Conversation.read(path, self.chat.conversation.settings)
         # (as its settings lie over the chat's, a file that kept no template variables goes on with the chat's)
         conversation.template_variables = conversation.template_variables or self.chat.conversation.template_variables
@@ -435,6 +436,7 @@ class ChatLoop:
         system = ("" if not systems else ", and its system prompt" if systems == 1
                   else f", and its {systems} system messages joined into one system prompt")
         self.say(f"(loaded {count} message{'' if count == 1 else 's'} from {path}{system})")
+        self._say_if_target_only()  # (its strategy may want the draft model this chat has not loaded)
 
     # -- output --------------------------------------------------------------------------
 
@@ -442,9 +444,10 @@ class ChatLoop:
         click.echo(text, err=True)
 
     def fail(self, line: str) -> None:
-        """Say on stderr what failed, and count it."""
+        """Say on stderr what failed (what it quotes of the typed line with control characters escaped), and
+        count it."""
         self.failures += 1
-        self.say(line)
+        self.say(shown_plainly(line))
 
     def _dim(self, text: str) -> str:
         return click.style(text, dim=True) if self.colour else text

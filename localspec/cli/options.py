@@ -62,7 +62,7 @@ SETTING_OPTIONS = _setting_options()
 
 class _SaysWhatItWants:
     """For a click number type: text it cannot read as its number is refused in plain words ("'1.5' is not a
-    whole number"; click's own are "not a valid integer range")."""
+    whole number"; click's own are "not a valid integer range"), as is one written but in ASCII digits."""
 
     wanted: str
     parse: Callable[[str], Any]
@@ -70,6 +70,8 @@ class _SaysWhatItWants:
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str):
             try:
+                if not value.isascii() or "_" in value:  # (Python reads "1_0" as 10, "٣" and "３" as 3)
+                    raise ValueError(value)
                 self.parse(value)
             except ValueError:
                 self.fail(f"{value!r} is not {self.wanted}", param, ctx)  # type: ignore[attr-defined]

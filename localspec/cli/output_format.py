@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from ..config.files import read_user_text
-from ..config.paths import expanded_user_path, user_path
+from ..config.paths import user_path
 from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..textin import clean_input
 from .options import all_of
+from .typed_paths import typed_path
 
 FLAGS = ("--format", "--json-schema", "--grammar", "--regex")
 _PARAMS = ("output_format", "json_schema", "grammar", "regex")
@@ -70,7 +70,7 @@ def schema_format(value: str, given_as: str = "--json-schema", pipes_ok: bool = 
     if value.lstrip().startswith("{"):
         return OutputFormat("json_schema", clean_input(value, given_as), given_as, inline=True)
     path = _file_named(value, given_as, pipes_ok)
-    if not os.path.lexists(path) and _is_json(value):
+    if not os.path.lexists(path) and _is_json(value) and not value.lstrip().startswith('"'):  # ("x": a file's name)
         return OutputFormat("json_schema", clean_input(value, given_as), given_as, inline=True)
     return OutputFormat("json_schema", read_user_text(path, pipes_ok=pipes_ok), str(path))
 
@@ -90,8 +90,8 @@ def grammar_format(value: str, given_as: str = "--grammar", pipes_ok: bool = Tru
 
 
 def _file_named(value: str, given_as: str, from_a_shell: bool) -> Path:
-    """The file a flag (which the shell expanded) or a chat's command (`$VARIABLES` and `~` expanded) names."""
-    return user_path(value, given_as) if from_a_shell else expanded_user_path(value, given_as)
+    """The file a flag (which the shell expanded) or a chat's command (read as a shell would: `typed_path`) names."""
+    return user_path(value, given_as) if from_a_shell else typed_path(value, given_as)
 
 
 def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] | None = None) -> CompiledGrammar | None:
@@ -104,25 +104,6 @@ def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] 
     return compiled
 
 
-def unquoted(path: str) -> str:
-    """A chat command's file name as a shell reads it where the name begins with a quote or holds a backslash
-    (`/save "my chat.json"`, `my\\ chat.json` as a terminal writes a file dropped on it); otherwise as typed
-    (a name with spaces or an apostrophe needs no quotes). On Windows, where a backslash separates folders,
-    only the quotes around a name are taken off. A quote not closed, or quotes around more than one name, is
-    InputError."""
-    if os.name == "nt":
-        return path[1:-1] if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'" else path
-    if path[:1] not in ("'", '"') and "\\" not in path:
-        return path
-    try:
-        words = shlex.split(path)
-    except ValueError:  # (shlex's "No closing quotation", or "No escaped character" after a last backslash)
-        raise InputError(f"{path}: a quote is not closed, or a backslash ends it") from None
-    if len(words) != 1:
-        raise InputError(f"{path}: give one file name (a name with spaces in quotes, or its spaces escaped)")
-    return words[0]
-
-
 def format_from_command(argument: str) -> OutputFormat | None:
     """Chat's `/format ARGUMENT`: the new format, or None for `off`; bad input is InputError."""
     word, _, rest = argument.strip().partition(" ")
@@ -133,10 +114,10 @@ def format_from_command(argument: str) -> OutputFormat | None:
         return OutputFormat("json", "", "--format json")
     if word in ("schema", "grammar", "regex") and rest:
         # No pipes: a chat has no shell to make a `<(...)`, and a named one would hold the chat until written to.
-        if word == "schema":  # (a quoted name: a file, as a JSON string is no schema)
-            return schema_format(unquoted(rest), "/format schema", pipes_ok=False)
+        if word == "schema":  # (inline JSON as typed, its backslashes too; else a file's name, quoted or not)
+            return schema_format(rest, "/format schema", pipes_ok=False)
         if word == "grammar":
-            return grammar_format(unquoted(rest), "/format grammar", pipes_ok=False)
+            return grammar_format(rest, "/format grammar", pipes_ok=False)
         return OutputFormat("regex", rest, "/format regex")
     raise InputError(FORMAT_COMMAND_USAGE)
 

@@ -494,8 +494,9 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
 
 def parse_value(raw: str, kind: type) -> Any:
     """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself
-    ([INST]); a single string where a list is expected becomes a one-item list. A list whose first item
-    is quoted but that does not parse (["a",) is an InputError, not a string to keep. A number where one is
+    ([INST]); a single string (or a number, a word) where a list is expected becomes a one-item list. A list
+    whose first item is quoted but that does not parse (["a",), or a quoted string that does not ("a" "b"), is
+    an InputError, not a string to keep. A number where one is
     expected is read as the command line's flags read it: `.7` and `5.` are numbers, `0x10` is not."""
     number = _number_as_a_flag_reads_it(raw, kind)
     if number is not None:
@@ -508,14 +509,15 @@ def parse_value(raw: str, kind: type) -> Any:
             raise tomllib.TOMLDecodeError("more than one value")
         value = document["v"]
     except tomllib.TOMLDecodeError:
-        if kind is list and re.match(r"\[\s*[\"']", raw.strip()):
-            raise InputError(f"{raw.strip()[:40]!r} is not a list: write [\"a\", \"b\"] (TOML), or one string") from None
+        if kind is list and re.match(r"\[?\s*[\"']", raw.strip()):  # (["a", and "a" "b": quoted, not TOML)
+            raise InputError(f"{raw.strip()[:40]!r} is not a list nor a string: write [\"a\", \"b\"] (TOML), or one"
+                             " string (quoted as TOML quotes it, or not at all)") from None
         value = raw.strip()
     except RecursionError:  # brackets nested thousands deep: text
         value = raw.strip()
     except ValueError:  # Python's limit on the digits of an integer read from text
         raise InputError(f"{raw.strip()[:20]}...: {TOO_LONG_A_NUMBER}") from None
-    if kind is str and not isinstance(value, str):
+    if kind in (str, list) and not isinstance(value, (str, list)):
         value = raw.strip()  # text that reads as TOML (true, 1.5, a date) is still text where text is expected
     if kind is list and isinstance(value, str):
         value = [value]
@@ -526,7 +528,7 @@ def _number_as_a_flag_reads_it(raw: str, kind: type) -> int | float | None:
     """`raw` as `--temperature` or `--seed` reads it, where `kind` is a number and it reads as one (decimal
     digits; a float's point, exponent and NaN or infinity, which the checks after refuse); else None."""
     text = raw.strip()
-    if not text or "_" in text:
+    if not text or "_" in text or not text.isascii():  # (Python reads "1_0" as 10, "٣" as 3)
         return None
     try:
         return int(text) if kind is int else float(text) if kind is float else None
