@@ -662,6 +662,15 @@ def test_commands_take_a_tab_after_their_name_and_echo_no_control_characters(tin
     assert "no draft model is loaded: replies are target-only" in result.stderr.split("(loaded 0 messages")[1]
 
 
+@pytest.mark.slow
+def test_a_loaded_message_too_long_to_answer_is_said_with_how_to_drop_it(tiny_profile: str, tmp_path: Path) -> None:
+    """(was: "shorten the message", which came from a file and cannot be edited in the chat)"""
+    saved = tmp_path / "long.json"
+    saved.write_text(json.dumps({"messages": [{"role": "user", "content": "x" * 5000}]}))
+    result = chat(f"/load {saved}\n/retry\n/undo\n".encode())
+    assert "more than a context of" in result.stderr and "(/undo drops that message)" in result.stderr
+
+
 def test_settings_changed_before_the_first_message_store_nothing(tiny_profile: str) -> None:
     result = chat(b"the cat\n/reset\n/set temperature 0.2\n/system Be brief.\n/undo\n")
     assert result.exit_code == 0, result.stderr

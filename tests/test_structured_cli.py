@@ -86,6 +86,11 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
      ["g.gbnf: cannot convert the GBNF grammar: Rule 'bar' not found (used on line 3)"]),
     # llguidance's position would be in the grammar's Lark conversion, not the file: left out
     (OutputFormat("grammar", 'root ::= x\nx ::= "a"{3,1}\n', "g.gbnf"), ["g.gbnf: range end must be >= start"]),
+    # A position past the last line was said as one ("line 4" of two lines; the converter's lost a character).
+    (OutputFormat("grammar", "/system\nhi\n", "g.txt"), ["g.txt: at the end of the file: lexer error (a string or"]),
+    (OutputFormat("grammar", 'root ::= "a"\nx ::= (\n', "g.gbnf"), ["g.gbnf: cannot convert the GBNF grammar: at the"
+                                                                    " end of the file: Expected ')'"]),
+    (OutputFormat("grammar", 'root ::= "a" x\nx := "b"\n', "g.gbnf"), ["GBNF grammar: line 2, column 3: Expected ::="]),
 ])
 def test_an_invalid_format_is_one_line_naming_llguidances_message(fmt: OutputFormat, fragments: list[str]) -> None:
     with pytest.raises(InputError) as raised:

@@ -96,6 +96,8 @@ class ChatSession:
                 return None
             self.save_all()
         reply = self._reply(on_chunk, on_note, seed)
+        if reply.error is not None and reply.generation is None and not reply.interrupted and old is None:
+            reply.error += " (/undo drops that message)"  # (loaded, or left by an ended chat: not to be edited here)
         if reply.error is not None and old is not None:
             self.conversation.messages.append(old)
             self.save_all()

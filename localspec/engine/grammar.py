@@ -188,6 +188,7 @@ _GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w-]*\s*::=", re.MULTILINE)
 _GBNF_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
 _UNIMPLEMENTED_KEYS = re.compile(r'Unimplemented keys: (?P<keys>\[[^\]]*\])(?P<times> \(\d+ times\))?')
 _LLGUIDANCE_POSITION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
+_AT_THE_END = "at the end of the file: "
 _LLGUIDANCE_TOO_LARGE = re.compile(r"^Value is not JSON serializable: (-?\d+)$")  # an integer beyond 64 bits
 
 
@@ -280,7 +281,7 @@ def _compile_format(fmt: OutputFormat) -> CompiledGrammar:
     # Positions in a GBNF file's messages would point into its Lark conversion, not the file: dropped.
     kind = "converted" if fmt.kind == "grammar" and is_gbnf(fmt.source) else fmt.kind
     if is_error:
-        message = _one_line(messages[0] if messages else 'rejected by llguidance', kind)
+        message = _one_line(messages[0] if messages else 'rejected by llguidance', kind, fmt.source)
         if fmt.kind == "grammar" and message.startswith("missing field `grammars`"):  # (llguidance's own JSON form)
             message = "JSON, not a Lark or GBNF grammar (a JSON schema goes to --json-schema, or chat's /format schema)"
         raise InputError(f"{_name(fmt)}: {message}")
@@ -1065,8 +1066,22 @@ def _as_lark(text: str, origin: str) -> str:
     try:
         return gbnf_to_lark(_unicode_escapes_spelled_out(text))
     except Exception as exc:  # noqa: BLE001 (the converter raises plain Exceptions, e.g. for an undefined rule)
-        message = _one_line(str(exc), "grammar") + _where_undefined_rule_is_used(str(exc), text)
+        message = _converter_message(exc) + _where_undefined_rule_is_used(str(exc), text)
         raise InputError(f"{origin}: cannot convert the GBNF grammar: {message}") from None
+
+
+def _converter_message(exc: Exception) -> str:
+    """The GBNF converter's error as one line, its position as a line and column of the file (or its end): the
+    converter's own gives a line past the file's last and an excerpt that lost its first character."""
+    position = getattr(exc, "pos", None)
+    offset, text = getattr(position, "pos", None), getattr(position, "text", None)
+    said = str(exc).removesuffix(f" at {position}")
+    if not isinstance(offset, int) or not isinstance(text, str) or said == str(exc):
+        return _one_line(str(exc), "grammar")
+    if not text[offset:].strip():
+        return f"{_AT_THE_END}{said}"
+    before = text[:offset]
+    return f"line {before.count(chr(10)) + 1}, column {offset - before.rfind(chr(10))}: {said}"
 
 
 def _where_undefined_rule_is_used(message: str, gbnf: str) -> str:
@@ -1119,12 +1134,13 @@ def value_error_message(exc: ValueError) -> str:
 _EMPTY_STRING_LANGUAGE = "Unsatisfiable schema: Regex is empty"
 
 
-def _one_line(message: str, kind: str) -> str:
+def _one_line(message: str, kind: str, source: str = "") -> str:
     """llguidance's message as one line: its first line, with the `error: ...` detail of a regex error appended.
 
-    Positions `at 3(7): ` become `line 3, column 7: ` in a grammar; for a regex
-    they point into the grammar llguidance wraps it in, and for a GBNF grammar
-    (kind "converted") into its Lark conversion, so they are dropped.
+    Positions `at 3(7): ` become `line 3, column 7: ` in a grammar (`source`), or "at the end of the file: "
+    where they lie past its last line (a `/regex/` or a string left open: `/system` was "line 4" of a 2-line
+    file); for a regex they point into the grammar llguidance wraps it in, and for a GBNF grammar (kind
+    "converted") into its Lark conversion, so they are dropped.
     """
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     if not lines:
@@ -1141,6 +1157,9 @@ def _one_line(message: str, kind: str) -> str:
     if detail and head.endswith(":"):
         head = f"{head} {detail}"
     if kind == "grammar":
-        return _LLGUIDANCE_POSITION.sub(lambda match: f"line {match[1]}, column {match[2]}: ", head)
+        lines_in_source = len(source.splitlines())
+        head = _LLGUIDANCE_POSITION.sub(lambda match: _AT_THE_END if int(match[1]) > lines_in_source
+                                        else f"line {match[1]}, column {match[2]}: ", head)
+        return head + (" (a string or a /regex/ left open?)" if head == f"{_AT_THE_END}lexer error" else "")
     head = _LLGUIDANCE_POSITION.sub("", head)
     return head.replace(" (in regex)", "") if kind == "regex" else head
