@@ -595,6 +595,25 @@ def test_a_request_http_cannot_read_is_refused_as_json(api: Api) -> None:
     api.still_serves()
 
 
+def test_a_broken_body_of_a_request_being_answered_is_refused_without_a_traceback(
+        api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    """The app answered a GET after h11 had refused its broken chunk: h11's LocalProtocolError, a traceback on
+    stderr; the 400 said only "Invalid HTTP request received." (h11's reason thrown away)."""
+    errors = logging.getLogger("uvicorn.error")
+    errors.addHandler(caplog.handler)
+    try:
+        for path in ("/v1/models", "/v1/nothing"):
+            sent = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+            answer = _answer_to(api, [sent.encode()])
+            assert answer.startswith("HTTP/1.1 400") and answer.count("HTTP/1.1") == 1, answer
+            assert "illegal chunk header" in json.loads(answer.partition("\r\n\r\n")[2])["error"]["message"]
+        time.sleep(0.2)  # (the app's own answer, had it gone on, comes after the 400)
+    finally:
+        errors.removeHandler(caplog.handler)
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR], caplog.text
+    api.still_serves()
+
+
 def test_a_web_page_of_another_site_or_a_rebound_host_name_is_refused(api: Api) -> None:
     """A page could make a keyless local server generate with a simple `text/plain` POST, and one whose name
     resolves to 127.0.0.1 read the replies; pages of this machine, and programs (no `Origin`), are answered."""

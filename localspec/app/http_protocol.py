@@ -7,7 +7,9 @@ byte. Here a request line and headers that take more than `HEADER_SECONDS` to ar
 and the connection closed (as JSON, as h11's refusals of what it cannot read are). (The body has deadlines of
 its own: `serving._read_body`.) A response sent before the request's body was read (a 404, a 401, a 413) leaves
 uvicorn reading the rest for ever, however slowly it comes: the rest gets HEADER_SECONDS more, then the
-connection is closed.
+connection is closed. A request h11 cannot read is answered with h11's reason. (A client that ends its side
+of the connection is taken to have left, as Go's server takes it: a half-close cannot be told from a close,
+and a client gone must stop its generation.)
 """
 
 from __future__ import annotations
@@ -36,10 +38,21 @@ class H11WithHeaderDeadline(H11Protocol):
 
     header_deadline: asyncio.TimerHandle | None = None
     unread_body_deadline: asyncio.TimerHandle | None = None
+    unreadable_because: str | None = None  # what h11 found wrong in the last request it could not read
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._watch_headers()
+        next_event = self.conn.next_event
+
+        def next_event_noting_why() -> object:  # (uvicorn answers "Invalid HTTP request received." alone)
+            try:
+                return next_event()
+            except h11.RemoteProtocolError as exc:
+                self.unreadable_because = str(exc)[:200]
+                raise
+
+        self.conn.next_event = next_event_noting_why  # type: ignore[method-assign]
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -83,12 +96,21 @@ class H11WithHeaderDeadline(H11Protocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a request h11 cannot read (a malformed request line or header, headers too large),
-        as JSON rather than plain text."""
-        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
-        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
-                      h11.Data(data=error_body(400, msg, "invalid_http_request")), h11.EndOfMessage()):
-            self.transport.write(self.conn.send(event))
+        """uvicorn's answer to a request h11 cannot read (a malformed request line or header, headers too large,
+        a broken chunk of a body), as JSON rather than plain text, saying what h11 found wrong. A request being
+        answered already (its body's next chunk broken) is told its client is gone: its own answer, or the rest
+        of it, has nowhere to go (it raised h11's LocalProtocolError, a traceback on stderr)."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()  # (a request reading its body learns of it)
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # (else a response is begun: closing ends it)
+            why = msg.rstrip(".") + (f": {self.unreadable_because}" if self.unreadable_because else "")
+            body = error_body(400, why, "invalid_http_request")
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                       (b"content-length", b"%d" % len(body))]  # (not chunked, as h11 would frame it otherwise)
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
         self.transport.close()
 
     def _body_late(self) -> None:
