@@ -56,16 +56,24 @@ def _absent() -> Callable[[Any], bool]:
 
 
 # Fields that change what the client gets, and the values localspec can honour (by ignoring them).
+def _one_or_absent(value: Any) -> bool:
+    return value is None or value == 1  # (1.0 too: checked as a whole number of at least 1 first)
+
+
+def _no_bias(value: Any) -> bool:
+    return value is None or isinstance(value, dict) and all(bias == 0 for bias in value.values())
+
+
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "n": (_absent_or(1), "one choice per request"),
-    "best_of": (_absent_or(1), "one choice per request"),
+    "n": (_one_or_absent, "one choice per request"),
+    "best_of": (_one_or_absent, "one choice per request"),
     "logprobs": (_absent_or(False), "no log-probabilities"),
     "top_logprobs": (_absent_or(0), "no log-probabilities"),
     "echo": (_absent_or(False), "the prompt is not echoed"),
     "suffix": (_absent_or(""), "no insertion after a suffix"),
     "functions": (_absent_or([]), "no function calls"),
     "function_call": (_absent_or("none"), "no function calls"),
-    "logit_bias": (_absent_or({}), "no logit bias"),
+    "logit_bias": (_no_bias, "no logit bias"),  # (a bias of 0 changes nothing: taken)
     "min_tokens": (_absent_or(0), "no minimum length"),
     "ignore_eos": (_absent_or(False), "a generation ends at the model's end token"),
     "n_predict": (_absent(), "give max_tokens"),
@@ -92,6 +100,12 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")},
 }
 
+# OpenAI's fields that change nothing here, refused as OpenAI refuses them where their type is wrong.
+IGNORED_FIELD_TYPES: dict[str, tuple[type, str]] = {
+    "user": (str, "a string"), "metadata": (dict, "an object"), "store": (bool, "true or false"),
+    "safety_identifier": (str, "a string"), "prompt_cache_key": (str, "a string"), "service_tier": (str, "a string"),
+}
+
 # Other servers' fields that change nothing here, whatever their value (those of samplers refused above when on,
 # llama-server's caching and timing options), taken rather than suspected of being misspellings of known ones.
 OTHER_SERVERS_FIELDS = ("dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
@@ -109,7 +123,7 @@ READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "respo
 REASONING_FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")
 # OpenAI's values of `reasoning_effort`; gpt-oss's template knows low, medium and high, and takes less as low.
 REASONING_EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
-_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)
+_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *IGNORED_FIELD_TYPES, *OTHER_SERVERS_FIELDS)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 MAX_FIELDS = 256  # a request's top-level fields (OpenAI's API has a few dozen): each unknown one is spell-checked
 
@@ -331,6 +345,15 @@ def _refuse_misspelled(body: dict[str, Any]) -> None:
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
+    """A 400 for a field whose value asks for what localspec does not do, or an ignored field of the wrong type."""
+    for name in ("n", "best_of"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 1
+                                  or not float(value).is_integer()):
+            raise ApiError(400, f"{name} must be a whole number of at least 1, got {quote_json(value)}", param=name)
+    for name, (kind, what) in IGNORED_FIELD_TYPES.items():
+        if body.get(name) is not None and not isinstance(body[name], kind):
+            raise ApiError(400, f"{name} must be {what}, got {quote_json(body[name])}", param=name)
     for name, (harmless, instead) in UNSUPPORTED.items():
         if not harmless(body.get(name)):
             raise ApiError(400, f"{name}={quote_json(body[name])} is not supported (yet): {instead}", param=name)
