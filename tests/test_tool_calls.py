@@ -1312,13 +1312,15 @@ def test_tools_and_earlier_calls_too_long_for_the_context_are_refused_before_tok
         {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": json.dumps({"q": long})}}]}
     answered = {"role": "tool", "content": "ok", "tool_call_id": long}  # (after a call without an id: any id)
     unnamed = {**called, "tool_calls": [{"type": "function", "function": {"name": "ping", "arguments": "{}"}}]}
-    for body in ({"messages": [{"role": "user", "content": "ping"}], "tools": [described]},
-                 {"messages": [{"role": "user", "content": "ping"}, called, {"role": "tool", "content": "ok",
-                                                                              "tool_call_id": "call_1"}]},
-                 {"messages": [{"role": "user", "content": "ping"}, unnamed, answered]},
-                 {"messages": [{"role": "user", "content": "ping"}], "chat_template_kwargs": {"x": long}}):
+    for body, param in (({"messages": [{"role": "user", "content": "ping"}], "tools": [described]}, "tools"),
+                        ({"messages": [{"role": "user", "content": "ping"}, called,
+                                       {"role": "tool", "content": "ok", "tool_call_id": "call_1"}]}, "messages"),
+                        ({"messages": [{"role": "user", "content": "ping"}, unnamed, answered]}, "messages"),
+                        ({"messages": [{"role": "user", "content": "ping"}], "chat_template_kwargs": {"x": long}},
+                         "chat_template_kwargs")):  # (the field that holds the most of it named: was "messages")
         reply = tools_api.post("/v1/chat/completions", json=body)
         assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded", reply.text
+        assert reply.json()["error"]["param"] == param
     assert not any(long in text for text in tokenized)
 
 

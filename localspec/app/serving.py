@@ -328,18 +328,20 @@ def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
     `Session.refuse_text_too_long`): the messages' contents and all else they hold (names, thoughts, earlier
     calls, `tool_call_id`s), the tools' definitions and the template's variables, every text a template may
     render and llama.cpp would tokenize (a few hundred kB took it a minute, the models held)."""
-    texts = [parsed.prompt or ""]
+    fields: dict[str, list[str]] = {"prompt": [parsed.prompt or ""]}  # each field's texts, to name the largest
     if parsed.messages is not None:
-        texts = [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)]
-        texts += [_json_text({k: v for k, v in m.items() if k not in ("role", "content")}) for m in parsed.messages]
+        fields = {"messages": [m["content"] for m in parsed.messages if isinstance(m.get("content"), str)]}
+        fields["messages"] += [_json_text({k: v for k, v in m.items() if k not in ("role", "content")})
+                               for m in parsed.messages]
         if parsed.tools is not None:
-            texts.append(_json_text(parsed.tools.definitions()))
+            fields["tools"] = [_json_text(parsed.tools.definitions())]
     if parsed.template_variables:
-        texts.append(_json_text(parsed.template_variables))
+        fields["chat_template_kwargs"] = [_json_text(parsed.template_variables)]
     try:
-        served.queue.session.refuse_text_too_long(texts)
+        served.queue.session.refuse_text_too_long([text for texts in fields.values() for text in texts])
     except PromptTooLongError as exc:
-        raise ApiError(400, str(exc), param="messages" if parsed.chat else "prompt",
+        largest = max(fields, key=lambda name: sum(len(text) for text in fields[name]))
+        raise ApiError(400, f"{exc} (the most of it: {largest})" if len(fields) > 1 else str(exc), param=largest,
                        code="context_length_exceeded") from None
 
 
