@@ -72,6 +72,8 @@ def run_tiny(tiny_args: list[str], *args: str) -> Result:
     (OutputFormat("regex", "(a", "--regex"), ["--regex: ", "unclosed group"]),
     (OutputFormat("regex", "abc\\", "--regex"), ["--regex: invalid regex: it ends with a backslash"]),  # (dropped, else)
     (OutputFormat("regex", "[^\\s\\S]", "--regex"), ["--regex: no text can satisfy it"]),  # valid, matching nothing
+    (OutputFormat("regex", "", "--regex"), ["--regex: cannot be used: it matches only the empty text"]),  # (was: "")
+    (OutputFormat("grammar", 'start: ""\n', "g.lark"), ["g.lark: cannot be used: it matches only the empty text"]),
     (OutputFormat("grammar", 'start: /[^\\s\\S]/ "a"\n', "g.lark"), ["g.lark: no text can satisfy it"]),
     # a rule that always needs itself: llguidance forced "((((…" until its limit, at generation time
     (OutputFormat("grammar", 'start: a\na: "(" a ")"\n', "g.lark"), ["g.lark: cannot be used: it forces more text without a"

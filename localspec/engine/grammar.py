@@ -381,15 +381,18 @@ NOTHING_SATISFIES = "no text can satisfy it"
 def _why_unusable(grammar: str) -> str | None:
     """Why the grammar cannot be used, where that shows at its start; None where it lets something be written.
     Found before any model loads, with bytes for tokens (about a millisecond): nothing allowed at all
-    (`[^\\s\\S]`, a valid regex: no text can satisfy it), or too much text forced without a choice
-    (`TOO_MUCH_FORCED`)."""
+    (`[^\\s\\S]`, a valid regex: no text can satisfy it), nothing but the end (`--regex ""`: only the empty text),
+    or too much text forced without a choice (`TOO_MUCH_FORCED`)."""
     from llguidance import LLMatcher
 
     matcher = LLMatcher(byte_tokenizer(), grammar)
-    matcher.compute_bitmask()  # (the first mask is what finds nothing allowed)
+    first_mask = matcher.compute_bitmask()  # (the first mask is what finds nothing allowed)
     # (another error, e.g. a special token that only the model's vocabulary has, is for that vocabulary to say)
     if matcher.is_error() and matcher.get_error().startswith("NoExtensionBias"):
         return NOTHING_SATISFIES
+    allowed = sum(bin(byte).count("1") for byte in bytes(first_mask))
+    if not matcher.is_error() and matcher.is_accepting() and allowed == 1:  # (the end alone)
+        return "cannot be used: it matches only the empty text (the output would always be empty)"
     if not matcher.is_error() and len(matcher.compute_ff_tokens()) >= _FORCED_BYTES_FOLLOWED:
         return f"cannot be used: {TOO_MUCH_FORCED}"
     return None
