@@ -142,6 +142,21 @@ def test_continue_does_not_pick_a_conversation_emptied_by_undo(tmp_path: Path) -
     assert store.latest() == kept and store.get(emptied_id) is not None  # (still listed, to see or remove)
 
 
+def test_continue_does_not_pick_a_conversation_whose_time_was_damaged(tmp_path: Path) -> None:
+    """(was: a text `updated`, written by hand, sorts above every number in SQLite: `chat --continue` picked it,
+    and failed on it, every time)"""
+    path = tmp_path / "history.sqlite3"
+    store = HistoryStore(path)
+    damaged, kept = store.start(conversation("a", "b")), store.start(conversation("c", "d"))
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE conversations SET updated = 'y' WHERE id = ?", (damaged,))
+    db.close()
+    store = HistoryStore(path)
+    assert store.latest() == kept and [row["id"] for row in store.list()] == [kept, damaged]
+    store.close()
+
+
 def test_a_history_file_that_is_a_pipe_is_an_error_not_a_wait(tmp_path: Path) -> None:
     """(was: `history list`, `chat` waited for ever on the pipe's writer)"""
     import os

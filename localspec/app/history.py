@@ -80,6 +80,11 @@ class ConversationChanged(HistoryUnavailable):
     """Another process wrote to the conversation since this store last read or wrote it."""
 
 
+def _numbers_first(column: str) -> str:
+    """An ORDER BY term putting rows whose `column` is a number first (false, 0, sorts before true)."""
+    return f"typeof({column}) NOT IN ('integer', 'real')"
+
+
 class HistoryStore:
     """Conversations and their messages, written one message per transaction."""
 
@@ -214,8 +219,9 @@ class HistoryStore:
     def latest(self) -> int | None:
         """The conversation `chat --continue` resumes: the latest updated that holds a message (one emptied by
         `/undo` has nothing to go on from)."""
+        # (an `updated` that is not a number, written by hand, sorts above every number in SQLite: last, not first)
         rows = self._read("SELECT id FROM conversations c WHERE EXISTS (SELECT 1 FROM messages WHERE conversation = c.id)"
-                          " ORDER BY updated DESC, id DESC LIMIT 1")
+                          f" ORDER BY {_numbers_first('updated')}, updated DESC, id DESC LIMIT 1")
         return rows[0][0] if rows else None
 
     def list(self) -> list[dict[str, Any]]:
@@ -223,7 +229,8 @@ class HistoryStore:
         rows = self._read(
             "SELECT c.id, c.started, c.updated, COUNT(m.id),"
             " (SELECT content FROM messages WHERE conversation = c.id AND role = 'user' ORDER BY id LIMIT 1)"
-            " FROM conversations c LEFT JOIN messages m ON m.conversation = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
+            " FROM conversations c LEFT JOIN messages m ON m.conversation = c.id GROUP BY c.id"
+            f" ORDER BY {_numbers_first('c.updated')}, c.updated DESC, c.id DESC"
         )
         return [
             {"id": cid, "started": _time(started), "updated": _time(updated), "messages": count,
