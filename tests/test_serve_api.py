@@ -317,7 +317,10 @@ def test_the_harmless_values_of_those_fields_are_accepted(api: Api) -> None:
     no_format_no_tools = {"response_format": {"type": "text"}, "tools": [], "tool_choice": "none"}
     assert api.post(CHAT, chat_body("hi", max_tokens=1, **harmless, **no_format_no_tools)).status_code == 200
     also = {"n": 1.0, "logit_bias": {"42": 0}, "user": "u1", "metadata": {"a": "b"}, "store": False}  # (were refused)
-    assert api.post(CHAT, chat_body("hi", max_tokens=1, **also)).status_code == 200
+    answered = api.post(CHAT, chat_body("hi", max_tokens=1, **also))
+    assert answered.status_code == 200 and "warnings" not in answered.json()
+    remembered = api.post(CHAT, chat_body("hi", max_tokens=1, memory=True))  # (was: taken silently)
+    assert remembered.status_code == 200 and "this server keeps no memory" in remembered.json()["warnings"][0]
 
 
 @pytest.mark.parametrize("field, value", [

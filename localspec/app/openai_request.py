@@ -161,6 +161,7 @@ class CompletionRequest:
     # ... but a stream's stays in its content between the model's tags (`reasoning_format` "deepseek-legacy")
     thought_inline_in_stream: bool = False
     template_variables: dict[str, Any] = dataclasses.field(default_factory=dict)  # more of the chat template's inputs
+    memory_asked: bool = False  # `"memory": true` given (a server started without --memory keeps none)
 
     @property
     def grammar(self) -> str | None:
@@ -229,6 +230,7 @@ def parse_request(body: dict[str, Any], *, chat: bool, defaults: GenerationSetti
         reasoning=reasoning_format != "none",
         thought_inline_in_stream=stream and reasoning_format == "deepseek-legacy",
         template_variables=_template_variables(body, chat),
+        memory_asked=body.get("memory") is True,
     )
 
 

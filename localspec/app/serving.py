@@ -439,6 +439,9 @@ class Reply:
         if (form is not None and form.thinks and parsed is not None and parsed.settings.thought_budget is not None
                 and not budget_held(session.chat_template(), session.target)):
             self.warnings.append(f"the reasoning budget is not held: {BUDGET_UNHELD}")
+        if parsed is not None and parsed.memory_asked and session.memory is None:
+            self.warnings.append("memory: this server keeps no memory (start it with --memory): nothing was drafted"
+                                 " from one or added to one")
         for warning in self.warnings:
             log.warning("warning: %s", warning)
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
