@@ -92,21 +92,23 @@ def test_memory_add_list_remove_and_clear(tiny_profile: str, tmp_path: Path, mon
 def test_memory_add_tokenizes_a_long_text_in_pieces_cut_at_line_ends(tiny_pair: tuple[Path, Path],
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """(was: one call for the whole file: a megabyte of digits took a minute on the tiny vocabulary, and Ctrl-C
-    waited for it)"""
+    waited for it) The pieces' tokens are the whole text's: the tiny vocabulary puts a space before each text
+    it is given, which a cut must not add."""
     from localspec.cli import memory
     from localspec.runtime.model import Vocabulary
 
     monkeypatch.setattr(memory, "PIECE_CHARS", 64)
-    text = "the cat sat on the mat\n" * 9 + "7" * 150 + " the dog"
+    lines = "the cat sat on the mat\n" * 9 + "a dog\n\n\nran off\n" * 3
     with Vocabulary(tiny_pair[0]) as vocabulary:
         pieces: list[str] = []
         real = vocabulary.tokenize
         monkeypatch.setattr(vocabulary, "tokenize", lambda piece, **kw: pieces.append(piece) or real(piece, **kw))
-        tokens = memory._tokens_of(vocabulary, text)
-        assert "".join(pieces) == text and all(len(piece) <= 64 for piece in pieces)
-        assert sum(piece.endswith("\n") for piece in pieces) >= 3  # cut at line ends where there are some
-        each = [token for piece in pieces for token in real(piece, add_special=False)]
-        assert tokens.dtype == np.int32 and list(tokens) == each
+        assert list(memory._tokens_of(vocabulary, lines)) == real(lines, add_special=False)
+        assert sum(piece.endswith("\n") for piece in pieces) >= 4 and all(len(piece) <= 65 for piece in pieces)
+        pieces.clear()
+        run = "7" * 150  # no line's end: cut where the piece ends
+        tokens = memory._tokens_of(vocabulary, run)
+        assert [len(piece) for piece in pieces if piece != "\n"] == [64, 64, 22] and tokens.dtype == np.int32
 
 
 def test_memory_add_with_an_empty_target_is_refused(tiny_profile: str, tmp_path: Path) -> None:

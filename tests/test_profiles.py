@@ -468,6 +468,11 @@ def test_a_mistyped_list_is_refused_not_kept_as_one_string(tiny_pair: tuple[Path
     assert "[INST]" in cli("profile", "show", "listy").stdout
     for quoted in ('sampling.stop="a" "b"', 'sampling.stop="\\ud800"'):  # (was: kept, quotes and all, as one stop)
         one_error_line(cli("profile", "set", "listy", quoted), 2, "is not a list nor a string")
+    for kept in ("sampling.stop='", 'sampling.stop="Human:'):  # (a quote that opens no TOML string: one stop)
+        assert cli("profile", "set", "listy", kept).exit_code == 0
+    one_error_line(cli("profile", "set", "listy", "sampling.seed=1_0"), 2, "sampling.seed")  # (was: seed 10)
+    assert cli("profile", "set", "listy", "chat.system_prompt=[1, 2]").exit_code == 0  # (text where text is wanted)
+    assert load_profile("listy").get("chat.system_prompt") == "[1, 2]"
     for word, stop in (("42", "42"), ("true", "true"), ("1979-05-27", "1979-05-27")):  # (was: "must be a list")
         assert cli("profile", "set", "listy", f"sampling.stop={word}").exit_code == 0
         assert load_profile("listy").get("sampling.stop") == [stop]

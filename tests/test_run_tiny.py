@@ -77,6 +77,7 @@ def test_no_speculative_needs_no_draft_and_raw_refuses_a_system_prompt(tiny_args
         (["history", "remove", "1_0"], "'1_0' is not a whole number"),  # (was: conversation 10 removed)
         (["history", "show", "\u0663"], "is not a whole number"), (["run", "--seed", "\uff13", "hi"], "is not a whole"),
         (["run", "--temperature", "0_5", "hi"], "'0_5' is not a number"),
+        (["bench", "--temperatures", "0,0_5"], "'0_5' is not a number"),  # (was: a temperature of 5)
     ],
 )
 def test_a_number_option_says_what_number_it_wants(args: list[str], fragment: str) -> None:

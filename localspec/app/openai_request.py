@@ -61,7 +61,8 @@ def _one_or_absent(value: Any) -> bool:
 
 
 def _no_bias(value: Any) -> bool:
-    return value is None or isinstance(value, dict) and all(bias == 0 for bias in value.values())
+    return value is None or isinstance(value, dict) and all(
+        isinstance(bias, (int, float)) and not isinstance(bias, bool) and bias == 0 for bias in value.values())
 
 
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -123,7 +124,7 @@ READ_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "respo
 REASONING_FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")
 # OpenAI's values of `reasoning_effort`; gpt-oss's template knows low, medium and high, and takes less as low.
 REASONING_EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
-_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *IGNORED_FIELD_TYPES, *OTHER_SERVERS_FIELDS)
+_KNOWN_FIELDS = (*REQUEST_FIELDS, *UNSUPPORTED, *READ_FIELDS, *OTHER_SERVERS_FIELDS)  # (`users`: no misspelling)
 _MISSPELLED = 0.85  # an unknown field this close to a known one (difflib's ratio) is taken for a misspelling of it
 MAX_FIELDS = 256  # a request's top-level fields (OpenAI's API has a few dozen): each unknown one is spell-checked
 
@@ -350,8 +351,9 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     """A 400 for a field whose value asks for what localspec does not do, or an ignored field of the wrong type."""
     for name in ("n", "best_of"):
         value = body.get(name)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 1
-                                  or not float(value).is_integer()):
+        whole = (isinstance(value, int) and not isinstance(value, bool)
+                 or isinstance(value, float) and value.is_integer())
+        if value is not None and not (whole and value >= 1):  # (float() of a 400-digit int would overflow)
             raise ApiError(400, f"{name} must be a whole number of at least 1, got {quote_json(value)}", param=name)
     for name, (kind, what) in IGNORED_FIELD_TYPES.items():
         if body.get(name) is not None and not isinstance(body[name], kind):

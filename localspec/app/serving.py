@@ -340,7 +340,7 @@ def _refuse_too_long(served: ServedModel, parsed: CompletionRequest) -> None:
     try:
         served.queue.session.refuse_text_too_long([text for texts in fields.values() for text in texts])
     except PromptTooLongError as exc:
-        largest = max(fields, key=lambda name: sum(len(text) for text in fields[name]))
+        largest = max(fields, key=lambda name: sum(len(text.encode("utf-8", "replace")) for text in fields[name]))
         raise ApiError(400, f"{exc} (the most of it: {largest})" if len(fields) > 1 else str(exc), param=largest,
                        code="context_length_exceeded") from None
 

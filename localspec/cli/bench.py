@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -40,14 +39,13 @@ from ..app.structured_bench import (
     run_structured_bench,
 )
 from ..app.structured_set import structured_set
-from ..config.files import read_piped
 from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
 from ..errors import LocalspecError
 from ..settings import ADAPTIVE, ADAPTIVE_DRAFT_LIMIT, SETTINGS, STRATEGIES, VERIFY_MODES
 from ..textin import clean_input
-from .common import print_table, say, stderr_console, write_stdout
+from .common import print_table, say, stderr_console, stdin_bytes, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -81,6 +79,8 @@ def _comma_list(value: str, convert, option: str) -> list:
 
 def _temperature(item: str) -> float:
     try:
+        if not item.isascii() or "_" in item:  # (Python reads "0_5" as 5.0, "٠.٨" as 0.8)
+            raise ValueError(item)
         value = float(item)
     except ValueError:
         raise click.BadParameter(f"{item!r} is not a number") from None
@@ -304,7 +304,7 @@ def _prompts(spec: str | None) -> tuple[str, ...]:
             raise click.BadParameter(f"between 1 and {len(DEFAULT_PROMPTS)} built-in prompts", param_hint="--prompts")
         return DEFAULT_PROMPTS[:count]
     if spec == "-":
-        return prompts_in(read_piped(sys.stdin.buffer, "stdin"), "stdin")
+        return prompts_in(stdin_bytes(), "stdin")
     return read_prompts(user_path(spec))
 
 

@@ -218,7 +218,7 @@ class ChatLoop:
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave the chat."""
-        name, argument = (text.split(None, 1) + [""])[:2]  # (a tab after the name separates it too)
+        name, argument = (text.split(None, 1) + ["", ""])[:2]  # (a tab after the name separates it too)
         argument = argument.strip()
         if name in TAKE_NO_ARGUMENT and argument:  # ("/reset the story" was likely meant as a message)
             self.fail(f"error: {name} takes nothing after it (a message that starts with / is sent as"
@@ -332,7 +332,7 @@ class ChatLoop:
             self.say(f"  {'stats':<{width}} {'on' if self.show_stats else 'off'}")
             self.say(f"  {'format':<{width}} {_format_text(self.chat.output_format)} (/format)")
             return
-        key, value = (argument.split(None, 1) + [""])[:2]
+        key, value = (argument.split(None, 1) + ["", ""])[:2]
         if key == "stats":
             if value.strip() not in ("on", "off"):
                 raise InputError("/set stats on|off")
@@ -461,9 +461,8 @@ def _file_identity(path: Path) -> tuple[int, int, int]:
 
 def _force_flag(argument: str) -> tuple[bool, str]:
     """(--force given, the rest) of a command's argument."""
-    if argument == "--force" or argument.startswith("--force "):
-        return True, argument[len("--force"):].strip()
-    return False, argument
+    first, rest = (argument.split(None, 1) + ["", ""])[:2]  # (a tab separates too)
+    return (True, rest.strip()) if first == "--force" else (False, argument)
 
 
 def _open_store(resuming: bool) -> HistoryStore | None:
@@ -502,15 +501,14 @@ UNCLOSED = object()  # the end of input within a multi-line message: the message
 
 
 def _wide_line(stream: io.TextIOWrapper) -> str | None:
-    """The next line of stdin read as UTF-16 or UTF-32 (`stream`); None at its end."""
-    try:
-        line = stream.readline(MAX_PIPED_BYTES + 1)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"stdin: not valid {stream.encoding.upper()} text after its byte order mark ({exc.reason})"
-                         ) from None
+    """The next line of stdin read as UTF-16 or UTF-32 (`stream`, which replaces what is not); None at its end."""
+    line = stream.readline(MAX_PIPED_BYTES + 1)
     if len(line) > MAX_PIPED_BYTES:
         raise InputError(_TOO_LONG)
-    return clean_input(line, "a line of input").rstrip("\n") if line else None
+    if "\ufffd" in line:  # (as a line of UTF-8 with a stray byte is said to be)
+        click.echo(f"warning: a line of input is not valid {stream.encoding.upper()} text; invalid parts were"
+                   " replaced with \ufffd", err=True)
+    return clean_input(line, "a line of input").rstrip("\r\n") if line else None
 
 
 def _line_reader() -> Callable[[], str | object | None]:
@@ -558,7 +556,7 @@ def _line_reader() -> Callable[[], str | object | None]:
                 first_line = False
                 encoding = stream_encoding(sys.stdin.buffer)
                 if encoding != "utf-8":
-                    wide_text = io.TextIOWrapper(sys.stdin.buffer, encoding=encoding, newline=None)
+                    wide_text = io.TextIOWrapper(sys.stdin.buffer, encoding=encoding, errors="replace", newline="\n")
             if wide_text is not None:
                 return _wide_line(wide_text)
             line = sys.stdin.buffer.readline(MAX_PIPED_BYTES + 1)  # bytes: invalid UTF-8 is replaced, not a crash

@@ -243,13 +243,20 @@ def read_prompt(prompt: str | None) -> str:
 
 
 def _read_stdin() -> str:
-    """The prompt piped on stdin (`read_piped`: bounded), decoded as `decode_bytes` does (UTF-16 read as such
-    after its byte order mark, bytes that are not UTF-8 replaced with a warning)."""
+    """The prompt piped on stdin (`stdin_bytes`), decoded as `decode_bytes` does (UTF-16 read as such after its
+    byte order mark, bytes that are not UTF-8 replaced with a warning)."""
+    return decode_input(stdin_bytes(), "stdin")
+
+
+def stdin_bytes() -> bytes:
+    """What stdin holds (`read_piped`: bounded); InputError where there is none to read (`<&-`) or it cannot be
+    read (opened for writing only)."""
+    if sys.stdin is None:  # (`<&-`: Python starts with sys.stdin None)
+        raise InputError("stdin is closed: nothing to read")
     try:
-        data = read_piped(sys.stdin.buffer, "stdin")
-    except OSError as exc:  # (opened for writing only, say)
+        return read_piped(sys.stdin.buffer, "stdin")
+    except OSError as exc:
         raise InputError(f"cannot read stdin ({exc.strerror or exc})") from None
-    return decode_input(data, "stdin")
 
 
 @contextmanager

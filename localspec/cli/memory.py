@@ -179,20 +179,27 @@ def _forget_prompts() -> None:
 
 
 def _tokens_of(vocabulary: Vocabulary, text: str) -> np.ndarray:
-    """`text`'s tokens, tokenized PIECE_CHARS characters at a time, each piece ending at a line's end (or a
-    space) where one is in its second half: Ctrl-C stops a long file's tokenizing between two pieces, and a
-    tokenizer whose time grows with the square of a run's length (digits, a minified file, with some
-    vocabularies: a minute for a megabyte) meets no run longer than a piece."""
+    """`text`'s tokens, tokenized PIECE_CHARS characters at a time, each piece ending at a line's end where one is
+    in its second half: Ctrl-C stops a long file's tokenizing between two pieces, and a tokenizer whose time
+    grows with the square of a run's length (digits, a minified file, with some vocabularies: a minute for a
+    megabyte) meets no run longer than a piece. A piece after a line's end is tokenized with that line break
+    before it, whose own tokens are then left out: the tokens are those of the whole text (a tokenizer that puts
+    a space before each text it is given, SentencePiece's, put one at each cut)."""
+    line_break = vocabulary.tokenize("\n", add_special=False)
     pieces = []
     start = 0
     while start < len(text):
         end = min(start + PIECE_CHARS, len(text))
         if end < len(text):
-            middle = start + PIECE_CHARS // 2
-            cut = text.rfind("\n", middle, end)
-            cut = cut if cut >= 0 else text.rfind(" ", middle, end)
+            cut = text.rfind("\n", start + PIECE_CHARS // 2, end)
             end = cut + 1 if cut >= 0 else end
-        pieces.append(vocabulary.tokenize(text[start:end], add_special=False))
+        piece = text[start:end]
+        tokens = vocabulary.tokenize(piece, add_special=False)
+        if start and text[start - 1] == "\n":
+            after_break = vocabulary.tokenize("\n" + piece, add_special=False)
+            if after_break[:len(line_break)] == line_break:  # (else the break merged with what follows: as it is)
+                tokens = after_break[len(line_break):]
+        pieces.append(tokens)
         start = end
     return np.asarray([token for piece in pieces for token in piece], dtype=np.int32)
 

@@ -106,7 +106,7 @@ def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] 
 
 def format_from_command(argument: str) -> OutputFormat | None:
     """Chat's `/format ARGUMENT`: the new format, or None for `off`; bad input is InputError."""
-    word, _, rest = argument.strip().partition(" ")
+    word, rest = (argument.split(None, 1) + ["", ""])[:2]  # (a tab separates too)
     rest = rest.strip()
     if word == "off" and not rest:
         return None

@@ -24,10 +24,14 @@ def typed_path(typed: str, what: str | None = None) -> Path:
     typed = typed.strip()
     if os.name == "nt":  # (a backslash separates folders: only the quotes around a name are taken off)
         quoted = len(typed) >= 2 and typed[0] == typed[-1] and typed[0] in "\"'"
-        return user_path(typed[1:-1] if quoted else typed, what)
+        return expanded_user_path(typed[1:-1] if quoted else typed, what)  # ($HOME and %USERPROFILE% expanded)
     if typed[:1] not in ("'", '"') and "\\" not in typed:
         return expanded_user_path(typed, what)
-    return user_path(shell_word(typed), what)
+    word = shell_word(typed)
+    if typed.startswith("~"):  # (a shell expands an unquoted `~` alone, as at the start of a plain name)
+        return user_path(word, what)
+    user_path(word, what)  # (its checks: empty, a NUL)
+    return Path(word)
 
 
 def shell_word(typed: str) -> str:

@@ -501,23 +501,25 @@ def parse_value(raw: str, kind: type) -> Any:
     number = _number_as_a_flag_reads_it(raw, kind)
     if number is not None:
         return number
-    if kind in (int, float) and raw.strip().lower().startswith(("0x", "0o", "0b", "+0x", "-0x")):
-        return raw.strip()  # (text, refused as not a number: TOML would read 0x10 as 16, which no flag takes)
+    if kind in (int, float) and (raw.strip().lower().startswith(("0x", "0o", "0b", "+0x", "-0x")) or "_" in raw):
+        return raw.strip()  # (text, refused as not a number: TOML would read 0x10 as 16 and 1_0 as 10, as no flag)
     try:
         document = tomllib.loads(f"v = {raw.strip()}")
         if set(document) != {"v"}:  # a line break, then more TOML: not one value (kept as text, or refused)
             raise tomllib.TOMLDecodeError("more than one value")
         value = document["v"]
     except tomllib.TOMLDecodeError:
-        if kind is list and re.match(r"\[?\s*[\"']", raw.strip()):  # (["a", and "a" "b": quoted, not TOML)
-            raise InputError(f"{raw.strip()[:40]!r} is not a list nor a string: write [\"a\", \"b\"] (TOML), or one"
+        text = raw.strip()
+        quoted = len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'"  # ("a" "b", "\ud800": not TOML's)
+        if kind is list and (re.match(r"\[\s*[\"']", text) or quoted):  # (["a", too)
+            raise InputError(f"{text[:40]!r} is not a list nor a string: write [\"a\", \"b\"] (TOML), or one"
                              " string (quoted as TOML quotes it, or not at all)") from None
         value = raw.strip()
     except RecursionError:  # brackets nested thousands deep: text
         value = raw.strip()
     except ValueError:  # Python's limit on the digits of an integer read from text
         raise InputError(f"{raw.strip()[:20]}...: {TOO_LONG_A_NUMBER}") from None
-    if kind in (str, list) and not isinstance(value, (str, list)):
+    if kind is str and not isinstance(value, str) or kind is list and not isinstance(value, (str, list)):
         value = raw.strip()  # text that reads as TOML (true, 1.5, a date) is still text where text is expected
     if kind is list and isinstance(value, str):
         value = [value]

@@ -1069,13 +1069,14 @@ def _as_lark(text: str, origin: str) -> str:
     try:
         return gbnf_to_lark(_unicode_escapes_spelled_out(text))
     except Exception as exc:  # noqa: BLE001 (the converter raises plain Exceptions, e.g. for an undefined rule)
-        message = _converter_message(exc) + _where_undefined_rule_is_used(str(exc), text)
+        message = _converter_message(exc, text) + _where_undefined_rule_is_used(str(exc), text)
         raise InputError(f"{origin}: cannot convert the GBNF grammar: {message}") from None
 
 
-def _converter_message(exc: Exception) -> str:
-    """The GBNF converter's error as one line, its position as a line and column of the file (or its end): the
-    converter's own gives a line past the file's last and an excerpt that lost its first character."""
+def _converter_message(exc: Exception, gbnf: str) -> str:
+    """The GBNF converter's error as one line, its position as a line and column of the file `gbnf` (or its end;
+    the line alone where `\\u` escapes were spelled out before it, shifting columns): the converter's own gives a
+    line past the file's last and an excerpt that lost its first character."""
     position = getattr(exc, "pos", None)
     offset, text = getattr(position, "pos", None), getattr(position, "text", None)
     said = str(exc).removesuffix(f" at {position}")
@@ -1084,7 +1085,8 @@ def _converter_message(exc: Exception) -> str:
     if not text[offset:].strip():
         return f"{_AT_THE_END}{said}"
     before = text[:offset]
-    return f"line {before.count(chr(10)) + 1}, column {offset - before.rfind(chr(10))}: {said}"
+    column = f", column {offset - before.rfind(chr(10))}" if text == gbnf else ""
+    return f"line {before.count(chr(10)) + 1}{column}: {said}"
 
 
 def _where_undefined_rule_is_used(message: str, gbnf: str) -> str:
