@@ -194,12 +194,11 @@ def _tokens_of(vocabulary: Vocabulary, text: str) -> np.ndarray:
             cut = text.rfind("\n", start + PIECE_CHARS // 2, end)
             end = cut + 1 if cut >= 0 else end
         piece = text[start:end]
-        tokens = vocabulary.tokenize(piece, add_special=False)
-        if start and text[start - 1] == "\n":
-            after_break = vocabulary.tokenize("\n" + piece, add_special=False)
-            if after_break[:len(line_break)] == line_break:  # (else the break merged with what follows: as it is)
-                tokens = after_break[len(line_break):]
-        pieces.append(tokens)
+        after_break = vocabulary.tokenize("\n" + piece, add_special=False) if start and text[start - 1] == "\n" else []
+        if after_break and after_break[:len(line_break)] == line_break:  # (else the break merged with what follows)
+            pieces.append(after_break[len(line_break):])
+        else:
+            pieces.append(vocabulary.tokenize(piece, add_special=False))
         start = end
     return np.asarray([token for piece in pieces for token in piece], dtype=np.int32)
 
