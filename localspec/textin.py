@@ -109,10 +109,10 @@ def clean_data(value: Any) -> tuple[Any, bool]:
     return root[0], replaced
 
 
-def replaced_warning(where: str) -> str:
+def replaced_warning(where: str, encoding: str = "UTF-8") -> str:
     """The one warning line for text from `where` (e.g. "the prompt", "stdin", a file's name) that needed
     replacing; control characters in a name escaped (`shown_name`)."""
-    return f"warning: {shown_name(where)} is not valid UTF-8 text; invalid parts were replaced with \ufffd"
+    return f"warning: {shown_name(where)} is not valid {encoding} text; invalid parts were replaced with \ufffd"
 
 
 def warn_replaced(where: str) -> None:

@@ -40,6 +40,7 @@ from ..app.structured_bench import (
 )
 from ..app.structured_set import structured_set
 from ..config.paths import user_path
+from ..config.profiles import written_plainly
 from ..engine.generation import Generation
 from ..engine.grammar import OutputFormat
 from ..errors import LocalspecError
@@ -79,7 +80,7 @@ def _comma_list(value: str, convert, option: str) -> list:
 
 def _temperature(item: str) -> float:
     try:
-        if not item.isascii() or "_" in item:  # (Python reads "0_5" as 5.0, "٠.٨" as 0.8)
+        if not written_plainly(item):
             raise ValueError(item)
         value = float(item)
     except ValueError:

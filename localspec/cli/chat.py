@@ -38,7 +38,7 @@ from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
 from ..settings import SEED_MAX, GenerationSettings
 from ..shown import shown_plainly
-from ..textin import clean_input, clean_text, decode_input, stream_encoding, warn_replaced
+from ..textin import clean_input, clean_text, decode_input, replaced_warning, stream_encoding, warn_replaced
 from .common import ended_by_signals, os_error_text, say, terminal_takes_colour, write_stdout
 from .loading import load_session, resolve_plan
 from .options import (
@@ -59,7 +59,7 @@ from .output_format import (
     format_from_command,
     output_format_from_options,
 )
-from .typed_paths import typed_path
+from .typed_paths import first_word, typed_path
 
 if TYPE_CHECKING:
     from prompt_toolkit.history import FileHistory
@@ -218,7 +218,7 @@ class ChatLoop:
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave the chat."""
-        name, argument = (text.split(None, 1) + ["", ""])[:2]  # (a tab after the name separates it too)
+        name, argument = first_word(text)  # (a tab after the name separates it too)
         argument = argument.strip()
         if name in TAKE_NO_ARGUMENT and argument:  # ("/reset the story" was likely meant as a message)
             self.fail(f"error: {name} takes nothing after it (a message that starts with / is sent as"
@@ -332,7 +332,7 @@ class ChatLoop:
             self.say(f"  {'stats':<{width}} {'on' if self.show_stats else 'off'}")
             self.say(f"  {'format':<{width}} {_format_text(self.chat.output_format)} (/format)")
             return
-        key, value = (argument.split(None, 1) + ["", ""])[:2]
+        key, value = first_word(argument)
         if key == "stats":
             if value.strip() not in ("on", "off"):
                 raise InputError("/set stats on|off")
@@ -461,7 +461,7 @@ def _file_identity(path: Path) -> tuple[int, int, int]:
 
 def _force_flag(argument: str) -> tuple[bool, str]:
     """(--force given, the rest) of a command's argument."""
-    first, rest = (argument.split(None, 1) + ["", ""])[:2]  # (a tab separates too)
+    first, rest = first_word(argument)
     return (True, rest.strip()) if first == "--force" else (False, argument)
 
 
@@ -506,8 +506,7 @@ def _wide_line(stream: io.TextIOWrapper) -> str | None:
     if len(line) > MAX_PIPED_BYTES:
         raise InputError(_TOO_LONG)
     if "\ufffd" in line:  # (as a line of UTF-8 with a stray byte is said to be)
-        click.echo(f"warning: a line of input is not valid {stream.encoding.upper()} text; invalid parts were"
-                   " replaced with \ufffd", err=True)
+        click.echo(replaced_warning("a line of input", stream.encoding.upper()), err=True)
     return clean_input(line, "a line of input").rstrip("\r\n") if line else None
 
 

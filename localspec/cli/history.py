@@ -30,7 +30,8 @@ def _store() -> HistoryStore:
 
 def _no_history_yet() -> bool:
     """Whether no chat has stored anything yet (reading then creates no database)."""
-    return not history_file().exists() and not history_file().is_symlink()
+    path = history_file()
+    return not path.exists() and not path.is_symlink()
 
 
 @click.group("history")

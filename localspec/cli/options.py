@@ -14,6 +14,7 @@ from typing import Any, Callable
 import click
 
 from ..config.files import parse_user_json
+from ..config.profiles import written_plainly
 from ..errors import InputError
 from ..settings import SETTINGS, Setting
 from ..textin import clean_input
@@ -70,7 +71,7 @@ class _SaysWhatItWants:
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str):
             try:
-                if not value.isascii() or "_" in value:  # (Python reads "1_0" as 10, "٣" and "３" as 3)
+                if not written_plainly(value):
                     raise ValueError(value)
                 self.parse(value)
             except ValueError:

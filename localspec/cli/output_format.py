@@ -23,7 +23,7 @@ from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..textin import clean_input
 from .options import all_of
-from .typed_paths import typed_path
+from .typed_paths import first_word, typed_path
 
 FLAGS = ("--format", "--json-schema", "--grammar", "--regex")
 _PARAMS = ("output_format", "json_schema", "grammar", "regex")
@@ -106,7 +106,7 @@ def compile_output_format(fmt: OutputFormat | None, warn: Callable[[str], None] 
 
 def format_from_command(argument: str) -> OutputFormat | None:
     """Chat's `/format ARGUMENT`: the new format, or None for `off`; bad input is InputError."""
-    word, rest = (argument.split(None, 1) + ["", ""])[:2]  # (a tab separates too)
+    word, rest = first_word(argument)
     rest = rest.strip()
     if word == "off" and not rest:
         return None

@@ -1,4 +1,5 @@
-"""A file name typed into a chat command (`/save`, `/load`, `/format schema FILE`), read as a shell reads one.
+"""What is typed after a chat command: its first word (`first_word`), and a file name (`/save`, `/load`,
+`/format schema FILE`) read as a shell reads one (`typed_path`).
 
 A name typed plainly is taken as typed, spaces and apostrophes included (`/save my chat.json`),
 with `~` and `$VARIABLES` expanded. A name that begins with a quote or holds a backslash
@@ -16,6 +17,12 @@ from ..config.paths import expanded_user_path, user_path
 from ..errors import InputError
 
 _SPECIAL_IN_DOUBLE_QUOTES = "$`\"\\"  # what a backslash escapes within double quotes (elsewhere it stays)
+
+
+def first_word(typed: str) -> tuple[str, str]:
+    """`typed`'s first word and the rest after it, split at the first run of spaces or tabs ("" where none)."""
+    words = typed.split(None, 1)
+    return (words[0] if words else ""), (words[1] if len(words) > 1 else "")
 
 
 def typed_path(typed: str, what: str | None = None) -> Path:

@@ -501,8 +501,9 @@ def parse_value(raw: str, kind: type) -> Any:
     number = _number_as_a_flag_reads_it(raw, kind)
     if number is not None:
         return number
-    if kind in (int, float) and (raw.strip().lower().startswith(("0x", "0o", "0b", "+0x", "-0x")) or "_" in raw):
-        return raw.strip()  # (text, refused as not a number: TOML would read 0x10 as 16 and 1_0 as 10, as no flag)
+    if kind in (int, float) and (raw.strip().lower().startswith(("0x", "0o", "0b", "+0x", "-0x"))
+                                 or not written_plainly(raw)):
+        return raw.strip()  # (text, refused as not a number: TOML would read 0x10 as 16 and 1_0 as 10)
     try:
         document = tomllib.loads(f"v = {raw.strip()}")
         if set(document) != {"v"}:  # a line break, then more TOML: not one value (kept as text, or refused)
@@ -526,11 +527,17 @@ def parse_value(raw: str, kind: type) -> Any:
     return value
 
 
+def written_plainly(number: str) -> bool:
+    """Whether a number's text is written as flags take it: ASCII alone, no `_` (Python reads "1_0" as 10 and
+    "٣" or "３" as 3; TOML reads 1_0 as 10)."""
+    return number.isascii() and "_" not in number
+
+
 def _number_as_a_flag_reads_it(raw: str, kind: type) -> int | float | None:
     """`raw` as `--temperature` or `--seed` reads it, where `kind` is a number and it reads as one (decimal
     digits; a float's point, exponent and NaN or infinity, which the checks after refuse); else None."""
     text = raw.strip()
-    if not text or "_" in text or not text.isascii():  # (Python reads "1_0" as 10, "٣" as 3)
+    if not text or not written_plainly(text):
         return None
     try:
         return int(text) if kind is int else float(text) if kind is float else None
