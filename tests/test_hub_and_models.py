@@ -395,11 +395,16 @@ def test_auto_draft_with_stdin_closed_asks_nothing(
     assert exited.value.code == 2 and "localspec draft make" in capsys.readouterr().err
 
 
+def test_make_draft_refuses_a_draft_path(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
+    added = cli("profile", "add", "made", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--make-draft")
+    one_error_line(added, 2, "--make-draft goes with --draft auto")
+
+
 @pytest.mark.slow
 def test_auto_draft_can_make_one_when_nothing_fits(tmp_path: Path, tiny_pair: tuple[Path, Path]) -> None:
     target = tmp_path / "target.gguf"
     target.write_bytes(tiny_pair[0].read_bytes())
-    added = cli("profile", "add", "made", "--target", str(target), "--draft", "auto", "--make-draft")
+    added = cli("profile", "add", "made", "--target", str(target), "--make-draft")  # (it implies --draft auto)
     assert added.exit_code == 0, added.stderr
     drafts = list(tmp_path.glob("target.draft-*.gguf"))
     assert len(drafts) == 1 and "wrote" in added.stderr and "expected speed-up" in added.stderr

@@ -164,6 +164,14 @@ def test_a_relative_model_path_written_by_hand_is_read_from_the_profiles_folder(
     assert flagged.values["target.path"] == "here.gguf"
 
 
+def test_a_path_starting_with_an_unset_variable_is_named_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: "target.path = /…/profiles/$NOPE/x.gguf: $NOPE is not set", the profile's folder put before it)"""
+    monkeypatch.delenv("LOCALSPEC_TEST_UNSET", raising=False)
+    write_user_profile("unset", '[target]\npath = "$LOCALSPEC_TEST_UNSET/x.gguf"\n')
+    one_error_line(cli("profile", "check", "unset"), 2,
+                   "target.path = $LOCALSPEC_TEST_UNSET/x.gguf: $LOCALSPEC_TEST_UNSET is not set in this environment")
+
+
 def test_a_strategy_that_needs_a_draft_the_profile_lacks_is_said_by_add_show_and_check(
         tiny_pair: tuple[Path, Path]) -> None:
     """(was: "no draft: target only" from add, show and check, then `run` refused the profile)"""

@@ -147,6 +147,30 @@ def test_two_formats_at_once_are_refused(command: str) -> None:
     one_error_line(result, 2, "--format and --regex cannot be combined")
 
 
+def run_with_stdin(tiny_args: list[str], stdin: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["run", *tiny_args, "--max-tokens", "8", *args], input=stdin,
+                              catch_exceptions=False)
+
+
+@pytest.mark.slow  # two runs
+def test_a_schema_or_grammar_file_named_dash_is_read_from_stdin(tiny_args: list[str]) -> None:
+    schema = run_with_stdin(tiny_args, '{"type": "object"}', "--raw", "--json-schema", "-", "--json", "the cat")
+    assert schema.exit_code in (0, 1), schema.stderr  # (1: cut short by max_tokens)
+    assert json.loads(schema.stdout)["format"] == {"kind": "json_schema", "origin": "stdin", "warnings": []}
+    grammar = run_with_stdin(tiny_args, 'start: "yes" | "no"', "--raw", "--grammar", "-", "the cat")
+    assert grammar.exit_code == 0 and grammar.stdout in ("yes", "no"), (grammar.stdout, grammar.stderr)
+
+
+def test_a_file_named_dash_reads_stdin_where_nothing_else_does(tiny_args: list[str]) -> None:
+    one_error_line(run_with_stdin(tiny_args, "[", "--tools", "-", "the cat"), 2, "stdin: not valid JSON")
+    one_error_line(run_with_stdin(tiny_args, "{}", "--json-schema", "-"), 2,
+                   "--json-schema - reads stdin, which the prompt is read from: give the prompt as an argument")
+    one_error_line(run_with_stdin(tiny_args, "[]", "--tools", "-", "-"), 2,
+                   "--tools - reads stdin, which the prompt is read from")
+    chat = CliRunner().invoke(main, ["chat", "--grammar", "-"], input="hi\n", catch_exceptions=False)
+    one_error_line(chat, 2, "--grammar - reads stdin, which chat reads its messages from: give a file")
+
+
 def bad_files(folder: Path) -> dict[str, tuple[Path, str]]:
     (folder / "folder.json").mkdir()
     (folder / "latin1.json").write_bytes(b'{"description": "caf\xe9"}')

@@ -127,7 +127,7 @@ def chat(
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
     if continue_latest and resume_id is not None:
         raise click.UsageError("--continue resumes the latest conversation and --resume ID another: give one of them")
-    output_format = output_format_from_options(options)
+    output_format = output_format_from_options(options, stdin_taken="chat reads its messages from: give a file")
     compiled = compile_output_format(output_format)
     variables = template_variables_from_option(template_kwargs)
     flags = setting_flags(options)

@@ -232,7 +232,7 @@ def read_prompt(prompt: str | None) -> str:
     if prompt in (None, "-") and sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no prompt: give one as an argument or on stdin")
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = _read_stdin()
+        prompt = read_stdin()
     elif prompt is not None:
         prompt = clean_input(prompt, "the prompt")
     if prompt is None:
@@ -242,10 +242,24 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def _read_stdin() -> str:
-    """The prompt piped on stdin (`stdin_bytes`), decoded as `decode_bytes` does (UTF-16 read as such after its
-    byte order mark, bytes that are not UTF-8 replaced with a warning)."""
-    return decode_input(stdin_bytes(), "stdin")
+STDIN = "-"  # a file option's name for stdin
+
+
+def refuse_stdin_if_taken(flag: str, taken_by: str | None) -> None:
+    """A usage error for `flag -` where stdin is `taken_by` something else (None: it is free)."""
+    if taken_by is not None:
+        raise click.UsageError(f"{flag} - reads stdin, which {taken_by}")
+
+
+def prompt_reads_stdin(prompt: str | None) -> bool:
+    """Whether `read_prompt` would read the prompt from stdin (not where stdin is a terminal: it says to give one)."""
+    return prompt == "-" or (prompt is None and sys.stdin is not None and not sys.stdin.isatty())
+
+
+def read_stdin(where: str = "stdin") -> str:
+    """What is piped on stdin (`stdin_bytes`), decoded as `decode_bytes` does (UTF-16 read as such after its
+    byte order mark, bytes that are not UTF-8 replaced with a warning naming `where`)."""
+    return decode_input(stdin_bytes(), where)
 
 
 def stdin_bytes() -> bytes:

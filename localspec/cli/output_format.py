@@ -22,6 +22,7 @@ from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..textin import clean_input
+from .common import STDIN, read_stdin, refuse_stdin_if_taken
 from .options import all_of
 from .typed_paths import first_word, typed_path
 
@@ -34,17 +35,19 @@ OUTPUT_FORMAT_OPTIONS = all_of(
     click.option("--format", "output_format", type=click.Choice(["json"]),
                  help="Hold the output to a valid JSON object (any JSON value: --json-schema '{}')."),
     click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",
-                 help="Hold the output to a JSON schema: a file, or the schema itself if it starts with '{'."),
+                 help="Hold the output to a JSON schema: a file (- reads stdin), or the schema itself as JSON."),
     click.option("--grammar", "grammar", metavar="FILE", type=click.Path(),
-                 help="Hold the output to a grammar file: llguidance's Lark syntax, or llama.cpp's GBNF."),
+                 help="Hold the output to a grammar file (- reads stdin): llguidance's Lark syntax, or llama.cpp's"
+                      " GBNF."),
     click.option("--regex", "regex", metavar="PATTERN", help="Hold the output to a regular expression."),
 )
 
 
-def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
+def output_format_from_options(options: dict[str, Any], stdin_taken: str | None = None) -> OutputFormat | None:
     """The format the parsed options ask for (None: no constraint); removes the four options from `options`.
 
-    More than one given is a usage error (exit 2); a file that cannot be read is an InputError naming it.
+    More than one given is a usage error (exit 2); a file that cannot be read is an InputError naming it. A file
+    given as `-` is stdin, where it is free (`stdin_taken`: else what reads it, said in the usage error).
     """
     given = {flag: options.pop(param, None) for flag, param in zip(FLAGS, _PARAMS)}
     given = {flag: value for flag, value in given.items() if value is not None}
@@ -53,6 +56,9 @@ def output_format_from_options(options: dict[str, Any]) -> OutputFormat | None:
     if not given:
         return None
     flag, value = next(iter(given.items()))
+    if value == STDIN and flag in ("--json-schema", "--grammar"):
+        refuse_stdin_if_taken(flag, stdin_taken)
+        return OutputFormat("json_schema" if flag == "--json-schema" else "grammar", read_stdin(f"{flag} -"), "stdin")
     if flag == "--format":
         return OutputFormat("json", "", "--format json")
     if flag == "--json-schema":

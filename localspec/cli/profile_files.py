@@ -26,7 +26,8 @@ from .drafts import make_draft_file
 @click.option("--target", required=True, help="Target GGUF path.")
 @click.option("--draft", help="Draft GGUF path, or 'auto' to pick the best compatible smaller model.")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Any profile setting, e.g. sampling.temperature=0.7.")
-@click.option("--make-draft", is_flag=True, help="With --draft auto: when nothing fits, make a draft of the target (the fastest precision, measured) without asking.")
+@click.option("--make-draft", is_flag=True, help="Implies --draft auto: when nothing fits, make a draft of the"
+              " target (the fastest precision, measured) without asking.")
 @click.option("--description", help="One line describing the profile.")
 @click.option("--force", is_flag=True, help="Overwrite an existing user profile.")
 def add_command(
@@ -40,10 +41,12 @@ def add_command(
     existing = user_profiles_dir() / f"{name}.toml"
     if (existing.exists() or existing.is_symlink()) and not force:  # (before a draft is looked for; checked again as it is written)
         raise profile_exists(name, existing)
+    if make_draft and draft not in (None, "auto"):
+        raise InputError("--make-draft goes with --draft auto (a draft is made when none fits), not with a draft path")
     values: dict = {"name": name, "target.path": stored_model_path(target, "--target")}
     if description:
         values["description"] = clean_input(description, "--description")
-    if draft == "auto":
+    if draft == "auto" or make_draft:
         values["draft.path"] = str(_auto_draft(model_path_here(values["target.path"], "target.path"), make_draft))
     elif draft is not None:  # (an empty path is refused there, not taken for no draft)
         values["draft.path"] = stored_model_path(draft, "--draft")

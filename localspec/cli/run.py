@@ -17,7 +17,7 @@ from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat
 from ..errors import InputError
 from ..textin import clean_text
-from .common import ended_by_signals, read_prompt, write_stdout
+from .common import ended_by_signals, prompt_reads_stdin, read_prompt, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -114,9 +114,10 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     ended_by: list[int] = []
     if as_json:  # (SIGTERM, SIGHUP: the result so far is written, as on Ctrl-C)
         ended_by_signals(ended_by)
-    output_format = output_format_from_options(options)
+    prompt_on_stdin = "the prompt is read from: give the prompt as an argument" if prompt_reads_stdin(prompt) else None
+    output_format = output_format_from_options(options, stdin_taken=prompt_on_stdin)
     compiled = compile_output_format(output_format)
-    tool_run = tool_run_from_options(options, raw or output_format is not None)
+    tool_run = tool_run_from_options(options, raw or output_format is not None, stdin_taken=prompt_on_stdin)
     variables = template_variables_from_option(template_kwargs)
     if raw and variables:
         raise InputError("--chat-template-kwargs is for the chat template, which --raw leaves out")

@@ -35,38 +35,44 @@ from ..config.files import parse_user_json, read_user_text
 from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..errors import InputError
-from .common import write_stdout
+from .common import STDIN, read_stdin, refuse_stdin_if_taken, write_stdout
 from .options import all_of
 from .output_format import cut_short_message
 
 TOOL_OPTIONS = all_of(
     click.option("--tools", "tools_file", metavar="FILE", type=click.Path(),
-                 help="Offer the tools in FILE (a JSON list, OpenAI's shape) and print the calls as JSON."),
+                 help="Offer the tools in FILE (a JSON list, OpenAI's shape; - reads stdin) and print the calls as"
+                      " JSON."),
     click.option("--tool-choice", "tool_choice", metavar="auto|required|NAME",
                  help="With --tools: let the model choose (auto, the default), make it call a tool "
                       "(required), or call the tool NAME."),
 )
 
 
-def tool_run_from_options(options: dict[str, Any], constrained: bool) -> ToolRun | None:
-    """A `ToolRun` for --tools (None without it); `constrained`: --raw or an output format was given too."""
-    request = tools_from_options(options)
-    if request is None:
-        return None
-    if constrained:
+def tool_run_from_options(options: dict[str, Any], constrained: bool, stdin_taken: str | None = None) -> ToolRun | None:
+    """A `ToolRun` for --tools (None without it); `constrained`: --raw or an output format was given too;
+    `stdin_taken`: what else reads stdin (None: `--tools -` may)."""
+    if constrained and options.get("tools_file") is not None:
         raise click.UsageError("--tools cannot be combined with --raw or an output format")
-    return ToolRun(request)
+    request = tools_from_options(options, stdin_taken)
+    return None if request is None else ToolRun(request)
 
 
-def tools_from_options(options: dict[str, Any]) -> ToolRequest | None:
-    """The tools the options offer (None: no --tools); removes both options from `options`. Bad input is InputError."""
+def tools_from_options(options: dict[str, Any], stdin_taken: str | None = None) -> ToolRequest | None:
+    """The tools the options offer (None: no --tools; `-`: stdin's, unless `stdin_taken` names what reads it);
+    removes both options from `options`. Bad input is InputError."""
     path, choice = options.pop("tools_file", None), options.pop("tool_choice", None)
     if path is None:
         if choice is not None:
             raise InputError("--tool-choice needs --tools FILE")
         return None
-    path = user_path(path, "--tools")
-    definitions = parse_user_json(read_user_text(path, pipes_ok=True), path)
+    if path == STDIN:
+        refuse_stdin_if_taken("--tools", stdin_taken)
+        path, text = "stdin", read_stdin("--tools -")
+    else:
+        path = user_path(path, "--tools")
+        text = read_user_text(path, pipes_ok=True)
+    definitions = parse_user_json(text, path)
     try:
         tools = check_tools(definitions, where=str(path))
         if choice is not None and choice not in ("auto", "required", "none"):

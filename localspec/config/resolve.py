@@ -70,12 +70,14 @@ def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
 
 def _paths_from_its_folder(profile: Profile) -> dict[str, Any]:
     """`profile`'s values with a relative model path (one written by hand: localspec stores them absolute) read
-    from the profile's folder, not from wherever a command runs."""
+    from the profile's folder, not from wherever a command runs (one that starts with a variable this environment
+    does not set is left as written: its error names the variable)."""
     values = dict(profile.values)
     for role in ROLES:
         stored = values.get(f"{role}.path")
         if isinstance(stored, str) and profile.path is not None:
-            if not os.path.isabs(os.path.expanduser(os.path.expandvars(stored))):
+            expanded = os.path.expanduser(os.path.expandvars(stored))
+            if not (os.path.isabs(expanded) or expanded.startswith("$")):
                 values[f"{role}.path"] = os.path.join(profile.path.parent, stored)
     return values
 
