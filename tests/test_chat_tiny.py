@@ -906,7 +906,8 @@ def test_control_characters_of_a_reply_are_shown_as_escapes_and_kept_in_the_hist
     assert stored()["messages"][-1]["content"] == "\x1b]0;PWNED\x07ok"
 
 
-@pytest.mark.parametrize("environment, coloured", [({}, True), ({"NO_COLOR": "1"}, False), ({"TERM": "dumb"}, False)])
+@pytest.mark.parametrize("environment, coloured", [({}, True), ({"NO_COLOR": "1"}, False), ({"TERM": "dumb"}, False),
+                                                   ({"NO_COLOR": ""}, True)])  # (no-color.org: an empty one is unset)
 def test_colour_goes_only_to_a_terminal_that_takes_it(monkeypatch: pytest.MonkeyPatch, environment: dict,
                                                       coloured: bool) -> None:
     """TERM=dumb shows escape sequences as they are: chat coloured drafted text and its statistics line there."""

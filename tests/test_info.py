@@ -73,6 +73,18 @@ def test_a_relative_localspec_home_is_refused_naming_the_absolute_one(tmp_path, 
     assert not (tmp_path / "home").exists()
 
 
+def test_localspec_home_expands_variables_and_a_blank_one_is_unset(tmp_path, monkeypatch) -> None:
+    """(was: "LOCALSPEC_HOME: the path is empty" for a blank one, which the README says is as if unset, and a
+    `$VARIABLE` taken as a relative folder's name, unlike a profile's paths)"""
+    monkeypatch.setenv("LOCALSPEC_TEST_BASE", str(tmp_path))
+    monkeypatch.delenv("LOCALSPEC_TEST_UNSET", raising=False)
+    folders = json.loads(cli("info", "--json", env={"LOCALSPEC_HOME": "$LOCALSPEC_TEST_BASE/home"}).output)["folders"]
+    assert folders["profiles"] == str(tmp_path / "home" / "profiles")
+    one_error_line(cli("profile", "list", env={"LOCALSPEC_HOME": "$LOCALSPEC_TEST_UNSET/home"}), 2,
+                   "LOCALSPEC_HOME=$LOCALSPEC_TEST_UNSET/home: $LOCALSPEC_TEST_UNSET is not set in this environment")
+    assert cli("profile", "list", env={"LOCALSPEC_HOME": "  "}).exit_code == 0
+
+
 def test_a_home_or_config_folder_under_a_file_is_one_line_not_profiles_missing(tmp_path) -> None:
     """(was: `profile list` listed the shipped profiles alone, exit 0, and only `profile add` failed)"""
     a_file = tmp_path / "afile"

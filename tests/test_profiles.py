@@ -286,9 +286,18 @@ def test_add_refuses_to_overwrite_without_force(pair: tuple[str, str]) -> None:
 def test_add_of_a_shipped_profiles_name_says_it_hides_that_one(tiny_pair: tuple[Path, Path]) -> None:
     added = cli("profile", "add", "demo", "--target", str(tiny_pair[0]))
     assert added.exit_code == 0, added.stderr
-    assert "note: it hides the shipped profile 'demo' (`localspec profile remove demo` brings" in added.stderr
+    assert "note: it has the name of the shipped profile 'demo', which it hides from now on" in added.stderr
     assert "hides" not in cli("profile", "add", "other", "--target", str(tiny_pair[0])).stderr
     assert "the shipped profile of that name applies again" in cli("profile", "remove", "demo").stderr
+
+
+def test_set_and_unset_of_a_shipped_profile_say_they_made_a_copy_that_hides_it() -> None:
+    """(was: "saved …/profiles/demo.toml" alone; the shipped demo was hidden from then on without a word)"""
+    said = "note: a copy of the shipped profile 'demo', which it hides from now on (`localspec profile remove demo`"
+    assert said in cli("profile", "unset", "demo", "speculative.draft_max").stderr
+    assert "hides" not in cli("profile", "set", "demo", "sampling.seed=3").stderr  # (the copy is there already)
+    assert cli("profile", "remove", "demo").exit_code == 0
+    assert said in cli("profile", "set", "demo", "sampling.seed=3").stderr
 
 @pytest.mark.slow
 def test_set_keeps_the_users_comments(pair: tuple[str, str]) -> None:

@@ -338,10 +338,10 @@ class StatusLine:
 
 
 def terminal_takes_colour(stream: Any) -> bool:
-    """Whether to colour what goes to `stream`: a terminal, unless NO_COLOR is set (no-color.org), TERM=dumb (a
-    terminal that shows escape sequences as they are) or the terminal's own description says it has no colours
-    (TERM=vt100)."""
-    if not stream.isatty() or "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb":
+    """Whether to colour what goes to `stream`: a terminal, unless NO_COLOR is set and not empty (no-color.org, as
+    rich reads it), TERM=dumb (a terminal that shows escape sequences as they are) or the terminal's own
+    description says it has no colours (TERM=vt100)."""
+    if not stream.isatty() or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
     return _terminfo_colours(stream) != 0
 

@@ -19,6 +19,7 @@ from ..models.discovery import describe, find_drafts
 from ..textin import clean_input
 from .common import say, stdout_console
 from .drafts import make_draft_file
+from .profiles import note_hiding_shipped
 
 
 @click.command("add")
@@ -66,8 +67,7 @@ def add_command(
     if strategy_needs_a_draft(saved):
         click.echo(f"note: {without_a_draft(saved)}", err=True)
     if (shipped_profiles_dir() / f"{name}.toml").exists():
-        click.echo(f"note: it hides the shipped profile {name!r} (`localspec profile remove {name}` brings that one"
-                   " back)", err=True)
+        note_hiding_shipped(name)
 
 
 def check_model_files(changes: dict[str, object]) -> None:

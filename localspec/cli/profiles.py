@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.files import discard_lock, locked
-from ..config.paths import MODEL_PATH_KEYS, stored_assignment, user_profiles_dir
+from ..config.paths import MODEL_PATH_KEYS, shipped_profiles_dir, stored_assignment, user_profiles_dir
 from ..config.profiles import (
     check_name,
     list_profiles,
@@ -141,8 +141,11 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
         from .profile_files import check_model_files  # (reads model files: imported only here)
 
         check_model_files(changes)
+    copying = _copies_a_shipped_profile(name)
     path = update_profile(name, changes)
     say(f"saved {path}")
+    if copying:
+        note_hiding_shipped(name, "a copy of the shipped profile")
 
 
 @profile_group.command("unset")
@@ -156,8 +159,24 @@ def unset_command(name: str, keys: tuple[str, ...]) -> None:
     Example:
       localspec profile unset mine sampling.max_tokens speculative.draft_max
     """
+    copying = _copies_a_shipped_profile(name)
     path = update_profile(name, {}, unset=tuple(clean_input(key, "a KEY argument").strip() for key in keys))
     say(f"saved {path}")
+    if copying:
+        note_hiding_shipped(name, "a copy of the shipped profile")
+
+
+def _copies_a_shipped_profile(name: str) -> bool:
+    """Whether changing profile `name` copies a shipped profile to the user's profiles (none of theirs has it)."""
+    user_file = user_profiles_dir() / f"{name}.toml"
+    return not (user_file.exists() or user_file.is_symlink()) and (shipped_profiles_dir() / f"{name}.toml").exists()
+
+
+def note_hiding_shipped(name: str, what: str = "it has the name of the shipped profile") -> None:
+    """The note that user profile `name` (a shipped profile's name: no escaping needed) now hides the shipped one
+    (`what` it is to that one)."""
+    click.echo(f"note: {what} {name!r}, which it hides from now on (`localspec profile remove {name}` brings that"
+               " one back)", err=True)
 
 
 @profile_group.command("remove")

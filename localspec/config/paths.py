@@ -128,12 +128,13 @@ _VARIABLE = re.compile(r"\$(\w+|\{\w+\})")  # a `$NAME` or `${NAME}` that os.pat
 
 
 def _home_override() -> Path | None:
-    """LOCALSPEC_HOME, the one folder for profiles, config and data when set; InputError where it names
-    something that is not a folder (each command would fail its own way further on)."""
+    """LOCALSPEC_HOME, the one folder for profiles, config and data when set (not blank), its `~` and `$VARIABLES`
+    expanded; InputError where it names something that is not a folder (each command would fail its own way
+    further on)."""
     value = os.environ.get("LOCALSPEC_HOME")
-    if not value:
+    if not value or not value.strip():  # (as if unset)
         return None
-    home = user_path(value, "LOCALSPEC_HOME")
+    home = expanded_user_path(value, "LOCALSPEC_HOME", said_as=f"LOCALSPEC_HOME={value}")  # (as a profile's paths)
     if not home.is_absolute():  # (profiles, history and memory would move with the current folder)
         raise InputError(f"LOCALSPEC_HOME={value}: not an absolute path (a relative one would change with the current"
                          f" folder): use {shlex.quote(str(Path.cwd() / home))}")
