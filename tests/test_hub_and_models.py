@@ -175,6 +175,21 @@ def test_a_download_that_is_no_gguf_is_not_kept_and_the_next_pull_fetches_it_aga
     assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf").read_bytes() == good
 
 
+def test_pull_never_removes_a_file_of_the_models_folder_or_what_a_link_there_leads_to(tmp_path: Path) -> None:
+    """(was: "the copy … in the hub cache is not a usable GGUF model: removed", the user's notes deleted through a
+    link in the models folder, before anything was downloaded)"""
+    from localspec.config.paths import models_dir
+
+    write_hub_profile()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    placed = models_dir() / "org" / "tiny-GGUF" / "tiny-target.gguf"
+    placed.parent.mkdir(parents=True)
+    placed.symlink_to(notes)
+    one_error_line(cli("pull", "tinyhub"), 2, f"{placed}: not a usable GGUF model", "remove or replace it")
+    assert notes.read_text() == "mine\n" and placed.is_symlink()
+
+
 @pytest.mark.slow  # 24 MB through a local server: a second
 def test_a_dropped_connection_is_resumed_with_a_range_request(hub: FakeHub, tiny_pair: tuple[Path, Path]) -> None:
     # A 24 MB file (the tiny model and padding past its tensors), cut after 12 MB: the
@@ -359,6 +374,13 @@ def test_draft_make_refuses_an_empty_or_misplaced_out_and_makes_no_folder(tmp_pa
         done = cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(folder), *flags)
         one_error_line(done, 2, f"{folder} is a folder: a draft is written as a file")
         assert "writing" not in done.stderr
+    # (were exit 1 naming the draft: "File name too long", "Permission denied" for a target it cannot reach)
+    one_error_line(cli("draft", "make", str(tiny_pair[0]), "--out", str(tmp_path / ("x" * 300))), 2, "too long")
+    one_error_line(cli("draft", "make", str(tmp_path / ("x" * 300)), "--type", "q8_0"), 2, "x" * 300 + ": cannot reach")
+    (folder / "t.draft-q8_0.gguf").mkdir()  # (auto: where a winner could go, before minutes of measuring)
+    target = folder / "t.gguf"
+    target.symlink_to(tiny_pair[0])
+    one_error_line(cli("draft", "make", str(target), "--force"), 2, "t.draft-q8_0.gguf is a folder")
 
 
 

@@ -241,6 +241,11 @@ def test_draft_make_refuses_to_write_over_its_target(tiny_pair: tuple[Path, Path
     for out in (target, tmp_path / "link.gguf", tmp_path / "." / "target.gguf"):
         one_error_line(cli("draft", "make", str(target), "--type", "q8_0", "--out", str(out), "--force"), 2,
                        "is TARGET itself")
+    # A draft's default name linked to the target (was: auto's --force measured, then wrote the draft over it).
+    (tmp_path / "target.draft-q4_0.gguf").symlink_to(target)
+    for flags in ((), ("--type", "q4_0")):
+        one_error_line(cli("draft", "make", str(target), "--force", *flags), 2,
+                       f"error: {tmp_path / 'target.draft-q4_0.gguf'} is TARGET itself (a link to it)")
     assert target.read_bytes() == tiny_pair[0].read_bytes()
 
 

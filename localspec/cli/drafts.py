@@ -18,6 +18,7 @@ from ..app.drafts import (
 )
 from ..config.paths import check_folder_of, same_file, user_path
 from ..errors import InputError
+from ..models.discovery import describe
 from ..models.quantize import OUTPUT_TYPES
 from .common import cleaned_up_on_sigterm, human_size, say, status_line, stderr_console
 
@@ -45,28 +46,39 @@ def make_command(target: str, type_name: str, out: str | None, force: bool) -> N
 
 
 def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None, force: bool = False) -> Path:
-    """Make a draft of `target` (measuring candidates for `auto`) with progress on stderr; report what was made."""
-    if type_name != AUTO:
-        out = out or default_draft_path(target, type_name)
-    if out is not None:
-        if same_file(out, target):
-            raise InputError(f"--out {out} is TARGET itself: the draft would replace the model it drafts for")
-        _check_writable(out)
+    """Make a draft of `target` (measuring candidates for `auto`) with progress on stderr; report what was made.
+    The target and every file the draft could be written to are checked first (minutes of measuring are not
+    spent on a draft that cannot be written)."""
+    describe(target)  # (a target that cannot be read is named as such, not by the draft's path)
+    types = CANDIDATE_TYPES if type_name == AUTO else (type_name,)
+    destinations = [out] if out is not None else [default_draft_path(target, name) for name in types]
+    for destination in destinations:
+        named = f"--out {destination}" if out is not None else str(destination)
+        if same_file(destination, target):
+            raise InputError(f"{named} is TARGET itself{'' if out is not None else ' (a link to it)'}: the draft would"
+                             " replace the model it drafts for")
+        _check_writable(destination, named)
+    if type_name != AUTO:  # (auto refuses an existing file in its own words)
+        out = destinations[0]
         if out.exists() and not force:
             raise InputError(f"{out} exists; pass --force to overwrite")
     return _make(target, type_name, out, force)
 
 
-def _check_writable(out: Path) -> None:
-    """InputError, before any work, where `out` cannot take a draft: its folder is missing (a mistyped folder is
-    not made) or cannot be written in, or something other than a file stands there (which --force does not
-    replace)."""
-    check_folder_of(out, f"--out {out}")
-    if out.exists() and not out.is_file():
-        what = "a folder" if out.is_dir() else "not a regular file"
-        raise InputError(f"{out} is {what}: a draft is written as a file (--force replaces only a file)")
-    if not os.access(out.parent, os.W_OK):
-        raise InputError(f"{out}: cannot write in {out.parent} (permission denied)")
+def _check_writable(out: Path, named: str) -> None:
+    """InputError, before any work, where `out` (`named` so in messages) cannot take a draft: its folder is
+    missing (a mistyped folder is not made) or cannot be written in, or something other than a file stands
+    there (which --force does not replace)."""
+    try:
+        check_folder_of(out, named)
+        if out.exists() and not out.is_file():
+            what = "a folder" if out.is_dir() else "not a regular file"
+            raise InputError(f"{named} is {what}: a draft is written as a file (--force replaces only a file)")
+        writable = os.access(out.parent, os.W_OK)
+    except OSError as exc:  # (a name too long)
+        raise InputError(f"{named}: cannot reach it ({exc.strerror or exc})") from None
+    if not writable:
+        raise InputError(f"{named}: cannot write in {out.parent} (permission denied)")
 
 
 def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:

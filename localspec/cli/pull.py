@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from ..config.profiles import load_profile
-from ..models.hub import download, hub_local_path, unusable_download
+from ..errors import InputError
+from ..models.hub import download, hub_local_path, in_hub_cache, unusable_download
+from ..shown import shown_name
 from .common import say, status_line, stderr_console
 
 
@@ -30,6 +32,9 @@ def pull(profile_name: str) -> None:
             if problem is None:
                 say(f"have {repo}/{filename}")
                 continue
+            if not in_hub_cache(have):  # (the models folder's, or a link there: the user's file, never removed)
+                raise InputError(f"{shown_name(str(have))}: not a usable GGUF model ({problem}), and it is taken for"
+                                 f" {repo}/{filename}: remove or replace it, then pull again")
             click.echo(f"note: the copy of {repo}/{filename} in the hub cache is not a usable GGUF model ({problem}):"
                        " removed, downloading it again", err=True)
         with status_line(stderr_console.is_terminal) as status:

@@ -132,18 +132,32 @@ def download(repo: str, filename: str, on_progress: ProgressCallback | None = No
 
 
 def unusable_download(path: Path) -> str | None:
-    """Why a downloaded file is no GGUF model (it is then removed, with the cached blob a snapshot links to,
-    so that it is not taken for downloaded again); None where it is one."""
+    """Why a downloaded file is no GGUF model (one in the hub cache is then removed, with the cached blob its
+    snapshot links to, so that it is not taken for downloaded again); None where it is one. Nothing outside
+    the hub cache is removed: a file in the models folder, or one a link there leads to, is the user's."""
     try:
         read_gguf_header(path)
     except InputError as exc:
-        with contextlib.suppress(OSError):
-            blob = path.resolve()
-            path.unlink()
-            if blob != path:
-                blob.unlink()
+        if in_hub_cache(path):
+            with contextlib.suppress(OSError):
+                blob = path.resolve()
+                path.unlink()
+                if blob != path and blob.is_relative_to(Path(_cache_root()).resolve()):
+                    blob.unlink()
         return str(exc)
     return None
+
+
+def in_hub_cache(path: Path) -> bool:
+    """Whether `path` (not what a link there leads to) lies in the hub cache, where localspec downloads."""
+    return Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(_cache_root())))
+
+
+def _cache_root() -> str:
+    """The hub cache's folder (HF_HUB_CACHE as it is now, else huggingface_hub's default)."""
+    from huggingface_hub import constants
+
+    return _cache_dir() or constants.HF_HUB_CACHE
 
 
 def _hub_problem() -> str | None:
