@@ -469,6 +469,25 @@ def test_models_scan_lists_odd_files_as_unreadable_and_goes_on(tmp_path: Path, t
     assert "missing.gguf, which does not exist" in unreadable["nowhere.gguf"]
 
 
+def test_models_scan_finds_upper_case_names_and_models_behind_linked_folders(tmp_path: Path, tiny_pair) -> None:
+    """(was: `X.GGUF` never listed, a linked folder never entered: "no GGUF files found", exit 0; a pipe named
+    x.gguf passed over without a word)"""
+    store, folder = tmp_path / "store", tmp_path / "models"
+    (folder / "sub").mkdir(parents=True)
+    store.mkdir()
+    (store / "big.gguf").symlink_to(tiny_pair[0])
+    (folder / "UPPER.GGUF").symlink_to(tiny_pair[1])
+    (folder / "linked").symlink_to(store)
+    (folder / "sub" / "loop").symlink_to(folder)  # (a loop of folders is walked once)
+    os.mkfifo(folder / "pipe.gguf")
+    scanned = cli("models", "scan", str(folder), "--json")
+    report = json.loads(scanned.stdout)
+    assert sorted(Path(m["path"]).name for group in report["groups"] for m in group) == ["UPPER.GGUF", "big.gguf"]
+    assert report["unreadable"] == [f"{folder / 'pipe.gguf'}: not a regular file (a pipe or a device)"]
+    drafts = cli("models", "drafts", str(tiny_pair[0]), str(folder))
+    assert f"skipped: {folder / 'pipe.gguf'}: not a regular file" in drafts.stderr  # (was: dropped)
+
+
 def test_a_vocabulary_without_weights_is_never_a_draft(tiny_pair) -> None:
     import dataclasses
 
@@ -531,8 +550,9 @@ def test_models_scan_groups_and_drafts_lists_smallest_first(tmp_path: Path, smol
     assert len(report["unreadable"]) == 1 and "junk.gguf" in report["unreadable"][0]
     smol = next(m for g in report["groups"] for m in g if m["path"].endswith("smol-f32.gguf"))
     assert smol["quantization"] == "F32" and smol["vocab_size"] == 49152 and smol["context_length"] == 8192
-    drafts = json.loads(cli("models", "drafts", str(folder / "smol-f32.gguf"), str(folder), "--json").output)
-    assert [Path(d["path"]).name for d in drafts] == ["smol-q4_1.gguf"]
+    listed = cli("models", "drafts", str(folder / "smol-f32.gguf"), str(folder), "--json")
+    drafts = json.loads(listed.stdout)
+    assert [Path(d["path"]).name for d in drafts] == ["smol-q4_1.gguf"] and "skipped: " in listed.stderr
     assert 0.1 < drafts[0]["size_ratio"] < 0.3
 
 
@@ -548,3 +568,26 @@ def test_a_bad_hub_reference_from_the_api_says_what_is_wrong(repo: str, filename
     with pytest.raises(InputError, match="invalid hub reference") as raised:
         hub_local_path(repo, filename)
     assert reason in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_progress_lines_show_names_as_they_are_written(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """(was: a name's escape sequences reached the terminal from the progress line, and `[bold]` in a name turned
+    the rest bold)"""
+    import io
+
+    from rich.console import Console
+
+    from localspec.cli import common
+
+    name = "e\x1b]0;PWNED\x07[bold]x.gguf"
+    terminal = io.StringIO()
+    monkeypatch.setattr(common, "stderr_console", Console(file=terminal, force_terminal=True, width=200), raising=False)
+    status = common.StatusLine(enabled=True)
+    status.start_progress(f"writing q8_0 draft of {name}")
+    status.stop()
+    status.show(f"loading target {name}")
+    status.stop()
+    shown = terminal.getvalue()
+    assert shown.count("e\\x1b]0;PWNED\\x07[bold]x.gguf") >= 2 and "\x1b]0" not in shown and "\x1b[1m" not in shown
+    common.StatusLine(enabled=False).start_progress(f"downloading {name}")
+    assert capsys.readouterr().err == "localspec: downloading e\\x1b]0;PWNED\\x07[bold]x.gguf...\n"

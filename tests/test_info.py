@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from cli_helpers import cli, one_error_line
@@ -201,3 +202,23 @@ def test_profile_list_shows_a_models_control_characters_as_escapes() -> None:
     write_profile("odd", '[target]\npath = "/tmp/\\u001b[31mRED\\u001b[0m.gguf"\n')
     listed = cli("profile", "list").stdout
     assert "\x1b" not in listed and "\\x1b[31mRED" in listed
+
+
+def test_info_shows_folder_names_escaped_and_as_json_text(tmp_path) -> None:
+    """(was: a LOCALSPEC_HOME's escape sequences and line breaks written to the terminal as they are, and its
+    bytes that are not UTF-8 written into --json as lone surrogates)"""
+    home = os.fsdecode(os.fsencode(str(tmp_path)) + b"/h\x1b[31m\nX\xff")
+    shown = cli("info", env={"LOCALSPEC_HOME": home}).stdout
+    assert "data folder: " + str(tmp_path) + "/h\\x1b[31m\\nX\\xff\n" in shown and "\x1b[31m" not in shown
+    folders = json.loads(cli("info", "--json", env={"LOCALSPEC_HOME": home}).stdout)["folders"]
+    assert folders["data"] == str(tmp_path) + "/h\x1b[31m\nX\ufffd"
+
+
+def test_gpu_offload_names_the_rpc_workers_devices_rather_than_the_worker_as_a_gpu_backend() -> None:
+    """(was: "no (the build has RPC[127.0.0.1:50076] but llama.cpp sees no GPU device)" above the worker's GPU)"""
+    from localspec.cli.info import _gpu_text
+
+    report = {"gpu_offload": False, "backends": ["CPU", "RPC", "RPC[127.0.0.1:50076]"],
+              "devices": [{"name": "CPU"}, {"name": "RPC0"}]}
+    assert _gpu_text(report) == "no (a CPU build: no GPU device), but layers can go to the RPC workers' devices (RPC0)"
+    assert _gpu_text({**report, "devices": [{"name": "CPU"}]}) == "no (a CPU build: no GPU device)"

@@ -249,6 +249,10 @@ def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback
     blocked = localspec("worker", "--port", str(free_port()), "--cache", "/proc/version/cache")
     _, errors = blocked.communicate(timeout=60)
     assert blocked.returncode == 2 and errors.startswith("error: cannot use /proc/version/cache for the tensor cache")
+    for a_file in ("/proc/version", "/dev/null"):  # (were "file exists", and click's "Directory … is a file.")
+        refused = localspec("worker", "--port", str(free_port()), "--cache", a_file)
+        _, errors = refused.communicate(timeout=60)
+        assert refused.returncode == 2 and errors == f"error: cannot use {a_file} for the tensor cache (not a folder)\n"
     empty = localspec("worker", "--port", str(free_port()), "--cache", "")
     _, errors = empty.communicate(timeout=60)
     assert empty.returncode == 2 and errors.strip() == "error: --cache: the path is empty"
@@ -258,6 +262,19 @@ def test_worker_refuses_a_taken_port_or_an_unusable_cache_and_warns_off_loopback
         assert warning.startswith("warning: listening on 0.0.0.0") and "no authentication" in warning
     finally:
         stop([exposed])
+
+
+@requires_rpc
+def test_the_workers_stdout_holds_its_one_line_and_llama_cpps_banner_goes_to_stderr() -> None:
+    """(was: llama.cpp's "Starting RPC server", "Accepted client connection" … on stdout beside the line scripts
+    wait for)"""
+    [endpoint], [process] = start_workers(1)
+    host, port = endpoint.split(":")
+    socket.create_connection((host, int(port)), timeout=5).close()
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    rest, errors = process.communicate(timeout=30)
+    assert rest == "" and "Starting RPC server" in errors and "Accepted client connection" in errors
 
 
 @requires_rpc

@@ -283,6 +283,14 @@ def status_line(enabled: bool) -> Iterator["StatusLine"]:
         line.stop()
 
 
+def _shown_plain(message: str) -> str:
+    """`message` (which holds file names) for rich to show as it is: control characters escaped (`shown_name`),
+    brackets not read as markup."""
+    from rich.markup import escape
+
+    return escape(shown_name(message))
+
+
 class StatusLine:
     """A rich status spinner and progress bar on stderr, only when stderr is a terminal."""
 
@@ -293,9 +301,11 @@ class StatusLine:
         self._task = None
 
     def show(self, message: str) -> None:
-        """Show `message` beside a spinner (nothing when stderr is not a terminal)."""
+        """Show `message` beside a spinner (nothing when stderr is not a terminal); as plain text, the names in it
+        escaped (`_shown_plain`)."""
         if not self.enabled:
             return
+        message = _shown_plain(message)
         if self._status is None:
             self._status = _console("stderr_console").status(message)
             self._status.start()
@@ -303,10 +313,11 @@ class StatusLine:
             self._status.update(message)
 
     def start_progress(self, message: str) -> None:
-        """A byte-count progress bar (a plain line when stderr is not a terminal)."""
+        """A byte-count progress bar (a plain line when stderr is not a terminal), `message` as `show` shows it."""
         if not self.enabled:
-            click.echo(f"localspec: {message}...", err=True)
+            click.echo(f"localspec: {shown_name(message)}...", err=True)
             return
+        message = _shown_plain(message)
         from rich.progress import (  # only for a bar
             BarColumn,
             DownloadColumn,

@@ -18,7 +18,8 @@ from ..runtime.devices import build_info, devices
 from ..runtime.library import default_threads
 from ..runtime.repack import build_fingerprint
 from ..runtime.rpc import REINSTALL, parse_endpoints, worker_devices
-from ..shown import one_line, shown_plainly
+from ..shown import one_line, shown_name, shown_plainly
+from ..textin import clean_text
 from .common import human_size, stdout_console
 
 
@@ -39,7 +40,8 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
                     (("profiles", user_profiles_dir), ("cache", cache_dir), ("models", models_dir), ("data", data_dir))},
         **_default_profile(),
     }
-    if as_json:
+    if as_json:  # (a path's bytes that are not UTF-8 shown as U+FFFD, as in `run --json`: JSON is text)
+        report["folders"] = {name: clean_text(folder)[0] for name, folder in report["folders"].items()}
         click.echo(json.dumps(report, indent=2))
         return
     def out(text: str) -> None:  # folder names and device descriptions are not markup
@@ -64,7 +66,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
         out(f"device {device['name']} ({device['type']}): {device['description']}, {memory}")
     out(f"repacked CPU weights (--repack auto): {_repack_text(report['cpu_repack'])}")
     for name, folder in report["folders"].items():
-        out(f"{name} folder: {folder}")
+        out(f"{name} folder: {shown_name(folder)}")
     source = report["default_profile_from"]
     notes = [f"from {source}"] if source == PROFILE_VARIABLE else []
     if report["default_profile_missing"]:
@@ -107,10 +109,13 @@ def _gpu_text(report: dict) -> str:
     """What is true about GPUs: which ones layers can go to, or that there is none (and whether the build has a GPU backend)."""
     if report["gpu_offload"]:
         return f"yes ({', '.join(report['gpu_devices'])})"
-    gpu_backends = [name for name in report["backends"] if name not in ("CPU", "RPC", "BLAS")]
+    gpu_backends = [name for name in report["backends"] if name not in ("CPU", "BLAS") and not name.startswith("RPC")]
     if gpu_backends:
-        return f"no (the build has {', '.join(gpu_backends)} but llama.cpp sees no GPU device)"
-    return "no (a CPU build: no GPU device)"
+        text = f"no (the build has {', '.join(gpu_backends)} but llama.cpp sees no GPU device)"
+    else:
+        text = "no (a CPU build: no GPU device)"
+    workers = [device["name"] for device in report["devices"] if device["name"].startswith("RPC")]
+    return f"{text}, but layers can go to the RPC workers' devices ({', '.join(workers)})" if workers else text
 
 
 def _repack_text(verdicts: dict[str, dict]) -> str:

@@ -72,21 +72,27 @@ def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
     for number, group in enumerate(groups, start=1):
         stdout_console.print(f"[bold]vocabulary group {number}[/bold] ({len(group)} file{'s' if len(group) > 1 else ''}: any can draft for a larger one)")
         print_table(_model_table(sorted(group, key=lambda m: m.size_bytes)))
-    for problem in problems:
-        click.echo(f"skipped: {shown_name(problem)}", err=True)
+    _say_skipped(problems)
 
 
 @models_group.command("drafts")
 @click.argument("target")
 @click.argument("folders", nargs=-1)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (each file's row and its size_ratio).")
 def drafts_command(target: str, folders: tuple[str, ...], as_json: bool) -> None:
     """List the files that can draft for TARGET, smallest first (default folders: TARGET's and the models folder)."""
-    found = find_drafts(user_path(target, "TARGET"), [user_path(folder, "FOLDER") for folder in folders])
+    problems: list[str] = []
+    found = find_drafts(user_path(target, "TARGET"), [user_path(folder, "FOLDER") for folder in folders], problems)
     if as_json:
         click.echo(json.dumps([{**_json_row(m), "size_ratio": r} for m, r in found], indent=2))
-        return
-    if not found:
+    elif not found:
         click.echo(f"no compatible smaller model found; make one with: localspec draft make {shlex.quote(shown_name(target))}")
-        return
-    print_table(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))
+    else:
+        print_table(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))
+    _say_skipped(problems)
+
+
+def _say_skipped(problems: list[str]) -> None:
+    """One `skipped:` line on stderr per file or folder a scan could not read."""
+    for problem in problems:
+        click.echo(f"skipped: {shown_name(problem)}", err=True)

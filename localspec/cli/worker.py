@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -15,6 +19,7 @@ from ..runtime.devices import describe_device
 from ..runtime.library import default_threads
 from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
 from ..settings import MAX_THREADS
+from ..shown import shown_name
 from .common import is_loopback
 from .options import WholeNumbers
 from .stdio import stdout_is_closed
@@ -29,7 +34,7 @@ START_SECONDS = 60.0
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=WholeNumbers(1, 65535), help="Port to listen on.")
 @click.option("--threads", type=WholeNumbers(min=1, max=MAX_THREADS), default=None,
               help="CPU threads when lending the CPU [all cores].")
-@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--cache", "cache_dir", metavar="DIR", type=click.Path(), default=None,
               help="Keep received tensors in DIR, so the next load of the same model reads them from disk.")
 def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> None:
     """Lend this machine's GPUs (else its CPU) to runs elsewhere given `--rpc HOST:PORT`.
@@ -50,19 +55,24 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
         cache_dir = str(user_path(cache_dir, "--cache"))  # (an empty one is an error, not "no cache")
         try:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # (the path the user gave: a file, a pipe, a folder not theirs)
+        except FileExistsError:  # (a file, a pipe)
+            raise InputError(f"cannot use {shown_name(cache_dir)} for the tensor cache (not a folder)") from None
+        except OSError as exc:  # (a folder not theirs, one under a file)
             reason = (exc.strerror or str(exc)).lower()
-            raise InputError(f"cannot use {cache_dir} for the tensor cache ({reason})") from None
+            raise InputError(f"cannot use {shown_name(cache_dir)} for the tensor cache ({reason})") from None
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}: the RPC protocol has no authentication or encryption; "
                    "anyone who reaches this port can use this machine's devices. Use it on a trusted network only.", err=True)
+    stdout = _stdout_kept_for_localspec()
     server = threading.Thread(target=serve, args=(host, port, threads or default_threads(), cache_dir), daemon=True)
     server.start()
     if not _listening(server, host, port):
         raise LocalspecError(f"llama.cpp's RPC server could not start on {host}:{port}")
     lent = ", ".join(f"{device.name} ({device.description})" for device in map(describe_device, lent_devices()))
-    if not stdout_is_closed():  # (a line scripts wait for; a worker started with `>&-` serves without it)
-        click.echo(f"localspec worker listening on {host}:{port}, lending {lent}; Ctrl-C stops it")
+    if stdout is not None:  # (a line scripts wait for; a worker started with `>&-` serves without it)
+        with contextlib.suppress(OSError):  # (a reader gone: the worker serves on)
+            stdout.write(f"localspec worker listening on {host}:{port}, lending {lent}; Ctrl-C stops it\n")
+            stdout.flush()
     try:
         while server.is_alive():
             server.join(0.5)
@@ -70,6 +80,17 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
         click.echo("worker stopped", err=True)
         return
     raise LocalspecError("llama.cpp's RPC server stopped")
+
+
+def _stdout_kept_for_localspec() -> TextIO | None:
+    """stdout for localspec's own line alone: the process's descriptor 1, where llama.cpp's RPC server prints its
+    banner and a line per client, is pointed at stderr from now on (None: stdout was closed at start)."""
+    if stdout_is_closed():
+        return None
+    sys.stdout.flush()
+    kept = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
+    os.dup2(2, 1)
+    return kept
 
 
 def _listening(server: threading.Thread, host: str, port: int) -> bool:

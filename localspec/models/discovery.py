@@ -8,6 +8,8 @@ target, smallest first.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -70,7 +72,8 @@ def describe(path: Path) -> ModelInfo:
 
 
 def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
-    """Every readable .gguf file under `folders` (recursively), and one line per unreadable one."""
+    """Every readable .gguf file under `folders` (recursively: `_gguf_files`), and one line per unreadable file
+    or folder."""
     models: list[ModelInfo] = []
     problems: list[str] = []
     seen: set[Path] = set()
@@ -80,13 +83,16 @@ def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
             raise InputError(f"{folder}: no such folder")
         if not folder.is_dir():
             raise InputError(f"{folder}: not a folder")
-        for path in sorted(folder.rglob("*.gguf")):
+        for path in _gguf_files(folder, problems):
             try:
                 resolved = path.resolve(strict=True)
-            except (OSError, RuntimeError):  # a dangling link, a link loop
+            except (OSError, RuntimeError):  # a dangling link, a link loop, a file gone meanwhile
                 problems.append(f"{path}: cannot be opened ({why_missing(path)})")
                 continue
-            if resolved in seen or not path.is_file():
+            if resolved in seen:
+                continue
+            if not path.is_file():
+                problems.append(f"{path}: not a regular file (a pipe or a device)")
                 continue
             seen.add(resolved)
             try:
@@ -99,6 +105,30 @@ def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
                 continue
             models.append(info)
     return models, problems
+
+
+def _gguf_files(folder: Path, problems: list[str]) -> list[Path]:
+    """The files under `folder` named *.gguf (the extension in any case: `.GGUF` too), through links to folders
+    as well (each folder walked once, so a loop of links ends); a folder that cannot be read, or that went away
+    during the walk, is one line in `problems`."""
+    found: list[Path] = []
+    walked: set[Path] = set()
+
+    def unreadable(exc: OSError) -> None:
+        problems.append(f"{exc.filename}: cannot be read ({exc.strerror or exc})")
+
+    for root, subfolders, files in os.walk(folder, onerror=unreadable, followlinks=True):
+        try:
+            real = Path(root).resolve(strict=True)
+        except (OSError, RuntimeError):  # (gone meanwhile)
+            subfolders.clear()
+            continue
+        if real in walked:  # (a folder reached again through a link)
+            subfolders.clear()
+            continue
+        walked.add(real)
+        found.extend(Path(root) / name for name in files if name.lower().endswith(".gguf"))
+    return sorted(found)
 
 
 def group_by_vocabulary(models: list[ModelInfo]) -> list[list[ModelInfo]]:
@@ -128,9 +158,13 @@ def drafts_for(target: ModelInfo, candidates: list[ModelInfo]) -> list[tuple[Mod
     return sorted(found, key=lambda pair: pair[0].size_bytes)
 
 
-def find_drafts(target: Path, folders: Iterable[Path] = ()) -> list[tuple[ModelInfo, float]]:
-    """Drafts for the model file `target` among `folders` (default: its own folder and the models folder)."""
+def find_drafts(target: Path, folders: Iterable[Path] = (), problems: list[str] | None = None,
+                ) -> list[tuple[ModelInfo, float]]:
+    """Drafts for the model file `target` among `folders` (default: its own folder and the models folder); the
+    files and folders that could not be read are added to `problems` where it is given."""
     target_info = describe(target)
     search = list(folders) or [target.parent] + ([models_dir()] if models_dir().is_dir() else [])
-    candidates, _ = scan(search)
+    candidates, unreadable = scan(search)
+    if problems is not None:
+        problems.extend(unreadable)
     return drafts_for(target_info, candidates)
