@@ -175,6 +175,20 @@ def test_a_download_that_is_no_gguf_is_not_kept_and_the_next_pull_fetches_it_aga
     assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf").read_bytes() == good
 
 
+def test_a_failed_lookup_through_a_proxy_names_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(was: "https://huggingface.co did not answer (ConnectError: …)", the hub blamed for its proxy's refusal)"""
+    from localspec.models.hub import _lookup_problem
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    failed = RuntimeError("cannot find the requested files in the local cache")
+    failed.__cause__ = ConnectionRefusedError("[Errno 111] Connection refused")
+    assert _lookup_problem(failed) == ("the lookup at https://huggingface.co failed (ConnectionRefusedError: [Errno"
+                                       " 111] Connection refused)")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+    assert "the lookup at https://huggingface.co through the proxy (HTTPS_PROXY" in _lookup_problem(failed)
+
+
 def test_pull_never_removes_a_file_of_the_models_folder_or_what_a_link_there_leads_to(tmp_path: Path) -> None:
     """(was: "the copy … in the hub cache is not a usable GGUF model: removed", the user's notes deleted through a
     link in the models folder, before anything was downloaded)"""
@@ -371,7 +385,7 @@ def test_draft_make_refuses_an_empty_or_misplaced_out_and_makes_no_folder(tmp_pa
     folder = tmp_path / "drafts"
     folder.mkdir()
     for flags in ((), ("--force",)):
-        done = cli("draft", "make", str(tiny_pair[0]), "--type", "q8_0", "--out", str(folder), *flags)
+        done = cli("draft", "make", str(tiny_pair[0]), "--type", "Q8_0", "--out", str(folder), *flags)  # (scan: "Q8_0")
         one_error_line(done, 2, f"{folder} is a folder: a draft is written as a file")
         assert "writing" not in done.stderr
     # (were exit 1 naming the draft: "File name too long", "Permission denied" for a target it cannot reach)

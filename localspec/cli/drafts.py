@@ -30,7 +30,8 @@ def draft_group() -> None:
 
 @draft_group.command("make")
 @click.argument("target")
-@click.option("--type", "type_name", type=click.Choice([AUTO, *sorted(OUTPUT_TYPES)]), default=AUTO, show_default=True,
+@click.option("--type", "type_name", type=click.Choice([AUTO, *sorted(OUTPUT_TYPES)], case_sensitive=False),
+              default=AUTO, show_default=True,
               help=f"Precision of the draft; {AUTO}: make {', '.join(CANDIDATE_TYPES)}, measure each against TARGET, keep the fastest.")
 @click.option("--out", help="Output file [next to TARGET: NAME.draft-TYPE.gguf].")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")

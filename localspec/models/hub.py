@@ -175,11 +175,14 @@ def _lookup_problem(exc: Exception) -> str:
     the endpoint's HTTP status (a mirror's 404), or its failure to answer."""
     endpoint = _endpoint() or DEFAULT_ENDPOINT
     cause = exc.__cause__
-    if isinstance(cause, huggingface_hub.errors.HfHubHTTPError):
+    from huggingface_hub.errors import HfHubHTTPError  # (loaded by a download; not by every caller)
+
+    if isinstance(cause, HfHubHTTPError):
         status = cause.response.status_code if cause.response is not None else None
         return f"HTTP {status or '?'} from {endpoint} ({_HTTP_REASONS.get(status, _first_line(cause))})"
     if cause is not None:
-        return f"{endpoint} did not answer ({type(cause).__name__}: {_first_line(cause)})"
+        through = " through the proxy (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY: check it)" if _through_a_proxy() else ""
+        return f"the lookup at {endpoint}{through} failed ({type(cause).__name__}: {_first_line(cause)})"
     return _first_line(exc)
 
 
