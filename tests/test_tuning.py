@@ -50,8 +50,9 @@ def test_bench_json_holds_every_configuration_and_the_best(tiny_profile: str) ->
 
 def test_bench_save_refuses_to_pick_a_setting_from_a_run_too_small_to_tell(tiny_profile: str) -> None:
     """One prompt of 4 tokens had set a profile's draft_max, under a shipped comment it then contradicted."""
-    for sizes, here in ((("--prompts", "1", "--max-tokens", "64"), "here 1"), (("--prompts", "2", "--repeat", "2",
-                                                                               "--max-tokens", "8"), "here 8")):
+    too_small = ((("--prompts", "1", "--max-tokens", "64"), "at least 4 prompt runs (prompts x --repeat: here 1);"),
+                 (("--prompts", "2", "--repeat", "2", "--max-tokens", "8"), "--max-tokens 64 or more (here 8);"))
+    for sizes, here in too_small:
         refused = cli("bench", "-p", tiny_profile, *sizes, "--temperatures", "0", "--draft-max", "2", "--save")
         one_error_line(refused, 2, "--save picks a profile's setting from what this bench measures", here)
     assert "speculative.draft_max" not in load_profile(tiny_profile).values

@@ -276,11 +276,14 @@ SAVE_NEEDS_RUNS, SAVE_NEEDS_TOKENS = 4, 64
 def _check_worth_saving(runs: int, max_tokens: int) -> None:
     """UsageError where a bench is too small to pick a profile's setting from: fewer than SAVE_NEEDS_RUNS prompt
     runs (prompts × --repeat) per case, or replies shorter than SAVE_NEEDS_TOKENS."""
-    if runs < SAVE_NEEDS_RUNS or max_tokens < SAVE_NEEDS_TOKENS:
-        raise click.UsageError(
-            f"--save picks a profile's setting from what this bench measures: it needs {SAVE_NEEDS_RUNS} prompt runs"
-            f" or more (prompts x --repeat; here {runs}) of up to {SAVE_NEEDS_TOKENS} tokens or more (here {max_tokens});"
-            " measure more, or drop --save")
+    short = []
+    if runs < SAVE_NEEDS_RUNS:
+        short.append(f"at least {SAVE_NEEDS_RUNS} prompt runs (prompts x --repeat: here {runs})")
+    if max_tokens < SAVE_NEEDS_TOKENS:
+        short.append(f"--max-tokens {SAVE_NEEDS_TOKENS} or more (here {max_tokens})")
+    if short:
+        raise click.UsageError(f"--save picks a profile's setting from what this bench measures: it needs"
+                               f" {' and '.join(short)}; measure more, or drop --save")
 
 
 def _fitted_lengths(plan: Plan, lengths: list[int | str]) -> list[int | str]:
