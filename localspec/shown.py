@@ -34,9 +34,10 @@ def shown_plainly(text: str) -> str:
 
 
 def shown_name(name: str) -> str:
-    """A file's name (or other text from outside) shown on one line of a table or a message: control characters
-    and line breaks escaped (`shown_plainly`, `one_line`), bytes that were not UTF-8 as `\\xNN`."""
-    return one_line(undecodable_bytes_shown(shown_plainly(name)))
+    """A file's name (or other text from outside) shown on one line of a table or a message: control characters,
+    line breaks and tabs (which break a table's columns) escaped (`shown_plainly`, `one_line`), bytes that were
+    not UTF-8 as `\\xNN`."""
+    return one_line(undecodable_bytes_shown(shown_plainly(name))).replace("\t", "\\t")
 
 
 def _escaped(match: re.Match[str]) -> str:

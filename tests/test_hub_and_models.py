@@ -605,3 +605,10 @@ def test_progress_lines_show_names_as_they_are_written(monkeypatch: pytest.Monke
     assert shown.count("e\\x1b]0;PWNED\\x07[bold]x.gguf") >= 2 and "\x1b]0" not in shown and "\x1b[1m" not in shown
     common.StatusLine(enabled=False).start_progress(f"downloading {name}")
     assert capsys.readouterr().err == "localspec: downloading e\\x1b]0;PWNED\\x07[bold]x.gguf...\n"
+
+
+def test_a_tab_in_a_name_is_escaped_in_tables_and_errors(tmp_path: Path, tiny_pair) -> None:
+    """(was: written as it is, breaking the table's columns)"""
+    (tmp_path / "a\tb.gguf").symlink_to(tiny_pair[0])
+    assert f"{tmp_path}/a\\tb.gguf " in cli("models", "scan", str(tmp_path)).stdout
+    one_error_line(cli("models", "scan", str(tmp_path / "no\tfolder")), 2, f"{tmp_path}/no\\tfolder: no such folder")
