@@ -612,3 +612,13 @@ def test_a_tab_in_a_name_is_escaped_in_tables_and_errors(tmp_path: Path, tiny_pa
     (tmp_path / "a\tb.gguf").symlink_to(tiny_pair[0])
     assert f"{tmp_path}/a\\tb.gguf " in cli("models", "scan", str(tmp_path)).stdout
     one_error_line(cli("models", "scan", str(tmp_path / "no\tfolder")), 2, f"{tmp_path}/no\\tfolder: no such folder")
+
+
+def test_models_drafts_advises_a_command_that_names_the_target(tmp_path: Path, tiny_pair) -> None:
+    """(was: `localspec draft make 's/a\\nb.gguf'` for a name with a line break: another file)"""
+    plain, odd, empty = tmp_path / "my model.gguf", tmp_path / "a\nb.gguf", tmp_path / "empty"
+    empty.mkdir()
+    for link in (plain, odd):
+        link.symlink_to(tiny_pair[0])
+    assert f"localspec draft make '{plain}'\n" in cli("models", "drafts", str(plain), str(empty)).stdout
+    assert "localspec draft make TARGET\n" in cli("models", "drafts", str(odd), str(empty)).stdout

@@ -86,7 +86,9 @@ def drafts_command(target: str, folders: tuple[str, ...], as_json: bool) -> None
     if as_json:
         click.echo(json.dumps([{**_json_row(m), "size_ratio": r} for m, r in found], indent=2))
     elif not found:
-        click.echo(f"no compatible smaller model found; make one with: localspec draft make {shlex.quote(shown_name(target))}")
+        quoted = shlex.quote(target)  # (a name the terminal cannot show as typed: said as TARGET, not as another file)
+        click.echo("no compatible smaller model found; make one with: localspec draft make"
+                   f" {quoted if shown_name(quoted) == quoted else 'TARGET'}")
     else:
         print_table(_model_table([m for m, _ in found], {m.path: f"{r:.1%}" for m, r in found}))
     _say_skipped(problems)
