@@ -187,6 +187,16 @@ def test_a_header_with_a_nonsense_alignment_is_corrupt_not_a_crash(tmp_path: Pat
         read_gguf_header(path)
 
 
+def test_an_array_of_arrays_is_said_in_words(tmp_path: Path) -> None:
+    """(was: "corrupt GGUF header (<GGUFValueType.ARRAY: 9>)")"""
+    key = b"general.nested"
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<II", 9, 9)
+    path = tmp_path / "nested.gguf"
+    path.write_bytes(header + struct.pack("<Q", 1) + bytes(64))
+    with pytest.raises(InputError, match=r"corrupt GGUF header \(an array of arrays, which no GGUF model holds\)"):
+        read_gguf_header(path)
+
+
 @pytest.mark.parametrize("header, message", [
     ({"block_count": 0}, "llama.block_count is 0: llama.cpp takes 1 to 512 layers"),
     ({"block_count": 600}, "llama.block_count is 600: llama.cpp takes 1 to 512 layers"),

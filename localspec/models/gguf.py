@@ -133,6 +133,8 @@ class _Cursor:
             count = self.scalar("<Q")
             if item_type == GGUFValueType.STRING:
                 return [self.string() for _ in range(count)]
+            if item_type == GGUFValueType.ARRAY:
+                raise ValueError("an array of arrays, which no GGUF model holds")
             fmt = _scalar_formats()[item_type]
             size = struct.calcsize(fmt) * count
             self.need(size)
