@@ -301,4 +301,6 @@ def test_a_bad_rpc_address_is_refused_before_the_demo_target_is_derived(tmp_path
     """`run --rpc foo` on a fresh install first spent seconds writing the demo's 540 MB F32 target."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     one_error_line(cli("run", "--rpc", "foo", "hi"), 2, "'foo' is not HOST:PORT")
+    one_error_line(cli("run", "--rpc", "127.0.0.1:50052,", "hi"), 2,  # (was "address '' is not HOST:PORT")
+                   "RPC worker addresses '127.0.0.1:50052,': an empty one (a comma too many?)")
     assert not list((tmp_path / "cache").rglob("*.gguf"))

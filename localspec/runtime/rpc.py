@@ -41,6 +41,8 @@ def parse_endpoints(values: Iterable[str]) -> tuple[str, ...]:
     for value in values:
         for item in str(value).split(","):
             item = item.strip()
+            if not item:
+                raise InputError(f"RPC worker addresses {str(value)!r}: an empty one (a comma too many?)")
             host, colon, port = item.rpartition(":")
             digits = port.isascii() and port.isdigit()  # not "²" or "٣": digits to Unicode, not to a port number
             if not colon or not host or " " in host or not digits:
