@@ -222,3 +222,11 @@ def test_gpu_offload_names_the_rpc_workers_devices_rather_than_the_worker_as_a_g
               "devices": [{"name": "CPU"}, {"name": "RPC0"}]}
     assert _gpu_text(report) == "no (a CPU build: no GPU device), but layers can go to the RPC workers' devices (RPC0)"
     assert _gpu_text({**report, "devices": [{"name": "CPU"}]}) == "no (a CPU build: no GPU device)"
+
+
+def test_info_says_where_a_file_stands_in_a_folders_way(tmp_path) -> None:
+    """(was: "cache folder: /…/afile/localspec" without a word; the prompt cache then failed at every run)"""
+    a_file = tmp_path / "afile"
+    a_file.write_text("x\n")
+    shown = cli("info", env={"XDG_CACHE_HOME": str(a_file)}).stdout
+    assert f"cache folder: {a_file}/localspec (cannot be made: {a_file} is a file, not a folder)\n" in shown

@@ -10,7 +10,7 @@ import click
 
 from .. import __version__
 from ..app.repack import load_verdicts
-from ..config.paths import cache_dir, data_dir, models_dir, user_profiles_dir
+from ..config.paths import cache_dir, data_dir, file_in_the_way, models_dir, user_profiles_dir
 from ..config.profiles import profile_file
 from ..config.resolve import PROFILE_VARIABLE, profile_without_a_flag
 from ..errors import InputError
@@ -75,11 +75,17 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
 
 
 def _folder(where: Callable[[], Path]) -> str:
-    """A folder's path, or why it is unknown (a LOCALSPEC_HOME that is a file): info still reports the rest."""
+    """A folder's path (and why it cannot be made, where a file stands in its way: XDG_CACHE_HOME naming a file),
+    or why it is unknown (a LOCALSPEC_HOME that is a file): info still reports the rest."""
     try:
-        return str(where())
+        folder = where()
     except InputError as exc:
         return f"unknown ({exc})"
+    try:
+        blocking = file_in_the_way(folder)
+    except OSError as exc:  # (a name too long)
+        return f"{folder} (cannot reach it: {exc.strerror or exc})"
+    return str(folder) if blocking is None else f"{folder} (cannot be made: {blocking} is a file, not a folder)"
 
 
 def _default_profile() -> dict[str, str | None]:

@@ -141,7 +141,7 @@ def _home_override() -> Path | None:
     try:
         if home.is_symlink() and not home.exists():  # (a link to nowhere, or a loop of links: not a folder)
             raise InputError(f"LOCALSPEC_HOME={value}: a symbolic link to nothing (or a loop of them), not a folder")
-        blocking = _file_in_the_way(home)
+        blocking = file_in_the_way(home)
         if blocking == home:
             raise InputError(f"LOCALSPEC_HOME={value}: not a folder")
         if blocking is not None:
@@ -153,7 +153,7 @@ def _home_override() -> Path | None:
     return home
 
 
-def _file_in_the_way(folder: Path) -> Path | None:
+def file_in_the_way(folder: Path) -> Path | None:
     """The file that keeps `folder` from being one: the path itself, or the nearest of its parents that exists
     where that is a file; None where the folder is, or can be made."""
     for path in (folder, *folder.parents):
@@ -165,7 +165,7 @@ def _file_in_the_way(folder: Path) -> Path | None:
 def _platform_dir(path: str, what: str) -> Path:
     """A folder platformdirs names (from XDG_CONFIG_HOME, say), or InputError where a file stands in its way."""
     folder = Path(path)
-    blocking = _file_in_the_way(folder)
+    blocking = file_in_the_way(folder)
     if blocking is not None:
         raise InputError(f"the {what} folder {folder} cannot be made: {blocking} is a file, not a folder")
     return folder
