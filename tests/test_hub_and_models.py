@@ -175,6 +175,27 @@ def test_a_download_that_is_no_gguf_is_not_kept_and_the_next_pull_fetches_it_aga
     assert hub_local_path("org/tiny-GGUF", "tiny-target.gguf").read_bytes() == good
 
 
+def test_a_bad_download_is_removed_from_a_hub_cache_reached_through_a_link(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """(a cache behind a link, as `~/.cache` often is: the guard that keeps pull off the user's files must not
+    keep it off its own downloads either)"""
+    from localspec.models.hub import unusable_download
+
+    real, link = tmp_path / "real-hf", tmp_path / "hf-link"
+    snapshot = real / "models--a--b" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (real / "models--a--b" / "blobs").mkdir()
+    blob = real / "models--a--b" / "blobs" / "0123"
+    blob.write_bytes(b"<html>a login page</html>")
+    link.symlink_to(real)
+    monkeypatch.setenv("HF_HUB_CACHE", str(link))
+    for reached in (snapshot / "m.gguf", link / "models--a--b" / "snapshots" / "abc" / "m.gguf"):
+        (snapshot / "m.gguf").symlink_to("../../blobs/0123")
+        blob.write_bytes(b"<html>a login page</html>")
+        assert "bad magic bytes" in unusable_download(reached)
+        assert not (snapshot / "m.gguf").is_symlink() and not blob.exists()
+
+
 def test_a_failed_lookup_through_a_proxy_names_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """(was: "https://huggingface.co did not answer (ConnectError: …)", the hub blamed for its proxy's refusal)"""
     from localspec.models.hub import _lookup_problem
@@ -200,7 +221,8 @@ def test_pull_never_removes_a_file_of_the_models_folder_or_what_a_link_there_lea
     placed = models_dir() / "org" / "tiny-GGUF" / "tiny-target.gguf"
     placed.parent.mkdir(parents=True)
     placed.symlink_to(notes)
-    one_error_line(cli("pull", "tinyhub"), 2, f"{placed}: not a usable GGUF model", "remove or replace it")
+    one_error_line(cli("pull", "tinyhub"), 2, f"{placed}: not a GGUF file (bad magic bytes): not a usable GGUF model,"
+                   " and it is taken for org/tiny-GGUF/tiny-target.gguf: remove or replace it")
     assert notes.read_text() == "mine\n" and placed.is_symlink()
 
 
@@ -493,10 +515,13 @@ def test_models_scan_finds_upper_case_names_and_models_behind_linked_folders(tmp
     (folder / "UPPER.GGUF").symlink_to(tiny_pair[1])
     (folder / "linked").symlink_to(store)
     (folder / "sub" / "loop").symlink_to(folder)  # (a loop of folders is walked once)
+    (folder / "a-link").symlink_to(folder / "sub")  # (walked before sub: its files are named by sub, not the link)
+    (folder / "sub" / "small.gguf").write_bytes(tiny_pair[1].read_bytes())
     os.mkfifo(folder / "pipe.gguf")
     scanned = cli("models", "scan", str(folder), "--json")
     report = json.loads(scanned.stdout)
-    assert sorted(Path(m["path"]).name for group in report["groups"] for m in group) == ["UPPER.GGUF", "big.gguf"]
+    assert sorted(m["path"] for group in report["groups"] for m in group) == sorted(
+        [str(folder / "UPPER.GGUF"), str(folder / "linked" / "big.gguf"), str(folder / "sub" / "small.gguf")])
     assert report["unreadable"] == [f"{folder / 'pipe.gguf'}: not a regular file (a pipe or a device)"]
     drafts = cli("models", "drafts", str(tiny_pair[0]), str(folder))
     assert f"skipped: {folder / 'pipe.gguf'}: not a regular file" in drafts.stderr  # (was: dropped)

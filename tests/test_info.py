@@ -84,6 +84,8 @@ def test_localspec_home_expands_variables_and_a_blank_one_is_unset(tmp_path, mon
     one_error_line(cli("profile", "list", env={"LOCALSPEC_HOME": "$LOCALSPEC_TEST_UNSET/home"}), 2,
                    "LOCALSPEC_HOME=$LOCALSPEC_TEST_UNSET/home: $LOCALSPEC_TEST_UNSET is not set in this environment")
     assert cli("profile", "list", env={"LOCALSPEC_HOME": "  "}).exit_code == 0
+    one_error_line(cli("profile", "list", env={"LOCALSPEC_HOME": "~no-such-user-here/x"}), 2,
+                   "error: LOCALSPEC_HOME=~no-such-user-here/x: cannot expand ~ (no such user)")
 
 
 def test_a_home_or_config_folder_under_a_file_is_one_line_not_profiles_missing(tmp_path) -> None:
@@ -210,8 +212,9 @@ def test_info_shows_folder_names_escaped_and_as_json_text(tmp_path) -> None:
     home = os.fsdecode(os.fsencode(str(tmp_path)) + b"/h\x1b[31m\nX\xff")
     shown = cli("info", env={"LOCALSPEC_HOME": home}).stdout
     assert "data folder: " + str(tmp_path) + "/h\\x1b[31m\\nX\\xff\n" in shown and "\x1b[31m" not in shown
-    folders = json.loads(cli("info", "--json", env={"LOCALSPEC_HOME": home}).stdout)["folders"]
-    assert folders["data"] == str(tmp_path) + "/h\x1b[31m\nX\ufffd"
+    report = json.loads(cli("info", "--json", env={"LOCALSPEC_HOME": home, "LOCALSPEC_PROFILE": "a\udcff"}).stdout)
+    assert report["folders"]["data"] == str(tmp_path) + "/h\x1b[31m\nX\ufffd"
+    assert report["default_profile"] == "a\ufffd"
 
 
 def test_gpu_offload_names_the_rpc_workers_devices_rather_than_the_worker_as_a_gpu_backend() -> None:

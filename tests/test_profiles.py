@@ -164,12 +164,16 @@ def test_a_relative_model_path_written_by_hand_is_read_from_the_profiles_folder(
     assert flagged.values["target.path"] == "here.gguf"
 
 
-def test_a_path_starting_with_an_unset_variable_is_named_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_path_starting_with_an_unset_variable_is_named_as_written(monkeypatch: pytest.MonkeyPatch,
+                                                                    tiny_pair: tuple[Path, Path]) -> None:
     """(was: "target.path = /…/profiles/$NOPE/x.gguf: $NOPE is not set", the profile's folder put before it)"""
     monkeypatch.delenv("LOCALSPEC_TEST_UNSET", raising=False)
     write_user_profile("unset", '[target]\npath = "$LOCALSPEC_TEST_UNSET/x.gguf"\n')
     one_error_line(cli("profile", "check", "unset"), 2,
                    "target.path = $LOCALSPEC_TEST_UNSET/x.gguf: $LOCALSPEC_TEST_UNSET is not set in this environment")
+    profile = write_user_profile("literal", '[target]\npath = "$LOCALSPEC_TEST_UNSET.gguf"\n')  # (a file's own name)
+    (profile.parent / "$LOCALSPEC_TEST_UNSET.gguf").symlink_to(tiny_pair[0])
+    assert cli("profile", "check", "literal").exit_code == 0
 
 
 def test_a_strategy_that_needs_a_draft_the_profile_lacks_is_said_by_add_show_and_check(
@@ -193,6 +197,10 @@ def test_add_refuses_a_set_location_for_a_model_its_flags_give(tiny_pair: tuple[
                    "--set target.path: the target is given by --target already")
     one_error_line(cli("profile", "add", "n1", "--target", target, "--draft", draft, "--set", "draft.hf_repo=a/b"), 2,
                    "--set draft.hf_repo: the draft is given by --draft already")
+    # (was: a draft made, minutes on a real model, then refused naming a --draft never typed)
+    made = cli("profile", "add", "n1", "--target", target, "--make-draft", "--set", f"draft.path={draft}")
+    one_error_line(made, 2, "--set draft.path: the draft is given by --make-draft (which implies --draft auto)")
+    assert not list(tiny_pair[0].parent.glob("*draft-*"))
     assert not (user_profiles_dir() / "n1.toml").exists()
     assert cli("profile", "add", "n1", "--target", target, "--set", f"draft.path={draft}").exit_code == 0
 
@@ -293,7 +301,7 @@ def test_add_of_a_shipped_profiles_name_says_it_hides_that_one(tiny_pair: tuple[
 
 def test_set_and_unset_of_a_shipped_profile_say_they_made_a_copy_that_hides_it() -> None:
     """(was: "saved …/profiles/demo.toml" alone; the shipped demo was hidden from then on without a word)"""
-    said = "note: a copy of the shipped profile 'demo', which it hides from now on (`localspec profile remove demo`"
+    said = "note: saved as a copy of the shipped profile 'demo', which it hides from now on (`localspec profile remove"
     assert said in cli("profile", "unset", "demo", "speculative.draft_max").stderr
     assert "hides" not in cli("profile", "set", "demo", "sampling.seed=3").stderr  # (the copy is there already)
     assert cli("profile", "remove", "demo").exit_code == 0

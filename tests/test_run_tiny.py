@@ -241,12 +241,25 @@ def test_draft_make_refuses_to_write_over_its_target(tiny_pair: tuple[Path, Path
     for out in (target, tmp_path / "link.gguf", tmp_path / "." / "target.gguf"):
         one_error_line(cli("draft", "make", str(target), "--type", "q8_0", "--out", str(out), "--force"), 2,
                        "is TARGET itself")
-    # A draft's default name linked to the target (was: auto's --force measured, then wrote the draft over it).
+    # A draft's default name linked to the target (was: auto's --force measured, then wrote the draft over it),
+    # to another file (written through with --force), to nothing (found after measuring).
     (tmp_path / "target.draft-q4_0.gguf").symlink_to(target)
     for flags in ((), ("--type", "q4_0")):
         one_error_line(cli("draft", "make", str(target), "--force", *flags), 2,
                        f"error: {tmp_path / 'target.draft-q4_0.gguf'} is TARGET itself (a link to it)")
     assert target.read_bytes() == tiny_pair[0].read_bytes()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    (tmp_path / "target.draft-q4_0.gguf").unlink()
+    (tmp_path / "target.draft-q4_0.gguf").symlink_to(notes)
+    (tmp_path / "target.draft-q8_0.gguf").symlink_to(tmp_path / "nowhere.gguf")
+    for flags, link in ((("--type", "q4_0"), "target.draft-q4_0.gguf"), ((), "target.draft-q8_0.gguf")):
+        one_error_line(cli("draft", "make", str(target), "--force", *flags), 2,
+                       f"error: {tmp_path / link} is a link (to {tmp_path}/")
+    assert notes.read_text() == "mine\n"
+    to_nothing = tmp_path / "target.draft-q8_0.gguf"
+    one_error_line(cli("draft", "make", str(target), "--type", "q4_0", "--out", str(to_nothing)), 2,
+                   "is a link to nothing")
 
 
 

@@ -163,6 +163,8 @@ def test_a_schema_or_grammar_file_named_dash_is_read_from_stdin(tiny_args: list[
 
 def test_a_file_named_dash_reads_stdin_where_nothing_else_does(tiny_args: list[str]) -> None:
     one_error_line(run_with_stdin(tiny_args, "[", "--tools", "-", "the cat"), 2, "stdin: not valid JSON")
+    one_error_line(run_with_stdin(tiny_args, "\ufeff{}", "--json-schema", "-", "the cat"), 2,  # (as a file's)
+                   "--json-schema - (stdin): starts with a byte order mark")
     one_error_line(run_with_stdin(tiny_args, "{}", "--json-schema", "-"), 2,
                    "--json-schema - reads stdin, which the prompt is read from: give the prompt as an argument")
     one_error_line(run_with_stdin(tiny_args, "[]", "--tools", "-", "-"), 2,

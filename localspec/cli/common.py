@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import click
 
 from ..app.web_origin import is_loopback_address
-from ..config.files import read_piped
+from ..config.files import read_piped, user_text
 from ..errors import InputError, LocalspecError
 from ..shown import shown_name
 from ..textin import clean_input, decode_input
@@ -231,8 +231,8 @@ def read_prompt(prompt: str | None) -> str:
     """The prompt argument, or stdin when it is "-" or absent and stdin is not a terminal."""
     if prompt in (None, "-") and sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no prompt: give one as an argument or on stdin")
-    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = read_stdin()
+    if prompt_reads_stdin(prompt):
+        prompt = _read_stdin()
     elif prompt is not None:
         prompt = clean_input(prompt, "the prompt")
     if prompt is None:
@@ -245,21 +245,29 @@ def read_prompt(prompt: str | None) -> str:
 STDIN = "-"  # a file option's name for stdin
 
 
-def refuse_stdin_if_taken(flag: str, taken_by: str | None) -> None:
-    """A usage error for `flag -` where stdin is `taken_by` something else (None: it is free)."""
+def file_from_stdin(flag: str, taken_by: str | None) -> str:
+    """The text of a file option given as `-`: stdin's, under a file's rules (UTF-8 without a byte order mark);
+    a usage error where stdin is `taken_by` something else (None: it is free) or is a terminal."""
     if taken_by is not None:
         raise click.UsageError(f"{flag} - reads stdin, which {taken_by}")
+    if sys.stdin is not None and sys.stdin.isatty():
+        raise click.UsageError(f"{flag} - reads stdin, which is a terminal here: pipe the file in, or name it")
+    try:
+        data = stdin_bytes()
+    except InputError as exc:
+        raise InputError(f"{flag} -: {exc}") from None
+    return user_text(data, f"{flag} - (stdin)")
 
 
 def prompt_reads_stdin(prompt: str | None) -> bool:
-    """Whether `read_prompt` would read the prompt from stdin (not where stdin is a terminal: it says to give one)."""
+    """Whether `read_prompt` reads the prompt from stdin: given as "-", or not given and stdin is no terminal."""
     return prompt == "-" or (prompt is None and sys.stdin is not None and not sys.stdin.isatty())
 
 
-def read_stdin(where: str = "stdin") -> str:
-    """What is piped on stdin (`stdin_bytes`), decoded as `decode_bytes` does (UTF-16 read as such after its
-    byte order mark, bytes that are not UTF-8 replaced with a warning naming `where`)."""
-    return decode_input(stdin_bytes(), where)
+def _read_stdin() -> str:
+    """The prompt piped on stdin (`stdin_bytes`), decoded as `decode_bytes` does (UTF-16 read as such after its
+    byte order mark, bytes that are not UTF-8 replaced with a warning)."""
+    return decode_input(stdin_bytes(), "stdin")
 
 
 def stdin_bytes() -> bytes:

@@ -58,6 +58,9 @@ def make_draft_file(target: Path, type_name: str = AUTO, out: Path | None = None
         if same_file(destination, target):
             raise InputError(f"{named} is TARGET itself{'' if out is not None else ' (a link to it)'}: the draft would"
                              " replace the model it drafts for")
+        if out is None and destination.is_symlink():  # (a name the user did not choose: never written through)
+            raise InputError(f"{named} is a link (to {os.readlink(destination)}): remove it, or write the draft"
+                             " elsewhere with --out")
         _check_writable(destination, named)
     if type_name != AUTO:  # (auto refuses an existing file in its own words)
         out = destinations[0]
@@ -72,6 +75,8 @@ def _check_writable(out: Path, named: str) -> None:
     there (which --force does not replace)."""
     try:
         check_folder_of(out, named)
+        if out.is_symlink() and not out.exists():
+            raise InputError(f"{named} is a link to nothing (or a loop of links): a draft is not written through it")
         if out.exists() and not out.is_file():
             what = "a folder" if out.is_dir() else "not a regular file"
             raise InputError(f"{named} is {what}: a draft is written as a file (--force replaces only a file)")

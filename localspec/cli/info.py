@@ -42,6 +42,7 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     }
     if as_json:  # (a path's bytes that are not UTF-8 shown as U+FFFD, as in `run --json`: JSON is text)
         report["folders"] = {name: clean_text(folder)[0] for name, folder in report["folders"].items()}
+        report["default_profile"] = clean_text(report["default_profile"])[0]
         click.echo(json.dumps(report, indent=2))
         return
     def out(text: str) -> None:  # folder names and device descriptions are not markup

@@ -22,7 +22,7 @@ from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat, compile_format
 from ..errors import InputError
 from ..textin import clean_input
-from .common import STDIN, read_stdin, refuse_stdin_if_taken
+from .common import STDIN, file_from_stdin
 from .options import all_of
 from .typed_paths import first_word, typed_path
 
@@ -35,10 +35,11 @@ OUTPUT_FORMAT_OPTIONS = all_of(
     click.option("--format", "output_format", type=click.Choice(["json"]),
                  help="Hold the output to a valid JSON object (any JSON value: --json-schema '{}')."),
     click.option("--json-schema", "json_schema", metavar="FILE_OR_JSON",
-                 help="Hold the output to a JSON schema: a file (- reads stdin), or the schema itself as JSON."),
+                 help="Hold the output to a JSON schema: a file (run: - reads stdin), or the schema itself as"
+                      " JSON."),
     click.option("--grammar", "grammar", metavar="FILE", type=click.Path(),
-                 help="Hold the output to a grammar file (- reads stdin): llguidance's Lark syntax, or llama.cpp's"
-                      " GBNF."),
+                 help="Hold the output to a grammar file (run: - reads stdin): llguidance's Lark syntax, or"
+                      " llama.cpp's GBNF."),
     click.option("--regex", "regex", metavar="PATTERN", help="Hold the output to a regular expression."),
 )
 
@@ -57,8 +58,8 @@ def output_format_from_options(options: dict[str, Any], stdin_taken: str | None 
         return None
     flag, value = next(iter(given.items()))
     if value == STDIN and flag in ("--json-schema", "--grammar"):
-        refuse_stdin_if_taken(flag, stdin_taken)
-        return OutputFormat("json_schema" if flag == "--json-schema" else "grammar", read_stdin(f"{flag} -"), "stdin")
+        kind = "json_schema" if flag == "--json-schema" else "grammar"
+        return OutputFormat(kind, file_from_stdin(flag, stdin_taken), "stdin")
     if flag == "--format":
         return OutputFormat("json", "", "--format json")
     if flag == "--json-schema":

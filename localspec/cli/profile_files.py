@@ -44,6 +44,14 @@ def add_command(
         raise profile_exists(name, existing)
     if make_draft and draft not in (None, "auto"):
         raise InputError("--make-draft goes with --draft auto (a draft is made when none fits), not with a draft path")
+    flagged = {"target": "--target", "draft": _draft_flag(draft, make_draft)}
+    assigned = {}
+    for assignment in assignments:  # (before a draft is looked for, or made: minutes)
+        key, value = parse_assignment(clean_input(assignment, "--set"))
+        role, _, field = key.partition(".")
+        if field in (*LOCATION_KEYS, "hf_file") and flagged.get(role):
+            raise InputError(f"--set {key}: the {role} is given by {flagged[role]} already")
+        assigned[key] = stored_assignment(key, value)
     values: dict = {"name": name, "target.path": stored_model_path(target, "--target")}
     if description:
         values["description"] = clean_input(description, "--description")
@@ -51,12 +59,7 @@ def add_command(
         values["draft.path"] = str(_auto_draft(model_path_here(values["target.path"], "target.path"), make_draft))
     elif draft is not None:  # (an empty path is refused there, not taken for no draft)
         values["draft.path"] = stored_model_path(draft, "--draft")
-    for assignment in assignments:
-        key, value = parse_assignment(clean_input(assignment, "--set"))
-        role, _, field = key.partition(".")
-        if field in (*LOCATION_KEYS, "hf_file") and f"{role}.path" in values:
-            raise InputError(f"--set {key}: the {role} is given by --{role} already")
-        values[key] = stored_assignment(key, value)
+    values.update(assigned)
     if "draft.path" in values:
         check_pair(*(model_path_here(values[key], key) for key in ("target.path", "draft.path")))
     elif "target.path" in values:  # (--set may have given the target another location)
@@ -68,6 +71,13 @@ def add_command(
         click.echo(f"note: {without_a_draft(saved)}", err=True)
     if (shipped_profiles_dir() / f"{name}.toml").exists():
         note_hiding_shipped(name)
+
+
+def _draft_flag(draft: str | None, make_draft: bool) -> str | None:
+    """How the command line gave the draft (None: it did not), as an error names it."""
+    if draft is not None:
+        return "--draft"
+    return "--make-draft (which implies --draft auto)" if make_draft else None
 
 
 def check_model_files(changes: dict[str, object]) -> None:

@@ -145,7 +145,7 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
     path = update_profile(name, changes)
     say(f"saved {path}")
     if copying:
-        note_hiding_shipped(name, "a copy of the shipped profile")
+        note_hiding_shipped(name, "saved as a copy of the shipped profile")
 
 
 @profile_group.command("unset")
@@ -163,7 +163,7 @@ def unset_command(name: str, keys: tuple[str, ...]) -> None:
     path = update_profile(name, {}, unset=tuple(clean_input(key, "a KEY argument").strip() for key in keys))
     say(f"saved {path}")
     if copying:
-        note_hiding_shipped(name, "a copy of the shipped profile")
+        note_hiding_shipped(name, "saved as a copy of the shipped profile")
 
 
 def _copies_a_shipped_profile(name: str) -> bool:

@@ -7,7 +7,6 @@ import click
 from ..config.profiles import load_profile
 from ..errors import InputError
 from ..models.hub import download, hub_local_path, in_hub_cache, unusable_download
-from ..shown import shown_name
 from .common import say, status_line, stderr_console
 
 
@@ -33,8 +32,8 @@ def pull(profile_name: str) -> None:
                 say(f"have {repo}/{filename}")
                 continue
             if not in_hub_cache(have):  # (the models folder's, or a link there: the user's file, never removed)
-                raise InputError(f"{shown_name(str(have))}: not a usable GGUF model ({problem}), and it is taken for"
-                                 f" {repo}/{filename}: remove or replace it, then pull again")
+                raise InputError(f"{problem}: not a usable GGUF model, and it is taken for {repo}/{filename}:"
+                                 " remove or replace it, then pull again")
             click.echo(f"note: the copy of {repo}/{filename} in the hub cache is not a usable GGUF model ({problem}):"
                        " removed, downloading it again", err=True)
         with status_line(stderr_console.is_terminal) as status:

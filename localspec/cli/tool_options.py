@@ -35,7 +35,7 @@ from ..config.files import parse_user_json, read_user_text
 from ..config.paths import user_path
 from ..engine.generation import Generation
 from ..errors import InputError
-from .common import STDIN, read_stdin, refuse_stdin_if_taken, write_stdout
+from .common import STDIN, file_from_stdin, write_stdout
 from .options import all_of
 from .output_format import cut_short_message
 
@@ -67,8 +67,7 @@ def tools_from_options(options: dict[str, Any], stdin_taken: str | None = None) 
             raise InputError("--tool-choice needs --tools FILE")
         return None
     if path == STDIN:
-        refuse_stdin_if_taken("--tools", stdin_taken)
-        path, text = "stdin", read_stdin("--tools -")
+        path, text = "stdin", file_from_stdin("--tools", stdin_taken)
     else:
         path = user_path(path, "--tools")
         text = read_user_text(path, pipes_ok=True)

@@ -19,7 +19,6 @@ from ..runtime.devices import describe_device
 from ..runtime.library import default_threads
 from ..runtime.rpc import DEFAULT_PORT, lent_devices, require_rpc, serve
 from ..settings import MAX_THREADS
-from ..shown import shown_name
 from .common import is_loopback
 from .options import WholeNumbers
 from .stdio import stdout_is_closed
@@ -56,10 +55,10 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
         try:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
         except FileExistsError:  # (a file, a pipe)
-            raise InputError(f"cannot use {shown_name(cache_dir)} for the tensor cache (not a folder)") from None
+            raise InputError(f"cannot use {cache_dir} for the tensor cache (not a folder)") from None
         except OSError as exc:  # (a folder not theirs, one under a file)
             reason = (exc.strerror or str(exc)).lower()
-            raise InputError(f"cannot use {shown_name(cache_dir)} for the tensor cache ({reason})") from None
+            raise InputError(f"cannot use {cache_dir} for the tensor cache ({reason})") from None
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}: the RPC protocol has no authentication or encryption; "
                    "anyone who reaches this port can use this machine's devices. Use it on a trusted network only.", err=True)

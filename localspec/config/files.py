@@ -42,16 +42,21 @@ def read_user_text(path: Path, *, pipes_ok: bool = False) -> str:
     """The text of `path`, which must be a regular file in UTF-8 without a byte order mark; with `pipes_ok`,
     also a pipe or a device (a flag's `<(jq ...)` or /dev/stdin: named for this very read); either up to
     MAX_PIPED_BYTES."""
-    data = read_user_bytes(path, pipes_ok=pipes_ok)
+    return user_text(read_user_bytes(path, pipes_ok=pipes_ok), path)
+
+
+def user_text(data: bytes, origin: Path | str) -> str:
+    """`data`, a file a person wrote, as text: UTF-8 without a byte order mark, else a one-line error naming
+    `origin` (and the line of a byte that is not UTF-8)."""
     if data.startswith(codecs.BOM_UTF8):
-        raise InputError(f"{path}: starts with a byte order mark (BOM): save it as UTF-8 without BOM")
-    refuse_utf16(data, path)
+        raise InputError(f"{origin}: starts with a byte order mark (BOM): save it as UTF-8 without BOM")
+    refuse_utf16(data, origin)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(
-            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+            f"{origin}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
         ) from None
 
 

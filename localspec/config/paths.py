@@ -134,7 +134,11 @@ def _home_override() -> Path | None:
     value = os.environ.get("LOCALSPEC_HOME")
     if not value or not value.strip():  # (as if unset)
         return None
-    home = expanded_user_path(value, "LOCALSPEC_HOME", said_as=f"LOCALSPEC_HOME={value}")  # (as a profile's paths)
+    try:  # (expanded as a profile's paths are)
+        home = expanded_user_path(value, "LOCALSPEC_HOME", said_as=f"LOCALSPEC_HOME={value}")
+    except InputError as exc:  # (every error names the variable: "~nobody/x: cannot expand ~" did not)
+        said = str(exc).removeprefix(f"{value}: ")
+        raise InputError(said if said.startswith("LOCALSPEC_HOME") else f"LOCALSPEC_HOME={value}: {said}") from None
     if not home.is_absolute():  # (profiles, history and memory would move with the current folder)
         raise InputError(f"LOCALSPEC_HOME={value}: not an absolute path (a relative one would change with the current"
                          f" folder): use {shlex.quote(str(Path.cwd() / home))}")

@@ -71,14 +71,16 @@ def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
 def _paths_from_its_folder(profile: Profile) -> dict[str, Any]:
     """`profile`'s values with a relative model path (one written by hand: localspec stores them absolute) read
     from the profile's folder, not from wherever a command runs (one that starts with a variable this environment
-    does not set is left as written: its error names the variable)."""
+    does not set is left as written, its error naming the variable, unless the profile's folder has a file of
+    that very name: `$lit.gguf`)."""
     values = dict(profile.values)
     for role in ROLES:
         stored = values.get(f"{role}.path")
         if isinstance(stored, str) and profile.path is not None:
             expanded = os.path.expanduser(os.path.expandvars(stored))
-            if not (os.path.isabs(expanded) or expanded.startswith("$")):
-                values[f"{role}.path"] = os.path.join(profile.path.parent, stored)
+            in_its_folder = os.path.join(profile.path.parent, stored)
+            if not (os.path.isabs(expanded) or expanded.startswith("$") and not os.path.lexists(in_its_folder)):
+                values[f"{role}.path"] = in_its_folder
     return values
 
 

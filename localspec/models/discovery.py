@@ -108,27 +108,33 @@ def scan(folders: Iterable[str | Path]) -> tuple[list[ModelInfo], list[str]]:
 
 
 def _gguf_files(folder: Path, problems: list[str]) -> list[Path]:
-    """The files under `folder` named *.gguf (the extension in any case: `.GGUF` too), through links to folders
-    as well (each folder walked once, so a loop of links ends); a folder that cannot be read, or that went away
-    during the walk, is one line in `problems`."""
+    """The files under `folder` named *.gguf (the extension in any case: `.GGUF` too), then those under the
+    folders links in it lead to, each folder walked once (a file is found by its own folder's name before a
+    link's, and a loop of links ends); a folder that cannot be read, or that went away during the walk, is one
+    line in `problems`."""
     found: list[Path] = []
     walked: set[Path] = set()
+    pending = [folder]
 
     def unreadable(exc: OSError) -> None:
         problems.append(f"{exc.filename}: cannot be read ({exc.strerror or exc})")
 
-    for root, subfolders, files in os.walk(folder, onerror=unreadable, followlinks=True):
-        try:
-            real = Path(root).resolve(strict=True)
-        except (OSError, RuntimeError):  # (gone meanwhile)
-            subfolders.clear()
-            continue
-        if real in walked:  # (a folder reached again through a link)
-            subfolders.clear()
-            continue
-        walked.add(real)
-        found.extend(Path(root) / name for name in files if name.lower().endswith(".gguf"))
-    return sorted(found)
+    while pending:
+        start = pending.pop(0)
+        for root, subfolders, files in os.walk(start, onerror=unreadable):  # (links to folders are listed, not entered)
+            try:
+                real = Path(root).resolve(strict=True)
+            except (OSError, RuntimeError):  # (gone meanwhile)
+                subfolders.clear()
+                continue
+            if real in walked:  # (a folder reached again through a link)
+                subfolders.clear()
+                continue
+            walked.add(real)
+            subfolders.sort()
+            pending.extend(Path(root) / name for name in subfolders if os.path.islink(os.path.join(root, name)))
+            found.extend(Path(root) / name for name in sorted(files) if name.lower().endswith(".gguf"))
+    return found
 
 
 def group_by_vocabulary(models: list[ModelInfo]) -> list[list[ModelInfo]]:

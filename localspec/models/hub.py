@@ -142,15 +142,25 @@ def unusable_download(path: Path) -> str | None:
             with contextlib.suppress(OSError):
                 blob = path.resolve()
                 path.unlink()
-                if blob != path and blob.is_relative_to(Path(_cache_root()).resolve()):
+                if blob != path and blob.is_relative_to(_real_cache_root()):
                     blob.unlink()
         return str(exc)
     return None
 
 
 def in_hub_cache(path: Path) -> bool:
-    """Whether `path` (not what a link there leads to) lies in the hub cache, where localspec downloads."""
-    return Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(_cache_root())))
+    """Whether `path` (not what a link there leads to) lies in the hub cache, where localspec downloads (either
+    reached through links: `~/.cache` often is one)."""
+    return _real_folder_of(path).is_relative_to(_real_cache_root())
+
+
+def _real_folder_of(path: Path) -> Path:
+    """`path` with the links in its folder resolved, not a link it is itself."""
+    return Path(os.path.realpath(os.path.dirname(os.path.abspath(path)))) / path.name
+
+
+def _real_cache_root() -> Path:
+    return Path(os.path.realpath(os.path.expanduser(_cache_root())))
 
 
 def _cache_root() -> str:
