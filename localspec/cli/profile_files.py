@@ -11,7 +11,8 @@ from rich.markup import escape
 from ..app.plan import locate_model
 from ..config.paths import (MODEL_PATH_KEYS, model_path_here, shipped_profiles_dir, stored_assignment, stored_model_path,
                             user_profiles_dir)
-from ..config.profiles import LOCATION_KEYS, check_name, parse_assignment, profile_exists, save_profile
+from ..config.profiles import (LOCATION_KEYS, check_name, hiding_shipped_text, parse_assignment, profile_exists,
+                               save_profile)
 from ..config.resolve import resolve_settings, strategy_needs_a_draft, without_a_draft
 from ..errors import InputError, LocalspecError
 from ..models.compat import check_file, check_pair, check_pair_cached
@@ -19,7 +20,6 @@ from ..models.discovery import describe, find_drafts
 from ..textin import clean_input
 from .common import say, stdout_console
 from .drafts import make_draft_file
-from .profiles import note_hiding_shipped
 
 
 @click.command("add")
@@ -70,7 +70,7 @@ def add_command(
     if strategy_needs_a_draft(saved):
         click.echo(f"note: {without_a_draft(saved)}", err=True)
     if (shipped_profiles_dir() / f"{name}.toml").exists():
-        note_hiding_shipped(name)
+        click.echo(hiding_shipped_text(name, "it has the name of the shipped profile"), err=True)
 
 
 def _draft_flag(draft: str | None, make_draft: bool) -> str | None:

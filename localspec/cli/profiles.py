@@ -16,6 +16,7 @@ from ..config.files import discard_lock, locked
 from ..config.paths import MODEL_PATH_KEYS, shipped_profiles_dir, stored_assignment, user_profiles_dir
 from ..config.profiles import (
     check_name,
+    hiding_shipped_text,
     list_profiles,
     load_profile,
     parse_assignment,
@@ -145,7 +146,7 @@ def set_command(name: str, assignments: tuple[str, ...]) -> None:
     path = update_profile(name, changes)
     say(f"saved {path}")
     if copying:
-        note_hiding_shipped(name, "saved as a copy of the shipped profile")
+        click.echo(hiding_shipped_text(name, "saved as a copy of the shipped profile"), err=True)
 
 
 @profile_group.command("unset")
@@ -163,7 +164,7 @@ def unset_command(name: str, keys: tuple[str, ...]) -> None:
     path = update_profile(name, {}, unset=tuple(clean_input(key, "a KEY argument").strip() for key in keys))
     say(f"saved {path}")
     if copying:
-        note_hiding_shipped(name, "saved as a copy of the shipped profile")
+        click.echo(hiding_shipped_text(name, "saved as a copy of the shipped profile"), err=True)
 
 
 def _copies_a_shipped_profile(name: str) -> bool:
@@ -172,11 +173,6 @@ def _copies_a_shipped_profile(name: str) -> bool:
     return not (user_file.exists() or user_file.is_symlink()) and (shipped_profiles_dir() / f"{name}.toml").exists()
 
 
-def note_hiding_shipped(name: str, what: str = "it has the name of the shipped profile") -> None:
-    """The note that user profile `name` (a shipped profile's name: no escaping needed) now hides the shipped one
-    (`what` it is to that one)."""
-    click.echo(f"note: {what} {name!r}, which it hides from now on (`localspec profile remove {name}` brings that"
-               " one back)", err=True)
 
 
 @profile_group.command("remove")

@@ -286,6 +286,13 @@ def _existing_file(name: str) -> Path:
     return path
 
 
+def hiding_shipped_text(name: str, what: str) -> str:
+    """The note that user profile `name` (a shipped profile's name: no escaping needed) now hides the shipped one
+    (`what` it is to that one)."""
+    return (f"note: {what} {name!r}, which it hides from now on (`localspec profile remove {name}` brings that one"
+            " back)")
+
+
 def missing_profile_text(name: str) -> str:
     """Why `name` cannot be loaded when no file holds it, with the profiles that can."""
     names = sorted(p.name for p in list_profiles() if p.problem is None)
