@@ -79,7 +79,7 @@ def _paths_from_its_folder(profile: Profile) -> dict[str, Any]:
         if isinstance(stored, str) and profile.path is not None:
             expanded = os.path.expanduser(os.path.expandvars(stored))
             in_its_folder = os.path.join(profile.path.parent, stored)
-            if not (os.path.isabs(expanded) or expanded.startswith("$") and not os.path.lexists(in_its_folder)):
+            if not (os.path.isabs(expanded) or (expanded.startswith("$") and not os.path.lexists(in_its_folder))):
                 values[f"{role}.path"] = in_its_folder
     return values
 

@@ -9,7 +9,6 @@ target, smallest first.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
