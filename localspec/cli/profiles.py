@@ -168,9 +168,10 @@ def unset_command(name: str, keys: tuple[str, ...]) -> None:
 
 
 def _copies_a_shipped_profile(name: str) -> bool:
-    """Whether changing profile `name` copies a shipped profile to the user's profiles (none of theirs has it)."""
-    user_file = user_profiles_dir() / f"{name}.toml"
-    return not (user_file.exists() or user_file.is_symlink()) and (shipped_profiles_dir() / f"{name}.toml").exists()
+    """Whether changing profile `name` copies a shipped profile to the user's profiles: the name resolves to the
+    shipped one (`profile_file`: none of the user's has it)."""
+    found = profile_file(name)
+    return found is not None and found.parent == shipped_profiles_dir()
 
 
 
