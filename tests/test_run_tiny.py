@@ -119,6 +119,16 @@ def test_the_prompt_check_counts_the_context_llama_cpp_creates(tiny_args: list[s
     assert result.exit_code == 0 and "becomes 256" in result.stderr, result.stderr
 
 
+def test_a_mistyped_option_is_offered_only_its_nearest_options() -> None:
+    """click lists any three options alike enough, alphabetically (`--temprature` offered `--strategy` first):
+    only those nearly as alike as the nearest are offered, nearest first; a negative number says how to give it."""
+    line = one_error_line(cli("bench", "--temprature", "0"), 2, "No such option '--temprature'")
+    assert line.endswith("Did you mean '--temperatures'?"), line
+    line = one_error_line(cli("chat", "--draft-mx", "3"), 2)
+    assert line.endswith("Did you mean '--draft-max' or '--draft-min'?"), line
+    one_error_line(cli("history", "show", "-1"), 2, "No such option '-1'", "put -- before it")
+    assert "Did you mean" not in one_error_line(cli("run", "--xyzzy", "hi"), 2, "No such option '--xyzzy'.")
+
 def test_more_bad_input_is_one_line(tiny_args: list[str], tmp_path: Path) -> None:
     one_error_line(cli(*tiny_args, "--json-schema", "[1, 2]", "hi"), 2, "a JSON schema must be a JSON object", "not an array")
     one_error_line(cli(*tiny_args, "--json-schema", "42", "hi"), 2, "not a number")

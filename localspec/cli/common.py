@@ -98,6 +98,9 @@ class LocalspecGroup(click.Group):
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()  # `localspec` alone: the help text
             return exc.exit_code
+        except click.NoSuchOption as exc:
+            _error(_no_such_option_text(exc))
+            return exc.exit_code
         except click.ClickException as exc:  # bad options or arguments: one line instead of usage + error
             _error(exc.format_message())
             return exc.exit_code
@@ -129,6 +132,26 @@ class LocalspecGroup(click.Group):
         except OSError as exc:  # a file error no check foresaw (a name too long, a folder it may not search)
             _error(os_error_text(exc))
             sys.exit(1)
+
+
+_NEAR_ENOUGH = 0.1  # how much less alike than the nearest a suggested option may be
+
+
+def _no_such_option_text(exc: click.NoSuchOption) -> str:
+    """click's line for an unknown option, suggesting only the options nearest to it (click lists any three
+    alike enough, alphabetically: `--temprature` offered `--strategy` first), and saying how to give a value
+    that starts with "-" (`history show -1`)."""
+    name = exc.option_name
+    if not exc.possibilities:
+        if name[1:].replace(".", "", 1).isdigit():
+            return f"{exc.message} (To give {name} as a value, put -- before it.)"
+        return exc.message
+    likeness = {option: difflib.SequenceMatcher(None, name, option).ratio() for option in exc.possibilities}
+    nearest = [option for option in exc.possibilities if likeness[option] >= max(likeness.values()) - _NEAR_ENOUGH]
+    nearest.sort(key=lambda option: -likeness[option])
+    if len(nearest) == 1:
+        return f"{exc.message} Did you mean {nearest[0]!r}?"
+    return f"{exc.message} Did you mean {' or '.join(repr(option) for option in nearest)}?"
 
 
 EXIT_TERMINATED = 128 + signal.SIGTERM

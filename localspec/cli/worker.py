@@ -13,7 +13,7 @@ from typing import TextIO
 
 import click
 
-from ..config.paths import user_path
+from ..config.paths import file_in_the_way, user_path
 from ..errors import InputError, LocalspecError
 from ..runtime.devices import describe_device
 from ..runtime.library import default_threads
@@ -52,10 +52,12 @@ def worker(host: str, port: int, threads: int | None, cache_dir: str | None) -> 
     _check_can_listen(host, port)
     if cache_dir is not None:  # llama.cpp writes into it but does not create it
         cache_dir = str(user_path(cache_dir, "--cache"))  # (an empty one is an error, not "no cache")
+        blocking = file_in_the_way(Path(cache_dir))  # (the folder itself, or one of its parents: a file, a pipe)
+        if blocking is not None:
+            what = "not a folder" if blocking == Path(cache_dir) else f"{blocking} is a file, not a folder"
+            raise InputError(f"cannot use {cache_dir} for the tensor cache ({what})")
         try:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        except FileExistsError:  # (a file, a pipe)
-            raise InputError(f"cannot use {cache_dir} for the tensor cache (not a folder)") from None
         except OSError as exc:  # (a folder not theirs, one under a file)
             reason = (exc.strerror or str(exc)).lower()
             raise InputError(f"cannot use {cache_dir} for the tensor cache ({reason})") from None
