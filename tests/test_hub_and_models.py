@@ -562,6 +562,17 @@ def test_models_scan_and_drafts_print_paths_that_look_like_markup_as_written(tmp
 
 
 
+def test_piped_output_keeps_long_paths_whole_on_one_line(tmp_path: Path, tiny_pair) -> None:
+    """Piped, a table cut a path past 240 columns short with an ellipsis, and `info` broke its lines there."""
+    folder = tmp_path / ("d" * 150) / ("e" * 150)
+    folder.mkdir(parents=True)
+    (folder / "z.gguf").symlink_to(tiny_pair[0])
+    scanned = cli("models", "scan", str(folder))
+    assert scanned.exit_code == 0 and f"{folder / 'z.gguf'}  " in scanned.stdout, scanned.stdout
+    info = cli("info", env={"LOCALSPEC_HOME": str(folder)})
+    assert info.exit_code == 0 and f"{folder}" in info.stdout, info.stdout
+
+
 def test_models_scan_shows_odd_file_names_on_one_line_and_writes_unicode_json(tmp_path: Path, tiny_pair) -> None:
     (tmp_path / "a\nb.gguf").write_bytes(tiny_pair[0].read_bytes())
     (tmp_path / os.fsdecode(b"c\xffd.gguf")).write_bytes(tiny_pair[0].read_bytes())

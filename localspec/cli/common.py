@@ -36,6 +36,9 @@ def __getattr__(name: str) -> Any:
     return _console(name)
 
 
+_PIPED_WIDTH = 100_000  # (a table takes the width its cells need, no more)
+
+
 def _console(name: str) -> Any:
     """The rich console `name` ("stderr_console" or "stdout_console"), made once (kept as a module global)."""
     if name not in globals():
@@ -51,9 +54,10 @@ def _console(name: str) -> Any:
         colours = "auto" if stream is not None and terminal_takes_colour(stream) else None
         if name == "stderr_console":
             globals()[name] = Console(stderr=True, highlight=False, color_system=colours)
-        else:  # Tables on stdout keep whole paths when piped (rich would wrap at 80 columns).
-            globals()[name] = Console(highlight=False, color_system=colours,
-                                      width=None if sys.stdout is not None and sys.stdout.isatty() else 240)
+        else:  # Piped, tables keep whole paths (rich would wrap at 80 columns) and lines are never broken.
+            piped = sys.stdout is None or not sys.stdout.isatty()
+            globals()[name] = Console(highlight=False, color_system=colours, width=_PIPED_WIDTH if piped else None,
+                                      soft_wrap=piped)
     return globals()[name]
 
 
