@@ -140,6 +140,13 @@ def test_more_bad_input_is_one_line(tiny_args: list[str], tmp_path: Path) -> Non
     assert "\x1b" not in one_error_line(coloured, 2, "sc\\x1b[31mhema.gguf: no such file")
 
 
+@pytest.mark.slow  # (two runs)
+def test_a_draft_given_beside_strategy_ngram_is_said_to_be_unused(tiny_args: list[str], tiny_profile: str) -> None:
+    result = cli(*tiny_args, "--strategy", "ngram", "--max-tokens", "2", "the cat")
+    assert result.exit_code == 0 and "drafts from the text alone: --draft is not used" in result.stderr, result.stderr
+    profiled = cli("run", "-p", tiny_profile, "--strategy", "ngram", "--max-tokens", "2", "the cat")  # (not typed)
+    assert profiled.exit_code == 0 and "not used" not in profiled.stderr, profiled.stderr
+
 def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:
     at_budget = cli(*tiny_args, "--max-tokens", "3", "the cat")
     assert at_budget.exit_code == 0 and at_budget.stderr.strip().endswith("localspec: stopped at --max-tokens 3")

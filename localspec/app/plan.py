@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config.paths import model_path_here, same_file
-from ..config.resolve import ResolvedSettings, resolve_settings, strategy_needs_a_draft
+from ..config.resolve import FLAG_SOURCE, ResolvedSettings, resolve_settings, strategy_needs_a_draft
 from ..errors import InputError
 from ..models.compat import check_file, check_pair, has_chat_template
 from ..models.demo import demo_draft_path, demo_target_path
@@ -84,6 +84,9 @@ def resolve(
         if choice is not None and choice.runtime.rpc and choice.runtime.n_gpu_layers == 0:
             notes += (f"{settings.describe(f'{choice.role}.n_gpu_layers')} keeps every layer of the {choice.role} on"
                       f" this machine's CPU: its RPC workers ({', '.join(choice.runtime.rpc)}) take none",)
+    draft_typed = settings.sources.get("draft.path") == FLAG_SOURCE
+    if draft is not None and draft_typed and not generation.speculative.uses_draft_model:
+        notes += (f"{settings.describe('speculative.strategy')} drafts from the text alone: --draft is not used",)
     if draft is not None and generation.speculative.uses_draft_model and same_file(target.path, draft.path):
         notes += ("the draft is the target's own file: each draft token costs what a target token does, so drafting"
                   " with it is slower than the target alone; give a smaller draft, or use --strategy ngram",)
