@@ -147,6 +147,33 @@ def test_a_draft_given_beside_strategy_ngram_is_said_to_be_unused(tiny_args: lis
     profiled = cli("run", "-p", tiny_profile, "--strategy", "ngram", "--max-tokens", "2", "the cat")  # (not typed)
     assert profiled.exit_code == 0 and "not used" not in profiled.stderr, profiled.stderr
 
+@pytest.mark.slow  # (eight runs)
+def test_a_prompt_and_a_dash_send_the_prompt_and_stdin_s_text_a_blank_line_apart(tiny_args: list[str]) -> None:
+    def prompt_tokens(*prompt: str, stdin: str | None = None) -> int:
+        result = CliRunner().invoke(main, [*tiny_args, "--max-tokens", "1", "--json", *prompt], input=stdin,
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        return json.loads(result.stdout)["stats"]["prompt_tokens"]
+
+    assert prompt_tokens("Summarise:", "-", stdin="the red cat") == prompt_tokens("Summarise:\n\nthe red cat")
+    assert prompt_tokens("-", "Summarise:", stdin="the red cat") == prompt_tokens("the red cat\n\nSummarise:")
+    assert prompt_tokens("Summarise:", stdin="the red cat") == prompt_tokens("Summarise:")  # (no -: stdin unread)
+    empty = CliRunner().invoke(main, [*tiny_args, "Summarise:", "-"], input="\n")
+    one_error_line(empty, 2, "- adds stdin's text to the prompt, and stdin holds none")
+    for extra in (["a", "b"], ["-", "-"], ["a", "-", "b"]):  # (a mistyped option's value stays an error)
+        one_error_line(cli(*tiny_args, *extra), 2, f"{len(extra)} prompts given: give one PROMPT")
+
+
+@pytest.mark.slow  # (a process, to pipe its stdin)
+def test_text_piped_beside_a_prompt_alone_is_said_to_be_left_unread(tiny_args: list[str]) -> None:
+    command = [sys.executable, "-m", "localspec", *tiny_args, "--max-tokens", "1", "Summarise:"]
+    piped = subprocess.run(command, input=b"the red cat\n", capture_output=True, timeout=60)
+    assert piped.returncode == 0 and "the text piped on stdin is not read" in piped.stderr.decode(), piped.stderr
+    both = subprocess.run([*command, "-"], input=b"the red cat\n", capture_output=True, timeout=60)
+    assert both.returncode == 0 and "not read" not in both.stderr.decode(), both.stderr
+    quiet = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr.decode(), quiet.stderr
+
 def test_free_text_cut_short_says_where(tiny_args: list[str]) -> None:
     at_budget = cli(*tiny_args, "--max-tokens", "3", "the cat")
     assert at_budget.exit_code == 0 and at_budget.stderr.strip().endswith("localspec: stopped at --max-tokens 3")

@@ -254,19 +254,65 @@ def write_stdout(text: str) -> None:
         raise stdout_error(exc) from None
 
 
-def read_prompt(prompt: str | None) -> str:
-    """The prompt argument, or stdin when it is "-" or absent and stdin is not a terminal."""
-    if prompt in (None, "-") and sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
+def read_prompt(parts: tuple[str, ...]) -> str:
+    """The prompt: the PROMPT argument; stdin's text where PROMPT is "-", or is absent and stdin is no terminal;
+    or a PROMPT and stdin's text, a blank line between them, where "-" stands before or after it
+    (`git diff | localspec run "Write a commit message for this:" -`)."""
+    check_prompt_parts(parts)
+    if prompt_reads_stdin(parts) and sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no prompt: give one as an argument or on stdin")
-    if prompt_reads_stdin(prompt):
-        prompt = _read_stdin()
-    elif prompt is not None:
-        prompt = clean_input(prompt, "the prompt")
-    if prompt is None:
+    if not parts and not prompt_reads_stdin(parts):
         raise click.UsageError("give a PROMPT, or pipe one on stdin")
+    if parts in ((), (STDIN,)):
+        prompt = _read_stdin()
+    else:
+        _warn_of_unread_stdin(parts)
+        prompt = "\n\n".join(_stdin_part() if part == STDIN else clean_input(part, "the prompt") for part in parts)
     if not prompt.strip():
         raise click.UsageError("the prompt is empty")
     return prompt
+
+
+def check_prompt_parts(parts: tuple[str, ...]) -> None:
+    """A usage error unless `parts` is no PROMPT, one, or one and "-" (stdin's text beside it)."""
+    if len(parts) > 2 or (len(parts) == 2 and parts.count(STDIN) != 1):
+        raise click.UsageError(f"{len(parts)} prompts given: give one PROMPT (quote it), and - beside it to add "
+                               "stdin's text")
+
+
+def _stdin_part() -> str:
+    """Stdin's text for the "-" beside a PROMPT: text it must hold."""
+    text = _read_stdin()
+    if not text.strip():
+        raise click.UsageError("- adds stdin's text to the prompt, and stdin holds none")
+    return text
+
+
+def _warn_of_unread_stdin(parts: tuple[str, ...]) -> None:
+    """A warning where a PROMPT is given alone and text waits in a pipe on stdin, which is then not read: left
+    there, as a loop's `while read` needs it (`echo x | localspec run "y"` had dropped x without a word)."""
+    if STDIN in parts or sys.stdin is None or not _piped_bytes_waiting():
+        return
+    click.echo('warning: the text piped on stdin is not read, as a PROMPT is given: put - beside the PROMPT to add it'
+               ' (`... | localspec run "PROMPT" -`)', err=True)
+
+
+def _piped_bytes_waiting() -> bool:
+    """Whether stdin is a pipe holding bytes not yet read (asked without reading them; False where it cannot be
+    asked)."""
+    try:
+        import fcntl
+        import stat
+        import struct
+        import termios
+
+        fd = sys.stdin.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        waiting = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
+        return struct.unpack("i", waiting)[0] > 0
+    except (ImportError, OSError, ValueError, AttributeError):  # (Windows; a stdin without a descriptor)
+        return False
 
 
 STDIN = "-"  # a file option's name for stdin
@@ -286,9 +332,9 @@ def file_from_stdin(flag: str, taken_by: str | None) -> str:
     return user_text(data, f"{flag} - (stdin)")
 
 
-def prompt_reads_stdin(prompt: str | None) -> bool:
-    """Whether `read_prompt` reads the prompt from stdin: given as "-", or not given and stdin is no terminal."""
-    return prompt == "-" or (prompt is None and sys.stdin is not None and not sys.stdin.isatty())
+def prompt_reads_stdin(parts: tuple[str, ...]) -> bool:
+    """Whether `read_prompt` reads stdin: "-" among the prompt's parts, or no PROMPT and stdin is no terminal."""
+    return STDIN in parts or (not parts and sys.stdin is not None and not sys.stdin.isatty())
 
 
 def _read_stdin() -> str:

@@ -17,7 +17,7 @@ from ..engine.generation import StopReason
 from ..engine.grammar import CompiledGrammar, OutputFormat
 from ..errors import InputError
 from ..textin import clean_text
-from .common import ended_by_signals, prompt_reads_stdin, read_prompt, write_stdout
+from .common import check_prompt_parts, ended_by_signals, prompt_reads_stdin, read_prompt, write_stdout
 from .loading import check_prompt_form, load_session, resolve_plan
 from .options import (
     PROFILE_OPTION,
@@ -85,7 +85,7 @@ def _reply_form(session: Session, prompt_tokens: list[int], raw: bool, tool_run:
 
 
 @click.command()
-@click.argument("prompt", required=False)
+@click.argument("prompt", nargs=-1)
 @PROFILE_OPTION
 @setting_options()
 @SPECULATIVE_OPTION
@@ -96,9 +96,9 @@ def _reply_form(session: Session, prompt_tokens: list[int], raw: bool, tool_run:
 @STATS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @VERBOSE_OPTION
-def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool, stats: bool, as_json: bool,
+def run(prompt: tuple[str, ...], profile: str | None, no_speculative: bool, raw: bool, stats: bool, as_json: bool,
         template_kwargs: str | None, verbose: bool, **options: Any) -> None:
-    """Generate a completion for PROMPT (or stdin) and stream it to stdout.
+    """Generate a completion for PROMPT (or stdin; with - beside PROMPT, both) and stream it to stdout.
 
     Settings come from the command line, else the profile, else built-in defaults.
 
@@ -106,11 +106,13 @@ def run(prompt: str | None, profile: str | None, no_speculative: bool, raw: bool
     Examples:
       localspec run "Why is the sky blue?"
       echo "Write a haiku" | localspec run --temperature 0 --stats
+      git diff | localspec run "Write a commit message for this diff:" -
       localspec run -p qwen2.5-7b --json "Hi"
       localspec run --target big.gguf --draft small.gguf "Hi"
       localspec run --json-schema person.json "Extract the person from: ..."
       localspec run --tools tools.json --tool-choice required "Weather in Paris?"
     """
+    check_prompt_parts(prompt)
     ended_by: list[int] = []
     if as_json:  # (SIGTERM, SIGHUP: the result so far is written, as on Ctrl-C)
         ended_by_signals(ended_by)
