@@ -545,8 +545,27 @@ def test_models_scan_says_what_is_wrong_with_a_folder(tmp_path: Path) -> None:
     one_error_line(cli("models", "scan", str(tmp_path / "file")), 2, "file: not a folder")
     one_error_line(cli("models", "scan", ""), 2, "FOLDER: the path is empty")
     one_error_line(cli("models", "drafts", ""), 2, "TARGET: the path is empty")
-    fresh = cli("models", "scan")  # (the models folder is made by the first pull)
-    assert fresh.exit_code == 0 and "note: no models folder yet" in fresh.stderr and "no GGUF files found" in fresh.output
+    hub = Path(os.environ["HF_HUB_CACHE"])
+    empty = cli("models", "scan")  # (an empty hub cache: looked in, said so)
+    assert empty.exit_code == 0 and empty.stdout.strip() == f"no GGUF files found in {hub}", empty.stdout
+    fresh = cli("models", "scan", env={"HF_HUB_CACHE": str(tmp_path / "no-hub")})  # (a fresh install)
+    assert fresh.exit_code == 0 and "note: no models yet (no models folder" in fresh.stderr, fresh.stderr
+
+
+def test_models_scan_and_drafts_find_what_pull_downloaded(tmp_path: Path, tiny_pair) -> None:
+    """`pull` downloads into the hub cache, where a bare `models scan` had not looked ("no GGUF files found")."""
+    repo = Path(os.environ["HF_HUB_CACHE"]) / "models--org--tiny"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    (repo / "blobs" / "0123abcd").write_bytes(tiny_pair[1].read_bytes())
+    pulled = repo / "snapshots" / "abc" / "tiny-draft.gguf"
+    pulled.symlink_to("../../blobs/0123abcd")
+    scanned = cli("models", "scan", "--json")
+    assert [row["path"] for row in json.loads(scanned.stdout)["groups"][0]] == [str(pulled)], scanned.stdout
+    target = tmp_path / "big.gguf"
+    target.write_bytes(tiny_pair[0].read_bytes() + b"\0" * 4096)  # (larger than the draft: tensors padded past)
+    drafts = cli("models", "drafts", str(target), "--json")
+    assert [row["path"] for row in json.loads(drafts.stdout)] == [str(pulled)], (drafts.stdout, drafts.stderr)
 
 
 def test_models_scan_and_drafts_print_paths_that_look_like_markup_as_written(tmp_path: Path, tiny_pair) -> None:

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..config.paths import models_dir, user_path
-from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, scan
+from ..models.discovery import ModelInfo, find_drafts, group_by_vocabulary, model_folders, scan
+from ..models.hub import hub_cache_folder
 from ..shown import shown_name
 from ..textin import clean_text
 from .common import human_size, print_table, stdout_console
@@ -55,20 +56,21 @@ def models_group() -> None:
 @click.argument("folders", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON groups.")
 def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
-    """List the GGUF files under FOLDERS (default: localspec's models folder), grouped by compatible vocabulary."""
-    if not folders and not models_dir().exists():  # (made by the first `pull`: nothing there yet, not an error)
-        click.echo(f"note: no models folder yet ({models_dir()}): name FOLDERS to scan, or `localspec pull` a model",
-                   err=True)
-        models, problems = [], []
-    else:
-        models, problems = scan(folders or (models_dir(),))
+    """List the GGUF files under FOLDERS (default: localspec's models folder and the hub cache `pull` downloads
+    into), grouped by compatible vocabulary."""
+    searched = folders or model_folders()
+    if not searched:  # (a fresh install: nothing pulled yet, not an error)
+        click.echo(f"note: no models yet (no models folder {models_dir()}, no hub cache {hub_cache_folder()}): "
+                   "name FOLDERS to scan, or `localspec pull` a model", err=True)
+    models, problems = scan(searched) if searched else ([], [])
     groups = group_by_vocabulary(models)
     if as_json:
         click.echo(json.dumps({"groups": [[_json_row(m) for m in g] for g in groups],
                                "unreadable": [clean_text(problem)[0] for problem in problems]}, indent=2))
         return
     if not models:
-        stdout_console.print("no GGUF files found")
+        stdout_console.print(Text(shown_name(f"no GGUF files found in {', '.join(str(f) for f in searched)}")
+                                  if searched else "no GGUF files found"))
     for number, group in enumerate(groups, start=1):
         stdout_console.print(f"[bold]vocabulary group {number}[/bold] ({len(group)} file{'s' if len(group) > 1 else ''}: any can draft for a larger one)")
         print_table(_model_table(sorted(group, key=lambda m: m.size_bytes)))
@@ -80,7 +82,8 @@ def scan_command(folders: tuple[str, ...], as_json: bool) -> None:
 @click.argument("folders", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (each file's row and its size_ratio).")
 def drafts_command(target: str, folders: tuple[str, ...], as_json: bool) -> None:
-    """List the files that can draft for TARGET, smallest first (default folders: TARGET's and the models folder)."""
+    """List the smaller files that can draft for TARGET, smallest first (default folders: TARGET's, the models
+    folder and the hub cache)."""
     problems: list[str] = []
     found = find_drafts(user_path(target, "TARGET"), [user_path(folder, "FOLDER") for folder in folders], problems)
     if as_json:

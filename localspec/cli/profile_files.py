@@ -24,8 +24,9 @@ from .drafts import make_draft_file
 
 @click.command("add")
 @click.argument("name")
-@click.option("--target", required=True, help="Target GGUF path.")
-@click.option("--draft", help="Draft GGUF path, or 'auto' to pick the best compatible smaller model.")
+@click.option("--target", required=True, metavar="PATH", help="Target GGUF path.")
+@click.option("--draft", metavar="PATH|auto", help="Draft GGUF path, or 'auto' to pick the smallest compatible model"
+              " beside the target, in the models folder or in the hub cache.")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Any profile setting, e.g. sampling.temperature=0.7.")
 @click.option("--make-draft", is_flag=True, help="Implies --draft auto: when nothing fits, make a draft of the"
               " target (the fastest precision, measured) without asking.")
@@ -34,7 +35,7 @@ from .drafts import make_draft_file
 def add_command(
     name: str, target: str, draft: str | None, assignments: tuple[str, ...], make_draft: bool, description: str | None, force: bool
 ) -> None:
-    """Create user profile NAME for TARGET (and a draft)."""
+    """Create user profile NAME for the model --target PATH (and a draft)."""
     check_name(name)
     if name.lower().endswith(".toml") and len(name) > 5:  # (it would be saved as NAME.toml.toml)
         raise InputError(f"invalid profile name {name!r}: a name, not a file name: use {name[:-5]!r} (saved as"

@@ -163,12 +163,20 @@ def drafts_for(target: ModelInfo, candidates: list[ModelInfo]) -> list[tuple[Mod
     return sorted(found, key=lambda pair: pair[0].size_bytes)
 
 
+def model_folders() -> list[Path]:
+    """Where models are kept when no folder is named, those of them that exist: localspec's models folder, and
+    the hub cache that `pull` downloads into."""
+    from .hub import hub_cache_folder  # (huggingface_hub: imported where the cache is looked in)
+
+    return [folder for folder in (models_dir(), hub_cache_folder()) if folder.is_dir()]
+
+
 def find_drafts(target: Path, folders: Iterable[Path] = (), problems: list[str] | None = None,
                 ) -> list[tuple[ModelInfo, float]]:
-    """Drafts for the model file `target` among `folders` (default: its own folder and the models folder); the
+    """Drafts for the model file `target` among `folders` (default: its own folder and `model_folders`); the
     files and folders that could not be read are added to `problems` where it is given."""
     target_info = describe(target)
-    search = list(folders) or [target.parent] + ([models_dir()] if models_dir().is_dir() else [])
+    search = list(folders) or [target.parent, *model_folders()]
     candidates, unreadable = scan(search)
     if problems is not None:
         problems.extend(unreadable)

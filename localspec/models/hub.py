@@ -159,6 +159,11 @@ def _real_folder_of(path: Path) -> Path:
     return Path(os.path.realpath(os.path.dirname(os.path.abspath(path)))) / path.name
 
 
+def hub_cache_folder() -> Path:
+    """The hub cache's folder, where `pull` downloads (HF_HUB_CACHE, else huggingface_hub's default)."""
+    return Path(os.path.expanduser(_cache_root()))
+
+
 def _real_cache_root() -> Path:
     return Path(os.path.realpath(os.path.expanduser(_cache_root())))
 
