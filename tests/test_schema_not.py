@@ -101,3 +101,12 @@ def test_a_not_of_every_value_leaves_no_text_and_says_so(schema: dict) -> None:
     optional = {"type": "object", "properties": {"gone": schema, "b": {"type": "integer"}}, "required": ["b"]}
     compiled = compile_format(OutputFormat("json_schema", json.dumps(optional), "s.json"))
     assert accepts(compiled.grammar, '{"b": 1}') and not compiled.warnings
+
+
+def test_a_strings_not_beside_its_pattern_leaves_the_object_around_it_closed() -> None:
+    """The `not` and the `pattern` go into an `allOf` of the string's own, which had been taken for objects merged:
+    every object in the schema was left open to keys it does not list."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^a", "not": {"const": "ax"}}}}
+    grammar = compile_format(OutputFormat("json_schema", json.dumps(schema), "s.json")).grammar
+    assert accepts(grammar, '{"a": "ab"}') and not accepts(grammar, '{"a": "ax"}')
+    assert not accepts(grammar, '{"a": "ab", "b": 1}') and not accepts(grammar, '{"b": 1}')

@@ -779,7 +779,11 @@ def _dependent_names(schema: dict[str, Any]) -> list[Any]:
 
 def _merges_here(schema: dict[str, Any]) -> bool:
     """Whether `schema` merges objects (an `allOf`, an `if`, or a `$ref`/`anyOf`/`oneOf` beside an object's own
-    keywords), so that closing one of them would refuse the other's properties."""
+    keywords), so that closing one of them would refuse the other's properties. A schema whose `type` rules
+    objects out merges none (a string's `pattern` beside a `not`, put in an `allOf` of their own)."""
+    kinds = _schema_types(schema)
+    if kinds and "object" not in kinds:
+        return False
     merged_beside = schema.keys() & {"$ref", "anyOf", "oneOf"} and schema.keys() & _OBJECT_KEYWORDS
     return bool(_combining(schema, _MERGING_KEYWORDS) or merged_beside)
 
