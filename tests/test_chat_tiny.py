@@ -169,6 +169,17 @@ def test_flags_given_when_resuming_win_over_the_kept_settings(tiny_profile: str)
     assert messages[0] == {"role": "system", "content": "Be brief."} and len(messages) == 5
 
 
+def test_set_shows_values_in_the_form_it_takes_them_back(tiny_profile: str) -> None:
+    """/set wrote Python's forms (`True`, `None`, `'hybrid'`, `['###']`), which /set then refused."""
+    result = chat(b'/set same_text false\n/set stop ###\n/set\n/set strategy "ngram"\n/set stop ["###"]\n'
+                  b"/set same_text true\n")
+    assert result.exit_code == 0 and "error" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert "speculative.same_text = false" in lines and 'sampling.stop = ["###"]' in lines, lines
+    shown = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines if line.startswith("  ")}
+    assert (shown["strategy"], shown["reasoning_budget"], shown["stop"]) == ('"hybrid"', "(not set)", '["###"]')
+    assert 'speculative.strategy = "ngram"' in lines and "speculative.same_text = true" in lines, lines
+
 def test_flags_given_when_resuming_are_stored_with_the_next_message(tiny_profile: str) -> None:
     first = chat(b"/set temperature 0.5\nthe cat\n")
     assert first.exit_code == 0 and stored()["settings"]["sampling.temperature"] == 0.5

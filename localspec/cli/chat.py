@@ -36,7 +36,7 @@ from ..config.profiles import did_you_mean
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
-from ..settings import SEED_MAX, GenerationSettings
+from ..settings import SEED_MAX, GenerationSettings, shown_value
 from ..shown import shown_plainly
 from ..textin import clean_input, clean_text, decode_input, replaced_warning, stream_encoding, warn_replaced
 from .common import ended_by_signals, os_error_text, say, terminal_takes_colour, write_stdout
@@ -322,7 +322,7 @@ class ChatLoop:
             values = settings.to_values()
             width = max(len(key.rpartition(".")[2]) for key in chat_keys())
             for key in chat_keys():
-                shown = repr(values.get(key))
+                shown = _shown_setting(values.get(key))
                 if key == "sampling.max_tokens" and settings.max_tokens is None:  # the default, which the format sets
                     structured = self.chat.grammar is not None
                     thinks = template_thinks(self.chat.session.chat_template())
@@ -341,7 +341,7 @@ class ChatLoop:
         if not value.strip():
             raise InputError(f"/set {resolve_key(key).rpartition('.')[2]} VALUE")  # (an unknown name said so first)
         dotted = self.chat.set(key, value)
-        self.say(f"{dotted} = {self.chat.conversation.settings.to_values()[dotted]!r}")
+        self.say(f"{dotted} = {_shown_setting(self.chat.conversation.settings.to_values()[dotted])}")
         self._say_if_target_only()
 
     def _say_if_target_only(self) -> None:
@@ -657,6 +657,10 @@ def _input_history_problem(exc: OSError) -> str:
     if not path.parent.is_dir():
         return f"the input history cannot be written: its folder {path.parent} is gone"
     return f"the input history {path} cannot be written ({exc.strerror or exc})"
+
+def _shown_setting(value: Any) -> str:
+    """A setting's value as `/set` takes it back (TOML's form: `true`, `"hybrid"`, `["###"]`), `(not set)` for none."""
+    return "(not set)" if value is None else shown_value(value)
 
 
 def _format_text(fmt: OutputFormat | None) -> str:
