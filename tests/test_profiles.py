@@ -179,7 +179,7 @@ def test_a_path_starting_with_an_unset_variable_is_named_as_written(monkeypatch:
 def test_a_strategy_that_needs_a_draft_the_profile_lacks_is_said_by_add_show_and_check(
         tiny_pair: tuple[Path, Path]) -> None:
     """(was: "no draft: target only" from add, show and check, then `run` refused the profile)"""
-    said = "speculative.strategy = 'model' (profile n1 (user)) needs a draft model, which this profile does not give"
+    said = 'speculative.strategy = "model" (profile n1 (user)) needs a draft model, which this profile does not give'
     added = cli("profile", "add", "n1", "--target", str(tiny_pair[0]), "--set", "speculative.strategy=model")
     assert added.exit_code == 0 and said in added.stderr
     shown = cli("profile", "show", "n1").output

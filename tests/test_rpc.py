@@ -146,11 +146,12 @@ def test_a_worker_nothing_listens_on_is_refused_at_start_up(tiny_pair) -> None:
     address = f"127.0.0.1:{free_port()}"
     result = cli("run", "--target", str(tiny_pair[0]), "--rpc", address, "--raw", "hi")
     one_error_line(result, 1, f"RPC worker {address} is unreachable", "localspec worker")
-    one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "no-port-here", "hi"), 2, "not HOST:PORT", "(flag)")
+    one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "no-port-here", "hi"), 2, "not HOST:PORT",
+                   "[--rpc no-port-here]")
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "h:\u00b2", "hi"), 2, "not HOST:PORT")
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "h:99999", "hi"), 2, "port 99999 is out of range (1-65535)")
     on_cpu = cli("run", "--target", str(tiny_pair[0]), "--rpc", address, "--n-gpu-layers", "0", "--raw", "hi")
-    assert f"target.n_gpu_layers = 0 (flag) keeps every layer of the target on this machine's CPU: its RPC workers" \
+    assert f"--n-gpu-layers 0 keeps every layer of the target on this machine's CPU: its RPC workers" \
            f" ({address}) take none" in on_cpu.stderr  # (was: said nothing where the worker answered)
     one_error_line(cli("run", "--target", str(tiny_pair[0]), "--rpc", "a" * 70 + ":1", "--raw", "hi"), 1, "is not a valid host name")
 

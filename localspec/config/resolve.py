@@ -10,11 +10,12 @@ Nothing here touches model files: `profile show` needs only this, and
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import InputError
-from ..settings import DEFAULTS, ROLES
+from ..settings import DEFAULTS, ROLES, SETTINGS, shown_value
 from .paths import config_file
 from .profiles import LOCATION_KEYS, Profile, load_profile
 from .user_config import default_profile_name
@@ -48,8 +49,19 @@ class ResolvedSettings:
         return any(f"{role}.{key}" in self.values for key in LOCATION_KEYS)
 
     def describe(self, *keys: str) -> str:
-        """'key = value (source)' for each key, for messages about combinations of settings."""
-        return ", ".join(f"{key} = {self.values.get(key)!r} ({self.sources.get(key, DEFAULT_SOURCE)})" for key in keys)
+        """Each key's value and where it came from, for messages about combinations of settings: a flag's as it
+        was typed (`--n-batch 1`), else `key = value (source)`, the value in TOML's form."""
+        return ", ".join(self._described(key) for key in keys)
+
+    def _described(self, key: str) -> str:
+        value, source = self.values.get(key), self.sources.get(key, DEFAULT_SOURCE)
+        flag = SETTINGS[key].flag if key in SETTINGS else None
+        typed = value if isinstance(value, list) else [value]
+        if source == FLAG_SOURCE and flag and typed and all(isinstance(item, (str, int, float)) and
+                                                            not isinstance(item, bool) for item in typed):
+            return " ".join(f"{flag} {shlex.quote(item) if isinstance(item, str) else shown_value(item)}"
+                            for item in typed)
+        return f"{key} = {shown_value(value)} ({source})"
 
 
 def choose_profile(explicit: str | None, target_given: bool) -> Profile | None:
