@@ -207,8 +207,7 @@ class ModelSettings(SettingsGroup):
     )
     repack: str = setting(
         "auto", "llama.cpp's repacked CPU weight layouts for the {role} model: 'auto' (on where a one-time probe"
-        " on this machine finds them working; a draft model takes them one token per decode where only batches fail),"
-        " 'on' or 'off'.",
+        " on this machine finds them working), 'on' or 'off'.",
         choices=REPACK_MODES, flag={"target": "--repack", "draft": "--draft-repack"},
     )
     prompt_cache: bool = setting(
@@ -218,7 +217,8 @@ class ModelSettings(SettingsGroup):
     )
     n_threads: int | None = setting(None, "CPU threads (default: all cores).", low=1, high=MAX_THREADS, flag="--threads")
     n_ctx: int | None = setting(4096, "Context size in tokens (llama.cpp rounds it up to a multiple of 256).", low=16, flag="--n-ctx")
-    n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many).", low=1, flag="--n-batch")
+    n_batch: int = setting(512, "Most tokens per llama.cpp batch (a target pass verifies at most this many: 2 or more"
+                           " to draft).", low=1, flag="--n-batch")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Speculative vs target-only speed, side by side in one process: `localspec bench` as a script.
 
-    python scripts/bench_speculative.py                      # demo pair, 10 prompts x 128 tokens, T=0 and T=0.8
+    python scripts/bench_speculative.py                      # demo pair, 14 prompts x 128 tokens, T=0 and T=0.8
     python scripts/bench_speculative.py --draft-max 6 --json
     python scripts/bench_speculative.py -p qwen2.5-7b --temperatures 0
 

@@ -144,8 +144,8 @@ def bench(
     Every configuration runs beside the target alone, in one process, on the same
     prompts and seeds. Where the target alone pads its one-token passes to keep the
     same text (llama.cpp's default CPU build), it also runs at full speed ("lone").
-    Takes every setting `run` takes; unless given, --max-tokens is 128 and --seed
-    1234 here.
+    Takes `run`'s model, sampling and speculative settings (temperatures as
+    --temperatures); unless given, --max-tokens is 128 and --seed 1234 here.
 
     \b
     Examples:

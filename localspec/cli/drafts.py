@@ -33,12 +33,12 @@ def draft_group() -> None:
 @click.option("--type", "type_name", type=click.Choice([AUTO, *sorted(OUTPUT_TYPES)], case_sensitive=False),
               default=AUTO, show_default=True,
               help=f"Precision of the draft; {AUTO}: make {', '.join(CANDIDATE_TYPES)}, measure each against TARGET, keep the fastest.")
-@click.option("--out", help="Output file [next to TARGET: NAME.draft-TYPE.gguf].")
+@click.option("--out", metavar="PATH", help="Output file [next to TARGET: NAME.draft-TYPE.gguf].")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def make_command(target: str, type_name: str, out: str | None, force: bool) -> None:
     """Write a lower-precision copy of TARGET to draft for it (vocabulary-compatible by construction).
 
-    For targets at F16, BF16 or Q8_0 with no small model of the same family.
+    For targets at F32, F16, BF16 or Q8_0 with no small model of the same family.
     """
     target_path = user_path(target, "TARGET")
     out_path = user_path(out, "--out") if out is not None else None
@@ -99,7 +99,7 @@ def _make(target: Path, type_name: str, out: Path | None, force: bool) -> Path:
     say(f"wrote {made.path} ({human_size(made.size_bytes)}, {made.size_ratio:.0%} of the target)")
     if made.size_ratio >= 1.0:
         click.echo("warning: the draft is no smaller than the target, so it cannot speed it up (a draft is made of an"
-                   " F16, BF16 or Q8_0 target, at a lower precision)", err=True)
+                   " F32, F16, BF16 or Q8_0 target, at a lower precision)", err=True)
     elif not made.much_smaller:
         click.echo("note: the draft is not much smaller than the target; expect little speed-up", err=True)
     return made.path

@@ -37,7 +37,7 @@ PIECE_CHARS = 1 << 14  # text is tokenized this much at a time (see _tokens_of)
 
 @click.group("memory")
 def memory_group() -> None:
-    """The memory of earlier text drafts come from: what `run` and `chat` wrote, and files you add.
+    """The memory of earlier text that drafts come from: what `run` and `chat` wrote, and files you add.
 
     It stays on this machine, in the data folder, one per vocabulary. `serve`
     keeps its own, per API key, only when started with --memory. Turn drafting
@@ -47,7 +47,7 @@ def memory_group() -> None:
 
 @memory_group.command("add")
 @PROFILE_OPTION
-@click.option("--target", help="For this target GGUF's vocabulary instead of the profile's target.")
+@click.option("--target", metavar="PATH", help="For this target GGUF's vocabulary instead of the profile's target.")
 @click.argument("names", nargs=-1, required=True, metavar="PATH...")
 def add_command(profile: str | None, target: str | None, names: tuple[str, ...]) -> None:
     """Add text files (or every text file under a folder) for the vocabulary of the profile's target

@@ -44,6 +44,8 @@ class SettingOption:
             kwargs.update(multiple=True, type=str)
         if item.key.endswith(".path"):
             kwargs["type"] = click.Path()
+        if item.key.endswith(".rpc"):
+            kwargs["metavar"] = "HOST:PORT[,...]"
         if item.kind is bool:  # --memory/--no-memory; None when neither is given
             kwargs.update(type=bool, default=None)
             return click.option(f"{self.flag}/--no-{self.flag.removeprefix('--')}", self.param, **kwargs)

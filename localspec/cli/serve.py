@@ -39,7 +39,7 @@ from .options import (
               help="Keep a memory of what each API key's requests wrote, to draft from (off unless given).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback unless told otherwise).")
 @click.option("--port", type=WholeNumbers(0, 65535), default=8080, show_default=True, help="Port to listen on.")
-@click.option("--api-key", envvar="LOCALSPEC_API_KEY",
+@click.option("--api-key", envvar="LOCALSPEC_API_KEY", show_envvar=True,
               help="Require `Authorization: Bearer KEY` on every endpoint but /health (empty: no key).")
 @click.option("--allow-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
               help="A web page (https://ui.example) that may call the API beside this machine's own pages (repeatable;"
