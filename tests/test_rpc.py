@@ -289,6 +289,10 @@ def test_info_lists_the_workers_devices(two_workers) -> None:
     remote = [device for device in report["devices"] if device["description"] in endpoints]
     assert len(remote) == 2 and all(device["memory_total"] > 0 for device in remote)
     assert report["rpc"] is True
+    shown = localspec("info", "--rpc", ",".join(endpoints))
+    output, errors = shown.communicate(timeout=60)
+    lines = [line for line in output.splitlines() if line.startswith("device RPC")]
+    assert len(lines) == 2 and all("(RPC worker)" in line for line in lines), output  # (was: "(GPU)" for a CPU)
 
 
 def test_without_rpc_support_the_error_says_how_to_reinstall(monkeypatch, tiny_pair) -> None:

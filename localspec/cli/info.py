@@ -64,7 +64,8 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
              " pip install --force-reinstall --no-cache-dir llama-cpp-python)"))
     for device in report["devices"]:
         memory = f"{human_size(device['memory_free'])} free of {human_size(device['memory_total'])}"
-        out(f"device {device['name']} ({device['type']}): {device['description']}, {memory}")
+        kind = "RPC worker" if device["name"].startswith("RPC") else device["type"]  # (llama.cpp types them GPU)
+        out(f"device {device['name']} ({kind}): {device['description']}, {memory}")
     out(f"repacked CPU weights (--repack auto): {_repack_text(report['cpu_repack'])}")
     for name, folder in report["folders"].items():
         out(f"{name} folder: {shown_name(folder)}")
