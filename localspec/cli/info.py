@@ -73,6 +73,8 @@ def info(workers: tuple[str, ...], as_json: bool) -> None:
     notes = [f"from {source}"] if source == PROFILE_VARIABLE else []
     if report["default_profile_missing"]:
         notes.append("no such profile: commands without -p fail")
+    elif report["default_profile_missing"] is None:
+        notes.append("not looked up: the profiles folder is unknown")
     out(f"default profile: {one_line(shown_plainly(report['default_profile']))}" + (f" ({'; '.join(notes)})" if notes else ""))
 
 
@@ -90,14 +92,18 @@ def _folder(where: Callable[[], Path]) -> str:
     return str(folder) if blocking is None else f"{folder} (cannot be made: {blocking} is a file, not a folder)"
 
 
-def _default_profile() -> dict[str, str | None]:
+def _default_profile() -> dict[str, str | bool | None]:
     """The profile commands run without -p, where its name comes from (`profile_without_a_flag`) and whether
-    no profile has that name; a broken config.toml is reported here, not fatal: info is what a bug report starts
+    no profile has that name (None: it cannot be told, the profiles folder being unknown); a broken config.toml is reported here, not fatal: info is what a bug report starts
     from."""
     try:
         name, source = profile_without_a_flag()
     except InputError as exc:
         return {"default_profile": f"unknown ({exc})", "default_profile_from": None, "default_profile_missing": False}
+    try:
+        user_profiles_dir()
+    except InputError:  # (LOCALSPEC_HOME unusable: the profiles folder's line says why; no profile can be looked up)
+        return {"default_profile": name, "default_profile_from": source, "default_profile_missing": None}
     try:
         missing = profile_file(name) is None
     except InputError:  # (not a name a profile can have)
