@@ -72,7 +72,8 @@ def test_a_relative_localspec_home_is_refused_naming_the_absolute_one(tmp_path, 
     said = one_error_line(cli("run", "hi", env={"LOCALSPEC_HOME": "home", "LOCALSPEC_PROFILE": "tiny"}), 2)
     assert said.startswith("error: LOCALSPEC_HOME=home: not an absolute path")  # (was blamed on LOCALSPEC_PROFILE)
     info = cli("info", env={"LOCALSPEC_HOME": "home", "LOCALSPEC_PROFILE": "tiny"})  # (was: "no such profile")
-    assert "default profile: tiny (from LOCALSPEC_PROFILE; not looked up: the profiles folder is unknown)" in info.stdout
+    assert "default profile: tiny (from LOCALSPEC_PROFILE; not looked up: the profiles folder is unknown)" \
+        in info.stdout
     assert not (tmp_path / "home").exists()
 
 

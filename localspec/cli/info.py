@@ -94,8 +94,8 @@ def _folder(where: Callable[[], Path]) -> str:
 
 def _default_profile() -> dict[str, str | bool | None]:
     """The profile commands run without -p, where its name comes from (`profile_without_a_flag`) and whether
-    no profile has that name (None: it cannot be told, the profiles folder being unknown); a broken config.toml is reported here, not fatal: info is what a bug report starts
-    from."""
+    no profile has that name (None: it cannot be told, the profiles folder being unknown); a broken config.toml
+    is reported here, not fatal: info is what a bug report starts from."""
     try:
         name, source = profile_without_a_flag()
     except InputError as exc:
