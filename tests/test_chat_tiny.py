@@ -169,6 +169,25 @@ def test_flags_given_when_resuming_win_over_the_kept_settings(tiny_profile: str)
     assert messages[0] == {"role": "system", "content": "Be brief."} and len(messages) == 5
 
 
+@pytest.mark.slow  # (two replies)
+def test_a_history_held_locked_by_another_process_stores_the_chat_with_the_next_message(
+        tiny_profile: str, monkeypatch) -> None:
+    """(was: a lock held past one second, another chat's or `history remove`'s, and the chat was no longer saved)"""
+    from localspec.app.history import HistoryBusy
+
+    add, refused = HistoryStore.add, []
+
+    def add_once_refused(store: HistoryStore, *args: object) -> None:
+        if not refused:
+            refused.append(True)
+            raise HistoryBusy("chat history h cannot be written (database is locked)")
+        add(store, *args)
+
+    monkeypatch.setattr(HistoryStore, "add", add_once_refused)
+    result = chat(b"the cat\nthe dog\n")
+    assert result.exit_code == 0 and "it is stored again with the next message" in result.stderr, result.stderr
+    assert "no longer saved" not in result.stderr and len(stored()["messages"]) == 4
+
 def test_set_shows_values_in_the_form_it_takes_them_back(tiny_profile: str) -> None:
     """/set wrote Python's forms (`True`, `None`, `'hybrid'`, `['###']`), which /set then refused."""
     result = chat(b'/set same_text false\n/set stop ###\n/set\n/set strategy "ngram"\n/set stop ["###"]\n'

@@ -21,7 +21,7 @@ from ..runtime.fatal import on_fatal
 from ..runtime.model import common_prefix_length
 from ..settings import SEED_MAX
 from .conversation import Conversation
-from .history import ConversationChanged, HistoryStore, HistoryUnavailable
+from .history import ConversationChanged, HistoryBusy, HistoryStore, HistoryUnavailable
 from .memory import conversation_tag, forget_conversation
 from .session import Session
 from .reasoning import Splitter
@@ -54,7 +54,7 @@ class ChatSession:
         self.conversation_id = conversation_id
         self.warn = warn
         self.speculative = speculative and self.can_speculate()
-        self.settings_unsaved = False  # settings changed without an edit stored (flags given on resuming)
+        self.whole_save_due = False  # to store the whole conversation next: settings given on resuming, a write refused
         self.last: Generation | None = None
         self.totals = SpecStats()
         self.output_format: OutputFormat | None = None  # what replies are held to (None: free text)
@@ -228,7 +228,7 @@ class ChatSession:
                                  f" beside a reply): shorten it{session.larger_context_hint()}")
         self.conversation.system = text
         if stored_with_next_message:
-            self.settings_unsaved = True
+            self.whole_save_due = True
         else:
             self.save_all()
 
@@ -303,7 +303,7 @@ class ChatSession:
 
     def save_last(self) -> None:
         """Store the newest message (one transaction), starting the stored conversation if needed."""
-        if self.settings_unsaved:
+        if self.whole_save_due:
             self.save_all()
             return
         self._store(lambda store: store.add(self.conversation_id, self.conversation.messages[-1])
@@ -313,7 +313,7 @@ class ChatSession:
         """Store the whole conversation again (after an edit); one not stored yet is stored once it has a message."""
         if self.conversation_id is None and not self.conversation.messages:
             return
-        self.settings_unsaved = False
+        self.whole_save_due = False
         self._store(lambda store: store.update(self.conversation_id, self.conversation)
                     if self.conversation_id is not None else self._start(store))
 
@@ -329,6 +329,9 @@ class ChatSession:
             except ConversationChanged as exc:  # another chat resumed it too: keep both, this one as a new conversation
                 self._start(self.store)
                 self.warn(f"note: {exc} meanwhile; this chat goes on as conversation {self.conversation_id} (both are kept)")
+        except HistoryBusy as exc:  # (another process's long transaction: the whole conversation is stored next time)
+            self.warn(f"warning: {exc}; it is stored again with the next message")
+            self.whole_save_due = True
         except HistoryUnavailable as exc:
             self.warn(f"warning: {exc}; this chat is no longer saved")
             self.store = None

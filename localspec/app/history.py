@@ -76,6 +76,14 @@ class HistoryUnavailable(Exception):
     """The history database cannot be used (corrupt, locked, unwritable)."""
 
 
+class HistoryBusy(HistoryUnavailable):
+    """Another process held the database locked for longer than the store waits (`BUSY_SECONDS`): worth trying
+    again later."""
+
+
+BUSY_SECONDS = 10.0  # how long a read or write waits for another process's transaction to end
+
+
 class ConversationChanged(HistoryUnavailable):
     """Another process wrote to the conversation since this store last read or wrote it."""
 
@@ -88,7 +96,7 @@ def _numbers_first(column: str) -> str:
 class HistoryStore:
     """Conversations and their messages, written one message per transaction."""
 
-    def __init__(self, path: Path, timeout: float = 1.0) -> None:
+    def __init__(self, path: Path, timeout: float = BUSY_SECONDS) -> None:
         self.path = path
         if path.exists() and not path.is_file():  # (a FIFO: opening it waited for a writer for ever)
             raise HistoryUnavailable(f"chat history {path} cannot be used (not a regular file)")
@@ -139,7 +147,8 @@ class HistoryStore:
             return HistoryUnavailable(f"chat history cannot be {verb}: its folder {self.path.parent} is gone")
         if not self.path.exists():
             return HistoryUnavailable(f"chat history cannot be {verb}: {self.path} is gone")
-        return HistoryUnavailable(f"chat history {self.path} cannot be {verb} ({exc})")
+        busy = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+        return (HistoryBusy if busy else HistoryUnavailable)(f"chat history {self.path} cannot be {verb} ({exc})")
 
     def start(self, conversation: Conversation) -> int:
         """Store a new conversation (with any messages it already has); return its id."""

@@ -151,8 +151,8 @@ def chat(
         loop = ChatLoop(session, conversation, store, conversation_id, read_line=_line_reader(),
                         speculative=not no_speculative, stats=not quiet,
                         highlight=colour if highlight is None else highlight, colour=colour)
-        loop.chat.settings_unsaved = (conversation.settings != kept_settings  # stored with the next message
-                                      or conversation.template_variables != kept_variables)
+        loop.chat.whole_save_due = (conversation.settings != kept_settings  # stored with the next message
+                                    or conversation.template_variables != kept_variables)
         loop.chat.set_format(output_format, compiled)
         if "chat.system_prompt" in given and given["chat.system_prompt"] != conversation.system:
             loop.chat.set_system(given["chat.system_prompt"], stored_with_next_message=True)
