@@ -94,3 +94,15 @@ def test_text_the_terminals_encoding_cannot_hold_is_escaped_not_a_traceback(tmp_
     assert shown.returncode == 0 and b"Traceback" not in shown.stderr
     assert b"caf\\xe9" in shown.stdout
 
+
+
+@pytest.mark.slow  # (a process of its own)
+def test_a_ctrl_c_as_the_process_exits_is_ignored_not_a_traceback(tmp_path) -> None:
+    """A Ctrl-C in the instant between a command's end and the process's was raised inside whatever Python freed
+    then (a model's `__del__`): "Exception ignored in ...", a traceback, and the command's status lost."""
+    script = tmp_path / "interrupted_at_exit.py"
+    script.write_text("import atexit, os, signal, sys, time\nfrom localspec.__main__ import main\n"
+                      "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.05)))\n"
+                      "sys.argv = ['localspec', '--version']\nmain()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "" and done.stdout.startswith("localspec, version"), done.stderr

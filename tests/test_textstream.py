@@ -20,8 +20,8 @@ def test_any_split_of_the_bytes_streams_the_same_text(text: str, data: st.DataOb
     stream = TextStream()
     emitted = [stream.push(piece) for piece in pieces]
     assert "".join(emitted) + stream.finish() == text
-    for chunk in emitted:
-        assert "\ufffd" not in chunk
+    for chunk in emitted:  # (no replacement character for a character cut in two: only those the text holds)
+        assert chunk.count("\ufffd") <= text.count("\ufffd")
 
 
 def test_multibyte_character_is_held_until_complete() -> None:
