@@ -249,6 +249,19 @@ def test_a_folder_its_owner_made_read_only_stays_so(tmp_path: Path) -> None:
         os.chmod(store.root / "segments", 0o700)
 
 
+def test_a_merge_drops_a_files_earlier_copy_rather_than_evict_other_text(tmp_path: Path) -> None:
+    """`memory add` of a file again adds the new copy first; interrupted before it removed the old one, both
+    stayed, and the next merge evicted every run's text to keep the two copies within max_tokens."""
+    store = MemoryStore(tmp_path, max_tokens=120)
+    store.add(document(1, 50), "file", tag="file:/a.txt", added=100.0, compact=False)
+    store.add(document(2, 30), "run", tag="r", added=200.0, compact=False)
+    store.add(document(3, 50), "file", tag="file:/a.txt", added=300.0, compact=False)  # (the old copy not removed)
+    store.compact()
+    assert [(entry["tag"], entry["tokens"]) for entry in store.documents()] == [("r", 30), ("file:/a.txt", 50)]
+    assert store.evicted_tokens == 0
+    index = store.index()
+    assert found(index, document(2, 30)) and found(index, document(3, 50)) and not found(index, document(1, 50))
+
 def test_eviction_keeps_the_newest_documents_within_max_tokens(tmp_path: Path) -> None:
     lengths = [30, 25, 40, 20, 35, 30, 45, 20]
     store = MemoryStore(tmp_path, max_tokens=120)

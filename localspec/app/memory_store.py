@@ -379,10 +379,11 @@ class MemoryStore:
         excluded = [entry["tag"] in exclude_tags and entry["added"] < added_before for entry, _ in entries]
         removed = sum(piece.length for (entry, piece), out in zip(entries, excluded) if out)
         entries = [pair for pair, out in zip(entries, excluded) if not out]
-        kept = _newest_within(entries, self.max_tokens)
+        current = _without_replaced_files(entries)
+        kept = _newest_within(current, self.max_tokens)
         if not names and not removed and len(kept) == len(entries) and not self._needs_repair:
             return False, 0
-        self.evicted_tokens += sum(piece.length for _, piece in entries[: len(entries) - len(kept)])
+        self.evicted_tokens += sum(piece.length for _, piece in current[: len(current) - len(kept)])
         merged = sorted(set(names) - self._newer_segments
                         | {name for name in base.merged if (self._segments / f"{name}.seg").exists()})
         generation = self._write_generation(kept, merged) if kept else None
@@ -739,6 +740,20 @@ class _Slice:
     def read(self) -> np.ndarray:
         assert self.array is not None
         return np.asarray(self.array[self.start : self.start + self.length], dtype=np.int32)
+
+
+def _without_replaced_files(
+    entries: list[tuple[dict[str, Any], _Slice]]
+) -> list[tuple[dict[str, Any], _Slice]]:
+    """The entries but a file's copies older than its newest: `memory add` of a file again adds the new copy
+    before it removes the old, and an add interrupted between the two left both, which the merge then kept
+    in place of the oldest other text (a file's double filled the memory, and every run's text was evicted)."""
+    newest: dict[str, float] = {}
+    for entry, _ in entries:
+        if entry["source"] == "file" and entry["tag"] is not None:
+            newest[entry["tag"]] = max(newest.get(entry["tag"], -math.inf), entry["added"])
+    return [(entry, piece) for entry, piece in entries
+            if not (entry["source"] == "file" and entry["tag"] is not None and entry["added"] < newest[entry["tag"]])]
 
 
 def _newest_within(

@@ -81,9 +81,14 @@ def add_command(profile: str | None, target: str | None, names: tuple[str, ...])
                        " them again to add the rest (adding a file again replaces it)", err=True)
             raise
         # Then what these files added before, and the merge: at most one rebuild for all of them. (New copies
-        # first: a process killed between the two keeps both copies, never neither.)
-        store.remove_tags(written | _earlier_tags(candidates), added_before=now)
-        store.compact()
+        # first: a process killed between the two keeps both copies, never neither; a merge keeps the newest.)
+        try:
+            store.remove_tags(written | _earlier_tags(candidates), added_before=now)
+            store.compact()
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted: {_files(len(written))} added ({store.root}); what they added before goes"
+                       " at the next merge", err=True)
+            raise
         kept = {document["tag"]: document["tokens"] for document in store.documents()
                 if document["tag"] in written and document["added"] >= now}
     say(f"added {_files(len(kept))}, {sum(kept.values())} tokens ({store.root})")
