@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,17 @@ def test_only_the_files_used_last_are_kept(tiny_pair: tuple[Path, Path], tmp_pat
         _generate(session, FIRST)  # saves the target's and the draft's readings: the two oldest others go
     assert sorted(path.name for path in tmp_path.glob("*.state") if path in others) == [others[2].name]
     assert len(list(tmp_path.glob("*.state"))) == 3
+
+
+def test_a_killed_saves_half_written_file_goes_once_an_hour_old(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """(was: kept for good, up to 64 MB each: only `.state` files were swept)"""
+    abandoned, at_work = tmp_path / ".abc.state.x1.partial", tmp_path / ".abc.state.x2.partial"
+    for path in (abandoned, at_work):
+        path.write_bytes(b"half")
+    os.utime(abandoned, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+    with _session(tiny_pair, tmp_path) as session:
+        _generate(session, FIRST)
+    assert not abandoned.exists() and at_work.exists()
 
 
 def test_the_text_is_the_same_with_a_restored_prompt(tiny_pair: tuple[Path, Path], tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -52,6 +53,7 @@ MAGIC = b"localspec prompt cache 2\n"  # then one line of JSON ({"tokens": [...]
 MIN_TOKENS = 4  # a shorter common start is not worth a file's reading or writing
 MAX_STATE_BYTES = 64 * 2**20  # a longer prompt is saved up to the tokens whose state fits
 MAX_FILES = 8  # files used last (read or written) are kept; older ones (another build's, a model gone) go
+ABANDONED_SECONDS = 3600  # a save takes seconds: a half-written file this old is a killed run's
 _MAX_HEADER_BYTES = 16 * 2**20  # (a header line longer than this is not one this module wrote)
 
 
@@ -140,11 +142,16 @@ class PromptCache:
 
     def _keep_the_newest(self) -> None:
         """Delete all but the MAX_FILES files used last: each build of llama.cpp, model file and placement
-        has its own, and a file no later run will match would otherwise stay for good."""
+        has its own, and a file no later run will match would otherwise stay for good; and the half-written
+        files of saves a kill ended, ABANDONED_SECONDS old (up to MAX_STATE_BYTES each, nothing else removed them)."""
         try:
             used = sorted(self.folder.glob("*.state"), key=lambda path: path.stat().st_mtime, reverse=True)
             for path in used[MAX_FILES:]:
                 path.unlink(missing_ok=True)
+            now = time.time()
+            for path in self.folder.glob(".*.state.*.partial"):
+                if now - path.stat().st_mtime > ABANDONED_SECONDS:
+                    path.unlink(missing_ok=True)
         except OSError:  # (a file another process removed meanwhile: next time)
             pass
 
