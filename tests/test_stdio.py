@@ -96,7 +96,6 @@ def test_text_the_terminals_encoding_cannot_hold_is_escaped_not_a_traceback(tmp_
 
 
 
-@pytest.mark.slow  # (a process of its own)
 def test_a_ctrl_c_as_the_process_exits_is_ignored_not_a_traceback(tmp_path) -> None:
     """A Ctrl-C in the instant between a command's end and the process's was raised inside whatever Python freed
     then (a model's `__del__`): "Exception ignored in ...", a traceback, and the command's status lost."""
@@ -106,3 +105,12 @@ def test_a_ctrl_c_as_the_process_exits_is_ignored_not_a_traceback(tmp_path) -> N
                       "sys.argv = ['localspec', '--version']\nmain()\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "" and done.stdout.startswith("localspec, version"), done.stderr
+
+
+@pytest.mark.parametrize("command", [["run", "--raw", "hi"], ["chat"]])
+def test_run_and_chat_with_stdout_closed_say_so_before_any_model_loads(command: list[str], tiny_pair) -> None:
+    """(was: `chat >&-` loaded the models and stored the user's message without a reply before failing; the tiny
+    target has no chat template, which `chat` would have refused first)"""
+    result = localspec(command[0], "--target", str(tiny_pair[0]), *command[1:], stdout="closed")
+    assert result.returncode == 1, result.stderr.decode()
+    assert result.stderr.decode() == "error: stdout is closed: nowhere to write the output\n"

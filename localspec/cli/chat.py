@@ -59,6 +59,7 @@ from .output_format import (
     format_from_command,
     output_format_from_options,
 )
+from .stdio import stdout_error, stdout_is_closed
 from .typed_paths import first_word, typed_path
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ def chat(
     ended_by_signals(_terminated_by)  # (a reply is kept as far as it got, as on Ctrl-C, then the chat ends)
     if sys.stdin is None:  # `<&-`: Python starts with sys.stdin None
         raise click.UsageError("no input: chat reads its messages on stdin, which is closed")
+    if stdout_is_closed():  # `>&-`: said before the models load and a conversation is stored without its replies
+        raise stdout_error()
     if continue_latest and resume_id is not None:
         raise click.UsageError("--continue resumes the latest conversation and --resume ID another: give one of them")
     output_format = output_format_from_options(options, stdin_taken="chat reads its messages from: give a file")

@@ -35,6 +35,7 @@ from .output_format import (
     cut_short_message,
     output_format_from_options,
 )
+from .stdio import stdout_error, stdout_is_closed
 from .tool_options import TOOL_OPTIONS, ToolRun, json_with_calls, tool_run_from_options
 
 
@@ -113,6 +114,8 @@ def run(prompt: tuple[str, ...], profile: str | None, no_speculative: bool, raw:
       localspec run --tools tools.json --tool-choice required "Weather in Paris?"
     """
     check_prompt_parts(prompt)
+    if stdout_is_closed():  # `>&-`: said before the models load
+        raise stdout_error()
     ended_by: list[int] = []
     if as_json:  # (SIGTERM, SIGHUP: the result so far is written, as on Ctrl-C)
         ended_by_signals(ended_by)
