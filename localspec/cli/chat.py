@@ -661,6 +661,7 @@ def _input_history_problem(exc: OSError) -> str:
         return f"the input history cannot be written: its folder {path.parent} is gone"
     return f"the input history {path} cannot be written ({exc.strerror or exc})"
 
+
 def _shown_setting(value: Any) -> str:
     """A setting's value as `/set` takes it back (TOML's form: `true`, `"hybrid"`, `["###"]`), `(not set)` for none."""
     return "(not set)" if value is None else shown_value(value)
