@@ -32,11 +32,11 @@ from ..app.session import Session
 from ..config.atomic import write_text_atomic
 from ..config.files import MAX_PIPED_BYTES
 from ..config.paths import check_folder_of, history_file, input_history_file, keep_private
-from ..config.profiles import did_you_mean
+from ..config.profiles import did_you_mean, typed_form
 from ..engine.generation import Chunk, Generation
 from ..engine.grammar import OutputFormat
 from ..errors import InputError, LocalspecError
-from ..settings import SEED_MAX, GenerationSettings, shown_value
+from ..settings import SEED_MAX, GenerationSettings
 from ..shown import shown_plainly
 from ..textin import clean_input, clean_text, decode_input, replaced_warning, stream_encoding, warn_replaced
 from .common import ended_by_signals, os_error_text, say, terminal_takes_colour, write_stdout
@@ -325,7 +325,7 @@ class ChatLoop:
             values = settings.to_values()
             width = max(len(key.rpartition(".")[2]) for key in chat_keys())
             for key in chat_keys():
-                shown = _shown_setting(values.get(key))
+                shown = typed_form(values.get(key))
                 if key == "sampling.max_tokens" and settings.max_tokens is None:  # the default, which the format sets
                     structured = self.chat.grammar is not None
                     thinks = template_thinks(self.chat.session.chat_template())
@@ -344,7 +344,7 @@ class ChatLoop:
         if not value.strip():
             raise InputError(f"/set {resolve_key(key).rpartition('.')[2]} VALUE")  # (an unknown name said so first)
         dotted = self.chat.set(key, value)
-        self.say(f"{dotted} = {_shown_setting(self.chat.conversation.settings.to_values()[dotted])}")
+        self.say(f"{dotted} = {typed_form(self.chat.conversation.settings.to_values()[dotted])}")
         self._say_if_target_only()
 
     def _say_if_target_only(self) -> None:
@@ -660,11 +660,6 @@ def _input_history_problem(exc: OSError) -> str:
     if not path.parent.is_dir():
         return f"the input history cannot be written: its folder {path.parent} is gone"
     return f"the input history {path} cannot be written ({exc.strerror or exc})"
-
-
-def _shown_setting(value: Any) -> str:
-    """A setting's value as `/set` takes it back (TOML's form: `true`, `"hybrid"`, `["###"]`), `(not set)` for none."""
-    return "(not set)" if value is None else shown_value(value)
 
 
 def _format_text(fmt: OutputFormat | None) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import click
-import tomlkit
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,6 +20,7 @@ from ..config.profiles import (
     load_profile,
     parse_assignment,
     profile_file,
+    typed_form,
     update_profile,
 )
 from ..config.resolve import (PROFILE_VARIABLE, profile_without_a_flag, resolve_settings, strategy_needs_a_draft,
@@ -118,9 +118,7 @@ def show_command(name: str, as_json: bool) -> None:
         stdout_console.print("no draft: this profile runs the target alone")
     table = Table("setting", "value", "from", box=None)
     for key in keys:
-        value = resolved.values[key]
-        shown = "(not set)" if value is None else tomlkit.item(value).as_string()  # (as `profile set` takes it)
-        table.add_row(key, escape(shown), escape(resolved.sources[key]))
+        table.add_row(key, escape(typed_form(resolved.values[key])), escape(resolved.sources[key]))
     print_table(table)
 
 

@@ -499,6 +499,14 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
     return key, parse_value(raw, SETTINGS[key].kind)
 
 
+def typed_form(value: Any) -> str:
+    """A setting's value as `profile set` and chat's `/set` take it back (`parse_value` reads it): TOML's form
+    (`true`, `"hybrid"`, `["###"]`), `(not set)` for none."""
+    import tomlkit  # (only where values are shown: a one-shot run need not import it)
+
+    return "(not set)" if value is None else tomlkit.item(value).as_string()
+
+
 def parse_value(raw: str, kind: type) -> Any:
     """A value typed by a person: TOML syntax where it parses (numbers, ["a", "b"]), else the text itself
     ([INST]); a single string (or a number, a word) where a list is expected becomes a one-item list. A list

@@ -165,7 +165,7 @@ def hub_cache_folder() -> Path:
 
 
 def _real_cache_root() -> Path:
-    return Path(os.path.realpath(os.path.expanduser(_cache_root())))
+    return Path(os.path.realpath(hub_cache_folder()))
 
 
 def _cache_root() -> str:
